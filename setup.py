@@ -1,0 +1,40 @@
+"""tf_autoplace: device placement for TensorFlow training graphs.
+
+Dependencies beyond the project's base set (tensorflow, tensorflow-probability, numpy, networkx,
+absl-py), each because a well-kept library does the job better than code we would write:
+
+- numba: the event-based simulator runs thousands of times per placement search and must take
+  under 10 ms on an 8k-op graph; numba compiles its one readable Python event loop to machine
+  code, where pure Python takes ~100x longer and a C extension would be a second language to
+  build and keep in step.
+- tf-keras: tensorflow-probability imports it with TF >= 2.16 (Keras 3 is not enough), and the
+  Keras applications (Inception-V3, ResNet-50, NASNet) in the model zoo need Keras 2's v1 graph
+  mode to build training graphs as tf.Graph.
+- protobuf >= 7.35.1: the generated modules in tf_autoplace/proto come from protoc 35.1 (see
+  protos/README.md) and check the runtime version.
+"""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="tf_autoplace",
+    version="0.1.0",
+    description="Learned and heuristic device placement for TensorFlow graphs",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.11",
+    packages=find_packages(include=["tf_autoplace", "tf_autoplace.*"]),
+    install_requires=[
+        "tensorflow>=2.16",
+        "tensorflow-probability>=0.24",
+        "tf-keras>=2.16",
+        "numpy>=1.26",
+        "networkx>=3.0",
+        "absl-py>=1.0",
+        "numba>=0.60",
+        "protobuf>=7.35.1",
+    ],
+    extras_require={
+        "test": ["pytest>=7"],
+    },
+)

@@ -1,0 +1,96 @@
+"""autoplace end to end on real TF training graphs, executed on 2 logical CPU devices."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_autoplace
+from tf_autoplace import Cluster, Device
+from tf_autoplace.testing import run_training_steps, small_cnn
+
+TESTDATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "testdata")
+CPU2 = os.path.join(TESTDATA, "cpu2.pbtxt")
+
+
+def _devices(graph):
+    return {op.name: op.device for op in graph.get_operations()}
+
+
+def test_placed_training_graph_runs_with_soft_placement_off_and_same_loss():
+    tg = small_cnn()
+    reference, ref_devices = run_training_steps(tg)
+    assert ref_devices == {"/job:localhost/replica:0/task:0/device:CPU:0"}
+
+    report = tf_autoplace.autoplace(tg.graph, cluster=CPU2, placer="m_etf", seed=0)
+    placed = _devices(tg.graph)
+    assert set(placed.values()) == {"/job:localhost/replica:0/task:0/device:CPU:0",
+                                    "/job:localhost/replica:0/task:0/device:CPU:1"}
+    assert report.assignment == placed
+
+    losses, devices = run_training_steps(tg)
+    assert devices == set(placed.values())  # the executed graph used both placed devices
+    np.testing.assert_allclose(losses, reference, rtol=1e-5)
+    assert losses[-1] < losses[0]  # it trains
+
+
+def test_report_figures_are_consistent():
+    tg = small_cnn()
+    report = tf_autoplace.autoplace(tg.graph, cluster=CPU2, seed=0)
+    assert report.lower_bound_s <= report.step_time_s + 1e-12
+    assert report.lower_bound_s <= report.baseline_step_time_s + 1e-12
+    assert sum(d.num_ops for d in report.devices) == report.num_ops == len(tg.graph.get_operations())
+    assert report.baseline_devices[0].num_ops == report.num_ops
+    assert all(d.fits for d in report.devices)
+    assert "predicted step time" in str(report)
+    assert '"step_time_s"' in report.to_json()
+
+
+def test_same_seed_same_placement():
+    a = tf_autoplace.autoplace(small_cnn().graph, cluster=CPU2, seed=3)
+    b = tf_autoplace.autoplace(small_cnn().graph, cluster=CPU2, seed=3)
+    assert a.assignment == b.assignment
+
+
+def test_graph_def_input_returns_placed_copy_and_keeps_input():
+    graph_def = small_cnn().graph.as_graph_def()
+    before = graph_def.SerializeToString()
+    report = tf_autoplace.autoplace(graph_def, cluster=CPU2)
+    assert graph_def.SerializeToString() == before
+    assert {n.name: n.device for n in report.graph_def.node} == report.assignment
+
+
+def test_graph_too_big_for_cluster_is_an_error_and_graph_untouched():
+    tg = small_cnn()
+    before = _devices(tg.graph)
+    tiny = Cluster.uniform([Device("/device:CPU:0", "CPU", memory_bytes=1000),
+                            Device("/device:CPU:1", "CPU", memory_bytes=1000)])
+    with pytest.raises(tf_autoplace.InfeasiblePlacementError, match="GB"):
+        tf_autoplace.autoplace(tg.graph, cluster=tiny)
+    assert _devices(tg.graph) == before
+
+
+def test_transient_memory_too_big_is_an_error_and_graph_untouched():
+    tg = small_cnn(batch=64)
+    before = _devices(tg.graph)
+    persistent = 200_000  # the variables fit (about 30 KB) but activations do not
+    small = Cluster.uniform([Device("/device:CPU:0", "CPU", memory_bytes=persistent),
+                             Device("/device:CPU:1", "CPU", memory_bytes=persistent)])
+    with pytest.raises(tf_autoplace.InfeasiblePlacementError, match="does not fit in memory"):
+        tf_autoplace.autoplace(tg.graph, cluster=small)
+    assert _devices(tg.graph) == before
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    (dict(placer="no_such_placer"), tf_autoplace.ConfigError),
+    (dict(cluster=os.path.join(TESTDATA, "missing.pbtxt")), tf_autoplace.ClusterSpecError),
+    (dict(cluster=12), tf_autoplace.ConfigError),
+    (dict(seed="x"), tf_autoplace.ConfigError),
+])
+def test_bad_arguments_are_typed_errors_and_graph_untouched(kwargs, error):
+    tg = small_cnn()
+    before = _devices(tg.graph)
+    with pytest.raises(error):
+        tf_autoplace.autoplace(tg.graph, **{"cluster": CPU2, **kwargs})
+    assert _devices(tg.graph) == before

@@ -1,0 +1,5 @@
+"""Cost models: per-op compute time per device, transfer time per link."""
+
+from tf_autoplace.cost.model import AnalyticalCostModel, CostModel, TableCostModel
+
+__all__ = ["AnalyticalCostModel", "CostModel", "TableCostModel"]

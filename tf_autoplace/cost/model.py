@@ -1,0 +1,105 @@
+"""Cost models: how long each op takes on each device, and how long a transfer takes.
+
+A :class:`CostModel` turns an OpGraph and a Cluster into ``op_time[n, D]`` (seconds; ``inf`` where
+the device has no kernel for the op). The simulator and the placers only read that matrix, so a
+measured profile can replace the analytical model without touching them.
+
+:class:`AnalyticalCostModel` asks Grappler's op-level cost estimator (virtual cluster
+``MeasureCosts``) once per distinct device hardware in the cluster, then
+
+    op_time[i, d] = cluster.op_overhead_s + grappler_time[i, kind(d)] / speed[d]
+
+Fallback for ops Grappler leaves out (pruned or uncosted): a memory-bound estimate, the op's
+output bytes read and written once at the device's memory bandwidth. Grappler itself already
+costs ops it does not know by their memory traffic.
+
+Transfers (Placeto A.5): ``latency[src, dst] + bytes / bandwidth[src, dst]``.
+"""
+
+from __future__ import annotations
+
+import abc
+
+import numpy as np
+
+from tf_autoplace.cluster import Cluster
+from tf_autoplace.graph.opgraph import OpGraph
+
+
+class CostModel(abc.ABC):
+    """Per-op compute time for every device of a cluster."""
+
+    def op_time(self, graph: OpGraph, cluster: Cluster) -> np.ndarray:
+        """[n, D] float64 seconds; ``inf`` where device d has no kernel for op i."""
+        base = np.asarray(self._op_time(graph, cluster), dtype=np.float64)
+        if base.shape != (graph.num_ops, cluster.num_devices):
+            raise ValueError(f"{type(self).__name__} returned shape {base.shape}, expected "
+                             f"{(graph.num_ops, cluster.num_devices)}")
+        allowed = graph.kernels @ cluster.kind_mask(graph.kernel_kinds)  # [n, D]
+        return np.where(allowed, base, np.inf)
+
+    @abc.abstractmethod
+    def _op_time(self, graph: OpGraph, cluster: Cluster) -> np.ndarray:
+        """[n, D] seconds, kernels ignored (the public method masks them)."""
+
+    @staticmethod
+    def transfer_time(cluster: Cluster, nbytes: float, src: int, dst: int) -> float:
+        if src == dst:
+            return 0.0
+        return float(cluster.latency[src, dst] + nbytes / cluster.bandwidth[src, dst])
+
+
+class AnalyticalCostModel(CostModel):
+    """Grappler's analytical per-op costs (needs the MetaGraphDef the OpGraph was read from)."""
+
+    def __init__(self, meta_graph):
+        self._meta_graph = meta_graph
+        self._cache: dict[tuple, dict[str, float]] = {}
+        self.num_fallback_ops = 0
+
+    def _grappler_times(self, device) -> dict[str, float]:
+        from tf_autoplace.graph import grappler  # TF only at this edge
+
+        key = device.hardware_key
+        if key not in self._cache:
+            props = grappler.device_properties(
+                device.kind, num_cores=device.num_cores, frequency_mhz=device.frequency_mhz,
+                memory_bandwidth_gbps=device.memory_bandwidth_gbps,
+                architecture=device.architecture)  # no memory_size: we judge memory ourselves
+            self._cache[key] = grappler.measure_costs(self._meta_graph, device.kind, props)
+        return self._cache[key]
+
+    def _op_time(self, graph: OpGraph, cluster: Cluster) -> np.ndarray:
+        out = np.empty((graph.num_ops, cluster.num_devices))
+        out_bytes = graph.output_bytes
+        fallback = set()
+        for d, device in enumerate(cluster.devices):
+            times = self._grappler_times(device)
+            memory_bound = 2.0 * out_bytes / (device.memory_bandwidth_gbps * 1e9)
+            col = np.array([times.get(name, np.nan) for name in graph.names])
+            missing = np.isnan(col)
+            fallback.update(np.flatnonzero(missing).tolist())
+            col[missing] = memory_bound[missing]
+            out[:, d] = cluster.op_overhead_s + col / device.speed
+        self.num_fallback_ops = len(fallback)
+        return out
+
+
+class TableCostModel(CostModel):
+    """Fixed per-op times per device kind, e.g. a measured profile or a test fixture.
+
+    Args:
+      times: {kind: [n] seconds}; a device of that kind gets ``times[kind] / speed``
+        (``op_overhead_s`` is not added: the table is taken as the whole op time).
+    """
+
+    def __init__(self, times: dict[str, np.ndarray]):
+        self._times = {k: np.asarray(v, dtype=np.float64) for k, v in times.items()}
+
+    def _op_time(self, graph: OpGraph, cluster: Cluster) -> np.ndarray:
+        cols = []
+        for device in cluster.devices:
+            if device.kind not in self._times:
+                raise ValueError(f"no op times for device kind {device.kind!r}")
+            cols.append(self._times[device.kind] / device.speed)
+        return np.stack(cols, axis=1)

@@ -1,0 +1,27 @@
+"""One exception hierarchy for every public door of tf_autoplace.
+
+Everything we raise on purpose derives from :class:`AutoplaceError`, so a caller can catch one
+type. Each subclass names the kind of problem; each message names the offending value.
+"""
+
+
+class AutoplaceError(Exception):
+    """Base class of every error tf_autoplace raises on purpose."""
+
+
+class InvalidGraphError(AutoplaceError, ValueError):
+    """The graph cannot be read or is not a graph we can place (corrupt bytes, unknown op type,
+    a cycle that is not a while loop, ...)."""
+
+
+class ClusterSpecError(AutoplaceError, ValueError):
+    """The cluster description is malformed: no devices, duplicate names, bad numbers."""
+
+
+class InfeasiblePlacementError(AutoplaceError):
+    """No valid placement exists or the one given breaks a constraint (colocation, kernels,
+    memory)."""
+
+
+class ConfigError(AutoplaceError, ValueError):
+    """An option passed to a public function is out of range or unknown."""

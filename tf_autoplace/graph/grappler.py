@@ -1,0 +1,133 @@
+"""The one place that touches TensorFlow's private Grappler Python APIs.
+
+``tensorflow.python.grappler.item.Item`` gives static shape inference (``GetOpProperties``) and
+``tensorflow.python.grappler.cluster.Cluster`` a virtual cluster whose ``MeasureCosts`` runs
+Grappler's analytical op-level cost estimator. Both are private, so every call goes through this
+module; if a TF release moves them, only this file changes.
+
+Facts this module relies on (checked on TF 2.21):
+- ``Item`` needs fetch nodes, taken from the ``train_op`` collection; nodes outside the fan-in of
+  the fetches are pruned. We therefore fetch every sink node (a node nobody consumes).
+- ``MeasureCosts`` returns op performances only with ``disable_detailed_stats=False``, and costs
+  the op on the device named in the node's ``device`` field, which must be a device of the
+  virtual cluster. ``compute_cost`` is in nanoseconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+
+import tensorflow as tf
+from tensorflow.core.framework import types_pb2
+from tensorflow.core.protobuf import device_properties_pb2
+from tensorflow.core.protobuf import meta_graph_pb2
+from tensorflow.python.grappler import cluster as gcluster
+from tensorflow.python.grappler import item as gitem
+
+from tf_autoplace.errors import InvalidGraphError
+
+_VIRTUAL_DEVICE = {"GPU": "/device:GPU:0", "CPU": "/device:CPU:0"}
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Grappler logs one C++ line per node on a machine without CUDA; keep the terminal usable."""
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, io.UnsupportedOperation, ValueError):
+        yield
+        return
+    saved = os.dup(fd)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), fd)
+        yield
+    finally:
+        os.dup2(saved, fd)
+        os.close(saved)
+
+
+def sink_nodes(graph_def) -> list[str]:
+    """Names of nodes whose outputs nobody reads (data or control)."""
+    consumed = set()
+    for node in graph_def.node:
+        for inp in node.input:
+            consumed.add(inp.lstrip("^").split(":")[0])
+    return [n.name for n in graph_def.node if n.name not in consumed]
+
+
+def _item(meta_graph: meta_graph_pb2.MetaGraphDef) -> gitem.Item:
+    mg = meta_graph_pb2.MetaGraphDef()
+    mg.CopyFrom(meta_graph)
+    fetch = mg.collection_def["train_op"].node_list.value
+    del fetch[:]
+    fetch.extend(sink_nodes(mg.graph_def))
+    try:
+        with _quiet_stderr():
+            return gitem.Item(mg, ignore_colocation=True, ignore_user_placement=False)
+    except (tf.errors.OpError, ValueError, TypeError) as e:
+        raise InvalidGraphError(f"Grappler cannot read the graph: {e}") from e
+
+
+def output_properties(meta_graph: meta_graph_pb2.MetaGraphDef) -> dict:
+    """Node name -> list of OpInfo.TensorProperties (dtype, shape with -1 for unknown dims)."""
+    item = _item(meta_graph)
+    with _quiet_stderr():
+        return item.GetOpProperties()
+
+
+def device_properties(kind: str, *, num_cores: int, frequency_mhz: int,
+                      memory_bandwidth_gbps: float, architecture: str = "",
+                      memory_bytes: int = 0) -> device_properties_pb2.DeviceProperties:
+    """DeviceProperties as Grappler's OpLevelCostEstimator reads them (bandwidth in KB/s)."""
+    props = device_properties_pb2.DeviceProperties(
+        type=kind, num_cores=num_cores, frequency=frequency_mhz,
+        bandwidth=int(memory_bandwidth_gbps * 1e6), memory_size=memory_bytes)
+    if kind == "GPU":
+        props.environment["architecture"] = architecture or "7.0"
+    return props
+
+
+def measure_costs(meta_graph: meta_graph_pb2.MetaGraphDef, kind: str,
+                  props: device_properties_pb2.DeviceProperties) -> dict[str, float]:
+    """Node name -> analytical compute time in seconds with every node on one device ``props``.
+
+    Nodes Grappler does not report are absent from the result (the caller falls back)."""
+    mg = meta_graph_pb2.MetaGraphDef()
+    mg.CopyFrom(meta_graph)
+    device = _VIRTUAL_DEVICE[kind]
+    for node in mg.graph_def.node:
+        node.device = device
+        node.attr.pop("_class", None)
+    item = _item(mg)
+    cluster = gcluster.Cluster(disable_detailed_stats=False, disable_timeline=True,
+                               devices=[device_properties_pb2.NamedDevice(name=device,
+                                                                          properties=props)])
+    try:
+        with _quiet_stderr():
+            op_perfs, _, _ = cluster.MeasureCosts(item)
+    except tf.errors.OpError as e:
+        raise InvalidGraphError(f"Grappler could not cost the graph: {e}") from e
+    finally:
+        cluster.Shutdown()
+    return {p.node: p.compute_cost * 1e-9 for p in op_perfs}
+
+
+def dtype_size(dtype_enum: int) -> int:
+    """Bytes per element; 0 for handles and variable-size types (resource, variant, string)."""
+    base = dtype_enum - 100 if dtype_enum > 100 else dtype_enum  # reference types
+    if base in (types_pb2.DT_RESOURCE, types_pb2.DT_VARIANT, types_pb2.DT_STRING,
+                types_pb2.DT_INVALID):
+        return 0
+    try:
+        return tf.dtypes.as_dtype(base).size
+    except (TypeError, ValueError):
+        return 0
+
+
+def is_handle_or_ref(dtype_enum: int) -> bool:
+    """True for resource handles and reference types: TF keeps such edges on one device."""
+    return dtype_enum == types_pb2.DT_RESOURCE or dtype_enum > 100

@@ -1,0 +1,157 @@
+"""The placer interface and the problem every placer solves.
+
+A :class:`PlacementProblem` bundles what is fixed while searching: the OpGraph, the Cluster, the
+op-time matrix from a cost model, the grouping (Merge-and-Colocate groups, which never split a TF
+colocation group and never mix incompatible kernels) and a simulator.
+
+``Placer.place()`` is the public door: it draws a seeded generator, calls the subclass's
+``_place()``, and validates the answer (shape, colocation, kernels, and memory through one
+simulation) before returning it. During a search an infeasible placement is data (a penalised
+reward); here it is an :class:`InfeasiblePlacementError` that says what broke.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import functools
+
+import numpy as np
+
+from tf_autoplace.cluster import Cluster
+from tf_autoplace.errors import InfeasiblePlacementError
+from tf_autoplace.graph.opgraph import OpGraph
+from tf_autoplace.grouping import Grouping
+from tf_autoplace.sim import SimResult, Simulator
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PlacementProblem:
+    """Everything a placer may read.
+
+    Attributes:
+      graph: the op graph (n ops).
+      cluster: the devices (D of them).
+      op_time: [n, D] seconds per op per device, ``inf`` where there is no kernel.
+      grouping: op -> group labels; a placer assigns whole groups.
+    """
+
+    graph: OpGraph
+    cluster: Cluster
+    op_time: np.ndarray
+    grouping: Grouping
+
+    def __post_init__(self):
+        n, d = self.graph.num_ops, self.cluster.num_devices
+        if self.op_time.shape != (n, d):
+            raise ValueError(f"op_time has shape {self.op_time.shape}, expected {(n, d)}")
+        if len(self.grouping.labels) != n:
+            raise ValueError(f"grouping covers {len(self.grouping.labels)} ops, graph has {n}")
+
+    @functools.cached_property
+    def simulator(self) -> Simulator:
+        return Simulator(self.graph, self.cluster, self.op_time)
+
+    @functools.cached_property
+    def allowed(self) -> np.ndarray:
+        """[n, D] bool: op i can run on device d."""
+        return np.isfinite(self.op_time)
+
+    @functools.cached_property
+    def group_allowed(self) -> np.ndarray:
+        """[G, D] bool: every op of group g can run on device d."""
+        out = np.ones((self.grouping.num_groups, self.cluster.num_devices), dtype=bool)
+        np.logical_and.at(out, self.grouping.labels, self.allowed)
+        return out
+
+    @functools.cached_property
+    def colocation_allowed(self) -> np.ndarray:
+        """[C, D] bool: every op of TF colocation group c can run on device d."""
+        num = int(self.graph.colocation.max()) + 1
+        out = np.ones((num, self.cluster.num_devices), dtype=bool)
+        np.logical_and.at(out, self.graph.colocation, self.allowed)
+        return out
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Placement:
+    """A validated placement: ``devices[i]`` is the cluster index of op i's device, and
+    ``sim`` the simulation that checked its memory."""
+
+    devices: np.ndarray
+    sim: SimResult
+
+    def device_names(self, cluster: Cluster) -> list[str]:
+        names = cluster.names
+        return [names[d] for d in self.devices.tolist()]
+
+
+def check_placement(problem: PlacementProblem, devices: np.ndarray) -> list[str]:
+    """Constraint violations other than memory (an empty list means valid)."""
+    n, num_dev = problem.graph.num_ops, problem.cluster.num_devices
+    devices = np.asarray(devices)
+    if devices.shape != (n,):
+        return [f"placement has shape {devices.shape}, expected ({n},)"]
+    if not np.issubdtype(devices.dtype, np.integer) or devices.min() < 0 or \
+            devices.max() >= num_dev:
+        return [f"placement holds device indices outside [0, {num_dev})"]
+    problems = []
+    names = problem.graph.names
+    bad = np.flatnonzero(~problem.allowed[np.arange(n), devices])
+    for i in bad[:3]:
+        problems.append(f"op {names[i]!r} ({problem.graph.op_types[i]}) has no kernel on "
+                        f"{problem.cluster.names[devices[i]]}")
+    coloc = problem.graph.colocation
+    first = np.full(int(coloc.max()) + 1, -1)
+    first[coloc[::-1]] = devices[::-1]  # device of the first op of each colocation group
+    split = np.flatnonzero(first[coloc] != devices)
+    for i in split[:3]:
+        problems.append(f"op {names[i]!r} is not on the device of its colocation group")
+    return problems
+
+
+def check_memory(problem: PlacementProblem, sim: SimResult) -> list[str]:
+    cap = problem.cluster.memory
+    return [f"{problem.cluster.names[d]} needs {sim.peak_memory[d] / 1e9:.2f} GB at peak but "
+            f"has {cap[d] / 1e9:.2f} GB" for d in np.flatnonzero(sim.peak_memory > cap)]
+
+
+def validate(problem: PlacementProblem, devices: np.ndarray, *,
+             placer_name: str = "placement") -> Placement:
+    """Check constraints and memory (by simulation); raise InfeasiblePlacementError if broken."""
+    problems = check_placement(problem, devices)
+    if problems:
+        raise InfeasiblePlacementError(f"{placer_name} is invalid: " + "; ".join(problems))
+    devices = np.asarray(devices, dtype=np.int32)
+    sim = problem.simulator.run(devices)
+    problems = check_memory(problem, sim)
+    if problems:
+        raise InfeasiblePlacementError(
+            f"{placer_name} does not fit in memory: " + "; ".join(problems))
+    return Placement(devices=devices, sim=sim)
+
+
+class Placer(abc.ABC):
+    """Chooses a device per op. Subclasses implement ``_place``."""
+
+    name: str = "placer"
+
+    def place(self, problem: PlacementProblem, *, seed: int = 0) -> Placement:
+        """Return a validated placement; the same seed gives the same placement."""
+        return validate(problem, self.propose(problem, seed=seed),
+                        placer_name=f"the {self.name} placement")
+
+    def propose(self, problem: PlacementProblem, *, seed: int = 0) -> np.ndarray:
+        """The placer's raw answer, [n] int32, not yet checked against memory (baselines that
+        may not fit, like a single GPU, are reported with their peak memory rather than
+        rejected)."""
+        devices = np.asarray(self._place(problem, np.random.default_rng(seed)))
+        problems = check_placement(problem, devices)
+        if problems:
+            raise InfeasiblePlacementError(f"the {self.name} placement is invalid: "
+                                           + "; ".join(problems))
+        return devices.astype(np.int32)
+
+    @abc.abstractmethod
+    def _place(self, problem: PlacementProblem, rng: np.random.Generator) -> np.ndarray:
+        """[n] int device index per op."""

@@ -1,0 +1,126 @@
+"""PlacementReport: what a placement is predicted to do, read against its limits.
+
+Every figure comes from the simulator with the same cost model: the placed step time, a lower
+bound no placement can beat, and the all-on-one-device baseline (which may not fit in memory:
+``baseline_fits`` says so).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+
+from tf_autoplace.cluster import Cluster
+from tf_autoplace.sim import SimResult
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceLoad:
+    """One device's share of a simulated step."""
+
+    name: str
+    kind: str
+    num_ops: int
+    compute_s: float
+    peak_memory_bytes: int
+    memory_bytes: int
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_memory_bytes <= self.memory_bytes
+
+
+def device_loads(cluster: Cluster, devices: np.ndarray, sim: SimResult) -> tuple[DeviceLoad, ...]:
+    counts = np.bincount(devices, minlength=cluster.num_devices)
+    return tuple(
+        DeviceLoad(name=d.name, kind=d.kind, num_ops=int(counts[i]), compute_s=float(sim.busy[i]),
+                   peak_memory_bytes=int(sim.peak_memory[i]), memory_bytes=d.memory_bytes)
+        for i, d in enumerate(cluster.devices))
+
+
+@dataclasses.dataclass(frozen=True)
+class PlacementReport:
+    """The result of :func:`tf_autoplace.autoplace`.
+
+    Attributes:
+      placer: the placer whose placement was applied.
+      step_time_s: simulated step time of the placement.
+      lower_bound_s: no placement on this cluster can simulate faster.
+      devices: per-device ops, compute seconds and peak memory of the placement.
+      baseline_step_time_s / baseline_devices: the same for all ops on one device.
+      num_ops, num_groups, num_colocation_groups: graph sizes.
+      ops_with_unknown_shapes: ops whose output sizes used the unknown-dimension fallback.
+      timings_s: seconds spent in each stage (ingest, cost, group, place, rewrite).
+      notes: anything the user should know (fallbacks taken, ...).
+      assignment: op name -> device string (not included in ``to_dict``).
+      graph_def: the placed GraphDef copy when the input was not a tf.Graph (else None; not
+        included in ``to_dict``).
+    """
+
+    placer: str
+    step_time_s: float
+    lower_bound_s: float
+    devices: tuple[DeviceLoad, ...]
+    baseline_step_time_s: float
+    baseline_devices: tuple[DeviceLoad, ...]
+    num_ops: int
+    num_groups: int
+    num_colocation_groups: int
+    ops_with_unknown_shapes: int
+    timings_s: dict
+    notes: tuple[str, ...] = ()
+    assignment: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+    graph_def: object = dataclasses.field(default=None, repr=False, compare=False)
+
+    @property
+    def speedup(self) -> float:
+        """Baseline step time over placed step time."""
+        return self.baseline_step_time_s / self.step_time_s
+
+    @property
+    def ratio_to_lower_bound(self) -> float:
+        return self.step_time_s / self.lower_bound_s
+
+    @property
+    def baseline_fits(self) -> bool:
+        return all(d.fits for d in self.baseline_devices)
+
+    def to_dict(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+               if f.name not in ("assignment", "graph_def")}
+        out["devices"] = [dataclasses.asdict(d) for d in self.devices]
+        out["baseline_devices"] = [dataclasses.asdict(d) for d in self.baseline_devices]
+        out["notes"] = list(self.notes)
+        out.update(speedup=self.speedup, ratio_to_lower_bound=self.ratio_to_lower_bound,
+                   baseline_fits=self.baseline_fits)
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    def __str__(self) -> str:
+        def table(loads):
+            rows = [f"    {'device':<44} {'ops':>6} {'compute ms':>11} {'peak GB':>8} {'cap GB':>7}"]
+            for d in loads:
+                flag = "" if d.fits else "  OUT OF MEMORY"
+                rows.append(f"    {d.name:<44} {d.num_ops:>6} {d.compute_s * 1e3:>11.2f} "
+                            f"{d.peak_memory_bytes / 1e9:>8.3f} {d.memory_bytes / 1e9:>7.2f}{flag}")
+            return "\n".join(rows)
+
+        lines = [
+            f"tf_autoplace report ({self.placer})",
+            f"  ops {self.num_ops}, colocation groups {self.num_colocation_groups}, "
+            f"placement groups {self.num_groups}",
+            f"  predicted step time   {self.step_time_s * 1e3:10.2f} ms",
+            f"  lower bound           {self.lower_bound_s * 1e3:10.2f} ms "
+            f"(placed / bound = {self.ratio_to_lower_bound:.2f})",
+            f"  single-device step    {self.baseline_step_time_s * 1e3:10.2f} ms "
+            f"(speedup {self.speedup:.2f}x{'' if self.baseline_fits else ', baseline does not fit'})",
+            "  placement:", table(self.devices),
+            "  single-device baseline:", table(self.baseline_devices),
+            "  time spent: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.timings_s.items()),
+        ]
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)

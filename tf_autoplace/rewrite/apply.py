@@ -1,0 +1,69 @@
+"""Write a placement into a graph's device annotations.
+
+- :func:`apply_to_graph` rewrites a ``tf.Graph`` in place, atomically: every check runs before the
+  first op is touched, and if setting a device fails half-way the old devices are restored, so the
+  graph is either fully placed or exactly as it was.
+- :func:`apply_to_graph_def` returns a placed copy of a ``GraphDef`` (the input is not modified).
+
+Device strings are full TF names (``/job:localhost/replica:0/task:0/device:GPU:1``), checked with
+``tf.DeviceSpec``; the mapping is by op name, so the graph must hold exactly the ops that were
+placed.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import tensorflow as tf
+from tensorflow.core.framework import graph_pb2
+
+from tf_autoplace.errors import InfeasiblePlacementError, InvalidGraphError
+
+
+def _canonical(device: str) -> str:
+    try:
+        spec = tf.DeviceSpec.from_string(device)
+    except (ValueError, TypeError) as e:
+        raise InfeasiblePlacementError(f"{device!r} is not a TF device string: {e}") from e
+    if spec.device_type is None:
+        raise InfeasiblePlacementError(f"device string {device!r} names no device type")
+    return spec.to_string()
+
+
+def _checked_mapping(graph_names: Sequence[str], placement: Mapping[str, str]) -> dict[str, str]:
+    names = set(graph_names)
+    missing = [n for n in graph_names if n not in placement]
+    extra = [n for n in placement if n not in names]
+    if missing or extra:
+        raise InvalidGraphError(
+            "the placement does not match the graph: "
+            + (f"{len(missing)} ops unplaced (e.g. {missing[:3]})" if missing else "")
+            + ("; " if missing and extra else "")
+            + (f"{len(extra)} placed ops not in the graph (e.g. {extra[:3]})" if extra else ""))
+    cache: dict[str, str] = {}
+    return {n: cache.setdefault(placement[n], _canonical(placement[n])) for n in graph_names}
+
+
+def apply_to_graph(graph: tf.Graph, placement: Mapping[str, str]) -> None:
+    """Set every op's device from ``placement`` (op name -> device string), atomically."""
+    ops = graph.get_operations()
+    devices = _checked_mapping([op.name for op in ops], placement)
+    before = [(op, op.device) for op in ops]
+    try:
+        for op in ops:
+            op._set_device(devices[op.name])  # pylint: disable=protected-access
+    except Exception:
+        for op, old in before:
+            op._set_device(old)  # pylint: disable=protected-access
+        raise
+
+
+def apply_to_graph_def(graph_def: graph_pb2.GraphDef,
+                       placement: Mapping[str, str]) -> graph_pb2.GraphDef:
+    """A copy of ``graph_def`` with every node's device set from ``placement``."""
+    devices = _checked_mapping([n.name for n in graph_def.node], placement)
+    out = graph_pb2.GraphDef()
+    out.CopyFrom(graph_def)
+    for node in out.node:
+        node.device = devices[node.name]
+    return out
