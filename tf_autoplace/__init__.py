@@ -3,14 +3,32 @@
     import tf_autoplace
     report = tf_autoplace.autoplace(graph, cluster="testdata/k80x2.pbtxt")
     print(report)
+
+The core (OpGraph, grouping, simulator, placers) is plain numpy; TensorFlow is imported only when
+an entry point that needs it (``autoplace``) is first used.
 """
 
-from tf_autoplace.api import autoplace
 from tf_autoplace.cluster import Cluster, Device
 from tf_autoplace.errors import (AutoplaceError, ClusterSpecError, ConfigError,
                                  InfeasiblePlacementError, InvalidGraphError)
-from tf_autoplace.placers import Placement
-from tf_autoplace.report import PlacementReport
+
+_LAZY = {
+    "autoplace": ("tf_autoplace.api", "autoplace"),
+    "Placement": ("tf_autoplace.placers", "Placement"),
+    "PlacementReport": ("tf_autoplace.report", "PlacementReport"),
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'tf_autoplace' has no attribute {name!r}")
+
 
 __all__ = ["AutoplaceError", "Cluster", "ClusterSpecError", "ConfigError", "Device",
            "InfeasiblePlacementError", "InvalidGraphError", "Placement", "PlacementReport",

@@ -1,0 +1,427 @@
+"""Merge-and-Colocate: shrink an op graph to at most N groups of ops that share a device.
+
+Reference: Addanki et al., "Placeto: Learning Generalizable Device Placement Algorithms for
+Distributed Machine Learning" (NeurIPS 2019), appendix A.6:
+
+    "Given any input graph G, the Merge-and-Colocate heuristic first merges the node with the
+    lowest cost into its neighbor. If the node has no neighbors, then its predecessor is used
+    instead. This step is repeated until the graph size reaches a desired value N or
+    alternatively until there are no more nodes with cost below a certain threshold C. The
+    merged nodes are then colocated together on to the same device. [...] we use the size of
+    the output tensor of an operation as the cost metric."
+
+How we read it (the paper leaves the details open):
+
+* **Atomic nodes.** The nodes we start from are TensorFlow's colocation groups
+  (:attr:`OpGraph.colocation`), not single ops: ops that TF requires on one device are merged
+  before anything else happens and are never split. Atomic nodes are numbered by the lowest op
+  index they contain.
+* **Cost.** A node's cost is the total output bytes of its member ops
+  (:attr:`OpGraph.output_bytes` summed), i.e. the size of everything it produces, including
+  tensors consumed inside the node. Merging only adds costs.
+* **Neighbours.** Two nodes are neighbours when a data or control edge joins an op of one to
+  an op of the other. A directed pair ``a -> b`` is weighted by the sum, over the data edges
+  from ops of ``a`` to ops of ``b``, of the tensor's bytes (a tensor read by two ops of ``b``
+  counts twice here; control edges count 0). :func:`group_graph` counts transfers instead.
+* **Which neighbour.** The popped node ``x`` is merged into, in order of preference:
+
+  1. its predecessor (a node with an edge *into* ``x``) sending it the most bytes, i.e. the
+     producer of its largest input. Merging a consumer into its producer keeps the contracted
+     graph closer to acyclic and removes the largest transfer ``x`` receives;
+  2. when no predecessor is compatible, its successor receiving the most bytes from it.
+
+  Ties are broken by the lower node index (the lowest op index in the node). We read the
+  paper's "if the node has no neighbors, then its predecessor is used instead" as this
+  preference for predecessors, not as a fallback to some non-adjacent node: a node with no
+  compatible neighbour at all (an isolated op, or one whose neighbours have no kernel kind in
+  common with it) is left as is and skipped from then on (until something else is merged into
+  it). An isolated node is therefore never merged, and the group count can stay above N.
+* **Kernel constraints.** Two nodes are merged only when the AND of their kernel rows
+  (:attr:`OpGraph.kernels`) is non-empty, so every group can be placed on some device kind;
+  otherwise the next candidate neighbour in the order above is tried. Merging only removes
+  kinds, so a node that has no compatible neighbour never gains one by others merging.
+* **Order and stop.** The lowest-cost node is taken first, ties to the lower node index.
+  Merging stops when at most ``max_groups`` (N) nodes remain, or, when
+  ``cost_threshold_bytes`` (C) is set, when every node that could still be merged costs at
+  least C (nodes at or above C are never merged away, though a cheaper node may be merged
+  *into* them).
+
+The contracted group graph may have cycles (``a -> b -> c`` with ``a`` and ``c`` merged): this
+is fine, because placement is evaluated at op level and only ever uses a group as "these ops
+share a device". :func:`group_graph` reports such edges as they are.
+
+Implementation: a binary heap of ``(cost, index)`` with lazy invalidation (a version stamp per
+node), predecessor/successor dicts per live node that always name live nodes (a merge moves
+the smaller node's adjacency into the larger one's), and a union-find parent array resolved
+once at the end. A pop scans the popped node's neighbours and a merge re-points the
+neighbours of the side with fewer of them; about 0.1 s for 10k ops and 20k-40k edges down to
+1k groups on one core.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+
+import numpy as np
+
+from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
+from tf_autoplace.graph.opgraph import OpGraph
+
+
+def _frozen_array(array, dtype, ndim: int) -> np.ndarray:
+    out = np.ascontiguousarray(np.asarray(array, dtype=dtype))
+    if out.ndim != ndim:
+        raise ConfigError(f"expected an array with {ndim} dimension(s), got shape {out.shape}")
+    out.setflags(write=False)
+    return out
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupingConfig:
+    """Options of :func:`merge_and_colocate`.
+
+    Attributes:
+      max_groups: N, stop merging once at most this many groups remain (>= 1).
+      cost_threshold_bytes: C, also stop once no node that could still be merged has a cost
+        (total output bytes) below C (>= 0). ``None``: stop on N alone.
+    """
+
+    max_groups: int = 2000
+    cost_threshold_bytes: int | None = None
+
+    def __post_init__(self):
+        if not _is_int(self.max_groups) or self.max_groups < 1:
+            raise ConfigError(
+                f"GroupingConfig.max_groups must be an int >= 1, got {self.max_groups!r}")
+        c = self.cost_threshold_bytes
+        if c is not None and (not _is_int(c) or c < 0):
+            raise ConfigError(
+                f"GroupingConfig.cost_threshold_bytes must be None or an int >= 0, got {c!r}")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Grouping:
+    """A partition of a graph's ops into groups that are placed together.
+
+    With n ops, G groups and k kernel kinds:
+
+    ===========  ==========  ==============================================================
+    field        shape       meaning
+    ===========  ==========  ==============================================================
+    labels       [n] int32   group of each op; ids are dense ``0..G-1``, numbered by the
+                             lowest op index they contain (group 0 holds op 0)
+    num_groups   int         G
+    kernels      [G, k] bool kinds every op of the group has a kernel for (AND over members)
+    ===========  ==========  ==============================================================
+
+    Build one with :func:`merge_and_colocate` or :meth:`from_labels`.
+    """
+
+    labels: np.ndarray
+    num_groups: int
+    kernels: np.ndarray
+
+    def __post_init__(self):
+        labels = _frozen_array(self.labels, np.int32, 1)
+        kernels = _frozen_array(self.kernels, bool, 2)
+        object.__setattr__(self, "labels", labels)
+        object.__setattr__(self, "kernels", kernels)
+        g = self.num_groups
+        if not _is_int(g) or g < 1:
+            raise ConfigError(f"Grouping.num_groups must be an int >= 1, got {g!r}")
+        object.__setattr__(self, "num_groups", int(g))
+        if len(labels) == 0:
+            raise ConfigError("Grouping.labels is empty")
+        counts = np.bincount(labels, minlength=g) if labels.min() >= 0 else None
+        if counts is None or len(counts) != g or not counts.all():
+            raise ConfigError(
+                f"Grouping.labels must use every id in 0..{g - 1} and nothing else; got ids in "
+                f"[{labels.min()}, {labels.max()}] with {len(np.unique(labels))} distinct")
+        if kernels.shape[0] != g:
+            raise ConfigError(f"Grouping.kernels has {kernels.shape[0]} rows for {g} groups")
+        order = np.argsort(labels, kind="stable").astype(np.int32)
+        order.setflags(write=False)
+        starts = np.concatenate([[0], np.cumsum(counts)])
+        object.__setattr__(self, "_order", order)
+        object.__setattr__(self, "_starts", starts)
+
+    @classmethod
+    def from_labels(cls, graph: OpGraph, labels) -> "Grouping":
+        """A grouping of ``graph`` with the given per-op labels, renumbered densely by each
+        group's lowest op index; ``kernels`` is computed as the AND over members. Does not
+        check colocation or that every group has a kernel kind."""
+        labels = np.asarray(labels)
+        if labels.shape != (graph.num_ops,):
+            raise ConfigError(
+                f"labels has shape {labels.shape}, expected ({graph.num_ops},) for this graph")
+        dense, num = _dense_by_first(labels)
+        return cls(labels=dense, num_groups=num, kernels=_and_rows(graph.kernels, dense, num))
+
+    @property
+    def num_ops(self) -> int:
+        return len(self.labels)
+
+    def sizes(self) -> np.ndarray:
+        """[G] int64: number of ops in each group."""
+        return np.diff(self._starts)
+
+    def members(self, g: int) -> np.ndarray:
+        """[m] int32: the ops of group ``g``, ascending."""
+        if not _is_int(g) or not 0 <= g < self.num_groups:
+            raise ConfigError(f"group id must be an int in [0, {self.num_groups}), got {g!r}")
+        return self._order[self._starts[g]:self._starts[g + 1]]
+
+    def expand(self, group_placement) -> np.ndarray:
+        """[G] device per group -> [n] device per op (a fresh array of the same dtype)."""
+        gp = np.asarray(group_placement)
+        if gp.shape != (self.num_groups,):
+            raise ConfigError(
+                f"group_placement has shape {gp.shape}, expected ({self.num_groups},)")
+        return gp[self.labels]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class GroupedGraph:
+    """The contracted view of an :class:`OpGraph` under a :class:`Grouping`, for placers.
+
+    With G groups, E group-level edges and k kernel kinds:
+
+    ================  ==========  ==========================================================
+    field             shape       meaning
+    ================  ==========  ==========================================================
+    grouping          -           the grouping this view contracts by
+    num_ops           [G] int32   ops in each group
+    output_bytes      [G] int64   total output bytes of the group's ops (its cost)
+    persistent_bytes  [G] int64   total persistent bytes of the group's ops (variables)
+    kernels           [G, k] bool kinds every op of the group has a kernel for
+    edge_src          [E] int32   group-level edge ``src -> dst`` (src != dst), sorted by
+    edge_dst          [E] int32   (src, dst), one per ordered pair joined by >= 1 data or
+                                  control edge between their ops
+    edge_bytes        [E] int64   bytes sent along it: each tensor counted once per
+                                  consuming group (what a transfer would carry), 0 for a
+                                  control-only edge
+    ================  ==========  ==========================================================
+
+    The group graph may contain cycles even though the op graph does not (see the module doc).
+    """
+
+    grouping: Grouping
+    num_ops: np.ndarray
+    output_bytes: np.ndarray
+    persistent_bytes: np.ndarray
+    kernels: np.ndarray
+    edge_src: np.ndarray
+    edge_dst: np.ndarray
+    edge_bytes: np.ndarray
+
+    def __post_init__(self):
+        for name, dtype, ndim in (("num_ops", np.int32, 1), ("output_bytes", np.int64, 1),
+                                  ("persistent_bytes", np.int64, 1), ("kernels", bool, 2),
+                                  ("edge_src", np.int32, 1), ("edge_dst", np.int32, 1),
+                                  ("edge_bytes", np.int64, 1)):
+            object.__setattr__(self, name, _frozen_array(getattr(self, name), dtype, ndim))
+
+    @property
+    def num_groups(self) -> int:
+        return self.grouping.num_groups
+
+
+# ------------------------------------------------------------------------------- helpers
+def _dense_by_first(ids: np.ndarray) -> tuple[np.ndarray, int]:
+    """Renumber arbitrary ids densely, in order of first occurrence."""
+    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    rank = np.empty(len(first), np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    return rank[inverse.reshape(-1)].astype(np.int32), len(first)
+
+
+def _and_rows(kernels: np.ndarray, labels: np.ndarray, num: int) -> np.ndarray:
+    """[num, k] bool: AND of ``kernels`` rows over each label."""
+    out = np.empty((num, kernels.shape[1]), bool)
+    for j in range(kernels.shape[1]):
+        out[:, j] = np.bincount(labels, weights=~kernels[:, j], minlength=num) == 0
+    return out
+
+
+def _sum_by(labels: np.ndarray, values: np.ndarray, num: int) -> np.ndarray:
+    # int64 sums without a float round trip (bincount's weights are float64).
+    out = np.zeros(num, np.int64)
+    np.add.at(out, labels, values.astype(np.int64))
+    return out
+
+
+def _op_edges(graph: OpGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Data and control edges as ``src, dst, bytes`` (int64 arrays; control edges 0 bytes)."""
+    src = np.concatenate([graph.edge_src, graph.ctrl_src]).astype(np.int64)
+    dst = np.concatenate([graph.edge_dst, graph.ctrl_dst]).astype(np.int64)
+    nbytes = np.concatenate([graph.tensor_bytes[graph.edge_tensor],
+                             np.zeros(len(graph.ctrl_src), np.int64)]).astype(np.int64)
+    return src, dst, nbytes
+
+
+def _kernel_masks(kernels: np.ndarray) -> list[int]:
+    """One int bitmask per row of a bool matrix."""
+    if kernels.shape[1] > 62:
+        return [sum(1 << j for j in np.flatnonzero(row).tolist()) for row in kernels]
+    shifts = np.arange(kernels.shape[1], dtype=np.int64)
+    return (kernels.astype(np.int64) << shifts).sum(axis=1).tolist()
+
+
+# ------------------------------------------------------------------------------- algorithm
+def merge_and_colocate(graph: OpGraph, config: GroupingConfig = GroupingConfig()) -> Grouping:
+    """Group ``graph``'s ops with Merge-and-Colocate (see the module doc for the exact rules).
+
+    Returns a :class:`Grouping` in which no TF colocation group is split, every group has at
+    least one kernel kind common to all its ops, and the number of groups is at most
+    ``config.max_groups`` unless isolated nodes, kernel constraints, colocation groups or the
+    cost threshold prevent it. Deterministic: the same graph and config give the same labels.
+
+    Raises:
+      InfeasiblePlacementError: a colocation group's ops have no kernel kind in common.
+    """
+    if not isinstance(config, GroupingConfig):
+        raise ConfigError(f"config must be a GroupingConfig, got {type(config).__name__}")
+    atom, num_atoms = _dense_by_first(graph.colocation)
+    atom_kernels = _and_rows(graph.kernels, atom, num_atoms)
+    empty = np.flatnonzero(~atom_kernels.any(axis=1))
+    if len(empty):
+        ops = np.flatnonzero(atom == empty[0])
+        names = [graph.names[i] for i in ops[:5]]
+        raise InfeasiblePlacementError(
+            f"colocated ops {names}{' ...' if len(ops) > 5 else ''} have no device kind in "
+            f"common among {list(graph.kernel_kinds)}; they cannot share a device")
+
+    parent = np.arange(num_atoms)
+    if num_atoms > config.max_groups:
+        _merge(graph, atom, num_atoms, atom_kernels, config, parent)
+    # Resolve union-find chains (parents always point at a node merged later, so no cycles).
+    while True:
+        grand = parent[parent]
+        if np.array_equal(grand, parent):
+            break
+        parent = grand
+    labels, num = _dense_by_first(parent[atom])
+    return Grouping(labels=labels, num_groups=num, kernels=_and_rows(graph.kernels, labels, num))
+
+
+def _merge(graph: OpGraph, atom: np.ndarray, num_atoms: int, atom_kernels: np.ndarray,
+           config: GroupingConfig, parent: np.ndarray) -> None:
+    """Run the merge loop on atomic nodes, writing merges into ``parent`` (union-find)."""
+    cost = _sum_by(atom, graph.output_bytes, num_atoms).tolist()
+    mask = _kernel_masks(atom_kernels)
+    key = list(range(num_atoms))  # lowest atomic index in the node: the tie-break index
+    version = [0] * num_atoms
+    alive = [True] * num_atoms
+    pred: list[dict[int, int]] = [{} for _ in range(num_atoms)]
+    succ: list[dict[int, int]] = [{} for _ in range(num_atoms)]
+
+    src, dst, nbytes = _op_edges(graph)
+    a_src, a_dst = atom[src].astype(np.int64), atom[dst].astype(np.int64)
+    keep = a_src != a_dst
+    if keep.any():
+        pair = a_src[keep] * num_atoms + a_dst[keep]
+        uniq, inverse = np.unique(pair, return_inverse=True)
+        weight = np.zeros(len(uniq), np.int64)
+        np.add.at(weight, inverse.reshape(-1), nbytes[keep])
+        for p, w in zip(uniq.tolist(), weight.tolist()):
+            s, d = divmod(p, num_atoms)
+            succ[s][d] = w
+            pred[d][s] = w
+
+    threshold = config.cost_threshold_bytes
+    heap = [(c, i, i, 0) for i, c in enumerate(cost)]
+    heapq.heapify(heap)
+    live = num_atoms
+    while live > config.max_groups and heap:
+        c, _, x, stamp = heapq.heappop(heap)
+        if not alive[x] or version[x] != stamp:
+            continue  # stale entry
+        if threshold is not None and c >= threshold:
+            break  # every node still in the heap costs at least C
+        target = _choose_neighbour(x, pred[x], mask, key)  # producers first
+        if target < 0:
+            target = _choose_neighbour(x, succ[x], mask, key)
+        if target < 0:
+            continue  # no compatible neighbour: left as is until something merges into it
+        # Move the adjacency of the node with fewer neighbours into the other one.
+        if len(pred[x]) + len(succ[x]) > len(pred[target]) + len(succ[target]):
+            keep_, gone = x, target
+        else:
+            keep_, gone = target, x
+        _move_edges(gone, keep_, pred[gone], pred[keep_], succ)
+        _move_edges(gone, keep_, succ[gone], succ[keep_], pred)
+        pred[keep_].pop(gone, None)
+        succ[keep_].pop(gone, None)
+        pred[gone] = succ[gone] = {}  # free memory
+        alive[gone] = False
+        parent[gone] = keep_
+        cost[keep_] += cost[gone]
+        mask[keep_] &= mask[gone]
+        key[keep_] = min(key[keep_], key[gone])
+        version[keep_] += 1
+        live -= 1
+        heapq.heappush(heap, (cost[keep_], key[keep_], keep_, version[keep_]))
+
+
+def _move_edges(gone: int, keep: int, gone_side: dict[int, int], keep_side: dict[int, int],
+                back: list[dict[int, int]]) -> None:
+    """Re-point one side (predecessors or successors) of ``gone`` at ``keep``: ``back`` holds
+    the opposite side of every node, whose entry for ``gone`` becomes one for ``keep``."""
+    for nb, w in gone_side.items():
+        if nb == keep:
+            continue
+        rev = back[nb]
+        del rev[gone]
+        rev[keep] = rev.get(keep, 0) + w
+        keep_side[nb] = keep_side.get(nb, 0) + w
+
+
+def _choose_neighbour(x: int, neighbours: dict[int, int], mask: list[int],
+                      key: list[int]) -> int:
+    """The compatible neighbour with the most bytes, ties to the lowest index; -1 if none."""
+    mx = mask[x]
+    best, best_w, best_k = -1, -1, 0
+    for nb, w in neighbours.items():
+        if mask[nb] & mx and (w > best_w or (w == best_w and key[nb] < best_k)):
+            best, best_w, best_k = nb, w, key[nb]
+    return best
+
+
+# ------------------------------------------------------------------------------- view
+def group_graph(graph: OpGraph, grouping: Grouping) -> GroupedGraph:
+    """The contracted view of ``graph`` under ``grouping`` (see :class:`GroupedGraph`)."""
+    if grouping.num_ops != graph.num_ops:
+        raise ConfigError(
+            f"grouping covers {grouping.num_ops} ops but the graph has {graph.num_ops}")
+    labels = grouping.labels.astype(np.int64)
+    g = grouping.num_groups
+    # Data edges: one transfer per (tensor, consuming group), dropped inside a group.
+    t_src = labels[graph.tensor_op[graph.edge_tensor]]
+    t_dst = labels[graph.edge_dst]
+    cross = t_src != t_dst
+    tensor_pairs = np.unique(graph.edge_tensor[cross].astype(np.int64) * g + t_dst[cross])
+    tensors, consumers = np.divmod(tensor_pairs, g)
+    d_src = labels[graph.tensor_op[tensors]]
+    d_bytes = graph.tensor_bytes[tensors]
+    # Control edges add 0-byte edges.
+    c_src, c_dst = labels[graph.ctrl_src], labels[graph.ctrl_dst]
+    c_keep = c_src != c_dst
+    src = np.concatenate([d_src, c_src[c_keep]])
+    dst = np.concatenate([consumers, c_dst[c_keep]])
+    nbytes = np.concatenate([d_bytes, np.zeros(int(c_keep.sum()), np.int64)])
+    pairs, inverse = np.unique(src * g + dst, return_inverse=True)
+    summed = np.zeros(len(pairs), np.int64)
+    np.add.at(summed, inverse.reshape(-1), nbytes)
+    e_src, e_dst = np.divmod(pairs, g)
+    return GroupedGraph(
+        grouping=grouping,
+        num_ops=grouping.sizes(),
+        output_bytes=_sum_by(labels, graph.output_bytes, g),
+        persistent_bytes=_sum_by(labels, graph.persistent_bytes, g),
+        kernels=grouping.kernels,
+        edge_src=e_src, edge_dst=e_dst, edge_bytes=summed)
