@@ -1,0 +1,477 @@
+"""Tests of tf_autoplace.sim: hand-computed timelines and memory, the reward, the lower bound,
+and a randomized cross-check against a small pure-Python reference simulator.
+
+Unless a test says otherwise the links are 1 GB/s with 10 us latency, so moving b bytes takes
+10e-6 + b * 1e-9 seconds (1 MB: 1.01 ms), and op times are given directly in ms.
+"""
+
+import collections
+import heapq
+
+import numpy as np
+import pytest
+
+from tf_autoplace.cluster import Cluster, Device
+from tf_autoplace.errors import InfeasiblePlacementError, InvalidGraphError
+from tf_autoplace.graph.opgraph import OpGraph, from_edges
+from tf_autoplace.sim import (SimResult, Simulator, critical_path, lower_bound,
+                              memory_penalized_runtime)
+
+MS = 1e-3
+MB = 10**6
+
+
+def make_cluster(num_devices, memory=10**10, bandwidth_gbps=1.0, latency_us=10.0):
+    devices = [Device(f"/device:GPU:{i}", "GPU", memory if np.isscalar(memory) else memory[i])
+               for i in range(num_devices)]
+    return Cluster.uniform(devices, bandwidth_gbps=bandwidth_gbps, latency_us=latency_us)
+
+
+def times_ms(values, num_devices):
+    """[n, D] op times: op i takes values[i] ms on every device."""
+    return np.repeat(np.asarray(values, np.float64)[:, None] * MS, num_devices, axis=1)
+
+
+def simulate(graph, cluster, op_ms, placement) -> SimResult:
+    return Simulator(graph, cluster, times_ms(op_ms, cluster.num_devices)).run(
+        np.asarray(placement))
+
+
+def make_graph(num_ops, tensors, edges, control=(), persistent=None) -> OpGraph:
+    """An OpGraph with several outputs per op: tensors = [(producer, bytes)],
+    edges = [(tensor, consumer)]."""
+    return OpGraph(
+        names=tuple(f"op{i}" for i in range(num_ops)), op_types=("Identity",) * num_ops,
+        persistent_bytes=np.zeros(num_ops, np.int64) if persistent is None else persistent,
+        tensor_op=[p for p, _ in tensors], tensor_bytes=[b for _, b in tensors],
+        edge_tensor=[t for t, _ in edges], edge_dst=[d for _, d in edges],
+        ctrl_src=[s for s, _ in control], ctrl_dst=[d for _, d in control],
+        colocation=np.arange(num_ops), kernels=np.ones((num_ops, 2), bool),
+        shape_known=np.ones(num_ops, bool))
+
+
+# ================================================================= hand-computed timelines
+CHAIN3 = from_edges(3, [(0, 1, MB), (1, 2, MB)])  # op2's output: 0 bytes
+
+
+def test_chain_on_one_device():
+    r = simulate(CHAIN3, make_cluster(2), [1, 2, 3], [0, 0, 0])
+    # 0: [0, 1], 1: [1, 3], 2: [3, 6]; nothing moves.
+    np.testing.assert_allclose(r.start, np.array([0, 1, 3]) * MS)
+    np.testing.assert_allclose(r.end, np.array([1, 3, 6]) * MS)
+    assert r.makespan == pytest.approx(6 * MS)
+    assert r.transfer_bytes == 0 and r.num_transfers == 0
+    np.testing.assert_allclose(r.busy, [6 * MS, 0])
+    # Memory on device 0: op1 runs with t0 and t1 live (2 MB); t0 goes when op1 ends.
+    np.testing.assert_array_equal(r.peak_memory, [2 * MB, 0])
+
+
+def test_chain_split_over_two_devices():
+    r = simulate(CHAIN3, make_cluster(2), [1, 1, 1], [0, 1, 1])
+    # op0 [0, 1]; t0 (1 MB) 0 -> 1 takes 10 us + 1 ms = 1.01 ms: [1, 2.01];
+    # op1 [2.01, 3.01]; op2 [3.01, 4.01].
+    np.testing.assert_allclose(r.start, np.array([0, 2.01, 3.01]) * MS)
+    assert r.makespan == pytest.approx(4.01 * MS)
+    assert r.transfer_bytes == MB
+    np.testing.assert_array_equal(r.transfer_tensor, [0])
+    np.testing.assert_array_equal(r.transfer_op, [0])
+    np.testing.assert_array_equal(r.transfer_src, [0])
+    np.testing.assert_array_equal(r.transfer_dst, [1])
+    np.testing.assert_allclose(r.transfer_start, [1 * MS])
+    np.testing.assert_allclose(r.transfer_end, [2.01 * MS])
+    # Device 0 holds t0 until the transfer is done (1 MB). Device 1 holds the copy of t0 from
+    # 1 ms; op1 adds t1 at 2.01 ms (2 MB); the copy goes when op1 ends.
+    np.testing.assert_array_equal(r.peak_memory, [MB, 2 * MB])
+
+
+DIAMOND = from_edges(4, [(0, 1, MB), (0, 2, MB), (1, 3, MB), (2, 3, MB)])
+
+
+def test_diamond_parallel_vs_serial():
+    op_ms = [1, 4, 4, 1]
+    serial = simulate(DIAMOND, make_cluster(2), op_ms, [0, 0, 0, 0])
+    assert serial.makespan == pytest.approx(10 * MS)  # 1 + 4 + 4 + 1
+    parallel = simulate(DIAMOND, make_cluster(2), op_ms, [0, 0, 1, 0])
+    # op0 [0, 1]; op1 on dev 0 [1, 5]; t0 -> dev 1 [1, 2.01]; op2 [2.01, 6.01];
+    # t2 -> dev 0 [6.01, 7.02]; op3 [7.02, 8.02].
+    np.testing.assert_allclose(parallel.start, np.array([0, 1, 2.01, 7.02]) * MS)
+    assert parallel.makespan == pytest.approx(8.02 * MS)
+    np.testing.assert_allclose(parallel.busy, np.array([6, 4]) * MS)
+    assert parallel.transfer_bytes == 2 * MB
+
+
+def test_fifo_order_and_one_op_at_a_time():
+    # Roots 0 and 1, op0's children 2 and 3, all on device 0; 1, 2, 3, 4 ms.
+    g = from_edges(4, [(0, 2, 10), (0, 3, 10)])
+    r = simulate(g, make_cluster(1), [1, 2, 3, 4], [0, 0, 0, 0])
+    # Q_op starts as [0, 1]. op0 [0, 1]; then Q_op = [1, 2, 3]: op1 was queued first, so
+    # op1 [1, 3], op2 [3, 6], op3 [6, 10]. Never two at once.
+    np.testing.assert_allclose(r.start, np.array([0, 1, 3, 6]) * MS)
+    np.testing.assert_allclose(r.end, np.array([1, 3, 6, 10]) * MS)
+    assert r.makespan == pytest.approx(10 * MS)
+
+
+def test_transfer_queue_serializes_transfers_from_one_device():
+    # op0 on dev 0 makes t0 (1 MB) and t1 (2 MB); op1 reads t0 and op2 reads t1 on dev 1.
+    g = make_graph(3, tensors=[(0, MB), (0, 2 * MB), (1, 0), (2, 0)], edges=[(0, 1), (1, 2)])
+    r = simulate(g, make_cluster(2), [1, 1, 1], [0, 1, 1])
+    # One bus on dev 0: t0 [1, 2.01], then t1 waits: [2.01, 2.01 + 2.01 = 4.02].
+    np.testing.assert_allclose(r.transfer_start, np.array([1, 2.01]) * MS)
+    np.testing.assert_allclose(r.transfer_end, np.array([2.01, 4.02]) * MS)
+    # op1 [2.01, 3.01]; op2 [4.02, 5.02].
+    np.testing.assert_allclose(r.start, np.array([0, 2.01, 4.02]) * MS)
+    assert r.makespan == pytest.approx(5.02 * MS)
+    assert r.transfer_bytes == 3 * MB
+
+
+def test_same_tensor_to_two_devices_shares_the_bus():
+    g = from_edges(3, [(0, 1, MB), (0, 2, MB)])
+    r = simulate(g, make_cluster(3), [1, 1, 1], [0, 1, 2])
+    # To dev 1 [1, 2.01], then to dev 2 [2.01, 3.02]; op1 [2.01, 3.01], op2 [3.02, 4.02].
+    np.testing.assert_array_equal(r.transfer_dst, [1, 2])
+    np.testing.assert_allclose(r.start, np.array([0, 2.01, 3.02]) * MS)
+    assert r.makespan == pytest.approx(4.02 * MS)
+    assert r.transfer_bytes == 2 * MB
+
+
+def test_tensor_sent_once_to_two_consumers_on_the_same_device():
+    g = from_edges(3, [(0, 1, MB), (0, 2, MB)])
+    r = simulate(g, make_cluster(2), [1, 1, 1], [0, 1, 1])
+    # One transfer [1, 2.01] releases both: op1 [2.01, 3.01], op2 [3.01, 4.01].
+    assert r.num_transfers == 1 and r.transfer_bytes == MB
+    np.testing.assert_allclose(r.start, np.array([0, 2.01, 3.01]) * MS)
+    assert r.makespan == pytest.approx(4.01 * MS)
+    # The copy on dev 1 (1 MB) stays until op2, its last reader there, ends.
+    np.testing.assert_array_equal(r.peak_memory, [MB, MB])
+
+
+def test_control_edge_across_devices_costs_latency_only():
+    g = from_edges(2, [], control=[(0, 1)])
+    r = simulate(g, make_cluster(2), [1, 1], [0, 1])
+    # op0 [0, 1]; a 0-byte dummy takes 10 us: op1 [1.01, 2.01].
+    assert r.makespan == pytest.approx(2.01 * MS)
+    assert r.num_transfers == 1 and r.transfer_bytes == 0
+    np.testing.assert_array_equal(r.transfer_tensor, [-1])  # a dummy, not a graph tensor
+    np.testing.assert_array_equal(r.transfer_op, [0])
+    # On one device a control edge only orders: op1 [1, 2].
+    same = simulate(g, make_cluster(2), [1, 1], [1, 1])
+    assert same.makespan == pytest.approx(2 * MS) and same.num_transfers == 0
+
+
+def test_control_edge_that_duplicates_a_data_edge_is_ignored():
+    g = from_edges(2, [(0, 1, MB)], control=[(0, 1)])
+    r = simulate(g, make_cluster(2), [1, 1], [0, 1])
+    # Only the data transfer: op1 starts at 1 + 1.01 = 2.01.
+    assert r.num_transfers == 1
+    assert r.makespan == pytest.approx(3.01 * MS)
+
+
+def test_control_only_ordering_on_remote_device_waits_for_both_inputs():
+    # op2 on dev 1 reads t0 (1 MB, from dev 0) and waits on op1 (dev 0) by a control edge.
+    g = from_edges(3, [(0, 2, MB)], control=[(1, 2)])
+    r = simulate(g, make_cluster(2), [1, 5, 1], [0, 0, 1])
+    # op0 [0, 1], t0 [1, 2.01]; op1 [1, 6], dummy [6, 6.01]; op2 [6.01, 7.01].
+    assert r.start[2] == pytest.approx(6.01 * MS)
+    assert r.makespan == pytest.approx(7.01 * MS)
+
+
+# ==================================================================================== memory
+def test_persistent_memory_counts_for_the_whole_step():
+    g = from_edges(3, [(0, 1, 100), (1, 2, 100)], persistent_bytes=[5 * MB, 3 * MB, 7 * MB])
+    r = simulate(g, make_cluster(2), [1, 1, 1], [0, 0, 1])
+    # dev 0: 5 + 3 MB persistent, + t0 and t1 live while op1 runs (200 bytes).
+    # dev 1: 7 MB persistent, + the copy of t1 (100 bytes).
+    np.testing.assert_array_equal(r.peak_memory, [8 * MB + 200, 7 * MB + 100])
+
+
+def test_peak_memory_of_a_chain_frees_a_tensor_after_its_consumer():
+    g = from_edges(4, [(0, 1, 100), (1, 2, 200), (2, 3, 400)])
+    r = simulate(g, make_cluster(1), [1, 1, 1, 1], [0, 0, 0, 0])
+    # op0 runs: t0 = 100. op1 runs: t0 + t1 = 300; t0 freed at its end -> 200.
+    # op2 runs: t1 + t2 = 600; t1 freed -> 400. op3 runs: 400 (its output is 0 bytes).
+    # Had t0 not been freed, op2 would see 700.
+    np.testing.assert_array_equal(r.peak_memory, [600])
+
+
+def test_unread_tensor_is_freed_when_its_producer_ends():
+    # op0 makes t0 (100, read by op1) and t1 (1000, read by nobody); op1 makes t2 (50, unread)
+    g = make_graph(3, tensors=[(0, 100), (0, 1000), (1, 50)], edges=[(0, 1)])
+    r = simulate(g, make_cluster(1), [1, 1, 1], [0, 0, 0])
+    # Q_op = [op0, op2] (op2 is a root). op0 [0, 1] holds t0 + t1 = 1100; at its end t1
+    # goes (100 left). op2 [1, 2]: 100. op1 [2, 3]: 100 + 50. Peak 1100.
+    np.testing.assert_array_equal(r.peak_memory, [1100])
+    # With a big output on op1, the unread t1 must be gone by then: 100 + 2000, not 3100.
+    g2 = make_graph(2, tensors=[(0, 100), (0, 1000), (1, 2000)], edges=[(0, 1)])
+    r2 = simulate(g2, make_cluster(1), [1, 1], [0, 0])
+    assert r2.peak_memory[0] == 100 + 2000
+
+
+def test_copy_on_destination_allocated_at_transfer_start():
+    # op0 (dev 0) -> op1 (dev 1), t0 = 5 MB; dev 1 also runs root op2 (2 ms, output 3 MB
+    # read by op1), so at 1 ms op2 still runs: the copy of t0 arrives on top of t2.
+    g = make_graph(3, tensors=[(0, 5 * MB), (1, 0), (2, 3 * MB)], edges=[(0, 1), (2, 1)])
+    r = simulate(g, make_cluster(2), [1, 1, 2], [0, 1, 1])
+    # dev 1: op2 [0, 2] holds t2 (3 MB); t0's copy from 1 ms (5 MB) -> 8 MB.
+    np.testing.assert_array_equal(r.peak_memory, [5 * MB, 8 * MB])
+
+
+def test_memory_penalized_runtime():
+    g = from_edges(2, [], persistent_bytes=[3 * 10**9, 0])
+    cluster = make_cluster(2, memory=10**9)
+    r = simulate(g, cluster, [1, 1], [0, 1])
+    # dev 0 peaks at 3 GB with 1 GB: R = r + 2 * (3 - 1) = r + 4 s.
+    assert memory_penalized_runtime(r, cluster) == pytest.approx(r.makespan + 4.0)
+    assert memory_penalized_runtime(r, cluster, c=0.5) == pytest.approx(r.makespan + 1.0)
+    roomy = make_cluster(2, memory=4 * 10**9)
+    assert memory_penalized_runtime(r, roomy) == pytest.approx(r.makespan)
+    # Different capacities: the worst overshoot counts, not the device with the largest peak
+    # (dev 1 peaks higher but fits; dev 0 overflows by 0.5 GB).
+    g2 = from_edges(2, [], persistent_bytes=[15 * 10**8, 3 * 10**9])
+    mixed = make_cluster(2, memory=[10**9, 4 * 10**9])
+    r2 = simulate(g2, mixed, [1, 1], [0, 1])
+    assert memory_penalized_runtime(r2, mixed) == pytest.approx(r2.makespan + 2 * 0.5)
+
+
+# ============================================================================ lower bound
+def test_lower_bound_equals_makespan_of_a_chain_on_one_device():
+    cluster = make_cluster(2)
+    op_time = times_ms([1, 2, 3], 2)
+    r = Simulator(CHAIN3, cluster, op_time).run(np.zeros(3, int))
+    assert lower_bound(CHAIN3, cluster, op_time) == pytest.approx(r.makespan)
+
+
+def test_lower_bound_uses_the_fastest_device_and_the_load():
+    # Three independent 3 ms ops (2 ms on dev 1): path bound 2 ms; load bound 6 / 2 = 3 ms.
+    g = from_edges(3, [])
+    op_time = np.array([[3, 2]] * 3, float) * MS
+    assert lower_bound(g, make_cluster(2), op_time) == pytest.approx(3 * MS)
+    assert critical_path(DIAMOND, np.array([1, 4, 2, 1.0])) == pytest.approx(6)
+
+
+def random_graph(rng, num_ops, max_outputs=2, max_bytes=4 * MB) -> OpGraph:
+    """A random DAG (edges go from lower to higher op index) with several outputs per op,
+    control edges (some duplicating data edges), zero-byte tensors and persistent bytes."""
+    tensors = []
+    for i in range(num_ops):
+        for _ in range(rng.integers(1, max_outputs + 1)):
+            tensors.append((i, int(rng.integers(0, max_bytes)) if rng.random() < 0.8 else 0))
+    edges = set()
+    for t, (p, _) in enumerate(tensors):
+        if p + 1 < num_ops:
+            for c in rng.choice(np.arange(p + 1, num_ops), size=min(int(rng.integers(0, 4)),
+                                                                  num_ops - p - 1), replace=False):
+                edges.add((t, int(c)))
+    edges = sorted(edges)
+    if edges and rng.random() < 0.5:
+        edges.append(edges[0])  # an op reading the same tensor twice
+    control = set()
+    for _ in range(int(rng.integers(0, num_ops // 2 + 1))):
+        a, b = sorted(rng.choice(num_ops, 2, replace=False)) if num_ops > 1 else (0, 0)
+        if a != b:
+            control.add((int(a), int(b)))
+    persistent = np.where(rng.random(num_ops) < 0.2, rng.integers(0, MB, num_ops), 0)
+    return make_graph(num_ops, tensors, edges, sorted(control), persistent)
+
+
+def random_times(rng, num_ops, num_devices, ties: bool):
+    if ties:  # whole ms, with zeros: many events at the same time
+        return rng.integers(0, 4, (num_ops, num_devices)).astype(float) * MS
+    return rng.exponential(1 * MS, (num_ops, num_devices))
+
+
+def test_lower_bound_never_exceeds_makespan():
+    rng = np.random.default_rng(1234)
+    for trial in range(50):
+        n, d = int(rng.integers(1, 40)), int(rng.integers(1, 5))
+        g = random_graph(rng, n)
+        cluster = make_cluster(d, bandwidth_gbps=float(rng.uniform(0.5, 10)),
+                               latency_us=float(rng.uniform(0, 50)))
+        op_time = random_times(rng, n, d, ties=trial % 2 == 0)
+        sim = Simulator(g, cluster, op_time)
+        lb = lower_bound(g, cluster, op_time)
+        for _ in range(4):
+            placement = rng.integers(0, d, n)
+            assert lb <= sim.makespan(placement) * (1 + 1e-12), (trial, placement)
+
+
+# ======================================================================= input checking
+def test_placement_is_checked():
+    sim = Simulator(CHAIN3, make_cluster(2), times_ms([1, 1, 1], 2))
+    with pytest.raises(InfeasiblePlacementError, match="shape"):
+        sim.run(np.zeros(2, int))
+    with pytest.raises(InfeasiblePlacementError, match="op2.*device 2"):
+        sim.run(np.array([0, 1, 2]))
+    with pytest.raises(InfeasiblePlacementError, match="device -1"):
+        sim.run(np.array([-1, 0, 0]))
+    with pytest.raises(InfeasiblePlacementError, match="integer"):
+        sim.run(np.zeros(3))
+    assert sim.run([0, 1, 1]).makespan == pytest.approx(4.01 * MS)  # lists are fine
+
+
+def test_op_time_is_checked():
+    with pytest.raises(InvalidGraphError, match="shape"):
+        Simulator(CHAIN3, make_cluster(2), np.ones((3, 3)))
+    bad = times_ms([1, 1, 1], 2)
+    bad[1, 0] = np.nan
+    with pytest.raises(InvalidGraphError, match="op1.*NaN"):
+        Simulator(CHAIN3, make_cluster(2), bad)
+    bad[1, 0] = -1
+    with pytest.raises(InvalidGraphError, match=">= 0"):
+        lower_bound(CHAIN3, make_cluster(2), bad)
+
+
+def test_op_without_kernel_gives_infinite_makespan():
+    op_time = times_ms([1, 1, 1], 2)
+    op_time[1, 1] = np.inf
+    sim = Simulator(CHAIN3, make_cluster(2), op_time)
+    r = sim.run([0, 1, 0])
+    assert r.makespan == np.inf and r.end[2] == np.inf
+    assert np.isfinite(sim.makespan([0, 0, 0]))
+    assert np.isfinite(lower_bound(CHAIN3, make_cluster(2), op_time))
+
+
+def test_result_is_deterministic_and_read_only():
+    rng = np.random.default_rng(7)
+    g = random_graph(rng, 30)
+    sim = Simulator(g, make_cluster(3), random_times(rng, 30, 3, ties=True))
+    p = rng.integers(0, 3, 30)
+    a, b = sim.run(p), sim.run(p)
+    np.testing.assert_array_equal(a.start, b.start)
+    np.testing.assert_array_equal(a.transfer_end, b.transfer_end)
+    with pytest.raises(ValueError):
+        a.start[0] = 1.0
+
+
+# =========================================== cross-check against a plain-Python reference
+def reference_simulate(graph, cluster, op_time, placement):
+    """The module docstring's model written as plainly as possible (sets, deques, heapq).
+    Returns (start, end, peak_memory, transfer_bytes, transfers as (key, src, dst, t0, t1))."""
+    n, D, T = graph.num_ops, cluster.num_devices, len(graph.tensor_op)
+    placement = [int(x) for x in placement]
+    src_of = graph.tensor_op.tolist()
+    data_pairs = {(src_of[t], d) for t, d in zip(graph.edge_tensor.tolist(),
+                                                  graph.edge_dst.tolist())}
+    deps = {(t, d) for t, d in zip(graph.edge_tensor.tolist(), graph.edge_dst.tolist())}
+    for s, d in zip(graph.ctrl_src.tolist(), graph.ctrl_dst.tolist()):
+        if (s, d) not in data_pairs:
+            deps.add((T + s, d))  # the control dummy of op s
+    producer = lambda key: src_of[key] if key < T else key - T
+    size = lambda key: int(graph.tensor_bytes[key]) if key < T else 0
+    consumers = collections.defaultdict(list)
+    missing = collections.defaultdict(set)
+    for key, op in sorted(deps):
+        consumers[key].append(op)
+        missing[op].add(key)
+    outputs = collections.defaultdict(list)
+    for key in sorted(set(range(T)) | {k for k, _ in deps}):
+        outputs[producer(key)].append(key)
+
+    start, end = [None] * n, [None] * n
+    op_q = [collections.deque() for _ in range(D)]
+    bus_q = [collections.deque() for _ in range(D)]
+    running, on_bus = [None] * D, [None] * D
+    live, peak = [0] * D, [0] * D
+    holders = {}  # (key, device) -> what still needs that copy
+    sent, transfers, events, seq = set(), [], [], [0]
+
+    def alloc(dev, nbytes):
+        live[dev] += nbytes
+        peak[dev] = max(peak[dev], live[dev])
+
+    def release(key, dev, holder):
+        holders[(key, dev)].discard(holder)
+        if not holders[(key, dev)]:
+            live[dev] -= size(key)
+
+    def wakeup(now, devs, buses):
+        for d in devs:
+            if running[d] is None and op_q[d]:
+                i = running[d] = op_q[d].popleft()
+                start[i] = now
+                for key in outputs[i]:
+                    live[d] += size(key)
+                peak[d] = max(peak[d], live[d])
+                heapq.heappush(events, (now + op_time[i, d], seq[0], "op", d))
+                seq[0] += 1
+        for s in buses:
+            if on_bus[s] is None and bus_q[s]:
+                key, dst = on_bus[s] = bus_q[s].popleft()
+                alloc(dst, size(key))
+                transfers.append([key, s, dst, now, None])
+                t = now + cluster.latency[s, dst] + size(key) / cluster.bandwidth[s, dst]
+                heapq.heappush(events, (t, seq[0], "xfer", s))
+                seq[0] += 1
+
+    for i in range(n):
+        if not missing[i]:
+            op_q[placement[i]].append(i)
+    wakeup(0.0, range(D), range(D))
+    while events:
+        now, _, kind, who = heapq.heappop(events)
+        if kind == "op":
+            d, i = who, running[who]
+            running[d], end[i] = None, now
+            for key in outputs[i]:
+                holders[(key, d)] = set()
+                for j in consumers[key]:
+                    if placement[j] == d:
+                        holders[(key, d)].add(j)
+                        missing[j].discard(key)
+                        if not missing[j]:
+                            op_q[d].append(j)
+                    else:
+                        holders[(key, d)].add(("to", placement[j]))
+                        if (key, placement[j]) not in sent:
+                            sent.add((key, placement[j]))
+                            bus_q[d].append((key, placement[j]))
+                            holders[(key, placement[j])] = set()
+                        holders[(key, placement[j])].add(j)
+                if not holders[(key, d)]:
+                    live[d] -= size(key)
+            for key in {k for k, op in deps if op == i}:
+                release(key, d, i)
+            wakeup(now, [d], [d])
+        else:
+            s = who
+            (key, dst), on_bus[s] = on_bus[s], None
+            next(x for x in transfers if x[0] == key and x[2] == dst)[4] = now
+            for j in consumers[key]:
+                if placement[j] == dst:
+                    missing[j].discard(key)
+                    if not missing[j]:
+                        op_q[dst].append(j)
+            release(key, s, ("to", dst))
+            wakeup(now, [dst], [s])
+    assert None not in end
+    persistent = np.bincount(placement, weights=graph.persistent_bytes, minlength=D)
+    return (np.array(start), np.array(end), np.array(peak) + persistent.astype(np.int64),
+            sum(size(x[0]) for x in transfers), transfers)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_matches_reference_on_random_graphs(seed):
+    rng = np.random.default_rng(seed)
+    for trial in range(10):
+        n, d = int(rng.integers(1, 30)), int(rng.integers(1, 5))
+        g = random_graph(rng, n)
+        cluster = make_cluster(d, bandwidth_gbps=float(rng.uniform(0.5, 10)),
+                               latency_us=float(rng.choice([0.0, 25.0])))
+        op_time = random_times(rng, n, d, ties=trial % 2 == 0)
+        sim = Simulator(g, cluster, op_time)
+        for _ in range(3):
+            p = rng.integers(0, d, n)
+            r = sim.run(p)
+            start, end, peak, nbytes, transfers = reference_simulate(g, cluster, op_time, p)
+            np.testing.assert_array_equal(r.start, start)
+            np.testing.assert_array_equal(r.end, end)
+            np.testing.assert_array_equal(r.peak_memory, peak)
+            assert r.transfer_bytes == nbytes
+            assert r.makespan == end.max() == sim.makespan(p)
+            # Same transfers (records are in queueing order here, start order there).
+            T = len(g.tensor_op)
+            keys = np.where(r.transfer_tensor >= 0, r.transfer_tensor, T + r.transfer_op)
+            ours = sorted(zip(keys.tolist(), r.transfer_src.tolist(), r.transfer_dst.tolist(),
+                              r.transfer_start.tolist(), r.transfer_end.tolist()))
+            assert ours == sorted(tuple(x) for x in transfers)
+            busy = np.bincount(p, weights=op_time[np.arange(n), p], minlength=d)
+            np.testing.assert_allclose(r.busy, busy)
