@@ -1,0 +1,88 @@
+"""Model zoo: TF1-style training graphs of the models the device-placement papers place.
+
+Each model is built from code in its own ``tf.Graph`` (forward, backward and optimizer update)
+with size knobs, so small versions run in tests and full versions (the defaults) in
+benchmarks::
+
+    from tf_autoplace import zoo
+    model = zoo.build("nmt", layers=2, length=8, batch=4, hidden=32, embedding_dim=32,
+                      vocab=100)
+    with tf.compat.v1.Session(graph=model.graph) as session:
+        session.run(model.init_op)
+        session.run([model.loss, model.train_op], model.sample_feed(0))
+
+Models (one module each; see its docstring for the setting and the knobs):
+
+==============  =====================================  ==================================
+name            module                                 knobs (defaults)
+==============  =====================================  ==================================
+inception_v3    :mod:`~tf_autoplace.zoo.inception`     batch=64, image_size=299,
+                                                       num_classes=1000
+resnet50        :mod:`~tf_autoplace.zoo.resnet`        batch=64, image_size=224,
+                                                       num_classes=1000
+nasnet          :mod:`~tf_autoplace.zoo.nasnet`        batch=64, image_size=224,
+                                                       num_classes=1000, variant="mobile"
+nmt             :mod:`~tf_autoplace.zoo.nmt`           layers=8, length=32, batch=128,
+                                                       hidden=1024, embedding_dim=1024,
+                                                       vocab=30000
+rnnlm           :mod:`~tf_autoplace.zoo.rnnlm`         layers=4, length=35, batch=64,
+                                                       hidden=1024, embedding_dim=1024,
+                                                       vocab=10000
+transformer     :mod:`~tf_autoplace.zoo.transformer`   layers=8, length=256, batch=32,
+                                                       d_model=512, heads=8, d_ff=2048,
+                                                       vocab=32000
+wavenet         :mod:`~tf_autoplace.zoo.wavenet`       stacks=4, layers_per_stack=9,
+                                                       channels=64, skip_channels=256,
+                                                       length=4096, batch=16, classes=256
+==============  =====================================  ==================================
+
+The sequence models name their layers' scopes in ``ModelGraph.layer_scopes`` (pipeline
+order), for baselines that place one layer per device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.zoo.base import ModelGraph
+from tf_autoplace.zoo.inception import build_inception_v3
+from tf_autoplace.zoo.nasnet import build_nasnet
+from tf_autoplace.zoo.nmt import build_nmt
+from tf_autoplace.zoo.resnet import build_resnet50
+from tf_autoplace.zoo.rnnlm import build_rnnlm
+from tf_autoplace.zoo.transformer import build_transformer
+from tf_autoplace.zoo.wavenet import build_wavenet
+
+_BUILDERS = {
+    "inception_v3": build_inception_v3,
+    "resnet50": build_resnet50,
+    "nasnet": build_nasnet,
+    "nmt": build_nmt,
+    "rnnlm": build_rnnlm,
+    "transformer": build_transformer,
+    "wavenet": build_wavenet,
+}
+
+MODELS = tuple(_BUILDERS)
+
+
+def build(name: str, **knobs) -> ModelGraph:
+    """Build the training graph of zoo model ``name`` with the given size knobs (the others
+    keep their defaults). Unknown names and knobs, and knobs out of range, raise ConfigError.
+    """
+    if name not in _BUILDERS:
+        raise ConfigError(f"unknown model {name!r}; known models: {', '.join(MODELS)}")
+    signature = inspect.signature(_BUILDERS[name])
+    unknown = sorted(set(knobs) - set(signature.parameters))
+    if unknown:
+        raise ConfigError(f"unknown knob(s) {', '.join(unknown)} for {name}; known knobs: "
+                          f"{', '.join(signature.parameters)}")
+    bound = signature.bind(**knobs)
+    bound.apply_defaults()
+    model = _BUILDERS[name](**bound.arguments)
+    return dataclasses.replace(model, knobs=dict(bound.arguments))
+
+
+__all__ = ["MODELS", "ModelGraph", "build"]
