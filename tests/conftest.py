@@ -1,6 +1,9 @@
-"""Shared fixtures: paths to shipped test data."""
+"""Shared fixtures: paths to shipped test data, a tiny hand-checkable TF graph, proto writers,
+and a runner for the repository's scripts as subprocesses."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -8,6 +11,74 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTDATA = os.path.join(REPO, "testdata")
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def testdata():
     return TESTDATA
+
+
+@pytest.fixture(scope="session")
+def repo_root():
+    return REPO
+
+
+@pytest.fixture
+def tiny_graph():
+    """A fresh tf.Graph small enough to check by hand (float32 = 4 bytes):
+
+    - ``x``: Placeholder [8, 16] (512 bytes);
+    - ``w``: resource variable [16, 4] (256 persistent bytes), initialised from ``zeros`` by
+      ``w/Assign``, read by ``w/Read/ReadVariableOp`` and ``y/ReadVariableOp``;
+    - ``y = x @ w``: MatMul [8, 4] (128 bytes);
+    - ``z = identity(x)`` with a control dependency on ``y``.
+    """
+    import tensorflow as tf
+
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [8, 16], name="x")
+        w = tf.Variable(tf.zeros([16, 4]), name="w")
+        y = tf.matmul(x, w, name="y")
+        with tf.control_dependencies([y]):
+            tf.identity(x, name="z")
+    return g
+
+
+@pytest.fixture(scope="session")
+def write_proto():
+    """``write_proto(path, message, text=False)``: write a proto in binary or text format and
+    return the path as a str."""
+    from google.protobuf import text_format
+
+    def write(path, message, text=False):
+        path = os.fspath(path)
+        if text:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text_format.MessageToString(message))
+        else:
+            with open(path, "wb") as f:
+                f.write(message.SerializeToString())
+        return path
+
+    return write
+
+
+@pytest.fixture(scope="session")
+def run_scripts():
+    """``run_scripts({name: [script, *args]}, timeout=300)`` runs each script with this Python,
+    from the repository root, all at once (each imports TensorFlow, seconds of CPU), with the
+    checkout importable and TF's C++ logging off. Returns ``{name: (returncode, stdout,
+    stderr)}``."""
+
+    def run(argvs, timeout=300):
+        pythonpath = os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=pythonpath)
+        procs = {name: subprocess.Popen([sys.executable, *argv], cwd=REPO, env=env, text=True,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                 for name, argv in argvs.items()}
+        results = {}
+        for name, proc in procs.items():
+            stdout, stderr = proc.communicate(timeout=timeout)
+            results[name] = (proc.returncode, stdout, stderr)
+        return results
+
+    return run

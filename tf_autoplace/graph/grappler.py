@@ -10,7 +10,14 @@ Facts this module relies on (checked on TF 2.21):
   the fetches are pruned. We therefore fetch every sink node (a node nobody consumes).
 - ``MeasureCosts`` returns op performances only with ``disable_detailed_stats=False``, and costs
   the op on the device named in the node's ``device`` field, which must be a device of the
-  virtual cluster. ``compute_cost`` is in nanoseconds.
+  virtual cluster. ``compute_cost`` is in nanoseconds but only to whole microseconds (it comes
+  from ``op_end_rel_micros``), so sub-microsecond ops would cost 0; the step stats (timeline on)
+  carry the same time in nanoseconds, which we read instead.
+- Every ``Placeholder`` becomes a feed of the item, and ``GetOpProperties`` (static inference with
+  ``assume_valid_feeds=False``) forgets the shape of fed tensors: a ``[8, 16]`` placeholder
+  comes back with an unknown first dimension. For shape inference we therefore stand in an
+  ``Empty`` op of the placeholder's static shape (not a feed, value unknown) for each
+  placeholder whose shape is fully known.
 """
 
 from __future__ import annotations
@@ -72,11 +79,41 @@ def _item(meta_graph: meta_graph_pb2.MetaGraphDef) -> gitem.Item:
         raise InvalidGraphError(f"Grappler cannot read the graph: {e}") from e
 
 
+def _unfeed_static_placeholders(meta_graph: meta_graph_pb2.MetaGraphDef):
+    """A copy where each Placeholder of fully known shape (and a plain dtype) is an ``Empty`` of
+    that shape, so Grappler does not treat it as a feed of unknown shape (module docstring)."""
+    mg = meta_graph_pb2.MetaGraphDef()
+    mg.CopyFrom(meta_graph)
+    names = {n.name for n in mg.graph_def.node}
+    for node in list(mg.graph_def.node):
+        shape = node.attr["shape"].shape if "shape" in node.attr else None
+        dtype = node.attr["dtype"].type if "dtype" in node.attr else types_pb2.DT_INVALID
+        if (node.op != "Placeholder" or shape is None or shape.unknown_rank
+                or any(d.size < 0 for d in shape.dim)
+                or dtype in (types_pb2.DT_RESOURCE, types_pb2.DT_VARIANT, types_pb2.DT_INVALID)):
+            continue
+        dims_name = f"{node.name}/_autoplace_static_shape"
+        if dims_name in names:
+            continue
+        dims = mg.graph_def.node.add(name=dims_name, op="Const", device=node.device)
+        dims.attr["dtype"].type = types_pb2.DT_INT32
+        dims.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(
+            [d.size for d in shape.dim], dtype=tf.int32, shape=[len(shape.dim)]))
+        node.op = "Empty"
+        node.ClearField("attr")
+        node.attr["dtype"].type = dtype
+        node.input.append(dims.name)
+    return mg
+
+
 def output_properties(meta_graph: meta_graph_pb2.MetaGraphDef) -> dict:
     """Node name -> list of OpInfo.TensorProperties (dtype, shape with -1 for unknown dims)."""
-    item = _item(meta_graph)
-    with _quiet_stderr():
-        return item.GetOpProperties()
+    item = _item(_unfeed_static_placeholders(meta_graph))
+    try:
+        with _quiet_stderr():
+            return item.GetOpProperties()
+    except (tf.errors.OpError, ValueError, TypeError) as e:
+        raise InvalidGraphError(f"Grappler cannot infer the graph's shapes: {e}") from e
 
 
 def device_properties(kind: str, *, num_cores: int, frequency_mhz: int,
@@ -103,17 +140,22 @@ def measure_costs(meta_graph: meta_graph_pb2.MetaGraphDef, kind: str,
         node.device = device
         node.attr.pop("_class", None)
     item = _item(mg)
-    cluster = gcluster.Cluster(disable_detailed_stats=False, disable_timeline=True,
+    cluster = gcluster.Cluster(disable_detailed_stats=False, disable_timeline=False,
                                devices=[device_properties_pb2.NamedDevice(name=device,
                                                                           properties=props)])
     try:
         with _quiet_stderr():
-            op_perfs, _, _ = cluster.MeasureCosts(item)
+            op_perfs, _, step_stats = cluster.MeasureCosts(item)
     except tf.errors.OpError as e:
         raise InvalidGraphError(f"Grappler could not cost the graph: {e}") from e
     finally:
         cluster.Shutdown()
-    return {p.node: p.compute_cost * 1e-9 for p in op_perfs}
+    times = {p.node: p.compute_cost * 1e-9 for p in op_perfs}  # whole microseconds only
+    for dev_stats in step_stats.dev_stats:
+        for ns in dev_stats.node_stats:
+            if ns.node_name in times:
+                times[ns.node_name] = (ns.op_end_rel_nanos - ns.op_start_rel_nanos) * 1e-9
+    return times
 
 
 def dtype_size(dtype_enum: int) -> int:

@@ -178,6 +178,10 @@ def to_opgraph(meta_graph: meta_graph_pb2.MetaGraphDef, *, unknown_dim: int = 1)
                 f"node {node.name!r} has unknown op type {node.op!r} (not registered in this "
                 "TensorFlow build and not a function of the graph's library)")
         index[node.name] = i
+    for node in nodes:  # before Grappler, which would fail on a dangling input less clearly
+        for inp in node.input:
+            if _split_input(inp)[0] not in index:
+                raise InvalidGraphError(f"node {node.name!r} reads {inp!r}, which does not exist")
 
     props = grappler.output_properties(meta_graph)
 
@@ -206,8 +210,6 @@ def to_opgraph(meta_graph: meta_graph_pb2.MetaGraphDef, *, unknown_dim: int = 1)
     for i, node in enumerate(nodes):
         for inp in node.input:
             name, port, is_ctrl = _split_input(inp)
-            if name not in index:
-                raise InvalidGraphError(f"node {node.name!r} reads {inp!r}, which does not exist")
             src = index[name]
             if nodes[src].op in ("NextIteration", "RefNextIteration"):
                 n_back += 1  # while-loop back edge: orders iterations, not ops within a step

@@ -48,13 +48,21 @@ def small_cnn(batch: int = 8, seed: int = 0) -> TrainingGraph:
 
 def while_loop_graph() -> tf.Graph:
     """A v1 while loop (Enter/Merge/Switch/NextIteration/Exit), so ingestion meets a cycle."""
-    g = tf.Graph()
-    with g.as_default():
-        i0 = tf.constant(0, name="i0")
-        x0 = tf.ones([4, 4], name="x0")
-        _, out = tf.compat.v1.while_loop(lambda i, x: i < 3, lambda i, x: (i + 1, x @ x),
-                                         [i0, x0])
-        tf.identity(out, name="result")
+    from tensorflow.python.ops import control_flow_util  # TF 2 builds v2 While by default
+
+    v2_was_on = control_flow_util.ENABLE_CONTROL_FLOW_V2
+    tf.compat.v1.disable_control_flow_v2()
+    try:
+        g = tf.Graph()
+        with g.as_default():
+            i0 = tf.constant(0, name="i0")
+            x0 = tf.ones([4, 4], name="x0")
+            _, out = tf.compat.v1.while_loop(lambda i, x: i < 3, lambda i, x: (i + 1, x @ x),
+                                             [i0, x0])
+            tf.identity(out, name="result")
+    finally:
+        if v2_was_on:
+            tf.compat.v1.enable_control_flow_v2()
     return g
 
 

@@ -1,0 +1,239 @@
+"""Ingestion: every input form gives the same OpGraph; byte sizes, colocation, kernels, control
+edges and while loops are read right; bad input is an InvalidGraphError naming the problem."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.core.framework import graph_pb2
+from tensorflow.core.protobuf import meta_graph_pb2
+
+from tf_autoplace.errors import InvalidGraphError
+from tf_autoplace.graph import ingest
+from tf_autoplace.testing import small_cnn, while_loop_graph
+
+F32 = 4  # bytes per float32
+
+
+def _opgraph(source, **kwargs):
+    return ingest.to_opgraph(ingest.load_meta_graph(source), **kwargs)
+
+
+def _by_name(opgraph, values):
+    return dict(zip(opgraph.names, np.asarray(values).tolist()))
+
+
+def _summary(g):
+    """Everything ingestion decides, keyed by op names (independent of op numbering)."""
+    n = g.names
+    groups = {}
+    for name, c in zip(n, g.colocation.tolist()):
+        groups.setdefault(c, set()).add(name)
+    return dict(
+        ops=list(zip(n, g.op_types, g.persistent_bytes.tolist(), g.kernels.tolist(),
+                     g.shape_known.tolist())),
+        tensors=sorted(zip([n[i] for i in g.tensor_op], g.tensor_bytes.tolist())),
+        edges=sorted(zip([n[i] for i in g.edge_src], [n[i] for i in g.edge_dst],
+                         g.tensor_bytes[g.edge_tensor].tolist())),
+        ctrl=sorted(zip([n[i] for i in g.ctrl_src], [n[i] for i in g.ctrl_dst])),
+        colocation=sorted(sorted(s) for s in groups.values()),
+        n_back_edges=g.n_back_edges)
+
+
+def _assert_topological(g):
+    order = g.topological_order()
+    assert sorted(order.tolist()) == list(range(g.num_ops))
+    position = np.empty(g.num_ops, dtype=int)
+    position[order] = np.arange(g.num_ops)
+    src = np.concatenate([g.edge_src, g.ctrl_src])
+    dst = np.concatenate([g.edge_dst, g.ctrl_dst])
+    assert (position[src] < position[dst]).all()
+
+
+# ------------------------------------------------------------------------------ input forms
+@pytest.fixture(scope="module")
+def cnn():
+    return small_cnn()
+
+
+@pytest.mark.parametrize("form", ["graph_def", "meta_graph", "bytes", "graph_def.pb",
+                                  "graph_def.pbtxt", "meta_graph.pb", "meta_graph.pbtxt"])
+def test_every_input_form_gives_the_same_opgraph(cnn, form, tmp_path, write_proto):
+    reference = _opgraph(cnn.graph)
+    graph_def = cnn.graph.as_graph_def()
+    meta_graph = tf.compat.v1.train.export_meta_graph(graph=cnn.graph, graph_def=graph_def)
+    message = meta_graph if form.startswith("meta_graph") else graph_def
+    if "." in form:
+        path = write_proto(tmp_path / form, message, text=form.endswith(".pbtxt"))
+        source = path
+        read, was_meta = ingest.read_graph_file(path)
+        assert was_meta == form.startswith("meta_graph")
+        assert read.graph_def.node == graph_def.node
+    elif form == "bytes":
+        source = graph_def.SerializeToString()
+    else:
+        source = message
+    before = message.SerializeToString()
+
+    assert _summary(_opgraph(source)) == _summary(reference)
+    assert message.SerializeToString() == before  # the caller's object is not modified
+    assert reference.num_ops == len(graph_def.node)
+
+
+# ------------------------------------------------------------------------------- byte sizes
+def test_tiny_graph_sizes_edges_and_colocation(tiny_graph):
+    g = _opgraph(tiny_graph)
+    assert g.names == ("x", "zeros", "w", "w/IsInitialized/VarIsInitializedOp", "w/Assign",
+                       "w/Read/ReadVariableOp", "y/ReadVariableOp", "y", "z")
+    assert g.shape_known.all()
+    out = _by_name(g, g.output_bytes)
+    assert out["x"] == 8 * 16 * F32
+    assert out["y"] == 8 * 4 * F32
+    assert out["z"] == 8 * 16 * F32
+    assert out["zeros"] == out["y/ReadVariableOp"] == 16 * 4 * F32
+    assert out["w"] == 0  # a resource handle has no size
+    persistent = _by_name(g, g.persistent_bytes)
+    assert persistent == {name: (16 * 4 * F32 if name == "w" else 0) for name in g.names}
+
+    edges = sorted(zip([g.names[i] for i in g.edge_src], [g.names[i] for i in g.edge_dst],
+                       g.tensor_bytes[g.edge_tensor].tolist()))
+    assert edges == [
+        ("w", "w/Assign", 0), ("w", "w/IsInitialized/VarIsInitializedOp", 0),
+        ("w", "w/Read/ReadVariableOp", 0), ("w", "y/ReadVariableOp", 0),
+        ("x", "y", 8 * 16 * F32), ("x", "z", 8 * 16 * F32),
+        ("y/ReadVariableOp", "y", 16 * 4 * F32), ("zeros", "w/Assign", 16 * 4 * F32),
+    ]
+    assert list(zip([g.names[i] for i in g.ctrl_src], [g.names[i] for i in g.ctrl_dst])) == [
+        ("y", "z")]
+
+    # The resource variable stays with every op that reads or assigns it, and with nothing else.
+    summary = _summary(g)["colocation"]
+    assert sorted(["w", "w/Assign", "w/IsInitialized/VarIsInitializedOp",
+                   "w/Read/ReadVariableOp", "y/ReadVariableOp"]) in summary
+    assert len(summary) == 5  # x, zeros, y, z alone
+    _assert_topological(g)
+
+
+def test_unknown_dimension_uses_unknown_dim():
+    g = tf.Graph()
+    with g.as_default():
+        p = tf.compat.v1.placeholder(tf.float32, [None, 16], name="p")
+        tf.matmul(p, tf.ones([16, 4], name="ones"), name="y")
+        tf.compat.v1.placeholder(tf.float32, None, name="anything")  # unknown rank
+    small, big = _opgraph(g), _opgraph(g, unknown_dim=32)
+    assert _by_name(small, small.shape_known) == {"p": False, "ones": True, "y": False,
+                                                  "anything": False}
+    assert _by_name(small, small.output_bytes) == {"p": 16 * F32, "ones": 64 * F32,
+                                                   "y": 4 * F32, "anything": F32}
+    assert _by_name(big, big.output_bytes) == {"p": 32 * 16 * F32, "ones": 64 * F32,
+                                               "y": 32 * 4 * F32, "anything": F32}
+
+
+# ------------------------------------------------------------------ colocation and kernels
+def test_reference_variable_is_colocated_with_its_assign_and_read():
+    g = tf.Graph()
+    with g.as_default():
+        v = tf.compat.v1.Variable(tf.zeros([3], name="init"), name="v", use_resource=False)
+        tf.add(v, 1.0, name="plus")
+    og = _opgraph(g)
+    assert _by_name(og, og.persistent_bytes)["v"] == 3 * F32
+    assert ["v", "v/Assign", "v/read"] in _summary(og)["colocation"]
+    assert ["plus"] in _summary(og)["colocation"]
+
+
+def test_class_attr_and_colocate_with_are_honoured():
+    g = tf.Graph()
+    with g.as_default():
+        a = tf.constant(1.0, name="a")
+        b = tf.constant(2.0, name="b")
+        with tf.compat.v1.colocate_with(a):
+            c = tf.add(a, b, name="c")
+        with tf.compat.v1.colocate_with(c):
+            tf.identity(b, name="d")  # joins a's group through c
+        tf.identity(b, name="e")
+    groups = _summary(_opgraph(g))["colocation"]
+    assert groups == [["a", "c", "d"], ["b"], ["e"]]
+
+
+def test_kernel_kinds_come_from_the_kernel_registry():
+    g = tf.Graph()
+    with g.as_default():
+        s = tf.strings.join([tf.constant("a", name="s1"), tf.constant("b", name="s2")], name="sj")
+        f = tf.ones([2, 2], name="f")
+        tf.matmul(f, f, name="mm_float")
+        i = tf.ones([2, 2], tf.int32, name="i")
+        tf.matmul(i, i, name="mm_int")
+        del s
+    og = _opgraph(g)
+    kernels = {n: tuple(k) for n, k in zip(og.names, og.kernels.tolist())}
+    assert og.kernel_kinds == ("CPU", "GPU")
+    assert kernels["sj"] == (True, False)       # StringJoin: CPU only
+    assert kernels["mm_float"] == (True, True)  # MatMul float: CPU and GPU
+    assert kernels["mm_int"] == (True, False)   # MatMul int32: no GPU kernel
+
+
+# ------------------------------------------------------------------------------ while loops
+def test_v1_while_loop_back_edges_are_dropped_and_counted():
+    g = _opgraph(while_loop_graph())
+    assert {"Enter", "Merge", "Switch", "NextIteration", "Exit", "LoopCond"} <= set(g.op_types)
+    assert g.n_back_edges == 2  # one NextIteration -> Merge per loop variable
+    merges = [i for i, t in enumerate(g.op_types) if t == "Merge"]
+    next_iterations = {i for i, t in enumerate(g.op_types) if t == "NextIteration"}
+    assert not next_iterations & set(g.edge_src[np.isin(g.edge_dst, merges)].tolist())
+    _assert_topological(g)
+
+
+# ----------------------------------------------------------------------------------- errors
+def _node(name, op, *inputs, **attrs):
+    node = graph_pb2.GraphDef().node.add(name=name, op=op, input=list(inputs))
+    for key, value in attrs.items():
+        node.attr[key].CopyFrom(value)
+    return node
+
+
+def _const(name):
+    return _node(name, "Const",
+                 value=tf.compat.v1.AttrValue(tensor=tf.make_tensor_proto(1.0)),
+                 dtype=tf.compat.v1.AttrValue(type=tf.float32.as_datatype_enum))
+
+
+def _graph_def(*nodes):
+    return graph_pb2.GraphDef(node=list(nodes))
+
+
+@pytest.mark.parametrize("source, message", [
+    (b"\x08\x96\x01\xff\xfe not a graph", "the given bytes is not a GraphDef or MetaGraphDef"),
+    (b"", "not a GraphDef or MetaGraphDef"),
+    (_graph_def(_const("a"), _node("b", "NoSuchOp", "a")),
+     "node 'b' has unknown op type 'NoSuchOp'"),
+    (_graph_def(_const("a"), _node("b", "Identity", "ghost:0")),
+     "node 'b' reads 'ghost:0', which does not exist"),
+    (_graph_def(_const("a"), _node("b", "NoOp", "^ghost")),
+     "node 'b' reads '\\^ghost', which does not exist"),
+    (_graph_def(_const("a"), _const("a")), "two nodes are named 'a'"),
+    (_graph_def(_const("a"), _node("b", "NoOp", _class=tf.compat.v1.AttrValue(
+        list=tf.compat.v1.AttrValue.ListValue(s=[b"loc:@ghost"])))),
+     "node 'b' asks to be colocated with 'ghost'"),
+    (graph_pb2.GraphDef(), "the graph has no nodes"),
+    (meta_graph_pb2.MetaGraphDef(), "the graph has no nodes"),
+    (42, "cannot place a int; expected tf.Graph, GraphDef, MetaGraphDef"),
+    ([graph_pb2.GraphDef()], "cannot place a list"),
+])
+def test_bad_graphs_are_invalid_graph_errors(source, message):
+    with pytest.raises(InvalidGraphError, match=message):
+        _opgraph(source)
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "cannot read graph file '.*graph.pb'"),
+    (b"\x00\x01\x02\xff corrupt", "'.*graph.pb' is not a GraphDef or MetaGraphDef"),
+    (b'node { name: "a" op: ', "'.*graph.pb' is not a GraphDef or MetaGraphDef .*text"),
+    (b"node { name: 'a' }", "is not a GraphDef or MetaGraphDef"),  # a node without an op
+])
+def test_bad_graph_files_are_invalid_graph_errors(tmp_path, content, message):
+    path = tmp_path / "graph.pb"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(InvalidGraphError, match=message):
+        ingest.read_graph_file(path)
+    with pytest.raises(InvalidGraphError, match=message):
+        ingest.load_meta_graph(str(path))

@@ -1,0 +1,176 @@
+"""Cluster: the shipped specs, per-link overrides, proto round trip, the local machine, and one
+typed error with a telling message for every malformed spec."""
+
+import dataclasses
+import os
+
+import numpy as np
+import pytest
+from google.protobuf import text_format
+
+from tf_autoplace.cluster import Cluster, Device
+from tf_autoplace.errors import AutoplaceError, ClusterSpecError
+
+HOST = "/job:localhost/replica:0/task:0/device:"
+K80_MEMORY = 10_700_000_000  # Placeto's M = 10.7 GB per K80 die
+P2_HOST_MEMORY = 524_000_000_000
+
+CPU0 = 'device { name: "/device:CPU:0" kind: "CPU" memory_bytes: 100 }\n'
+CPU1 = 'device { name: "/device:CPU:1" kind: "CPU" memory_bytes: 100 }\n'
+GPU0 = 'device { name: "/device:GPU:0" kind: "GPU" memory_bytes: 100 }\n'
+
+
+def _off_diagonal(matrix):
+    return matrix[~np.eye(len(matrix), dtype=bool)]
+
+
+@pytest.mark.parametrize("num_gpus", [2, 4, 8])
+def test_shipped_k80_specs(testdata, num_gpus):
+    cluster = Cluster.from_file(os.path.join(testdata, f"k80x{num_gpus}.pbtxt"))
+
+    assert cluster.num_devices == num_gpus + 1
+    assert cluster.names == tuple(f"{HOST}GPU:{i}" for i in range(num_gpus)) + (f"{HOST}CPU:0",)
+    assert [d.kind for d in cluster.devices] == ["GPU"] * num_gpus + ["CPU"]
+    assert cluster.memory.tolist() == [K80_MEMORY] * num_gpus + [P2_HOST_MEMORY]
+    for gpu in cluster.devices[:num_gpus]:
+        assert (gpu.num_cores, gpu.frequency_mhz, gpu.memory_bandwidth_gbps,
+                gpu.architecture, gpu.speed) == (13, 875, 240.0, "3.7", 1.0)
+    # Placeto's published transfer and op constants, on every link.
+    np.testing.assert_allclose(_off_diagonal(cluster.bandwidth), 7.6e9, rtol=1e-12)
+    np.testing.assert_allclose(_off_diagonal(cluster.latency), 25e-6, rtol=1e-12)
+    assert cluster.op_overhead_s == pytest.approx(5.7e-6, rel=1e-12)
+    assert cluster.default_device() == 0
+    np.testing.assert_array_equal(cluster.kind_mask(("CPU", "GPU")),
+                                  [[False] * num_gpus + [True], [True] * num_gpus + [False]])
+
+
+def test_shipped_cpu2_spec(testdata):
+    cluster = Cluster.from_file(os.path.join(testdata, "cpu2.pbtxt"))
+    assert cluster.names == (f"{HOST}CPU:0", f"{HOST}CPU:1")
+    assert [d.kind for d in cluster.devices] == ["CPU", "CPU"]
+    assert cluster.memory.tolist() == [8_000_000_000, 8_000_000_000]
+    np.testing.assert_allclose(_off_diagonal(cluster.bandwidth), 10e9, rtol=1e-12)
+    np.testing.assert_allclose(_off_diagonal(cluster.latency), 5e-6, rtol=1e-12)
+    assert cluster.op_overhead_s == pytest.approx(5.7e-6, rel=1e-12)
+    assert cluster.default_device() == 0  # no GPU: the first device
+    assert cluster.index(f"{HOST}CPU:1") == 1
+
+
+def test_per_link_overrides_are_directed_and_leave_other_links_at_the_defaults():
+    cluster = Cluster.from_text(
+        "default_bandwidth_gbps: 10\ndefault_latency_us: 5\nop_overhead_us: 2\n"
+        + CPU0 + CPU1 + GPU0
+        + 'link { src: "/device:CPU:0" dst: "/device:GPU:0" bandwidth_gbps: 20 latency_us: 1 }\n'
+        + 'link { src: "/device:GPU:0" dst: "/device:CPU:1" latency_us: 40 }\n')
+    gbps, us = 1e9, 1e-6
+    np.testing.assert_allclose(cluster.bandwidth[~np.eye(3, dtype=bool)].reshape(3, 2), [
+        [10 * gbps, 20 * gbps],   # CPU0->CPU1 default, CPU0->GPU0 overridden
+        [10 * gbps, 10 * gbps],   # CPU1->*
+        [10 * gbps, 10 * gbps],   # GPU0->CPU0 (reverse direction untouched), GPU0->CPU1 default
+    ], rtol=1e-12)
+    np.testing.assert_allclose(cluster.latency[~np.eye(3, dtype=bool)].reshape(3, 2), [
+        [5 * us, 1 * us],
+        [5 * us, 5 * us],
+        [5 * us, 40 * us],  # latency-only link keeps the default bandwidth
+    ], rtol=1e-12)
+    assert cluster.op_overhead_s == pytest.approx(2e-6, rel=1e-12)
+    assert cluster.default_device() == 2  # the first GPU
+
+
+def test_to_proto_from_proto_round_trip(testdata):
+    base = Cluster.from_file(os.path.join(testdata, "k80x2.pbtxt"))
+    # Make it non-uniform so the round trip has something to keep.
+    fast = dataclasses.replace(base.devices[1], speed=2.5)
+    bandwidth = base.bandwidth.copy()
+    bandwidth[0, 2] = 3e9
+    latency = base.latency.copy()
+    latency[2, 1] = 7e-6
+    cluster = Cluster((base.devices[0], fast, base.devices[2]), bandwidth, latency,
+                      op_overhead_s=4e-6)
+
+    for spec in (cluster.to_proto(),
+                 text_format.Parse(text_format.MessageToString(cluster.to_proto()),
+                                   type(cluster.to_proto())())):
+        again = Cluster.from_proto(spec)
+        assert again.devices == cluster.devices
+        np.testing.assert_allclose(again.bandwidth[~np.eye(3, dtype=bool)],
+                                   bandwidth[~np.eye(3, dtype=bool)], rtol=1e-12)
+        np.testing.assert_allclose(again.latency, latency, rtol=1e-12)
+        assert again.op_overhead_s == pytest.approx(4e-6, rel=1e-12)
+        assert again.devices[1].speed == 2.5
+
+
+def test_local_with_logical_cpus():
+    cluster = Cluster.local(num_logical_cpus=2)
+    assert cluster.names == (f"{HOST}CPU:0", f"{HOST}CPU:1")
+    assert [d.kind for d in cluster.devices] == ["CPU", "CPU"]
+    assert cluster.memory[0] == cluster.memory[1] > 0  # they share the host's memory
+    np.testing.assert_allclose(_off_diagonal(cluster.bandwidth), 10e9, rtol=1e-12)
+    np.testing.assert_allclose(_off_diagonal(cluster.latency), 5e-6, rtol=1e-12)
+    with pytest.raises(ClusterSpecError, match="num_logical_cpus must be >= 0, got -1"):
+        Cluster.local(num_logical_cpus=-1)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "lists no devices"),
+    ("default_bandwidth_gbps: 3\n", "lists no devices"),
+    ('device { name: "/device:CPU:0" kind: ', "malformed cluster spec"),
+    (CPU0 + "no_such_field: 1\n", "malformed cluster spec.*no_such_field"),
+    (CPU0 + CPU0, r"device names must be unique; repeated: \['/device:CPU:0'\]"),
+    (CPU0.replace("100", "0"), "'/device:CPU:0' has memory_bytes=0; must be > 0"),
+    (CPU0.replace("100", "-5"), "'/device:CPU:0' has memory_bytes=-5; must be > 0"),
+    (CPU0.replace('kind: "CPU"', 'kind: "TPU"'), "has kind 'TPU'; expected one of"),
+    (CPU0.replace('"/device:CPU:0"', '"cpu0"'), "'cpu0' is not a TF device string"),
+    (CPU0 + CPU1 + 'link { src: "/device:CPU:0" dst: "/device:GPU:7" bandwidth_gbps: 1 }',
+     "no device named '/device:GPU:7'"),
+    (CPU0 + CPU1 + "default_bandwidth_gbps: 0\n", "bandwidth_gbps must be > 0"),
+    (CPU0 + CPU1 + "default_bandwidth_gbps: -2\n", "bandwidth_gbps must be > 0.*-2"),
+    (CPU0 + CPU1 + 'link { src: "/device:CPU:0" dst: "/device:CPU:1" bandwidth_gbps: -1 }',
+     "link bandwidths must be > 0"),
+    (CPU0 + CPU1 + "default_latency_us: -1\n", "latency_us >= 0.*-1"),
+    (CPU0 + CPU1 + 'link { src: "/device:CPU:1" dst: "/device:CPU:0" latency_us: -3 }',
+     "link latencies must be >= 0"),
+])
+def test_malformed_spec_is_a_typed_error_naming_the_problem(text, message):
+    with pytest.raises(ClusterSpecError, match=message):
+        Cluster.from_text(text)
+
+
+def test_spec_file_errors_name_the_file(tmp_path):
+    missing = tmp_path / "missing.pbtxt"
+    with pytest.raises(ClusterSpecError, match="cannot read cluster spec .*missing.pbtxt"):
+        Cluster.from_file(missing)
+    with pytest.raises(ClusterSpecError, match="cannot read cluster spec"):
+        Cluster.from_file(tmp_path)  # a directory
+    binary = tmp_path / "binary.pbtxt"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(ClusterSpecError, match="cannot read cluster spec .*binary.pbtxt"):
+        Cluster.from_file(binary)
+    bad = tmp_path / "bad.pbtxt"
+    bad.write_text(CPU0 + CPU0)
+    with pytest.raises(ClusterSpecError, match=r"bad\.pbtxt: device names must be unique"):
+        Cluster.from_file(bad)
+
+
+def test_errors_from_python_constructors():
+    cpu = Device("/device:CPU:0", "CPU", memory_bytes=1)
+    with pytest.raises(ClusterSpecError, match="the cluster has no devices"):
+        Cluster((), np.zeros((0, 0)), np.zeros((0, 0)))
+    with pytest.raises(ClusterSpecError, match=r"bandwidth has shape \(2, 2\); expected \(1, 1\)"):
+        Cluster((cpu,), np.ones((2, 2)), np.zeros((1, 1)))
+    with pytest.raises(ClusterSpecError, match="speed=0"):
+        Device("/device:CPU:1", "CPU", memory_bytes=1, speed=0)
+    with pytest.raises(ClusterSpecError, match="bandwidth_gbps must be > 0"):
+        Cluster.uniform([cpu], bandwidth_gbps=0)
+    with pytest.raises(ClusterSpecError, match="no device named '/device:GPU:0'"):
+        Cluster.uniform([cpu]).index("/device:GPU:0")
+    # One type to catch: also a ValueError and an AutoplaceError.
+    assert issubclass(ClusterSpecError, ValueError) and issubclass(ClusterSpecError, AutoplaceError)
+
+
+def test_cluster_arrays_are_read_only(testdata):
+    cluster = Cluster.from_file(os.path.join(testdata, "cpu2.pbtxt"))
+    with pytest.raises(ValueError):
+        cluster.bandwidth[0, 1] = 1.0
+    with pytest.raises(ValueError):
+        cluster.latency[0, 1] = 1.0

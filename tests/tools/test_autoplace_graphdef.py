@@ -1,0 +1,108 @@
+"""tools/autoplace_graphdef.py end to end, as a user runs it: a subprocess per invocation.
+
+Every invocation imports TensorFlow (seconds each), so all of them are started together once per
+module and the tests read their results.
+"""
+
+import json
+import os
+import re
+
+import pytest
+import tensorflow as tf
+from google.protobuf import text_format
+from tensorflow.core.framework import graph_pb2
+from tensorflow.core.protobuf import meta_graph_pb2
+
+from tf_autoplace.testing import small_cnn
+
+HOST = "/job:localhost/replica:0/task:0/device:"
+CPU2_DEVICES = {f"{HOST}CPU:0", f"{HOST}CPU:1"}
+
+# name -> (input file, output file, extra flags); inputs are written by the fixture below.
+RUNS = {
+    "graph_def": ("cnn.pb", "placed.pb", ["--report_json={dir}/report.json"]),
+    "meta_graph_text": ("cnn_meta.pbtxt", "placed_meta.pbtxt", []),
+    "corrupt_input": ("corrupt.pb", "out_corrupt.pb", ["--report_json={dir}/r_corrupt.json"]),
+    "missing_input": ("missing.pb", "out_missing.pb", ["--report_json={dir}/r_missing.json"]),
+    "bad_cluster": ("cnn.pb", "out_cluster.pb", ["--cluster={dir}/bad_cluster.pbtxt",
+                                                 "--report_json={dir}/r_cluster.json"]),
+    "unknown_placer": ("cnn.pb", "out_placer.pb", ["--placer=no_such_placer",
+                                                   "--report_json={dir}/r_placer.json"]),
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, run_scripts, write_proto):
+    """Write the inputs, run every RUNS entry (all at once), return (dir, results, inputs)."""
+    workdir = tmp_path_factory.mktemp("autoplace_graphdef")
+    graph = small_cnn().graph
+    graph_def = graph.as_graph_def()
+    with graph.as_default():
+        meta_graph = tf.compat.v1.train.export_meta_graph(graph=graph, graph_def=graph_def)
+    write_proto(workdir / "cnn.pb", graph_def)
+    write_proto(workdir / "cnn_meta.pbtxt", meta_graph, text=True)
+    (workdir / "corrupt.pb").write_bytes(b"\x0a\x05\x0a\x03abc\xff\xff truncated")
+    (workdir / "bad_cluster.pbtxt").write_text('device { name: "/device:CPU:0" kind: ')
+
+    results = run_scripts({
+        name: ["tools/autoplace_graphdef.py", f"--input={workdir / inp}",
+               f"--output={workdir / out}", "--cluster=testdata/cpu2.pbtxt",
+               *(flag.format(dir=workdir) for flag in extra)]
+        for name, (inp, out, extra) in RUNS.items()})
+    return workdir, results, {"graph_def": graph_def, "meta_graph": meta_graph}
+
+
+def _assert_placed(graph_def, reference):
+    assert [n.name for n in graph_def.node] == [n.name for n in reference.node]
+    assert {n.device for n in graph_def.node} <= CPU2_DEVICES
+    assert all(n.device for n in graph_def.node)
+
+
+def test_binary_graph_def_in_binary_out_with_json_report(runs):
+    workdir, results, inputs = runs
+    code, stdout, stderr = results["graph_def"]
+    assert code == 0, stderr
+    assert f"wrote {workdir / 'placed.pb'}" in stdout
+    placed = graph_pb2.GraphDef.FromString((workdir / "placed.pb").read_bytes())
+    _assert_placed(placed, inputs["graph_def"])
+    assert {n.device for n in placed.node} == CPU2_DEVICES  # m_etf uses both CPUs here
+    report = json.loads((workdir / "report.json").read_text())
+    assert report["step_time_s"] > 0
+    assert report["num_ops"] == len(inputs["graph_def"].node)
+
+
+def test_text_meta_graph_in_stays_a_text_meta_graph(runs):
+    workdir, results, inputs = runs
+    code, stdout, stderr = results["meta_graph_text"]
+    assert code == 0, stderr
+    placed = text_format.Parse((workdir / "placed_meta.pbtxt").read_text(),
+                               meta_graph_pb2.MetaGraphDef())
+    _assert_placed(placed.graph_def, inputs["graph_def"])
+    original = inputs["meta_graph"]
+    assert set(placed.collection_def) == set(original.collection_def) != set()
+    assert placed.collection_def["train_op"] == original.collection_def["train_op"]
+    assert placed.meta_info_def == original.meta_info_def
+    assert "predicted step time" in stdout
+
+
+@pytest.mark.parametrize("name, message", [
+    ("corrupt_input", "corrupt.pb' is not a GraphDef or MetaGraphDef"),
+    ("missing_input", "cannot read graph file '.*missing.pb'"),
+    ("bad_cluster", "bad_cluster.pbtxt: malformed cluster spec"),
+    ("unknown_placer", "no_such_placer"),
+])
+def test_errors_exit_non_zero_with_a_message_and_write_nothing(runs, name, message):
+    workdir, results, _ = runs
+    code, stdout, stderr = results[name]
+    assert code != 0
+    error_lines = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert len(error_lines) == 1, stderr
+    assert re.search(message, error_lines[0]), error_lines[0]
+    assert "Traceback" not in stderr
+    _, out, extra = RUNS[name]
+    assert not (workdir / out).exists()
+    report = [flag.split("=", 1)[1].format(dir=workdir) for flag in extra
+              if flag.startswith("--report_json")]
+    assert report and not os.path.exists(report[0])
+    assert not list(workdir.glob(".tmp_autoplace_*"))  # no half-written temporary left
