@@ -12,6 +12,16 @@ absl-py), each because a well-kept library does the job better than code we woul
   mode to build training graphs as tf.Graph.
 - protobuf >= 7.35.1: the generated modules in tf_autoplace/proto come from protoc 35.1 (see
   protos/README.md) and check the runtime version.
+
+Optional extras:
+
+- plot (matplotlib): ``report.write_plot`` / ``--plot_png`` draw per-device load and memory as a
+  PNG; only people who want the picture need a plotting library.
+- metis (pymetis): the ``metis`` placer partitions with METIS itself when pymetis is importable;
+  without it, it uses our own multilevel partitioner (slightly larger cuts), so it stays optional.
+- test (pytest; grpcio-tools pinned to the version that generated tf_autoplace/proto, so
+  tests/test_protos.py can regenerate the modules and compare them byte for byte; matplotlib,
+  so the plot tests run rather than skip).
 """
 
 from setuptools import find_packages, setup
@@ -35,6 +45,8 @@ setup(
         "protobuf>=7.35.1",
     ],
     extras_require={
-        "test": ["pytest>=7"],
+        "metis": ["pymetis"],
+        "plot": ["matplotlib>=3.6"],
+        "test": ["pytest>=7", "grpcio-tools==1.85.1", "matplotlib>=3.6"],
     },
 )

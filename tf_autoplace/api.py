@@ -20,6 +20,7 @@ from tf_autoplace.placers import PlacementProblem, SingleDevicePlacer, get_place
 from tf_autoplace.report import PlacementReport, device_loads
 from tf_autoplace.rewrite import apply_to_graph, apply_to_graph_def
 from tf_autoplace.sim import lower_bound
+from tf_autoplace.timeline import TimelineData
 
 
 def resolve_cluster(cluster) -> Cluster:
@@ -77,7 +78,9 @@ def autoplace(graph, cluster=None, placer="m_etf", seed: int = 0, *,
 
     Args:
       graph: a ``tf.Graph`` (rewritten in place), or a GraphDef, MetaGraphDef, serialized bytes
-        or file path (left alone; the placed copy is returned as ``report.graph_def``).
+        or file path (left alone; the placed copy is returned as ``report.graph_def``), or a
+        ``tf.function`` with an ``input_signature`` / a ConcreteFunction (left alone; see
+        Returns and :func:`tf_autoplace.tf2.autoplace_function`).
       cluster: a :class:`Cluster`, the path of a text ``ClusterSpec``, or ``"local"``/None for
         this machine's devices.
       placer: a registered placer name (``tf_autoplace.placers.PLACERS``) or a Placer.
@@ -87,9 +90,17 @@ def autoplace(graph, cluster=None, placer="m_etf", seed: int = 0, *,
       unknown_dim: elements assumed for a dimension whose size is unknown.
 
     Returns:
-      A :class:`PlacementReport`. Raises an :class:`AutoplaceError` subclass on bad input or when
-      no valid placement is found; the graph is then left as it was.
+      A :class:`PlacementReport`; for a function, the placed callable
+      (:class:`tf_autoplace.tf2.PlacedFunction`, called like the function, report in its
+      ``.report``). Raises an :class:`AutoplaceError` subclass on bad input or when no valid
+      placement is found; the graph is then left as it was.
     """
+    from tf_autoplace import tf2  # the TF2 door; imports this module, hence here
+
+    if tf2.is_function(graph):
+        return tf2.autoplace_function(graph, cluster=cluster, placer=placer, seed=seed,
+                                      grouping=grouping, cost_model=cost_model,
+                                      unknown_dim=unknown_dim)[0]
     if not isinstance(seed, (int, np.integer)):
         raise ConfigError(f"seed must be an int, got {seed!r}")
     placer = get_placer(placer)
@@ -116,7 +127,7 @@ def autoplace(graph, cluster=None, placer="m_etf", seed: int = 0, *,
         placed_graph_def = apply_to_graph_def(meta_graph.graph_def, assignment)
     timings["rewrite"] = time.perf_counter() - t
 
-    notes = []
+    notes = list(placement.notes)
     fallback = getattr(cost_model, "num_fallback_ops", 0)
     if fallback:
         notes.append(f"{fallback} ops were not costed by Grappler; their time is a "
@@ -135,5 +146,6 @@ def autoplace(graph, cluster=None, placer="m_etf", seed: int = 0, *,
         num_ops=problem.graph.num_ops, num_groups=problem.grouping.num_groups,
         num_colocation_groups=int(problem.graph.colocation.max()) + 1,
         ops_with_unknown_shapes=unknown, timings_s=timings, notes=tuple(notes),
-        assignment=assignment, graph_def=placed_graph_def)
+        seed=int(seed), assignment=assignment, graph_def=placed_graph_def,
+        timeline=TimelineData(problem.graph, cluster, placement.devices, placement.sim))
     return report

@@ -176,9 +176,10 @@ class Cluster:
         bw, lat = cluster.bandwidth.copy(), cluster.latency.copy()
         for link in spec.link:
             i, j = cluster.index(link.src), cluster.index(link.dst)
-            if link.bandwidth_gbps:
+            if link.HasField("bandwidth_gbps"):
                 bw[i, j] = link.bandwidth_gbps * 1e9
-            lat[i, j] = link.latency_us * 1e-6
+            if link.HasField("latency_us"):
+                lat[i, j] = link.latency_us * 1e-6
         return cls(devices=cluster.devices, bandwidth=bw, latency=lat,
                    op_overhead_s=cluster.op_overhead_s)
 

@@ -13,6 +13,7 @@ import json
 import numpy as np
 
 from tf_autoplace.cluster import Cluster
+from tf_autoplace.errors import ConfigError
 from tf_autoplace.sim import SimResult
 
 
@@ -54,9 +55,13 @@ class PlacementReport:
       ops_with_unknown_shapes: ops whose output sizes used the unknown-dimension fallback.
       timings_s: seconds spent in each stage (ingest, cost, group, place, rewrite).
       notes: anything the user should know (fallbacks taken, ...).
+      seed: the seed the placer was given (None if unknown).
       assignment: op name -> device string (not included in ``to_dict``).
       graph_def: the placed GraphDef copy when the input was not a tf.Graph (else None; not
         included in ``to_dict``).
+      timeline: the simulated step of the placement (a ``tf_autoplace.timeline.TimelineData``:
+        graph, cluster, placement, simulation) for ``write_chrome_trace`` / ``write_plot``
+        (None when not kept; not included in ``to_dict``).
     """
 
     placer: str
@@ -71,8 +76,10 @@ class PlacementReport:
     ops_with_unknown_shapes: int
     timings_s: dict
     notes: tuple[str, ...] = ()
+    seed: int | None = None
     assignment: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
     graph_def: object = dataclasses.field(default=None, repr=False, compare=False)
+    timeline: object = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def speedup(self) -> float:
@@ -89,7 +96,7 @@ class PlacementReport:
 
     def to_dict(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-               if f.name not in ("assignment", "graph_def")}
+               if f.name not in ("assignment", "graph_def", "timeline")}
         out["devices"] = [dataclasses.asdict(d) for d in self.devices]
         out["baseline_devices"] = [dataclasses.asdict(d) for d in self.baseline_devices]
         out["notes"] = list(self.notes)
@@ -99,6 +106,47 @@ class PlacementReport:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    def to_proto(self):
+        """The placement as a ``tf_autoplace.PlacementResult`` (``protos/placement.proto``)."""
+        from tf_autoplace.proto import placement_pb2
+
+        out = placement_pb2.PlacementResult(
+            placer=self.placer, step_time_s=self.step_time_s, lower_bound_s=self.lower_bound_s,
+            baseline_step_time_s=self.baseline_step_time_s, num_groups=self.num_groups,
+            note=list(self.notes))
+        if self.seed is not None:
+            out.seed = int(self.seed)
+        for loads, field in ((self.devices, out.device),
+                             (self.baseline_devices, out.baseline_device)):
+            for d in loads:
+                field.add(name=d.name, kind=d.kind, num_ops=d.num_ops, compute_s=d.compute_s,
+                          peak_memory_bytes=d.peak_memory_bytes, memory_bytes=d.memory_bytes)
+        for name, device in self.assignment.items():
+            out.op.add(name=name, device=device)
+        return out
+
+    def _timeline(self):
+        if self.timeline is None:
+            raise ConfigError("this report keeps no timeline (it was not made by autoplace, or "
+                              "was made without one); nothing to draw")
+        return self.timeline
+
+    def write_chrome_trace(self, path) -> None:
+        """Write the simulated step as a Chrome trace (JSON; open in chrome://tracing or
+        ui.perfetto.dev). See :mod:`tf_autoplace.timeline`."""
+        from tf_autoplace import timeline
+
+        t = self._timeline()
+        timeline.write_chrome_trace(path, t.graph, t.cluster, t.placement, t.sim)
+
+    def write_plot(self, path) -> None:
+        """Write a PNG of per-device load over the step and peak memory against capacity
+        (needs the ``plot`` extra, matplotlib). See :mod:`tf_autoplace.timeline`."""
+        from tf_autoplace import timeline
+
+        t = self._timeline()
+        timeline.plot_report(path, t.graph, t.cluster, t.placement, t.sim)
 
     def __str__(self) -> str:
         def table(loads):

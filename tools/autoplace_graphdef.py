@@ -7,24 +7,48 @@ The input may be binary or text format; the output format follows ``--output``'s
 (``.pbtxt``/``.txt`` = text, anything else binary) and its kind follows the input (a MetaGraphDef
 stays a MetaGraphDef). The report is printed. Nothing is written unless placement succeeds, and
 the output file appears atomically (written beside it, then renamed).
+
+SavedModel in, SavedModel out: when ``--input`` is a SavedModel directory (it holds
+``saved_model.pb``), ``--output`` is a directory to create (it must not exist, or be empty). A TF2
+SavedModel has its ``--signature`` placed and is saved again with that signature replaced by the
+placed function (variables, other signatures and functions unchanged); a TF1 SavedModel has its
+MetaGraph tagged ``--saved_model_tags`` placed as a whole, with ``variables/`` and ``assets/``
+copied. Both load with ``tf.saved_model.load``. The directory is written beside ``--output`` and
+renamed into place; on error nothing is left (see ``tf_autoplace.tf2.place_saved_model``).
+
+    python tools/autoplace_graphdef.py --input=saved_model_dir --output=placed_dir \
+        --cluster=testdata/k80x2.pbtxt --signature=serving_default
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 
 from absl import app, flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("input", None, "GraphDef or MetaGraphDef file (binary or text).")
-flags.DEFINE_string("output", None, "Where to write the placed graph.")
+flags.DEFINE_string("input", None, "GraphDef or MetaGraphDef file (binary or text), or a "
+                    "SavedModel directory.")
+flags.DEFINE_string("output", None, "Where to write the placed graph (a new directory for a "
+                    "SavedModel).")
+flags.DEFINE_string("signature", "serving_default", "SavedModel input (TF2): the signature "
+                    "to place.")
+flags.DEFINE_list("saved_model_tags", ["serve"], "SavedModel input (TF1): the tags of the "
+                  "MetaGraph to place.")
 flags.DEFINE_string("cluster", "local", "Cluster spec file (text ClusterSpec) or 'local'.")
 flags.DEFINE_string("placer", "m_etf", "Placer name.")
 flags.DEFINE_integer("seed", 0, "Random seed.")
 flags.DEFINE_integer("max_groups", 2000, "Merge-and-Colocate: at most this many groups.")
 flags.DEFINE_string("report_json", None, "Also write the report as JSON here.")
+flags.DEFINE_string("trace_json", None, "Also write the simulated step as a Chrome trace "
+                    "(JSON for chrome://tracing or ui.perfetto.dev) here.")
+flags.DEFINE_string("plot_png", None, "Also write a PNG of per-device load and peak memory "
+                    "here (needs matplotlib: pip install '.[plot]').")
+flags.DEFINE_string("placement_pb", None, "Also write the placement as a PlacementResult "
+                    "proto (protos/placement.proto) here; .pbtxt/.txt = text, else binary.")
 flags.mark_flags_as_required(["input", "output"])
 
 
@@ -41,22 +65,39 @@ def _atomic_write(path: str, data: bytes) -> None:
         raise
 
 
-def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: int,
-        max_groups: int, report_json: str | None) -> int:
-    """Place ``input_path`` into ``output_path``; returns a process exit status."""
-    import tf_autoplace
+def _extra_outputs(report, *, trace_json=None, plot_png=None, placement_pb=None) -> dict:
+    """{flag name: (path, bytes)} for the optional views of the report; rendered before anything
+    is written, so a missing matplotlib fails the run with nothing written."""
+    import io
+    import json
+
+    from google.protobuf import text_format
+    from tf_autoplace import timeline
+    from tf_autoplace.errors import ConfigError
+
+    out = {}
+    t = report.timeline
+    if (trace_json or plot_png) and t is None:
+        raise ConfigError("the report keeps no timeline; cannot write --trace_json/--plot_png")
+    if trace_json:
+        trace = timeline.chrome_trace(t.graph, t.cluster, t.placement, t.sim)
+        out["trace_json"] = (trace_json, json.dumps(trace, separators=(",", ":")).encode())
+    if plot_png:
+        buf = io.BytesIO()
+        timeline.plot_report(buf, t.graph, t.cluster, t.placement, t.sim)
+        out["plot_png"] = (plot_png, buf.getvalue())
+    if placement_pb:
+        proto = report.to_proto()
+        data = (text_format.MessageToString(proto).encode()
+                if placement_pb.endswith((".pbtxt", ".txt")) else proto.SerializeToString())
+        out["placement_pb"] = (placement_pb, data)
+    return out
+
+
+def _serialize(report, source, is_meta_graph: bool, output_path: str) -> bytes:
     from google.protobuf import text_format
     from tensorflow.core.protobuf import meta_graph_pb2
-    from tf_autoplace.graph import ingest
-    from tf_autoplace.grouping import GroupingConfig
 
-    try:
-        source, is_meta_graph = ingest.read_graph_file(input_path)
-        report = tf_autoplace.autoplace(source, cluster=cluster, placer=placer, seed=seed,
-                                        grouping=GroupingConfig(max_groups=max_groups))
-    except tf_autoplace.AutoplaceError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
     placed = report.graph_def
     if is_meta_graph:
         placed = meta_graph_pb2.MetaGraphDef(
@@ -64,14 +105,53 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
             saver_def=source.saver_def, collection_def=source.collection_def,
             signature_def=source.signature_def)
     text = output_path.endswith((".pbtxt", ".txt"))
-    data = text_format.MessageToString(placed).encode() if text else placed.SerializeToString()
+    return text_format.MessageToString(placed).encode() if text else placed.SerializeToString()
+
+
+def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: int,
+        max_groups: int, report_json: str | None, signature: str = "serving_default",
+        tags=("serve",), **extra_paths) -> int:
+    """Place ``input_path`` into ``output_path``; returns a process exit status."""
+    import tf_autoplace
+    from tf_autoplace import tf2
+    from tf_autoplace.graph import ingest
+    from tf_autoplace.grouping import GroupingConfig
+
+    saved_model = tf2.is_saved_model(input_path)
     try:
-        _atomic_write(output_path, data)
+        if saved_model:  # SavedModel in, SavedModel out: the library writes the directory
+            report = tf2.place_saved_model(input_path, output_path, cluster=cluster,
+                                           placer=placer, seed=seed, signature=signature,
+                                           tags=tuple(tags),
+                                           grouping=GroupingConfig(max_groups=max_groups))
+        else:
+            source, is_meta_graph = ingest.read_graph_file(input_path)
+            report = tf_autoplace.autoplace(source, cluster=cluster, placer=placer, seed=seed,
+                                            grouping=GroupingConfig(max_groups=max_groups))
+    except tf_autoplace.AutoplaceError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    try:
+        extras = _extra_outputs(report, **extra_paths)
+    except tf_autoplace.AutoplaceError as e:
+        print(f"error: {e}", file=sys.stderr)
+        if saved_model:
+            shutil.rmtree(output_path, ignore_errors=True)
+        return 1
+    try:
+        if not saved_model:
+            _atomic_write(output_path, _serialize(report, source, is_meta_graph, output_path))
         if report_json:
             _atomic_write(report_json, report.to_json().encode())
     except OSError as e:
         print(f"error: cannot write output: {e}", file=sys.stderr)
         return 1
+    for flag, (path, data) in extras.items():
+        try:
+            _atomic_write(path, data)
+        except OSError as e:
+            print(f"error: cannot write --{flag}={path}: {e.strerror or e}", file=sys.stderr)
+            return 1
     print(report)
     print(f"wrote {output_path}")
     return 0
@@ -80,7 +160,10 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
 def main(argv):
     del argv
     return run(FLAGS.input, FLAGS.output, cluster=FLAGS.cluster, placer=FLAGS.placer,
-               seed=FLAGS.seed, max_groups=FLAGS.max_groups, report_json=FLAGS.report_json)
+               seed=FLAGS.seed, max_groups=FLAGS.max_groups, report_json=FLAGS.report_json,
+               signature=FLAGS.signature, tags=FLAGS.saved_model_tags,
+               trace_json=FLAGS.trace_json, plot_png=FLAGS.plot_png,
+               placement_pb=FLAGS.placement_pb)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,106 @@
+"""ProfileCostModel: op times from a text-format cost profile (protos/cost_profile.proto)."""
+
+import numpy as np
+import pytest
+
+from tf_autoplace.cluster import Cluster, Device
+from tf_autoplace.cost import TableCostModel
+from tf_autoplace.cost.profile import ProfileCostModel
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.graph.opgraph import from_edges
+from tf_autoplace.grouping import Grouping
+from tf_autoplace.placers import PlacementProblem, get_placer
+
+GB = 10**9
+NAMES = ["in", "mm", "relu", "save"]
+# "save" has only a CPU kernel, so the profile need not (and does not) time it on a GPU.
+KERNELS = np.array([[1, 1], [1, 1], [1, 1], [1, 0]], bool)
+PROFILE = """
+description: "hand-made: 4 ops, K80 and host"
+op { name: "in"   device_kind: "GPU" compute_time_us: 10 output_bytes: 4096 op_type: "Const" }
+op { name: "in"   device_kind: "CPU" compute_time_us: 20 }
+op { name: "mm"   device_kind: "GPU" compute_time_us: 100 op_type: "MatMul" }
+op { name: "mm"   device_kind: "CPU" compute_time_us: 900 }
+op { name: "relu" device_kind: "GPU" compute_time_us: 5 }
+op { name: "relu" device_kind: "CPU" compute_time_us: 30 }
+op { name: "save" device_kind: "CPU" compute_time_us: 50 }
+op { name: "not_in_this_graph" device_kind: "GPU" compute_time_us: 1 }
+"""
+
+
+def _graph():
+    return from_edges(4, [(0, 1, 4096), (1, 2, 1024), (2, 3, 1024)], names=NAMES,
+                      kernels=KERNELS)
+
+
+def _cluster():
+    return Cluster.uniform([Device("/device:GPU:0", "GPU", 10 * GB),
+                            Device("/device:GPU:1", "GPU", 10 * GB, speed=2.0),
+                            Device("/device:CPU:0", "CPU", 64 * GB)])
+
+
+def test_profile_times_per_device_divided_by_speed(tmp_path):
+    path = tmp_path / "profile.pbtxt"
+    path.write_text(PROFILE)
+    model = ProfileCostModel.from_file(path)
+    got = model.op_time(_graph(), _cluster())
+    us = 1e-6
+    np.testing.assert_allclose(got[:3], [[10 * us, 5 * us, 20 * us],
+                                         [100 * us, 50 * us, 900 * us],
+                                         [5 * us, 2.5 * us, 30 * us]])
+    assert got[3, 2] == pytest.approx(50 * us) and np.isinf(got[3, :2]).all()  # no GPU kernel
+    assert model.num_unused == 1 and model.num_unprofiled_ops == 0
+
+
+def test_missing_op_is_an_error_naming_it():
+    text = PROFILE.replace('op { name: "mm"   device_kind: "CPU" compute_time_us: 900 }', "")
+    with pytest.raises(ConfigError, match=r"1 of 4 ops.*'mm' \(CPU\).*fallback"):
+        ProfileCostModel.from_text(text).op_time(_graph(), _cluster())
+
+
+def test_missing_ops_come_from_the_fallback_model_when_given():
+    text = PROFILE.replace('op { name: "mm"   device_kind: "CPU" compute_time_us: 900 }', "")
+    fallback = TableCostModel({"GPU": np.full(4, 7.0), "CPU": np.full(4, 3.0)})
+    model = ProfileCostModel.from_text(text, fallback=fallback)
+    got = model.op_time(_graph(), _cluster())
+    assert got[1, 2] == 3.0  # from the fallback
+    assert got[1, 0] == pytest.approx(100e-6) and got[1, 1] == pytest.approx(50e-6)  # profile
+    rest = np.ones(got.shape, bool)
+    rest[1, 2] = False
+    assert (got[rest & np.isfinite(got)] < 1.0).all()  # nothing else taken from the fallback
+    assert np.isinf(got[3, :2]).all()  # no GPU kernel: not "missing", so no fallback either
+    assert model.num_unprofiled_ops == 1
+
+
+def test_profile_drives_a_placer():
+    graph, cluster = _graph(), _cluster()
+    op_time = ProfileCostModel.from_text(PROFILE).op_time(graph, cluster)
+    problem = PlacementProblem(graph=graph, cluster=cluster, op_time=op_time,
+                               grouping=Grouping.from_labels(graph, graph.colocation))
+    placement = get_placer("m_etf").place(problem)
+    assert placement.devices[3] == 2  # the CPU-only op on the CPU
+    assert np.isfinite(placement.sim.makespan)
+
+
+def test_round_trip_through_proto():
+    model = ProfileCostModel.from_text(PROFILE)
+    again = ProfileCostModel.from_proto(model.to_proto("copy"))
+    np.testing.assert_allclose(again.op_time(_graph(), _cluster()),
+                               model.op_time(_graph(), _cluster()), rtol=1e-12)
+
+
+@pytest.mark.parametrize("text, match", [
+    ('op { name: "mm" device_kind: "GPU" compute_time_us: 1 }\n'
+     'op { name: "mm" device_kind: "GPU" compute_time_us: 2 }', "appears twice"),
+    ('op { name: "mm" device_kind: "GPU" compute_time_us: -1 }', "must be finite and >= 0"),
+    ('op { device_kind: "GPU" compute_time_us: 1 }', "without name"),
+    ('op { name: "mm" speed: 3 }', "malformed cost profile"),
+])
+def test_bad_profiles_are_config_errors(text, match):
+    with pytest.raises(ConfigError, match=match):
+        ProfileCostModel.from_text(text)
+
+
+def test_unreadable_file_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read cost profile"):
+        ProfileCostModel.from_file(tmp_path / "nope.pbtxt")

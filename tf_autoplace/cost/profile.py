@@ -1,0 +1,152 @@
+"""ProfileCostModel: per-op times read from a measured cost profile (``protos/cost_profile.proto``).
+
+A profile lists, for ops of one graph by node name, the time each took on a kind of device
+("CPU", "GPU"), the way a profiler records it:
+
+    description: "small_cnn, batch 8, K80"
+    op { name: "left/Conv2D" device_kind: "GPU" compute_time_us: 41.5 output_bytes: 12544 }
+    op { name: "left/Conv2D" device_kind: "CPU" compute_time_us: 380 }
+
+Like :class:`~tf_autoplace.cost.model.TableCostModel`, a device of kind ``k`` gets
+``time[op, k] / speed``: the measured time is taken as the whole op time, so the cluster's
+``op_overhead_s`` is not added. ``output_bytes`` is kept for readers and not used: tensor sizes
+come from the graph.
+
+Ops the profile does not cover. An (op, kind) pair is *needed* when the op has a kernel for that
+kind and the cluster has a device of that kind (an op without a kernel there costs ``inf``
+anyway). A needed pair missing from the profile is
+
+* an error (:class:`~tf_autoplace.errors.ConfigError` naming the ops) when no fallback is given:
+  a profile that silently covers half the graph would give a placement tuned to a fiction;
+* filled from ``fallback`` (any :class:`CostModel`, e.g. the analytical one) when one is given;
+  ``num_unprofiled_ops`` then counts the ops that used it.
+
+Op names in the profile that are not in the graph are ignored (a profile of a larger graph, or
+of a run with extra ops, is fine); ``num_unused`` counts them. A pair listed twice is an error:
+merge repeated measurements (e.g. take their median) before writing the profile.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from google.protobuf import message as _pb_message
+from google.protobuf import text_format
+
+from tf_autoplace.cluster import Cluster
+from tf_autoplace.cost.model import CostModel
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.graph.opgraph import OpGraph
+from tf_autoplace.proto import cost_profile_pb2
+
+_SHOW = 5  # missing op names quoted in an error message
+
+
+class ProfileCostModel(CostModel):
+    """Op times from a cost profile (see module doc).
+
+    Args:
+      times: {op name: {device kind: seconds}}.
+      fallback: cost model for needed (op, kind) pairs the profile lacks; None makes them an
+        error.
+    """
+
+    def __init__(self, times: dict[str, dict[str, float]], *, fallback: CostModel | None = None):
+        self._times = {}
+        for name, per_kind in times.items():
+            for kind, t in per_kind.items():
+                t = float(t)
+                if not (np.isfinite(t) and t >= 0):
+                    raise ConfigError(f"profile time of op {name!r} on {kind} is {t!r}; "
+                                      "must be finite and >= 0")
+            self._times[name] = {k: float(t) for k, t in per_kind.items()}
+        self.fallback = fallback
+        self.num_unprofiled_ops = 0
+        self.num_unused = 0
+
+    # ------------------------------------------------------------------------- constructors
+    @classmethod
+    def from_proto(cls, profile: cost_profile_pb2.CostProfile, *,
+                   fallback: CostModel | None = None) -> "ProfileCostModel":
+        times: dict[str, dict[str, float]] = {}
+        for entry in profile.op:
+            if not entry.name or not entry.device_kind:
+                raise ConfigError(f"profile entry without name or device_kind: "
+                                  f"{text_format.MessageToString(entry, as_one_line=True)!r}")
+            per_kind = times.setdefault(entry.name, {})
+            if entry.device_kind in per_kind:
+                raise ConfigError(f"op {entry.name!r} on {entry.device_kind} appears twice in the "
+                                  "profile; merge repeated measurements before writing it")
+            per_kind[entry.device_kind] = entry.compute_time_us * 1e-6
+        return cls(times, fallback=fallback)
+
+    @classmethod
+    def from_text(cls, text: str, *, fallback: CostModel | None = None) -> "ProfileCostModel":
+        """Parse a text-format ``CostProfile``."""
+        try:
+            profile = text_format.Parse(text, cost_profile_pb2.CostProfile())
+        except (text_format.ParseError, _pb_message.DecodeError) as e:
+            raise ConfigError(f"malformed cost profile: {e}") from e
+        return cls.from_proto(profile, fallback=fallback)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike, *,
+                  fallback: CostModel | None = None) -> "ProfileCostModel":
+        """Read a text-format ``CostProfile`` file."""
+        try:
+            with open(path, "r", encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"cannot read cost profile {str(path)!r}: {e}") from e
+        try:
+            return cls.from_text(text, fallback=fallback)
+        except ConfigError as e:
+            raise ConfigError(f"{path}: {e}") from e
+
+    def to_proto(self, description: str = "") -> cost_profile_pb2.CostProfile:
+        out = cost_profile_pb2.CostProfile(description=description)
+        for name, per_kind in self._times.items():
+            for kind, t in sorted(per_kind.items()):
+                out.op.add(name=name, device_kind=kind, compute_time_us=t * 1e6)
+        return out
+
+    # --------------------------------------------------------------------------- CostModel
+    def _op_time(self, graph: OpGraph, cluster: Cluster) -> np.ndarray:
+        n, kinds = graph.num_ops, sorted({d.kind for d in cluster.devices})
+        table = {k: np.full(n, np.nan) for k in kinds}
+        for i, name in enumerate(graph.names):
+            for k, t in self._times.get(name, {}).items():
+                if k in table:
+                    table[k][i] = t
+        self.num_unused = len(set(self._times) - set(graph.names))
+
+        needed = {}
+        for k in kinds:
+            has_kernel = (graph.kernels[:, graph.kernel_kinds.index(k)]
+                          if k in graph.kernel_kinds else np.zeros(n, bool))
+            needed[k] = np.isnan(table[k]) & has_kernel
+            table[k][np.isnan(table[k]) & ~has_kernel] = np.inf  # masked by op_time() anyway
+        missing = np.zeros(n, bool)
+        for k in kinds:
+            missing |= needed[k]
+        self.num_unprofiled_ops = 0
+        if missing.any() and self.fallback is None:
+            ops = np.flatnonzero(missing)
+            shown = ", ".join(
+                f"{graph.names[i]!r} ({'/'.join(k for k in kinds if needed[k][i])})"
+                for i in ops[:_SHOW])
+            more = f" and {len(ops) - _SHOW} more" if len(ops) > _SHOW else ""
+            raise ConfigError(f"the cost profile has no time for {len(ops)} of {n} ops on a "
+                              f"device kind they can run on: {shown}{more}; profile them or "
+                              "pass a fallback cost model")
+
+        out = np.empty((n, cluster.num_devices))
+        for d, device in enumerate(cluster.devices):
+            out[:, d] = table[device.kind] / device.speed
+        if missing.any():
+            base = self.fallback.op_time(graph, cluster)
+            fill = np.stack([needed[dev.kind] for dev in cluster.devices], axis=1)
+            out[fill] = base[fill]
+            self.num_unprofiled_ops = int(missing.sum())
+        return out
