@@ -75,11 +75,12 @@ class PlacementProblem:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Placement:
-    """A validated placement: ``devices[i]`` is the cluster index of op i's device, and
-    ``sim`` the simulation that checked its memory."""
+    """A validated placement: ``devices[i]`` is the cluster index of op i's device, ``sim`` the
+    simulation that checked its memory, ``notes`` what the placer wants the user to know."""
 
     devices: np.ndarray
     sim: SimResult
+    notes: tuple[str, ...] = ()
 
     def device_names(self, cluster: Cluster) -> list[str]:
         names = cluster.names
@@ -117,7 +118,7 @@ def check_memory(problem: PlacementProblem, sim: SimResult) -> list[str]:
 
 
 def validate(problem: PlacementProblem, devices: np.ndarray, *,
-             placer_name: str = "placement") -> Placement:
+             placer_name: str = "placement", notes: tuple[str, ...] = ()) -> Placement:
     """Check constraints and memory (by simulation); raise InfeasiblePlacementError if broken."""
     problems = check_placement(problem, devices)
     if problems:
@@ -128,23 +129,27 @@ def validate(problem: PlacementProblem, devices: np.ndarray, *,
     if problems:
         raise InfeasiblePlacementError(
             f"{placer_name} does not fit in memory: " + "; ".join(problems))
-    return Placement(devices=devices, sim=sim)
+    return Placement(devices=devices, sim=sim, notes=tuple(notes))
 
 
 class Placer(abc.ABC):
-    """Chooses a device per op. Subclasses implement ``_place``."""
+    """Chooses a device per op. Subclasses implement ``_place`` and may append to ``self.notes``
+    (reset for every placement) what the report should tell the user."""
 
     name: str = "placer"
+    notes: tuple | list = ()  # replaced by a fresh list in every propose()
 
     def place(self, problem: PlacementProblem, *, seed: int = 0) -> Placement:
         """Return a validated placement; the same seed gives the same placement."""
-        return validate(problem, self.propose(problem, seed=seed),
-                        placer_name=f"the {self.name} placement")
+        devices = self.propose(problem, seed=seed)
+        return validate(problem, devices, placer_name=f"the {self.name} placement",
+                        notes=tuple(self.notes))
 
     def propose(self, problem: PlacementProblem, *, seed: int = 0) -> np.ndarray:
         """The placer's raw answer, [n] int32, not yet checked against memory (baselines that
         may not fit, like a single GPU, are reported with their peak memory rather than
         rejected)."""
+        self.notes = []
         devices = np.asarray(self._place(problem, np.random.default_rng(seed)))
         problems = check_placement(problem, devices)
         if problems:

@@ -7,16 +7,27 @@ earliest:
 1. Priority: the upward rank (b-level) of each op, with an op's mean time over the devices that
    can run it and an edge's transfer time at the cluster's mean bandwidth and latency. Ops are
    taken in decreasing rank, which is a topological order because every op takes > 0 s.
-2. For an op whose group is not placed yet, every device that can run the whole group is a
-   candidate if the group fits in what is left of its memory; the op's start time there is the
-   later of the device being free and every input having arrived (the producer's end time, plus
-   ``latency + bytes / bandwidth`` if it ran elsewhere). The device with the earliest finish time
-   wins (ties: lowest index) and the whole group is fixed to it. Later ops of a placed group just
-   get scheduled on their group's device.
+2. For an op whose group is not placed yet, every compute device (the GPUs, or every device
+   of a CPU-only cluster, as for the papers' partitioning baselines) that can run the whole
+   group is a candidate (any device that can run it, for a group the compute devices cannot) if the group fits in what is left of its memory; the op's start time there is the
+   later of the device being free and every input having arrived. The device with the earliest
+   finish time wins (ties: lowest index) and the whole group is fixed to it. Later ops of a
+   placed group just get scheduled on their group's device.
+
+   Input arrival follows the simulator's transfer model, so the schedule it builds is one the
+   simulator can reproduce: an input made on another device is sent once per (tensor,
+   destination) and reused by later consumers there; each source device has one outgoing link
+   that carries one transfer at a time, ``latency + bytes / bandwidth`` long. Ignoring that
+   queue makes ETF scatter many small ops whose transfers then wait behind each other.
 3. Memory, as in Baechi, is accounted conservatively: a group reserves its persistent bytes plus
    the bytes of every tensor its ops produce, as if nothing were freed. When no device can take a
    group under that rule, we fall back to devices where its persistent bytes still fit and let the
    simulator (which frees tensors) judge: ``Placer.place`` validates real peak memory afterwards.
+
+4. Greedy finish times can mislead ETF: on graphs of many small ops it spreads work whose
+   transfers then cost more than the parallelism gains. The placer therefore simulates its
+   schedule and the single-device placement of its groups and returns the faster one that fits
+   (with a note in the report), so it is never slower than one device.
 
 Deterministic: no randomness is used; the seed is ignored.
 """
@@ -26,18 +37,22 @@ from __future__ import annotations
 import numpy as np
 
 from tf_autoplace.errors import InfeasiblePlacementError
-from tf_autoplace.placers.base import Placer, PlacementProblem
+from tf_autoplace.placers._common import compute_devices
+from tf_autoplace.placers.base import Placer, PlacementProblem, check_memory
 
 
 def _in_edges(graph):
-    """CSR of inputs by consumer: (starts [n+1], parent [m], bytes [m]); control edges carry 0."""
+    """Inputs by consumer in CSR form: ``(starts [n+1], parent [m], bytes [m], key [m], dst,
+    src, nbytes)``; ``key`` names what is sent (the tensor id, or ``-1 - parent`` for a control
+    edge's dummy) and the last three are the unsorted edge arrays. Control edges carry 0 bytes."""
     src = np.concatenate([graph.edge_src, graph.ctrl_src]).astype(np.int64)
     dst = np.concatenate([graph.edge_dst, graph.ctrl_dst]).astype(np.int64)
     nbytes = np.concatenate([graph.tensor_bytes[graph.edge_tensor],
                              np.zeros(len(graph.ctrl_src), np.int64)]).astype(np.float64)
+    key = np.concatenate([graph.edge_tensor.astype(np.int64), -1 - graph.ctrl_src.astype(np.int64)])
     order = np.argsort(dst, kind="stable")
     starts = np.searchsorted(dst[order], np.arange(graph.num_ops + 1))
-    return starts, src[order], nbytes[order], dst, src, nbytes
+    return starts, src[order], nbytes[order], key[order], dst, src, nbytes
 
 
 def upward_rank(problem: PlacementProblem) -> np.ndarray:
@@ -50,7 +65,7 @@ def upward_rank(problem: PlacementProblem) -> np.ndarray:
         mean_bw, mean_lat = cluster.bandwidth[off].mean(), cluster.latency[off].mean()
     else:
         mean_bw, mean_lat = np.inf, 0.0
-    _, _, _, dst, src, nbytes = _in_edges(graph)
+    *_, dst, src, nbytes = _in_edges(graph)
     comm = mean_lat + nbytes / mean_bw
     order = np.argsort(src, kind="stable")
     starts = np.searchsorted(src[order], np.arange(graph.num_ops + 1))
@@ -81,7 +96,7 @@ class MemoryAwareETFPlacer(Placer):
         used = np.zeros(num_dev)
         used_persistent = np.zeros(num_dev)
 
-        starts, parents, pbytes, *_ = _in_edges(graph)
+        starts, parents, pbytes, pkey, *_ = _in_edges(graph)
         rank = upward_rank(problem)
         topo_pos = np.empty(n, np.int64)
         topo_pos[graph.topological_order()] = np.arange(n)
@@ -92,35 +107,68 @@ class MemoryAwareETFPlacer(Placer):
         device = np.full(n, -1, np.int64)
         end = np.zeros(n)
         free_at = np.zeros(num_dev)
+        link_free = np.zeros(num_dev)  # when each device's outgoing link is next idle
+        arrived: dict[tuple[int, int], float] = {}  # (sent key, destination) -> arrival time
         all_devices = np.arange(num_dev)
+        on_compute = np.isin(all_devices, compute_devices(problem))
         for i in order.tolist():
             g = labels[i]
             lo, hi = starts[i], starts[i + 1]
-            par, nb = parents[lo:hi], pbytes[lo:hi]
-            par_dev, par_end = device[par], end[par]
+            inputs = sorted(zip(end[parents[lo:hi]].tolist(), parents[lo:hi].tolist(),
+                                pbytes[lo:hi].tolist(), pkey[lo:hi].tolist()))
             if group_device[g] >= 0:
-                candidates = group_device[g:g + 1]
+                candidates = [int(group_device[g])]
             else:
-                fits = group_ok[g] & (used + reserve[g] <= capacity)
+                ok = group_ok[g] & on_compute if (group_ok[g] & on_compute).any() else group_ok[g]
+                fits = ok & (used + reserve[g] <= capacity)
                 if not fits.any():
-                    fits = group_ok[g] & (used_persistent + persistent[g] <= capacity)
+                    fits = ok & (used_persistent + persistent[g] <= capacity)
                 if not fits.any():
                     raise InfeasiblePlacementError(
                         f"m_etf: no device has room for the variables of the group of op "
                         f"{graph.names[i]!r} ({persistent[g] / 1e9:.2f} GB)")
-                candidates = all_devices[fits]
-            best_d, best_finish, best_start = -1, np.inf, 0.0
-            for d in candidates.tolist():
-                arrival = par_end + np.where(
-                    par_dev == d, 0.0, latency[par_dev, d] + nb / bandwidth[par_dev, d])
-                start = max(free_at[d], float(arrival.max()) if hi > lo else 0.0)
-                finish = start + op_time[i, d]
-                if finish < best_finish:
-                    best_d, best_finish, best_start = d, finish, start
+                candidates = all_devices[fits].tolist()
+            best = None
+            for d in candidates:
+                ready, links, sends = 0.0, {}, []
+                for p_end, p, nb, key in inputs:
+                    src = int(device[p])
+                    if src == d:
+                        ready = max(ready, p_end)
+                    elif (key, d) in arrived:
+                        ready = max(ready, arrived[(key, d)])
+                    else:
+                        begin = max(p_end, links.get(src, link_free[src]))
+                        links[src] = begin + latency[src, d] + nb / bandwidth[src, d]
+                        arrived_at = links[src]
+                        sends.append((key, arrived_at))
+                        ready = max(ready, arrived_at)
+                finish = max(free_at[d], ready) + op_time[i, d]
+                if best is None or finish < best[0]:
+                    best = (finish, d, links, sends)
+            finish, d, links, sends = best
             if group_device[g] < 0:
-                group_device[g] = best_d
-                used[best_d] += reserve[g]
-                used_persistent[best_d] += persistent[g]
-            device[i], end[i] = best_d, best_finish
-            free_at[best_d] = best_finish
-        return device.astype(np.int32)
+                group_device[g] = d
+                used[d] += reserve[g]
+                used_persistent[d] += persistent[g]
+            for src, busy_until in links.items():
+                link_free[src] = busy_until
+            for key, arrived_at in sends:
+                arrived[(key, d)] = arrived_at
+            device[i], end[i] = d, finish
+            free_at[d] = finish
+        return self._no_worse_than_single_device(problem, device.astype(np.int32))
+
+    def _no_worse_than_single_device(self, problem: PlacementProblem,
+                                     devices: np.ndarray) -> np.ndarray:
+        target, ok = problem.cluster.default_device(), problem.group_allowed
+        single = np.where(ok[:, target], target, np.argmax(ok, axis=1))[problem.grouping.labels]
+        single = single.astype(np.int32)
+        ours, theirs = problem.simulator.run(devices), problem.simulator.run(single)
+        if theirs.makespan < ours.makespan and not check_memory(problem, theirs):
+            self.notes.append(
+                f"m_etf's schedule simulated at {ours.makespan * 1e3:.2f} ms, slower than all "
+                f"on one device ({theirs.makespan * 1e3:.2f} ms); the single-device placement "
+                "is used")
+            return single
+        return devices
