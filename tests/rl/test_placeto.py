@@ -1,0 +1,156 @@
+"""Placeto: the MDP, the policy network, REINFORCE and the placer, on small graphs."""
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from tf_autoplace.cluster import Cluster, Device
+from tf_autoplace.cost import TableCostModel
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.graph.opgraph import from_edges
+from tf_autoplace.grouping import Grouping
+from tf_autoplace.placers import PlacementProblem, PlacetoPlacer, get_placer
+from tf_autoplace.placers.placeto_policy import PlacetoPolicy, pool_masks
+from tf_autoplace.rl import reinforce
+from tf_autoplace.rl.env import EnvConfig, PlacementEnv, reachability
+
+GB = 10**9
+
+
+def _problem(n, edges, *, speeds=(1.0, 1.0), op_ms=1.0):
+    graph = from_edges(n, edges)
+    cluster = Cluster.uniform([Device(f"/device:GPU:{i}", "GPU", 10 * GB, speed=s)
+                               for i, s in enumerate(speeds)])
+    op_time = TableCostModel({"GPU": np.full(n, op_ms * 1e-3)}).op_time(graph, cluster)
+    return PlacementProblem(graph, cluster, op_time, Grouping.from_labels(graph, np.arange(n)))
+
+
+def _random_dag(rng, n, fan_in=2):
+    return [(int(i), j, int(rng.integers(1, 10**6))) for j in range(1, n)
+            for i in rng.choice(j, size=min(j, fan_in), replace=False)]
+
+
+CHAIN = [(i, i + 1, 1000) for i in range(9)]
+
+
+def test_reachability_matches_networkx_with_cycles():
+    rng = np.random.default_rng(0)
+    src, dst = rng.integers(0, 30, 60), rng.integers(0, 30, 60)
+    keep = src != dst
+    src, dst = src[keep], dst[keep]
+    g = nx.DiGraph(list(zip(src.tolist(), dst.tolist())))
+    g.add_nodes_from(range(30))
+    expected = np.zeros((30, 30), bool)
+    for u in range(30):
+        for v in nx.descendants(g, u):
+            expected[u, v] = u != v
+    np.testing.assert_array_equal(reachability(30, src, dst), expected)
+
+
+@pytest.mark.parametrize("reward", ["intermediate", "terminal"])
+def test_rewards_sum_to_the_relative_improvement(reward):
+    env = PlacementEnv(_problem(10, CHAIN), EnvConfig(max_groups=10, reward=reward))
+    scores = np.array([10.0, 9.0, 9.5, 7.0])
+    rewards = env.rewards(scores)
+    assert rewards.sum() == pytest.approx((10.0 - 7.0) / 10.0)
+    if reward == "intermediate":
+        np.testing.assert_allclose(rewards, [0.1, -0.05, 0.25])
+    else:
+        np.testing.assert_allclose(rewards, [0.0, 0.0, 0.3])
+
+
+def test_env_config_is_checked():
+    with pytest.raises(ConfigError, match="passes"):
+        EnvConfig(passes=3)
+    with pytest.raises(ConfigError, match="reward"):
+        EnvConfig(reward="sparse")
+
+
+def test_policy_is_invariant_to_relabelling_the_groups():
+    rng = np.random.default_rng(1)
+    n = 20
+    edges = _random_dag(rng, n)
+    env = PlacementEnv(_problem(n, edges), EnvConfig(max_groups=n))
+    policy = PlacetoPolicy(2, env.num_features, seed=3)
+    # Non-trivial state: random placement, half placed, a non-zero head so logits differ.
+    policy.head.weights_[-1][0].assign(np.random.default_rng(2).normal(size=(16, 2)))
+    placement = rng.integers(0, 2, n).astype(np.int32)
+    placed = (rng.random(n) < 0.5).astype(np.float32)
+    view = env.view
+    perm = rng.permutation(n)  # new label of old group u is perm[u]
+    inverse = np.argsort(perm)
+    for step in range(0, env.num_steps, 5):
+        v = env.order[step]
+        feats = env.features(placement, step, placed)
+        a = policy.logits(feats[None], view.edge_src, view.edge_dst,
+                          pool_masks(view.ancestors, np.array([v])), np.array([v], np.int32))
+        ancestors = view.ancestors[np.ix_(inverse, inverse)]
+        b = policy.logits(feats[inverse][None], perm[view.edge_src].astype(np.int32),
+                          perm[view.edge_dst].astype(np.int32),
+                          pool_masks(ancestors, np.array([perm[v]])),
+                          np.array([perm[v]], np.int32))
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+        assert abs(float(a[0, 0] - a[0, 1])) > 1e-4  # the check is not vacuous
+
+
+def _prob_of_device(policy, env, device):
+    n = env.view.num_groups
+    probs = []
+    for t in range(env.num_steps):
+        logits = reinforce._policy_step(policy, env, np.zeros(n, np.int32), t,
+                                        np.zeros(n, np.float32))
+        e = np.exp(logits - logits.max())
+        probs.append(e[device] / e.sum())
+    return float(np.mean(probs))
+
+
+def test_untrained_policy_is_uniform_and_one_update_moves_towards_the_faster_device():
+    # Device 1 runs every op 4x faster: moving any op there shortens the step.
+    problem = _problem(10, CHAIN, speeds=(1.0, 4.0))
+    env_config = EnvConfig(max_groups=10)
+    env = PlacementEnv(problem, env_config)
+    policy = PlacetoPolicy(2, env.num_features, seed=0)
+    assert _prob_of_device(policy, env, 1) == pytest.approx(0.5)
+    reinforce.train(policy, [problem], env_config,
+                    reinforce.TrainConfig(iterations=1, learning_rate=1e-2, seed=0))
+    assert _prob_of_device(policy, env, 1) > 0.51
+
+
+def test_training_with_a_fixed_seed_is_deterministic():
+    rng = np.random.default_rng(4)
+    problem = _problem(16, _random_dag(rng, 16))
+    env_config = EnvConfig(max_groups=16)
+    weights, curves = [], []
+    for _ in range(2):
+        policy = PlacetoPolicy(2, PlacementEnv(problem, env_config).num_features, seed=5)
+        state = reinforce.train(policy, [problem], env_config,
+                                reinforce.TrainConfig(iterations=3, seed=11))
+        weights.append(policy.get_weights())
+        curves.append(state.curve)
+    assert curves[0] == curves[1]
+    for a, b in zip(*weights):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_policy_save_and_load_round_trip(tmp_path):
+    policy = PlacetoPolicy(3, 8, seed=7, rounds=2)
+    policy.save(str(tmp_path))
+    loaded = PlacetoPolicy.load(str(tmp_path))
+    assert loaded.config == policy.config
+    for a, b in zip(policy.get_weights(), loaded.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ConfigError, match="cannot load"):
+        PlacetoPolicy.load(str(tmp_path / "missing"))
+
+
+def test_placer_is_never_worse_than_the_heuristics_and_reports_itself():
+    rng = np.random.default_rng(6)
+    problem = _problem(24, _random_dag(rng, 24))
+    placer = PlacetoPlacer(budget_s=30, max_samples=200, env=EnvConfig(max_groups=12))
+    placement = placer.place(problem, seed=0)
+    for name in ("m_etf", "single"):
+        assert placement.sim.makespan <= get_placer(name).place(problem).sim.makespan + 1e-12
+    assert any(note.startswith("placeto:") for note in placement.notes)
+    assert placer.stats["samples"] >= 200
+    with pytest.raises(ConfigError, match="budget_s"):
+        PlacetoPlacer(budget_s=0)

@@ -1,0 +1,152 @@
+"""The Placeto placer: a pretrained policy run zero-shot, then fine-tuned on the user's graph.
+
+(Addanki et al., "Placeto: Learning Generalizable Device Placement Algorithms", NeurIPS 2019.)
+
+``place()`` does, within ``budget_s`` seconds of wall time:
+
+1. builds the MDP of the problem (:class:`tf_autoplace.rl.env.PlacementEnv`) and loads the
+   policy shipped in ``tf_autoplace/pretrained`` for that number of action devices (or the one
+   in ``policy_dir``); with none for that device count it starts from a fresh policy and says so;
+2. **zero-shot**: one greedy episode (argmax actions); the best placement met on the way counts;
+3. **fine-tuning**: REINFORCE on this graph alone (:func:`tf_autoplace.rl.reinforce.train`)
+   until the budget or ``max_samples`` simulated placements are spent, keeping the best
+   placement sampled;
+4. compares the best learned placement with the fast heuristics (m-ETF and single device by
+   default) in the simulator and returns the faster one that fits memory, so the result is never
+   worse than the best heuristic; the report's notes say which won and by how much.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+
+import numpy as np
+
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.placers.base import Placer, PlacementProblem, check_memory
+from tf_autoplace.rl.env import EnvConfig, PlacementEnv
+
+PRETRAINED_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "pretrained")
+
+
+def pretrained_policy_dir(num_devices: int) -> str | None:
+    """Directory of the shipped policy for ``num_devices`` action devices, if there is one."""
+    path = os.path.join(PRETRAINED_DIR, f"placeto_d{num_devices}")
+    return path if os.path.exists(os.path.join(path, "weights.npz")) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class PlacetoConfig:
+    """Attributes:
+      budget_s: wall-time budget for zero-shot plus fine-tuning (> 0).
+      max_samples: optional cap on placements simulated while fine-tuning.
+      fine_tune: False runs the zero-shot episode only.
+      policy_dir: a saved policy to start from; None = the shipped one for the device count.
+      env: the MDP settings.
+      learning_rate: Adam's rate while fine-tuning (constant; the budget decides the length).
+      entropy: entropy bonus while fine-tuning.
+      heuristics: placers the result must not be worse than.
+    """
+
+    budget_s: float = 60.0
+    max_samples: int | None = None
+    fine_tune: bool = True
+    policy_dir: str | None = None
+    env: EnvConfig = EnvConfig()
+    learning_rate: float = 1e-3
+    entropy: float = 0.01
+    heuristics: tuple[str, ...] = ("m_etf", "single")
+
+    def __post_init__(self):
+        if not (isinstance(self.budget_s, (int, float)) and self.budget_s > 0):
+            raise ConfigError(f"budget_s must be a number > 0, got {self.budget_s!r}")
+        if self.max_samples is not None and not (isinstance(self.max_samples, int)
+                                                 and self.max_samples > 0):
+            raise ConfigError(f"max_samples must be None or an int > 0, got {self.max_samples!r}")
+
+
+class PlacetoPlacer(Placer):
+    """Learned placement (see module docstring). ``stats`` holds the last run's figures."""
+
+    name = "placeto"
+
+    def __init__(self, config: PlacetoConfig | None = None, *, budget_s: float | None = None,
+                 **overrides):
+        if budget_s is not None:
+            overrides["budget_s"] = budget_s
+        self.config = dataclasses.replace(config or PlacetoConfig(), **overrides)
+        self.stats: dict = {}
+
+    def load_policy(self, env: PlacementEnv):
+        """The policy to start from, or a fresh one (with a note) if none fits ``env``."""
+        from tf_autoplace.placers.placeto_policy import PlacetoPolicy
+
+        path = self.config.policy_dir or pretrained_policy_dir(env.view.num_devices)
+        if path:
+            policy = PlacetoPolicy.load(path)
+            if (policy.num_devices, policy.config["num_features"]) == \
+                    (env.view.num_devices, env.num_features):
+                return policy, path
+            if self.config.policy_dir:
+                raise ConfigError(
+                    f"the policy in {path!r} places on {policy.num_devices} devices; this "
+                    f"cluster has {env.view.num_devices} action devices")
+        self.notes.append(f"placeto: no pretrained policy for {env.view.num_devices} devices; "
+                          "trained from scratch within the budget")
+        return PlacetoPolicy(env.view.num_devices, env.num_features, seed=0), None
+
+    def _place(self, problem: PlacementProblem, rng: np.random.Generator) -> np.ndarray:
+        from tf_autoplace.placers import get_placer
+        from tf_autoplace.rl import reinforce
+
+        cfg = self.config
+        start = time.perf_counter()
+        seed = int(rng.integers(2**31 - 1))
+        env = PlacementEnv(problem, cfg.env)
+        policy, source = self.load_policy(env)
+
+        zero = reinforce.rollout(policy, env, np.random.default_rng(seed), greedy=True)
+        best_actions, best_score = zero.best_actions, zero.best_score
+        zero_shot_s = time.perf_counter() - start
+        samples = len(zero.scores)
+        state = None
+        if cfg.fine_tune and time.perf_counter() - start < cfg.budget_s:
+            def out_of_budget(s: reinforce.TrainState) -> bool:
+                return (time.perf_counter() - start >= cfg.budget_s or
+                        (cfg.max_samples is not None and s.samples >= cfg.max_samples))
+
+            state = reinforce.train(
+                policy, [problem], cfg.env,
+                reinforce.TrainConfig(iterations=10**9, workers=1, seed=seed,
+                                      learning_rate=cfg.learning_rate,
+                                      final_learning_rate=cfg.learning_rate,
+                                      entropy=cfg.entropy, final_entropy=cfg.entropy),
+                should_stop=out_of_budget)
+            samples += state.samples
+            if state.best_scores.get(0, np.inf) < best_score:
+                best_actions, best_score = state.best_placements[0], state.best_scores[0]
+        learned = env.op_placement(best_actions)
+
+        contenders = [("placeto", learned)]
+        for name in cfg.heuristics:
+            contenders.append((name, get_placer(name).propose(problem)))
+        scored = []
+        for name, devices in contenders:
+            sim = problem.simulator.run(devices)
+            scored.append((bool(check_memory(problem, sim)), sim.makespan, name, devices))
+        scored.sort(key=lambda item: item[:2])  # fits first, then fastest; stable on ties
+        _, makespan, winner, devices = scored[0]
+        learned_ms = next(m for _, m, n, _ in scored if n == "placeto") * 1e3
+        self.stats = dict(zero_shot_s=zero_shot_s, zero_shot_ms=zero.best_score * 1e3,
+                          learned_ms=learned_ms, samples=samples, winner=winner,
+                          policy=source or "fresh", seconds=time.perf_counter() - start,
+                          fine_tune_iterations=state.iteration if state else 0)
+        summary = (f"placeto: zero-shot {zero.best_score * 1e3:.2f} ms in {zero_shot_s:.1f} s, "
+                   f"best learned {learned_ms:.2f} ms after {samples} simulated placements")
+        if winner != "placeto":
+            summary += (f"; the {winner} heuristic is faster ({makespan * 1e3:.2f} ms) and is "
+                        "used instead")
+        self.notes.append(summary)
+        return devices

@@ -1,0 +1,170 @@
+"""Placeto's policy network (Addanki et al., section 2 "Graph embedding"; appendix A.7).
+
+For a state with G groups and features ``x`` [G, F] (see :mod:`tf_autoplace.rl.env`) and the
+group ``v`` being placed, the network computes a distribution over the D action devices:
+
+1. **Embed** each group's raw features: ``x_v <- relu(W x_v + b)`` (width E = 8).
+2. **Two-way message passing**, k rounds (paper: 4..8), separate parameters per direction,
+   shared across nodes and rounds. Top-down from the roots, then bottom-up from the leaves:
+
+       x_v <- x_v + g_down( sum_{u in parents(v)}  f_down(x_u) )
+       x_v <- x_v + g_up  ( sum_{u in children(v)} f_up(x_u) )
+
+   The paper writes ``x_v <- g(sum f(x_u))``; we keep ``x_v`` as a residual so a node does not
+   lose its own features on the way (roots and leaves have no messages in one direction).
+3. **Pooling** for v: over the groups that can reach v, the groups v can reach, and the groups
+   parallel to it (neither), each ``h_i(sum_{u in S_i(v)} l_i(x_u))``.
+4. **Head**: ``[x_v, pool_parents, pool_children, pool_parallel]`` -> two ReLU layers of 16 ->
+   D logits.
+
+f, g, l, h are two-layer ReLU MLPs of width 8 (A.7). Nothing reads node labels or their order:
+messages are sums over edges and pools are sums over sets, so relabelling the groups of a graph
+does not change the action distribution of any group (a test checks it). Any graph size works.
+
+**Device count.** Following the paper, the current-placement feature is a one-hot over the D
+action devices and the head outputs D logits, so one policy serves graphs placed on D devices; a
+policy is built for a D and refuses another (the Placeto placer trains a fresh one then).
+
+All T steps of an episode can be evaluated in one call (features [T, G, F]): the rollout calls it
+with T = 1 per step; the REINFORCE update re-evaluates the whole episode at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from tf_autoplace.errors import ConfigError
+
+
+class _MLP(tf.Module):
+    """Dense layers with ReLU between them (and none after the last unless ``final_relu``)."""
+
+    def __init__(self, sizes: list[int], rng: np.random.Generator, name: str,
+                 final_relu: bool = False):
+        super().__init__(name=name)
+        self.final_relu = final_relu
+        self.weights_ = []
+        for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+            limit = np.sqrt(6.0 / (fan_in + fan_out))  # Glorot uniform
+            w = rng.uniform(-limit, limit, size=(fan_in, fan_out)).astype(np.float32)
+            self.weights_.append((tf.Variable(w, name=f"w{i}"),
+                                  tf.Variable(np.zeros(fan_out, np.float32), name=f"b{i}")))
+
+    def __call__(self, x):
+        for i, (w, b) in enumerate(self.weights_):
+            x = tf.tensordot(x, w, axes=1) + b
+            if i < len(self.weights_) - 1 or self.final_relu:
+                x = tf.nn.relu(x)
+        return x
+
+
+class PlacetoPolicy(tf.Module):
+    """The policy network. ``logits(...)`` is the whole forward pass.
+
+    Args:
+      num_devices: D, the number of action devices.
+      num_features: F, raw features per group (5 + D with the environment's features).
+      embed: E, embedding width (paper: 8). hidden: MLP width in message passing (8).
+      head: width of the two head layers (16). rounds: message-passing rounds k (4..8).
+      seed: initial weights are drawn from numpy's generator with this seed.
+    """
+
+    def __init__(self, num_devices: int, num_features: int | None = None, *, embed: int = 8,
+                 hidden: int = 8, head: int = 16, rounds: int = 4, seed: int = 0):
+        super().__init__(name="placeto_policy")
+        if num_devices < 2:
+            raise ConfigError(f"a policy needs >= 2 devices to choose from, got {num_devices}")
+        if not 1 <= rounds <= 16:
+            raise ConfigError(f"rounds must be in [1, 16], got {rounds}")
+        num_features = num_features or 5 + num_devices
+        self.config = dict(num_devices=num_devices, num_features=num_features, embed=embed,
+                           hidden=hidden, head=head, rounds=rounds, seed=seed)
+        rng = np.random.default_rng(seed)
+        e, h = embed, hidden
+        self.embed = _MLP([num_features, e], rng, "embed", final_relu=True)
+        self.f_down = _MLP([e, h, e], rng, "f_down")
+        self.g_down = _MLP([e, h, e], rng, "g_down")
+        self.f_up = _MLP([e, h, e], rng, "f_up")
+        self.g_up = _MLP([e, h, e], rng, "g_up")
+        self.pool_l = [_MLP([e, h, e], rng, f"l_{s}") for s in ("parents", "children", "parallel")]
+        self.pool_h = [_MLP([e, h, e], rng, f"h_{s}") for s in ("parents", "children", "parallel")]
+        self.head = _MLP([4 * e, head, head, num_devices], rng, "head")
+        # Start from the uniform distribution: an untrained policy should not prefer a device.
+        self.head.weights_[-1][0].assign(tf.zeros_like(self.head.weights_[-1][0]))
+
+    @property
+    def num_devices(self) -> int:
+        return self.config["num_devices"]
+
+    @tf.function(input_signature=[
+        tf.TensorSpec([None, None, None], tf.float32),  # features [T, G, F]
+        tf.TensorSpec([None], tf.int32),  # edge_src [E]
+        tf.TensorSpec([None], tf.int32),  # edge_dst [E]
+        tf.TensorSpec([None, 3, None], tf.float32),  # pool masks [T, 3, G]
+        tf.TensorSpec([None], tf.int32),  # current group per step [T]
+    ])
+    def logits(self, features, edge_src, edge_dst, pool_masks, current):
+        """[T, D] action logits for the group ``current[t]`` in state ``features[t]``."""
+        num_groups = tf.shape(features)[1]
+        x = tf.transpose(self.embed(features), [1, 0, 2])  # [G, T, E]: gather/segment on axis 0
+        for _ in range(self.config["rounds"]):
+            down = tf.math.unsorted_segment_sum(tf.gather(self.f_down(x), edge_src), edge_dst,
+                                                num_groups)
+            x = x + self.g_down(down)
+            up = tf.math.unsorted_segment_sum(tf.gather(self.f_up(x), edge_dst), edge_src,
+                                              num_groups)
+            x = x + self.g_up(up)
+        x = tf.transpose(x, [1, 0, 2])  # [T, G, E]
+        own = tf.gather(x, current, axis=1, batch_dims=1)  # [T, E]
+        pooled = [h(tf.einsum("tg,tge->te", pool_masks[:, i], l(x)))
+                  for i, (l, h) in enumerate(zip(self.pool_l, self.pool_h))]
+        return self.head(tf.concat([own] + pooled, axis=-1))
+
+    # ------------------------------------------------------------------------- weights I/O
+    def get_weights(self) -> list[np.ndarray]:
+        return [v.numpy() for v in self.trainable_variables]
+
+    def set_weights(self, weights: list[np.ndarray]) -> None:
+        variables = self.trainable_variables
+        if len(weights) != len(variables):
+            raise ConfigError(f"expected {len(variables)} weight arrays, got {len(weights)}")
+        for v, w in zip(variables, weights):
+            if tuple(v.shape) != tuple(np.shape(w)):
+                raise ConfigError(f"weight {v.name} has shape {tuple(v.shape)}, got "
+                                  f"{tuple(np.shape(w))}")
+            v.assign(w)
+
+    def save(self, directory: str) -> None:
+        """Write ``policy.json`` (architecture) and ``weights.npz`` into ``directory``."""
+        os.makedirs(directory, exist_ok=True)
+        np.savez(os.path.join(directory, "weights.npz"),
+                 **{f"w{i:03d}": w for i, w in enumerate(self.get_weights())})
+        with open(os.path.join(directory, "policy.json"), "w", encoding="utf-8") as f:
+            json.dump(self.config, f, indent=2, sort_keys=True)
+
+    @classmethod
+    def load(cls, directory: str) -> "PlacetoPolicy":
+        try:
+            with open(os.path.join(directory, "policy.json"), encoding="utf-8") as f:
+                config = json.load(f)
+            with np.load(os.path.join(directory, "weights.npz")) as data:
+                weights = [data[k] for k in sorted(data.files)]
+        except (OSError, ValueError, KeyError) as e:
+            raise ConfigError(f"cannot load a Placeto policy from {directory!r}: {e}") from e
+        seed = config.pop("seed", 0)
+        policy = cls(**config, seed=seed)
+        policy.set_weights(weights)
+        return policy
+
+
+def pool_masks(ancestors: np.ndarray, current: np.ndarray) -> np.ndarray:
+    """[T, 3, G] float32 masks of the parents / children / parallel sets of ``current[t]``."""
+    parents = ancestors[:, current].T  # u reaches v
+    children = ancestors[current, :]  # v reaches u
+    parallel = ~(parents | children)
+    parallel[np.arange(len(current)), current] = False
+    return np.stack([parents, children, parallel], axis=1).astype(np.float32)

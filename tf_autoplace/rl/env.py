@@ -1,0 +1,217 @@
+"""Placeto's MDP over one placement problem (Addanki et al., section 2 and appendix A.4, A.7).
+
+State: the group graph with a current placement. An episode starts from a placement (all
+groups on the first action device, Placeto's "trivial placement", or a random one) and visits
+every movable group ``passes`` times (n = 1 or 2 in the paper); each action re-places the
+visited group on one of the action devices. After each action the op-level placement is
+simulated and scored with the memory-penalised runtime ``R = r + c * ReLU(m - M)``.
+
+Rewards, scaled by ``R_0`` (the start placement's score) so that graphs of very different step
+times train one policy:
+
+- intermediate (default): ``r_t = (R_{t-1} - R_t) / R_0``, the improvement made by step t;
+- terminal: 0 until the last step, which gets ``(R_0 - R_T) / R_0``.
+
+Both sum to the same episode return; intermediate rewards give each action its own credit.
+
+Choices the paper leaves open:
+
+- **Action devices.** The devices of one kind a policy chooses among: the cluster's GPUs, or all
+  devices when it has none (logical CPUs); the same compute devices the partitioning baselines
+  use. A group that cannot run on them (CPU-only ops) is
+  fixed to the first device that can run it and never visited.
+- **Grouping.** The environment groups the op graph itself with Merge-and-Colocate into at most
+  ``max_groups`` groups (Placeto uses the heuristic to shrink graphs before placing); placements
+  are always simulated at op level.
+- **Visiting order.** Groups in the order of their earliest op in a topological order of the op
+  graph, so parents are usually visited before children.
+- **Features** (per group, 5 + D): share of the graph's compute time (mean over action devices),
+  share of its output bytes, share of its persistent bytes (a memory feature we add: it lets the
+  policy see where variables live), the current placement one-hot over action devices, "is being
+  placed now", "has been placed in this episode".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+
+from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
+from tf_autoplace.grouping import GroupingConfig, group_graph, merge_and_colocate
+from tf_autoplace.placers._common import compute_devices
+from tf_autoplace.placers.base import PlacementProblem
+from tf_autoplace.sim import memory_penalized_runtime
+
+STATIC_FEATURES = 3  # compute share, output-bytes share, persistent-bytes share
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvConfig:
+    """Attributes:
+      max_groups: Merge-and-Colocate target for the episode's group graph.
+      passes: times each movable group is visited per episode (paper: 1 or 2).
+      reward: "intermediate" or "terminal" (see module doc).
+      memory_penalty: c in R = r + c * ReLU(m - M), per GB over capacity.
+      start: "single" (all on action device 0) or "random" start placement.
+    """
+
+    max_groups: int = 128
+    passes: int = 1
+    reward: str = "intermediate"
+    memory_penalty: float = 2.0
+    start: str = "single"
+
+    def __post_init__(self):
+        if not (isinstance(self.max_groups, int) and self.max_groups >= 1):
+            raise ConfigError(f"max_groups must be an int >= 1, got {self.max_groups!r}")
+        if self.passes not in (1, 2):
+            raise ConfigError(f"passes must be 1 or 2, got {self.passes!r}")
+        if self.reward not in ("intermediate", "terminal"):
+            raise ConfigError(f"reward must be 'intermediate' or 'terminal', got {self.reward!r}")
+        if not self.memory_penalty >= 0:
+            raise ConfigError(f"memory_penalty must be >= 0, got {self.memory_penalty!r}")
+        if self.start not in ("single", "random"):
+            raise ConfigError(f"start must be 'single' or 'random', got {self.start!r}")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class GraphView:
+    """The static part of the state, as the policy network reads it (G groups, E edges).
+
+    Attributes:
+      static: [G, 3] float32 static features.
+      edge_src, edge_dst: [E] int32 group-level edges (may contain cycles).
+      ancestors: [G, G] bool, ``ancestors[u, v]``: u can reach v (u != v).
+      num_devices: D, the number of action devices.
+    """
+
+    static: np.ndarray
+    edge_src: np.ndarray
+    edge_dst: np.ndarray
+    ancestors: np.ndarray
+    num_devices: int
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.static)
+
+
+def reachability(num_nodes: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """[G, G] bool: ``out[u, v]`` when a path of >= 1 edge leads from u to v (cycles allowed).
+
+    Bitset propagation to a fixed point; each row is a Python int used as a bitset."""
+    children = [[] for _ in range(num_nodes)]
+    for s, d in zip(src.tolist(), dst.tolist()):
+        children[s].append(d)
+    reach = [0] * num_nodes
+    for u in range(num_nodes):
+        for c in children[u]:
+            reach[u] |= 1 << c
+    changed = True
+    while changed:
+        changed = False
+        for u in range(num_nodes):
+            new = reach[u]
+            bits = reach[u]
+            while bits:
+                low = bits & -bits
+                new |= reach[low.bit_length() - 1]
+                bits ^= low
+            if new != reach[u]:
+                reach[u] = new
+                changed = True
+    out = np.zeros((num_nodes, num_nodes), dtype=bool)
+    for u, bits in enumerate(reach):
+        if bits:
+            row = np.frombuffer(bits.to_bytes((num_nodes + 7) // 8, "little"), dtype=np.uint8)
+            out[u] = np.unpackbits(row, bitorder="little")[:num_nodes].astype(bool)
+    np.fill_diagonal(out, False)
+    return out
+
+
+class PlacementEnv:
+    """One problem's MDP. Numpy only; the policy network lives elsewhere."""
+
+    def __init__(self, problem: PlacementProblem, config: EnvConfig = EnvConfig()):
+        self.problem = problem
+        self.config = config
+        cluster, graph = problem.cluster, problem.graph
+        self.action_devices = compute_devices(problem).astype(np.int32)
+
+        grouping = merge_and_colocate(graph, GroupingConfig(max_groups=config.max_groups))
+        self.grouping = grouping
+        grouped = group_graph(graph, grouping)
+        g = grouping.num_groups
+        allowed = np.ones((g, cluster.num_devices), dtype=bool)
+        np.logical_and.at(allowed, grouping.labels, problem.allowed)
+        self.movable = allowed[:, self.action_devices].all(axis=1)
+        if not allowed.any(axis=1).all():
+            raise InfeasiblePlacementError("some op group can run on no device of the cluster")
+        # Fixed groups go to the first device that can run them (as the single-device placer).
+        self.fixed_device = np.argmax(allowed, axis=1).astype(np.int32)
+
+        time = np.where(problem.allowed[:, self.action_devices],
+                        problem.op_time[:, self.action_devices], 0.0).mean(axis=1)
+        time = np.bincount(grouping.labels, weights=time, minlength=g)
+        static = np.stack([time, grouped.output_bytes.astype(np.float64),
+                           grouped.persistent_bytes.astype(np.float64)], axis=1)
+        static = static / np.maximum(static.sum(axis=0, keepdims=True), 1e-30)
+        self.view = GraphView(
+            static=static.astype(np.float32),
+            edge_src=grouped.edge_src.astype(np.int32), edge_dst=grouped.edge_dst.astype(np.int32),
+            ancestors=reachability(g, grouped.edge_src, grouped.edge_dst),
+            num_devices=len(self.action_devices))
+
+        topo_pos = np.empty(graph.num_ops, np.int64)
+        topo_pos[graph.topological_order()] = np.arange(graph.num_ops)
+        first = np.full(g, graph.num_ops, np.int64)
+        np.minimum.at(first, grouping.labels, topo_pos)
+        visit = [v for v in np.argsort(first, kind="stable").tolist() if self.movable[v]]
+        self.order = np.array(visit * config.passes, dtype=np.int32)
+
+    # ------------------------------------------------------------------------------ scoring
+    @property
+    def num_steps(self) -> int:
+        return len(self.order)
+
+    def op_placement(self, actions: np.ndarray) -> np.ndarray:
+        """[G] action-device index per group -> [n] cluster device index per op."""
+        devices = np.where(self.movable, self.action_devices[actions], self.fixed_device)
+        return devices[self.grouping.labels].astype(np.int32)
+
+    def score(self, actions: np.ndarray) -> float:
+        """Memory-penalised simulated runtime R of a group placement."""
+        sim = self.problem.simulator.run(self.op_placement(actions))
+        return memory_penalized_runtime(sim, self.problem.cluster, self.config.memory_penalty)
+
+    def start(self, rng: np.random.Generator) -> np.ndarray:
+        g, d = self.view.num_groups, self.view.num_devices
+        if self.config.start == "random":
+            return rng.integers(0, d, size=g).astype(np.int32)
+        return np.zeros(g, dtype=np.int32)
+
+    # ----------------------------------------------------------------------------- features
+    def features(self, actions: np.ndarray, step: int, placed: np.ndarray) -> np.ndarray:
+        """[G, 5 + D] float32 features of the state before ``step``'s action."""
+        g, d = self.view.num_groups, self.view.num_devices
+        out = np.zeros((g, STATIC_FEATURES + d + 2), dtype=np.float32)
+        out[:, :STATIC_FEATURES] = self.view.static
+        out[np.arange(g), STATIC_FEATURES + actions] = self.movable
+        out[self.order[step], STATIC_FEATURES + d] = 1.0
+        out[:, STATIC_FEATURES + d + 1] = placed
+        return out
+
+    def rewards(self, scores: np.ndarray) -> np.ndarray:
+        """[T] rewards from the T + 1 scores R_0..R_T of an episode."""
+        r0 = scores[0]
+        if self.config.reward == "intermediate":
+            return (scores[:-1] - scores[1:]) / r0
+        out = np.zeros(len(scores) - 1)
+        out[-1] = (r0 - scores[-1]) / r0
+        return out
+
+    @functools.cached_property
+    def num_features(self) -> int:
+        return STATIC_FEATURES + self.view.num_devices + 2
