@@ -17,6 +17,12 @@ class TrainingGraph:
     init_op: str
     feed: dict  # tensor name -> numpy array
 
+    @classmethod
+    def from_model(cls, model, seed: int = 0) -> "TrainingGraph":
+        """From a :class:`tf_autoplace.zoo.ModelGraph`, with its sample inputs for ``seed``."""
+        return cls(model.graph, model.loss, model.train_op, model.init_op,
+                   model.sample_feed(seed))
+
 
 def small_cnn(batch: int = 8, seed: int = 0) -> TrainingGraph:
     """A two-branch conv net with Adam: forward, gradients and optimizer update, fixed seeds."""
