@@ -1,0 +1,240 @@
+"""The absl flag door: tools/example_train.py run as a user runs it, with and without --autoplace.
+
+Each run is a subprocess importing TensorFlow (seconds each), so all of them start together once
+per module and the tests read their results. In-process checks cover what a subprocess would
+observe only slowly: the hook installed with explicit settings (a placement error, a
+MonitoredSession, a second session, uninstall), budget pass-through, the session device check.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_autoplace
+from tf_autoplace import flags as ap_flags  # defines the flags on absl's global FLAGS; harmless
+from tf_autoplace.placers import PLACERS, SingleDevicePlacer
+from tf_autoplace.testing import small_cnn
+
+HOST = "/job:localhost/replica:0/task:0/device:"
+CPU2 = "testdata/cpu2.pbtxt"
+TINY = """
+device { name: "/job:localhost/replica:0/task:0/device:CPU:0" kind: "CPU" memory_bytes: 1000 }
+device { name: "/job:localhost/replica:0/task:0/device:CPU:1" kind: "CPU" memory_bytes: 1000 }
+"""
+CONFIG2 = dict(device_count={"CPU": 2}, allow_soft_placement=False,
+               inter_op_parallelism_threads=1, intra_op_parallelism_threads=1)
+
+# name -> extra flags ({dir} is the module's temp dir).
+RUNS = {
+    "plain": ["--print_devices"],
+    "placed": ["--print_devices", "--autoplace=m_etf", f"--autoplace_cluster={CPU2}",
+               "--autoplace_report={dir}/report.json"],
+    "bad_placer": ["--autoplace=no_such_placer", f"--autoplace_cluster={CPU2}"],
+    "bad_cluster": ["--autoplace=m_etf", "--autoplace_cluster={dir}/bad.pbtxt"],
+    "bad_budget": ["--autoplace=m_etf", f"--autoplace_cluster={CPU2}",
+                   "--autoplace_budget_s=0"],
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, repo_root):
+    workdir = tmp_path_factory.mktemp("example_train")
+    (workdir / "bad.pbtxt").write_text('device { name: "/device:CPU:0" kind: ')
+    pythonpath = os.pathsep.join(p for p in (repo_root, os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=pythonpath)
+    procs = {}
+    for name, extra in RUNS.items():
+        argv = [sys.executable, "tools/example_train.py", "--steps=4"]
+        argv += [flag.format(dir=workdir) for flag in extra]
+        procs[name] = subprocess.Popen(argv, cwd=repo_root, env=env, text=True,
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    results = {}
+    for name, proc in procs.items():
+        out, err = proc.communicate(timeout=300)
+        results[name] = (proc.returncode, out, err, workdir)
+    return results
+
+
+def _losses(out):
+    return [float(line.split()[-1]) for line in out.splitlines() if line.startswith("step ")]
+
+
+def _devices(out):
+    lines = [line for line in out.splitlines() if line.startswith("devices ")]
+    assert len(lines) == 1, out
+    return set(lines[0].split()[1:])
+
+
+def test_without_flag_nothing_is_placed(runs):
+    rc, out, err, _ = runs["plain"]
+    assert rc == 0, err
+    assert len(_losses(out)) == 4
+    assert _devices(out) == {f"{HOST}CPU:0"}
+    assert "autoplace:" not in err  # the hook was never installed
+
+
+def test_with_flag_same_losses_and_both_devices_execute(runs):
+    rc, out, err, _ = runs["placed"]
+    assert rc == 0, err
+    assert "autoplace: placed" in err
+    plain = _losses(runs["plain"][1])
+    placed = _losses(out)
+    assert len(placed) == 4
+    np.testing.assert_allclose(placed, plain, rtol=1e-6)
+    assert placed[-1] < placed[0]
+    assert _devices(out) == {f"{HOST}CPU:0", f"{HOST}CPU:1"}
+
+
+def test_report_json_is_written_and_valid(runs):
+    rc, _, err, workdir = runs["placed"]
+    assert rc == 0, err
+    report = json.loads((workdir / "report.json").read_text())
+    assert report["placer"] == "m_etf"
+    assert sum(d["num_ops"] for d in report["devices"]) == report["num_ops"] > 0
+    assert {d["name"] for d in report["devices"] if d["num_ops"]} == {f"{HOST}CPU:0",
+                                                                     f"{HOST}CPU:1"}
+    assert report["flags"] == {"autoplace": "m_etf", "autoplace_cluster": CPU2,
+                               "autoplace_budget_s": 60.0, "budget_passed_to_placer": False}
+
+
+@pytest.mark.parametrize("name, message", [
+    ("bad_placer", "'no_such_placer' is not a placer"),
+    ("bad_cluster", "malformed cluster spec"),
+    ("bad_budget", "--autoplace_budget_s must be > 0"),
+])
+def test_bad_flags_exit_nonzero_with_clear_message(runs, name, message):
+    rc, out, err, _ = runs[name]
+    assert rc != 0
+    assert message in err
+    assert "step " not in out
+
+
+# ----------------------------------------------------------------------------- in process
+class _BudgetPlacer(SingleDevicePlacer):
+    name = "budgeted"
+
+    def __init__(self, budget_s):
+        self.budget_s = budget_s
+
+
+def test_budget_is_passed_to_placers_that_take_one(monkeypatch):
+    monkeypatch.setitem(PLACERS, "budgeted", _BudgetPlacer)
+    assert ap_flags.make_placer("budgeted", 12.5).budget_s == 12.5
+    assert ap_flags.make_placer("placeto", 12.5).config.budget_s == 12.5
+    assert isinstance(ap_flags.make_placer("single", 12.5), SingleDevicePlacer)
+    with pytest.raises(tf_autoplace.ConfigError, match="unknown placer"):
+        ap_flags.make_placer("nope", 1.0)
+
+
+@pytest.mark.parametrize("soft", [False, True])
+def test_session_without_the_cluster_devices(testdata, soft):
+    cluster = tf_autoplace.Cluster.from_file(os.path.join(testdata, "cpu2.pbtxt"))
+    config = tf.compat.v1.ConfigProto(device_count={"CPU": 1}, allow_soft_placement=soft)
+    with tf.compat.v1.Session(graph=tf.Graph(), config=config) as sess:
+        if soft:
+            ap_flags._check_session_devices(sess, cluster, "cpu2.pbtxt")
+        else:
+            with pytest.raises(tf_autoplace.ConfigError, match="device_count"):
+                ap_flags._check_session_devices(sess, cluster, "cpu2.pbtxt")
+    config = tf.compat.v1.ConfigProto(device_count={"CPU": 2})
+    with tf.compat.v1.Session(graph=tf.Graph(), config=config) as sess:
+        ap_flags._check_session_devices(sess, cluster, "cpu2.pbtxt")
+
+
+# The hook itself, in process: installed with explicit settings, always uninstalled.
+@pytest.fixture
+def hook():
+    def install(**kwargs):
+        ap_flags.install(ap_flags.AutoplaceSettings(**kwargs))
+
+    yield install
+    ap_flags.uninstall()
+
+
+def _op_devices(graph):
+    return {op.name: op.device for op in graph.get_operations()}
+
+
+def test_placement_error_stops_the_run_and_leaves_the_graph(hook, tmp_path):
+    (tmp_path / "tiny.pbtxt").write_text(TINY)
+    hook(placer="m_etf", cluster=str(tmp_path / "tiny.pbtxt"),
+         report_path=str(tmp_path / "r.json"))
+    tg = small_cnn()
+    before = _op_devices(tg.graph)
+    config = tf.compat.v1.ConfigProto(**CONFIG2)
+    with tf.compat.v1.Session(graph=tg.graph, config=config) as sess:
+        with pytest.raises(tf_autoplace.InfeasiblePlacementError, match="GB"):
+            sess.run(tg.init_op)
+    assert _op_devices(tg.graph) == before
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_monitored_session_graph_is_placed_once_before_it_runs(hook, testdata):
+    hook(placer="m_etf", cluster=os.path.join(testdata, "cpu2.pbtxt"))
+    tg = small_cnn()
+    with tg.graph.as_default():
+        step = tf.compat.v1.train.get_or_create_global_step()
+        creator = tf.compat.v1.train.ChiefSessionCreator(
+            config=tf.compat.v1.ConfigProto(**CONFIG2))
+        with tf.compat.v1.train.MonitoredSession(session_creator=creator) as sess:
+            assert tg.graph.finalized
+            meta = tf.compat.v1.RunMetadata()
+            sess.run(tg.train_op, tg.feed, run_metadata=meta,
+                     options=tf.compat.v1.RunOptions(output_partition_graphs=True))
+    report = ap_flags.report_for(tg.graph)
+    assert report is not None and report.assignment[step.op.name] == step.op.device
+    executed = {n.device for pg in meta.partition_graphs for n in pg.node}
+    assert executed == {f"{HOST}CPU:0", f"{HOST}CPU:1"}
+    placed = _op_devices(tg.graph)
+    with tf.compat.v1.Session(graph=tg.graph, config=tf.compat.v1.ConfigProto(**CONFIG2)) as s:
+        s.run(tg.init_op)  # a second session on the same graph: not placed again
+    assert ap_flags.report_for(tg.graph) is report and _op_devices(tg.graph) == placed
+
+
+class _EagerPlacer(SingleDevicePlacer):
+    """Runs a TF op while placing, as a learned policy does, and records where it ran."""
+
+    name = "eager_probe"
+    seen = []
+
+    def _place(self, problem, rng):
+        value = tf.constant(2.0) * 3.0
+        self.seen.append((tf.executing_eagerly(), float(value) if tf.executing_eagerly() else None))
+        return super()._place(problem, rng)
+
+
+def test_placer_ops_run_eagerly_outside_the_users_graph(hook, testdata, monkeypatch):
+    monkeypatch.setitem(PLACERS, "eager_probe", _EagerPlacer)
+    _EagerPlacer.seen.clear()
+    hook(placer="eager_probe", cluster=os.path.join(testdata, "cpu2.pbtxt"))
+    tg = small_cnn()
+    num_ops = len(tg.graph.get_operations())
+    with tf.compat.v1.Session(graph=tg.graph, config=tf.compat.v1.ConfigProto(**CONFIG2)) as s:
+        s.run(tg.init_op)  # inside `with Session`, the user's graph is the default graph
+    assert _EagerPlacer.seen and all(seen == (True, 6.0) for seen in _EagerPlacer.seen)
+    assert len(tg.graph.get_operations()) == num_ops
+    assert ap_flags.report_for(tg.graph).placer == "eager_probe"
+
+
+def test_uninstall_restores_the_session(hook, testdata):
+    hook(placer="m_etf", cluster=os.path.join(testdata, "cpu2.pbtxt"))
+    ap_flags.uninstall()
+    tg = small_cnn()
+    with tf.compat.v1.Session(graph=tg.graph, config=tf.compat.v1.ConfigProto(**CONFIG2)) as s:
+        s.run(tg.init_op)
+    assert ap_flags.report_for(tg.graph) is None
+    assert set(_op_devices(tg.graph).values()) == {""}
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(placer="off"), "off"),
+    (dict(placer="m_etf", budget_s=0), "budget_s must be > 0"),
+])
+def test_settings_are_checked(kwargs, match):
+    with pytest.raises(tf_autoplace.ConfigError, match=match):
+        ap_flags.AutoplaceSettings(**kwargs)

@@ -1,0 +1,83 @@
+"""The TF2 door: tf.function / ConcreteFunction placement, checked on two logical CPU devices.
+
+Logical devices can only be configured before TF initialises its runtime, so the checks run in
+one child process (tests/tf2_child.py, started once per module) and these tests read its JSON.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+HOST = "/job:localhost/replica:0/task:0/device:"
+BOTH = [f"{HOST}CPU:0", f"{HOST}CPU:1"]
+
+
+@pytest.fixture(scope="module")
+def child(repo_root):
+    pythonpath = os.pathsep.join(p for p in (repo_root, os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=pythonpath)
+    proc = subprocess.run([sys.executable, os.path.join("tests", "tf2_child.py")],
+                          cwd=repo_root, env=env, text=True, capture_output=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _result(child, name):
+    result = child[name]
+    assert "exception" not in result, result.get("traceback")
+    return result
+
+
+def test_keras_training_step_placed_trains_identically(child):
+    r = _result(child, "keras")
+    np.testing.assert_allclose(r["losses"], r["reference"], rtol=1e-6)
+    assert r["losses"][-1] < r["losses"][0]
+    assert r["weights_equal"]  # the placed step updated the same variables the same way
+    assert r["report_is_attr"]
+
+
+def test_keras_training_step_runs_on_the_placed_devices(child):
+    r = _result(child, "keras")
+    assert set(BOTH) <= set(r["graph_devices"])
+    assert sorted(r["executed"]) == BOTH  # both devices executed ops of the placed step
+    assert min(r["executed"].values()) > 10
+
+
+def test_captured_variables_are_pinned_to_their_device(child):
+    r = _result(child, "keras")
+    assert r["variable_devices"] == [f"{HOST}CPU:0"]
+    assert r["resource_op_devices"] == r["variable_devices"]
+    assert any("captured resources were pinned" in n for n in r["notes"])
+
+
+def test_autoplace_dispatches_functions_inlines_nested_calls_and_keeps_signature(child):
+    r = _result(child, "dispatch")
+    assert r["is_placed_function"] and r["report_ops"] > 0
+    assert r["equal"] and r["keys"] == ["diff", "sum"]
+    assert r["call_ops_left"] == []  # nested tf.function calls were inlined and placed op by op
+    assert r["graph_devices"] == BOTH
+    assert sorted(r["executed"]) == BOTH
+
+
+def test_functional_control_flow_stays_single_ops_next_to_an_inlined_call(child):
+    r = _result(child, "control_flow")
+    assert r["equal"]
+    assert r["flow_ops"] == ["If", "While"] and r["lowering_kept"]
+    assert r["v1_ops"] == []
+    assert any("placed as single ops" in n for n in r["notes"])
+
+
+@pytest.mark.parametrize("case, error, message", [
+    ("xla", "ConfigError", "jit_compile=True"),
+    ("no_args", "ConfigError", "input_signature"),
+    ("variable_off_cluster", "ConfigError", "not a device of the cluster"),
+])
+def test_unsupported_functions_are_clear_errors(child, case, error, message):
+    got = child["errors"]
+    assert "exception" not in got, got.get("traceback")
+    assert got[case] is not None, f"{case} did not raise"
+    assert got[case][0] == error and message in got[case][1]

@@ -1,0 +1,213 @@
+"""Child process for tests/test_tf2.py: TF2 checks on two logical CPU devices.
+
+Logical devices must be configured before TensorFlow initialises its runtime, which another
+test module in the pytest process may already have done; so these checks run here, in a fresh
+interpreter, and print one JSON object (check name -> result) on the last line of stdout.
+"""
+
+import json
+import os
+import sys
+
+import numpy as np
+import tensorflow as tf
+
+tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
+                                           [tf.config.LogicalDeviceConfiguration()] * 2)
+tf.config.set_soft_device_placement(False)  # a device TF cannot honour is an error, not a move
+
+import tf_autoplace  # noqa: E402
+from tf_autoplace import tf2  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CPU2 = os.path.join(REPO, "testdata", "cpu2.pbtxt")
+HOST = "/job:localhost/replica:0/task:0/device:"
+
+
+def executed_devices(fn, *args, **kwargs):
+    """Run ``fn`` and return (its result, {device: executed nodes}) from the partition graphs."""
+    from tensorflow.python.eager import context
+
+    ctx = context.context()
+    ctx.enable_run_metadata()
+    try:
+        out = fn(*args, **kwargs)
+        meta = ctx.export_run_metadata()
+    finally:
+        ctx.disable_run_metadata()
+    counts = {}
+    for fg in meta.function_graphs:
+        for pg in fg.partition_graphs:
+            for node in pg.node:
+                counts[node.device] = counts.get(node.device, 0) + 1
+    return out, counts
+
+
+def keras_train_step():
+    """A two-branch Keras (tf_keras) regression model trained by a tf.function step."""
+    import tf_keras
+
+    tf.keras.utils.set_random_seed(0)
+    init = tf_keras.initializers.GlorotUniform(seed=0)
+    inp = tf_keras.Input((16,))
+    a = tf_keras.layers.Dense(32, activation="relu", kernel_initializer=init)(inp)
+    b = tf_keras.layers.Dense(32, activation="tanh", kernel_initializer=init)(inp)
+    out = tf_keras.layers.Dense(1, kernel_initializer=init)(
+        tf_keras.layers.Concatenate()([a, b]))
+    model = tf_keras.Model(inp, out)
+    opt = tf_keras.optimizers.Adam(1e-2)
+
+    @tf.function
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((model(x) - y) ** 2)
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.normal(size=(8, 16)).astype(np.float32))
+    y = tf.constant(rng.normal(size=(8, 1)).astype(np.float32))
+    step.get_concrete_function(x, y)  # creates the optimizer's slots
+    return step, model, opt, x, y
+
+
+def check_keras_training_step():
+    step, model, opt, x, y = keras_train_step()
+    variables = model.variables + opt.variables()
+    start = [v.numpy() for v in variables]
+    placed, report = tf2.autoplace_function(step, x, y, cluster=CPU2, placer="m_etf", seed=0)
+    reference = [float(step(x, y)) for _ in range(3)]
+    trained = [v.numpy() for v in variables]
+    for v, w in zip(variables, start):
+        v.assign(w)
+    first, executed = executed_devices(placed, x, y)  # partition graphs come with the 1st run
+    losses = [float(first)] + [float(placed(x, y)) for _ in range(2)]
+    var_devices = sorted({v.handle.device for v in variables})
+    reads = {op.device for op in placed.graph.get_operations()
+             if op.type in ("ReadVariableOp", "ResourceApplyAdam", "AssignVariableOp",
+                            "AssignAddVariableOp")}
+    return {
+        "reference": reference, "losses": losses,
+        "weights_equal": all(np.allclose(a, v.numpy(), rtol=1e-6, atol=1e-7)
+                             for a, v in zip(trained, variables)),
+        "graph_devices": sorted({op.device for op in placed.graph.get_operations()}),
+        "executed": executed, "variable_devices": var_devices, "resource_op_devices":
+            sorted(reads), "report_is_attr": placed.report is report,
+        "notes": list(report.notes), "num_ops": report.num_ops,
+    }
+
+
+def check_dispatch_nested_and_kwargs():
+    w1 = tf.Variable(tf.random.stateless_normal((16, 64), seed=(0, 1)))
+    w2 = tf.Variable(tf.random.stateless_normal((16, 64), seed=(0, 2)))
+
+    @tf.function
+    def branch(x, w):
+        return tf.nn.relu(tf.matmul(x, w))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 16], tf.float32, name="x"),
+                                  tf.TensorSpec([None, 16], tf.float32, name="z")])
+    def model(x, z):
+        return {"sum": tf.reduce_sum(branch(x, w1) + branch(z, w2), axis=1),
+                "diff": branch(x, w1) - branch(z, w2)}
+
+    placed = tf_autoplace.autoplace(model, cluster=CPU2, placer="m_etf", seed=0)
+    rng = np.random.default_rng(1)
+    x = tf.constant(rng.normal(size=(4, 16)).astype(np.float32))
+    z = tf.constant(rng.normal(size=(4, 16)).astype(np.float32))
+    want = model(x, z)
+    got, executed = executed_devices(placed, z=z, x=x)
+    positional = placed(x, z)
+    types = {op.type for op in placed.graph.get_operations()}
+    return {
+        "is_placed_function": isinstance(placed, tf2.PlacedFunction),
+        "report_ops": placed.report.num_ops,
+        "equal": all(np.allclose(want[k], got[k], rtol=1e-6) and
+                     np.allclose(want[k], positional[k], rtol=1e-6) for k in want),
+        "keys": sorted(got), "executed": executed,
+        "call_ops_left": sorted(types & {"PartitionedCall", "StatefulPartitionedCall"}),
+        "graph_devices": sorted({op.device for op in placed.graph.get_operations()
+                                 if op.type == "MatMul"}),
+    }
+
+
+def check_control_flow_with_nested_call():
+    """A nested call is inlined while functional If/While stay single ops that TF still lowers
+    at run time (Grappler's inliner would otherwise lower them to v1 Switch/Merge, which a
+    tf.function cannot import)."""
+    v = tf.Variable(tf.ones((4, 4)))
+
+    @tf.function
+    def inner(x):
+        return tf.cond(tf.reduce_sum(x) > 0, lambda: x @ v, lambda: x - 1.0)
+
+    @tf.function
+    def outer(x):
+        y = inner(x)
+        _, z = tf.while_loop(lambda i, z: i < 3, lambda i, z: (i + 1, z @ v),
+                             (tf.constant(0), y))
+        return z
+
+    x = tf.constant(np.linspace(-1, 1, 16, dtype=np.float32).reshape(4, 4))
+    placed, report = tf2.autoplace_function(outer, x, cluster=CPU2)
+    nodes = placed.graph.as_graph_def().node
+    flow = [n for n in nodes if n.op in ("If", "StatelessIf", "While", "StatelessWhile")]
+    return {
+        "equal": bool(np.allclose(outer(x), placed(x), rtol=1e-6)),
+        "flow_ops": sorted(n.op for n in flow),
+        "lowering_kept": all(n.attr["_lower_using_switch_merge"].b for n in flow),
+        "v1_ops": sorted({n.op for n in nodes} & {"Switch", "Merge", "Enter", "Exit"}),
+        "notes": list(report.notes),
+    }
+
+
+def errors():
+    out = {}
+
+    @tf.function(jit_compile=True)
+    def xla(x):
+        return x * 2
+
+    v = tf.Variable(1.0)
+
+    @tf.function
+    def uses_v(x):
+        return x * v
+
+    only_cpu1 = tf_autoplace.Cluster.uniform([tf_autoplace.Device(f"{HOST}CPU:1", "CPU",
+                                                                  memory_bytes=10**9)])
+    cases = {
+        "xla": lambda: tf2.autoplace_function(xla, tf.constant(1.0), cluster=CPU2),
+        "no_args": lambda: tf_autoplace.autoplace(uses_v, cluster=CPU2),
+        "variable_off_cluster": lambda: tf2.autoplace_function(uses_v, tf.constant(1.0),
+                                                               cluster=only_cpu1),
+    }
+    for name, fn in cases.items():
+        try:
+            fn()
+            out[name] = None
+        except tf_autoplace.AutoplaceError as e:
+            out[name] = [type(e).__name__, str(e)]
+    return out
+
+
+def main():
+    results = {}
+    for name, check in [("keras", check_keras_training_step),
+                        ("dispatch", check_dispatch_nested_and_kwargs),
+                        ("control_flow", check_control_flow_with_nested_call),
+                        ("errors", errors)]:
+        try:
+            results[name] = check()
+        except Exception as e:  # reported to the test, which fails with the message
+            import traceback
+
+            results[name] = {"exception": f"{type(e).__name__}: {e}",
+                             "traceback": traceback.format_exc()}
+    print(json.dumps(results))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,326 @@
+"""absl flags that give an existing TF1-style training binary automatic placement.
+
+One line in a training script that runs under ``absl.app``::
+
+    import tf_autoplace.flags  # noqa: F401  (defines --autoplace, --autoplace_cluster, ...)
+
+then ``python train.py --autoplace=m_etf --autoplace_cluster=testdata/cpu2.pbtxt``.
+
+Flags:
+  --autoplace           placer name (``tf_autoplace.placers.PLACERS``); "" or "off" (default)
+                        disables autoplacement and nothing is patched.
+  --autoplace_cluster   cluster spec file (text ``ClusterSpec``) or "local" (default).
+  --autoplace_budget_s  time budget in seconds (> 0, default 60) for placers that search or learn:
+                        passed to the placer's constructor when it takes ``budget_s``
+                        (``placeto``); the heuristic placers take none. Recorded in the JSON
+                        report either way.
+  --autoplace_report    write the PlacementReport as JSON here (optional).
+
+How it works (checked on TF 2.21). A v1 ``Session`` hands its graph to the runtime in
+``BaseSession._extend_graph``, which every ``run``, ``partial_run_setup``, ``make_callable`` and
+Keras-1 callable calls before anything executes; the runtime partitions the graph by device when
+it first runs it. Once flags are parsed (``absl.app.call_after_init``) and only if ``--autoplace``
+is set, that method is wrapped: the first time any session is about to hand over a graph that was
+not placed yet, :func:`tf_autoplace.autoplace` places it in place, then the session proceeds.
+So the graph is placed once, before its first step, with no other change to the script;
+``MonitoredSession``/``MonitoredTrainingSession`` are covered because they run through a plain
+Session (placing a finalized graph is fine: devices are not graph mutations TF forbids). Devices
+set after a session has run a graph are ignored by TF (it warns that the mutation has no effect),
+which is why placement happens at the first hand-over and never later: ops created after the
+first run keep TF's default placement.
+
+Before placing, the session's devices (``Session.list_devices``) are checked against the
+cluster: a cluster device the session lacks is an error unless the session allows soft placement.
+A v1 Session sees one CPU device unless created with ``ConfigProto(device_count={'CPU': N})``,
+so a cluster of N logical CPUs (``testdata/cpu2.pbtxt``) needs that config in the script
+(``tools/example_train.py --num_cpus``).
+
+Errors: bad flag values stop the program at flag parsing (absl's "FATAL Flags parsing error"
+with the value and the reason, exit status 1). A placement that fails raises its
+:class:`AutoplaceError` out of the session call that triggered it, so the program stops with
+that message; nothing is swallowed and the graph is left unplaced.
+
+Scripts that parse flags without ``absl.app.run`` call :func:`install` after parsing; code
+and tests can pass an :class:`AutoplaceSettings` to :func:`install` instead of flags, and
+:func:`uninstall` restores the session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import inspect
+import os
+import threading
+import weakref
+
+from absl import flags
+from absl import logging
+
+FLAGS = flags.FLAGS
+_OFF = ("", "off")
+
+flags.DEFINE_string("autoplace", "off",
+                    "Place the training graph before its first step with this placer "
+                    "(e.g. m_etf, single); '' or 'off' disables.")
+flags.DEFINE_string("autoplace_cluster", "local",
+                    "Cluster for --autoplace: a text ClusterSpec file or 'local'.")
+flags.DEFINE_float("autoplace_budget_s", 60.0,
+                   "Time budget in seconds (> 0) for placers that search or learn.")
+flags.DEFINE_string("autoplace_report", None,
+                    "Write the --autoplace PlacementReport as JSON to this path.")
+
+
+def _enabled(name) -> bool:
+    return (name or "").strip().lower() not in _OFF
+
+
+@flags.validator("autoplace_budget_s", message="--autoplace_budget_s must be > 0 seconds")
+def _check_budget(value) -> bool:
+    return value is not None and value > 0
+
+
+@flags.multi_flags_validator(["autoplace", "autoplace_cluster"])
+def _check_placer_and_cluster(values) -> bool:
+    """Only when enabled: the placer is registered and the cluster spec reads."""
+    if not _enabled(values["autoplace"]):
+        return True
+    from tf_autoplace.cluster import Cluster
+    from tf_autoplace.errors import AutoplaceError
+    from tf_autoplace.placers import PLACERS
+
+    name = values["autoplace"].strip()
+    if name not in PLACERS:
+        raise flags.ValidationError(
+            f"--autoplace={name!r} is not a placer; choose one of {sorted(PLACERS)} "
+            "(or 'off')")
+    spec = values["autoplace_cluster"]
+    if spec != "local":
+        try:
+            Cluster.from_file(spec)
+        except AutoplaceError as e:
+            raise flags.ValidationError(f"--autoplace_cluster={spec!r}: {e}") from e
+    return True
+
+
+@flags.validator("autoplace_report",
+                 message="--autoplace_report must be a file path in an existing directory")
+def _check_report_path(value) -> bool:
+    return value is None or (bool(value) and not os.path.isdir(value)
+                             and os.path.isdir(os.path.dirname(os.path.abspath(value))))
+
+
+# ------------------------------------------------------------------------------ the hook
+@dataclasses.dataclass(frozen=True)
+class AutoplaceSettings:
+    """What the session hook does; built from the flags by :func:`settings_from_flags`.
+
+    Attributes:
+      placer: a registered placer name.
+      cluster: a cluster spec file path or "local".
+      budget_s: time budget (> 0) for placers whose constructor takes ``budget_s``.
+      report_path: where to write the JSON report, or None.
+      seed: the placement seed.
+    """
+
+    placer: str
+    cluster: str = "local"
+    budget_s: float = 60.0
+    report_path: str | None = None
+    seed: int = 0
+
+    def __post_init__(self):
+        from tf_autoplace.errors import ConfigError
+
+        if not _enabled(self.placer):
+            raise ConfigError(f"placer {self.placer!r} means autoplacement is off")
+        if not (isinstance(self.budget_s, (int, float)) and self.budget_s > 0):
+            raise ConfigError(f"budget_s must be > 0 seconds, got {self.budget_s!r}")
+
+
+def settings_from_flags() -> AutoplaceSettings | None:
+    """The settings the parsed flags ask for, or None when ``--autoplace`` is off."""
+    if not _enabled(FLAGS.autoplace):
+        return None
+    return AutoplaceSettings(placer=FLAGS.autoplace.strip(), cluster=FLAGS.autoplace_cluster,
+                             budget_s=FLAGS.autoplace_budget_s,
+                             report_path=FLAGS.autoplace_report or None)
+
+
+_lock = threading.RLock()
+_placed: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # tf.Graph -> report
+_state = threading.local()
+_settings: AutoplaceSettings | None = None  # set while installed
+_original_extend = None
+
+
+def make_placer(name: str, budget_s: float):
+    """The registered placer ``name``, given ``budget_s`` if its constructor takes one."""
+    from tf_autoplace.placers import get_placer
+
+    return get_placer(name, budget_s=budget_s)
+
+
+def _takes_budget(cls) -> bool:
+    return "budget_s" in inspect.signature(cls).parameters
+
+
+def report_for(graph):
+    """The report of ``graph``'s placement by the hook, or None if it was not placed."""
+    return _placed.get(graph)
+
+
+def _check_session_devices(session, cluster, spec: str) -> None:
+    """Raise ConfigError if ``cluster`` (read from ``spec``) names devices ``session`` lacks
+    and the session does not allow soft placement."""
+    import tensorflow as tf
+
+    from tf_autoplace.errors import ConfigError
+
+    have = {tf.DeviceSpec.from_string(d.name).to_string() for d in session.list_devices()}
+    missing = [n for n in cluster.names if tf.DeviceSpec.from_string(n).to_string() not in have]
+    if not missing:
+        return
+    config = getattr(session, "_config", None)
+    if config is not None and config.allow_soft_placement:
+        logging.warning("autoplace: the session lacks cluster devices %s; soft placement will "
+                        "move their ops", missing)
+        return
+    raise ConfigError(
+        f"--autoplace_cluster={spec!r} has devices {missing} that this "
+        f"session does not have (it has {sorted(have)}); create the Session with "
+        "ConfigProto(device_count={'CPU': N}) for N logical CPUs, or pick a cluster spec "
+        "that matches the machine")
+
+
+@contextlib.contextmanager
+def _away_from_user_graph():
+    """Run placement outside the user's graph: inside ``with Session(...)`` that graph is the
+    default, so a placer that runs TF ops (a learned policy) would add them to the graph being
+    placed. Placement sees a throwaway default graph, and eager execution when the program has
+    it (a TF1 program that disabled eager keeps graph mode)."""
+    import tensorflow as tf
+    from tensorflow.python.eager import context
+
+    with tf.Graph().as_default():
+        if context.default_execution_mode == context.EAGER_MODE:
+            with context.eager_mode():
+                yield
+        else:
+            yield
+
+
+def _place_graph(session, settings: AutoplaceSettings) -> None:
+    import tf_autoplace
+    from tf_autoplace.api import resolve_cluster
+
+    graph = session.graph
+    with _lock:
+        if graph in _placed:
+            return
+        if not graph.get_operations():
+            return  # nothing to place yet; try again when the session sees ops
+        cluster = resolve_cluster(settings.cluster)
+        _check_session_devices(session, cluster, settings.cluster)
+        placer = make_placer(settings.placer, settings.budget_s)
+        with _away_from_user_graph():
+            report = tf_autoplace.autoplace(graph, cluster=cluster, placer=placer,
+                                            seed=settings.seed)
+        _placed[graph] = report
+    logging.info("autoplace: placed %d ops with %s\n%s", report.num_ops, report.placer, report)
+    if settings.report_path:
+        _write_report(settings, report, placer)
+
+
+def _write_report(settings: AutoplaceSettings, report, placer) -> None:
+    import json
+    import tempfile
+
+    out = report.to_dict()
+    out["flags"] = {"autoplace": settings.placer, "autoplace_cluster": settings.cluster,
+                    "autoplace_budget_s": settings.budget_s,
+                    "budget_passed_to_placer": _takes_budget(type(placer))}
+    path = settings.report_path
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
+                               prefix=".tmp_autoplace_")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(out, f, indent=2, sort_keys=True, default=str)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _extend_graph(self):
+    settings = _settings
+    if (settings is not None and not getattr(_state, "busy", False)
+            and self.graph not in _placed):
+        _state.busy = True
+        try:
+            _place_graph(self, settings)
+        finally:
+            _state.busy = False
+    return _original_extend(self)
+
+
+def install(settings: AutoplaceSettings | None = None) -> bool:
+    """Start placing graphs before their first session run.
+
+    Args:
+      settings: what to do; by default read from the parsed flags (``--autoplace`` off: nothing
+        is patched and False is returned).
+
+    Called for you once ``absl.app`` has parsed the flags. Installing again replaces the
+    settings. Returns whether the hook is installed.
+    """
+    global _settings, _original_extend
+    if settings is None:
+        if not FLAGS.is_parsed():
+            raise RuntimeError("tf_autoplace.flags.install() needs parsed flags (or settings)")
+        settings = settings_from_flags()
+        if settings is None:
+            return False
+    with _lock:
+        from tensorflow.python.client import session as tf_session
+
+        from tf_autoplace.errors import ConfigError
+
+        if _original_extend is None:
+            original = getattr(tf_session.BaseSession, "_extend_graph", None)
+            if original is None:
+                raise ConfigError("this TensorFlow has no BaseSession._extend_graph, the hook "
+                                  "--autoplace relies on; call tf_autoplace.autoplace(graph) "
+                                  "before creating the Session instead")
+            _original_extend = original
+            tf_session.BaseSession._extend_graph = _extend_graph
+        _settings = settings
+    logging.info("autoplace: sessions will place their graph with %s on %s before the first "
+                 "run", settings.placer, settings.cluster)
+    return True
+
+
+def uninstall() -> None:
+    """Undo :func:`install` (graphs already placed keep their devices)."""
+    global _settings, _original_extend
+    with _lock:
+        if _original_extend is not None:
+            from tensorflow.python.client import session as tf_session
+
+            tf_session.BaseSession._extend_graph = _original_extend
+            _original_extend = None
+        _settings = None
+
+
+def _install_after_init() -> None:
+    install()
+
+
+def _register() -> None:
+    from absl import app
+
+    app.call_after_init(_install_after_init)
+
+
+_register()

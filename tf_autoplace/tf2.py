@@ -1,0 +1,489 @@
+"""TF2 front door: place a ``tf.function`` / ``ConcreteFunction``; SavedModel in, SavedModel out.
+
+How a function is placed (one engine: :func:`tf_autoplace.api.autoplace` on a GraphDef):
+
+1. Trace: ``fn.get_concrete_function(*args, **kwargs)`` (a ConcreteFunction is used as is).
+2. ``graph_def = cf.graph.as_graph_def()``. Nested function calls (``PartitionedCall`` /
+   ``StatefulPartitionedCall``, e.g. a SavedModel signature calling the restored function) are
+   inlined first with Grappler's function optimizer (private ``tf_optimizer`` API, the same call
+   TF's own ``convert_to_constants`` makes), so their ops are placed one by one. Calls Grappler
+   does not inline (XLA-compiled or ``_noinline`` functions) and functional control flow
+   (``If``/``While``) stay single ops; the report's notes count them.
+3. Captured resources (variables, optimizer slots, ...) enter the function graph as ``Placeholder``
+   ops of dtype ``resource``. Their resource lives on a fixed device, and TF requires readers and
+   updaters to sit with it, so each is pinned to that device: every other device gets ``inf``
+   time for it in the cost model (:class:`PinnedCostModel`), which the placers treat like a
+   missing kernel, so the whole colocation group (reads, updates) follows the variable and the
+   simulated figures already include the pin. In the copy that is placed (not the one that runs)
+   such a placeholder becomes a ``VarHandleOp`` of the variable's dtype and shape, so Grappler
+   infers the shapes of its reads and the variable's memory is counted on its device.
+4. The placed GraphDef is imported (``tf.graph_util.import_graph_def``, under the name scope
+   ``placed/``) into a new ``tf.function`` traced with the same structured input signature: its
+   arguments and the *same* captured tensors (hence the same variables) are mapped onto the old
+   placeholders, and the outputs are packed into the same structure. Imported stateful ops become
+   the new function's control outputs through automatic control dependencies, as in any
+   ``tf.function``.
+
+The result is a :class:`PlacedFunction`: call it as before (arguments positionally or with the
+names of the original signature); ``.report`` is the PlacementReport and ``.concrete_function``
+the placed ConcreteFunction (e.g. to save as a SavedModel signature).
+
+Not supported: ``jit_compile=True`` functions (an XLA cluster ignores per-op devices;
+:class:`ConfigError`), arguments that are not tensors or nests of tensors (Python constants are
+fine: they are baked into the trace), composite tensors (ragged/sparse) as inputs or outputs, and
+captured resources on a device the cluster does not have (:class:`ConfigError`).
+
+SavedModels (:func:`place_saved_model`): a TF2 SavedModel (one with an object graph) is loaded with
+``tf.saved_model.load``; the chosen signature is placed as above and the loaded object is saved
+again with that signature replaced by the placed function (its variables, other signatures and
+functions come along unchanged). A TF1 SavedModel (no object graph) has the MetaGraphDef with the
+given tags placed as a whole (all its signatures share that graph) and is written back with its
+``variables/`` and ``assets/`` copied. Output is written to a temporary directory beside
+``output_dir`` and renamed into place; on any error nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+from typing import Mapping
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.core.framework import graph_pb2, types_pb2
+from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
+
+from tf_autoplace.cluster import Cluster
+from tf_autoplace.cost import AnalyticalCostModel, CostModel
+from tf_autoplace.errors import ConfigError, InvalidGraphError
+from tf_autoplace.graph import ingest
+from tf_autoplace.graph.opgraph import OpGraph
+from tf_autoplace.grouping import GroupingConfig
+from tf_autoplace.rewrite import apply_to_graph_def
+
+CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
+CONTROL_FLOW_OPS = frozenset({"If", "StatelessIf", "While", "StatelessWhile", "Case",
+                              "StatelessCase"})
+_LOWERING = "_lower_using_switch_merge"
+_MARKER = "_tf_autoplace_lowering"
+_PINNED_DTYPES = (tf.resource, tf.variant)
+_IMPORT_SCOPE = "placed"
+
+
+def is_function(obj) -> bool:
+    """True for a ``tf.function`` (GenericFunction) or a ConcreteFunction."""
+    return isinstance(obj, (tf.types.experimental.GenericFunction,
+                            tf.types.experimental.ConcreteFunction))
+
+
+# ------------------------------------------------------------------------------ cost model pin
+class PinnedCostModel(CostModel):
+    """``base``'s op times with some ops allowed on one device only.
+
+    Args:
+      base: the cost model that times the ops.
+      pins: op name -> name of the one cluster device the op may run on.
+    """
+
+    def __init__(self, base: CostModel, pins: Mapping[str, str]):
+        self._base = base
+        self._pins = dict(pins)
+
+    @property
+    def num_fallback_ops(self) -> int:
+        return getattr(self._base, "num_fallback_ops", 0)
+
+    def _op_time(self, graph: OpGraph, cluster: Cluster) -> np.ndarray:
+        times = np.array(self._base.op_time(graph, cluster), dtype=np.float64)
+        index = {name: i for i, name in enumerate(graph.names)}
+        for name, device in self._pins.items():
+            i, d = index[name], cluster.index(device)
+            keep = times[i, d]
+            times[i, :] = np.inf
+            times[i, d] = keep
+        return times
+
+
+def _cluster_device(cluster: Cluster, device: str, what: str) -> str:
+    """The name of ``cluster``'s device that ``device`` (a TF device string) denotes."""
+    spec = tf.DeviceSpec.from_string(device)
+    specs = [(name, tf.DeviceSpec.from_string(name)) for name in cluster.names]
+    exact = [name for name, s in specs if s.to_string() == spec.to_string()]
+    if exact:
+        return exact[0]
+    loose = [name for name, s in specs
+             if s.device_type == spec.device_type and s.device_index == spec.device_index]
+    if len(loose) == 1:
+        return loose[0]
+    raise ConfigError(
+        f"{what} lives on {device!r}, which is not a device of the cluster "
+        f"{list(cluster.names)}; TF keeps a resource's readers and updaters on its device, so "
+        "use a cluster that includes it (or create the variables on a cluster device)")
+
+
+# ---------------------------------------------------------------------------------- tracing
+def _concrete_function(fn, args, kwargs):
+    if isinstance(fn, tf.types.experimental.ConcreteFunction):
+        if args or kwargs:
+            raise ConfigError("a ConcreteFunction is already traced; pass no example arguments")
+        cf = fn
+    elif isinstance(fn, tf.types.experimental.GenericFunction):
+        if getattr(fn, "_jit_compile", None):
+            raise _xla_error(getattr(fn, "__name__", "the function"))
+        try:
+            cf = fn.get_concrete_function(*args, **kwargs)
+        except TypeError as e:
+            raise ConfigError(
+                f"cannot trace {getattr(fn, '__name__', fn)!r} with the arguments given ({e}); "
+                "pass example arguments or TensorSpecs, e.g. "
+                "tf_autoplace.tf2.autoplace_function(fn, x, y, cluster=...), or give the "
+                "tf.function an input_signature") from e
+    else:
+        raise ConfigError(f"expected a tf.function or ConcreteFunction, got "
+                          f"{type(fn).__name__}")
+    attr = cf.function_def.attr
+    if "_XlaMustCompile" in attr and attr["_XlaMustCompile"].b:
+        raise _xla_error(cf.name)
+    return cf
+
+
+def _xla_error(name) -> ConfigError:
+    return ConfigError(
+        f"{name!s} is compiled with XLA (jit_compile=True): an XLA cluster runs on one device "
+        "and ignores per-op devices, so it cannot be placed op by op; drop jit_compile or "
+        "place the function without it")
+
+
+def _call_ops(graph_def: graph_pb2.GraphDef) -> list:
+    library = {f.signature.name for f in graph_def.library.function}
+    return [n for n in graph_def.node if n.op in CALL_OPS or n.op in library]
+
+
+def _control_flow_nodes(graph_def: graph_pb2.GraphDef):
+    yield from (n for n in graph_def.node if n.op in CONTROL_FLOW_OPS)
+    for function in graph_def.library.function:
+        yield from (n for n in function.node_def if n.op in CONTROL_FLOW_OPS)
+
+
+def _inline_calls(cf, graph_def: graph_pb2.GraphDef) -> graph_pb2.GraphDef:
+    """Inline nested function calls with Grappler's function optimizer (aggressive mode), keeping
+    the function's inputs, outputs and control outputs (so training updates survive).
+
+    The optimizer would also lower functional If/While to v1 Switch/Merge, which cannot be
+    imported into a tf.function; lowering is switched off for the pass (as TF's
+    ``convert_to_constants`` does) and switched back on afterwards on exactly the nodes that had
+    it, found by a marker attr that inlining carries along."""
+    from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
+    from tensorflow.python.grappler import tf_optimizer  # private; see the module docstring
+
+    graph_def = _copy(graph_def)
+    for node in _control_flow_nodes(graph_def):
+        if _LOWERING in node.attr and node.attr[_LOWERING].b:
+            node.attr[_LOWERING].b = False
+            node.attr[_MARKER].b = True
+    meta_graph = meta_graph_pb2.MetaGraphDef(graph_def=graph_def)
+    fetch = meta_graph.collection_def["train_op"].node_list.value
+    fetch.extend([t.name for t in list(cf.graph.inputs) + list(cf.graph.outputs)])
+    fetch.extend([op.name for op in cf.graph.control_outputs])
+    config = config_pb2.ConfigProto()
+    rewrite = config.graph_options.rewrite_options
+    rewrite.min_graph_nodes = -1
+    rewrite.optimizers.append("function")
+    rewrite.function_optimization = rewriter_config_pb2.RewriterConfig.AGGRESSIVE
+    rewrite.meta_optimizer_iterations = rewriter_config_pb2.RewriterConfig.ONE
+    try:
+        out = tf_optimizer.OptimizeGraph(config, meta_graph)
+    except (tf.errors.OpError, ValueError) as e:
+        raise InvalidGraphError(f"Grappler could not inline the function calls of {cf.name}: "
+                                f"{e}") from e
+    for node in _control_flow_nodes(out):
+        if _MARKER in node.attr:
+            del node.attr[_MARKER]
+            node.attr[_LOWERING].b = True
+    return out
+
+
+def _copy(graph_def: graph_pb2.GraphDef) -> graph_pb2.GraphDef:
+    out = graph_pb2.GraphDef()
+    out.CopyFrom(graph_def)
+    return out
+
+
+def _resource_as_variable(node, internal) -> bool:
+    """Turn the resource Placeholder ``node`` into a VarHandleOp of its variable's dtype and
+    shape (in place) when the handle data says what it holds."""
+    from tensorflow.python.ops import handle_data_util  # tf.__internal__.ops export
+
+    try:
+        data = handle_data_util.get_resource_handle_data(internal)
+    except (AssertionError, ValueError, tf.errors.OpError):
+        return False
+    if not data.is_set or len(data.shape_and_type) != 1:
+        return False
+    entry = data.shape_and_type[0]
+    if entry.dtype == types_pb2.DT_INVALID or entry.shape.unknown_rank:
+        return False
+    node.op = "VarHandleOp"
+    node.ClearField("attr")
+    node.attr["dtype"].type = entry.dtype
+    node.attr["shape"].shape.CopyFrom(entry.shape)
+    node.attr["container"].s = b""
+    node.attr["shared_name"].s = node.name.encode()
+    return True
+
+
+# ------------------------------------------------------------------------------ the wrapper
+@dataclasses.dataclass(frozen=True, eq=False)
+class PlacedFunction:
+    """A placed function; call it as the original.
+
+    Attributes:
+      concrete_function: the placed ConcreteFunction (its graph's ops carry the devices).
+      report: the PlacementReport (op names in ``report.assignment`` are the original ones; in
+        the placed graph they sit under the name scope ``placed/``).
+      original: the ConcreteFunction that was placed.
+    """
+
+    concrete_function: object
+    report: object
+    original: object
+
+    def __call__(self, *args, **kwargs):
+        return self.concrete_function(*args, **kwargs)
+
+    @property
+    def graph(self):
+        return self.concrete_function.graph
+
+
+def _is_tensor_like(x) -> bool:
+    return isinstance(x, (tf.Tensor, tf.TensorSpec)) or tf.is_tensor(x)
+
+
+def _rebuild(cf, placed: graph_pb2.GraphDef):
+    """A ConcreteFunction with ``cf``'s calling convention running the ``placed`` GraphDef."""
+    graph = cf.graph
+    captures = list(graph.captures)  # (external, internal)
+    num_args = len(graph.inputs) - len(captures)
+    if [id(t) for t in graph.inputs[num_args:]] != [id(i) for _, i in captures]:
+        raise InvalidGraphError(f"{cf.name}: its inputs do not end with its captures")
+    arg_names = [t.name for t in graph.inputs[:num_args]]
+    capture_names = [internal.name for _, internal in captures]
+    externals = [external for external, _ in captures]
+    dropped = {t.op.name for t in graph.inputs}
+    body_def = graph_pb2.GraphDef()
+    body_def.CopyFrom(placed)
+    del body_def.node[:]
+    body_def.node.extend(n for n in placed.node if n.name not in dropped)
+    for node in body_def.node:  # colocation with a dropped input: its device is explicit now
+        if "_class" in node.attr:
+            keep = [c for c in node.attr["_class"].list.s
+                    if not (c.startswith(b"loc:@") and c[len(b"loc:@"):].decode() in dropped)]
+            if keep:
+                node.attr["_class"].list.s[:] = keep
+            else:
+                del node.attr["_class"]
+    out_names = [t.name for t in graph.outputs]
+    control_names = [op.name for op in graph.control_outputs
+                     if op.name not in dropped]
+    structure = cf.structured_outputs
+    flat_structure = tf.nest.flatten(structure, expand_composites=True)
+    if sum(_is_tensor_like(x) for x in flat_structure) != len(out_names):
+        raise ConfigError(f"{cf.name}: only dense tensors (in any nest) are supported as "
+                          "outputs")
+    args_sig, kwargs_sig = cf.structured_input_signature
+
+    def body(*args, **kwargs):
+        flat = [t for t in tf.nest.flatten((args, kwargs), expand_composites=True)
+                if _is_tensor_like(t)]
+        if len(flat) != num_args:
+            raise ConfigError(f"{cf.name}: only tensors (in any nest) and Python constants "
+                              f"are supported as arguments ({len(flat)} tensors for "
+                              f"{num_args} inputs)")
+        func_graph = tf.compat.v1.get_default_graph()
+        input_map = dict(zip(arg_names, flat))
+        input_map.update({name: func_graph.capture(ext)
+                          for name, ext in zip(capture_names, externals)})
+        elements = tf.graph_util.import_graph_def(
+            body_def, input_map=input_map, return_elements=out_names + control_names,
+            name=_IMPORT_SCOPE)
+        outs = iter(elements[:len(out_names)])
+        return tf.nest.pack_sequence_as(
+            structure, [next(outs) if _is_tensor_like(x) else x for x in flat_structure],
+            expand_composites=True)
+
+    body.__name__ = f"placed_{cf.name.decode() if isinstance(cf.name, bytes) else cf.name}"
+    return tf.function(body, autograph=False).get_concrete_function(*args_sig, **kwargs_sig)
+
+
+# ---------------------------------------------------------------------------- public doors
+def autoplace_function(fn, *args, cluster=None, placer="m_etf", seed: int = 0,
+                       grouping: GroupingConfig = GroupingConfig(),
+                       cost_model: CostModel | None = None, unknown_dim: int = 1, **kwargs):
+    """Place a ``tf.function`` (traced with ``*args, **kwargs``) or a ConcreteFunction.
+
+    Args:
+      fn: a ``tf.function`` or ConcreteFunction. Not modified.
+      *args, **kwargs: example arguments or ``tf.TensorSpec``s to trace ``fn`` with (none for a
+        ConcreteFunction or a tf.function with an ``input_signature``). The names ``cluster``,
+        ``placer``, ``seed``, ``grouping``, ``cost_model`` and ``unknown_dim`` are taken by this
+        function.
+      cluster, placer, seed, grouping, cost_model, unknown_dim: as for
+        :func:`tf_autoplace.autoplace`.
+
+    Returns:
+      ``(placed, report)``: a :class:`PlacedFunction` (called like ``fn``, running the same
+      variables) and its PlacementReport (also ``placed.report``).
+    """
+    from tf_autoplace.api import autoplace, resolve_cluster
+
+    cf = _concrete_function(fn, args, kwargs)
+    cluster = resolve_cluster(cluster)
+    graph_def = cf.graph.as_graph_def()
+    if _call_ops(graph_def):
+        graph_def = _inline_calls(cf, graph_def)
+
+    # The copy that is placed: captured variables as VarHandleOps, pinned to their devices.
+    to_place = _copy(graph_def)
+    nodes = {n.name: n for n in to_place.node}
+    pins = {}
+    for external, internal in cf.graph.captures:
+        name = internal.op.name
+        if external.dtype not in _PINNED_DTYPES or name not in nodes:
+            continue
+        if not external.device:
+            raise ConfigError(f"captured {external.dtype.name} {name!r} of {cf.name} has no "
+                              "device; cannot pin its readers to it")
+        pins[name] = _cluster_device(cluster, external.device, f"captured resource {name!r}")
+        if external.dtype == tf.resource:
+            _resource_as_variable(nodes[name], internal)
+
+    meta_graph = ingest.load_meta_graph(to_place)
+    pinned = PinnedCostModel(cost_model or AnalyticalCostModel(meta_graph), pins)
+    report = autoplace(to_place, cluster=cluster, placer=placer, seed=seed, grouping=grouping,
+                       cost_model=pinned, unknown_dim=unknown_dim)
+    placed_def = apply_to_graph_def(graph_def, report.assignment)
+
+    notes = list(report.notes)
+    if pins:
+        notes.append(f"{len(pins)} captured resources were pinned to the devices they live on "
+                     "(their readers and updaters follow them)")
+    single = _call_ops(placed_def) + [n for n in placed_def.node if n.op in CONTROL_FLOW_OPS]
+    if single:
+        notes.append(f"{len(single)} function calls and functional control-flow ops "
+                     f"(If/While/Case) are placed as single ops (e.g. {single[0].name!r})")
+    report = dataclasses.replace(report, notes=tuple(notes), graph_def=placed_def)
+    placed = PlacedFunction(concrete_function=_rebuild(cf, placed_def), report=report,
+                            original=cf)
+    return placed, report
+
+
+# ------------------------------------------------------------------------------- SavedModel
+def is_saved_model(path) -> bool:
+    """True when ``path`` is a directory holding a ``saved_model.pb`` (or ``.pbtxt``)."""
+    path = os.fspath(path)
+    return os.path.isdir(path) and any(
+        os.path.isfile(os.path.join(path, f)) for f in ("saved_model.pb", "saved_model.pbtxt"))
+
+
+def _read_saved_model(path: str) -> saved_model_pb2.SavedModel:
+    from google.protobuf import message, text_format
+
+    proto = saved_model_pb2.SavedModel()
+    binary = os.path.join(path, "saved_model.pb")
+    try:
+        if os.path.isfile(binary):
+            with open(binary, "rb") as f:
+                proto.ParseFromString(f.read())
+        else:
+            with open(os.path.join(path, "saved_model.pbtxt"), encoding="utf-8") as f:
+                text_format.Parse(f.read(), proto)
+    except (OSError, UnicodeDecodeError, message.DecodeError, text_format.ParseError) as e:
+        raise InvalidGraphError(f"{path!r} is not a readable SavedModel: {e}") from e
+    if not proto.meta_graphs:
+        raise InvalidGraphError(f"{path!r}: the SavedModel holds no MetaGraph")
+    return proto
+
+
+def place_saved_model(input_dir, output_dir, *, cluster=None, placer="m_etf", seed: int = 0,
+                      signature: str = "serving_default", tags=("serve",),
+                      grouping: GroupingConfig = GroupingConfig(),
+                      cost_model: CostModel | None = None, unknown_dim: int = 1):
+    """Place a SavedModel and write the placed SavedModel to ``output_dir`` (see the module
+    docstring for TF2 vs TF1 SavedModels). Returns the PlacementReport.
+
+    ``output_dir`` must not exist (or be an empty directory); it appears only when everything
+    succeeded. Raises an :class:`AutoplaceError` on bad input, leaving nothing behind.
+    """
+    input_dir, output_dir = os.fspath(input_dir), os.fspath(output_dir)
+    if not is_saved_model(input_dir):
+        raise InvalidGraphError(f"{input_dir!r} is not a SavedModel directory (no "
+                                "saved_model.pb)")
+    if os.path.exists(output_dir) and not (os.path.isdir(output_dir)
+                                           and not os.listdir(output_dir)):
+        raise ConfigError(f"output {output_dir!r} exists; refusing to overwrite it")
+    proto = _read_saved_model(input_dir)
+    tf2 = any(len(mg.object_graph_def.nodes) for mg in proto.meta_graphs)
+    parent = os.path.dirname(os.path.abspath(output_dir))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=parent, prefix=".tmp_autoplace_")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the output is an ordinary dir
+    try:
+        if tf2:
+            report = _place_tf2_saved_model(input_dir, tmp, signature=signature, tags=tags,
+                                            cluster=cluster, placer=placer, seed=seed,
+                                            grouping=grouping, cost_model=cost_model,
+                                            unknown_dim=unknown_dim)
+        else:
+            report = _place_tf1_saved_model(input_dir, proto, tmp, tags=tags, cluster=cluster,
+                                            placer=placer, seed=seed, grouping=grouping,
+                                            cost_model=cost_model, unknown_dim=unknown_dim)
+        if os.path.isdir(output_dir):
+            os.rmdir(output_dir)  # empty, checked above
+        os.replace(tmp, output_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return report
+
+
+def _place_tf2_saved_model(input_dir, tmp, *, signature, tags, **place_kwargs):
+    try:
+        loaded = tf.saved_model.load(input_dir, tags=list(tags) if tags else None)
+    except (ValueError, RuntimeError, tf.errors.OpError) as e:
+        raise InvalidGraphError(f"tf.saved_model.load({input_dir!r}) failed: {e}") from e
+    signatures = dict(loaded.signatures)
+    if signature not in signatures:
+        raise ConfigError(f"{input_dir!r} has no signature {signature!r}; it has "
+                          f"{sorted(signatures)}")
+    placed, report = autoplace_function(signatures[signature], **place_kwargs)
+    signatures[signature] = placed.concrete_function
+    tf.saved_model.save(loaded, tmp, signatures=signatures)
+    return report
+
+
+def _place_tf1_saved_model(input_dir, proto, tmp, *, tags, **place_kwargs):
+    from tf_autoplace.api import autoplace
+
+    wanted = set(tags)
+    found = [i for i, mg in enumerate(proto.meta_graphs)
+             if set(mg.meta_info_def.tags) == wanted]
+    if not found:
+        raise ConfigError(f"{input_dir!r} has no MetaGraph tagged {sorted(wanted)}; it has "
+                          f"{[sorted(mg.meta_info_def.tags) for mg in proto.meta_graphs]}")
+    meta_graph = proto.meta_graphs[found[0]]
+    report = autoplace(meta_graph, **place_kwargs)
+    out = saved_model_pb2.SavedModel()
+    out.CopyFrom(proto)
+    out.meta_graphs[found[0]].graph_def.CopyFrom(report.graph_def)
+    with open(os.path.join(tmp, "saved_model.pb"), "wb") as f:
+        f.write(out.SerializeToString())
+    for sub in ("variables", "assets", "assets.extra"):  # fingerprint.pb would be stale
+        src = os.path.join(input_dir, sub)
+        if os.path.isdir(src):
+            shutil.copytree(src, os.path.join(tmp, sub))
+    return report
