@@ -5,6 +5,7 @@ This module holds no algorithm; each step lives in its own package.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 
@@ -71,9 +72,25 @@ def _check_fits_at_all(graph, cluster: Cluster) -> None:
             f"{have / 1e9:.2f} GB in all")
 
 
+@contextlib.contextmanager
+def outside_user_graph():
+    """Run placement outside whatever graph is the default: inside ``with graph.as_default()``
+    or ``with Session(...)`` a placer that runs TF ops (a learned policy) would otherwise add
+    them to the graph being placed. Placement sees a throwaway default graph, and eager execution
+    when the program has it (a TF1 program that disabled eager keeps graph mode)."""
+    from tensorflow.python.eager import context
+
+    with tf.Graph().as_default():
+        if context.default_execution_mode == context.EAGER_MODE:
+            with context.eager_mode():
+                yield
+        else:
+            yield
+
+
 def autoplace(graph, cluster=None, placer="m_etf", seed: int = 0, *,
               grouping: GroupingConfig = GroupingConfig(), cost_model: CostModel | None = None,
-              unknown_dim: int = 1):
+              unknown_dim: int = 1, budget_s: float | None = None):
     """Choose a device for every op of ``graph`` and write it into the graph.
 
     Args:
@@ -88,6 +105,7 @@ def autoplace(graph, cluster=None, placer="m_etf", seed: int = 0, *,
       grouping: Merge-and-Colocate settings.
       cost_model: defaults to Grappler's analytical costs.
       unknown_dim: elements assumed for a dimension whose size is unknown.
+      budget_s: search-time budget in seconds for placers that search (``placeto``).
 
     Returns:
       A :class:`PlacementReport`; for a function, the placed callable
@@ -97,13 +115,15 @@ def autoplace(graph, cluster=None, placer="m_etf", seed: int = 0, *,
     """
     from tf_autoplace import tf2  # the TF2 door; imports this module, hence here
 
+    if budget_s is not None and not (isinstance(budget_s, (int, float)) and budget_s > 0):
+        raise ConfigError(f"budget_s must be a number > 0, got {budget_s!r}")
+    placer = get_placer(placer, budget_s=budget_s)
     if tf2.is_function(graph):
         return tf2.autoplace_function(graph, cluster=cluster, placer=placer, seed=seed,
                                       grouping=grouping, cost_model=cost_model,
                                       unknown_dim=unknown_dim)[0]
     if not isinstance(seed, (int, np.integer)):
         raise ConfigError(f"seed must be an int, got {seed!r}")
-    placer = get_placer(placer)
     cluster = resolve_cluster(cluster)
     timings: dict[str, float] = {}
     meta_graph = ingest.load_meta_graph(graph)
@@ -112,7 +132,8 @@ def autoplace(graph, cluster=None, placer="m_etf", seed: int = 0, *,
                                         timings=timings)
 
     t = time.perf_counter()
-    placement = placer.place(problem, seed=int(seed))
+    with outside_user_graph():
+        placement = placer.place(problem, seed=int(seed))
     timings["place"] = time.perf_counter() - t
 
     baseline = SingleDevicePlacer().propose(problem)

@@ -47,9 +47,7 @@ and tests can pass an :class:`AutoplaceSettings` to :func:`install` instead of f
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import inspect
 import os
 import threading
 import weakref
@@ -161,10 +159,6 @@ def make_placer(name: str, budget_s: float):
     return get_placer(name, budget_s=budget_s)
 
 
-def _takes_budget(cls) -> bool:
-    return "budget_s" in inspect.signature(cls).parameters
-
-
 def report_for(graph):
     """The report of ``graph``'s placement by the hook, or None if it was not placed."""
     return _placed.get(graph)
@@ -193,23 +187,6 @@ def _check_session_devices(session, cluster, spec: str) -> None:
         "that matches the machine")
 
 
-@contextlib.contextmanager
-def _away_from_user_graph():
-    """Run placement outside the user's graph: inside ``with Session(...)`` that graph is the
-    default, so a placer that runs TF ops (a learned policy) would add them to the graph being
-    placed. Placement sees a throwaway default graph, and eager execution when the program has
-    it (a TF1 program that disabled eager keeps graph mode)."""
-    import tensorflow as tf
-    from tensorflow.python.eager import context
-
-    with tf.Graph().as_default():
-        if context.default_execution_mode == context.EAGER_MODE:
-            with context.eager_mode():
-                yield
-        else:
-            yield
-
-
 def _place_graph(session, settings: AutoplaceSettings) -> None:
     import tf_autoplace
     from tf_autoplace.api import resolve_cluster
@@ -223,9 +200,8 @@ def _place_graph(session, settings: AutoplaceSettings) -> None:
         cluster = resolve_cluster(settings.cluster)
         _check_session_devices(session, cluster, settings.cluster)
         placer = make_placer(settings.placer, settings.budget_s)
-        with _away_from_user_graph():
-            report = tf_autoplace.autoplace(graph, cluster=cluster, placer=placer,
-                                            seed=settings.seed)
+        report = tf_autoplace.autoplace(graph, cluster=cluster, placer=placer,
+                                        seed=settings.seed)
         _placed[graph] = report
     logging.info("autoplace: placed %d ops with %s\n%s", report.num_ops, report.placer, report)
     if settings.report_path:
@@ -239,7 +215,8 @@ def _write_report(settings: AutoplaceSettings, report, placer) -> None:
     out = report.to_dict()
     out["flags"] = {"autoplace": settings.placer, "autoplace_cluster": settings.cluster,
                     "autoplace_budget_s": settings.budget_s,
-                    "budget_passed_to_placer": _takes_budget(type(placer))}
+                    "budget_passed_to_placer": hasattr(placer, "config")
+                    and getattr(placer.config, "budget_s", None) == settings.budget_s}
     path = settings.report_path
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
                                prefix=".tmp_autoplace_")

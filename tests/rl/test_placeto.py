@@ -154,3 +154,21 @@ def test_placer_is_never_worse_than_the_heuristics_and_reports_itself():
     assert placer.stats["samples"] >= 200
     with pytest.raises(ConfigError, match="budget_s"):
         PlacetoPlacer(budget_s=0)
+
+
+def test_autoplace_with_placeto_inside_the_users_graph_adds_no_ops_to_it(testdata):
+    import os
+
+    import tf_autoplace
+    from tf_autoplace.testing import small_cnn
+
+    tg = small_cnn()
+    before = len(tg.graph.get_operations())
+    with tg.graph.as_default():
+        report = tf_autoplace.autoplace(tg.graph, cluster=os.path.join(testdata, "cpu2.pbtxt"),
+                                        placer="placeto", budget_s=3)
+    assert len(tg.graph.get_operations()) == before
+    assert report.placer == "placeto"
+    assert all(op.device for op in tg.graph.get_operations())
+    with pytest.raises(ConfigError, match="budget_s"):
+        tf_autoplace.autoplace(tg.graph, placer="placeto", budget_s=-1)
