@@ -2,28 +2,49 @@
 
 from __future__ import annotations
 
+import inspect
+
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.placers.base import (Placement, PlacementProblem, Placer, check_memory,
                                        check_placement, validate)
+from tf_autoplace.placers.cpu_only import CpuOnlyPlacer
+from tf_autoplace.placers.expert import ExpertPlacer
 from tf_autoplace.placers.metf import MemoryAwareETFPlacer
+from tf_autoplace.placers.metis import MetisPlacer
+from tf_autoplace.placers.placeto import PlacetoConfig, PlacetoPlacer
+from tf_autoplace.placers.random_placer import RandomPlacer
 from tf_autoplace.placers.single import SingleDevicePlacer
+from tf_autoplace.placers.topo import MemoryAwareTopoPlacer
 
 PLACERS = {
     "single": SingleDevicePlacer,
+    "cpu_only": CpuOnlyPlacer,
+    "random": RandomPlacer,
+    "expert": ExpertPlacer,
+    "metis": MetisPlacer,
+    "m_topo": MemoryAwareTopoPlacer,
     "m_etf": MemoryAwareETFPlacer,
+    "placeto": PlacetoPlacer,
 }
 
 
-def get_placer(name_or_placer) -> Placer:
-    """A Placer instance from a registered name (or the instance itself)."""
+def get_placer(name_or_placer, *, budget_s: float | None = None) -> Placer:
+    """A Placer instance from a registered name (or the instance itself).
+
+    ``budget_s`` is the search-time budget of placers that search (``placeto``); placers that
+    return at once ignore it."""
     if isinstance(name_or_placer, Placer):
         return name_or_placer
-    try:
-        return PLACERS[name_or_placer]()
-    except (KeyError, TypeError):
+    if not isinstance(name_or_placer, str) or name_or_placer not in PLACERS:
         raise ConfigError(
-            f"unknown placer {name_or_placer!r}; choose one of {sorted(PLACERS)}") from None
+            f"unknown placer {name_or_placer!r}; choose one of {sorted(PLACERS)}")
+    cls = PLACERS[name_or_placer]
+    if budget_s is not None and "budget_s" in inspect.signature(cls).parameters:
+        return cls(budget_s=budget_s)
+    return cls()
 
 
-__all__ = ["PLACERS", "MemoryAwareETFPlacer", "Placement", "PlacementProblem", "Placer",
-           "SingleDevicePlacer", "check_memory", "check_placement", "get_placer", "validate"]
+__all__ = ["PLACERS", "CpuOnlyPlacer", "ExpertPlacer", "MemoryAwareETFPlacer",
+           "MemoryAwareTopoPlacer", "MetisPlacer", "Placement", "PlacetoConfig", "PlacetoPlacer", "PlacementProblem", "Placer",
+           "RandomPlacer", "SingleDevicePlacer", "check_memory", "check_placement", "get_placer",
+           "validate"]

@@ -1,0 +1,331 @@
+"""The papers' baselines (cpu_only, random, expert, metis, m_topo) on hand-made graphs with
+hand-set costs, and on a small zoo NMT on the K80 x2 cluster."""
+
+import os
+
+import numpy as np
+import pytest
+
+from tf_autoplace.cluster import Cluster, Device
+from tf_autoplace.cost import TableCostModel
+from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
+from tf_autoplace.graph.opgraph import from_edges
+from tf_autoplace.grouping import Grouping, GroupingConfig, group_graph, merge_and_colocate
+from tf_autoplace.placers import (PLACERS, CpuOnlyPlacer, ExpertPlacer, MemoryAwareTopoPlacer,
+                                  MetisPlacer, PlacementProblem, RandomPlacer, check_placement,
+                                  get_placer)
+from tf_autoplace.placers.metis import pymetis_available
+from tf_autoplace.placers.multilevel import csr_from_edges, edge_cut, partition
+
+GB = 10**9
+BASELINES = ("cpu_only", "random", "expert", "metis", "m_topo")
+
+
+def _cluster(num_gpus=2, gpu_memory=10 * GB, cpu=True):
+    devices = [Device(f"/device:GPU:{i}", "GPU", memory_bytes=gpu_memory)
+               for i in range(num_gpus)]
+    if cpu:
+        devices.append(Device("/device:CPU:0", "CPU", memory_bytes=100 * GB))
+    return Cluster.uniform(devices, bandwidth_gbps=1.0, latency_us=10.0)
+
+
+def _problem(graph, cluster, gpu_s, cpu_s=None, max_groups=None):
+    gpu = np.broadcast_to(np.asarray(gpu_s, np.float64), (graph.num_ops,))
+    cpu = gpu * 10 if cpu_s is None else np.broadcast_to(np.asarray(cpu_s, np.float64),
+                                                         (graph.num_ops,))
+    times = {"GPU": gpu, "CPU": cpu}
+    op_time = TableCostModel({k: times[k] for k in {d.kind for d in cluster.devices}}
+                             ).op_time(graph, cluster)
+    grouping = (Grouping.from_labels(graph, graph.colocation) if max_groups is None
+                else merge_and_colocate(graph, GroupingConfig(max_groups=max_groups)))
+    return PlacementProblem(graph=graph, cluster=cluster, op_time=op_time, grouping=grouping)
+
+
+def _random_dag(n, seed, fan_in=3):
+    rng = np.random.default_rng(seed)
+    edges = [(int(i), j, int(rng.integers(1, 10**6))) for j in range(1, n)
+             for i in rng.choice(j, size=min(j, fan_in), replace=False)]
+    return from_edges(n, edges), rng.lognormal(np.log(1e-3), 1.0, n)
+
+
+def _cut_bytes(problem, devices):
+    """Bytes sent between groups on different devices."""
+    gg = group_graph(problem.graph, problem.grouping)
+    group_device = devices[np.argsort(problem.grouping.labels, kind="stable")][
+        np.concatenate([[0], np.cumsum(problem.grouping.sizes())[:-1]])]
+    return int(gg.edge_bytes[group_device[gg.edge_src] != group_device[gg.edge_dst]].sum())
+
+
+def _part_loads(problem, devices, gpus):
+    times = problem.op_time[np.arange(problem.graph.num_ops), devices]
+    return np.bincount(devices, weights=times, minlength=problem.cluster.num_devices)[gpus]
+
+
+# --------------------------------------------------------------------------- all baselines
+def test_registry_names_every_baseline():
+    for name in BASELINES + ("single", "m_etf"):
+        assert get_placer(name).name == name
+    assert set(BASELINES) <= set(PLACERS)
+
+
+@pytest.mark.parametrize("name", BASELINES)
+def test_baseline_is_valid_with_cpu_only_ops_and_colocation(name):
+    graph, _ = _random_dag(40, seed=3)
+    kernels = np.ones((40, 2), bool)
+    kernels[[5, 17, 30]] = [True, False]  # CPU-only ops
+    colocation = np.arange(40)
+    colocation[[8, 9, 10, 25]] = 8
+    graph = from_edges(40, [(int(s), int(d), int(b)) for s, d, b in zip(
+        graph.edge_src, graph.edge_dst, graph.tensor_bytes[graph.edge_tensor])],
+        kernels=kernels, colocation=colocation)
+    problem = _problem(graph, _cluster(), gpu_s=1e-3, max_groups=15)
+    devices = get_placer(name).place(problem, seed=1).devices
+    assert check_placement(problem, devices) == []
+    assert (devices[[5, 17, 30]] == 2).all()
+    assert len(set(devices[[8, 9, 10, 25]].tolist())) == 1
+    if name != "expert":  # the expert works on colocation groups, the others on groups
+        labels = problem.grouping.labels
+        for g in range(problem.grouping.num_groups):
+            assert len(set(devices[labels == g].tolist())) == 1
+
+
+def test_cpu_only_puts_everything_on_the_host_except_gpu_only_ops():
+    kernels = np.ones((4, 2), bool)
+    kernels[2] = [False, True]  # GPU-only
+    graph = from_edges(4, [(0, 1, 8), (1, 2, 8), (2, 3, 8)], kernels=kernels)
+    devices = CpuOnlyPlacer().place(_problem(graph, _cluster(), gpu_s=1e-3)).devices
+    assert devices.tolist() == [2, 2, 0, 2]
+    with pytest.raises(InfeasiblePlacementError, match="needs a CPU"):
+        CpuOnlyPlacer().place(_problem(graph, _cluster(cpu=False), gpu_s=1e-3))
+
+
+# ---------------------------------------------------------------------------------- random
+def test_random_is_deterministic_per_seed_and_spreads_over_allowed_devices():
+    graph, _ = _random_dag(300, seed=0)
+    kernels = np.ones((300, 2), bool)
+    kernels[::10] = [True, False]
+    graph = from_edges(300, [(int(s), int(d), 8) for s, d in zip(graph.edge_src,
+                                                                 graph.edge_dst)],
+                       kernels=kernels)
+    problem = _problem(graph, _cluster(num_gpus=2), gpu_s=1e-3)
+    a = RandomPlacer().place(problem, seed=7).devices
+    b = RandomPlacer().place(problem, seed=7).devices
+    c = RandomPlacer().place(problem, seed=8).devices
+    assert a.tolist() == b.tolist()
+    assert a.tolist() != c.tolist()
+    assert (a[::10] == 2).all()
+    free = np.ones(300, bool)
+    free[::10] = False
+    counts = np.bincount(a[free], minlength=3)
+    assert counts.min() > 0.25 * free.sum()  # about a third each
+
+
+# ------------------------------------------------------------------------------------ metis
+def test_multilevel_partitioner_finds_a_planted_cut():
+    # Four cliques of 30 vertices joined in a ring by single light edges.
+    rng = np.random.default_rng(0)
+    src, dst, w = [], [], []
+    for c in range(4):
+        members = np.arange(30) + 30 * c
+        for i in members:
+            for j in members:
+                if i < j:
+                    src.append(i), dst.append(j), w.append(rng.uniform(50, 100))
+        src.append(30 * c), dst.append((30 * c + 45) % 120), w.append(1.0)
+    graph = csr_from_edges(120, src, dst, w, np.ones(120))
+    part = partition(graph, 4, seed=3)
+    assert edge_cut(graph, part) == pytest.approx(4.0)
+    assert sorted(np.bincount(part).tolist()) == [30, 30, 30, 30]
+    assert partition(graph, 4, seed=3).tolist() == part.tolist()
+
+
+BACKENDS = ["multilevel"] + (["pymetis"] if pymetis_available() else [])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("num_gpus", [2, 4])
+def test_metis_balances_compute_and_cuts_fewer_bytes_than_random(backend, num_gpus):
+    graph, times = _random_dag(600, seed=num_gpus)
+    problem = _problem(graph, _cluster(num_gpus=num_gpus), gpu_s=times, max_groups=200)
+    gpus = np.arange(num_gpus)
+    devices = MetisPlacer(backend=backend).place(problem, seed=0).devices
+    assert set(devices.tolist()) == set(gpus.tolist())
+    loads = _part_loads(problem, devices, gpus)
+    assert loads.max() <= 1.3 * loads.mean()
+    random_cut = np.mean([_cut_bytes(problem, RandomPlacer().place(problem, seed=s).devices)
+                          for s in range(3)])
+    # A uniform random DAG is an expander: even METIS cuts about 2/3 of what random cuts at 4.
+    assert _cut_bytes(problem, devices) < 0.75 * random_cut
+
+
+@pytest.mark.skipif(not pymetis_available(), reason="pymetis is not installed")
+def test_multilevel_cut_is_close_to_metis():
+    graph, times = _random_dag(600, seed=4)
+    problem = _problem(graph, _cluster(num_gpus=4), gpu_s=times, max_groups=200)
+    ours = _cut_bytes(problem, MetisPlacer(backend="multilevel").place(problem).devices)
+    metis = _cut_bytes(problem, MetisPlacer(backend="pymetis").place(problem).devices)
+    assert ours <= 1.2 * metis
+
+
+@pytest.mark.skipif(not pymetis_available(), reason="pymetis is not installed")
+def test_metis_auto_uses_pymetis_when_importable():
+    assert MetisPlacer().resolved_backend() == "pymetis"
+
+
+def test_metis_falls_back_to_multilevel_and_says_so(monkeypatch):
+    from tf_autoplace.placers import metis
+
+    monkeypatch.setattr(metis, "pymetis_available", lambda: False)
+    graph, times = _random_dag(100, seed=1)
+    problem = _problem(graph, _cluster(num_gpus=2), gpu_s=times)
+    placer = MetisPlacer()
+    assert placer.resolved_backend() == "multilevel"
+    placement = placer.place(problem)
+    assert any("multilevel partitioner" in note for note in placement.notes)
+    assert MetisPlacer(backend="multilevel").place(problem).notes == ()
+    with pytest.raises(ConfigError, match="pymetis is not installed"):
+        MetisPlacer(backend="pymetis")
+
+
+def test_metis_rejects_unknown_backend():
+    with pytest.raises(ConfigError, match="backend"):
+        MetisPlacer(backend="scotch")
+
+
+# ----------------------------------------------------------------------------------- m_topo
+def test_m_topo_cuts_a_chain_into_balanced_contiguous_stages():
+    graph = from_edges(12, [(i, i + 1, 100) for i in range(11)])
+    problem = _problem(graph, _cluster(num_gpus=3), gpu_s=1e-3)
+    devices = MemoryAwareTopoPlacer().place(problem).devices
+    assert devices.tolist() == [0] * 4 + [1] * 4 + [2] * 4
+
+
+def test_m_topo_walks_a_fifo_topological_order_and_can_balance_memory():
+    from tf_autoplace.placers.topo import fifo_topological_order
+
+    fork = from_edges(5, [(0, 1, 8), (0, 2, 8), (1, 3, 8), (2, 4, 8)])
+    assert fifo_topological_order(fork).tolist() == [0, 1, 2, 3, 4]
+    # A chain with variables of 3, 1, 1, 3 GB and equal op times on two GPUs: compute balance
+    # cuts it in the middle; memory balance (share 8 / 2 + 3 GB) after the third op.
+    chain = from_edges(4, [(0, 1, 8), (1, 2, 8), (2, 3, 8)],
+                       persistent_bytes=[3 * GB, GB, GB, 3 * GB])
+    problem = _problem(chain, _cluster(num_gpus=2), gpu_s=1e-3)
+    assert MemoryAwareTopoPlacer().place(problem).devices.tolist() == [0, 0, 1, 1]
+    assert MemoryAwareTopoPlacer(balance="memory").place(problem).devices.tolist() == [
+        0, 0, 0, 1]
+    with pytest.raises(ConfigError, match="balance"):
+        MemoryAwareTopoPlacer(balance="ops")
+
+
+def test_m_topo_moves_on_when_memory_is_full():
+    # Six 3 GB variables feeding a sum: two GPUs of 10 GB hold three each, not four.
+    graph = from_edges(7, [(i, 6, 8) for i in range(6)],
+                       persistent_bytes=[3 * GB] * 6 + [0])
+    problem = _problem(graph, _cluster(num_gpus=2), gpu_s=[1e-3] * 6 + [1.0])
+    # op 6 is the heaviest by far, so the compute share alone would put ops 0..5 on GPU 0.
+    placement = MemoryAwareTopoPlacer().place(problem)
+    assert np.bincount(placement.devices[:6], minlength=3).tolist() == [3, 3, 0]
+    assert (placement.sim.peak_memory <= problem.cluster.memory).all()
+
+
+# ----------------------------------------------------------------------------------- expert
+def test_expert_follows_scopes_gradients_updates_and_neighbours():
+    names = ["input", "emb/lookup", "layer_0/w", "layer_0/mm", "layer_1/w", "layer_1/mm",
+             "layer_2/mm", "layer_3/mm", "head/logits", "loss", "gradients/layer_3/mm_grad/x",
+             "gradients/AddN", "Adam/update_layer_0/w/Apply", "tokenize"]
+    n = len(names)
+    edges = [(0, 1, 10), (1, 3, 10), (2, 3, 10), (3, 5, 10), (4, 5, 10), (5, 6, 10),
+             (6, 7, 10), (7, 8, 10), (8, 9, 10), (9, 10, 10), (10, 11, 10), (11, 12, 10),
+             (0, 13, 10)]
+    kernels = np.ones((n, 2), bool)
+    kernels[13] = [True, False]
+    persistent = np.zeros(n, np.int64)
+    persistent[[2, 4]] = 1000
+    colocation = np.arange(n)
+    colocation[12] = 2  # the update of layer_0/w sits with its variable
+    graph = from_edges(n, edges, names=names, kernels=kernels, persistent_bytes=persistent,
+                       colocation=colocation)
+    problem = _problem(graph, _cluster(num_gpus=2), gpu_s=1e-3)
+    expert = ExpertPlacer(layer_scopes=["layer_0/", "layer_1/", "layer_2/", "layer_3/"],
+                          head_scopes=["emb/"], tail_scopes=["head/"])
+    devices = dict(zip(names, expert.place(problem).devices.tolist()))
+    # Four stages on two GPUs: contiguous pairs.
+    assert [devices[f"layer_{i}/mm"] for i in range(4)] == [0, 0, 1, 1]
+    assert devices["emb/lookup"] == 0 and devices["head/logits"] == 1
+    assert devices["gradients/layer_3/mm_grad/x"] == 1
+    assert devices["Adam/update_layer_0/w/Apply"] == devices["layer_0/w"] == 0
+    assert devices["input"] == 0  # nearest placed neighbour: emb/lookup
+    assert devices["loss"] == 1  # next to head/logits
+    assert devices["tokenize"] == 2  # CPU-only
+    # Without scopes the expert derives the stages from names; heads and tails by neighbours.
+    derived = dict(zip(names, ExpertPlacer().place(problem).devices.tolist()))
+    assert [derived[f"layer_{i}/mm"] for i in range(4)] == [0, 0, 1, 1]
+    assert derived["emb/lookup"] == 0 and derived["head/logits"] == 1
+
+
+def test_expert_without_layers_is_the_single_gpu_placement():
+    graph, _ = _random_dag(30, seed=1)
+    problem = _problem(graph, _cluster(num_gpus=2), gpu_s=1e-3)
+    assert (ExpertPlacer().place(problem).devices == 0).all()
+    assert (ExpertPlacer(layer_scopes=()).place(problem).devices == 0).all()
+
+
+def test_expert_pipeline_splits_heads_and_tails():
+    expert = ExpertPlacer.from_pipeline(
+        ("encoder/embedding/", "encoder/layer_0/", "encoder/layer_1/", "decoder/embedding/",
+         "decoder/layer_0/", "attention/", "decoder/layer_1/", "softmax/"))
+    assert expert.layer_scopes == (("encoder/layer_0/", "decoder/layer_0/"),
+                                   ("encoder/layer_1/", "decoder/layer_1/"))
+    assert expert.head_scopes == ("encoder/embedding/", "decoder/embedding/")
+    assert expert.tail_scopes == ("attention/", "softmax/")
+    wavenet = ExpertPlacer.from_pipeline(("input/", "stack_0/layer_0/", "stack_0/layer_1/",
+                                          "stack_1/layer_0/", "softmax/"))
+    assert len(wavenet.layer_scopes) == 3
+    assert wavenet.head_scopes == ("input/",) and wavenet.tail_scopes == ("softmax/",)
+    with pytest.raises(ConfigError):
+        ExpertPlacer(head_scopes="emb/")
+
+
+# ------------------------------------------------------------------------- small zoo model
+@pytest.fixture(scope="module")
+def small_nmt():
+    from tf_autoplace import zoo
+    from tf_autoplace.api import build_problem
+    from tf_autoplace.graph import ingest
+
+    model = zoo.build("nmt", layers=2, length=4, batch=4, hidden=32, embedding_dim=32,
+                      vocab=100)
+    cluster = Cluster.from_file(os.path.join(os.path.dirname(__file__), "..", "..",
+                                             "testdata", "k80x2.pbtxt"))
+    problem, _ = build_problem(ingest.load_meta_graph(model.graph), cluster)
+    return model, problem
+
+
+@pytest.mark.parametrize("name", BASELINES)
+def test_baselines_place_a_small_nmt(small_nmt, name):
+    _, problem = small_nmt
+    placement = get_placer(name).place(problem, seed=0)
+    assert check_placement(problem, placement.devices) == []
+    assert np.isfinite(placement.sim.makespan)
+
+
+def test_expert_places_layer_i_on_gpu_i_for_a_small_nmt(small_nmt):
+    model, problem = small_nmt
+    names = problem.graph.names
+    for expert in (ExpertPlacer.from_pipeline(model.layer_scopes), ExpertPlacer()):
+        devices = expert.place(problem).devices
+        by_prefix = {}
+        for prefix in ("encoder/layer_0/", "decoder/layer_0/", "encoder/layer_1/",
+                       "decoder/layer_1/", "gradients/encoder/layer_1/",
+                       "gradients/decoder/layer_0/"):
+            ops = [i for i, name in enumerate(names) if name.startswith(prefix)]
+            assert ops, prefix
+            by_prefix[prefix] = set(devices[ops].tolist())
+        assert by_prefix["encoder/layer_0/"] == by_prefix["decoder/layer_0/"] == {0}
+        assert by_prefix["encoder/layer_1/"] == by_prefix["decoder/layer_1/"] == {1}
+        assert by_prefix["gradients/encoder/layer_1/"] == {1}
+        assert by_prefix["gradients/decoder/layer_0/"] == {0}
+    devices = ExpertPlacer.from_pipeline(model.layer_scopes).place(problem).devices
+    for prefix, gpu in (("encoder/embedding/", 0), ("attention/", 1), ("softmax/", 1)):
+        ops = [i for i, name in enumerate(names) if name.startswith(prefix)]
+        assert set(devices[ops].tolist()) == {gpu}, prefix

@@ -1,0 +1,115 @@
+"""tf_autoplace.benchmark (behind tools/benchmark.py): counting, OOM and error rows, outputs,
+and one quick end-to-end pair."""
+
+import csv
+import math
+
+import numpy as np
+import pytest
+
+from tf_autoplace import benchmark as bench
+from tf_autoplace.cluster import Cluster, Device
+from tf_autoplace.cost import TableCostModel
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.graph.opgraph import from_edges
+from tf_autoplace.grouping import Grouping
+from tf_autoplace.placers import Placer, get_placer
+
+GB = 10**9
+
+
+def _problem(cpu=True):
+    # Four 4 GB variables feeding a sum: 16 GB do not fit one 10 GB GPU but fit two.
+    graph = from_edges(5, [(0, 4, 8), (1, 4, 8), (2, 4, 8), (3, 4, 8)],
+                       persistent_bytes=[4 * GB] * 4 + [0])
+    devices = [Device(f"/device:GPU:{i}", "GPU", memory_bytes=10 * GB) for i in range(2)]
+    if cpu:
+        devices.append(Device("/device:CPU:0", "CPU", memory_bytes=100 * GB))
+    cluster = Cluster.uniform(devices, bandwidth_gbps=1.0, latency_us=10.0)
+    times = {"GPU": np.full(5, 1e-3), "CPU": np.full(5, 1.0)}
+    op_time = TableCostModel({d.kind: times[d.kind] for d in devices}).op_time(graph, cluster)
+    return bench.CountedProblem(graph=graph, cluster=cluster, op_time=op_time,
+                                grouping=Grouping.from_labels(graph, graph.colocation))
+
+
+class _Searching(Placer):
+    """Simulates three candidates, returns the all-on-GPU-0 one."""
+
+    name = "searching"
+
+    def _place(self, problem, rng):
+        candidate = np.zeros(problem.graph.num_ops, np.int32)
+        problem.simulator.run(candidate)
+        problem.simulator.run(candidate)
+        problem.simulator.makespan(candidate)
+        return candidate
+
+
+def test_run_placer_counts_search_simulations_only():
+    row = bench.run_placer(_problem(), _Searching(), seed=0, model="m", cluster="c")
+    assert row.sims == 3
+    assert row.search_s >= 0 and not row.error
+    assert bench.run_placer(_problem(), get_placer("single"), seed=0, model="m",
+                            cluster="c").sims == 0
+
+
+def test_run_placer_flags_oom_instead_of_failing():
+    problem = _problem()
+    single = bench.run_placer(problem, get_placer("single"), seed=0, model="m", cluster="c")
+    assert single.oom and math.isfinite(single.step_s)
+    assert single.peak_gb[0] == pytest.approx(16.0, abs=0.01)
+    spread = bench.run_placer(problem, get_placer("m_etf"), seed=0, model="m", cluster="c")
+    assert not spread.oom and max(spread.peak_gb[:2]) <= 10.0
+
+
+def test_run_placer_reports_a_failing_placer_as_an_error_row():
+    row = bench.run_placer(_problem(cpu=False), get_placer("cpu_only"), seed=0, model="m",
+                           cluster="c")
+    assert "needs a CPU" in row.error
+    assert math.isnan(row.step_s)
+    assert "error: cpu_only needs a CPU" in bench.markdown([row], [], title="t")
+
+
+def test_parse_pairs_and_cluster_paths():
+    assert bench.parse_pairs(["nmt4:k80x4", "inception_v3:x/y.pbtxt"]) == [
+        ("nmt4", "k80x4"), ("inception_v3", "x/y.pbtxt")]
+    for bad in ("nmt4", "nmt3:k80x4", "nmt4:"):
+        with pytest.raises(ConfigError):
+            bench.parse_pairs([bad])
+    assert bench.cluster_path("k80x2").endswith("testdata/k80x2.pbtxt")
+    for name, _ in bench.parse_pairs(bench.FULL_PAIRS + bench.QUICK_PAIRS):
+        assert name in bench.MODELS
+
+
+@pytest.fixture(scope="module")
+def quick_rnnlm():
+    rows, infos = bench.benchmark([("rnnlm2", "k80x2")], ["single", "expert", "metis"],
+                                  quick=True, sim_runs=2)
+    return rows, infos
+
+
+def test_quick_benchmark_end_to_end(quick_rnnlm, tmp_path):
+    rows, infos = quick_rnnlm
+    assert [r.placer for r in rows] == ["single", "expert", "metis"]
+    assert all(math.isfinite(r.step_s) and not r.error and not r.oom for r in rows)
+    assert all(r.ratio >= 1 for r in rows)  # the lower bound holds
+    by_name = {r.placer: r for r in rows}
+    assert by_name["expert"].step_s < by_name["single"].step_s  # one LSTM layer per GPU
+    assert len(infos) == 1 and infos[0].sims_per_s > 0 and infos[0].ops == rows[0].ops
+
+    text = bench.markdown(rows, infos, title="quick")
+    assert text.count("| rnnlm2 | k80x2 |") == 4  # three placers and the simulator row
+    path = tmp_path / "rows.csv"
+    bench.write_csv(str(path), rows)
+    with open(path, newline="", encoding="utf-8") as f:
+        read = list(csv.DictReader(f))
+    assert [r["placer"] for r in read] == ["single", "expert", "metis"]
+    assert float(read[1]["step_s"]) == pytest.approx(by_name["expert"].step_s)
+
+
+def test_plot_writes_a_png(quick_rnnlm, tmp_path):
+    pytest.importorskip("matplotlib", reason="the plot extra (matplotlib) is not installed")
+    rows, _ = quick_rnnlm
+    path = tmp_path / "plot.png"
+    bench.write_plot(str(path), rows, ["single", "expert", "metis"])
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

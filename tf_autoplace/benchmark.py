@@ -1,0 +1,351 @@
+"""Benchmark placers on the zoo models and K80 clusters the papers pair them with (the library
+behind ``tools/benchmark.py``).
+
+For every (model, cluster) pair, :func:`benchmark` builds the training graph, ingests, costs
+and groups it (:func:`tf_autoplace.api.build_problem`), then runs each placer
+(:func:`run_placer`): ``propose()`` (timed: the placement search time; the simulations it
+asks for are counted by :class:`CountingSimulator`), an explicit constraint check, and one
+simulation that gives the step time and the peak memory per device. A placement that does not
+fit in memory is reported with ``oom=True``, not dropped; a placer that raises an
+:class:`AutoplaceError` gets a row with its message.
+
+Models are the named configs in :data:`MODELS` at paper size (``nmt4`` is the 4-layer NMT);
+``quick=True`` keeps their layer counts but shrinks widths, lengths, batches and images
+(:data:`QUICK_KNOBS`). Clusters are the specs in ``testdata/`` by stem (``k80x4``) or a path.
+:data:`FULL_PAIRS` are the papers' pairings, :data:`QUICK_PAIRS` a few-minute subset.
+
+Each pair also gets the simulator's speed on its whole graph (:func:`simulations_per_second`):
+simulations per second of one fixed placement (each group on a uniformly random allowed
+device, seed 0, the kind of placement an RL search samples) after a warm-up.
+
+Nothing is cached on disk: every run builds the graphs again (NMT-8 takes about half a
+minute).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import functools
+import math
+import os
+import sys
+import time
+
+from tf_autoplace import zoo
+from tf_autoplace.api import build_problem
+from tf_autoplace.cluster import Cluster
+from tf_autoplace.errors import AutoplaceError, ConfigError
+from tf_autoplace.graph import ingest
+from tf_autoplace.grouping import GroupingConfig
+from tf_autoplace.placers import (ExpertPlacer, PlacementProblem, RandomPlacer, check_memory,
+                                  check_placement, get_placer)
+from tf_autoplace.sim import Simulator, lower_bound
+
+TESTDATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "testdata")
+
+# name -> (zoo model, knobs at paper size). Layer counts follow the papers' variants.
+MODELS = {
+    "inception_v3": ("inception_v3", {}),
+    "resnet50": ("resnet50", {}),
+    "nasnet": ("nasnet", {}),
+    "rnnlm2": ("rnnlm", {"layers": 2}),
+    "rnnlm4": ("rnnlm", {"layers": 4}),
+    "nmt2": ("nmt", {"layers": 2}),
+    "nmt4": ("nmt", {"layers": 4}),
+    "nmt8": ("nmt", {"layers": 8}),
+    "transformer2": ("transformer", {"layers": 2}),
+    "transformer4": ("transformer", {"layers": 4}),
+    "transformer8": ("transformer", {"layers": 8}),
+    "wavenet2": ("wavenet", {"stacks": 2}),
+    "wavenet4": ("wavenet", {"stacks": 4}),
+}
+
+# --quick: same structure (layers, stacks), small tensors.
+QUICK_KNOBS = {
+    "inception_v3": {"batch": 8, "image_size": 75, "num_classes": 100},
+    "resnet50": {"batch": 8, "image_size": 32, "num_classes": 100},
+    "nasnet": {"batch": 8, "image_size": 32, "num_classes": 100},
+    "nmt": {"length": 6, "batch": 32, "hidden": 256, "embedding_dim": 256, "vocab": 2000},
+    "rnnlm": {"length": 8, "batch": 32, "hidden": 256, "embedding_dim": 256, "vocab": 2000},
+    "transformer": {"length": 64, "batch": 8, "d_model": 128, "heads": 4, "d_ff": 512,
+                    "vocab": 2000},
+    "wavenet": {"length": 512, "batch": 4, "channels": 32, "skip_channels": 64},
+}
+
+# The papers' pairings: HDP (Inception-V3, RNNLM, NMT-2/4/8), Post (ResNet-50 on 2 and 4,
+# Inception-V3 on 2/4/8), Placeto (NASNet on 2), GDP (RNNLM-2/4, Transformer-XL-2/4/8,
+# WaveNet 2 and 4 stacks), each on as many GPUs as the paper used.
+FULL_PAIRS = ("inception_v3:k80x2", "inception_v3:k80x4", "inception_v3:k80x8",
+              "resnet50:k80x2", "resnet50:k80x4", "nasnet:k80x2", "rnnlm2:k80x2",
+              "rnnlm4:k80x4", "nmt2:k80x2", "nmt4:k80x4", "nmt8:k80x8", "transformer2:k80x2",
+              "transformer4:k80x4", "transformer8:k80x8", "wavenet2:k80x2", "wavenet4:k80x4")
+QUICK_PAIRS = ("inception_v3:k80x2", "rnnlm2:k80x2", "nmt2:k80x2", "nmt4:k80x4",
+               "transformer2:k80x2", "wavenet2:k80x2")
+PLACER_NAMES = ("single", "cpu_only", "expert", "metis", "m_topo", "m_etf", "random")
+
+
+# --------------------------------------------------------------------------- counting hook
+class CountingSimulator(Simulator):
+    """A Simulator that counts its simulations (``run`` and ``makespan`` calls)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls = 0
+
+    def run(self, placement):
+        self.calls += 1
+        return super().run(placement)
+
+    def makespan(self, placement):
+        self.calls += 1
+        return super().makespan(placement)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CountedProblem(PlacementProblem):
+    """A PlacementProblem whose simulator counts the simulations placers ask for."""
+
+    @functools.cached_property
+    def simulator(self) -> CountingSimulator:
+        return CountingSimulator(self.graph, self.cluster, self.op_time)
+
+
+# -------------------------------------------------------------------------------- records
+@dataclasses.dataclass
+class Row:
+    """One placer on one (model, cluster) pair: ``step_s`` and ``peak_gb`` (per device, in
+    cluster order) from one simulation of the proposed placement, ``search_s`` the time
+    ``propose()`` took and ``sims`` the simulations it ran; ``error`` is set (and the numbers
+    are NaN) when the placer raised."""
+
+    model: str
+    cluster: str
+    ops: int
+    groups: int
+    placer: str
+    step_s: float = math.nan
+    lower_bound_s: float = math.nan
+    peak_gb: tuple = ()
+    oom: bool = False
+    search_s: float = math.nan
+    sims: int = 0
+    error: str = ""
+
+    @property
+    def ratio(self) -> float:
+        return self.step_s / self.lower_bound_s
+
+
+@dataclasses.dataclass
+class PairInfo:
+    """What was measured once per (model, cluster) pair."""
+
+    model: str
+    cluster: str
+    ops: int
+    groups: int
+    build_s: float
+    problem_s: float
+    lower_bound_s: float
+    sims_per_s: float
+
+
+def parse_pairs(items) -> list[tuple[str, str]]:
+    """``["nmt4:k80x4", ...]`` -> ``[("nmt4", "k80x4"), ...]``; ConfigError on a bad item."""
+    pairs = []
+    for item in items:
+        model, sep, cluster = item.partition(":")
+        if not sep or model not in MODELS or not cluster:
+            raise ConfigError(f"a pair is model:cluster with a model in {sorted(MODELS)}, "
+                              f"got {item!r}")
+        pairs.append((model, cluster))
+    return pairs
+
+
+def cluster_path(name: str) -> str:
+    """A cluster spec path: ``k80x4`` names ``testdata/k80x4.pbtxt``; a path stays a path."""
+    if os.sep in name or name.endswith(".pbtxt"):
+        return name
+    return os.path.join(TESTDATA, f"{name}.pbtxt")
+
+
+def model_knobs(name: str, quick: bool) -> tuple[str, dict]:
+    zoo_name, knobs = MODELS[name]
+    return zoo_name, {**(QUICK_KNOBS[zoo_name] if quick else {}), **knobs}
+
+
+def make_placer(name: str, model: zoo.ModelGraph):
+    """The expert gets the model's scopes; every other placer comes from the registry."""
+    if name == "expert":
+        return ExpertPlacer.from_pipeline(model.layer_scopes)
+    return get_placer(name)
+
+
+def run_placer(problem: CountedProblem, placer, *, seed: int, model: str,
+               cluster: str) -> Row:
+    """Propose (timed, simulations counted), check constraints, simulate once."""
+    row = Row(model=model, cluster=cluster, ops=problem.graph.num_ops,
+              groups=problem.grouping.num_groups, placer=placer.name)
+    sim = problem.simulator
+    sim.calls = 0
+    start = time.perf_counter()
+    try:
+        devices = placer.propose(problem, seed=seed)
+    except AutoplaceError as e:
+        row.error = str(e)
+        return row
+    row.search_s = time.perf_counter() - start
+    row.sims = sim.calls
+    problems = check_placement(problem, devices)
+    if problems:  # propose() checks this too; a placer bug must not pass silently
+        row.error = "; ".join(problems)
+        return row
+    result = sim.run(devices)
+    row.step_s = result.makespan
+    row.peak_gb = tuple(float(x) / 1e9 for x in result.peak_memory)
+    row.oom = bool(check_memory(problem, result))
+    return row
+
+
+def simulations_per_second(problem: PlacementProblem, runs: int) -> float:
+    """Simulator speed on this graph: one random-group placement, ``runs`` timed runs."""
+    simulator = Simulator(problem.graph, problem.cluster, problem.op_time)
+    devices = RandomPlacer().propose(problem, seed=0)
+    simulator.run(devices)  # warm-up (and the JIT compile in a fresh environment)
+    start = time.perf_counter()
+    for _ in range(runs):
+        simulator.run(devices)
+    return runs / (time.perf_counter() - start)
+
+
+def progress(message: str) -> None:
+    print(f"[benchmark {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def benchmark(pairs, placer_names, *, quick: bool, seed: int = 0, sim_runs: int = 20,
+              grouping: GroupingConfig = GroupingConfig(), on_pair=None):
+    """Run every placer on every pair; returns (rows, pair infos). ``on_pair(rows, infos)`` is
+    called after each pair (to write partial results)."""
+    rows: list[Row] = []
+    infos: list[PairInfo] = []
+    by_model: dict[str, list[str]] = {}
+    for model, cluster in pairs:
+        by_model.setdefault(model, []).append(cluster)
+    done, total = 0, len(pairs) * len(placer_names)
+    for model_name, clusters in by_model.items():
+        zoo_name, knobs = model_knobs(model_name, quick)
+        progress(f"building {model_name} ({zoo_name} {knobs})")
+        start = time.perf_counter()
+        model = zoo.build(zoo_name, **knobs)
+        meta_graph = ingest.load_meta_graph(model.graph)
+        build_s = time.perf_counter() - start
+        cost_model = None
+        for cluster_name in clusters:
+            cluster = Cluster.from_file(cluster_path(cluster_name))
+            start = time.perf_counter()
+            try:
+                problem, cost_model = build_problem(meta_graph, cluster, grouping=grouping,
+                                                    cost_model=cost_model)
+            except AutoplaceError as e:
+                progress(f"{model_name} on {cluster_name}: cannot build the problem: {e}")
+                done += len(placer_names)
+                continue
+            problem = CountedProblem(graph=problem.graph, cluster=problem.cluster,
+                                     op_time=problem.op_time, grouping=problem.grouping)
+            problem_s = time.perf_counter() - start
+            bound = lower_bound(problem.graph, cluster, problem.op_time)
+            infos.append(PairInfo(model_name, cluster_name, problem.graph.num_ops,
+                                  problem.grouping.num_groups, build_s, problem_s, bound,
+                                  simulations_per_second(problem, sim_runs)))
+            for name in placer_names:
+                done += 1
+                progress(f"[{done}/{total}] {model_name} on {cluster_name}: {name}")
+                row = run_placer(problem, make_placer(name, model), seed=seed,
+                                 model=model_name, cluster=cluster_name)
+                row.lower_bound_s = bound
+                rows.append(row)
+            if on_pair:
+                on_pair(rows, infos)
+    return rows, infos
+
+
+# -------------------------------------------------------------------------------- output
+def _num(x: float, digits: int = 4) -> str:
+    return "" if x is None or not math.isfinite(x) else f"{x:.{digits}g}"
+
+
+def _peaks(row: Row) -> str:
+    return "/".join(f"{x:.1f}" for x in row.peak_gb)
+
+
+def markdown(rows: list[Row], infos: list[PairInfo], *, title: str) -> str:
+    lines = [f"## {title}", "",
+             "| model | cluster | ops | groups | placer | step (s) | lower bound (s) | "
+             "step / bound | peak GB per device | OOM | search (s) | sims |",
+             "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | --- | --- | ---: | ---: |"]
+    for r in rows:
+        if r.error:
+            lines.append(f"| {r.model} | {r.cluster} | {r.ops} | {r.groups} | {r.placer} | "
+                         f"error: {r.error[:120].replace('|', '/')} | {_num(r.lower_bound_s)} "
+                         f"| | | | | |")
+            continue
+        lines.append(f"| {r.model} | {r.cluster} | {r.ops} | {r.groups} | {r.placer} | "
+                     f"{_num(r.step_s)} | {_num(r.lower_bound_s)} | {_num(r.ratio, 3)} | "
+                     f"{_peaks(r)} | {'yes' if r.oom else ''} | {_num(r.search_s, 2)} | "
+                     f"{r.sims} |")
+    lines += ["", "Simulator speed (one random-group placement of the whole graph):", "",
+              "| model | cluster | ops | groups | build (s) | ingest+cost+group (s) | "
+              "lower bound (s) | simulations / s |",
+              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for i in infos:
+        lines.append(f"| {i.model} | {i.cluster} | {i.ops} | {i.groups} | {i.build_s:.1f} | "
+                     f"{i.problem_s:.1f} | {_num(i.lower_bound_s)} | {i.sims_per_s:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+CSV_FIELDS = ("model", "cluster", "ops", "groups", "placer", "step_s", "lower_bound_s",
+              "ratio", "peak_gb", "oom", "search_s", "sims", "error")
+
+
+def write_csv(path: str, rows: list[Row]) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(CSV_FIELDS)
+        for r in rows:
+            writer.writerow([r.model, r.cluster, r.ops, r.groups, r.placer, r.step_s,
+                             r.lower_bound_s, r.ratio, _peaks(r), int(r.oom), r.search_s,
+                             r.sims, r.error])
+
+
+def write_plot(path: str, rows: list[Row], placer_names) -> None:
+    """Grouped bars: step time per placer (bars) per model and cluster (groups), log scale;
+    OOM bars hatched."""
+    import matplotlib  # pylint: disable=import-outside-toplevel
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+
+    pairs = list(dict.fromkeys((r.model, r.cluster) for r in rows))
+    width = 0.8 / len(placer_names)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(pairs) + 2), 4.5))
+    for j, name in enumerate(placer_names):
+        for i, pair in enumerate(pairs):
+            row = next((r for r in rows if (r.model, r.cluster) == pair and r.placer == name),
+                       None)
+            if row is None or not math.isfinite(row.step_s):
+                continue
+            ax.bar(i + (j - (len(placer_names) - 1) / 2) * width, row.step_s, width,
+                   color=f"C{j}", hatch="//" if row.oom else None, edgecolor="black",
+                   linewidth=0.3, label=name if i == 0 else None)
+    ax.set_xticks(range(len(pairs)))
+    ax.set_xticklabels([f"{m}\n{c}" for m, c in pairs], fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("simulated step time (s)")
+    ax.set_title("Simulated step time per placer (hatched: does not fit in memory)")
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles))
+    ax.legend(unique.values(), unique.keys(), fontsize=8, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

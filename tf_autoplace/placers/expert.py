@@ -1,0 +1,240 @@
+"""The human expert placement of the papers, by layer scopes.
+
+What the papers call "human expert" (Mirhoseini et al. 2018, section 3; Gao et al. 2018
+"Post", section 4; Zhou et al. 2019 "GDP", Table 1):
+
+* Image models (Inception-V3, ResNet, NASNet): the whole model on a single GPU.
+* NMT and RNNLM: "each LSTM layer on a separate GPU" (HDP, citing Sutskever et al. 2014 and
+  GNMT, Wu et al. 2016), "collocating the embedding layer with the first LSTM layer, the
+  softmax layer and the attentional layer with the last LSTM layer" (Post). As in GNMT,
+  encoder layer i and decoder layer i share a GPU.
+* Transformer-XL and WaveNet (GDP): not described; we take the natural pipeline split, a
+  contiguous range of blocks per GPU.
+
+Our rule covers all of these. The model is a pipeline of **stages**, each a set of name-scope
+prefixes (``("encoder/layer_0/", "decoder/layer_0/")``), plus **head** scopes (embeddings,
+inputs) and **tail** scopes (attention, softmax). With L stages and k compute devices (the GPUs;
+see :func:`~tf_autoplace.placers._common.compute_devices`), stage i goes to GPU
+``floor(i * k / L)``: one layer per GPU when L = k, contiguous blocks when L > k, the first L
+GPUs when L < k. Heads go with stage 0, tails with the last stage. Without any stage the
+placement is the single-GPU one (:class:`SingleDevicePlacer`).
+
+Which ops belong to a scope ``S`` (TF's naming, the same rule as
+``tf_autoplace.zoo.ModelGraph.scope_of``): the name starts with ``S``, or contains ``"/" + S``
+(``gradients/S...``: the gradient ops of the scope's forward ops), or ``"update_" + S``
+(``Adam/update_S.../ResourceApplyAdam``: the optimizer update of a variable of the scope).
+Scopes are tried in the order stages, heads, tails; the first match wins.
+
+Ops matching no scope are resolved in this order (every step works on TF colocation groups,
+which are never split):
+
+1. A colocation group takes the device of its variable (the member with persistent bytes) if
+   that member matched a scope, else the most common device among its members that matched
+   (ties: the lower device index).
+2. An op named ``gradients[_N]/X_grad/...`` takes the device of forward op ``X``'s colocation
+   group; an op named ``.../update_V/...`` takes that of variable ``V`` (the longest prefix of
+   what follows ``update_`` that names an op). Step 1 is repeated with these.
+3. Nearest placed neighbour: a breadth-first search over the undirected graph of colocation
+   groups (data and control edges) from every group placed so far. At each BFS level, an
+   unplaced group next to placed ones takes the device that those neighbours send it or
+   receive from it the most bytes (each edge counting ``bytes + 1``, so control edges count;
+   ties: the lower device index). Groups the search never reaches go to the first GPU.
+
+Last, a colocation group that cannot run on its device moves to the first GPU that can run
+it, else to the first device that can (the CPU host for CPU-only ops).
+
+Scopes come from the constructor, from :meth:`ExpertPlacer.from_pipeline` (a zoo model's
+``layer_scopes``), or, when none are given, from the op names: every forward op (not under
+``gradients`` and not an optimizer update) whose name has a path component ``layer_<i>``
+defines the stage prefix up to that component; prefixes with the same numbers
+(``encoder/layer_0/`` and ``decoder/layer_0/``; ``stack_1/layer_3/``) form one stage, and
+stages are ordered by first appearance in the graph. Heads and tails are then found by step 3.
+
+Deterministic: the seed is ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+import numpy as np
+
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.placers._common import compute_devices
+from tf_autoplace.placers.base import Placer, PlacementProblem
+from tf_autoplace.placers.single import SingleDevicePlacer
+
+_LAYER = re.compile(r"^((?:[^/]+/)*?layer_\d+/)")
+_NUMBERS = re.compile(r"_(\d+)/")
+_GRADIENT = re.compile(r"^gradients(?:_\d+)?/(.+?)_grad(?:/|$)")
+_UPDATE = re.compile(r"update_(.+)$")
+
+
+def _stage_key(prefix: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in _NUMBERS.findall(prefix))
+
+
+def _stages_from_prefixes(prefixes: Sequence[str]) -> tuple[tuple[str, ...], ...]:
+    """Prefixes with the same numbers form a stage; stages in order of first appearance."""
+    stages: dict[tuple[int, ...], list[str]] = {}
+    for prefix in prefixes:
+        members = stages.setdefault(_stage_key(prefix), [])
+        if prefix not in members:
+            members.append(prefix)
+    return tuple(tuple(m) for m in stages.values())
+
+
+def _as_stages(layer_scopes) -> tuple[tuple[str, ...], ...]:
+    stages = []
+    for stage in layer_scopes:
+        stage = (stage,) if isinstance(stage, str) else tuple(stage)
+        if not stage or not all(isinstance(s, str) and s for s in stage):
+            raise ConfigError(f"each layer scope must be a non-empty str or a non-empty tuple of "
+                              f"them, got {stage!r}")
+        stages.append(stage)
+    return tuple(stages)
+
+
+def in_scope(name: str, scope: str) -> bool:
+    """Whether op ``name`` belongs to scope prefix ``scope`` (module docstring)."""
+    return name.startswith(scope) or "/" + scope in name or "update_" + scope in name
+
+
+class ExpertPlacer(Placer):
+    """Human-expert placement by layer scopes (see module docstring).
+
+    Args:
+      layer_scopes: pipeline stages in order, each a scope prefix or a tuple of prefixes that
+        share a device; None: derive them from the op names; ``()``: no stages (single GPU).
+      head_scopes: prefixes placed with the first stage (embeddings, inputs).
+      tail_scopes: prefixes placed with the last stage (attention, softmax).
+    """
+
+    name = "expert"
+
+    def __init__(self, layer_scopes: Sequence[str | Sequence[str]] | None = None,
+                 head_scopes: Sequence[str] = (), tail_scopes: Sequence[str] = ()):
+        self.layer_scopes = None if layer_scopes is None else _as_stages(layer_scopes)
+        for what, scopes in (("head_scopes", head_scopes), ("tail_scopes", tail_scopes)):
+            if isinstance(scopes, str) or not all(isinstance(s, str) and s for s in scopes):
+                raise ConfigError(f"{what} must be a sequence of non-empty str, got {scopes!r}")
+        self.head_scopes = tuple(head_scopes)
+        self.tail_scopes = tuple(tail_scopes)
+
+    @classmethod
+    def from_pipeline(cls, scopes: Sequence[str]) -> "ExpertPlacer":
+        """An expert for a model whose scopes are listed in pipeline order (a zoo model's
+        ``layer_scopes``): scopes with a ``layer_<i>`` component are stages, grouped by their
+        numbers (encoder and decoder layer i together); any other scope is a head if it comes
+        before the first stage or names an embedding, else a tail. No stage: single GPU."""
+        stages = _stages_from_prefixes([s for s in scopes if _LAYER.match(s)])
+        first = next((i for i, s in enumerate(scopes) if _LAYER.match(s)), len(scopes))
+        heads = [s for i, s in enumerate(scopes)
+                 if not _LAYER.match(s) and (i < first or "embedding" in s)]
+        tails = [s for s in scopes if not _LAYER.match(s) and s not in heads]
+        return cls(layer_scopes=stages, head_scopes=heads, tail_scopes=tails)
+
+    def stages_for(self, names: Sequence[str]) -> tuple[tuple[str, ...], ...]:
+        """The stages used for a graph with these op names (given, or derived from them)."""
+        if self.layer_scopes is not None:
+            return self.layer_scopes
+        prefixes = []
+        for name in names:
+            if name.startswith("gradients") or "update_" in name:
+                continue
+            match = _LAYER.match(name)
+            if match:
+                prefixes.append(match.group(1))
+        return _stages_from_prefixes(prefixes)
+
+    def _place(self, problem: PlacementProblem, rng: np.random.Generator) -> np.ndarray:
+        graph = problem.graph
+        stages = self.stages_for(graph.names)
+        if not stages:
+            return SingleDevicePlacer()._place(problem, rng)  # pylint: disable=protected-access
+        gpus = compute_devices(problem)
+        stage_device = [int(gpus[i * len(gpus) // len(stages)]) for i in range(len(stages))]
+        rules = [(scope, stage_device[i]) for i, stage in enumerate(stages) for scope in stage]
+        rules += [(scope, stage_device[0]) for scope in self.head_scopes]
+        rules += [(scope, stage_device[-1]) for scope in self.tail_scopes]
+
+        op_device = np.full(graph.num_ops, -1, np.int64)
+        for i, name in enumerate(graph.names):
+            for scope, device in rules:
+                if in_scope(name, scope):
+                    op_device[i] = device
+                    break
+        coloc = graph.colocation.astype(np.int64)
+        unit_device = _vote(graph, coloc, op_device, problem.cluster.num_devices)
+        _follow_forward_ops(graph, coloc, op_device, unit_device)
+        unit_device = _vote(graph, coloc, op_device, problem.cluster.num_devices)
+        _nearest_neighbour(graph, coloc, unit_device, problem.cluster.num_devices)
+        unit_device[unit_device < 0] = gpus[0]
+
+        allowed = problem.colocation_allowed
+        for c in np.flatnonzero(~allowed[np.arange(len(unit_device)), unit_device]).tolist():
+            ok = gpus[allowed[c, gpus]]
+            unit_device[c] = ok[0] if len(ok) else int(np.argmax(allowed[c]))
+        return unit_device[coloc].astype(np.int32)
+
+
+def _vote(graph, coloc: np.ndarray, op_device: np.ndarray, num_devices: int) -> np.ndarray:
+    """Step 1: [C] device per colocation group (-1: undecided)."""
+    num_units = int(coloc.max()) + 1
+    placed = op_device >= 0
+    votes = np.zeros((num_units, num_devices))
+    np.add.at(votes, (coloc[placed], op_device[placed]), 1.0)
+    unit_device = np.where(votes.any(axis=1), np.argmax(votes, axis=1), -1)
+    variables = np.flatnonzero(placed & (graph.persistent_bytes > 0))
+    # The first placed variable of each group decides (reverse order: first assignment wins).
+    unit_device[coloc[variables[::-1]]] = op_device[variables[::-1]]
+    return unit_device.astype(np.int64)
+
+
+def _follow_forward_ops(graph, coloc, op_device, unit_device) -> None:
+    """Step 2 (in place on op_device): gradients follow their forward op, optimizer updates
+    their variable."""
+    for i in np.flatnonzero(unit_device[coloc] < 0).tolist():
+        name = graph.names[i]
+        target = None
+        match = _GRADIENT.match(name)
+        if match:
+            target = _op_index(graph, match.group(1))
+        if target is None:
+            match = _UPDATE.search(name)
+            if match:
+                parts = match.group(1).split("/")
+                for end in range(len(parts), 0, -1):
+                    target = _op_index(graph, "/".join(parts[:end]))
+                    if target is not None:
+                        break
+        if target is not None and unit_device[coloc[target]] >= 0:
+            op_device[i] = unit_device[coloc[target]]
+
+
+def _op_index(graph, name: str) -> int | None:
+    try:
+        return graph.index(name)
+    except KeyError:
+        return None
+
+
+def _nearest_neighbour(graph, coloc, unit_device, num_devices: int) -> None:
+    """Step 3 (in place on unit_device): multi-source BFS over colocation groups."""
+    src = coloc[np.concatenate([graph.edge_src, graph.ctrl_src]).astype(np.int64)]
+    dst = coloc[np.concatenate([graph.edge_dst, graph.ctrl_dst]).astype(np.int64)]
+    weight = np.concatenate([graph.tensor_bytes[graph.edge_tensor],
+                             np.zeros(len(graph.ctrl_src), np.int64)]).astype(np.float64) + 1
+    keep = src != dst
+    a = np.concatenate([src[keep], dst[keep]])
+    b = np.concatenate([dst[keep], src[keep]])
+    w = np.concatenate([weight[keep], weight[keep]])
+    while True:
+        frontier = (unit_device[a] >= 0) & (unit_device[b] < 0)
+        if not frontier.any():
+            return
+        score = np.zeros((len(unit_device), num_devices))
+        np.add.at(score, (b[frontier], unit_device[a[frontier]]), w[frontier])
+        reached = np.unique(b[frontier])
+        unit_device[reached] = np.argmax(score[reached], axis=1)

@@ -1,0 +1,126 @@
+"""METIS: a k-way min-cut partition of the group graph over the GPUs, balanced by compute.
+
+The graph-partitioning baseline of the placement papers: HDP's "MinCut" (Scotch restricted to
+the GPUs; Mirhoseini et al. 2018), Post's "Metis" ("partitions the network into 2 parts (2-GPU
+case), 4 parts (4-GPU case) or 8 parts (8-GPU case), each assigned to one device, according to
+a cost model of operations"; Gao et al. 2018) and GDP's "TensorFlow METIS" (Zhou et al. 2019).
+
+Setting:
+
+* Vertices: the problem's groups that some compute device (GPU, see
+  :func:`~tf_autoplace.placers._common.compute_devices`) can run; vertex weight = the group's
+  compute time there (mean over the GPUs). Groups no GPU can run go to the first device that
+  can (the CPU host) and are left out of the partition.
+* Edges: the group graph (:func:`~tf_autoplace.grouping.group_graph`) made undirected; edge
+  weight = bytes sent between the two groups in both directions (control-only edges weigh
+  nothing in our partitioner and 1 in pymetis, which wants positive weights).
+* Parts: ``k`` = number of GPUs, part ``p`` goes to the p-th GPU. A part may weigh
+  ``1 + imbalance`` times its share (3 %, METIS's default ufactor of 30).
+* Memory is not a constraint, as in the papers' baseline: ``Placer.place`` rejects a partition
+  that does not fit, and the benchmark reports it as OOM.
+
+Backends: ``pymetis`` (METIS 5 itself) when it is importable, else our own multilevel
+partitioner (:mod:`tf_autoplace.placers.multilevel`). ``backend="auto"`` picks the first
+available; force one with ``"pymetis"`` or ``"multilevel"``. For pymetis the weights are
+scaled to integers: vertex weights to about 10^7 in total, edge weights to at most 10^5 (at
+least 1). Both are seeded from the placer's seed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.grouping import group_graph
+from tf_autoplace.placers._common import (compute_devices, fallback_device, fix_kernels,
+                                          group_compute_time)
+from tf_autoplace.placers.base import Placer, PlacementProblem
+from tf_autoplace.placers.multilevel import CSRGraph, csr_from_edges, partition
+
+BACKENDS = ("auto", "pymetis", "multilevel")
+
+
+def pymetis_available() -> bool:
+    try:
+        import pymetis  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    except ImportError:
+        return False
+    return True
+
+
+def _pymetis_partition(graph: CSRGraph, k: int, imbalance: float, seed: int) -> np.ndarray:
+    import pymetis  # pylint: disable=import-outside-toplevel
+
+    n = graph.num_vertices
+    if k == 1 or n == 0:
+        return np.zeros(n, np.int64)
+    if n <= k:
+        return np.arange(n, dtype=np.int64)
+    total = graph.vweight.sum()
+    vweights = np.maximum(1, np.round(graph.vweight / total * 1e7)) if total > 0 \
+        else np.ones(n)
+    top = graph.eweight.max() if len(graph.eweight) else 0.0
+    eweights = (1 + np.round(graph.eweight / top * 1e5)) if top > 0 \
+        else np.ones(len(graph.eweight))
+    options = pymetis.Options(seed=int(seed), ufactor=int(round(imbalance * 1000)))
+    _, parts = pymetis.part_graph(
+        int(k), xadj=graph.xadj.astype(np.int64).tolist(),
+        adjncy=graph.adjncy.astype(np.int64).tolist(),
+        vweights=vweights.astype(np.int64).tolist(), eweights=eweights.astype(np.int64).tolist(),
+        options=options)
+    return np.asarray(parts, np.int64)
+
+
+class MetisPlacer(Placer):
+    """Min-cut k-way partition over the GPUs (see module docstring).
+
+    Args:
+      backend: ``"auto"`` (pymetis if importable, else ours), ``"pymetis"`` or
+        ``"multilevel"``.
+      imbalance: allowed overweight of a part relative to total / k (>= 0).
+    """
+
+    name = "metis"
+
+    def __init__(self, backend: str = "auto", imbalance: float = 0.03):
+        if backend not in BACKENDS:
+            raise ConfigError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if not imbalance >= 0:
+            raise ConfigError(f"imbalance must be >= 0, got {imbalance!r}")
+        if backend == "pymetis" and not pymetis_available():
+            raise ConfigError("backend='pymetis' but pymetis is not installed "
+                              "(pip install 'tf_autoplace[metis]')")
+        self.backend = backend
+        self.imbalance = imbalance
+
+    def resolved_backend(self) -> str:
+        if self.backend == "auto":
+            return "pymetis" if pymetis_available() else "multilevel"
+        return self.backend
+
+    def _place(self, problem: PlacementProblem, rng: np.random.Generator) -> np.ndarray:
+        devices = compute_devices(problem)
+        num_groups = problem.grouping.num_groups
+        on = problem.group_allowed[:, devices].any(axis=1)
+        vertex = np.full(num_groups, -1, np.int64)
+        vertex[on] = np.arange(int(on.sum()))
+        gg = group_graph(problem.graph, problem.grouping)
+        keep = on[gg.edge_src] & on[gg.edge_dst]
+        csr = csr_from_edges(int(on.sum()), vertex[gg.edge_src[keep]], vertex[gg.edge_dst[keep]],
+                             gg.edge_bytes[keep],
+                             group_compute_time(problem, devices)[on])
+        seed = int(rng.integers(2**31 - 1))
+        if self.resolved_backend() == "pymetis":
+            parts = _pymetis_partition(csr, len(devices), self.imbalance, seed)
+        else:
+            parts = partition(csr, len(devices), imbalance=self.imbalance, seed=seed)
+            if self.backend == "auto":
+                self.notes.append("metis: pymetis is not installed, so the partition comes "
+                                  "from tf_autoplace's own multilevel partitioner "
+                                  "(pip install 'tf_autoplace[metis]' for METIS itself)")
+        group_device = np.empty(num_groups, np.int64)
+        group_device[on] = devices[parts]
+        for g in np.flatnonzero(~on).tolist():
+            group_device[g] = fallback_device(problem, g)
+        group_device = fix_kernels(problem, group_device)
+        return problem.grouping.expand(group_device).astype(np.int32)

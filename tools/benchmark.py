@@ -1,0 +1,80 @@
+"""Benchmark placers on the zoo models and K80 clusters the papers pair them with.
+
+  PYTHONPATH=. python tools/benchmark.py --quick --out_md=/tmp/bench_quick.md
+  PYTHONPATH=. python tools/benchmark.py --out_md=/tmp/bench_full.md \\
+      --out_csv=/tmp/bench_full.csv --plot_png=/tmp/bench_full.png
+
+Per pair and placer: simulated step time, lower bound and their ratio, peak memory per device,
+an OOM flag, placement search time and the simulations the search ran; per pair, the
+simulator's speed on the whole graph. ``--pairs`` takes ``model:cluster`` items (models:
+``tf_autoplace.benchmark.MODELS``; clusters: ``testdata/`` stems such as ``k80x4``, or paths);
+the default is the papers' pairings, or a few-minute subset with ``--quick``, which also
+shrinks the models' tensors. The markdown and CSV files are rewritten after every pair, so a
+long run can be watched; progress goes to stderr. See :mod:`tf_autoplace.benchmark`.
+"""
+
+from __future__ import annotations
+
+import time
+
+from absl import app, flags
+
+from tf_autoplace import benchmark as bench
+from tf_autoplace.errors import AutoplaceError
+from tf_autoplace.grouping import GroupingConfig
+from tf_autoplace.placers import get_placer
+
+flags.DEFINE_list("placers", list(bench.PLACER_NAMES),
+                  "placers to run (tf_autoplace.placers.PLACERS)")
+flags.DEFINE_list("pairs", None, "model:cluster pairs; default: the papers' pairs "
+                  f"(--quick: {','.join(bench.QUICK_PAIRS)}). Models: {','.join(bench.MODELS)}")
+flags.DEFINE_bool("quick", False, "small model knobs (QUICK_KNOBS), a few minutes on 2 cores")
+flags.DEFINE_string("out_md", None, "write the markdown tables here")
+flags.DEFINE_string("out_csv", None, "write the placement rows as CSV here")
+flags.DEFINE_string("plot_png", None, "write a grouped bar chart of step times here "
+                    "(needs matplotlib)")
+flags.DEFINE_integer("sim_runs", 20, "simulations timed per pair for the simulator speed")
+flags.DEFINE_integer("seed", 0, "seed given to every placer")
+flags.DEFINE_integer("max_groups", GroupingConfig().max_groups, "Merge-and-Colocate N")
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+    del argv
+    if FLAGS.plot_png:
+        try:
+            import matplotlib  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+        except ImportError:
+            raise app.UsageError("--plot_png needs matplotlib: pip install "
+                                 "'tf_autoplace[plot]' (or drop --plot_png)") from None
+    try:
+        for name in FLAGS.placers:
+            get_placer(name)
+        pairs = bench.parse_pairs(FLAGS.pairs or (bench.QUICK_PAIRS if FLAGS.quick
+                                                  else bench.FULL_PAIRS))
+        grouping = GroupingConfig(max_groups=FLAGS.max_groups)
+    except AutoplaceError as e:
+        raise app.UsageError(str(e)) from None
+    title = (f"Placer baselines, {'quick' if FLAGS.quick else 'paper'} sizes "
+             f"(seed {FLAGS.seed})")
+
+    def write(rows, infos):
+        if FLAGS.out_md:
+            with open(FLAGS.out_md, "w", encoding="utf-8") as f:
+                f.write(bench.markdown(rows, infos, title=title))
+        if FLAGS.out_csv:
+            bench.write_csv(FLAGS.out_csv, rows)
+
+    start = time.perf_counter()
+    rows, infos = bench.benchmark(pairs, FLAGS.placers, quick=FLAGS.quick, seed=FLAGS.seed,
+                                  sim_runs=FLAGS.sim_runs, grouping=grouping, on_pair=write)
+    write(rows, infos)
+    if FLAGS.plot_png:
+        bench.write_plot(FLAGS.plot_png, rows, FLAGS.placers)
+    print(bench.markdown(rows, infos, title=title))
+    bench.progress(f"done in {time.perf_counter() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    app.run(main)
