@@ -136,3 +136,18 @@ def test_validate_names_each_broken_constraint():
 def test_unknown_placer_name_lists_the_choices():
     with pytest.raises(ConfigError, match="m_etf"):
         get_placer("nope")
+
+
+def test_best_heuristic_returns_the_fastest_candidate_and_names_it():
+    rng = np.random.default_rng(3)
+    n = 40
+    edges = [(int(i), j, int(rng.integers(1, 10**6))) for j in range(1, n)
+             for i in rng.choice(j, size=min(j, 2), replace=False)]
+    problem = _problem(from_edges(n, edges), _cluster(num_gpus=2), gpu_ms=2)
+    placer = get_placer("best_heuristic")
+    best = placer.place(problem, seed=0)
+    times = {name: get_placer(name).place(problem).sim.makespan
+             for name in ("m_etf", "expert", "metis", "m_topo", "single")}
+    assert best.sim.makespan == pytest.approx(min(times.values()))
+    winner = min(times, key=times.get)
+    assert best.notes[0].startswith(f"best_heuristic: {winner}")

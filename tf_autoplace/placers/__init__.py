@@ -7,6 +7,7 @@ import inspect
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.placers.base import (Placement, PlacementProblem, Placer, check_memory,
                                        check_placement, validate)
+from tf_autoplace.placers.best import BestHeuristicPlacer
 from tf_autoplace.placers.cpu_only import CpuOnlyPlacer
 from tf_autoplace.placers.expert import ExpertPlacer
 from tf_autoplace.placers.metf import MemoryAwareETFPlacer
@@ -24,6 +25,7 @@ PLACERS = {
     "metis": MetisPlacer,
     "m_topo": MemoryAwareTopoPlacer,
     "m_etf": MemoryAwareETFPlacer,
+    "best_heuristic": BestHeuristicPlacer,
     "placeto": PlacetoPlacer,
 }
 
@@ -44,7 +46,7 @@ def get_placer(name_or_placer, *, budget_s: float | None = None) -> Placer:
     return cls()
 
 
-__all__ = ["PLACERS", "CpuOnlyPlacer", "ExpertPlacer", "MemoryAwareETFPlacer",
+__all__ = ["PLACERS", "BestHeuristicPlacer", "CpuOnlyPlacer", "ExpertPlacer", "MemoryAwareETFPlacer",
            "MemoryAwareTopoPlacer", "MetisPlacer", "Placement", "PlacetoConfig", "PlacetoPlacer", "PlacementProblem", "Placer",
            "RandomPlacer", "SingleDevicePlacer", "check_memory", "check_placement", "get_placer",
            "validate"]
