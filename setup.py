@@ -10,6 +10,8 @@ absl-py), each because a well-kept library does the job better than code we woul
 - tf-keras: tensorflow-probability imports it with TF >= 2.16 (Keras 3 is not enough), and the
   Keras applications (Inception-V3, ResNet-50, NASNet) in the model zoo need Keras 2's v1 graph
   mode to build training graphs as tf.Graph.
+- tensorboard (extra "train"): tf.summary writes Placeto's training curves through it; TF
+  2.21 no longer installs it, and only training tools need it.
 - protobuf >= 7.35.1: the generated modules in tf_autoplace/proto come from protoc 35.1 (see
   protos/README.md) and check the runtime version.
 
@@ -34,6 +36,8 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
     packages=find_packages(include=["tf_autoplace", "tf_autoplace.*"]),
+    # The shipped Placeto policy (weights, architecture, manifest) is data inside the package.
+    package_data={"tf_autoplace": ["pretrained/*/*.json", "pretrained/*/*.npz"]},
     install_requires=[
         "tensorflow>=2.16",
         "tensorflow-probability>=0.24",
@@ -47,6 +51,7 @@ setup(
     extras_require={
         "metis": ["pymetis"],
         "plot": ["matplotlib>=3.6"],
+        "train": ["tensorboard>=2.16"],
         "test": ["pytest>=7", "grpcio-tools==1.85.1", "matplotlib>=3.6"],
     },
 )

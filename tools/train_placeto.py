@@ -30,7 +30,7 @@ flags.DEFINE_integer("num_graphs", 32, "Graphs per family (half train, half held
 flags.DEFINE_integer("iterations", 300, "Policy updates.")
 flags.DEFINE_integer("workers", 2, "Episodes (worker processes) per update.")
 flags.DEFINE_integer("seed", 0, "Seed of the families, the policy and training.")
-flags.DEFINE_integer("max_groups", 128, "Merge-and-Colocate groups per graph in the MDP.")
+flags.DEFINE_integer("max_groups", 256, "Merge-and-Colocate groups per graph in the MDP.")
 flags.DEFINE_float("learning_rate", 1e-3, "Adam's initial learning rate (decays 10x).")
 flags.DEFINE_float("entropy", 0.02, "Initial entropy bonus (decays 20x).")
 flags.DEFINE_string("cache_dir", None, "Cache built family problems here.")

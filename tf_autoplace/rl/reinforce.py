@@ -251,7 +251,14 @@ def train(policy, problems: Sequence, env_config, config: TrainConfig, *,
     graph_ids = list(range(len(problems))) if graph_ids is None else list(graph_ids)
     baselines = StepBaselines(config.baseline_window)
     optimizer = tf.keras.optimizers.Adam(learning_rate=config.learning_rate)
-    writer = tf.summary.create_file_writer(logdir) if logdir else None
+    writer = None
+    if logdir:
+        try:
+            import tensorboard  # noqa: F401  (tf.summary needs it; TF no longer installs it)
+        except ImportError:
+            raise ConfigError("TensorBoard summaries need the tensorboard package: "
+                              "pip install 'tf_autoplace[train]'") from None
+        writer = tf.summary.create_file_writer(logdir)
     policy_config = dict(policy.config)
 
     if config.workers == 1:

@@ -1,0 +1,149 @@
+"""Measure Placeto the way the paper does; print markdown for BENCHMARKS.md.
+
+    # from scratch: best runtime vs placements sampled, beside the heuristics
+    python tools/eval_placeto.py --experiment=scratch --model=nmt --max_samples=20000
+    # transfer: samples the pretrained policy needs to reach the from-scratch result
+    python tools/eval_placeto.py --experiment=transfer --family=nmt --graphs=3 --max_samples=6000
+    # zero-shot on a large graph, then fine-tuning within a time budget
+    python tools/eval_placeto.py --experiment=zero_shot --model=inception_v3 --budget_s=60
+
+Model knobs come from ``--knob=name=value`` (paper sizes by default, e.g. NMT with
+``--knob=layers=2``). Everything is simulated on ``--cluster`` (K80-class by default).
+"""
+
+from __future__ import annotations
+
+import time
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum("experiment", "scratch", ["scratch", "transfer", "zero_shot"], "What to run.")
+flags.DEFINE_string("model", "nmt", "Zoo model for scratch / zero_shot.")
+flags.DEFINE_multi_string("knob", [], "Model knob name=value (int).")
+flags.DEFINE_string("family", "nmt", "Graph family for transfer (held-out graphs).")
+flags.DEFINE_integer("graphs", 3, "Held-out graphs for transfer.")
+flags.DEFINE_string("cluster", "testdata/k80x2.pbtxt", "Cluster spec.")
+flags.DEFINE_string("policy_dir", None, "Pretrained policy (default: the shipped one).")
+flags.DEFINE_integer("max_samples", 10000, "Placements to sample per learning curve.")
+flags.DEFINE_float("budget_s", 60.0, "Fine-tuning budget for zero_shot.")
+flags.DEFINE_integer("max_groups", 256, "Groups in the MDP.")
+flags.DEFINE_float("learning_rate", 1e-3, "Adam's rate (constant) for the curves.")
+flags.DEFINE_integer("seed", 0, "Seed.")
+flags.DEFINE_string("cache_dir", "/tmp/placeto_cache", "Family problem cache.")
+
+
+def _policy(env, fresh: bool):
+    from tf_autoplace.placers.placeto import pretrained_policy_dir
+    from tf_autoplace.placers.placeto_policy import PlacetoPolicy
+
+    if fresh:
+        return PlacetoPolicy(env.view.num_devices, env.num_features, seed=FLAGS.seed)
+    path = FLAGS.policy_dir or pretrained_policy_dir(env.view.num_devices)
+    if path is None:
+        raise app.UsageError("no pretrained policy for this device count; give --policy_dir")
+    return PlacetoPolicy.load(path)
+
+
+def _curve_points(curve, every: int):
+    out, next_mark = [], every
+    for samples, best in curve:
+        if samples >= next_mark:
+            out.append((samples, best))
+            next_mark += every
+    return out + [curve[-1]]
+
+
+def main(argv):
+    del argv
+    import numpy as np
+
+    from tf_autoplace import zoo
+    from tf_autoplace.api import build_problem, resolve_cluster
+    from tf_autoplace.graph import ingest
+    from tf_autoplace.rl import reinforce
+    from tf_autoplace.rl.env import EnvConfig, PlacementEnv
+    from tf_autoplace.rl.pretrain import (heuristic_scores, learning_curve, samples_to_reach,
+                                          zero_shot)
+
+    cluster = resolve_cluster(FLAGS.cluster)
+    env_config = EnvConfig(max_groups=FLAGS.max_groups)
+    train_config = reinforce.TrainConfig(iterations=1, seed=FLAGS.seed,
+                                         learning_rate=FLAGS.learning_rate,
+                                         final_learning_rate=FLAGS.learning_rate)
+    knobs = {k: int(v) for k, _, v in (s.partition("=") for s in FLAGS.knob)}
+
+    def model_problem():
+        model = zoo.build(FLAGS.model, **knobs)
+        problem, _ = build_problem(ingest.load_meta_graph(model.graph), cluster)
+        return problem
+
+    if FLAGS.experiment == "scratch":
+        problem = model_problem()
+        env = PlacementEnv(problem, env_config)
+        heur = heuristic_scores(problem)
+        t = time.perf_counter()
+        curve = learning_curve(_policy(env, fresh=True), problem, env_config, train_config,
+                               max_samples=FLAGS.max_samples)
+        seconds = time.perf_counter() - t
+        print(f"### From scratch: {FLAGS.model} {knobs} ({problem.graph.num_ops} ops, "
+              f"{env.view.num_groups} groups) on {FLAGS.cluster}, {seconds:.0f} s\n")
+        print("| placements sampled | best R so far (ms) |\n| ---: | ---: |")
+        for samples, best in _curve_points(curve, max(FLAGS.max_samples // 10, 1)):
+            print(f"| {samples} | {best * 1e3:.2f} |")
+        print("\nheuristics (R, ms): " + ", ".join(f"{k} {v * 1e3:.2f}" for k, v in heur.items()))
+        best_h = min(heur.values())
+        print(f"best learned {curve[-1][1] * 1e3:.2f} ms vs best heuristic {best_h * 1e3:.2f} ms "
+              f"({'better' if curve[-1][1] < best_h else 'not better'})")
+    elif FLAGS.experiment == "transfer":
+        from tf_autoplace.rl import families
+
+        config = families.FamilyConfig(num_graphs=32, seed=0)
+        _, test = families.family_problems(FLAGS.family, config, cluster,
+                                           cache_dir=FLAGS.cache_dir)
+        print(f"### Transfer: held-out {FLAGS.family} graphs on {FLAGS.cluster}, "
+              f"{FLAGS.max_samples} samples from scratch\n")
+        print("| graph | ops | scratch best R (ms) | scratch samples to it | pretrained samples "
+              "to it | speed-up | pretrained zero-shot R (ms) |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+        ratios = []
+        for i, problem in enumerate(test[:FLAGS.graphs]):
+            env = PlacementEnv(problem, env_config)
+            scratch = learning_curve(_policy(env, fresh=True), problem, env_config,
+                                     train_config, max_samples=FLAGS.max_samples)
+            target = scratch[-1][1]
+            scratch_n = samples_to_reach(scratch, target)
+            pretrained = _policy(env, fresh=False)
+            shot = zero_shot(pretrained, problem, env_config)
+            tuned = learning_curve(pretrained, problem, env_config, train_config,
+                                   max_samples=FLAGS.max_samples)
+            tuned_n = samples_to_reach([(env.num_steps + 1, shot["best_R"])] +
+                                       [(s + env.num_steps + 1, b) for s, b in tuned], target)
+            ratio = scratch_n / tuned_n if tuned_n else float("nan")
+            ratios.append(ratio)
+            print(f"| {FLAGS.family}_{16 + i} | {problem.graph.num_ops} | {target * 1e3:.2f} | "
+                  f"{scratch_n} | {tuned_n if tuned_n else 'not reached'} | "
+                  f"{ratio:.1f}x | {shot['best_R'] * 1e3:.2f} |")
+        print(f"\nmedian speed-up {np.nanmedian(ratios):.1f}x")
+    else:
+        from tf_autoplace.placers import PlacetoPlacer
+
+        problem = model_problem()
+        env = PlacementEnv(problem, env_config)
+        shot = zero_shot(_policy(env, fresh=False), problem, env_config)
+        heur = heuristic_scores(problem)
+        placer = PlacetoPlacer(budget_s=FLAGS.budget_s, env=env_config,
+                               policy_dir=FLAGS.policy_dir)
+        placement = placer.place(problem, seed=FLAGS.seed)
+        print(f"### Zero-shot and {FLAGS.budget_s:.0f} s fine-tuning: {FLAGS.model} {knobs} "
+              f"({problem.graph.num_ops} ops, {shot['groups']} groups) on {FLAGS.cluster}\n")
+        print(f"- zero-shot episode: {shot['seconds']:.1f} s ({shot['steps']} steps), "
+              f"best R {shot['best_R'] * 1e3:.2f} ms, fits: {shot['fits']}")
+        print(f"- fine-tuned (placer stats): {placer.stats}")
+        print(f"- placement returned: {placement.sim.makespan * 1e3:.2f} ms "
+              f"({placer.stats['winner']})")
+        print("- heuristics (R, ms): " + ", ".join(f"{k} {v * 1e3:.2f}" for k, v in heur.items()))
+
+
+if __name__ == "__main__":
+    app.run(main)
