@@ -25,7 +25,9 @@ Choices the paper leaves open:
   ``max_groups`` groups (Placeto uses the heuristic to shrink graphs before placing); placements
   are always simulated at op level. 256 by default: on NMT-2 (12.6k ops) 128 groups mix layers
   so much that no group placement comes near the expert's (853 vs 713 ms), 256 get to 726 ms.
-- **Start placement.** From the trivial start, a policy on our simulator mostly learns that
+- **Start placement.** With the heuristic start, the grouping never merges ops the heuristic
+  put on different devices, so the first state is exactly the heuristic's placement and every
+  placement an episode meets is a variation of it. From the trivial start, a policy on our simulator mostly learns that
   moving one group alone costs two transfers and keeps everything on one device (NMT-2: no
   improvement in 20k samples). Starting from the best heuristic's placement makes every episode
   an attempt to improve a good placement, which is what the product needs; on NMT-2 that found
@@ -149,7 +151,20 @@ class PlacementEnv:
         cluster, graph = problem.cluster, problem.graph
         self.action_devices = compute_devices(problem).astype(np.int32)
 
-        grouping = merge_and_colocate(graph, GroupingConfig(max_groups=config.max_groups))
+        self.heuristic_devices = None
+        partition = graph
+        if config.start == "heuristic":
+            # Group so that no group straddles two devices of the heuristic's placement: give
+            # Merge-and-Colocate one pseudo kernel kind per device (it never merges ops whose
+            # kinds do not intersect), so the start placement is exactly the heuristic's.
+            from tf_autoplace.placers.best import BestHeuristicPlacer
+
+            self.heuristic_devices = BestHeuristicPlacer().propose(problem)
+            pseudo = np.zeros((graph.num_ops, cluster.num_devices), dtype=bool)
+            pseudo[np.arange(graph.num_ops), self.heuristic_devices] = True
+            partition = dataclasses.replace(graph, kernels=pseudo,
+                                            kernel_kinds=tuple(cluster.names))
+        grouping = merge_and_colocate(partition, GroupingConfig(max_groups=config.max_groups))
         self.grouping = grouping
         grouped = group_graph(graph, grouping)
         g = grouping.num_groups
@@ -205,19 +220,13 @@ class PlacementEnv:
 
     @functools.cached_property
     def heuristic_start(self) -> np.ndarray:
-        """[G] the best fast heuristic's placement as actions: each group goes to the action
-        device holding most of its ops' compute (device 0 if that is not an action device)."""
-        from tf_autoplace.placers.best import BestHeuristicPlacer
-
-        devices = BestHeuristicPlacer().propose(self.problem)
-        column = np.full(self.problem.cluster.num_devices, -1)
+        """[G] the best fast heuristic's placement as actions (groups never straddle its
+        devices, see the constructor); a group it put on a non-action device starts on 0."""
+        column = np.zeros(self.problem.cluster.num_devices, dtype=np.int32)
         column[self.action_devices] = np.arange(len(self.action_devices))
-        weight = np.where(self.problem.allowed, self.problem.op_time, 0.0).max(axis=1)
-        votes = np.zeros((self.view.num_groups, len(self.action_devices)))
-        on_action = column[devices] >= 0
-        np.add.at(votes, (self.grouping.labels[on_action], column[devices[on_action]]),
-                  weight[on_action] + 1e-12)
-        return np.argmax(votes, axis=1).astype(np.int32)
+        first_op = np.zeros(self.view.num_groups, dtype=np.int64)
+        first_op[self.grouping.labels[::-1]] = np.arange(self.problem.graph.num_ops)[::-1]
+        return column[self.heuristic_devices[first_op]]
 
     # ----------------------------------------------------------------------------- features
     def features(self, actions: np.ndarray, step: int, placed: np.ndarray) -> np.ndarray:
