@@ -37,7 +37,7 @@ def test_placed_training_graph_runs_with_soft_placement_off_and_same_loss():
 
 def test_report_figures_are_consistent():
     tg = small_cnn()
-    report = tf_autoplace.autoplace(tg.graph, cluster=CPU2, seed=0)
+    report = tf_autoplace.autoplace(tg.graph, cluster=CPU2, placer="m_etf", seed=0)
     assert report.lower_bound_s <= report.step_time_s + 1e-12
     assert report.lower_bound_s <= report.baseline_step_time_s + 1e-12
     assert sum(d.num_ops for d in report.devices) == report.num_ops == len(tg.graph.get_operations())
@@ -47,16 +47,22 @@ def test_report_figures_are_consistent():
     assert '"step_time_s"' in report.to_json()
 
 
-def test_same_seed_same_placement():
-    a = tf_autoplace.autoplace(small_cnn().graph, cluster=CPU2, seed=3)
-    b = tf_autoplace.autoplace(small_cnn().graph, cluster=CPU2, seed=3)
+def test_same_seed_same_placement_with_the_default_learned_placer():
+    from tf_autoplace.placers import PlacetoPlacer
+
+    a = tf_autoplace.autoplace(small_cnn().graph, cluster=CPU2, seed=3,
+                               placer=PlacetoPlacer(max_samples=300, budget_s=600))
+    b = tf_autoplace.autoplace(small_cnn().graph, cluster=CPU2, seed=3,
+                               placer=PlacetoPlacer(max_samples=300, budget_s=600))
+    assert a.placer == "placeto"
     assert a.assignment == b.assignment
+    assert a.notes == b.notes  # same zero-shot and fine-tuned figures, not just the same winner
 
 
 def test_graph_def_input_returns_placed_copy_and_keeps_input():
     graph_def = small_cnn().graph.as_graph_def()
     before = graph_def.SerializeToString()
-    report = tf_autoplace.autoplace(graph_def, cluster=CPU2)
+    report = tf_autoplace.autoplace(graph_def, cluster=CPU2, placer="m_etf")
     assert graph_def.SerializeToString() == before
     assert {n.name: n.device for n in report.graph_def.node} == report.assignment
 
@@ -67,7 +73,7 @@ def test_graph_too_big_for_cluster_is_an_error_and_graph_untouched():
     tiny = Cluster.uniform([Device("/device:CPU:0", "CPU", memory_bytes=1000),
                             Device("/device:CPU:1", "CPU", memory_bytes=1000)])
     with pytest.raises(tf_autoplace.InfeasiblePlacementError, match="GB"):
-        tf_autoplace.autoplace(tg.graph, cluster=tiny)
+        tf_autoplace.autoplace(tg.graph, cluster=tiny, placer="m_etf")
     assert _devices(tg.graph) == before
 
 
@@ -78,7 +84,7 @@ def test_transient_memory_too_big_is_an_error_and_graph_untouched():
     small = Cluster.uniform([Device("/device:CPU:0", "CPU", memory_bytes=persistent),
                              Device("/device:CPU:1", "CPU", memory_bytes=persistent)])
     with pytest.raises(tf_autoplace.InfeasiblePlacementError, match="does not fit in memory"):
-        tf_autoplace.autoplace(tg.graph, cluster=small)
+        tf_autoplace.autoplace(tg.graph, cluster=small, placer="m_etf")
     assert _devices(tg.graph) == before
 
 
@@ -92,5 +98,5 @@ def test_bad_arguments_are_typed_errors_and_graph_untouched(kwargs, error):
     tg = small_cnn()
     before = _devices(tg.graph)
     with pytest.raises(error):
-        tf_autoplace.autoplace(tg.graph, **{"cluster": CPU2, **kwargs})
+        tf_autoplace.autoplace(tg.graph, **{"cluster": CPU2, "placer": "m_etf", **kwargs})
     assert _devices(tg.graph) == before

@@ -152,7 +152,7 @@ def cnn_graph_def():
 def test_autoplace_report_writes_trace_and_plot(tmp_path, cnn_graph_def):
     import tf_autoplace
 
-    report = tf_autoplace.autoplace(cnn_graph_def, cluster=CPU2)
+    report = tf_autoplace.autoplace(cnn_graph_def, cluster=CPU2, placer="m_etf")
     assert "timeline" not in report.to_dict()
     report.write_chrome_trace(tmp_path / "t.json")
     with open(tmp_path / "t.json", encoding="utf-8") as f:

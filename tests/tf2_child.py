@@ -179,7 +179,7 @@ def errors():
                                                                   memory_bytes=10**9)])
     cases = {
         "xla": lambda: tf2.autoplace_function(xla, tf.constant(1.0), cluster=CPU2),
-        "no_args": lambda: tf_autoplace.autoplace(uses_v, cluster=CPU2),
+        "no_args": lambda: tf_autoplace.autoplace(uses_v, cluster=CPU2, placer="m_etf"),
         "variable_off_cluster": lambda: tf2.autoplace_function(uses_v, tf.constant(1.0),
                                                                cluster=only_cpu1),
     }

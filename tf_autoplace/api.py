@@ -88,7 +88,7 @@ def outside_user_graph():
             yield
 
 
-def autoplace(graph, cluster=None, placer="m_etf", seed: int = 0, *,
+def autoplace(graph, cluster=None, placer="placeto", seed: int = 0, *,
               grouping: GroupingConfig = GroupingConfig(), cost_model: CostModel | None = None,
               unknown_dim: int = 1, budget_s: float | None = None):
     """Choose a device for every op of ``graph`` and write it into the graph.
@@ -100,12 +100,16 @@ def autoplace(graph, cluster=None, placer="m_etf", seed: int = 0, *,
         Returns and :func:`tf_autoplace.tf2.autoplace_function`).
       cluster: a :class:`Cluster`, the path of a text ``ClusterSpec``, or ``"local"``/None for
         this machine's devices.
-      placer: a registered placer name (``tf_autoplace.placers.PLACERS``) or a Placer.
+      placer: a registered placer name (``tf_autoplace.placers.PLACERS``) or a Placer. The
+        default, ``placeto``, runs the shipped policy zero-shot, fine-tunes it on this graph and
+        falls back to the best fast heuristic when that simulates faster.
       seed: makes the placement reproducible.
       grouping: Merge-and-Colocate settings.
       cost_model: defaults to Grappler's analytical costs.
       unknown_dim: elements assumed for a dimension whose size is unknown.
-      budget_s: search-time budget in seconds for placers that search (``placeto``).
+      budget_s: wall-time cap in seconds for placers that search (``placeto``; its default
+        budget is a sample count, which keeps results reproducible; a time cap that cuts the
+        search short makes them depend on the machine's speed).
 
     Returns:
       A :class:`PlacementReport`; for a function, the placed callable

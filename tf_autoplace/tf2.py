@@ -319,7 +319,7 @@ def _rebuild(cf, placed: graph_pb2.GraphDef):
 
 
 # ---------------------------------------------------------------------------- public doors
-def autoplace_function(fn, *args, cluster=None, placer="m_etf", seed: int = 0,
+def autoplace_function(fn, *args, cluster=None, placer="placeto", seed: int = 0,
                        grouping: GroupingConfig = GroupingConfig(),
                        cost_model: CostModel | None = None, unknown_dim: int = 1, **kwargs):
     """Place a ``tf.function`` (traced with ``*args, **kwargs``) or a ConcreteFunction.
@@ -407,7 +407,7 @@ def _read_saved_model(path: str) -> saved_model_pb2.SavedModel:
     return proto
 
 
-def place_saved_model(input_dir, output_dir, *, cluster=None, placer="m_etf", seed: int = 0,
+def place_saved_model(input_dir, output_dir, *, cluster=None, placer="placeto", seed: int = 0,
                       signature: str = "serving_default", tags=("serve",),
                       grouping: GroupingConfig = GroupingConfig(),
                       cost_model: CostModel | None = None, unknown_dim: int = 1):

@@ -132,7 +132,7 @@ def main(argv):
         env = PlacementEnv(problem, env_config)
         shot = zero_shot(_policy(env, fresh=False), problem, env_config)
         heur = heuristic_scores(problem)
-        placer = PlacetoPlacer(budget_s=FLAGS.budget_s, env=env_config,
+        placer = PlacetoPlacer(budget_s=FLAGS.budget_s, max_samples=None, env=env_config,
                                policy_dir=FLAGS.policy_dir)
         placement = placer.place(problem, seed=FLAGS.seed)
         print(f"### Zero-shot and {FLAGS.budget_s:.0f} s fine-tuning: {FLAGS.model} {knobs} "

@@ -21,8 +21,9 @@ CPU2_DEVICES = {f"{HOST}CPU:0", f"{HOST}CPU:1"}
 
 # name -> (input file, output file, extra flags); inputs are written by the fixture below.
 RUNS = {
+    # No --placer: the default, the learned placer, runs end to end through the tool.
     "graph_def": ("cnn.pb", "placed.pb", ["--report_json={dir}/report.json"]),
-    "meta_graph_text": ("cnn_meta.pbtxt", "placed_meta.pbtxt", []),
+    "meta_graph_text": ("cnn_meta.pbtxt", "placed_meta.pbtxt", ["--placer=m_etf"]),
     "corrupt_input": ("corrupt.pb", "out_corrupt.pb", ["--report_json={dir}/r_corrupt.json"]),
     "missing_input": ("missing.pb", "out_missing.pb", ["--report_json={dir}/r_missing.json"]),
     "bad_cluster": ("cnn.pb", "out_cluster.pb", ["--cluster={dir}/bad_cluster.pbtxt",

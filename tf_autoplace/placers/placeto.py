@@ -2,7 +2,7 @@
 
 (Addanki et al., "Placeto: Learning Generalizable Device Placement Algorithms", NeurIPS 2019.)
 
-``place()`` does, within ``budget_s`` seconds of wall time:
+``place()`` does, within ``max_samples`` simulated placements (and at most ``budget_s`` s):
 
 1. builds the MDP of the problem (:class:`tf_autoplace.rl.env.PlacementEnv`) and loads the
    policy shipped in ``tf_autoplace/pretrained`` for that number of action devices (or the one
@@ -40,8 +40,10 @@ def pretrained_policy_dir(num_devices: int) -> str | None:
 @dataclasses.dataclass(frozen=True)
 class PlacetoConfig:
     """Attributes:
-      budget_s: wall-time budget for zero-shot plus fine-tuning (> 0).
-      max_samples: optional cap on placements simulated while fine-tuning.
+      budget_s: wall-time cap for zero-shot plus fine-tuning (> 0).
+      max_samples: placements simulated while fine-tuning (None: until ``budget_s``). The
+        default stops on this count, so the same seed gives the same placement; if the time
+        cap stops the search first, the result depends on the machine's speed.
       fine_tune: False runs the zero-shot episode only.
       policy_dir: a saved policy to start from; None = the shipped one for the device count.
       env: the MDP settings.
@@ -51,8 +53,8 @@ class PlacetoConfig:
         fast ones).
     """
 
-    budget_s: float = 60.0
-    max_samples: int | None = None
+    budget_s: float = 120.0
+    max_samples: int | None = 4096
     fine_tune: bool = True
     policy_dir: str | None = None
     env: EnvConfig = EnvConfig()
