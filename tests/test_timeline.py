@@ -201,7 +201,8 @@ def test_tool_writes_trace_plot_and_placement_proto(tmp_path, cnn_graph_def):
     from google.protobuf import text_format
     from tf_autoplace.proto import placement_pb2
 
-    status, err = _run_tool(tmp_path, cnn_graph_def, f"--trace_json={tmp_path / 't.json'}",
+    status, err = _run_tool(tmp_path, cnn_graph_def, "--placer=m_etf",
+                            f"--trace_json={tmp_path / 't.json'}",
                             f"--plot_png={tmp_path / 'p.png'}",
                             f"--placement_pb={tmp_path / 'r.pbtxt'}")
     assert status == 0, err

@@ -172,3 +172,24 @@ def test_autoplace_with_placeto_inside_the_users_graph_adds_no_ops_to_it(testdat
     assert all(op.device for op in tg.graph.get_operations())
     with pytest.raises(ConfigError, match="budget_s"):
         tf_autoplace.autoplace(tg.graph, placer="placeto", budget_s=-1)
+
+
+def test_shipped_policy_loads_and_places_a_small_graph_validly():
+    import json
+    import os
+
+    from tf_autoplace.placers.placeto import pretrained_policy_dir
+
+    path = pretrained_policy_dir(2)
+    assert path is not None
+    with open(os.path.join(path, "manifest.json"), encoding="utf-8") as f:
+        manifest = json.load(f)
+    assert {"command", "seed", "trained_on", "results", "train_config"} <= set(manifest)
+    assert pretrained_policy_dir(3) is None  # only a 2-device policy ships
+
+    rng = np.random.default_rng(8)
+    problem = _problem(30, _random_dag(rng, 30))
+    placer = PlacetoPlacer(fine_tune=False, env=EnvConfig(max_groups=15))
+    placement = placer.place(problem, seed=0)  # place() validates kernels, colocation, memory
+    assert placer.stats["policy"] == path
+    assert not any("no pretrained policy" in note for note in placement.notes)
