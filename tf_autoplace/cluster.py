@@ -127,6 +127,12 @@ class Cluster:
         """[len(kinds), D] bool: device d is of kind ``kinds[k]``."""
         return np.array([[d.kind == k for d in self.devices] for k in kinds], dtype=bool)
 
+    def compute_devices(self) -> np.ndarray:
+        """[k] int64: the devices placers spread work over, ascending: those of the default
+        device's kind (the GPUs when there are any, else every device)."""
+        kind = self.devices[self.default_device()].kind
+        return np.flatnonzero([d.kind == kind for d in self.devices]).astype(np.int64)
+
     def index(self, name: str) -> int:
         for i, d in enumerate(self.devices):
             if d.name == name:

@@ -18,9 +18,7 @@ from tf_autoplace.placers.base import PlacementProblem
 
 def compute_devices(problem: PlacementProblem) -> np.ndarray:
     """[k] int: indices of the devices of the default kind (the GPUs, if any), ascending."""
-    cluster = problem.cluster
-    kind = cluster.devices[cluster.default_device()].kind
-    return np.flatnonzero([d.kind == kind for d in cluster.devices]).astype(np.int64)
+    return problem.cluster.compute_devices()
 
 
 def group_compute_time(problem: PlacementProblem, devices: np.ndarray) -> np.ndarray:

@@ -44,14 +44,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
 from tf_autoplace.grouping import GroupingConfig, group_graph, merge_and_colocate
-from tf_autoplace.placers._common import compute_devices
-from tf_autoplace.placers.base import PlacementProblem
 from tf_autoplace.sim import memory_penalized_runtime
+
+if TYPE_CHECKING:  # the placers package imports this module (the Placeto placer)
+    from tf_autoplace.placers.base import PlacementProblem
 
 STATIC_FEATURES = 3  # compute share, output-bytes share, persistent-bytes share
 
@@ -149,7 +151,7 @@ class PlacementEnv:
         self.problem = problem
         self.config = config
         cluster, graph = problem.cluster, problem.graph
-        self.action_devices = compute_devices(problem).astype(np.int32)
+        self.action_devices = cluster.compute_devices().astype(np.int32)
 
         self.heuristic_devices = None
         partition = graph
