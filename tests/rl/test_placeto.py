@@ -193,3 +193,16 @@ def test_shipped_policy_loads_and_places_a_small_graph_validly():
     placement = placer.place(problem, seed=0)  # place() validates kernels, colocation, memory
     assert placer.stats["policy"] == path
     assert not any("no pretrained policy" in note for note in placement.notes)
+
+
+def test_every_episode_starts_from_the_heuristic_placement():
+    rng = np.random.default_rng(9)
+    problem = _problem(20, _random_dag(rng, 20))
+    env = PlacementEnv(problem, EnvConfig(max_groups=10, start="heuristic"))
+    start = env.heuristic_start.copy()
+    policy = PlacetoPolicy(2, env.num_features, seed=0)
+    for seed in range(3):
+        episode = reinforce.rollout(policy, env, np.random.default_rng(seed))
+        np.testing.assert_array_equal(episode.start, start)
+        assert episode.scores[0] == pytest.approx(env.score(start))
+    np.testing.assert_array_equal(env.heuristic_start, start)

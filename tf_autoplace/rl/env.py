@@ -217,7 +217,7 @@ class PlacementEnv:
         if self.config.start == "random":
             return rng.integers(0, d, size=g).astype(np.int32)
         if self.config.start == "heuristic":
-            return self.heuristic_start
+            return self.heuristic_start.copy()
         return np.zeros(g, dtype=np.int32)
 
     @functools.cached_property

@@ -106,7 +106,8 @@ def _policy_step(policy, env: PlacementEnv, placement, step, placed) -> np.ndarr
 def rollout(policy, env: PlacementEnv, rng: np.random.Generator, *, greedy: bool = False,
             start: np.ndarray | None = None) -> Episode:
     """Run one episode: sample (or, with ``greedy``, take the argmax of) each action."""
-    placement = env.start(rng) if start is None else np.array(start, dtype=np.int32)
+    # A private copy: the episode edits it in place, the start must stay as it was.
+    placement = np.array(env.start(rng) if start is None else start, dtype=np.int32)
     first = placement.copy()
     placed = np.zeros(env.view.num_groups, dtype=np.float32)
     scores = [env.score(placement)]
