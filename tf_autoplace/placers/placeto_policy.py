@@ -7,18 +7,22 @@ group ``v`` being placed, the network computes a distribution over the D action 
 2. **Two-way message passing**, k rounds (paper: 4..8), separate parameters per direction,
    shared across nodes and rounds. Top-down from the roots, then bottom-up from the leaves:
 
-       x_v <- x_v + g_down( sum_{u in parents(v)}  f_down(x_u) )
-       x_v <- x_v + g_up  ( sum_{u in children(v)} f_up(x_u) )
+       x_v <- x_v + g_down( mean_{u in parents(v)}  f_down(x_u) )
+       x_v <- x_v + g_up  ( mean_{u in children(v)} f_up(x_u) )
 
    The paper writes ``x_v <- g(sum f(x_u))``; we keep ``x_v`` as a residual so a node does not
-   lose its own features on the way (roots and leaves have no messages in one direction).
+   lose its own features on the way (roots and leaves have no messages in one direction), and
+   we take means where the paper sums: with sums over hundreds of groups, one Adam step of
+   1e-3 moved the logits so far that the policy collapsed onto one device.
 3. **Pooling** for v: over the groups that can reach v, the groups v can reach, and the groups
-   parallel to it (neither), each ``h_i(sum_{u in S_i(v)} l_i(x_u))``.
+   parallel to it (neither), each ``h_i(mean_{u in S_i(v)} l_i(x_u))``.
 4. **Head**: ``[x_v, pool_parents, pool_children, pool_parallel]`` -> two ReLU layers of 16 ->
-   D logits.
+   D logits, plus ``keep * onehot(current device of v)`` with one learned scalar ``keep``. The
+   MDP revisits a placement, and without this shortcut our policies collapsed to "always
+   device d" instead of learning to leave most groups where they are (our addition).
 
 f, g, l, h are two-layer ReLU MLPs of width 8 (A.7). Nothing reads node labels or their order:
-messages are sums over edges and pools are sums over sets, so relabelling the groups of a graph
+messages are means over edges and pools are means over sets, so relabelling the groups of a graph
 does not change the action distribution of any group (a test checks it). Any graph size works.
 
 **Device count.** Following the paper, the current-placement feature is a one-hot over the D
@@ -38,6 +42,14 @@ import numpy as np
 import tensorflow as tf
 
 from tf_autoplace.errors import ConfigError
+
+# Where the environment's features put the current-placement one-hot (after its 3 static
+# features; tf_autoplace.rl.env.STATIC_FEATURES).
+PLACEMENT_OFFSET = 3
+# Initial weight on the current device: an untrained policy leaves a group where it is with
+# probability e^2 / (e^2 + D - 1) (0.88 on 2 devices), so its episodes explore small changes of
+# the start placement instead of scrambling it.
+KEEP_INIT = 2.0
 
 
 class _MLP(tf.Module):
@@ -95,6 +107,9 @@ class PlacetoPolicy(tf.Module):
         self.head = _MLP([4 * e, head, head, num_devices], rng, "head")
         # Start from the uniform distribution: an untrained policy should not prefer a device.
         self.head.weights_[-1][0].assign(tf.zeros_like(self.head.weights_[-1][0]))
+        # A learned weight on "this group's current device" added to its logit: an episode
+        # revisits a placement, and keeping most groups where they are must be easy to learn.
+        self.keep = tf.Variable(KEEP_INIT, name="keep")
 
     @property
     def num_devices(self) -> int:
@@ -112,17 +127,21 @@ class PlacetoPolicy(tf.Module):
         num_groups = tf.shape(features)[1]
         x = tf.transpose(self.embed(features), [1, 0, 2])  # [G, T, E]: gather/segment on axis 0
         for _ in range(self.config["rounds"]):
-            down = tf.math.unsorted_segment_sum(tf.gather(self.f_down(x), edge_src), edge_dst,
-                                                num_groups)
+            down = tf.math.unsorted_segment_mean(tf.gather(self.f_down(x), edge_src), edge_dst,
+                                                 num_groups)
             x = x + self.g_down(down)
-            up = tf.math.unsorted_segment_sum(tf.gather(self.f_up(x), edge_dst), edge_src,
-                                              num_groups)
+            up = tf.math.unsorted_segment_mean(tf.gather(self.f_up(x), edge_dst), edge_src,
+                                               num_groups)
             x = x + self.g_up(up)
         x = tf.transpose(x, [1, 0, 2])  # [T, G, E]
         own = tf.gather(x, current, axis=1, batch_dims=1)  # [T, E]
-        pooled = [h(tf.einsum("tg,tge->te", pool_masks[:, i], l(x)))
+        sizes = tf.maximum(tf.reduce_sum(pool_masks, axis=2, keepdims=True), 1.0)  # [T, 3, 1]
+        means = pool_masks / sizes
+        pooled = [h(tf.einsum("tg,tge->te", means[:, i], l(x)))
                   for i, (l, h) in enumerate(zip(self.pool_l, self.pool_h))]
-        return self.head(tf.concat([own] + pooled, axis=-1))
+        own_features = tf.gather(features, current, axis=1, batch_dims=1)  # [T, F]
+        placed_on = own_features[:, PLACEMENT_OFFSET:PLACEMENT_OFFSET + self.num_devices]
+        return self.head(tf.concat([own] + pooled, axis=-1)) + self.keep * placed_on
 
     # ------------------------------------------------------------------------- weights I/O
     def get_weights(self) -> list[np.ndarray]:

@@ -56,6 +56,7 @@ if TYPE_CHECKING:  # the placers package imports this module (the Placeto placer
     from tf_autoplace.placers.base import PlacementProblem
 
 STATIC_FEATURES = 3  # compute share, output-bytes share, persistent-bytes share
+# (placeto_policy.PLACEMENT_OFFSET reads the placement one-hot right after these.)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -158,16 +158,20 @@ def episode_gradient(policy, env: PlacementEnv, episode: Episode, advantages: np
 
 
 class StepBaselines:
-    """Per graph, per step: the mean return of the graph's last k episodes (Placeto A.7)."""
+    """Per graph, per step: the mean return of the graph's last k episodes (Placeto A.7).
+
+    A graph's first episode has no baseline (None): its worker then uses the episode's own
+    returns, so that episode only seeds the baseline. A baseline of 0 there would push every
+    action of the first, random episode down, and a policy can collapse on that one update."""
 
     def __init__(self, window: int):
         self._history: dict[int, collections.deque] = collections.defaultdict(
             lambda: collections.deque(maxlen=window))
 
-    def __call__(self, graph_id: int, num_steps: int) -> np.ndarray:
+    def __call__(self, graph_id: int) -> np.ndarray | None:
         history = self._history.get(graph_id)
         if not history:
-            return np.zeros(num_steps)
+            return None
         return np.mean(np.stack(history), axis=0)
 
     def record(self, graph_id: int, returns: np.ndarray) -> None:
@@ -205,7 +209,8 @@ class _Worker:
         self.policy.set_weights(task.weights)
         episode = rollout(self.policy, env, np.random.default_rng(list(task.seed)))
         returns = episode.returns(env)
-        gradient, loss = episode_gradient(self.policy, env, episode, returns - task.baseline,
+        baseline = returns if task.baseline is None else task.baseline
+        gradient, loss = episode_gradient(self.policy, env, episode, returns - baseline,
                                           task.entropy_weight)
         return _Result(task.graph_id, gradient, loss, returns, episode)
 
@@ -283,7 +288,7 @@ def train(policy, problems: Sequence, env_config, config: TrainConfig, *,
             for w in range(config.workers):
                 g = graph_ids[(i * config.workers + w) % len(graph_ids)]
                 tasks.append(_Task(weights, g, (config.seed, i, w),
-                                   baselines(g, envs[g].num_steps), beta))
+                                   baselines(g), beta))
             results = run_all(tasks)
             total = [np.zeros_like(w) for w in weights]
             for r in results:
