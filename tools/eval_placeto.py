@@ -123,7 +123,7 @@ def main(argv):
             ratios.append(ratio)
             print(f"| {FLAGS.family}_{16 + i} | {problem.graph.num_ops} | {target * 1e3:.2f} | "
                   f"{scratch_n} | {tuned_n if tuned_n else 'not reached'} | "
-                  f"{ratio:.1f}x | {shot['best_R'] * 1e3:.2f} |")
+                  f"{'-' if np.isnan(ratio) else f'{ratio:.1f}x'} | {shot['best_R'] * 1e3:.2f} |")
         print(f"\nmedian speed-up {np.nanmedian(ratios):.1f}x")
     else:
         from tf_autoplace.placers import PlacetoPlacer
