@@ -212,11 +212,12 @@ def _write_report(settings: AutoplaceSettings, report, placer) -> None:
     import json
     import tempfile
 
+    from tf_autoplace.placers import takes_budget
+
     out = report.to_dict()
     out["flags"] = {"autoplace": settings.placer, "autoplace_cluster": settings.cluster,
                     "autoplace_budget_s": settings.budget_s,
-                    "budget_passed_to_placer": hasattr(placer, "config")
-                    and getattr(placer.config, "budget_s", None) == settings.budget_s}
+                    "budget_passed_to_placer": takes_budget(placer)}
     path = settings.report_path
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
                                prefix=".tmp_autoplace_")

@@ -41,12 +41,19 @@ def get_placer(name_or_placer, *, budget_s: float | None = None) -> Placer:
         raise ConfigError(
             f"unknown placer {name_or_placer!r}; choose one of {sorted(PLACERS)}")
     cls = PLACERS[name_or_placer]
-    if budget_s is not None and "budget_s" in inspect.signature(cls).parameters:
+    if budget_s is not None and takes_budget(cls):
         return cls(budget_s=budget_s)
     return cls()
 
 
-__all__ = ["PLACERS", "BestHeuristicPlacer", "CpuOnlyPlacer", "ExpertPlacer", "MemoryAwareETFPlacer",
-           "MemoryAwareTopoPlacer", "MetisPlacer", "Placement", "PlacetoConfig", "PlacetoPlacer", "PlacementProblem", "Placer",
-           "RandomPlacer", "SingleDevicePlacer", "check_memory", "check_placement", "get_placer",
+def takes_budget(placer_or_class) -> bool:
+    """Whether a placer searches within a time budget (its constructor takes ``budget_s``)."""
+    cls = placer_or_class if isinstance(placer_or_class, type) else type(placer_or_class)
+    return "budget_s" in inspect.signature(cls).parameters
+
+
+__all__ = ["PLACERS", "BestHeuristicPlacer", "CpuOnlyPlacer", "ExpertPlacer",
+           "MemoryAwareETFPlacer", "MemoryAwareTopoPlacer", "MetisPlacer", "Placement",
+           "PlacementProblem", "Placer", "PlacetoConfig", "PlacetoPlacer", "RandomPlacer",
+           "SingleDevicePlacer", "check_memory", "check_placement", "get_placer", "takes_budget",
            "validate"]
