@@ -31,8 +31,10 @@ flags.DEFINE_integer("iterations", 300, "Policy updates.")
 flags.DEFINE_integer("workers", 2, "Episodes (worker processes) per update.")
 flags.DEFINE_integer("seed", 0, "Seed of the families, the policy and training.")
 flags.DEFINE_integer("max_groups", 256, "Merge-and-Colocate groups per graph in the MDP.")
-flags.DEFINE_float("learning_rate", 1e-3, "Adam's initial learning rate (decays 10x).")
-flags.DEFINE_float("entropy", 0.02, "Initial entropy bonus (decays 20x).")
+flags.DEFINE_float("learning_rate", 3e-3, "Adam's initial learning rate (decays 10x).")
+flags.DEFINE_float("entropy", 3e-4, "Initial entropy bonus (decays 20x).")
+flags.DEFINE_float("discount", 0.0, "Return discount gamma (1: the paper's undiscounted "
+                   "return; 0: each action is credited with its own improvement).")
 flags.DEFINE_string("cache_dir", None, "Cache built family problems here.")
 flags.DEFINE_string("logdir", None, "TensorBoard summaries.")
 flags.DEFINE_string("family_knobs", "{}",
@@ -66,7 +68,7 @@ def main(argv):
     train_config = reinforce.TrainConfig(
         iterations=FLAGS.iterations, workers=FLAGS.workers, seed=FLAGS.seed,
         learning_rate=FLAGS.learning_rate, final_learning_rate=FLAGS.learning_rate / 10,
-        entropy=FLAGS.entropy, final_entropy=FLAGS.entropy / 20)
+        entropy=FLAGS.entropy, final_entropy=FLAGS.entropy / 20, discount=FLAGS.discount)
     from tf_autoplace.rl.env import PlacementEnv
 
     probe = PlacementEnv(train[0], env_config)

@@ -8,8 +8,13 @@ One training iteration, as in the paper's parameter-server setup:
 
        loss = - sum_t (G_t - b_t) * log pi(a_t | s_t)  -  beta * sum_t H(pi(. | s_t))
 
-   where ``G_t`` is the return from step t and ``b_t`` the graph's **per-step baseline**: the mean
-   of ``G_t`` over that graph's last k episodes (k = 10);
+   where ``G_t = sum_k gamma^k r_{t+k}`` is the return from step t and ``b_t`` the graph's
+   **per-step baseline**: the mean of ``G_t`` over that graph's last k episodes (k = 10). The
+   paper's return is undiscounted (gamma = 1, the default here). With intermediate rewards each
+   r_t is exactly the improvement action t made, and on our graphs one bad move can cost 20%
+   while a good one gains 1-3%, so the undiscounted G_t of an early step is mostly the noise of
+   the later moves; the shipped policy and fine-tuning use gamma = 0 (each action credited with
+   its own improvement);
 2. the coordinator sums the workers' gradients (in worker order, so results are reproducible)
    and takes one Adam step; the learning rate and the entropy weight beta decay linearly.
 
@@ -47,6 +52,7 @@ class TrainConfig:
       learning_rate, final_learning_rate: Adam's rate, decayed linearly (paper: 1e-3..1e-4).
       entropy, final_entropy: entropy bonus beta, decayed linearly.
       baseline_window: k, episodes per graph averaged into the per-step baseline (paper: 10).
+      discount: gamma in G_t = sum_k gamma^k r_{t+k}; 1 is the paper's undiscounted return.
       seed: everything random derives from it.
     """
 
@@ -57,6 +63,7 @@ class TrainConfig:
     entropy: float = 0.02
     final_entropy: float = 0.001
     baseline_window: int = 10
+    discount: float = 1.0
     seed: int = 0
 
     def __post_init__(self):
@@ -67,6 +74,8 @@ class TrainConfig:
         for name in ("learning_rate", "final_learning_rate"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if not 0 <= self.discount <= 1:
+            raise ConfigError(f"discount must be in [0, 1], got {self.discount!r}")
         for name in ("entropy", "final_entropy"):
             if not getattr(self, name) >= 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)!r}")
@@ -89,9 +98,17 @@ class Episode:
     best_actions: np.ndarray  # [G] the best placement seen during the episode
     best_score: float
 
-    def returns(self, env: PlacementEnv) -> np.ndarray:
-        """[T] G_t = sum of rewards from step t on."""
-        return np.cumsum(env.rewards(self.scores)[::-1])[::-1]
+    def returns(self, env: PlacementEnv, discount: float = 1.0) -> np.ndarray:
+        """[T] G_t = sum_k discount^k r_{t+k}, the (discounted) rewards from step t on."""
+        rewards = env.rewards(self.scores)
+        if discount == 1.0:
+            return np.cumsum(rewards[::-1])[::-1]
+        out = np.empty_like(rewards)
+        running = 0.0
+        for t in range(len(rewards) - 1, -1, -1):
+            running = rewards[t] + discount * running
+            out[t] = running
+        return out
 
 
 def _policy_step(policy, env: PlacementEnv, placement, step, placed) -> np.ndarray:
@@ -186,6 +203,7 @@ class _Task:
     seed: tuple
     baseline: np.ndarray
     entropy_weight: float
+    discount: float = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,7 +226,7 @@ class _Worker:
         env = self.envs[task.graph_id]
         self.policy.set_weights(task.weights)
         episode = rollout(self.policy, env, np.random.default_rng(list(task.seed)))
-        returns = episode.returns(env)
+        returns = episode.returns(env, task.discount)
         baseline = returns if task.baseline is None else task.baseline
         gradient, loss = episode_gradient(self.policy, env, episode, returns - baseline,
                                           task.entropy_weight)
@@ -288,7 +306,7 @@ def train(policy, problems: Sequence, env_config, config: TrainConfig, *,
             for w in range(config.workers):
                 g = graph_ids[(i * config.workers + w) % len(graph_ids)]
                 tasks.append(_Task(weights, g, (config.seed, i, w),
-                                   baselines(g), beta))
+                                   baselines(g), beta, config.discount))
             results = run_all(tasks)
             total = [np.zeros_like(w) for w in weights]
             for r in results:
