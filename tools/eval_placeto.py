@@ -6,6 +6,8 @@
     python tools/eval_placeto.py --experiment=transfer --family=nmt --graphs=3 --max_samples=6000
     # zero-shot on a large graph, then fine-tuning within a time budget
     python tools/eval_placeto.py --experiment=zero_shot --model=inception_v3 --budget_s=60
+    # what single-group moves from the start placement are worth on held-out graphs
+    python tools/eval_placeto.py --experiment=landscape --family=nmt --graphs=3
 
 Model knobs come from ``--knob=name=value`` (paper sizes by default, e.g. NMT with
 ``--knob=layers=2``). Everything is simulated on ``--cluster`` (K80-class by default).
@@ -18,7 +20,8 @@ import time
 from absl import app, flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("experiment", "scratch", ["scratch", "transfer", "zero_shot"], "What to run.")
+flags.DEFINE_enum("experiment", "scratch", ["scratch", "transfer", "zero_shot", "landscape"],
+                  "What to run.")
 flags.DEFINE_string("model", "nmt", "Zoo model for scratch / zero_shot.")
 flags.DEFINE_multi_string("knob", [], "Model knob name=value (int).")
 flags.DEFINE_string("family", "nmt", "Graph family for transfer (held-out graphs).")
@@ -28,7 +31,6 @@ flags.DEFINE_string("policy_dir", None, "Pretrained policy (default: the shipped
 flags.DEFINE_integer("max_samples", 10000, "Placements to sample per learning curve.")
 flags.DEFINE_float("budget_s", 60.0, "Fine-tuning budget for zero_shot.")
 flags.DEFINE_integer("max_groups", 256, "Groups in the MDP.")
-flags.DEFINE_float("learning_rate", 1e-3, "Adam's rate (constant) for the curves.")
 flags.DEFINE_integer("seed", 0, "Seed.")
 flags.DEFINE_string("cache_dir", "/tmp/placeto_cache", "Family problem cache.")
 
@@ -61,17 +63,25 @@ def main(argv):
     from tf_autoplace import zoo
     from tf_autoplace.api import build_problem, resolve_cluster
     from tf_autoplace.graph import ingest
-    from tf_autoplace.rl import reinforce
     from tf_autoplace.rl.env import EnvConfig, PlacementEnv
     from tf_autoplace.rl.pretrain import (heuristic_scores, learning_curve, samples_to_reach,
-                                          zero_shot)
+                                          single_move_landscape, zero_shot)
+
+    from tf_autoplace.placers.placeto import PlacetoConfig
 
     cluster = resolve_cluster(FLAGS.cluster)
     env_config = EnvConfig(max_groups=FLAGS.max_groups)
-    train_config = reinforce.TrainConfig(iterations=1, seed=FLAGS.seed,
-                                         learning_rate=FLAGS.learning_rate,
-                                         final_learning_rate=FLAGS.learning_rate)
+    # The curves use the placer's own fine-tuning settings, from scratch and pretrained alike.
+    train_config = PlacetoConfig().train_config(FLAGS.seed)
     knobs = {k: int(v) for k, _, v in (s.partition("=") for s in FLAGS.knob)}
+
+    def held_out_problems():
+        from tf_autoplace.rl import families
+
+        config = families.FamilyConfig(num_graphs=32, seed=0)
+        _, test = families.family_problems(FLAGS.family, config, cluster,
+                                           cache_dir=FLAGS.cache_dir)
+        return test[:FLAGS.graphs]
 
     def model_problem():
         model = zoo.build(FLAGS.model, **knobs)
@@ -95,19 +105,27 @@ def main(argv):
         best_h = min(heur.values())
         print(f"best learned {curve[-1][1] * 1e3:.2f} ms vs best heuristic {best_h * 1e3:.2f} ms "
               f"({'better' if curve[-1][1] < best_h else 'not better'})")
+    elif FLAGS.experiment == "landscape":
+        print(f"### Single-group moves from the start placement: held-out {FLAGS.family} graphs "
+              f"on {FLAGS.cluster}\n")
+        print("| graph | ops | start R (ms) | moves that help | best move | all helping moves, "
+              "greedily (ms) | placements simulated |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for i, problem in enumerate(held_out_problems()):
+            env = PlacementEnv(problem, env_config)
+            row = single_move_landscape(env)
+            print(f"| {FLAGS.family}_{16 + i} | {problem.graph.num_ops} | {row['start'] * 1e3:.2f} | "
+                  f"{row['helping']}/{row['moves']} | {row['best_gain'] * 100:.2f}% | "
+                  f"{row['greedy'] * 1e3:.2f} ({row['greedy_gain'] * 100:.1f}%) | {row['samples']} |")
     elif FLAGS.experiment == "transfer":
-        from tf_autoplace.rl import families
-
-        config = families.FamilyConfig(num_graphs=32, seed=0)
-        _, test = families.family_problems(FLAGS.family, config, cluster,
-                                           cache_dir=FLAGS.cache_dir)
+        test = held_out_problems()
         print(f"### Transfer: held-out {FLAGS.family} graphs on {FLAGS.cluster}, "
               f"{FLAGS.max_samples} samples from scratch\n")
         print("| graph | ops | scratch best R (ms) | scratch samples to it | pretrained samples "
               "to it | speed-up | pretrained zero-shot R (ms) |")
         print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
         ratios = []
-        for i, problem in enumerate(test[:FLAGS.graphs]):
+        for i, problem in enumerate(test):
             env = PlacementEnv(problem, env_config)
             scratch = learning_curve(_policy(env, fresh=True), problem, env_config,
                                      train_config, max_samples=FLAGS.max_samples)

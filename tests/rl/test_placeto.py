@@ -11,7 +11,7 @@ from tf_autoplace.graph.opgraph import from_edges
 from tf_autoplace.grouping import Grouping
 from tf_autoplace.placers import PlacementProblem, PlacetoPlacer, get_placer
 from tf_autoplace.placers.placeto_policy import KEEP_INIT, PlacetoPolicy, pool_masks
-from tf_autoplace.rl import reinforce
+from tf_autoplace.rl import pretrain, reinforce
 from tf_autoplace.rl.env import EnvConfig, PlacementEnv, reachability
 
 GB = 10**9
@@ -57,6 +57,50 @@ def test_rewards_sum_to_the_relative_improvement(reward):
         np.testing.assert_allclose(rewards, [0.1, -0.05, 0.25])
     else:
         np.testing.assert_allclose(rewards, [0.0, 0.0, 0.3])
+
+
+def test_discounted_returns():
+    env = PlacementEnv(_problem(10, CHAIN), EnvConfig(max_groups=10))
+    episode = reinforce.Episode(actions=np.zeros(3, np.int32), start=np.zeros(10, np.int32),
+                                scores=np.array([10.0, 9.0, 9.5, 7.0]),
+                                best_actions=np.zeros(10, np.int32), best_score=7.0)
+    np.testing.assert_allclose(episode.returns(env), [0.3, 0.2, 0.25])
+    np.testing.assert_allclose(episode.returns(env, 0.0), [0.1, -0.05, 0.25])
+    np.testing.assert_allclose(episode.returns(env, 0.5),
+                               [0.1 + 0.5 * (-0.05 + 0.5 * 0.25), -0.05 + 0.5 * 0.25, 0.25])
+    with pytest.raises(ConfigError, match="discount"):
+        reinforce.TrainConfig(discount=1.5)
+
+
+def test_context_features_are_load_and_traffic_shares():
+    # 0 -> 1 -> 2 -> 3 with 100, 200, 300 bytes; one group per op; groups 0 and 1 on device 0.
+    problem = _problem(4, [(0, 1, 100), (1, 2, 200), (2, 3, 300)], op_ms=1.0)
+    env = PlacementEnv(problem, EnvConfig(max_groups=4, start="single"))
+    assert env.num_features == 5 + 3 * 2
+    actions = np.zeros(env.view.num_groups, np.int32)
+    op_to_group = env.grouping.labels
+    actions[op_to_group[[2, 3]]] = 1
+    feats = env.features(actions, 0, np.zeros(env.view.num_groups, np.float32))
+    load, traffic = feats[:, 7:9], feats[:, 9:11]
+    np.testing.assert_allclose(load, np.full((4, 2), 0.5))  # equal op times, 2 ops each side
+    g1, g2 = op_to_group[1], op_to_group[2]
+    # op 1 exchanges 100 bytes with device 0 (op 0) and 200 with device 1 (op 2)
+    np.testing.assert_allclose(traffic[g1], [100 / 300, 200 / 300], rtol=1e-6)
+    np.testing.assert_allclose(traffic[g2], [200 / 500, 300 / 500], rtol=1e-6)
+    plain = PlacementEnv(problem, EnvConfig(max_groups=4, context_features=False))
+    assert plain.num_features == 5 + 2
+
+
+def test_single_move_landscape_finds_the_move_to_the_faster_device():
+    # Two independent ops on one slow device: moving either to the fast device helps, moving
+    # both is best; the greedy pass keeps both moves.
+    problem = _problem(2, [], speeds=(1.0, 4.0))
+    env = PlacementEnv(problem, EnvConfig(max_groups=2, start="single"))
+    row = pretrain.single_move_landscape(env)
+    assert row["moves"] == 2 and row["helping"] == 2
+    assert row["greedy"] < row["start"] and row["best_gain"] > 0
+    assert row["samples"] == 1 + 2 + 2
+    assert row["greedy"] == pytest.approx(env.score(np.ones(2, np.int32)))
 
 
 def test_env_config_is_checked():

@@ -79,7 +79,7 @@ class PlacetoPolicy(tf.Module):
 
     Args:
       num_devices: D, the number of action devices.
-      num_features: F, raw features per group (5 + D with the environment's features).
+      num_features: F, raw features per group (5 + 3 D with the environment's features).
       embed: E, embedding width (paper: 8). hidden: MLP width in message passing (8).
       head: width of the two head layers (16). rounds: message-passing rounds k (4..8).
       seed: initial weights are drawn from numpy's generator with this seed.
@@ -92,7 +92,7 @@ class PlacetoPolicy(tf.Module):
             raise ConfigError(f"a policy needs >= 2 devices to choose from, got {num_devices}")
         if not 1 <= rounds <= 16:
             raise ConfigError(f"rounds must be in [1, 16], got {rounds}")
-        num_features = num_features or 5 + num_devices
+        num_features = num_features or 5 + 3 * num_devices
         self.config = dict(num_devices=num_devices, num_features=num_features, embed=embed,
                            hidden=hidden, head=head, rounds=rounds, seed=seed)
         rng = np.random.default_rng(seed)

@@ -34,10 +34,19 @@ Choices the paper leaves open:
   711.5 ms against the expert's 713.2 ms within 8k samples.
 - **Visiting order.** Groups in the order of their earliest op in a topological order of the op
   graph, so parents are usually visited before children.
-- **Features** (per group, 5 + D): share of the graph's compute time (mean over action devices),
-  share of its output bytes, share of its persistent bytes (a memory feature we add: it lets the
-  policy see where variables live), the current placement one-hot over action devices, "is being
-  placed now", "has been placed in this episode".
+- **Features** (per group, 5 + 3 D): the paper's total compute time (mean over action devices)
+  and total output bytes, plus persistent bytes (a memory feature we add: it lets the policy see
+  where variables live), each as ``log(1 + G * share of the graph's total)`` so that an average
+  group reads log 2 whatever the graph's size (raw shares, ~1/G each, were too small for the
+  embedding layer to tell groups apart); the current placement one-hot over action devices,
+  "is being placed now", "has been placed in this episode". Then two context features per
+  action device that we add (``context_features``, on by default): the device's share of the
+  graph's compute under the current placement, and the share of the group's traffic (bytes on
+  its group-level edges, both directions) exchanged with groups on that device. Without them
+  the policy sees load balance and cut traffic only through k rounds of message passing, and
+  pretraining on the NMT family learned nothing that transferred: the best moves from the
+  expert's placement are load-balancing ones, and the worst (up to 20% slower) cut a group off
+  from its neighbours, which these features show directly.
 """
 
 from __future__ import annotations
@@ -68,6 +77,8 @@ class EnvConfig:
       memory_penalty: c in R = r + c * ReLU(m - M), per GB over capacity.
       start: "single" (all on action device 0, the paper's trivial placement), "random", or
         "heuristic" (the best fast heuristic's placement, so episodes improve on it).
+      context_features: add 2 * D features that depend on the current placement (see the
+        module doc): each device's share of the compute, and where a group's traffic goes.
     """
 
     max_groups: int = 256
@@ -75,6 +86,7 @@ class EnvConfig:
     reward: str = "intermediate"
     memory_penalty: float = 2.0
     start: str = "heuristic"
+    context_features: bool = True
 
     def __post_init__(self):
         if not (isinstance(self.max_groups, int) and self.max_groups >= 1):
@@ -106,6 +118,8 @@ class GraphView:
     edge_dst: np.ndarray
     ancestors: np.ndarray
     num_devices: int
+    group_time: np.ndarray | None = None  # [G] compute time (mean over action devices)
+    edge_bytes: np.ndarray | None = None  # [E] bytes per group edge
 
     @property
     def num_groups(self) -> int:
@@ -184,12 +198,15 @@ class PlacementEnv:
         time = np.bincount(grouping.labels, weights=time, minlength=g)
         static = np.stack([time, grouped.output_bytes.astype(np.float64),
                            grouped.persistent_bytes.astype(np.float64)], axis=1)
-        static = static / np.maximum(static.sum(axis=0, keepdims=True), 1e-30)
+        # Relative to the mean group, log-compressed: a graph-size-free scale where an average
+        # group reads log(2) and a group holding half the graph's variables reads ~log(G / 2).
+        static = np.log1p(g * static / np.maximum(static.sum(axis=0, keepdims=True), 1e-30))
         self.view = GraphView(
             static=static.astype(np.float32),
             edge_src=grouped.edge_src.astype(np.int32), edge_dst=grouped.edge_dst.astype(np.int32),
             ancestors=reachability(g, grouped.edge_src, grouped.edge_dst),
-            num_devices=len(self.action_devices))
+            num_devices=len(self.action_devices), group_time=time,
+            edge_bytes=grouped.edge_bytes.astype(np.float64))
 
         topo_pos = np.empty(graph.num_ops, np.int64)
         topo_pos[graph.topological_order()] = np.arange(graph.num_ops)
@@ -233,13 +250,25 @@ class PlacementEnv:
 
     # ----------------------------------------------------------------------------- features
     def features(self, actions: np.ndarray, step: int, placed: np.ndarray) -> np.ndarray:
-        """[G, 5 + D] float32 features of the state before ``step``'s action."""
-        g, d = self.view.num_groups, self.view.num_devices
-        out = np.zeros((g, STATIC_FEATURES + d + 2), dtype=np.float32)
-        out[:, :STATIC_FEATURES] = self.view.static
+        """[G, F] float32 features of the state before ``step``'s action (F = 5 + D, or
+        5 + 3 D with context features)."""
+        view = self.view
+        g, d = view.num_groups, view.num_devices
+        out = np.zeros((g, self.num_features), dtype=np.float32)
+        out[:, :STATIC_FEATURES] = view.static
         out[np.arange(g), STATIC_FEATURES + actions] = self.movable
         out[self.order[step], STATIC_FEATURES + d] = 1.0
         out[:, STATIC_FEATURES + d + 1] = placed
+        if self.config.context_features:
+            base = STATIC_FEATURES + d + 2
+            load = np.bincount(actions, weights=view.group_time, minlength=d)
+            out[:, base:base + d] = load / max(load.sum(), 1e-30)
+            # traffic[v, j]: share of v's bytes exchanged with groups on action device j.
+            src, dst, nbytes = view.edge_src, view.edge_dst, view.edge_bytes
+            traffic = np.zeros((g, d))
+            np.add.at(traffic, (src, actions[dst]), nbytes)
+            np.add.at(traffic, (dst, actions[src]), nbytes)
+            out[:, base + d:] = traffic / np.maximum(traffic.sum(axis=1, keepdims=True), 1.0)
         return out
 
     def rewards(self, scores: np.ndarray) -> np.ndarray:
@@ -253,4 +282,4 @@ class PlacementEnv:
 
     @functools.cached_property
     def num_features(self) -> int:
-        return STATIC_FEATURES + self.view.num_devices + 2
+        return STATIC_FEATURES + self.view.num_devices * (3 if self.config.context_features else 1) + 2

@@ -63,6 +63,37 @@ def samples_to_reach(curve: Sequence[tuple[int, float]], target: float) -> int |
     return None
 
 
+def single_move_landscape(env: PlacementEnv) -> dict:
+    """What moving one group from the start placement is worth: every movable group is moved
+    alone to each other action device and scored; then the helping moves are applied one after
+    another, best first, each kept only if it still helps. A yardstick for what a policy could
+    learn to do in one episode (``samples`` placements simulated)."""
+    start = env.start(np.random.default_rng(0))
+    r0 = env.score(start)
+    moves = []
+    for v in np.unique(env.order):
+        for a in range(env.view.num_devices):
+            if a != start[v]:
+                moved = start.copy()
+                moved[v] = a
+                moves.append(((r0 - env.score(moved)) / r0, int(v), a))
+    samples = 1 + len(moves)
+    current, score = start.copy(), r0
+    for gain, v, a in sorted(moves, reverse=True):
+        if gain <= 0:
+            break
+        trial = current.copy()
+        trial[v] = a
+        r = env.score(trial)
+        samples += 1
+        if r < score:
+            current, score = trial, r
+    gains = [m[0] for m in moves]
+    return dict(start=r0, moves=len(moves), helping=int(sum(g > 0 for g in gains)),
+                best_gain=max(gains), greedy=score, greedy_gain=(r0 - score) / r0,
+                samples=samples)
+
+
 def pretrain(policy: PlacetoPolicy, train_problems: Sequence[PlacementProblem],
              test_problems: Sequence[PlacementProblem], env_config: EnvConfig,
              config: reinforce.TrainConfig, *, logdir: str | None = None,
