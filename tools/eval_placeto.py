@@ -66,7 +66,6 @@ def main(argv):
     from tf_autoplace.rl.env import EnvConfig, PlacementEnv
     from tf_autoplace.rl.pretrain import (heuristic_scores, learning_curve, samples_to_reach,
                                           single_move_landscape, zero_shot)
-
     from tf_autoplace.placers.placeto import PlacetoConfig
 
     cluster = resolve_cluster(FLAGS.cluster)
@@ -114,9 +113,10 @@ def main(argv):
         for i, problem in enumerate(held_out_problems()):
             env = PlacementEnv(problem, env_config)
             row = single_move_landscape(env)
-            print(f"| {FLAGS.family}_{16 + i} | {problem.graph.num_ops} | {row['start'] * 1e3:.2f} | "
-                  f"{row['helping']}/{row['moves']} | {row['best_gain'] * 100:.2f}% | "
-                  f"{row['greedy'] * 1e3:.2f} ({row['greedy_gain'] * 100:.1f}%) | {row['samples']} |")
+            print(f"| {FLAGS.family}_{16 + i} | {problem.graph.num_ops} | "
+                  f"{row['start'] * 1e3:.2f} | {row['helping']}/{row['moves']} | "
+                  f"{row['best_gain'] * 100:.2f}% | {row['greedy'] * 1e3:.2f} "
+                  f"({row['greedy_gain'] * 100:.1f}%) | {row['samples']} |")
     elif FLAGS.experiment == "transfer":
         test = held_out_problems()
         print(f"### Transfer: held-out {FLAGS.family} graphs on {FLAGS.cluster}, "

@@ -77,7 +77,6 @@ class PlacetoConfig:
         if not 0 <= self.discount <= 1:
             raise ConfigError(f"discount must be in [0, 1], got {self.discount!r}")
 
-
     def train_config(self, seed: int):
         """REINFORCE settings for fine-tuning on one graph (constant rate and bonus; the
         sample or time budget decides how long)."""

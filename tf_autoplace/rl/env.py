@@ -118,8 +118,8 @@ class GraphView:
     edge_dst: np.ndarray
     ancestors: np.ndarray
     num_devices: int
-    group_time: np.ndarray | None = None  # [G] compute time (mean over action devices)
-    edge_bytes: np.ndarray | None = None  # [E] bytes per group edge
+    group_time: np.ndarray  # [G] compute time (mean over action devices)
+    edge_bytes: np.ndarray  # [E] bytes per group edge
 
     @property
     def num_groups(self) -> int:
@@ -282,4 +282,5 @@ class PlacementEnv:
 
     @functools.cached_property
     def num_features(self) -> int:
-        return STATIC_FEATURES + self.view.num_devices * (3 if self.config.context_features else 1) + 2
+        per_device = 3 if self.config.context_features else 1
+        return STATIC_FEATURES + per_device * self.view.num_devices + 2

@@ -101,8 +101,6 @@ class Episode:
     def returns(self, env: PlacementEnv, discount: float = 1.0) -> np.ndarray:
         """[T] G_t = sum_k discount^k r_{t+k}, the (discounted) rewards from step t on."""
         rewards = env.rewards(self.scores)
-        if discount == 1.0:
-            return np.cumsum(rewards[::-1])[::-1]
         out = np.empty_like(rewards)
         running = 0.0
         for t in range(len(rewards) - 1, -1, -1):
