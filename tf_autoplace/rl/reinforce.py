@@ -3,8 +3,9 @@
 One training iteration, as in the paper's parameter-server setup:
 
 1. every worker takes the current weights, a graph (workers take different graphs when training
-   on a family) and its own seed, rolls out one episode of the MDP (:mod:`tf_autoplace.rl.env`)
-   sampling from the policy, and computes the gradient of
+   on a family) and its own seeds, rolls out ``episodes`` episodes of the MDP
+   (:mod:`tf_autoplace.rl.env`) on it in lockstep, sampling from the policy, and computes the
+   gradient, summed over its episodes, of
 
        loss = - sum_t (G_t - b_t) * log pi(a_t | s_t)  -  beta * sum_t H(pi(. | s_t))
 
@@ -21,8 +22,8 @@ One training iteration, as in the paper's parameter-server setup:
 Workers are processes (``spawn``, each with its own TensorFlow) when ``workers > 1``, or run in
 the calling process when ``workers == 1``; the same code computes an episode either way.
 
-Training state is an explicit value (:class:`TrainState`); seeds are explicit: iteration i,
-worker w draws from ``np.random.default_rng([seed, i, w])``.
+Training state is an explicit value (:class:`TrainState`); seeds are explicit: episode j of
+worker w in iteration i draws from ``np.random.default_rng([seed, i, w, j])``.
 """
 
 from __future__ import annotations
@@ -44,30 +45,43 @@ from tf_autoplace.placers.placeto_policy import PlacetoPolicy, pool_masks
 from tf_autoplace.rl.env import PlacementEnv
 
 
+# Smallest per-step spread advantages are divided by: 0.1% of the start placement's runtime
+# (returns are relative improvements), so steps whose every episode did the same stay quiet.
+ADVANTAGE_FLOOR = 1e-3
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """Attributes:
       iterations: parameter updates; each uses ``workers`` episodes.
-      workers: episodes per update (processes when > 1). Paper: 8.
+      workers: worker processes (when > 1) per update, each on its own graph. Paper: 8.
+      episodes: episodes each worker rolls out per update on its graph, in lockstep (one
+        batched policy call per step); an update uses ``workers * episodes`` episodes.
       learning_rate, final_learning_rate: Adam's rate, decayed linearly (paper: 1e-3..1e-4).
       entropy, final_entropy: entropy bonus beta, decayed linearly.
       baseline_window: k, episodes per graph averaged into the per-step baseline (paper: 10).
       discount: gamma in G_t = sum_k gamma^k r_{t+k}; 1 is the paper's undiscounted return.
+      normalize_advantages: divide each step's advantage by the spread of that step's returns
+        over the baseline window (see :func:`advantages`). Without it, the few steps whose
+        best action gains 2-3% every time are drowned by the steps where a bad move can
+        cost 20%; with it, every step's signal has the same scale.
       seed: everything random derives from it.
     """
 
     iterations: int = 100
     workers: int = 1
+    episodes: int = 1
     learning_rate: float = 1e-3
     final_learning_rate: float = 1e-4
     entropy: float = 0.02
     final_entropy: float = 0.001
     baseline_window: int = 10
     discount: float = 1.0
+    normalize_advantages: bool = False
     seed: int = 0
 
     def __post_init__(self):
-        for name in ("iterations", "workers", "baseline_window"):
+        for name in ("iterations", "workers", "episodes", "baseline_window"):
             value = getattr(self, name)
             if not (isinstance(value, int) and value >= 1):
                 raise ConfigError(f"{name} must be an int >= 1, got {value!r}")
@@ -109,41 +123,59 @@ class Episode:
         return out
 
 
-def _policy_step(policy, env: PlacementEnv, placement, step, placed) -> np.ndarray:
-    """[D] logits for step ``step`` of an episode in state ``placement``."""
-    feats = env.features(placement, step, placed)[None]
-    current = env.order[step:step + 1]
-    logits = policy.logits(feats, env.view.edge_src, env.view.edge_dst,
-                           pool_masks(env.view.ancestors, current), current)
-    return logits.numpy()[0].astype(np.float64)
+def _policy_step(policy, env: PlacementEnv, placements: np.ndarray, step: int,
+                 placed: np.ndarray) -> np.ndarray:
+    """[B, D] logits for step ``step`` of B episodes in states ``placements`` [B, G] (one call:
+    every episode of a batch places the same group at the same step)."""
+    feats = np.stack([env.features(p, step, placed) for p in placements])
+    current = np.full(len(placements), env.order[step], dtype=np.int32)
+    masks = np.repeat(pool_masks(env.view.ancestors, current[:1]), len(placements), axis=0)
+    logits = policy.logits(feats, env.view.edge_src, env.view.edge_dst, masks, current)
+    return logits.numpy().astype(np.float64)
+
+
+def rollouts(policy, env: PlacementEnv, rngs: Sequence[np.random.Generator], *,
+             greedy: bool = False, start: np.ndarray | None = None) -> list[Episode]:
+    """Run ``len(rngs)`` episodes in lockstep, episode i drawing from ``rngs[i]``: sample (or,
+    with ``greedy``, take the argmax of) each action.
+
+    The episodes of one graph visit the same group at the same step, so step t of all of them
+    is one batched policy call; per-call overhead, not arithmetic, is what a step costs at our
+    sizes (NMT, 256 groups, 2 cores: 1 episode 1.1 ms, 16 episodes 2.9 ms per call)."""
+    num_steps = env.num_steps
+    # Private copies: the episodes edit them in place, the start must stay as it was.
+    placements = np.array([env.start(rng) if start is None else start for rng in rngs],
+                          dtype=np.int32).reshape(len(rngs), env.view.num_groups)
+    firsts = placements.copy()
+    placed = np.zeros(env.view.num_groups, dtype=np.float32)  # the same in every episode
+    scores = np.empty((len(rngs), num_steps + 1))
+    scores[:, 0] = [env.score(p) for p in placements]
+    best, best_scores = placements.copy(), scores[:, 0].copy()
+    actions = np.empty((len(rngs), num_steps), dtype=np.int32)
+    for t in range(num_steps):
+        v = env.order[t]
+        logits = _policy_step(policy, env, placements, t, placed)
+        for i, rng in enumerate(rngs):
+            if greedy:
+                a = int(np.argmax(logits[i]))
+            else:
+                p = np.exp(logits[i] - logits[i].max())
+                a = int(rng.choice(len(p), p=p / p.sum()))
+            actions[i, t] = a
+            placements[i, v] = a
+            scores[i, t + 1] = env.score(placements[i])
+            if scores[i, t + 1] < best_scores[i]:
+                best[i], best_scores[i] = placements[i], scores[i, t + 1]
+        placed[v] = 1.0
+    return [Episode(actions=actions[i], start=firsts[i], scores=scores[i],
+                    best_actions=best[i].copy(), best_score=float(best_scores[i]))
+            for i in range(len(rngs))]
 
 
 def rollout(policy, env: PlacementEnv, rng: np.random.Generator, *, greedy: bool = False,
             start: np.ndarray | None = None) -> Episode:
-    """Run one episode: sample (or, with ``greedy``, take the argmax of) each action."""
-    # A private copy: the episode edits it in place, the start must stay as it was.
-    placement = np.array(env.start(rng) if start is None else start, dtype=np.int32)
-    first = placement.copy()
-    placed = np.zeros(env.view.num_groups, dtype=np.float32)
-    scores = [env.score(placement)]
-    best, best_score = placement.copy(), scores[0]
-    actions = np.empty(env.num_steps, dtype=np.int32)
-    for t in range(env.num_steps):
-        logits = _policy_step(policy, env, placement, t, placed)
-        if greedy:
-            a = int(np.argmax(logits))
-        else:
-            p = np.exp(logits - logits.max())
-            a = int(rng.choice(len(p), p=p / p.sum()))
-        v = env.order[t]
-        actions[t] = a
-        placement[v] = a
-        placed[v] = 1.0
-        scores.append(env.score(placement))
-        if scores[-1] < best_score:
-            best, best_score = placement.copy(), scores[-1]
-    return Episode(actions=actions, start=first, scores=np.array(scores), best_actions=best,
-                   best_score=float(best_score))
+    """One episode (see :func:`rollouts`)."""
+    return rollouts(policy, env, [rng], greedy=greedy, start=start)[0]
 
 
 def episode_features(env: PlacementEnv, episode: Episode):
@@ -172,22 +204,32 @@ def episode_gradient(policy, env: PlacementEnv, episode: Episode, advantages: np
     return [g.numpy() for g in grads], float(loss)
 
 
-class StepBaselines:
-    """Per graph, per step: the mean return of the graph's last k episodes (Placeto A.7).
+def advantages(returns: np.ndarray, history: np.ndarray, normalize: bool) -> np.ndarray:
+    """[T] advantages of one episode's returns against ``history`` [k, T], the returns of the
+    graph's last k episodes: ``G_t - b_t`` with the per-step baseline ``b_t = mean_k G_t``
+    (Placeto A.7), divided by the per-step spread ``max(std_k G_t, ADVANTAGE_FLOOR)`` when
+    ``normalize``."""
+    out = returns - history.mean(axis=0)
+    if normalize:
+        out = out / np.maximum(history.std(axis=0), ADVANTAGE_FLOOR)
+    return out
 
-    A graph's first episode has no baseline (None): its worker then uses the episode's own
-    returns, so that episode only seeds the baseline. A baseline of 0 there would push every
-    action of the first, random episode down, and a policy can collapse on that one update."""
+
+class StepBaselines:
+    """Per graph: the returns of its last k episodes, for the per-step baselines (Placeto A.7).
+
+    A graph's first update has no history (None): its worker then uses the episodes it just ran
+    (one episode alone then only seeds the baseline). A baseline of 0 there would push every
+    action of the first, random episodes down, and a policy can collapse on that one update."""
 
     def __init__(self, window: int):
         self._history: dict[int, collections.deque] = collections.defaultdict(
             lambda: collections.deque(maxlen=window))
 
     def __call__(self, graph_id: int) -> np.ndarray | None:
+        """[k, T] the graph's last k returns, or None before its first episode."""
         history = self._history.get(graph_id)
-        if not history:
-            return None
-        return np.mean(np.stack(history), axis=0)
+        return np.stack(history) if history else None
 
     def record(self, graph_id: int, returns: np.ndarray) -> None:
         self._history[graph_id].append(np.asarray(returns, dtype=np.float64))
@@ -198,19 +240,20 @@ class StepBaselines:
 class _Task:
     weights: list
     graph_id: int
-    seed: tuple
-    baseline: np.ndarray
+    seeds: tuple  # one seed tuple per episode
+    history: np.ndarray | None  # [k, T] the graph's last returns (StepBaselines)
     entropy_weight: float
-    discount: float = 1.0
+    discount: float
+    normalize: bool
 
 
 @dataclasses.dataclass(frozen=True)
 class _Result:
     graph_id: int
-    gradient: list
+    gradient: list  # summed over the task's episodes
     loss: float
-    returns: np.ndarray
-    episode: Episode
+    returns: list  # [T] per episode
+    episodes: list
 
 
 class _Worker:
@@ -223,12 +266,20 @@ class _Worker:
     def __call__(self, task: _Task) -> _Result:
         env = self.envs[task.graph_id]
         self.policy.set_weights(task.weights)
-        episode = rollout(self.policy, env, np.random.default_rng(list(task.seed)))
-        returns = episode.returns(env, task.discount)
-        baseline = returns if task.baseline is None else task.baseline
-        gradient, loss = episode_gradient(self.policy, env, episode, returns - baseline,
-                                          task.entropy_weight)
-        return _Result(task.graph_id, gradient, loss, returns, episode)
+        episodes = rollouts(self.policy, env,
+                            [np.random.default_rng(list(seed)) for seed in task.seeds])
+        returns = [e.returns(env, task.discount) for e in episodes]
+        # Without history (the graph's first update) the baseline is this batch's mean return;
+        # a single first episode then only seeds the baseline (advantages 0).
+        history = np.stack(returns) if task.history is None else task.history
+        gradient, loss = None, 0.0
+        for episode, ret in zip(episodes, returns):
+            grad, episode_loss = episode_gradient(
+                self.policy, env, episode, advantages(ret, history, task.normalize),
+                task.entropy_weight)
+            gradient = grad if gradient is None else [a + g for a, g in zip(gradient, grad)]
+            loss += episode_loss
+        return _Result(task.graph_id, gradient, loss, returns, episodes)
 
 
 _PROCESS_WORKER: _Worker | None = None
@@ -303,8 +354,9 @@ def train(policy, problems: Sequence, env_config, config: TrainConfig, *,
             tasks = []
             for w in range(config.workers):
                 g = graph_ids[(i * config.workers + w) % len(graph_ids)]
-                tasks.append(_Task(weights, g, (config.seed, i, w),
-                                   baselines(g), beta, config.discount))
+                seeds = tuple((config.seed, i, w, j) for j in range(config.episodes))
+                tasks.append(_Task(weights, g, seeds, baselines(g), beta, config.discount,
+                                   config.normalize_advantages))
             results = run_all(tasks)
             total = [np.zeros_like(w) for w in weights]
             for r in results:
@@ -314,18 +366,20 @@ def train(policy, problems: Sequence, env_config, config: TrainConfig, *,
             optimizer.apply_gradients(zip([tf.constant(g) for g in total],
                                           policy.trainable_variables))
             for r in results:
-                baselines.record(r.graph_id, r.returns)
-                state.samples += len(r.episode.scores)
-                if r.episode.best_score < state.best_scores.get(r.graph_id, np.inf):
-                    state.best_scores[r.graph_id] = r.episode.best_score
-                    state.best_placements[r.graph_id] = r.episode.best_actions
-                state.curve.append((state.samples, r.graph_id, state.best_scores[r.graph_id]))
+                for episode, returns in zip(r.episodes, r.returns):
+                    baselines.record(r.graph_id, returns)
+                    state.samples += len(episode.scores)
+                    if episode.best_score < state.best_scores.get(r.graph_id, np.inf):
+                        state.best_scores[r.graph_id] = episode.best_score
+                        state.best_placements[r.graph_id] = episode.best_actions
+                    state.curve.append((state.samples, r.graph_id,
+                                        state.best_scores[r.graph_id]))
             state.iteration += 1
             if writer:
                 with writer.as_default(step=i):
                     for r in results:
                         tf.summary.scalar(f"graph_{r.graph_id}/final_runtime",
-                                          r.episode.scores[-1])
+                                          np.mean([e.scores[-1] for e in r.episodes]))
                         tf.summary.scalar(f"graph_{r.graph_id}/best_runtime",
                                           state.best_scores[r.graph_id])
                     tf.summary.scalar("loss", float(np.mean([r.loss for r in results])))
