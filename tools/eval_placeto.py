@@ -8,6 +8,8 @@
     python tools/eval_placeto.py --experiment=zero_shot --model=inception_v3 --budget_s=60
     # what single-group moves from the start placement are worth on held-out graphs
     python tools/eval_placeto.py --experiment=landscape --family=nmt --graphs=3
+    # seconds per episode (rollout + gradient) with 1 and 16 episodes in lockstep
+    python tools/eval_placeto.py --experiment=speed --family=nmt --graphs=1
 
 Model knobs come from ``--knob=name=value`` (paper sizes by default, e.g. NMT with
 ``--knob=layers=2``). Everything is simulated on ``--cluster`` (K80-class by default).
@@ -20,7 +22,7 @@ import time
 from absl import app, flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("experiment", "scratch", ["scratch", "transfer", "zero_shot", "landscape"],
+flags.DEFINE_enum("experiment", "scratch", ["scratch", "transfer", "zero_shot", "landscape", "speed"],
                   "What to run.")
 flags.DEFINE_string("model", "nmt", "Zoo model for scratch / zero_shot.")
 flags.DEFINE_multi_string("knob", [], "Model knob name=value (int).")
@@ -117,6 +119,30 @@ def main(argv):
                   f"{row['start'] * 1e3:.2f} | {row['helping']}/{row['moves']} | "
                   f"{row['best_gain'] * 100:.2f}% | {row['greedy'] * 1e3:.2f} "
                   f"({row['greedy_gain'] * 100:.1f}%) | {row['samples']} |")
+    elif FLAGS.experiment == "speed":
+        from tf_autoplace.rl import reinforce
+
+        print(f"### Episode cost: held-out {FLAGS.family} graphs on {FLAGS.cluster}\n")
+        print("| graph | groups | episodes in lockstep | rollout (s) | gradients (s) | "
+              "per episode (s) |\n| --- | ---: | ---: | ---: | ---: | ---: |")
+        for i, problem in enumerate(held_out_problems()):
+            env = PlacementEnv(problem, env_config)
+            policy = _policy(env, fresh=True)
+            def timed(batch):
+                t = time.perf_counter()
+                rngs = [np.random.default_rng([FLAGS.seed, j]) for j in range(batch)]
+                episodes = reinforce.rollouts(policy, env, rngs)
+                rollout_s = time.perf_counter() - t
+                t = time.perf_counter()
+                for e in episodes:
+                    reinforce.episode_gradient(policy, env, e, e.returns(env, 0.0), 0.0)
+                return rollout_s, time.perf_counter() - t
+
+            for batch in (1, 16):
+                timed(batch)  # compiles the policy for these shapes
+                rollout_s, grad_s = timed(batch)
+                print(f"| {FLAGS.family}_{16 + i} | {env.view.num_groups} | {batch} | "
+                      f"{rollout_s:.2f} | {grad_s:.2f} | {(rollout_s + grad_s) / batch:.3f} |")
     elif FLAGS.experiment == "transfer":
         test = held_out_problems()
         print(f"### Transfer: held-out {FLAGS.family} graphs on {FLAGS.cluster}, "

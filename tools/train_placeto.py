@@ -28,11 +28,15 @@ flags.DEFINE_string("cluster", "testdata/k80x2.pbtxt", "Cluster spec the policy 
 flags.DEFINE_list("families", ["nmt", "ptb", "cifar10"], "Graph families to train on.")
 flags.DEFINE_integer("num_graphs", 32, "Graphs per family (half train, half held out).")
 flags.DEFINE_integer("iterations", 300, "Policy updates.")
-flags.DEFINE_integer("workers", 2, "Episodes (worker processes) per update.")
+flags.DEFINE_integer("workers", 2, "Worker processes per update, each on its own graph.")
+flags.DEFINE_integer("episodes", 1, "Episodes each worker runs per update, in lockstep.")
 flags.DEFINE_integer("seed", 0, "Seed of the families, the policy and training.")
 flags.DEFINE_integer("max_groups", 256, "Merge-and-Colocate groups per graph in the MDP.")
 flags.DEFINE_float("learning_rate", 3e-3, "Adam's initial learning rate (decays 10x).")
-flags.DEFINE_float("entropy", 3e-4, "Initial entropy bonus (decays 20x).")
+flags.DEFINE_float("entropy", 3e-4, "Initial entropy bonus (see --final_entropy_ratio).")
+flags.DEFINE_bool("normalize_advantages", False,
+                  "Divide each step's advantage by the spread of that step's returns.")
+flags.DEFINE_float("final_entropy_ratio", 20.0, "The entropy bonus decays by this factor.")
 flags.DEFINE_float("discount", 0.0, "Return discount gamma (1: the paper's undiscounted "
                    "return; 0: each action is credited with its own improvement).")
 flags.DEFINE_string("cache_dir", None, "Cache built family problems here.")
@@ -66,9 +70,11 @@ def main(argv):
 
     env_config = EnvConfig(max_groups=FLAGS.max_groups)
     train_config = reinforce.TrainConfig(
-        iterations=FLAGS.iterations, workers=FLAGS.workers, seed=FLAGS.seed,
-        learning_rate=FLAGS.learning_rate, final_learning_rate=FLAGS.learning_rate / 10,
-        entropy=FLAGS.entropy, final_entropy=FLAGS.entropy / 20, discount=FLAGS.discount)
+        iterations=FLAGS.iterations, workers=FLAGS.workers, episodes=FLAGS.episodes,
+        seed=FLAGS.seed, learning_rate=FLAGS.learning_rate,
+        final_learning_rate=FLAGS.learning_rate / 10, entropy=FLAGS.entropy,
+        final_entropy=FLAGS.entropy / FLAGS.final_entropy_ratio, discount=FLAGS.discount,
+        normalize_advantages=FLAGS.normalize_advantages)
     from tf_autoplace.rl.env import PlacementEnv
 
     probe = PlacementEnv(train[0], env_config)

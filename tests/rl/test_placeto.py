@@ -75,15 +75,22 @@ def test_discounted_returns():
 def test_advantages_against_the_per_step_baselines():
     history = np.array([[0.00, 0.01, 0.02],
                         [0.02, 0.03, 0.02]])  # two past episodes, three steps
-    returns = np.array([0.03, 0.00, 0.02])
-    # Baselines per step 0.01, 0.02, 0.02; spreads 0.01, 0.01 and 0 (floored).
+    returns = np.array([[0.04, 0.00, 0.02],
+                        [0.00, 0.04, 0.02]])  # this update's two episodes
+    # Baselines per step (history only) 0.01, 0.02, 0.02.
     np.testing.assert_allclose(reinforce.advantages(returns, history, normalize=False),
-                               [0.02, -0.02, 0.0])
+                               [[0.03, -0.02, 0.0], [-0.01, 0.02, 0.0]], atol=1e-12)
+    # Spreads over history and batch: std(0, .02, .04, 0) and std(.01, .03, 0, .04), then 0,
+    # which the floor replaces.
+    scale = [np.std([0, 0.02, 0.04, 0]), np.std([0.01, 0.03, 0, 0.04]),
+             reinforce.ADVANTAGE_FLOOR]
     np.testing.assert_allclose(reinforce.advantages(returns, history, normalize=True),
-                               [2.0, -2.0, 0.0])
-    np.testing.assert_allclose(
-        reinforce.advantages(np.array([0.0, 0.0, 0.025]), history, normalize=True),
-        [-1.0, -2.0, 0.005 / reinforce.ADVANTAGE_FLOOR])
+                               np.array([[0.03, -0.02, 0.0], [-0.01, 0.02, 0.0]]) / scale,
+                               atol=1e-9)
+    # No history yet: the batch is its own baseline; one episode alone gets advantages 0.
+    np.testing.assert_allclose(reinforce.advantages(returns, None, normalize=False),
+                               [[0.02, -0.02, 0.0], [-0.02, 0.02, 0.0]], atol=1e-12)
+    np.testing.assert_array_equal(reinforce.advantages(returns[:1], None, normalize=True), 0)
 
 
 def test_context_features_are_load_and_traffic_shares():

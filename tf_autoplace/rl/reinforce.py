@@ -204,14 +204,19 @@ def episode_gradient(policy, env: PlacementEnv, episode: Episode, advantages: np
     return [g.numpy() for g in grads], float(loss)
 
 
-def advantages(returns: np.ndarray, history: np.ndarray, normalize: bool) -> np.ndarray:
-    """[T] advantages of one episode's returns against ``history`` [k, T], the returns of the
-    graph's last k episodes: ``G_t - b_t`` with the per-step baseline ``b_t = mean_k G_t``
-    (Placeto A.7), divided by the per-step spread ``max(std_k G_t, ADVANTAGE_FLOOR)`` when
-    ``normalize``."""
-    out = returns - history.mean(axis=0)
+def advantages(returns: np.ndarray, history: np.ndarray | None, normalize: bool) -> np.ndarray:
+    """[B, T] advantages of a batch of B episodes' returns (one graph).
+
+    ``G_t - b_t`` with the per-step baseline ``b_t``: the mean of G_t over ``history`` [k, T],
+    the graph's last k episodes (Placeto A.7), or over the batch itself when there is no
+    history yet (a single first episode then only seeds the baseline). With ``normalize``,
+    divided by the per-step spread ``max(std G_t, ADVANTAGE_FLOOR)`` over the history and the
+    batch together: a step where the window's episodes all did the same has no spread of its
+    own, and a floor alone would turn one exploratory move there into a huge update."""
+    seen = returns if history is None else np.concatenate([history, returns])
+    out = returns - (returns if history is None else history).mean(axis=0)
     if normalize:
-        out = out / np.maximum(history.std(axis=0), ADVANTAGE_FLOOR)
+        out = out / np.maximum(seen.std(axis=0), ADVANTAGE_FLOOR)
     return out
 
 
@@ -252,7 +257,7 @@ class _Result:
     graph_id: int
     gradient: list  # summed over the task's episodes
     loss: float
-    returns: list  # [T] per episode
+    returns: np.ndarray  # [B, T]
     episodes: list
 
 
@@ -268,15 +273,11 @@ class _Worker:
         self.policy.set_weights(task.weights)
         episodes = rollouts(self.policy, env,
                             [np.random.default_rng(list(seed)) for seed in task.seeds])
-        returns = [e.returns(env, task.discount) for e in episodes]
-        # Without history (the graph's first update) the baseline is this batch's mean return;
-        # a single first episode then only seeds the baseline (advantages 0).
-        history = np.stack(returns) if task.history is None else task.history
+        returns = np.stack([e.returns(env, task.discount) for e in episodes])
         gradient, loss = None, 0.0
-        for episode, ret in zip(episodes, returns):
-            grad, episode_loss = episode_gradient(
-                self.policy, env, episode, advantages(ret, history, task.normalize),
-                task.entropy_weight)
+        for episode, adv in zip(episodes, advantages(returns, task.history, task.normalize)):
+            grad, episode_loss = episode_gradient(self.policy, env, episode, adv,
+                                                  task.entropy_weight)
             gradient = grad if gradient is None else [a + g for a, g in zip(gradient, grad)]
             loss += episode_loss
         return _Result(task.graph_id, gradient, loss, returns, episodes)
