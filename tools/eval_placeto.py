@@ -22,8 +22,8 @@ import time
 from absl import app, flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("experiment", "scratch", ["scratch", "transfer", "zero_shot", "landscape", "speed"],
-                  "What to run.")
+flags.DEFINE_enum("experiment", "scratch",
+                  ["scratch", "transfer", "zero_shot", "landscape", "speed"], "What to run.")
 flags.DEFINE_string("model", "nmt", "Zoo model for scratch / zero_shot.")
 flags.DEFINE_multi_string("knob", [], "Model knob name=value (int).")
 flags.DEFINE_string("family", "nmt", "Graph family for transfer (held-out graphs).")

@@ -53,7 +53,7 @@ ADVANTAGE_FLOOR = 1e-3
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """Attributes:
-      iterations: parameter updates; each uses ``workers`` episodes.
+      iterations: parameter updates; each uses ``workers * episodes`` episodes.
       workers: worker processes (when > 1) per update, each on its own graph. Paper: 8.
       episodes: episodes each worker rolls out per update on its graph, in lockstep (one
         batched policy call per step); an update uses ``workers * episodes`` episodes.
@@ -62,9 +62,9 @@ class TrainConfig:
       baseline_window: k, episodes per graph averaged into the per-step baseline (paper: 10).
       discount: gamma in G_t = sum_k gamma^k r_{t+k}; 1 is the paper's undiscounted return.
       normalize_advantages: divide each step's advantage by the spread of that step's returns
-        over the baseline window (see :func:`advantages`). Without it, the few steps whose
-        best action gains 2-3% every time are drowned by the steps where a bad move can
-        cost 20%; with it, every step's signal has the same scale.
+        over the baseline window and the batch (see :func:`advantages`). Without it, the few
+        steps whose best action gains 2-3% every time are drowned by the steps where a bad
+        move can cost 20%; with it, every step's signal has the same scale.
       seed: everything random derives from it.
     """
 
