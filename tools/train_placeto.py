@@ -32,10 +32,20 @@ flags.DEFINE_integer("workers", 2, "Worker processes per update, each on its own
 flags.DEFINE_integer("episodes", 1, "Episodes each worker runs per update, in lockstep.")
 flags.DEFINE_integer("seed", 0, "Seed of the families, the policy and training.")
 flags.DEFINE_integer("max_groups", 256, "Merge-and-Colocate groups per graph in the MDP.")
-flags.DEFINE_float("learning_rate", 3e-3, "Adam's initial learning rate (decays 10x).")
+flags.DEFINE_float("learning_rate", 3e-3, "Adam's initial learning rate.")
+flags.DEFINE_float("final_learning_rate_ratio", 10.0, "The learning rate decays by this factor.")
 flags.DEFINE_float("entropy", 3e-4, "Initial entropy bonus (see --final_entropy_ratio).")
 flags.DEFINE_bool("normalize_advantages", False,
                   "Divide each step's advantage by the spread of that step's returns.")
+flags.DEFINE_enum("estimator", "reinforce", ["reinforce", "all_actions"],
+                  "Policy-gradient estimator (tf_autoplace.rl.reinforce): sampled actions, or "
+                  "the expectation over every action of each step (needs --discount=0).")
+flags.DEFINE_enum("behaviour", "sample", ["sample", "keep"],
+                  "States the episodes visit: the policy's own actions, or the start placement "
+                  "kept (needs --estimator=all_actions).")
+flags.DEFINE_integer("select_every", 0, "Every N iterations score greedy episodes on "
+                     "--select_graphs training graphs and keep the best weights (0: last).")
+flags.DEFINE_integer("select_graphs", 12, "Training graphs the selection scores.")
 flags.DEFINE_float("final_entropy_ratio", 20.0, "The entropy bonus decays by this factor.")
 flags.DEFINE_float("discount", 0.0, "Return discount gamma (1: the paper's undiscounted "
                    "return; 0: each action is credited with its own improvement).")
@@ -72,15 +82,18 @@ def main(argv):
     train_config = reinforce.TrainConfig(
         iterations=FLAGS.iterations, workers=FLAGS.workers, episodes=FLAGS.episodes,
         seed=FLAGS.seed, learning_rate=FLAGS.learning_rate,
-        final_learning_rate=FLAGS.learning_rate / 10, entropy=FLAGS.entropy,
-        final_entropy=FLAGS.entropy / FLAGS.final_entropy_ratio, discount=FLAGS.discount,
-        normalize_advantages=FLAGS.normalize_advantages)
+        final_learning_rate=FLAGS.learning_rate / FLAGS.final_learning_rate_ratio,
+        entropy=FLAGS.entropy, final_entropy=FLAGS.entropy / FLAGS.final_entropy_ratio,
+        discount=FLAGS.discount,
+        normalize_advantages=FLAGS.normalize_advantages, estimator=FLAGS.estimator,
+        behaviour=FLAGS.behaviour)
     from tf_autoplace.rl.env import PlacementEnv
 
     probe = PlacementEnv(train[0], env_config)
     policy = PlacetoPolicy(probe.view.num_devices, probe.num_features, seed=FLAGS.seed)
-    results = pretrain(policy, train, test, env_config, train_config, logdir=FLAGS.logdir,
-                       progress=True)
+    results = pretrain(policy, train, test, env_config, train_config,
+                       select_every=FLAGS.select_every, select_graphs=FLAGS.select_graphs,
+                       logdir=FLAGS.logdir, progress=True)
 
     os.makedirs(FLAGS.out_dir, exist_ok=True)
     policy.save(FLAGS.out_dir)

@@ -1,5 +1,7 @@
 """Placeto: the MDP, the policy network, REINFORCE and the placer, on small graphs."""
 
+import dataclasses
+
 import networkx as nx
 import numpy as np
 import pytest
@@ -169,7 +171,10 @@ def _prob_of_device(policy, env, device):
     return float(np.mean(probs))
 
 
-def test_untrained_policy_only_prefers_keeping_and_training_moves_towards_the_faster_device():
+@pytest.mark.parametrize("estimator,discount,behaviour", [
+    ("reinforce", 1.0, "sample"), ("all_actions", 0.0, "sample"), ("all_actions", 0.0, "keep")])
+def test_untrained_policy_only_prefers_keeping_and_training_moves_towards_the_faster_device(
+        estimator, discount, behaviour):
     # Device 1 runs every op 4x faster: moving any op there shortens the step.
     problem = _problem(10, CHAIN, speeds=(1.0, 4.0))
     env_config = EnvConfig(max_groups=10, start="single")
@@ -177,9 +182,11 @@ def test_untrained_policy_only_prefers_keeping_and_training_moves_towards_the_fa
     policy = PlacetoPolicy(2, env.num_features, seed=0)
     # Untrained: no device preference beyond the keep prior on the current device (device 0).
     assert _prob_of_device(policy, env, 1) == pytest.approx(1 / (1 + np.exp(KEEP_INIT)))
-    # The first episode only seeds the per-step baseline; the second one updates the policy.
+    # REINFORCE: the first episode only seeds the per-step baseline; the second one updates.
     reinforce.train(policy, [problem], env_config,
-                    reinforce.TrainConfig(iterations=8, learning_rate=1e-2, seed=0))
+                    reinforce.TrainConfig(iterations=8, learning_rate=1e-2, seed=0,
+                                          discount=discount, estimator=estimator,
+                                          behaviour=behaviour))
     assert _prob_of_device(policy, env, 1) > 1 / (1 + np.exp(KEEP_INIT)) + 0.05
 
 
@@ -202,6 +209,96 @@ def test_lockstep_episodes_are_the_episodes_run_one_at_a_time():
         assert env.score(batched.best_actions) == pytest.approx(batched.best_score)
     assert len({e.actions.tobytes() for e in together}) > 1  # the episodes do differ
     assert any(e.best_score < e.scores[0] for e in together[1:])  # and some improve
+
+
+def test_all_action_episodes_score_every_device_of_every_step():
+    rng = np.random.default_rng(12)
+    problem = _problem(24, _random_dag(rng, 24), speeds=(1.0, 2.0, 3.0))
+    env = PlacementEnv(problem, EnvConfig(max_groups=12, start="random", passes=2))
+    policy = PlacetoPolicy(3, env.num_features, seed=3)
+    policy.keep.assign(0.0)
+    for seed in range(3):
+        episode = reinforce.rollout(policy, env, np.random.default_rng(seed), all_actions=True)
+        plain = reinforce.rollout(policy, env, np.random.default_rng(seed))
+        # Scoring the other devices draws nothing: the same actions, the same runtimes.
+        np.testing.assert_array_equal(episode.actions, plain.actions)
+        np.testing.assert_allclose(episode.scores, plain.scores)
+        placement = episode.start.copy()
+        seen = [episode.scores[0]]
+        for t, v in enumerate(env.order):
+            for d in range(3):
+                moved = placement.copy()
+                moved[v] = d
+                assert episode.action_scores[t, d] == pytest.approx(env.score(moved))
+                seen.append(episode.action_scores[t, d])
+            placement[v] = episode.actions[t]
+            assert episode.action_scores[t, episode.actions[t]] == episode.scores[t + 1]
+        assert episode.best_score == min(seen)
+        assert env.score(episode.best_actions) == pytest.approx(episode.best_score)
+        # Keeping the group where it is simulates nothing: D - 1 placements per step.
+        assert episode.samples == 1 + 2 * env.num_steps
+        assert plain.samples == 1 + env.num_steps
+
+
+def test_all_action_gradient_is_the_expectation_of_the_reinforce_gradient():
+    # One group, one step, three devices: the state does not depend on the action, so the
+    # expectation over the action of REINFORCE's gradient can be enumerated.
+    problem = _problem(4, [(0, 1, 10), (1, 2, 10), (2, 3, 10)], speeds=(1.0, 2.0, 3.0))
+    env = PlacementEnv(problem, EnvConfig(max_groups=1, start="single"))
+    assert env.num_steps == 1
+    policy = PlacetoPolicy(3, env.num_features, seed=2)
+    policy.head.weights_[-1][0].assign(np.random.default_rng(5).normal(size=(16, 3)))
+    episode = reinforce.rollout(policy, env, np.random.default_rng(0), all_actions=True)
+    rewards = env.action_rewards(episode.scores, episode.action_scores)[0]
+    assert rewards[0] == 0 and 0 < rewards[1] < rewards[2]  # faster devices help more
+    logits = reinforce._policy_step(policy, env, episode.start[None], 0,
+                                    np.zeros(1, np.float32))[0]
+    probs = np.exp(logits - logits.max())
+    probs /= probs.sum()
+    expected = None
+    for a in range(3):
+        forced = dataclasses.replace(episode, actions=np.array([a], np.int32))
+        grad, _ = reinforce.episode_gradient(policy, env, forced, np.array([rewards[a]]), 0.0)
+        expected = [probs[a] * g for g in grad] if expected is None else [
+            e + probs[a] * g for e, g in zip(expected, grad)]
+    exact, _ = reinforce.episode_gradient(policy, env, episode, None, 0.0)
+    for e, g in zip(expected, exact):
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-7)
+    assert max(np.abs(g).max() for g in exact) > 1e-4  # not vacuous
+
+
+def test_all_action_estimator_needs_each_actions_own_improvement():
+    with pytest.raises(ConfigError, match="discount=0"):
+        reinforce.TrainConfig(estimator="all_actions", discount=1.0)
+    with pytest.raises(ConfigError, match="discount=0"):
+        reinforce.TrainConfig(estimator="all_actions", discount=0.0, normalize_advantages=True)
+    with pytest.raises(ConfigError, match="estimator"):
+        reinforce.TrainConfig(estimator="sampled")
+    with pytest.raises(ConfigError, match="all_actions"):
+        reinforce.TrainConfig(behaviour="keep", discount=0.0)
+    problem = _problem(10, CHAIN)
+    with pytest.raises(ConfigError, match="intermediate"):
+        reinforce.train(PlacetoPolicy(2, seed=0), [problem], EnvConfig(reward="terminal"),
+                        reinforce.TrainConfig(estimator="all_actions", discount=0.0))
+
+
+def test_pretraining_keeps_the_weights_that_did_best_on_the_training_graphs():
+    rng = np.random.default_rng(9)
+    problems = [_problem(12, _random_dag(rng, 12), speeds=(1.0, 1.5)) for _ in range(3)]
+    env_config = EnvConfig(max_groups=12, start="single")
+    policy = PlacetoPolicy(2, PlacementEnv(problems[0], env_config).num_features, seed=1)
+    config = reinforce.TrainConfig(iterations=6, workers=1, learning_rate=0.05, seed=0,
+                                   discount=0.0, estimator="all_actions")
+    results = pretrain.pretrain(policy, problems, [], env_config, config, select_every=2,
+                                select_graphs=2)
+    selection = results["selection"]
+    assert selection["graphs"] == [0, 2]
+    assert [it for it, _ in selection["curve"]] == [0, 2, 4, 6]
+    gains = [gain for _, gain in selection["curve"]]
+    assert selection["chosen_mean_gain"] == max(gains) > gains[0]  # training helped
+    assert selection["chosen_iteration"] == selection["curve"][int(np.argmax(gains))][0]
+    envs = [PlacementEnv(problems[i], env_config) for i in selection["graphs"]]
+    assert np.mean([pretrain.greedy_gain(policy, e) for e in envs]) == pytest.approx(max(gains))
 
 
 @pytest.mark.parametrize("episodes", [1, 3])

@@ -139,7 +139,7 @@ class PlacetoPlacer(Placer):
         zero = reinforce.rollout(policy, env, np.random.default_rng(seed), greedy=True)
         best_actions, best_score = zero.best_actions, zero.best_score
         zero_shot_s = time.perf_counter() - start
-        samples = len(zero.scores)
+        samples = zero.samples
         state = None
         if cfg.fine_tune and time.perf_counter() - start < cfg.budget_s:
             def out_of_budget(s: reinforce.TrainState) -> bool:

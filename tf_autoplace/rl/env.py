@@ -280,6 +280,14 @@ class PlacementEnv:
         out[-1] = (r0 - scores[-1]) / r0
         return out
 
+    def action_rewards(self, scores: np.ndarray, action_scores: np.ndarray) -> np.ndarray:
+        """[T, D] intermediate reward of every action device at every step: ``action_scores``
+        [T, D] holds R after placing step t's group on each device (the state before step t
+        being the episode's, ``scores`` [T + 1]), so ``(R_{t-1} - R_t(a)) / R_0``."""
+        if self.config.reward != "intermediate":
+            raise ConfigError("rewards per action need reward='intermediate'")
+        return (scores[:-1, None] - action_scores) / scores[0]
+
     @functools.cached_property
     def num_features(self) -> int:
         per_device = 3 if self.config.context_features else 1

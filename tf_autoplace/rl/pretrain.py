@@ -94,20 +94,53 @@ def single_move_landscape(env: PlacementEnv) -> dict:
                 samples=samples)
 
 
+def greedy_gain(policy: PlacetoPolicy, env: PlacementEnv) -> float:
+    """Relative improvement over the start placement of one greedy episode's best placement."""
+    episode = reinforce.rollout(policy, env, np.random.default_rng(0), greedy=True)
+    return float((episode.scores[0] - episode.best_score) / episode.scores[0])
+
+
 def pretrain(policy: PlacetoPolicy, train_problems: Sequence[PlacementProblem],
              test_problems: Sequence[PlacementProblem], env_config: EnvConfig,
-             config: reinforce.TrainConfig, *, logdir: str | None = None,
-             progress: bool = False) -> dict:
+             config: reinforce.TrainConfig, *, select_every: int = 0, select_graphs: int = 12,
+             logdir: str | None = None, progress: bool = False) -> dict:
     """Train ``policy`` on ``train_problems``; evaluate zero-shot on ``test_problems``.
 
-    Returns the results the manifest records: training seconds, samples, and per held-out graph
-    its size, the zero-shot R, the untrained policy's zero-shot R and each heuristic's R."""
+    With ``select_every`` > 0, every that many iterations (and before the first) a greedy
+    episode is run on ``select_graphs`` training graphs spread over the list, and the policy
+    ends with the weights whose mean improvement over the start placement was highest (the
+    held-out graphs play no part in it).
+
+    Returns the results the manifest records: training seconds, samples, the selection curve,
+    and per held-out graph its size, the zero-shot R, the untrained policy's zero-shot R and
+    each heuristic's R."""
     untrained = PlacetoPolicy(**policy.config)
     untrained.set_weights(policy.get_weights())
+    selection = None
+    should_stop = None
+    if select_every > 0:
+        picks = np.unique(np.linspace(0, len(train_problems) - 1, select_graphs).round())
+        envs = [PlacementEnv(train_problems[int(i)], env_config) for i in picks]
+        selection = dict(every=select_every, graphs=[int(i) for i in picks], curve=[])
+        best = {"gain": -np.inf}
+
+        def should_stop(state: reinforce.TrainState) -> bool:
+            if state.iteration % select_every == 0 or state.iteration == config.iterations:
+                gain = float(np.mean([greedy_gain(policy, env) for env in envs]))
+                selection["curve"].append((state.iteration, gain))
+                if gain > best["gain"]:
+                    best.update(gain=gain, iteration=state.iteration,
+                                weights=policy.get_weights())
+            return False
+
+        should_stop(reinforce.TrainState())
     t = time.perf_counter()
     state = reinforce.train(policy, train_problems, env_config, config, logdir=logdir,
-                            progress=progress)
+                            should_stop=should_stop, progress=progress)
     seconds = time.perf_counter() - t
+    if selection is not None:
+        policy.set_weights(best["weights"])
+        selection.update(chosen_iteration=best["iteration"], chosen_mean_gain=best["gain"])
     held_out = []
     for i, problem in enumerate(test_problems):
         trained = zero_shot(policy, problem, env_config)
@@ -118,4 +151,4 @@ def pretrain(policy: PlacetoPolicy, train_problems: Sequence[PlacementProblem],
                              heuristics_R=heuristic_scores(problem)))
     return dict(train_seconds=seconds, iterations=state.iteration, samples=state.samples,
                 train_best_R={int(k): float(v) for k, v in state.best_scores.items()},
-                held_out=held_out)
+                selection=selection, held_out=held_out)
