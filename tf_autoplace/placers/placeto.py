@@ -59,6 +59,8 @@ class PlacetoConfig:
         rewards; the shipped policy was trained with it.
       normalize_advantages: per-step advantage normalisation (``reinforce.TrainConfig``).
       episodes: episodes per update, rolled out in lockstep (``reinforce.TrainConfig``).
+      estimator: "reinforce" (sampled actions) or "all_actions" (every action of each step
+        scored and followed in expectation; ``reinforce.TrainConfig``).
       heuristics: placers the result must not be worse than (``best_heuristic`` runs all the
         fast ones).
     """
@@ -73,6 +75,7 @@ class PlacetoConfig:
     discount: float = 0.0
     normalize_advantages: bool = True
     episodes: int = 1
+    estimator: str = "reinforce"
     heuristics: tuple[str, ...] = ("best_heuristic",)
 
     def __post_init__(self):
@@ -93,7 +96,7 @@ class PlacetoConfig:
             iterations=10**9, workers=1, episodes=self.episodes, seed=seed,
             learning_rate=self.learning_rate, final_learning_rate=self.learning_rate,
             entropy=self.entropy, final_entropy=self.entropy, discount=self.discount,
-            normalize_advantages=self.normalize_advantages)
+            normalize_advantages=self.normalize_advantages, estimator=self.estimator)
 
 
 class PlacetoPlacer(Placer):
