@@ -1,11 +1,14 @@
 """Pretrain the Placeto policy that ships in tf_autoplace/pretrained, and write its manifest.
 
-    python tools/train_placeto.py --out_dir=tf_autoplace/pretrained/placeto_d2 \
-        --cluster=testdata/k80x2.pbtxt --families=nmt,ptb,cifar10 --num_graphs=32 \
-        --iterations=300 --workers=2 --seed=0 --cache_dir=/tmp/placeto_cache
+    python tools/train_placeto.py --out_dir=tf_autoplace/pretrained/placeto_d2 --families=nmt \
+        --iterations=100 --select_every=25 --select_graphs=6 --workers=1 --episodes=1 \
+        --estimator=all_actions --behaviour=keep --discount=0 --entropy=0 \
+        --learning_rate=3e-3 --final_learning_rate_ratio=1 --seed=0 --cache_dir=/tmp/placeto_cache
 
-Builds the graph families (Placeto A.3; the first half of each family trains, the rest is
-held out), trains with REINFORCE (tf_autoplace.rl.reinforce), evaluates zero-shot on the held-out
+(the shipped policy: about 2 minutes of training on 2 cores once the families are built;
+BENCHMARKS.md says why these settings). Builds the graph families (Placeto A.3; the first half
+of each family trains, the rest is held out), trains with a policy gradient
+(tf_autoplace.rl.reinforce: sampled REINFORCE, or the all-action estimator), evaluates zero-shot on the held-out
 graphs against the heuristics and writes ``policy.json``, ``weights.npz`` and ``manifest.json``
 (what it was trained on, the configs, the seed, this command, and the measured results).
 Progress goes to stderr; TensorBoard summaries to ``--logdir`` if given.

@@ -44,9 +44,10 @@ episodes followed the greedy action). ``behaviour="keep"`` visits the states of 
 that keeps every group where it starts: step t's state is the start placement with group t to
 place, and the all-action gradient there is that of the expected improvement of one move from
 the start placement, at every group. It is the gradient of a one-step (bandit) objective, not
-of the episode's return; the shipped policy is pretrained with it, and on held-out NMT graphs
-its greedy episode finds +3.7% (BENCHMARKS.md). Fine-tuning on the user's graph uses the
-sampled estimator, which explores placements further from the start.
+of the episode's return; the shipped policy is pretrained with it, and its greedy episode
+improves every held-out NMT-family graph, by 0.8-6.0% (BENCHMARKS.md). Fine-tuning on the
+user's graph uses the sampled estimator; from the shipped policy, which is nearly
+deterministic, it rarely gets past the zero-shot placement (BENCHMARKS.md, "Transfer").
 
 Workers are processes (``spawn``, each with its own TensorFlow) when ``workers > 1``, or run in
 the calling process when ``workers == 1``; the same code computes an episode either way.
