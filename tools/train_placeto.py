@@ -8,10 +8,10 @@
 (the shipped policy: about 2 minutes of training on 2 cores once the families are built;
 BENCHMARKS.md says why these settings). Builds the graph families (Placeto A.3; the first half
 of each family trains, the rest is held out), trains with a policy gradient
-(tf_autoplace.rl.reinforce: sampled REINFORCE, or the all-action estimator), evaluates zero-shot on the held-out
-graphs against the heuristics and writes ``policy.json``, ``weights.npz`` and ``manifest.json``
-(what it was trained on, the configs, the seed, this command, and the measured results).
-Progress goes to stderr; TensorBoard summaries to ``--logdir`` if given.
+(tf_autoplace.rl.reinforce: sampled REINFORCE, or the all-action estimator), evaluates
+zero-shot on the held-out graphs against the heuristics and writes ``policy.json``,
+``weights.npz`` and ``manifest.json`` (what it was trained on, the configs, the seed, this
+command, and the measured results). Progress goes to stderr; TensorBoard summaries to ``--logdir`` if given.
 """
 
 from __future__ import annotations
