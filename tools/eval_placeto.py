@@ -85,7 +85,10 @@ def main(argv):
             return text
 
     overrides = {k: literal(v) for k, _, v in (s.partition("=") for s in FLAGS.fine_tune)}
-    placeto_config = dataclasses.replace(PlacetoConfig(), **overrides)
+    try:
+        placeto_config = dataclasses.replace(PlacetoConfig(), **overrides)
+    except TypeError as e:  # a name PlacetoConfig does not have
+        raise app.UsageError(f"--fine_tune: {e}") from None
     train_config = placeto_config.train_config(FLAGS.seed)
     knobs = {k: int(v) for k, _, v in (s.partition("=") for s in FLAGS.knob)}
 

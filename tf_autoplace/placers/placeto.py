@@ -84,8 +84,7 @@ class PlacetoConfig:
         if self.max_samples is not None and not (isinstance(self.max_samples, int)
                                                  and self.max_samples > 0):
             raise ConfigError(f"max_samples must be None or an int > 0, got {self.max_samples!r}")
-        if not 0 <= self.discount <= 1:
-            raise ConfigError(f"discount must be in [0, 1], got {self.discount!r}")
+        self.train_config(0)  # the fine-tuning settings, checked by reinforce.TrainConfig
 
     def train_config(self, seed: int):
         """REINFORCE settings for fine-tuning on one graph (constant rate and bonus; the
