@@ -36,7 +36,8 @@ flags.DEFINE_integer("max_groups", 256, "Groups in the MDP.")
 flags.DEFINE_integer("seed", 0, "Seed.")
 flags.DEFINE_string("cache_dir", "/tmp/placeto_cache", "Family problem cache.")
 flags.DEFINE_multi_string("fine_tune", [], "Fine-tuning setting name=value overriding "
-                          "PlacetoConfig's (e.g. estimator=all_actions); used by every curve.")
+                          "PlacetoConfig's (e.g. estimator=all_actions; env.name=value for its "
+                          "EnvConfig, e.g. env.undo_worse=False); used by every curve.")
 
 
 def _policy(env, fresh: bool):
@@ -67,13 +68,12 @@ def main(argv):
     from tf_autoplace import zoo
     from tf_autoplace.api import build_problem, resolve_cluster
     from tf_autoplace.graph import ingest
-    from tf_autoplace.rl.env import EnvConfig, PlacementEnv
-    from tf_autoplace.rl.pretrain import (heuristic_scores, learning_curve, samples_to_reach,
+    from tf_autoplace.rl.env import PlacementEnv
+    from tf_autoplace.rl.pretrain import (heuristic_scores, samples_to_reach,
                                           single_move_landscape, zero_shot)
-    from tf_autoplace.placers.placeto import PlacetoConfig
+    from tf_autoplace.placers.placeto import PlacetoConfig, search
 
     cluster = resolve_cluster(FLAGS.cluster)
-    env_config = EnvConfig(max_groups=FLAGS.max_groups)
     # The curves use the placer's own fine-tuning settings, from scratch and pretrained alike.
     import ast
     import dataclasses
@@ -84,12 +84,28 @@ def main(argv):
         except (ValueError, SyntaxError):
             return text
 
-    overrides = {k: literal(v) for k, _, v in (s.partition("=") for s in FLAGS.fine_tune)}
+    overrides, env_overrides = {}, {}
+    for name, _, value in (s.partition("=") for s in FLAGS.fine_tune):
+        if name.startswith("env."):
+            env_overrides[name[len("env."):]] = literal(value)
+        else:
+            overrides[name] = literal(value)
     try:
         placeto_config = dataclasses.replace(PlacetoConfig(), **overrides)
-    except TypeError as e:  # a name PlacetoConfig does not have
+        env_config = dataclasses.replace(placeto_config.env, max_groups=FLAGS.max_groups,
+                                         **env_overrides)
+    except TypeError as e:  # a name PlacetoConfig (or EnvConfig) does not have
         raise app.UsageError(f"--fine_tune: {e}") from None
-    train_config = placeto_config.train_config(FLAGS.seed)
+    # The curves run the placer's own search (placeto.search), without its time cap.
+    curve_config = dataclasses.replace(placeto_config, env=env_config,
+                                       max_samples=FLAGS.max_samples)
+
+    def from_scratch(problem):
+        """The curve of a fresh policy trained on ``problem`` alone (no zero-shot episode)."""
+        policy = _policy(PlacementEnv(problem, env_config), fresh=True)
+        return search(policy, problem, curve_config, FLAGS.seed, pretrained=False,
+                      zero_shot=False).curve
+
     knobs = {k: int(v) for k, _, v in (s.partition("=") for s in FLAGS.knob)}
 
     def held_out_problems():
@@ -110,8 +126,7 @@ def main(argv):
         env = PlacementEnv(problem, env_config)
         heur = heuristic_scores(problem)
         t = time.perf_counter()
-        curve = learning_curve(_policy(env, fresh=True), problem, env_config, train_config,
-                               max_samples=FLAGS.max_samples)
+        curve = from_scratch(problem)
         seconds = time.perf_counter() - t
         print(f"### From scratch: {FLAGS.model} {knobs} ({problem.graph.num_ops} ops, "
               f"{env.view.num_groups} groups) on {FLAGS.cluster}, {seconds:.0f} s\n")
@@ -164,26 +179,22 @@ def main(argv):
         print(f"### Transfer: held-out {FLAGS.family} graphs on {FLAGS.cluster}, "
               f"{FLAGS.max_samples} samples from scratch\n")
         print("| graph | ops | scratch best R (ms) | scratch samples to it | pretrained samples "
-              "to it | speed-up | pretrained zero-shot R (ms) |")
-        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+              "to it | speed-up | pretrained zero-shot R (ms) | pretrained best R (ms) |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
         ratios = []
         for i, problem in enumerate(test):
-            env = PlacementEnv(problem, env_config)
-            scratch = learning_curve(_policy(env, fresh=True), problem, env_config,
-                                     train_config, max_samples=FLAGS.max_samples)
+            scratch = from_scratch(problem)
             target = scratch[-1][1]
             scratch_n = samples_to_reach(scratch, target)
-            pretrained = _policy(env, fresh=False)
-            shot = zero_shot(pretrained, problem, env_config)
-            tuned = learning_curve(pretrained, problem, env_config, train_config,
-                                   max_samples=FLAGS.max_samples)
-            tuned_n = samples_to_reach([(env.num_steps + 1, shot["best_R"])] +
-                                       [(s + env.num_steps + 1, b) for s, b in tuned], target)
+            pretrained = _policy(PlacementEnv(problem, env_config), fresh=False)
+            tuned = search(pretrained, problem, curve_config, FLAGS.seed, pretrained=True)
+            tuned_n = samples_to_reach(tuned.curve, target)
             ratio = scratch_n / tuned_n if tuned_n else float("nan")
             ratios.append(ratio)
             print(f"| {FLAGS.family}_{16 + i} | {problem.graph.num_ops} | {target * 1e3:.2f} | "
                   f"{scratch_n} | {tuned_n if tuned_n else 'not reached'} | "
-                  f"{'-' if np.isnan(ratio) else f'{ratio:.1f}x'} | {shot['best_R'] * 1e3:.2f} |")
+                  f"{'-' if np.isnan(ratio) else f'{ratio:.1f}x'} | "
+                  f"{tuned.zero_shot.best_score * 1e3:.2f} | {tuned.best_score * 1e3:.2f} |")
         # A graph the pretrained policy never brought to the target counts as no speed-up.
         print(f"\nmedian speed-up {np.median(np.nan_to_num(ratios, nan=0.0)):.1f}x "
               f"({sum(np.isnan(ratios))} of {len(ratios)} not reached)")
@@ -201,7 +212,11 @@ def main(argv):
               f"({problem.graph.num_ops} ops, {shot['groups']} groups) on {FLAGS.cluster}\n")
         print(f"- zero-shot episode: {shot['seconds']:.1f} s ({shot['steps']} steps), "
               f"best R {shot['best_R'] * 1e3:.2f} ms, fits: {shot['fits']}")
-        print(f"- fine-tuned (placer stats): {placer.stats}")
+        stats = dict(placer.stats)
+        curve = stats.pop("curve")
+        print(f"- fine-tuned (placer stats): {stats}")
+        print("- best R (ms) after N placements: " + ", ".join(
+            f"{n}: {best * 1e3:.2f}" for n, best in _curve_points(curve, 250)))
         print(f"- placement returned: {placement.sim.makespan * 1e3:.2f} ms "
               f"({placer.stats['winner']})")
         print("- heuristics (R, ms): " + ", ".join(f"{k} {v * 1e3:.2f}" for k, v in heur.items()))

@@ -46,6 +46,11 @@ flags.DEFINE_enum("estimator", "reinforce", ["reinforce", "all_actions"],
 flags.DEFINE_enum("behaviour", "sample", ["sample", "keep"],
                   "States the episodes visit: the policy's own actions, or the start placement "
                   "kept (needs --estimator=all_actions).")
+flags.DEFINE_enum("episode_start", "env", ["env", "best"],
+                  "Where a graph's episodes start: the environment's start placement, or the "
+                  "best placement found on that graph so far.")
+flags.DEFINE_bool("undo_worse", False, "Undo a move that makes the runtime worse (its negative "
+                  "reward stays; tf_autoplace.rl.env).")
 flags.DEFINE_integer("select_every", 0, "Every N iterations score greedy episodes on "
                      "--select_graphs training graphs and keep the best weights (0: last).")
 flags.DEFINE_integer("select_graphs", 12, "Training graphs the selection scores.")
@@ -81,7 +86,7 @@ def main(argv):
                             ops=[p.graph.num_ops for p in tr + te])
     build_s = time.perf_counter() - t
 
-    env_config = EnvConfig(max_groups=FLAGS.max_groups)
+    env_config = EnvConfig(max_groups=FLAGS.max_groups, undo_worse=FLAGS.undo_worse)
     train_config = reinforce.TrainConfig(
         iterations=FLAGS.iterations, workers=FLAGS.workers, episodes=FLAGS.episodes,
         seed=FLAGS.seed, learning_rate=FLAGS.learning_rate,
@@ -89,7 +94,7 @@ def main(argv):
         entropy=FLAGS.entropy, final_entropy=FLAGS.entropy / FLAGS.final_entropy_ratio,
         discount=FLAGS.discount,
         normalize_advantages=FLAGS.normalize_advantages, estimator=FLAGS.estimator,
-        behaviour=FLAGS.behaviour)
+        behaviour=FLAGS.behaviour, episode_start=FLAGS.episode_start)
     from tf_autoplace.rl.env import PlacementEnv
 
     probe = PlacementEnv(train[0], env_config)

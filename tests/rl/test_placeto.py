@@ -225,7 +225,9 @@ def test_all_action_episodes_score_every_device_of_every_step():
         np.testing.assert_allclose(episode.scores, plain.scores)
         placement = episode.start.copy()
         seen = [episode.scores[0]]
+        moves = 0
         for t, v in enumerate(env.order):
+            moves += episode.actions[t] != placement[v]
             for d in range(3):
                 moved = placement.copy()
                 moved[v] = d
@@ -237,7 +239,8 @@ def test_all_action_episodes_score_every_device_of_every_step():
         assert env.score(episode.best_actions) == pytest.approx(episode.best_score)
         # Keeping the group where it is simulates nothing: D - 1 placements per step.
         assert episode.samples == 1 + 2 * env.num_steps
-        assert plain.samples == 1 + env.num_steps
+        # Without the alternatives, only the moves are simulated.
+        assert 0 < moves < env.num_steps and plain.samples == 1 + moves
     # behaviour="keep": every state is the start placement, every device of every group scored.
     kept = reinforce.rollout(policy, env, np.random.default_rng(0), all_actions=True, keep=True)
     np.testing.assert_array_equal(kept.actions, kept.start[env.order])
@@ -406,3 +409,103 @@ def test_every_episode_starts_from_the_heuristic_placement():
         np.testing.assert_array_equal(episode.start, start)
         assert episode.scores[0] == pytest.approx(env.score(start))
     np.testing.assert_array_equal(env.heuristic_start, start)
+
+
+def test_tempering_divides_the_logits_and_keeps_the_greedy_episode():
+    rng = np.random.default_rng(5)
+    problem = _problem(16, _random_dag(rng, 16))
+    env = PlacementEnv(problem, EnvConfig(max_groups=16))
+    policy = PlacetoPolicy(2, env.num_features, seed=2)
+    policy.head.weights_[-1][0].assign(np.random.default_rng(3).normal(size=(16, 2)))
+    policy.head.weights_[-1][1].assign([0.3, -0.2])
+    placement = rng.integers(0, 2, 16).astype(np.int32)
+    before = reinforce._policy_step(policy, env, placement[None], 3, np.zeros(16, np.float32))
+    greedy = reinforce.rollout(policy, env, np.random.default_rng(0), greedy=True)
+    policy.temper(4.0)
+    after = reinforce._policy_step(policy, env, placement[None], 3, np.zeros(16, np.float32))
+    np.testing.assert_allclose(after, before / 4.0, rtol=1e-5, atol=1e-6)
+    assert abs(before[0, 0] - before[0, 1]) > 0.1  # not vacuous
+    tempered = reinforce.rollout(policy, env, np.random.default_rng(0), greedy=True)
+    np.testing.assert_array_equal(tempered.actions, greedy.actions)
+    with pytest.raises(ConfigError, match="temperature"):
+        policy.temper(0.0)
+    with pytest.raises(ConfigError, match="temperature"):
+        PlacetoPlacer(temperature=-1.0)
+
+
+@pytest.mark.parametrize("episode_start", ["env", "best"])
+def test_episodes_start_from_the_incumbent_when_asked(episode_start):
+    # With "keep" every device of every group is scored from the episode's start placement, so
+    # the best placement after one iteration tells which placement the episode started from.
+    rng = np.random.default_rng(10)
+    problem = _problem(14, _random_dag(rng, 14), speeds=(1.0, 1.5))
+    env_config = EnvConfig(max_groups=14, start="single")
+    env = PlacementEnv(problem, env_config)
+    incumbent = rng.integers(0, 2, env.view.num_groups).astype(np.int32)
+    state = reinforce.TrainState(best_scores={0: env.score(incumbent)},
+                                 best_placements={0: incumbent.copy()})
+    config = reinforce.TrainConfig(iterations=1, discount=0.0, estimator="all_actions",
+                                   behaviour="keep", episode_start=episode_start)
+    policy = PlacetoPolicy(2, env.num_features, seed=0)
+    reinforce.train(policy, [problem], env_config, config, state=state)
+    from_incumbent = reinforce.rollout(policy, env, np.random.default_rng(0), keep=True,
+                                       all_actions=True, start=incumbent).best_score
+    from_env = min(env.score(incumbent), reinforce.rollout(
+        policy, env, np.random.default_rng(0), keep=True, all_actions=True).best_score)
+    assert from_incumbent != pytest.approx(from_env)  # the two starts can be told apart
+    expected = from_incumbent if episode_start == "best" else from_env
+    assert state.best_scores[0] == pytest.approx(expected)
+    with pytest.raises(ConfigError, match="episode_start"):
+        reinforce.TrainConfig(episode_start="incumbent")
+
+
+def test_search_curve_starts_with_the_zero_shot_episode_and_fine_tunes_from_it():
+    from tf_autoplace.placers.placeto import PlacetoConfig, search
+
+    rng = np.random.default_rng(11)
+    problem = _problem(20, _random_dag(rng, 20), speeds=(1.0, 2.0))
+    config = PlacetoConfig(max_samples=120, env=EnvConfig(max_groups=10))
+    env = PlacementEnv(problem, config.env)
+    policy = PlacetoPolicy(2, env.num_features, seed=0)
+    found = search(policy, problem, config, 0, pretrained=True)
+    zero = found.zero_shot
+    assert found.curve[0] == (zero.samples, zero.best_score)
+    samples = [s for s, _ in found.curve]
+    bests = [b for _, b in found.curve]
+    assert samples == sorted(samples) and found.samples >= zero.samples + 120
+    assert bests == sorted(bests, reverse=True)  # best so far never gets worse
+    assert found.best_score == bests[-1] == pytest.approx(env.score(found.best_actions))
+    assert found.state.iteration > 0
+    scratch = search(PlacetoPolicy(2, env.num_features, seed=0), problem, config, 0,
+                     pretrained=False, zero_shot=False)
+    assert scratch.zero_shot is None and scratch.curve[0][0] < zero.samples + 120
+
+
+def test_harmful_moves_are_undone_and_keep_their_negative_reward():
+    rng = np.random.default_rng(13)
+    problem = _problem(24, _random_dag(rng, 24), speeds=(1.0, 1.3))
+    env = PlacementEnv(problem, EnvConfig(max_groups=24, start="random", undo_worse=True))
+    policy = PlacetoPolicy(2, env.num_features, seed=3)
+    policy.keep.assign(0.0)  # moves half the groups: many of them hurt
+    for seed in range(3):
+        episode = reinforce.rollout(policy, env, np.random.default_rng(seed))
+        assert np.all(np.diff(episode.scores) <= 0)  # every state is at least as good
+        assert episode.undone.any() and not episode.undone.all()
+        np.testing.assert_array_equal(episode.undone, episode.move_scores > episode.scores[:-1])
+        placement = episode.start.copy()
+        feats, _, _ = reinforce.episode_features(env, episode)
+        for t, v in enumerate(env.order):
+            # The gradient re-evaluates the states the episode was in, undone moves left out.
+            np.testing.assert_array_equal(feats[t][:, 3:5], np.eye(2)[placement])
+            moved = placement.copy()
+            moved[v] = episode.actions[t]
+            assert episode.move_scores[t] == pytest.approx(env.score(moved))
+            if not episode.undone[t]:
+                placement = moved
+            assert env.score(placement) == pytest.approx(episode.scores[t + 1])
+        rewards = env.rewards(episode.scores, episode.move_scores)
+        assert np.all(rewards[episode.undone] < 0)
+        np.testing.assert_allclose(episode.returns(env, 0.0), rewards)
+        assert episode.best_score == episode.scores[-1]
+    with pytest.raises(ConfigError, match="temperature"):
+        PlacetoPlacer(temperature=0)

@@ -146,6 +146,17 @@ class PlacetoPolicy(tf.Module):
         placed_on = own_features[:, PLACEMENT_OFFSET:PLACEMENT_OFFSET + self.num_devices]
         return self.head(tf.concat([own] + pooled, axis=-1)) + self.keep * placed_on
 
+    def temper(self, temperature: float) -> None:
+        """Divide every logit by ``temperature``, in place. The head's last layer is linear and
+        ``keep`` is added to its output, so scaling both scales the logits exactly: the argmax
+        (a greedy episode) stays the same, and sampling gets more random for a temperature > 1.
+        """
+        if not temperature > 0:
+            raise ConfigError(f"temperature must be > 0, got {temperature!r}")
+        w, b = self.head.weights_[-1]
+        for v in (w, b, self.keep):
+            v.assign(v / temperature)
+
     # ------------------------------------------------------------------------- weights I/O
     def get_weights(self) -> list[np.ndarray]:
         return [v.numpy() for v in self.trainable_variables]

@@ -2,8 +2,8 @@
 
 :func:`pretrain` trains one policy on the training halves of the families (each worker of an
 iteration takes a different graph, as in Placeto A.7) and evaluates it zero-shot on the held-out
-halves against the fast heuristics. :func:`samples_to_reach` and :func:`learning_curve` are the
-two measurements behind Placeto's claims (from-scratch learning curve, transfer speed-up).
+halves against the fast heuristics. :func:`samples_to_reach` reads the transfer speed-up off two
+learning curves (``tf_autoplace.placers.placeto.search`` draws them).
 """
 
 from __future__ import annotations
@@ -43,16 +43,6 @@ def zero_shot(policy: PlacetoPolicy, problem: PlacementProblem, env_config: EnvC
     fits = not check_memory(problem, problem.simulator.run(devices))
     return dict(best_R=episode.best_score, final_R=float(episode.scores[-1]), seconds=seconds,
                 steps=env.num_steps, groups=env.view.num_groups, fits=fits)
-
-
-def learning_curve(policy: PlacetoPolicy, problem: PlacementProblem, env_config: EnvConfig,
-                   config: reinforce.TrainConfig, *, max_samples: int) -> list[tuple[int, float]]:
-    """Train on one graph until ``max_samples`` placements were simulated; returns the curve
-    ``[(samples so far, best R so far), ...]`` (policy trained in place)."""
-    state = reinforce.train(policy, [problem], env_config,
-                            dataclasses.replace(config, iterations=10**9),
-                            should_stop=lambda s: s.samples >= max_samples)
-    return [(samples, best) for samples, _, best in state.curve]
 
 
 def samples_to_reach(curve: Sequence[tuple[int, float]], target: float) -> int | None:

@@ -46,8 +46,10 @@ place, and the all-action gradient there is that of the expected improvement of 
 the start placement, at every group. It is the gradient of a one-step (bandit) objective, not
 of the episode's return; the shipped policy is pretrained with it, and its greedy episode
 improves every held-out NMT-family graph, by 0.8-6.0% (BENCHMARKS.md). Fine-tuning on the
-user's graph uses the sampled estimator; from the shipped policy, which is nearly
-deterministic, it rarely gets past the zero-shot placement (BENCHMARKS.md, "Transfer").
+user's graph uses the sampled estimator, in the environment that undoes harmful moves
+(``EnvConfig.undo_worse``), with each episode starting from the best placement found so far
+(``episode_start="best"``). In the paper's MDP, fine-tuning from the shipped policy rarely got
+past the zero-shot placement; with both it does (BENCHMARKS.md, "Transfer").
 
 Workers are processes (``spawn``, each with its own TensorFlow) when ``workers > 1``, or run in
 the calling process when ``workers == 1``; the same code computes an episode either way.
@@ -102,6 +104,12 @@ class TrainConfig:
         "keep" (every group stays where the start placement put it, so step t's state is the
         start placement with group t to place; needs "all_actions": the gradient is then that
         of the expected one-step improvement from the start placement, at every group).
+      episode_start: where a graph's episodes start: "env" (the environment's start placement,
+        ``EnvConfig.start``) or "best" (the best placement found on that graph so far, the
+        env's start until there is one; a TrainState passed to :func:`train` can seed it).
+        The paper's MDP starts from an arbitrary placement; "best" makes every episode an
+        attempt to improve on the incumbent, as the fine-tuning of a pretrained policy
+        (whose own episode already improved on the env's start) needs.
       seed: everything random derives from it.
     """
 
@@ -117,6 +125,7 @@ class TrainConfig:
     normalize_advantages: bool = False
     estimator: str = "reinforce"
     behaviour: str = "sample"
+    episode_start: str = "env"
     seed: int = 0
 
     def __post_init__(self):
@@ -140,6 +149,9 @@ class TrainConfig:
                               "improvement: it needs discount=0 and normalize_advantages=False")
         if self.behaviour not in ("sample", "keep"):
             raise ConfigError(f"behaviour must be 'sample' or 'keep', got {self.behaviour!r}")
+        if self.episode_start not in ("env", "best"):
+            raise ConfigError(
+                f"episode_start must be 'env' or 'best', got {self.episode_start!r}")
         if self.behaviour == "keep" and self.estimator != "all_actions":
             raise ConfigError("behaviour='keep' takes no action to learn from: it needs "
                               "estimator='all_actions'")
@@ -158,23 +170,31 @@ class Episode:
 
     actions: np.ndarray  # [T] int32 action-device index chosen at each step
     start: np.ndarray  # [G] int32 start placement
-    scores: np.ndarray  # [T + 1] memory-penalised runtimes
+    scores: np.ndarray  # [T + 1] memory-penalised runtimes of the states
     best_actions: np.ndarray  # [G] the best placement seen during the episode
     best_score: float
     # [T, D] R after each action device at each step (``rollouts(all_actions=True)``), else None
     action_scores: np.ndarray | None = None
+    # [T] R of the placement each action made (None: the next state's, ``scores[1:]``); it
+    # differs from the next state's only when the move was undone (``EnvConfig.undo_worse``).
+    move_scores: np.ndarray | None = None
+    undone: np.ndarray | None = None  # [T] bool, the move was undone (None: none was)
+    moves: np.ndarray | None = None  # [T] bool, the action changed the group's device
 
     @property
     def samples(self) -> int:
-        """Placements simulated: one per step, or with every action scored, D - 1 per step
-        (keeping the group where it is leaves the placement, and R, as they were)."""
-        if self.action_scores is None:
-            return len(self.scores)
-        return 1 + self.action_scores.shape[0] * (self.action_scores.shape[1] - 1)
+        """Placements simulated: the start, then one per action that moved its group (a step
+        that keeps the group where it is changes nothing), or, with every action scored, D - 1
+        per step (keeping the group where it is leaves the placement, and R, as they were)."""
+        if self.action_scores is not None:
+            return 1 + self.action_scores.shape[0] * (self.action_scores.shape[1] - 1)
+        if self.moves is not None:
+            return 1 + int(np.count_nonzero(self.moves))
+        return len(self.scores)
 
     def returns(self, env: PlacementEnv, discount: float = 1.0) -> np.ndarray:
         """[T] G_t = sum_k discount^k r_{t+k}, the (discounted) rewards from step t on."""
-        rewards = env.rewards(self.scores)
+        rewards = env.rewards(self.scores, self.move_scores)
         out = np.empty_like(rewards)
         running = 0.0
         for t in range(len(rewards) - 1, -1, -1):
@@ -201,6 +221,8 @@ def rollouts(policy, env: PlacementEnv, rngs: Sequence[np.random.Generator], *,
     with ``greedy``, take the argmax of; with ``keep``, leave every group on its current
     device instead of) each action. With ``all_actions`` every action device of every step is
     scored (``Episode.action_scores``), and the best placement tracked is the best of them all.
+    A step that leaves its group where it is is not simulated again; with the environment's
+    ``undo_worse`` a move that makes R worse is undone (``Episode.undone``).
 
     The episodes of one graph visit the same group at the same step, so step t of all of them
     is one batched policy call; per-call overhead, not arithmetic, is what a step costs at our
@@ -215,22 +237,26 @@ def rollouts(policy, env: PlacementEnv, rngs: Sequence[np.random.Generator], *,
     scores[:, 0] = [env.score(p) for p in placements]
     best, best_scores = placements.copy(), scores[:, 0].copy()
     actions = np.empty((len(rngs), num_steps), dtype=np.int32)
+    move_scores = np.empty((len(rngs), num_steps))
+    undone = np.zeros((len(rngs), num_steps), dtype=bool)
+    moves = np.zeros((len(rngs), num_steps), dtype=bool)
     num_devices = env.view.num_devices
     action_scores = np.empty((len(rngs), num_steps, num_devices)) if all_actions else None
     for t in range(num_steps):
         v = env.order[t]
         logits = None if keep else _policy_step(policy, env, placements, t, placed)
         for i, rng in enumerate(rngs):
+            here = int(placements[i, v])
             if keep:
-                a = int(placements[i, v])
+                a = here
             elif greedy:
                 a = int(np.argmax(logits[i]))
             else:
                 p = np.exp(logits[i] - logits[i].max())
                 a = int(rng.choice(len(p), p=p / p.sum()))
             actions[i, t] = a
+            moves[i, t] = a != here
             if all_actions:
-                here = placements[i, v]
                 for d in range(num_devices):
                     if d == here:
                         action_scores[i, t, d] = scores[i, t]
@@ -239,17 +265,27 @@ def rollouts(policy, env: PlacementEnv, rngs: Sequence[np.random.Generator], *,
                     action_scores[i, t, d] = env.score(placements[i])
                     if action_scores[i, t, d] < best_scores[i]:
                         best[i], best_scores[i] = placements[i], action_scores[i, t, d]
+                placements[i, v] = here
+                move_scores[i, t] = action_scores[i, t, a]
+            elif a == here:
+                move_scores[i, t] = scores[i, t]  # nothing changed: no simulation
+            else:
                 placements[i, v] = a
-                scores[i, t + 1] = action_scores[i, t, a]
+                move_scores[i, t] = env.score(placements[i])
+                placements[i, v] = here
+            if env.config.undo_worse and move_scores[i, t] > scores[i, t]:
+                undone[i, t] = True
+                scores[i, t + 1] = scores[i, t]
                 continue
             placements[i, v] = a
-            scores[i, t + 1] = env.score(placements[i])
+            scores[i, t + 1] = move_scores[i, t]
             if scores[i, t + 1] < best_scores[i]:
                 best[i], best_scores[i] = placements[i], scores[i, t + 1]
         placed[v] = 1.0
     return [Episode(actions=actions[i], start=firsts[i], scores=scores[i],
                     best_actions=best[i].copy(), best_score=float(best_scores[i]),
-                    action_scores=None if action_scores is None else action_scores[i])
+                    action_scores=None if action_scores is None else action_scores[i],
+                    move_scores=move_scores[i], undone=undone[i], moves=moves[i])
             for i in range(len(rngs))]
 
 
@@ -269,7 +305,8 @@ def episode_features(env: PlacementEnv, episode: Episode):
     for t in range(env.num_steps):
         feats[t] = env.features(placement, t, placed)
         v = env.order[t]
-        placement[v] = episode.actions[t]
+        if episode.undone is None or not episode.undone[t]:
+            placement[v] = episode.actions[t]
         placed[v] = 1.0
     return feats, pool_masks(env.view.ancestors, env.order), env.order
 
@@ -346,6 +383,7 @@ class _Task:
     normalize: bool
     all_actions: bool
     keep: bool
+    start: np.ndarray | None  # [G] the episodes' start placement; None: the env's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -369,7 +407,7 @@ class _Worker:
         self.policy.set_weights(task.weights)
         episodes = rollouts(self.policy, env,
                             [np.random.default_rng(list(seed)) for seed in task.seeds],
-                            all_actions=task.all_actions, keep=task.keep)
+                            all_actions=task.all_actions, keep=task.keep, start=task.start)
         returns = np.stack([e.returns(env, task.discount) for e in episodes])
         if task.all_actions:
             advs = [None] * len(episodes)
@@ -459,10 +497,12 @@ def train(policy, problems: Sequence, env_config, config: TrainConfig, *,
             for w in range(config.workers):
                 g = graph_ids[(i * config.workers + w) % len(graph_ids)]
                 seeds = tuple((config.seed, i, w, j) for j in range(config.episodes))
+                start = (state.best_placements.get(g) if config.episode_start == "best"
+                         else None)
                 tasks.append(_Task(weights, g, seeds, baselines(g), beta, config.discount,
                                    config.normalize_advantages,
                                    config.estimator == "all_actions",
-                                   config.behaviour == "keep"))
+                                   config.behaviour == "keep", start))
             results = run_all(tasks)
             total = [np.zeros_like(w) for w in weights]
             for r in results:
