@@ -14,8 +14,9 @@
    simulated placements are spent, keeping the best placement sampled (the pretrained
    policy's logits can first be divided by ``temperature``; not by default);
 4. compares the best learned placement with the fast heuristics (all of them, through
-   ``best_heuristic``, by default) in the simulator and returns the faster one that fits memory, so the result is never
-   worse than the best heuristic; the report's notes say which won and by how much.
+   ``best_heuristic``, by default) in the simulator and returns the faster one that fits
+   memory, so the result is never worse than the best heuristic; the report's notes say which
+   won and by how much.
 """
 
 from __future__ import annotations

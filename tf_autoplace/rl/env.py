@@ -16,11 +16,11 @@ times train one policy:
 Both sum to the same episode return; intermediate rewards give each action its own credit.
 
 **Undoing harmful moves** (``undo_worse``, our option; the Placeto placer fine-tunes with it).
-In the paper's MDP every action's placement stands. On our graphs most single moves from a good
-placement hurt (78-93% of them from the zero-shot placements of the held-out NMT-family graphs),
-so an episode that samples a few dozen moves has usually made a harmful one after two or three,
-and every later move is judged on a worse placement, where its effect is not the one it would
-have had. With ``undo_worse`` a move that makes R worse is undone: its reward is still the
+In the paper's MDP every action's placement stands. On our graphs most single moves from a
+good placement do not help (78-93% of them from the zero-shot placements of held-out
+NMT-family graphs), so an episode that samples a few dozen moves has usually made a harmful
+one after two or three, and every later move is judged on a worse placement, where its effect
+is not the one it would have had. With ``undo_worse`` a move that makes R worse is undone: its reward is still the
 (negative) improvement it made, ``(R_{t-1} - R'_t) / R_0`` with ``R'_t`` the moved placement's
 score, but the next state is the one before it. Every move of an episode is then judged from a
 placement made only of improving moves.
