@@ -102,9 +102,9 @@ def main(argv):
 
     def from_scratch(problem):
         """The curve of a fresh policy trained on ``problem`` alone (no zero-shot episode)."""
-        policy = _policy(PlacementEnv(problem, env_config), fresh=True)
-        return search(policy, problem, curve_config, FLAGS.seed, pretrained=False,
-                      zero_shot=False).curve
+        env = PlacementEnv(problem, env_config)
+        return search(_policy(env, fresh=True), env, curve_config, FLAGS.seed,
+                      pretrained=False, zero_shot=False).curve
 
     knobs = {k: int(v) for k, _, v in (s.partition("=") for s in FLAGS.knob)}
 
@@ -186,8 +186,9 @@ def main(argv):
             scratch = from_scratch(problem)
             target = scratch[-1][1]
             scratch_n = samples_to_reach(scratch, target)
-            pretrained = _policy(PlacementEnv(problem, env_config), fresh=False)
-            tuned = search(pretrained, problem, curve_config, FLAGS.seed, pretrained=True)
+            env = PlacementEnv(problem, env_config)
+            tuned = search(_policy(env, fresh=False), env, curve_config, FLAGS.seed,
+                           pretrained=True)
             tuned_n = samples_to_reach(tuned.curve, target)
             ratio = scratch_n / tuned_n if tuned_n else float("nan")
             ratios.append(ratio)

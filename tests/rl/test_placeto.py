@@ -459,15 +459,20 @@ def test_episodes_start_from_the_incumbent_when_asked(episode_start):
         reinforce.TrainConfig(episode_start="incumbent")
 
 
-def test_search_curve_starts_with_the_zero_shot_episode_and_fine_tunes_from_it():
+def test_search_curve_starts_with_the_zero_shot_episode_and_fine_tunes_from_it(monkeypatch):
     from tf_autoplace.placers.placeto import PlacetoConfig, search
 
     rng = np.random.default_rng(11)
     problem = _problem(20, _random_dag(rng, 20), speeds=(1.0, 2.0))
-    config = PlacetoConfig(max_samples=120, env=EnvConfig(max_groups=10))
+    config = PlacetoConfig(max_samples=120, env=EnvConfig(max_groups=10), temperature=2.5)
     env = PlacementEnv(problem, config.env)
     policy = PlacetoPolicy(2, env.num_features, seed=0)
-    found = search(policy, problem, config, 0, pretrained=True)
+    tempered = []
+    real_temper = PlacetoPolicy.temper
+    monkeypatch.setattr(PlacetoPolicy, "temper",
+                        lambda self, t: (tempered.append(t), real_temper(self, t)))
+    found = search(policy, env, config, 0, pretrained=True)
+    assert tempered == [2.5]  # a pretrained policy is tempered once, before fine-tuning
     zero = found.zero_shot
     assert found.curve[0] == (zero.samples, zero.best_score)
     samples = [s for s, _ in found.curve]
@@ -476,9 +481,10 @@ def test_search_curve_starts_with_the_zero_shot_episode_and_fine_tunes_from_it()
     assert bests == sorted(bests, reverse=True)  # best so far never gets worse
     assert found.best_score == bests[-1] == pytest.approx(env.score(found.best_actions))
     assert found.state.iteration > 0
-    scratch = search(PlacetoPolicy(2, env.num_features, seed=0), problem, config, 0,
+    scratch = search(PlacetoPolicy(2, env.num_features, seed=0), env, config, 0,
                      pretrained=False, zero_shot=False)
-    assert scratch.zero_shot is None and scratch.curve[0][0] < zero.samples + 120
+    assert scratch.zero_shot is None and tempered == [2.5]  # a fresh policy is left alone
+    assert scratch.samples >= 120 and scratch.state.iteration > 0
 
 
 def test_harmful_moves_are_undone_and_keep_their_negative_reward():

@@ -130,13 +130,14 @@ class SearchResult:
 
     @property
     def samples(self) -> int:
-        return self.curve[-1][0] if self.curve else 0
+        return self.curve[-1][0]
 
 
-def search(policy, problem: PlacementProblem, config: PlacetoConfig, seed: int, *,
+def search(policy, env: PlacementEnv, config: PlacetoConfig, seed: int, *,
            pretrained: bool, zero_shot: bool = True, deadline: float | None = None
            ) -> SearchResult:
-    """The learned part of the placer on one graph, ``policy`` trained in place: a greedy
+    """The learned part of the placer on ``env``'s graph (the MDP of ``env.config``; the rest
+    of ``config`` sets fine-tuning), ``policy`` trained in place: a greedy
     zero-shot episode (unless ``zero_shot`` is False), then, for a ``pretrained`` policy,
     tempering (``config.temperature``), then REINFORCE on this graph seeded with the zero-shot
     placement, until ``config.max_samples`` fine-tuning placements or ``deadline`` (a
@@ -145,7 +146,6 @@ def search(policy, problem: PlacementProblem, config: PlacetoConfig, seed: int, 
     from tf_autoplace.rl import reinforce
 
     start = time.perf_counter()
-    env = PlacementEnv(problem, config.env)
     state = reinforce.TrainState()
     zero, curve = None, []
     if zero_shot:
@@ -162,8 +162,8 @@ def search(policy, problem: PlacementProblem, config: PlacetoConfig, seed: int, 
             return ((deadline is not None and time.perf_counter() >= deadline) or
                     (config.max_samples is not None and s.samples >= config.max_samples))
 
-        reinforce.train(policy, [problem], config.env, config.train_config(seed), state=state,
-                        should_stop=out_of_budget)
+        reinforce.train(policy, [env.problem], env.config, config.train_config(seed),
+                        state=state, should_stop=out_of_budget)
         curve += [(offset + samples, best) for samples, _, best in state.curve]
     if 0 not in state.best_scores:
         raise ConfigError("search() ran neither the zero-shot episode nor fine-tuning")
@@ -210,7 +210,7 @@ class PlacetoPlacer(Placer):
         seed = int(rng.integers(2**31 - 1))
         env = PlacementEnv(problem, cfg.env)
         policy, source = self.load_policy(env)
-        found = search(policy, problem, cfg, seed, pretrained=source is not None,
+        found = search(policy, env, cfg, seed, pretrained=source is not None,
                        deadline=start + cfg.budget_s)
         zero, state, samples = found.zero_shot, found.state, found.samples
         learned = env.op_placement(found.best_actions)

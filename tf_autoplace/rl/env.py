@@ -20,9 +20,9 @@ In the paper's MDP every action's placement stands. On our graphs most single mo
 good placement do not help (78-93% of them from the zero-shot placements of held-out
 NMT-family graphs), so an episode that samples a few dozen moves has usually made a harmful
 one after two or three, and every later move is judged on a worse placement, where its effect
-is not the one it would have had. With ``undo_worse`` a move that makes R worse is undone: its reward is still the
-(negative) improvement it made, ``(R_{t-1} - R'_t) / R_0`` with ``R'_t`` the moved placement's
-score, but the next state is the one before it. Every move of an episode is then judged from a
+is not the one it would have had. With ``undo_worse`` a move that makes R worse is undone: its
+reward is still the (negative) improvement it made, ``(R_{t-1} - R'_t) / R_0`` with ``R'_t``
+the moved placement's score, but the next state is the one before it. Every move of an episode is then judged from a
 placement made only of improving moves.
 
 A step whose action leaves the group where it is changes nothing and is not simulated again:

@@ -8,7 +8,6 @@ learning curves (``tf_autoplace.placers.placeto.search`` draws them).
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Sequence
 
