@@ -69,7 +69,7 @@ def main(argv):
     from tf_autoplace.api import build_problem, resolve_cluster
     from tf_autoplace.graph import ingest
     from tf_autoplace.rl.env import PlacementEnv
-    from tf_autoplace.rl.pretrain import (heuristic_scores, samples_to_reach,
+    from tf_autoplace.rl.pretrain import (best_within, heuristic_scores, samples_to_reach,
                                           single_move_landscape, zero_shot)
     from tf_autoplace.placers.placeto import PlacetoConfig, search
 
@@ -181,7 +181,7 @@ def main(argv):
         print("| graph | ops | scratch best R (ms) | scratch samples to it | pretrained samples "
               "to it | speed-up | pretrained zero-shot R (ms) | pretrained best R (ms) |")
         print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-        ratios = []
+        ratios, curves = [], []
         for i, problem in enumerate(test):
             scratch = from_scratch(problem)
             target = scratch[-1][1]
@@ -192,6 +192,7 @@ def main(argv):
             tuned_n = samples_to_reach(tuned.curve, target)
             ratio = scratch_n / tuned_n if tuned_n else float("nan")
             ratios.append(ratio)
+            curves.append((scratch, tuned.curve))
             print(f"| {FLAGS.family}_{16 + i} | {problem.graph.num_ops} | {target * 1e3:.2f} | "
                   f"{scratch_n} | {tuned_n if tuned_n else 'not reached'} | "
                   f"{'-' if np.isnan(ratio) else f'{ratio:.1f}x'} | "
@@ -199,6 +200,16 @@ def main(argv):
         # A graph the pretrained policy never brought to the target counts as no speed-up.
         print(f"\nmedian speed-up {np.median(np.nan_to_num(ratios, nan=0.0)):.1f}x "
               f"({sum(np.isnan(ratios))} of {len(ratios)} not reached)")
+        # The same runs at equal budgets: what a caller who stops early gets from each.
+        budgets = [FLAGS.max_samples // 2**k for k in (5, 4, 3, 2, 1, 0)]
+        print("\nBest R (ms), scratch / pretrained, after this many placements sampled:\n")
+        print("| graph | " + " | ".join(str(n) for n in budgets) + " |")
+        print("| --- |" + " ---: |" * len(budgets))
+        for i, (scratch, tuned_curve) in enumerate(curves):
+            cells = [" / ".join("-" if np.isinf(r) else f"{r * 1e3:.2f}"  # - : none yet
+                                for r in (best_within(scratch, n), best_within(tuned_curve, n)))
+                     for n in budgets]
+            print(f"| {FLAGS.family}_{16 + i} | " + " | ".join(cells) + " |")
     else:
         from tf_autoplace.placers import PlacetoPlacer
 

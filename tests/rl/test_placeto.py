@@ -529,3 +529,15 @@ def test_placer_with_the_same_seed_gives_the_same_placement():
     # Not vacuous: fine-tuning sampled several episodes, of different lengths.
     steps = np.diff([s for s, _ in runs[0][1]])
     assert len(steps) > 5 and len(set(steps.tolist())) > 1
+
+
+def test_curves_are_read_for_the_transfer_speed_up_and_at_equal_budgets():
+    # (placements sampled so far, best R so far), as search() draws it.
+    curve = [(100, 0.9), (150, 0.8), (220, 0.8), (300, 0.7)]
+    assert pretrain.samples_to_reach(curve, 0.8) == 150
+    assert pretrain.samples_to_reach(curve, 0.7) == 300
+    assert pretrain.samples_to_reach(curve, 0.69) is None
+    assert pretrain.best_within(curve, 99) == float("inf")  # nothing sampled by then
+    assert pretrain.best_within(curve, 100) == 0.9
+    assert pretrain.best_within(curve, 299) == 0.8
+    assert pretrain.best_within(curve, 10**6) == 0.7

@@ -3,7 +3,8 @@
 :func:`pretrain` trains one policy on the training halves of the families (each worker of an
 iteration takes a different graph, as in Placeto A.7) and evaluates it zero-shot on the held-out
 halves against the fast heuristics. :func:`samples_to_reach` reads the transfer speed-up off two
-learning curves (``tf_autoplace.placers.placeto.search`` draws them).
+learning curves (``tf_autoplace.placers.placeto.search`` draws them), and :func:`best_within`
+compares them at equal sample budgets.
 """
 
 from __future__ import annotations
@@ -50,6 +51,11 @@ def samples_to_reach(curve: Sequence[tuple[int, float]], target: float) -> int |
         if best <= target * (1 + 1e-9):
             return samples
     return None
+
+
+def best_within(curve: Sequence[tuple[int, float]], samples: int) -> float:
+    """The curve's best R after at most ``samples`` placements sampled (inf: none by then)."""
+    return min((best for n, best in curve if n <= samples), default=float("inf"))
 
 
 def single_move_landscape(env: PlacementEnv) -> dict:
