@@ -1,17 +1,23 @@
 """Pretrain the Placeto policy that ships in tf_autoplace/pretrained, and write its manifest.
 
     python tools/train_placeto.py --out_dir=tf_autoplace/pretrained/placeto_d2 --families=nmt \
-        --iterations=100 --select_every=25 --select_graphs=6 --workers=1 --episodes=1 \
-        --estimator=all_actions --behaviour=keep --discount=0 --entropy=0 \
-        --learning_rate=3e-3 --final_learning_rate_ratio=1 --seed=0 --cache_dir=/tmp/placeto_cache
+        --objective=imitation --target_samples=1200 --epochs=150 --move_weight=3 \
+        --learning_rate=3e-3 --workers=2 --seed=0 --cache_dir=/tmp/placeto_cache
 
-(the shipped policy: about 2 minutes of training on 2 cores once the families are built;
-BENCHMARKS.md says why these settings). Builds the graph families (Placeto A.3; the first half
-of each family trains, the rest is held out), trains with a policy gradient
-(tf_autoplace.rl.reinforce: sampled REINFORCE, or the all-action estimator), evaluates
-zero-shot on the held-out graphs against the heuristics and writes ``policy.json``,
-``weights.npz`` and ``manifest.json`` (what it was trained on, the configs, the seed, this
-command, and the measured results). Progress goes to stderr; TensorBoard summaries to ``--logdir`` if given.
+(the shipped policy: about 20 minutes on 2 cores once the families are built, 7 of them
+searching; BENCHMARKS.md says why these settings). Builds the graph families (Placeto A.3; the first half of each family
+trains, the rest is held out) and trains with one of two objectives:
+
+- ``imitation`` (tf_autoplace.rl.imitation): the placer's own search from scratch runs on every
+  training graph (``--target_samples`` placements each, ``--workers`` processes), and the
+  policy learns to reach the best placement found in one greedy episode (``--epochs`` passes);
+- ``policy_gradient`` (tf_autoplace.rl.reinforce): sampled REINFORCE as in the paper, or the
+  all-action estimator; the iteration, estimator, entropy and episode flags apply to it.
+
+Then it evaluates zero-shot on the held-out graphs against the heuristics and writes
+``policy.json``, ``weights.npz`` and ``manifest.json`` (what it was trained on, the configs, the
+seed, this command, and the measured results). Progress goes to stderr; TensorBoard summaries
+(policy gradient only) to ``--logdir`` if given.
 """
 
 from __future__ import annotations
@@ -30,8 +36,16 @@ flags.DEFINE_string("out_dir", None, "Where to write the policy and its manifest
 flags.DEFINE_string("cluster", "testdata/k80x2.pbtxt", "Cluster spec the policy places on.")
 flags.DEFINE_list("families", ["nmt", "ptb", "cifar10"], "Graph families to train on.")
 flags.DEFINE_integer("num_graphs", 32, "Graphs per family (half train, half held out).")
+flags.DEFINE_enum("objective", "policy_gradient", ["policy_gradient", "imitation"],
+                  "Train with policy gradients, or imitate the placer's search (see above).")
+flags.DEFINE_integer("target_samples", 1200, "imitation: placements the search from scratch "
+                     "simulates on each training graph.")
+flags.DEFINE_integer("epochs", 150, "imitation: passes over the training graphs.")
+flags.DEFINE_float("move_weight", 3.0, "imitation: weight of the steps whose target moves "
+                   "the group (the others weigh 1).")
 flags.DEFINE_integer("iterations", 300, "Policy updates.")
-flags.DEFINE_integer("workers", 2, "Worker processes per update, each on its own graph.")
+flags.DEFINE_integer("workers", 2, "Worker processes: per policy-gradient update, each on its "
+                     "own graph; for imitation, searching the training graphs.")
 flags.DEFINE_integer("episodes", 1, "Episodes each worker runs per update, in lockstep.")
 flags.DEFINE_integer("seed", 0, "Seed of the families, the policy and training.")
 flags.DEFINE_integer("max_groups", 256, "Merge-and-Colocate groups per graph in the MDP.")
@@ -64,13 +78,80 @@ flags.DEFINE_string("family_knobs", "{}",
 flags.mark_flag_as_required("out_dir")
 
 
+def _new_policy(problem, env_config):
+    from tf_autoplace.placers.placeto_policy import PlacetoPolicy
+    from tf_autoplace.rl.env import PlacementEnv
+
+    probe = PlacementEnv(problem, env_config)
+    return PlacetoPolicy(probe.view.num_devices, probe.num_features, seed=FLAGS.seed)
+
+
+def _policy_gradient(train, test):
+    from tf_autoplace.rl import reinforce
+    from tf_autoplace.rl.env import EnvConfig
+    from tf_autoplace.rl.pretrain import pretrain
+
+    env_config = EnvConfig(max_groups=FLAGS.max_groups, undo_worse=FLAGS.undo_worse)
+    train_config = reinforce.TrainConfig(
+        iterations=FLAGS.iterations, workers=FLAGS.workers, episodes=FLAGS.episodes,
+        seed=FLAGS.seed, learning_rate=FLAGS.learning_rate,
+        final_learning_rate=FLAGS.learning_rate / FLAGS.final_learning_rate_ratio,
+        entropy=FLAGS.entropy, final_entropy=FLAGS.entropy / FLAGS.final_entropy_ratio,
+        discount=FLAGS.discount,
+        normalize_advantages=FLAGS.normalize_advantages, estimator=FLAGS.estimator,
+        behaviour=FLAGS.behaviour, episode_start=FLAGS.episode_start)
+    policy = _new_policy(train[0], env_config)
+    results = pretrain(policy, train, test, env_config, train_config,
+                       select_every=FLAGS.select_every, select_graphs=FLAGS.select_graphs,
+                       logdir=FLAGS.logdir, progress=True)
+    return policy, env_config, train_config, results
+
+
+def _imitate(train, test):
+    """Search every training graph from scratch with the placer's settings, then clone."""
+    import dataclasses
+
+    import numpy as np
+
+    from tf_autoplace.placers.placeto import PlacetoConfig
+    from tf_autoplace.placers.placeto_policy import PlacetoPolicy
+    from tf_autoplace.rl import imitation
+    from tf_autoplace.rl.env import PlacementEnv
+    from tf_autoplace.rl.pretrain import held_out
+
+    placer_config = PlacetoConfig()
+    env_config = dataclasses.replace(placer_config.env, max_groups=FLAGS.max_groups)
+    placer_config = dataclasses.replace(placer_config, env=env_config)
+    t = time.perf_counter()
+    targets = imitation.search_targets(train, placer_config, samples=FLAGS.target_samples,
+                                       seed=FLAGS.seed, workers=FLAGS.workers, progress=True)
+    search_s = time.perf_counter() - t
+    policy = _new_policy(train[0], env_config)
+    untrained = PlacetoPolicy(**policy.config)
+    envs = [PlacementEnv(p, env_config) for p in train]
+    t = time.perf_counter()
+    curve = imitation.clone(policy, envs,
+                            [target.actions for target in targets], epochs=FLAGS.epochs,
+                            learning_rate=FLAGS.learning_rate, move_weight=FLAGS.move_weight,
+                            progress=True)
+    train_config = dict(target_search=repr(placer_config), target_samples=FLAGS.target_samples,
+                        epochs=FLAGS.epochs, learning_rate=FLAGS.learning_rate,
+                        move_weight=FLAGS.move_weight)
+    results = dict(
+        search_seconds=search_s, train_seconds=time.perf_counter() - t, iterations=FLAGS.epochs,
+        samples=sum(target.samples for target in targets),
+        targets=[dict(graph=i, start_R=target.start_score, target_R=target.score,
+                      moved=int(np.sum(target.actions != env.start(np.random.default_rng(0)))))
+                 for i, (env, target) in enumerate(zip(envs, targets))],
+        clone_curve=curve[::10] + curve[-1:],
+        held_out=held_out(policy, untrained, test, env_config))
+    return policy, env_config, train_config, results
+
+
 def main(argv):
     del argv
     from tf_autoplace.api import resolve_cluster
-    from tf_autoplace.placers.placeto_policy import PlacetoPolicy
-    from tf_autoplace.rl import families, reinforce
-    from tf_autoplace.rl.env import EnvConfig
-    from tf_autoplace.rl.pretrain import pretrain
+    from tf_autoplace.rl import families
 
     cluster = resolve_cluster(FLAGS.cluster)
     knobs = json.loads(FLAGS.family_knobs)
@@ -86,37 +167,27 @@ def main(argv):
                             ops=[p.graph.num_ops for p in tr + te])
     build_s = time.perf_counter() - t
 
-    env_config = EnvConfig(max_groups=FLAGS.max_groups, undo_worse=FLAGS.undo_worse)
-    train_config = reinforce.TrainConfig(
-        iterations=FLAGS.iterations, workers=FLAGS.workers, episodes=FLAGS.episodes,
-        seed=FLAGS.seed, learning_rate=FLAGS.learning_rate,
-        final_learning_rate=FLAGS.learning_rate / FLAGS.final_learning_rate_ratio,
-        entropy=FLAGS.entropy, final_entropy=FLAGS.entropy / FLAGS.final_entropy_ratio,
-        discount=FLAGS.discount,
-        normalize_advantages=FLAGS.normalize_advantages, estimator=FLAGS.estimator,
-        behaviour=FLAGS.behaviour, episode_start=FLAGS.episode_start)
-    from tf_autoplace.rl.env import PlacementEnv
-
-    probe = PlacementEnv(train[0], env_config)
-    policy = PlacetoPolicy(probe.view.num_devices, probe.num_features, seed=FLAGS.seed)
-    results = pretrain(policy, train, test, env_config, train_config,
-                       select_every=FLAGS.select_every, select_graphs=FLAGS.select_graphs,
-                       logdir=FLAGS.logdir, progress=True)
+    if FLAGS.objective == "imitation":
+        policy, env_config, train_config, results = _imitate(train, test)
+    else:
+        policy, env_config, train_config, results = _policy_gradient(train, test)
 
     os.makedirs(FLAGS.out_dir, exist_ok=True)
     policy.save(FLAGS.out_dir)
     manifest = dict(
         what="Placeto policy (tf_autoplace.placers.placeto_policy.PlacetoPolicy)",
         command=" ".join(shlex.quote(a) for a in ["python"] + sys.argv),
-        cluster=FLAGS.cluster, action_devices=probe.view.num_devices,
+        cluster=FLAGS.cluster, action_devices=policy.num_devices,
         trained_on=dict(families=made, family_config=repr(config)),
-        env_config=repr(env_config), train_config=repr(train_config),
+        objective=FLAGS.objective, env_config=repr(env_config),
+        train_config=repr(train_config),
         policy_config=policy.config, seed=FLAGS.seed, build_seconds=build_s,
         machine=f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
         results=results)
     with open(os.path.join(FLAGS.out_dir, "manifest.json"), "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=2, sort_keys=True, default=float)
-    print(f"wrote {FLAGS.out_dir}: trained {results['iterations']} iterations, "
+    print(f"wrote {FLAGS.out_dir}: trained {results['iterations']} "
+          f"{'epochs' if FLAGS.objective == 'imitation' else 'iterations'}, "
           f"{results['samples']} samples in {results['train_seconds']:.0f} s")
     for row in results["held_out"]:
         best_h = min(row["heuristics_R"].values())

@@ -62,7 +62,7 @@ class PlacetoConfig:
         an NMT-family graph: 0.01 and 0.1 collapse, 0.5 does not).
       discount: gamma of the returns (see ``reinforce.TrainConfig``). 0 credits each action
         with the improvement it made itself, the lowest-variance choice with intermediate
-        rewards; the shipped policy was trained with it.
+        rewards.
       normalize_advantages: per-step advantage normalisation (``reinforce.TrainConfig``).
       episodes: episodes per update, rolled out in lockstep (``reinforce.TrainConfig``).
       estimator: "reinforce" (sampled actions) or "all_actions" (every action of each step
@@ -72,9 +72,10 @@ class PlacetoConfig:
         (``reinforce.TrainConfig``).
       temperature: a pretrained policy's logits are divided by it before fine-tuning (after the
         zero-shot episode, whose argmax it would not change; a fresh policy is left alone). The
-        shipped policy is nearly deterministic (its moves at p ~ 1 or ~ 0). In the paper's MDP
-        its sampled episodes then repeat the greedy one, and a temperature of 3 helped a little
-        there; with harmful moves undone, 1 (no tempering) did better than 6 (BENCHMARKS.md).
+        policy shipped before the imitation-pretrained one was nearly deterministic (its moves
+        at p ~ 1 or ~ 0). In the paper's MDP its sampled episodes then repeated the greedy one,
+        and a temperature of 3 helped a little there; with harmful moves undone, 1 (no
+        tempering) did better than 6 (BENCHMARKS.md).
       heuristics: placers the result must not be worse than (``best_heuristic`` runs all the
         fast ones).
     """

@@ -42,7 +42,8 @@ def zero_shot(policy: PlacetoPolicy, problem: PlacementProblem, env_config: EnvC
     devices = env.op_placement(episode.best_actions)
     fits = not check_memory(problem, problem.simulator.run(devices))
     return dict(best_R=episode.best_score, final_R=float(episode.scores[-1]), seconds=seconds,
-                steps=env.num_steps, groups=env.view.num_groups, fits=fits)
+                steps=env.num_steps, groups=env.view.num_groups, fits=fits,
+                samples=episode.samples)
 
 
 def samples_to_reach(curve: Sequence[tuple[int, float]], target: float) -> int | None:
@@ -136,14 +137,23 @@ def pretrain(policy: PlacetoPolicy, train_problems: Sequence[PlacementProblem],
     if selection is not None:
         policy.set_weights(best["weights"])
         selection.update(chosen_iteration=best["iteration"], chosen_mean_gain=best["gain"])
-    held_out = []
+    return dict(train_seconds=seconds, iterations=state.iteration, samples=state.samples,
+                train_best_R={int(k): float(v) for k, v in state.best_scores.items()},
+                selection=selection, held_out=held_out(policy, untrained, test_problems,
+                                                       env_config))
+
+
+def held_out(policy: PlacetoPolicy, untrained: PlacetoPolicy,
+             test_problems: Sequence[PlacementProblem], env_config: EnvConfig) -> list[dict]:
+    """Per held-out graph: its size, the zero-shot R of ``policy`` and of ``untrained`` (the
+    weights training started from), and each heuristic's R (what the manifest records)."""
+    rows = []
     for i, problem in enumerate(test_problems):
         trained = zero_shot(policy, problem, env_config)
         before = zero_shot(untrained, problem, env_config)
-        held_out.append(dict(graph=i, ops=problem.graph.num_ops, groups=trained["groups"],
-                             zero_shot_R=trained["best_R"], zero_shot_seconds=trained["seconds"],
-                             untrained_zero_shot_R=before["best_R"],
-                             heuristics_R=heuristic_scores(problem)))
-    return dict(train_seconds=seconds, iterations=state.iteration, samples=state.samples,
-                train_best_R={int(k): float(v) for k, v in state.best_scores.items()},
-                selection=selection, held_out=held_out)
+        rows.append(dict(graph=i, ops=problem.graph.num_ops, groups=trained["groups"],
+                         zero_shot_R=trained["best_R"], zero_shot_seconds=trained["seconds"],
+                         zero_shot_samples=trained["samples"],
+                         untrained_zero_shot_R=before["best_R"],
+                         heuristics_R=heuristic_scores(problem)))
+    return rows

@@ -14,8 +14,8 @@ One training iteration, as in the paper's parameter-server setup:
    paper's return is undiscounted (gamma = 1, the default here). With intermediate rewards each
    r_t is exactly the improvement action t made, and on our graphs one bad move can cost 20%
    while a good one gains 1-3%, so the undiscounted G_t of an early step is mostly the noise of
-   the later moves; the shipped policy and fine-tuning use gamma = 0 (each action credited with
-   its own improvement);
+   the later moves; fine-tuning uses gamma = 0 (each action credited with its own
+   improvement);
 2. the coordinator sums the workers' gradients (in worker order, so results are reproducible)
    and takes one Adam step; the learning rate and the entropy weight beta decay linearly.
 
@@ -44,12 +44,13 @@ episodes followed the greedy action). ``behaviour="keep"`` visits the states of 
 that keeps every group where it starts: step t's state is the start placement with group t to
 place, and the all-action gradient there is that of the expected improvement of one move from
 the start placement, at every group. It is the gradient of a one-step (bandit) objective, not
-of the episode's return; the shipped policy is pretrained with it, and its greedy episode
-improves every held-out NMT-family graph, by 0.8-6.0% (BENCHMARKS.md). Fine-tuning on the
+of the episode's return; the policy shipped until the imitation objective
+(:mod:`tf_autoplace.rl.imitation`) replaced it was pretrained with it, and its greedy episode
+improved every held-out NMT-family graph, by 0.8-6.0% (BENCHMARKS.md). Fine-tuning on the
 user's graph uses the sampled estimator, in the environment that undoes harmful moves
 (``EnvConfig.undo_worse``), with each episode starting from the best placement found so far
-(``episode_start="best"``). In the paper's MDP, fine-tuning from the shipped policy rarely got
-past the zero-shot placement; with both it does (BENCHMARKS.md, "Transfer").
+(``episode_start="best"``). In the paper's MDP, fine-tuning from that policy rarely got past
+the zero-shot placement; with both it does (BENCHMARKS.md, "Transfer").
 
 Workers are processes (``spawn``, each with its own TensorFlow) when ``workers > 1``, or run in
 the calling process when ``workers == 1``; the same code computes an episode either way.

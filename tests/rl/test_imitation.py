@@ -1,0 +1,70 @@
+"""Pretraining by imitating the placer's search (tf_autoplace.rl.imitation), on small graphs."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.placers.placeto import PlacetoConfig
+from tf_autoplace.placers.placeto_policy import PlacetoPolicy
+from tf_autoplace.rl import imitation, reinforce
+from tf_autoplace.rl.env import EnvConfig, PlacementEnv
+
+from tests.rl.test_placeto import _problem, _random_dag
+
+ENV = EnvConfig(max_groups=12, start="single", undo_worse=True)
+SEARCH = PlacetoConfig(env=ENV)
+
+
+def _problems():
+    rng = np.random.default_rng(21)
+    return [_problem(12, _random_dag(rng, 12), speeds=(1.0, 1.5)) for _ in range(2)]
+
+
+def test_search_targets_are_the_searchs_best_and_do_not_depend_on_the_workers():
+    problems = _problems()
+    one = imitation.search_targets(problems, SEARCH, samples=40, seed=3, workers=1)
+    two = imitation.search_targets(problems, SEARCH, samples=40, seed=3, workers=2)
+    for a, b, problem in zip(one, two, problems):
+        np.testing.assert_array_equal(a.actions, b.actions)
+        assert a.score == b.score
+        env = PlacementEnv(problem, ENV)
+        assert a.score == pytest.approx(env.score(a.actions))
+        # Device 1 is faster: the search moves groups there and beats the start placement.
+        assert a.score < a.start_score == pytest.approx(env.score(env.start(None)))
+        assert 40 <= a.samples < 60  # stops at the first update past the budget
+    with pytest.raises(ConfigError, match="samples"):
+        imitation.search_targets(problems, SEARCH, samples=0, seed=3)
+
+
+def test_cloning_teaches_the_greedy_episode_to_reach_the_target():
+    problem = _problems()[0]
+    target = imitation.search_targets([problem], SEARCH, samples=40, seed=3)[0].actions
+    # Without undoing, the greedy episode's last placement is exactly the moves it chose.
+    env = PlacementEnv(problem, dataclasses.replace(ENV, undo_worse=False))
+    start = env.start(None)
+    assert (target != start).any()  # not vacuous: the target moves groups
+
+    def greedy_result(policy):
+        episode = reinforce.rollout(policy, env, np.random.default_rng(0), greedy=True)
+        final = start.copy()
+        final[env.order] = episode.actions
+        return final
+
+    policy = PlacetoPolicy(2, env.num_features, seed=0)
+    assert (greedy_result(policy) != target).any()
+    curve = imitation.clone(policy, [env], [target], epochs=60, learning_rate=1e-2)
+    assert [epoch for epoch, *_ in curve] == list(range(60))
+    assert curve[0][2] < 1.0 and curve[-1][1] < curve[0][1]
+    assert curve[-1][2] == curve[-1][3] == 1.0  # every step's argmax is the target action
+    np.testing.assert_array_equal(greedy_result(policy), target)
+
+
+def test_cloning_checks_its_arguments():
+    env = PlacementEnv(_problems()[0], ENV)
+    policy = PlacetoPolicy(2, env.num_features, seed=0)
+    with pytest.raises(ConfigError, match="one target per environment"):
+        imitation.clone(policy, [env], [], epochs=1)
+    with pytest.raises(ConfigError, match="move_weight"):
+        imitation.clone(policy, [env], [env.start(None)], epochs=1, move_weight=0.0)

@@ -1,0 +1,157 @@
+"""Pretraining by imitating search: the policy learns to make, in one greedy episode, the moves
+the placer's own search found on each training graph.
+
+The placer fine-tunes with a local search (:func:`tf_autoplace.placers.placeto.search`: a
+fresh policy's REINFORCE in the MDP that undoes harmful moves). On a graph of the NMT family it
+settles, within about a thousand simulated placements, on a placement 6-10% faster than the
+best heuristic's, and that placement moves 40-90 of the 256 groups away from where the
+heuristic put them. Pretraining with policy gradients on one-move gains
+(:mod:`tf_autoplace.rl.reinforce`, ``behaviour="keep"``) taught the policy which single moves
+help; its greedy episode then stopped 4% short of what the search reached, in a different basin,
+and fine-tuning from there was hardly faster than searching from scratch (BENCHMARKS.md).
+
+Here the searches' results are the targets instead (expert iteration, with the placer's search
+as the expert):
+
+1. :func:`search_targets` runs the search from scratch on every training graph and keeps the
+   best placement it met;
+2. :func:`clone` trains the policy, teacher-forced, to place each group where that placement
+   has it: the episode starts from the environment's start placement and visits the groups in
+   the environment's order; at step t the groups before t are already on their target devices,
+   and the loss is the cross-entropy of group t's target device. The steps that move a group
+   (a quarter to a third of them) are weighted ``move_weight`` times the others, so keeping
+   every group where it is is not the cheap answer.
+
+On held-out graphs the greedy episode of the cloned policy then lands where a search from
+scratch gets after hundreds to thousands of placements (BENCHMARKS.md, "Transfer").
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import multiprocessing
+import sys
+import time
+from typing import Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_probability as tfp
+
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.placers.placeto_policy import PlacetoPolicy
+from tf_autoplace.rl import reinforce
+from tf_autoplace.rl.env import PlacementEnv
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """What the search found on one training graph."""
+
+    actions: np.ndarray  # [G] the best placement met, as actions
+    score: float  # its memory-penalised simulated runtime R
+    start_score: float  # R of the environment's start placement
+    samples: int  # placements the search simulated
+
+
+def _search_one(problem, placeto_config, samples: int, seed: int) -> Target:
+    from tf_autoplace.placers.placeto import search
+
+    env = PlacementEnv(problem, placeto_config.env)
+    config = dataclasses.replace(placeto_config, max_samples=samples)
+    policy = PlacetoPolicy(env.view.num_devices, env.num_features, seed=seed)
+    found = search(policy, env, config, seed, pretrained=False, zero_shot=False)
+    start = env.start(np.random.default_rng(seed))
+    return Target(actions=found.best_actions, score=found.best_score,
+                  start_score=env.score(start), samples=found.samples)
+
+
+def _search_task(args) -> Target:
+    return _search_one(*args)
+
+
+def search_targets(problems: Sequence, placeto_config, *, samples: int, seed: int,
+                   workers: int = 1, progress: bool = False) -> list[Target]:
+    """The best placement the placer's search from scratch (``placeto_config``'s fine-tuning
+    settings, a fresh policy) finds on each problem within ``samples`` placements. Graph i is
+    searched with the seed ``[seed, i]``, so the targets do not depend on ``workers``
+    (processes, ``spawn``)."""
+    if not (isinstance(samples, int) and samples > 0):
+        raise ConfigError(f"samples must be an int > 0, got {samples!r}")
+    seeds = [int(np.random.default_rng([seed, i]).integers(2**31 - 1))
+             for i in range(len(problems))]
+    tasks = [(p, placeto_config, samples, s) for p, s in zip(problems, seeds)]
+    t0 = time.perf_counter()
+    out = []
+
+    def report(target: Target) -> None:
+        out.append(target)
+        if progress:
+            print(f"\r[imitation] searched {len(out)}/{len(tasks)} graphs "
+                  f"({time.perf_counter() - t0:.0f} s)", end="", file=sys.stderr, flush=True)
+
+    if workers == 1:
+        for task in tasks:
+            report(_search_task(task))
+    else:
+        with concurrent.futures.ProcessPoolExecutor(
+                max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            for target in pool.map(_search_task, tasks):
+                report(target)
+    if progress:
+        print(file=sys.stderr)
+    return out
+
+
+def teacher_forced(env: PlacementEnv, target: np.ndarray):
+    """Inputs of the episode that moves every group to ``target`` [G] (actions) in order:
+    features [T, G, F], pool masks, current groups [T], and the target action of each step."""
+    actions = np.asarray(target, dtype=np.int32)[env.order]
+    episode = reinforce.Episode(actions=actions, start=env.start(np.random.default_rng(0)),
+                                scores=np.zeros(env.num_steps + 1),
+                                best_actions=np.asarray(target), best_score=0.0)
+    feats, masks, current = reinforce.episode_features(env, episode)
+    return feats, masks, current, actions, actions != episode.start[env.order]
+
+
+def clone(policy: PlacetoPolicy, envs: Sequence[PlacementEnv], targets: Sequence[np.ndarray],
+          *, epochs: int, learning_rate: float = 3e-3, move_weight: float = 3.0,
+          progress: bool = False) -> list[tuple[int, float, float, float]]:
+    """Train ``policy`` in place to reach ``targets[i]`` on ``envs[i]`` (see the module doc):
+    ``epochs`` passes over the graphs in order, one Adam step per graph.
+
+    Returns per epoch (epoch, mean loss, share of steps whose argmax is the target, the same
+    among the steps that move their group)."""
+    if len(envs) != len(targets) or not envs:
+        raise ConfigError(f"clone needs one target per environment, got {len(envs)} "
+                          f"environments and {len(targets)} targets")
+    if not move_weight > 0:
+        raise ConfigError(f"move_weight must be > 0, got {move_weight!r}")
+    data = [(env, *teacher_forced(env, target)) for env, target in zip(envs, targets)]
+    optimizer = tf.keras.optimizers.Adam(learning_rate=learning_rate)
+    curve, t0 = [], time.perf_counter()
+    for epoch in range(epochs):
+        losses, hits, move_hits = [], [], []
+        for env, feats, masks, current, actions, moved in data:
+            weights = tf.constant(np.where(moved, move_weight, 1.0), tf.float32)
+            with tf.GradientTape() as tape:
+                logits = policy.logits(feats, env.view.edge_src, env.view.edge_dst, masks,
+                                       current)
+                log_p = tfp.distributions.Categorical(logits=logits).log_prob(actions)
+                loss = -tf.reduce_sum(weights * log_p) / tf.reduce_sum(weights)
+            grads = tape.gradient(loss, policy.trainable_variables)
+            optimizer.apply_gradients(zip(grads, policy.trainable_variables))
+            right = np.argmax(logits.numpy(), axis=1) == actions
+            losses.append(float(loss))
+            hits.append(right.mean())
+            move_hits.append(right[moved].mean() if moved.any() else 1.0)
+        curve.append((epoch, float(np.mean(losses)), float(np.mean(hits)),
+                      float(np.mean(move_hits))))
+        if progress:
+            print(f"\r[imitation] epoch {epoch + 1}/{epochs} loss {curve[-1][1]:.4f} "
+                  f"target actions {curve[-1][2]:.3f} (moves {curve[-1][3]:.3f}) "
+                  f"({time.perf_counter() - t0:.0f} s)", end="", file=sys.stderr, flush=True)
+    if progress:
+        print(file=sys.stderr)
+    return curve
