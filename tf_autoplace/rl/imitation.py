@@ -2,10 +2,9 @@
 the placer's own search found on each training graph.
 
 The placer fine-tunes with a local search (:func:`tf_autoplace.placers.placeto.search`: a
-fresh policy's REINFORCE in the MDP that undoes harmful moves). On a graph of the NMT family it
-settles, within about a thousand simulated placements, on a placement 6-10% faster than the
-best heuristic's, and that placement moves 40-90 of the 256 groups away from where the
-heuristic put them. Pretraining with policy gradients on one-move gains
+fresh policy's REINFORCE in the MDP that undoes harmful moves). On the training graphs of the
+NMT family, 1,200 simulated placements take it to placements 2.9-10.7% faster than the best
+heuristic's, which move 25-72 of the 256 groups away from where the heuristic put them. Pretraining with policy gradients on one-move gains
 (:mod:`tf_autoplace.rl.reinforce`, ``behaviour="keep"``) taught the policy which single moves
 help; its greedy episode then stopped 4% short of what the search reached, in a different basin,
 and fine-tuning from there was hardly faster than searching from scratch (BENCHMARKS.md).
