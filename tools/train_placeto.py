@@ -40,6 +40,8 @@ flags.DEFINE_enum("objective", "policy_gradient", ["policy_gradient", "imitation
                   "Train with policy gradients, or imitate the placer's search (see above).")
 flags.DEFINE_integer("target_samples", 1200, "imitation: placements the search from scratch "
                      "simulates on each training graph.")
+flags.DEFINE_integer("target_searches", 1, "imitation: searches per training graph (different "
+                     "seeds); the best placement of all of them is the target.")
 flags.DEFINE_integer("epochs", 150, "imitation: passes over the training graphs.")
 flags.DEFINE_float("move_weight", 3.0, "imitation: weight of the steps whose target moves "
                    "the group (the others weigh 1).")
@@ -124,7 +126,8 @@ def _imitate(train, test):
     placer_config = dataclasses.replace(placer_config, env=env_config)
     t = time.perf_counter()
     targets = imitation.search_targets(train, placer_config, samples=FLAGS.target_samples,
-                                       seed=FLAGS.seed, workers=FLAGS.workers, progress=True)
+                                       searches=FLAGS.target_searches, seed=FLAGS.seed,
+                                       workers=FLAGS.workers, progress=True)
     search_s = time.perf_counter() - t
     policy = _new_policy(train[0], env_config)
     untrained = PlacetoPolicy(**policy.config)
@@ -135,8 +138,8 @@ def _imitate(train, test):
                             learning_rate=FLAGS.learning_rate, move_weight=FLAGS.move_weight,
                             progress=True)
     train_config = dict(target_search=repr(placer_config), target_samples=FLAGS.target_samples,
-                        epochs=FLAGS.epochs, learning_rate=FLAGS.learning_rate,
-                        move_weight=FLAGS.move_weight)
+                        target_searches=FLAGS.target_searches, epochs=FLAGS.epochs,
+                        learning_rate=FLAGS.learning_rate, move_weight=FLAGS.move_weight)
     results = dict(
         search_seconds=search_s, train_seconds=time.perf_counter() - t, iterations=FLAGS.epochs,
         samples=sum(target.samples for target in targets),

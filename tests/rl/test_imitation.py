@@ -38,6 +38,19 @@ def test_search_targets_are_the_searchs_best_and_do_not_depend_on_the_workers():
         imitation.search_targets(problems, SEARCH, samples=0, seed=3)
 
 
+def test_with_several_searches_the_target_is_the_best_of_them():
+    problem = _problems()[1]
+    best = imitation.search_targets([problem], SEARCH, samples=20, seed=5, searches=3)[0]
+    alone = [imitation._search_one(problem, SEARCH, 20,
+                                   int(np.random.default_rng([5, 0, k]).integers(2**31 - 1)))
+             for k in range(3)]
+    assert len({t.score for t in alone}) > 1  # not vacuous: the searches differ
+    assert best.score == min(t.score for t in alone)
+    assert best.samples == sum(t.samples for t in alone)
+    with pytest.raises(ConfigError, match="searches"):
+        imitation.search_targets([problem], SEARCH, samples=20, seed=5, searches=0)
+
+
 def test_cloning_teaches_the_greedy_episode_to_reach_the_target():
     problem = _problems()[0]
     target = imitation.search_targets([problem], SEARCH, samples=40, seed=3)[0].actions

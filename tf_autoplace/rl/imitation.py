@@ -12,8 +12,8 @@ and fine-tuning from there was hardly faster than searching from scratch (BENCHM
 Here the searches' results are the targets instead (expert iteration, with the placer's search
 as the expert):
 
-1. :func:`search_targets` runs the search from scratch on every training graph and keeps the
-   best placement it met;
+1. :func:`search_targets` runs the search from scratch on every training graph (once, or a few
+   times with different seeds) and keeps the best placement met;
 2. :func:`clone` trains the policy, teacher-forced, to place each group where that placement
    has it: the episode starts from the environment's start placement and visits the groups in
    the environment's order; at step t the groups before t are already on their target devices,
@@ -71,23 +71,30 @@ def _search_task(args) -> Target:
 
 
 def search_targets(problems: Sequence, placeto_config, *, samples: int, seed: int,
-                   workers: int = 1, progress: bool = False) -> list[Target]:
+                   searches: int = 1, workers: int = 1, progress: bool = False) -> list[Target]:
     """The best placement the placer's search from scratch (``placeto_config``'s fine-tuning
-    settings, a fresh policy) finds on each problem within ``samples`` placements. Graph i is
-    searched with the seed ``[seed, i]``, so the targets do not depend on ``workers``
-    (processes, ``spawn``)."""
+    settings, a fresh policy) finds on each problem within ``samples`` placements; with
+    ``searches`` > 1, the best of that many searches (each search's local optimum depends on
+    its path). Search k of graph i is seeded with ``[seed, i, k]`` (``[seed, i]`` for the
+    only one), so the targets do not depend on ``workers`` (processes, ``spawn``); ``samples``
+    counts the placements of one search."""
     if not (isinstance(samples, int) and samples > 0):
         raise ConfigError(f"samples must be an int > 0, got {samples!r}")
-    seeds = [int(np.random.default_rng([seed, i]).integers(2**31 - 1))
-             for i in range(len(problems))]
-    tasks = [(p, placeto_config, samples, s) for p, s in zip(problems, seeds)]
+    if not (isinstance(searches, int) and searches > 0):
+        raise ConfigError(f"searches must be an int > 0, got {searches!r}")
+    tasks = []
+    for i, problem in enumerate(problems):
+        for k in range(searches):
+            key = [seed, i] if searches == 1 else [seed, i, k]
+            tasks.append((problem, placeto_config, samples,
+                          int(np.random.default_rng(key).integers(2**31 - 1))))
     t0 = time.perf_counter()
-    out = []
+    found = []
 
     def report(target: Target) -> None:
-        out.append(target)
+        found.append(target)
         if progress:
-            print(f"\r[imitation] searched {len(out)}/{len(tasks)} graphs "
+            print(f"\r[imitation] {len(found)}/{len(tasks)} searches "
                   f"({time.perf_counter() - t0:.0f} s)", end="", file=sys.stderr, flush=True)
 
     if workers == 1:
@@ -100,6 +107,11 @@ def search_targets(problems: Sequence, placeto_config, *, samples: int, seed: in
                 report(target)
     if progress:
         print(file=sys.stderr)
+    out = []
+    for i in range(len(problems)):
+        mine = found[i * searches:(i + 1) * searches]
+        best = min(mine, key=lambda target: target.score)  # the first of equals
+        out.append(dataclasses.replace(best, samples=sum(t.samples for t in mine)))
     return out
 
 
