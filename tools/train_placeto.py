@@ -5,8 +5,8 @@
         --learning_rate=3e-3 --workers=2 --seed=0 --cache_dir=/tmp/placeto_cache
 
 (the shipped policy: about 20 minutes on 2 cores once the families are built, 7 of them
-searching; BENCHMARKS.md says why these settings). Builds the graph families (Placeto A.3; the first half of each family
-trains, the rest is held out) and trains with one of two objectives:
+searching; BENCHMARKS.md says why these settings). Builds the graph families (Placeto A.3; the
+first half of each family trains, the rest is held out) and trains with one of two objectives:
 
 - ``imitation`` (tf_autoplace.rl.imitation): the placer's own search from scratch runs on every
   training graph (``--target_samples`` placements each, ``--workers`` processes), and the
@@ -195,8 +195,9 @@ def main(argv):
     for row in results["held_out"]:
         best_h = min(row["heuristics_R"].values())
         print(f"  held-out graph {row['graph']}: {row['ops']} ops, zero-shot "
-              f"{row['zero_shot_R'] * 1e3:.2f} ms (untrained {row['untrained_zero_shot_R'] * 1e3:.2f}"
-              f" ms, best heuristic {best_h * 1e3:.2f} ms) in {row['zero_shot_seconds']:.1f} s")
+              f"{row['zero_shot_R'] * 1e3:.2f} ms (untrained "
+              f"{row['untrained_zero_shot_R'] * 1e3:.2f} ms, best heuristic "
+              f"{best_h * 1e3:.2f} ms) in {row['zero_shot_seconds']:.1f} s")
 
 
 if __name__ == "__main__":

@@ -4,10 +4,11 @@ the placer's own search found on each training graph.
 The placer fine-tunes with a local search (:func:`tf_autoplace.placers.placeto.search`: a
 fresh policy's REINFORCE in the MDP that undoes harmful moves). On the training graphs of the
 NMT family, 1,200 simulated placements take it to placements 2.9-10.7% faster than the best
-heuristic's, which move 25-72 of the 256 groups away from where the heuristic put them. Pretraining with policy gradients on one-move gains
-(:mod:`tf_autoplace.rl.reinforce`, ``behaviour="keep"``) taught the policy which single moves
-help; its greedy episode then stopped 4% short of what the search reached, in a different basin,
-and fine-tuning from there was hardly faster than searching from scratch (BENCHMARKS.md).
+heuristic's, which move 25-72 of the 256 groups away from where the heuristic put them.
+Pretraining with policy gradients on one-move gains (:mod:`tf_autoplace.rl.reinforce`,
+``behaviour="keep"``) taught the policy which single moves help; its greedy episode then
+stopped about 4% short of what the search reached, in a different basin, and fine-tuning from
+there was hardly faster than searching from scratch (BENCHMARKS.md).
 
 Here the searches' results are the targets instead (expert iteration, with the placer's search
 as the expert):
@@ -18,11 +19,13 @@ as the expert):
    has it: the episode starts from the environment's start placement and visits the groups in
    the environment's order; at step t the groups before t are already on their target devices,
    and the loss is the cross-entropy of group t's target device. The steps that move a group
-   (a quarter to a third of them) are weighted ``move_weight`` times the others, so keeping
+   (a tenth to a quarter of them) are weighted ``move_weight`` times the others, so keeping
    every group where it is is not the cheap answer.
 
 On held-out graphs the greedy episode of the cloned policy then lands where a search from
-scratch gets after hundreds to thousands of placements (BENCHMARKS.md, "Transfer").
+scratch gets after 300 to 2,400 placements. But it lands in a local optimum of single-group
+moves, which fine-tuning hardly leaves (BENCHMARKS.md, "Pretraining by imitating the placer's
+search").
 """
 
 from __future__ import annotations
