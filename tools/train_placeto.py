@@ -80,17 +80,16 @@ flags.DEFINE_string("family_knobs", "{}",
 flags.mark_flag_as_required("out_dir")
 
 
-def _new_policy(problem, env_config):
+def _new_policy(env):
+    """A fresh policy for ``env``'s device count and features."""
     from tf_autoplace.placers.placeto_policy import PlacetoPolicy
-    from tf_autoplace.rl.env import PlacementEnv
 
-    probe = PlacementEnv(problem, env_config)
-    return PlacetoPolicy(probe.view.num_devices, probe.num_features, seed=FLAGS.seed)
+    return PlacetoPolicy(env.view.num_devices, env.num_features, seed=FLAGS.seed)
 
 
 def _policy_gradient(train, test):
     from tf_autoplace.rl import reinforce
-    from tf_autoplace.rl.env import EnvConfig
+    from tf_autoplace.rl.env import EnvConfig, PlacementEnv
     from tf_autoplace.rl.pretrain import pretrain
 
     env_config = EnvConfig(max_groups=FLAGS.max_groups, undo_worse=FLAGS.undo_worse)
@@ -102,7 +101,7 @@ def _policy_gradient(train, test):
         discount=FLAGS.discount,
         normalize_advantages=FLAGS.normalize_advantages, estimator=FLAGS.estimator,
         behaviour=FLAGS.behaviour, episode_start=FLAGS.episode_start)
-    policy = _new_policy(train[0], env_config)
+    policy = _new_policy(PlacementEnv(train[0], env_config))
     results = pretrain(policy, train, test, env_config, train_config,
                        select_every=FLAGS.select_every, select_graphs=FLAGS.select_graphs,
                        logdir=FLAGS.logdir, progress=True)
@@ -112,8 +111,6 @@ def _policy_gradient(train, test):
 def _imitate(train, test):
     """Search every training graph from scratch with the placer's settings, then clone."""
     import dataclasses
-
-    import numpy as np
 
     from tf_autoplace.placers.placeto import PlacetoConfig
     from tf_autoplace.placers.placeto_policy import PlacetoPolicy
@@ -129,9 +126,10 @@ def _imitate(train, test):
                                        searches=FLAGS.target_searches, seed=FLAGS.seed,
                                        workers=FLAGS.workers, progress=True)
     search_s = time.perf_counter() - t
-    policy = _new_policy(train[0], env_config)
-    untrained = PlacetoPolicy(**policy.config)
     envs = [PlacementEnv(p, env_config) for p in train]
+    policy = _new_policy(envs[0])
+    untrained = PlacetoPolicy(**policy.config)
+    untrained.set_weights(policy.get_weights())
     t = time.perf_counter()
     curve = imitation.clone(policy, envs,
                             [target.actions for target in targets], epochs=FLAGS.epochs,
@@ -144,8 +142,7 @@ def _imitate(train, test):
         search_seconds=search_s, train_seconds=time.perf_counter() - t, iterations=FLAGS.epochs,
         samples=sum(target.samples for target in targets),
         targets=[dict(graph=i, start_R=target.start_score, target_R=target.score,
-                      moved=int(np.sum(target.actions != env.start(np.random.default_rng(0)))))
-                 for i, (env, target) in enumerate(zip(envs, targets))],
+                      moved=target.moved) for i, target in enumerate(targets)],
         clone_curve=curve[::10] + curve[-1:],
         held_out=held_out(policy, untrained, test, env_config))
     return policy, env_config, train_config, results

@@ -7,7 +7,7 @@ import pytest
 
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.placers.placeto import PlacetoConfig
-from tf_autoplace.placers.placeto_policy import PlacetoPolicy
+from tf_autoplace.placers.placeto_policy import KEEP_INIT, PlacetoPolicy
 from tf_autoplace.rl import imitation, reinforce
 from tf_autoplace.rl.env import EnvConfig, PlacementEnv
 
@@ -33,6 +33,7 @@ def test_search_targets_are_the_searchs_best_and_do_not_depend_on_the_workers():
         assert a.score == pytest.approx(env.score(a.actions))
         # Device 1 is faster: the search moves groups there and beats the start placement.
         assert a.score < a.start_score == pytest.approx(env.score(env.start(None)))
+        assert a.moved == np.count_nonzero(a.actions != env.start(None)) > 0
         assert 40 <= a.samples < 60  # stops at the first update past the budget
     with pytest.raises(ConfigError, match="samples"):
         imitation.search_targets(problems, SEARCH, samples=0, seed=3)
@@ -72,6 +73,25 @@ def test_cloning_teaches_the_greedy_episode_to_reach_the_target():
     assert curve[0][2] < 1.0 and curve[-1][1] < curve[0][1]
     assert curve[-1][2] == curve[-1][3] == 1.0  # every step's argmax is the target action
     np.testing.assert_array_equal(greedy_result(policy), target)
+
+
+def test_the_loss_is_the_target_devices_cross_entropy_with_moving_steps_weighted():
+    problem = _problems()[0]
+    env = PlacementEnv(problem, ENV)
+    target = imitation.search_targets([problem], SEARCH, samples=40, seed=3)[0].actions
+    moved = np.count_nonzero(target[env.order] != env.start(None)[env.order])
+    kept = env.num_steps - moved
+    # Untrained, a policy's only preference is the keep prior on the group's current device,
+    # and in the teacher-forced episode the group being placed is still on its start device.
+    p_keep = 1 / (1 + np.exp(-KEEP_INIT))
+    for weight in (1.0, 5.0):
+        policy = PlacetoPolicy(2, env.num_features, seed=0)
+        (_, loss, hits, move_hits), = imitation.clone(policy, [env], [target], epochs=1,
+                                                      move_weight=weight)
+        expected = -(kept * np.log(p_keep) + weight * moved * np.log(1 - p_keep)) / (
+            kept + weight * moved)
+        assert loss == pytest.approx(expected, rel=1e-5)
+        assert hits == pytest.approx(kept / env.num_steps) and move_hits == 0.0
 
 
 def test_cloning_checks_its_arguments():

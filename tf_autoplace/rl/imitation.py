@@ -54,6 +54,7 @@ class Target:
     actions: np.ndarray  # [G] the best placement met, as actions
     score: float  # its memory-penalised simulated runtime R
     start_score: float  # R of the environment's start placement
+    moved: int  # groups the placement puts elsewhere than the start placement does
     samples: int  # placements the search simulated
 
 
@@ -66,7 +67,8 @@ def _search_one(problem, placeto_config, samples: int, seed: int) -> Target:
     found = search(policy, env, config, seed, pretrained=False, zero_shot=False)
     start = env.start(np.random.default_rng(seed))
     return Target(actions=found.best_actions, score=found.best_score,
-                  start_score=env.score(start), samples=found.samples)
+                  start_score=env.score(start), moved=int(np.sum(found.best_actions != start)),
+                  samples=found.samples)
 
 
 def _search_task(args) -> Target:
@@ -142,13 +144,16 @@ def clone(policy: PlacetoPolicy, envs: Sequence[PlacementEnv], targets: Sequence
                           f"environments and {len(targets)} targets")
     if not move_weight > 0:
         raise ConfigError(f"move_weight must be > 0, got {move_weight!r}")
-    data = [(env, *teacher_forced(env, target)) for env, target in zip(envs, targets)]
+    data = []
+    for env, target in zip(envs, targets):
+        feats, masks, current, actions, moved = teacher_forced(env, target)
+        weights = tf.constant(np.where(moved, move_weight, 1.0), tf.float32)
+        data.append((env, feats, masks, current, actions, moved, weights))
     optimizer = tf.keras.optimizers.Adam(learning_rate=learning_rate)
     curve, t0 = [], time.perf_counter()
     for epoch in range(epochs):
         losses, hits, move_hits = [], [], []
-        for env, feats, masks, current, actions, moved in data:
-            weights = tf.constant(np.where(moved, move_weight, 1.0), tf.float32)
+        for env, feats, masks, current, actions, moved, weights in data:
             with tf.GradientTape() as tape:
                 logits = policy.logits(feats, env.view.edge_src, env.view.edge_dst, masks,
                                        current)
