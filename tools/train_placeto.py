@@ -118,7 +118,9 @@ def _imitate(train, test):
     from tf_autoplace.rl.env import PlacementEnv
     from tf_autoplace.rl.pretrain import held_out
 
-    placer_config = PlacetoConfig()
+    # The targets of the shipped policy came from searches that never restart (restarts came
+    # later); keep them so, so that its manifest's command still reproduces it.
+    placer_config = PlacetoConfig(restart_after=None)
     env_config = dataclasses.replace(placer_config.env, max_groups=FLAGS.max_groups)
     placer_config = dataclasses.replace(placer_config, env=env_config)
     t = time.perf_counter()

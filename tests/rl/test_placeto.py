@@ -480,11 +480,58 @@ def test_search_curve_starts_with_the_zero_shot_episode_and_fine_tunes_from_it(m
     assert samples == sorted(samples) and found.samples >= zero.samples + 120
     assert bests == sorted(bests, reverse=True)  # best so far never gets worse
     assert found.best_score == bests[-1] == pytest.approx(env.score(found.best_actions))
-    assert found.state.iteration > 0
+    assert found.iterations > 0
     scratch = search(PlacetoPolicy(2, env.num_features, seed=0), env, config, 0,
                      pretrained=False, zero_shot=False)
     assert scratch.zero_shot is None and tempered == [2.5]  # a fresh policy is left alone
-    assert scratch.samples >= 120 and scratch.state.iteration > 0
+    assert scratch.samples >= 120 and scratch.iterations > 0
+
+
+def test_a_stalled_search_hands_the_rest_of_the_budget_to_a_fresh_search():
+    from tf_autoplace.placers.placeto import PlacetoConfig, restart_seed, search
+
+    rng = np.random.default_rng(21)
+    problem = _problem(20, _random_dag(rng, 20), speeds=(1.0, 2.0))
+    env_config = EnvConfig(max_groups=10, start="single", undo_worse=True)
+    env = PlacementEnv(problem, env_config)
+    start_score = env.score(env.start(np.random.default_rng(0)))
+
+    def stuck_policy():  # never moves a group, however it is fine-tuned: it cannot improve
+        policy = PlacetoPolicy(2, env.num_features, seed=0)
+        policy.keep.assign(50.0)
+        return policy
+
+    def run(restart_after, max_samples=150, pretrained=True):
+        config = PlacetoConfig(max_samples=max_samples, env=env_config,
+                               restart_after=restart_after)
+        return search(stuck_policy(), env, config, 0, pretrained=pretrained,
+                      zero_shot=pretrained)
+
+    never = run(None)
+    assert never.restarts == [] and never.best_score == start_score
+    found = run(10)
+    # Each episode of the stuck policy costs one placement (its start): 10 without a gain.
+    assert found.restarts[0] == found.zero_shot.samples + 10
+    assert found.best_score < start_score
+    assert found.best_score == pytest.approx(env.score(found.best_actions))
+    # A fresh search restarts alike (its first placement is its first gain).
+    assert run(10, pretrained=False).restarts[0] == 1 + 10
+    # The rest is exactly a search from scratch with the budget left, seeded restart_seed,
+    # from the environment's start placement, until it stalls in turn (if it does).
+    k = restart_seed(0, 1)
+    assert k not in (0, 1, restart_seed(1, 1))
+    scratch = search(PlacetoPolicy(2, env.num_features, seed=k), env,
+                     PlacetoConfig(max_samples=140, env=env_config, restart_after=10), k,
+                     pretrained=False, zero_shot=False)
+    first = found.restarts[0]
+    second = found.restarts[1] if len(found.restarts) > 1 else np.inf
+    after = [(n - first, best) for n, best in found.curve if first < n <= second]
+    assert after == [(n, best) for n, best in scratch.curve if n <= second - first]
+    assert found.samples >= 150 + found.zero_shot.samples
+    bests = [b for _, b in found.curve]
+    assert bests == sorted(bests, reverse=True) and bests[-1] == found.best_score
+    with pytest.raises(ConfigError, match="restart_after"):
+        PlacetoConfig(restart_after=0)
 
 
 def test_harmful_moves_are_undone_and_keep_their_negative_reward():

@@ -12,7 +12,10 @@
    each episode starting from the best placement found so far, in the MDP that undoes a move
    that makes the step slower (``EnvConfig.undo_worse``), until the budget or ``max_samples``
    simulated placements are spent, keeping the best placement sampled (the pretrained
-   policy's logits can first be divided by ``temperature``; not by default);
+   policy's logits can first be divided by ``temperature``; not by default). A search that
+   goes ``restart_after`` placements without improving on its best is in a local optimum its
+   single-group moves do not leave, and the rest of the budget goes to a fresh policy's search
+   from the heuristic placement (which may stall and restart in turn);
 4. compares the best learned placement with the fast heuristics (all of them, through
    ``best_heuristic``, by default) in the simulator and returns the faster one that fits
    memory, so the result is never worse than the best heuristic; the report's notes say which
@@ -76,6 +79,14 @@ class PlacetoConfig:
         at p ~ 1 or ~ 0). In the paper's MDP its sampled episodes then repeated the greedy one,
         and a temperature of 3 helped a little there; with harmful moves undone, 1 (no
         tempering) did better than 6 (BENCHMARKS.md).
+      restart_after: fine-tuning placements without improvement after which the search gives
+        the rest of the budget to a fresh policy searching from the environment's start
+        placement, seeded differently (None: never). A search that improves by single-group
+        moves ends in a local optimum of them, and which one depends on its first episodes:
+        from the heuristic start on NMT-2, fresh searches seeded 0, 1 and 2 were at 637.71,
+        677.92 and 637.49 ms after about 1,000 placements, and the shipped policy's fine-tuning
+        stayed at its zero-shot 687.77 ms. Each restart is another draw: with them, 654.17 ms
+        within the default 512 placements, 618.31 ms within 60 s (BENCHMARKS.md).
       heuristics: placers the result must not be worse than (``best_heuristic`` runs all the
         fast ones).
     """
@@ -93,6 +104,7 @@ class PlacetoConfig:
     estimator: str = "reinforce"
     episode_start: str = "best"
     temperature: float = 1.0
+    restart_after: int | None = 128
     heuristics: tuple[str, ...] = ("best_heuristic",)
 
     def __post_init__(self):
@@ -103,6 +115,10 @@ class PlacetoConfig:
             raise ConfigError(f"max_samples must be None or an int > 0, got {self.max_samples!r}")
         if not (isinstance(self.temperature, (int, float)) and self.temperature > 0):
             raise ConfigError(f"temperature must be a number > 0, got {self.temperature!r}")
+        if self.restart_after is not None and not (isinstance(self.restart_after, int)
+                                                   and self.restart_after > 0):
+            raise ConfigError(
+                f"restart_after must be None or an int > 0, got {self.restart_after!r}")
         self.train_config(0)  # the fine-tuning settings, checked by reinforce.TrainConfig
 
     def train_config(self, seed: int):
@@ -124,14 +140,22 @@ class SearchResult:
 
     zero_shot: "reinforce.Episode | None"  # the greedy episode (None if not run)
     zero_shot_s: float
-    state: "reinforce.TrainState"  # fine-tuning's (iteration 0 if it did not run)
+    iterations: int  # fine-tuning's policy updates, over all its searches (0: did not run)
     best_actions: np.ndarray  # [G] the best placement met, as actions
     best_score: float  # its memory-penalised simulated runtime R
     curve: list  # [(placements simulated so far, best R so far)], zero-shot included
+    restarts: list = dataclasses.field(default_factory=list)  # placements simulated when
+    # each fresh search took over from a stalled one
 
     @property
     def samples(self) -> int:
         return self.curve[-1][0]
+
+
+def restart_seed(seed: int, k: int) -> int:
+    """The seed of the k-th restart of a search seeded ``seed`` (k >= 1), drawn apart from
+    every other search's own seed and restarts."""
+    return int(np.random.SeedSequence([seed, k]).generate_state(1)[0] >> 1)
 
 
 def search(policy, env: PlacementEnv, config: PlacetoConfig, seed: int, *,
@@ -142,35 +166,60 @@ def search(policy, env: PlacementEnv, config: PlacetoConfig, seed: int, *,
     zero-shot episode (unless ``zero_shot`` is False), then, for a ``pretrained`` policy,
     tempering (``config.temperature``), then REINFORCE on this graph seeded with the zero-shot
     placement, until ``config.max_samples`` fine-tuning placements or ``deadline`` (a
-    ``time.perf_counter()`` value; None: no time limit). The placer and the transfer
-    experiment (``tools/eval_placeto.py``) both run this."""
+    ``time.perf_counter()`` value; None: no time limit). A search that goes
+    ``config.restart_after`` placements without improving hands the rest of the budget to a
+    fresh policy searching from the environment's start placement (policy and search seeded
+    :func:`restart_seed`), which may stall and restart in turn. The placer and the
+    experiments (``tools/eval_placeto.py``) all run this."""
+    from tf_autoplace.placers.placeto_policy import PlacetoPolicy
     from tf_autoplace.rl import reinforce
 
     start = time.perf_counter()
     state = reinforce.TrainState()
-    zero, curve = None, []
+    zero, curve, restarts = None, [], []
     if zero_shot:
         zero = reinforce.rollout(policy, env, np.random.default_rng(seed), greedy=True)
         state.best_scores[0], state.best_placements[0] = zero.best_score, zero.best_actions
         curve.append((zero.samples, zero.best_score))
     zero_shot_s = time.perf_counter() - start
     offset = zero.samples if zero else 0
-    if config.fine_tune and (deadline is None or time.perf_counter() < deadline):
-        if pretrained:
-            policy.temper(config.temperature)
+    done = iterations = 0  # fine-tuning placements and updates of the stalled searches
+    best_score, best_actions = state.best_scores.get(0, np.inf), state.best_placements.get(0)
 
-        def out_of_budget(s: reinforce.TrainState) -> bool:
-            return ((deadline is not None and time.perf_counter() >= deadline) or
-                    (config.max_samples is not None and s.samples >= config.max_samples))
+    def out_of_budget(s: reinforce.TrainState) -> bool:
+        return ((deadline is not None and time.perf_counter() >= deadline) or
+                (config.max_samples is not None and done + s.samples >= config.max_samples))
 
-        reinforce.train(policy, [env.problem], env.config, config.train_config(seed),
-                        state=state, should_stop=out_of_budget)
-        curve += [(offset + samples, best) for samples, _, best in state.curve]
-    if 0 not in state.best_scores:
+    def stalled(s: reinforce.TrainState) -> bool:
+        nonlocal last_gain
+        if s.best_scores[0] < last_gain[1]:
+            last_gain = (s.samples, s.best_scores[0])
+        return config.restart_after is not None and s.samples - last_gain[0] >= config.restart_after
+
+    if config.fine_tune and pretrained and not out_of_budget(state):
+        policy.temper(config.temperature)
+    train_config = config.train_config(seed)
+    while config.fine_tune and not out_of_budget(state):
+        last_gain = (0, state.best_scores.get(0, np.inf))
+        reinforce.train(policy, [env.problem], env.config, train_config, state=state,
+                        should_stop=lambda s: out_of_budget(s) or stalled(s))
+        curve += [(offset + done + samples, min(best, best_score))
+                  for samples, _, best in state.curve]
+        iterations += state.iteration
+        if state.best_scores[0] < best_score:
+            best_score, best_actions = state.best_scores[0], state.best_placements[0]
+        if out_of_budget(state):
+            break
+        done += state.samples  # stalled: a fresh policy takes the rest of the budget
+        restarts.append(offset + done)
+        k = restart_seed(seed, len(restarts))
+        policy = PlacetoPolicy(env.view.num_devices, env.num_features, seed=k)
+        state, train_config = reinforce.TrainState(), config.train_config(k)
+    if best_actions is None:
         raise ConfigError("search() ran neither the zero-shot episode nor fine-tuning")
-    return SearchResult(zero_shot=zero, zero_shot_s=zero_shot_s, state=state,
-                        best_actions=state.best_placements[0],
-                        best_score=float(state.best_scores[0]), curve=curve)
+    return SearchResult(zero_shot=zero, zero_shot_s=zero_shot_s, iterations=iterations,
+                        best_actions=best_actions, best_score=float(best_score), curve=curve,
+                        restarts=restarts)
 
 
 class PlacetoPlacer(Placer):
@@ -213,7 +262,7 @@ class PlacetoPlacer(Placer):
         policy, source = self.load_policy(env)
         found = search(policy, env, cfg, seed, pretrained=source is not None,
                        deadline=start + cfg.budget_s)
-        zero, state, samples = found.zero_shot, found.state, found.samples
+        zero, samples = found.zero_shot, found.samples
         learned = env.op_placement(found.best_actions)
 
         contenders = [("placeto", learned)]
@@ -229,10 +278,14 @@ class PlacetoPlacer(Placer):
         self.stats = dict(zero_shot_s=found.zero_shot_s, zero_shot_ms=zero.best_score * 1e3,
                           learned_ms=learned_ms, samples=samples, winner=winner,
                           policy=source or "fresh", seconds=time.perf_counter() - start,
-                          fine_tune_iterations=state.iteration, curve=found.curve)
+                          fine_tune_iterations=found.iterations, curve=found.curve,
+                          restarts=found.restarts)
         summary = (f"placeto: zero-shot {zero.best_score * 1e3:.2f} ms in "
                    f"{found.zero_shot_s:.1f} s, "
                    f"best learned {learned_ms:.2f} ms after {samples} simulated placements")
+        if found.restarts:
+            summary += (f" (restarted {len(found.restarts)} time(s) from the start placement "
+                        "with a fresh policy, when the search stalled)")
         if winner != "placeto":
             summary += (f"; the {winner} heuristic is faster ({makespan * 1e3:.2f} ms) and is "
                         "used instead")
