@@ -501,33 +501,33 @@ def test_a_stalled_search_hands_the_rest_of_the_budget_to_a_fresh_search():
         policy.keep.assign(50.0)
         return policy
 
-    def run(restart_after, max_samples=150, pretrained=True):
+    def run(restart_after, max_samples, pretrained=True):
         config = PlacetoConfig(max_samples=max_samples, env=env_config,
                                restart_after=restart_after)
         return search(stuck_policy(), env, config, 0, pretrained=pretrained,
                       zero_shot=pretrained)
 
-    never = run(None)
+    never = run(None, 8)
     assert never.restarts == [] and never.best_score == start_score
-    found = run(10)
-    # Each episode of the stuck policy costs one placement (its start): 10 without a gain.
-    assert found.restarts[0] == found.zero_shot.samples + 10
+    found = run(3, 30)
+    # Each episode of the stuck policy costs one placement (its start): 3 without a gain.
+    assert found.restarts[0] == found.zero_shot.samples + 3
     assert found.best_score < start_score
     assert found.best_score == pytest.approx(env.score(found.best_actions))
     # A fresh search restarts alike (its first placement is its first gain).
-    assert run(10, pretrained=False).restarts[0] == 1 + 10
+    assert run(3, 6, pretrained=False).restarts[0] == 1 + 3
     # The rest is exactly a search from scratch with the budget left, seeded restart_seed,
     # from the environment's start placement, until it stalls in turn (if it does).
     k = restart_seed(0, 1)
     assert k not in (0, 1, restart_seed(1, 1))
     scratch = search(PlacetoPolicy(2, env.num_features, seed=k), env,
-                     PlacetoConfig(max_samples=140, env=env_config, restart_after=10), k,
+                     PlacetoConfig(max_samples=27, env=env_config, restart_after=3), k,
                      pretrained=False, zero_shot=False)
     first = found.restarts[0]
     second = found.restarts[1] if len(found.restarts) > 1 else np.inf
     after = [(n - first, best) for n, best in found.curve if first < n <= second]
     assert after == [(n, best) for n, best in scratch.curve if n <= second - first]
-    assert found.samples >= 150 + found.zero_shot.samples
+    assert found.samples >= 30 + found.zero_shot.samples
     bests = [b for _, b in found.curve]
     assert bests == sorted(bests, reverse=True) and bests[-1] == found.best_score
     with pytest.raises(ConfigError, match="restart_after"):
