@@ -377,6 +377,42 @@ def test_autoplace_with_placeto_inside_the_users_graph_adds_no_ops_to_it(testdat
         tf_autoplace.autoplace(tg.graph, placer="placeto", budget_s=-1)
 
 
+def test_reinitialized_policy_is_a_fresh_one_and_compiles_nothing_again():
+    rng = np.random.default_rng(12)
+    env = PlacementEnv(_problem(12, _random_dag(rng, 12)), EnvConfig(max_groups=12))
+    policy = PlacetoPolicy(2, env.num_features, seed=1)
+    policy.keep.assign(7.0)
+    placement = rng.integers(0, 2, 12).astype(np.int32)
+    placed = np.zeros(12, np.float32)
+    reinforce._policy_step(policy, env, placement[None], 2, placed)
+    traced = policy.logits.experimental_get_tracing_count()
+    policy.reinitialize(9)
+    fresh = PlacetoPolicy(2, env.num_features, seed=9)
+    assert policy.config == fresh.config
+    for a, b in zip(policy.get_weights(), fresh.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(reinforce._policy_step(policy, env, placement[None], 2, placed),
+                                  reinforce._policy_step(fresh, env, placement[None], 2, placed))
+    assert policy.logits.experimental_get_tracing_count() == traced
+
+
+def test_training_refuses_environments_of_other_problems():
+    rng = np.random.default_rng(14)
+    problem, other = (_problem(8, _random_dag(rng, 8)) for _ in range(2))
+    env_config = EnvConfig(max_groups=8)
+    policy = PlacetoPolicy(2, seed=0)
+    config = reinforce.TrainConfig(iterations=1, seed=0)
+    with pytest.raises(ConfigError, match="envs must be"):
+        reinforce.train(policy, [problem], env_config, config,
+                        envs=[PlacementEnv(other, env_config)])
+    with pytest.raises(ConfigError, match="envs must be"):
+        reinforce.train(policy, [problem], env_config, config,
+                        envs=[PlacementEnv(problem, EnvConfig(max_groups=4))])
+    state = reinforce.train(policy, [problem], env_config, config,
+                            envs=[PlacementEnv(problem, env_config)])
+    assert state.iteration == 1
+
+
 def test_shipped_policy_loads_and_places_a_small_graph_validly():
     import json
     import os

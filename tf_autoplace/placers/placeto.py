@@ -168,10 +168,10 @@ def search(policy, env: PlacementEnv, config: PlacetoConfig, seed: int, *,
     placement, until ``config.max_samples`` fine-tuning placements or ``deadline`` (a
     ``time.perf_counter()`` value; None: no time limit). A search that goes
     ``config.restart_after`` placements without improving hands the rest of the budget to a
-    fresh policy searching from the environment's start placement (policy and search seeded
+    fresh policy searching from the environment's start placement (``policy`` itself, its
+    weights drawn afresh, so nothing is compiled again; policy and search seeded
     :func:`restart_seed`), which may stall and restart in turn. The placer and the
     experiments (``tools/eval_placeto.py``) all run this."""
-    from tf_autoplace.placers.placeto_policy import PlacetoPolicy
     from tf_autoplace.rl import reinforce
 
     start = time.perf_counter()
@@ -202,7 +202,7 @@ def search(policy, env: PlacementEnv, config: PlacetoConfig, seed: int, *,
     while config.fine_tune and not out_of_budget(state):
         last_gain = (0, state.best_scores.get(0, np.inf))
         reinforce.train(policy, [env.problem], env.config, train_config, state=state,
-                        should_stop=lambda s: out_of_budget(s) or stalled(s))
+                        should_stop=lambda s: out_of_budget(s) or stalled(s), envs=[env])
         curve += [(offset + done + samples, min(best, best_score))
                   for samples, _, best in state.curve]
         iterations += state.iteration
@@ -213,7 +213,7 @@ def search(policy, env: PlacementEnv, config: PlacetoConfig, seed: int, *,
         done += state.samples  # stalled: a fresh policy takes the rest of the budget
         restarts.append(offset + done)
         k = restart_seed(seed, len(restarts))
-        policy = PlacetoPolicy(env.view.num_devices, env.num_features, seed=k)
+        policy.reinitialize(k)
         state, train_config = reinforce.TrainState(), config.train_config(k)
     if best_actions is None:
         raise ConfigError("search() ran neither the zero-shot episode nor fine-tuning")

@@ -146,6 +146,13 @@ class PlacetoPolicy(tf.Module):
         placed_on = own_features[:, PLACEMENT_OFFSET:PLACEMENT_OFFSET + self.num_devices]
         return self.head(tf.concat([own] + pooled, axis=-1)) + self.keep * placed_on
 
+    def reinitialize(self, seed: int) -> None:
+        """Draw every weight again as a fresh policy seeded ``seed`` has them, in place (the
+        compiled forward pass is kept: a new policy would compile it again)."""
+        fresh = PlacetoPolicy(**dict(self.config, seed=seed))
+        self.set_weights(fresh.get_weights())
+        self.config["seed"] = seed
+
     def temper(self, temperature: float) -> None:
         """Divide every logit by ``temperature``, in place. The head's last layer is linear and
         ``keep`` is added to its output, so scaling both scales the logits exactly: the argmax

@@ -399,9 +399,12 @@ class _Result:
 class _Worker:
     """Holds a policy and the environments; turns a task into a gradient."""
 
-    def __init__(self, policy_config: dict, problems, env_config):
-        self.envs = [PlacementEnv(p, env_config) for p in problems]
-        self.policy = PlacetoPolicy(**policy_config)
+    def __init__(self, policy, envs: Sequence[PlacementEnv]):
+        self.policy, self.envs = policy, envs
+
+    @classmethod
+    def build(cls, policy_config: dict, problems, env_config) -> "_Worker":
+        return cls(PlacetoPolicy(**policy_config), [PlacementEnv(p, env_config) for p in problems])
 
     def __call__(self, task: _Task) -> _Result:
         env = self.envs[task.graph_id]
@@ -428,7 +431,7 @@ _PROCESS_WORKER: _Worker | None = None
 
 def _init_process_worker(policy_config, problems, env_config):
     global _PROCESS_WORKER
-    _PROCESS_WORKER = _Worker(policy_config, problems, env_config)
+    _PROCESS_WORKER = _Worker.build(policy_config, problems, env_config)
 
 
 def _run_process_worker(task: _Task) -> _Result:
@@ -450,8 +453,12 @@ class TrainState:
 def train(policy, problems: Sequence, env_config, config: TrainConfig, *,
           state: TrainState | None = None, graph_ids: Sequence[int] | None = None,
           should_stop: Callable[[TrainState], bool] | None = None,
-          logdir: str | None = None, progress: bool = False) -> TrainState:
+          logdir: str | None = None, progress: bool = False,
+          envs: Sequence[PlacementEnv] | None = None) -> TrainState:
     """Train ``policy`` in place on ``problems`` (PlacementProblems) with REINFORCE.
+
+    With one worker, the rollouts and gradients run in this process on ``policy`` itself, so
+    calling ``train`` again (the placer's restarts do) compiles nothing new.
 
     Args:
       graph_ids: which problems to train on (default all); worker w of iteration i takes
@@ -459,6 +466,8 @@ def train(policy, problems: Sequence, env_config, config: TrainConfig, *,
       should_stop: checked after every iteration (a time or sample budget).
       logdir: write TensorBoard summaries (best and final runtime per graph, loss) here.
       progress: print a progress line to stderr.
+      envs: the problems' environments, if the caller has built them (with ``env_config``;
+        one worker only), so they are not built again.
     Returns the final TrainState (best placement per graph included).
     """
     if config.estimator == "all_actions" and env_config.reward != "intermediate":
@@ -477,8 +486,13 @@ def train(policy, problems: Sequence, env_config, config: TrainConfig, *,
         writer = tf.summary.create_file_writer(logdir)
     policy_config = dict(policy.config)
 
+    if envs is not None and (config.workers != 1 or len(envs) != len(problems) or
+                             any(e.problem is not p or e.config != env_config
+                                 for e, p in zip(envs, problems))):
+        raise ConfigError("envs must be the environments of problems under env_config, "
+                          "with one worker")
     if config.workers == 1:
-        worker = _Worker(policy_config, problems, env_config)
+        worker = _Worker(policy, envs or [PlacementEnv(p, env_config) for p in problems])
         envs = worker.envs
         run_all = lambda tasks: [worker(t) for t in tasks]  # noqa: E731
         pool = None
