@@ -396,7 +396,7 @@ def test_reinitialized_policy_is_a_fresh_one_and_compiles_nothing_again():
     assert policy.logits.experimental_get_tracing_count() == traced
 
 
-def test_training_refuses_environments_of_other_problems():
+def test_training_with_one_worker_uses_the_callers_policy_and_environments(monkeypatch):
     rng = np.random.default_rng(14)
     problem, other = (_problem(8, _random_dag(rng, 8)) for _ in range(2))
     env_config = EnvConfig(max_groups=8)
@@ -408,9 +408,17 @@ def test_training_refuses_environments_of_other_problems():
     with pytest.raises(ConfigError, match="envs must be"):
         reinforce.train(policy, [problem], env_config, config,
                         envs=[PlacementEnv(problem, EnvConfig(max_groups=4))])
-    state = reinforce.train(policy, [problem], env_config, config,
-                            envs=[PlacementEnv(problem, env_config)])
-    assert state.iteration == 1
+    env = PlacementEnv(problem, env_config)
+    before = policy.get_weights()
+
+    def built_again(*args, **kwargs):
+        raise AssertionError("train built a policy or an environment of its own")
+
+    monkeypatch.setattr(reinforce, "PlacetoPolicy", built_again)
+    monkeypatch.setattr(reinforce, "PlacementEnv", built_again)
+    state = reinforce.train(policy, [problem], env_config, config, envs=[env])
+    assert state.iteration == 1 and state.samples > 0
+    assert any(not np.array_equal(a, b) for a, b in zip(before, policy.get_weights()))
 
 
 def test_shipped_policy_loads_and_places_a_small_graph_validly():

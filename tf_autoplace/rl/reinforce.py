@@ -472,6 +472,11 @@ def train(policy, problems: Sequence, env_config, config: TrainConfig, *,
     """
     if config.estimator == "all_actions" and env_config.reward != "intermediate":
         raise ConfigError("estimator='all_actions' needs the environment's intermediate rewards")
+    if envs is not None and (config.workers != 1 or len(envs) != len(problems) or
+                             any(e.problem is not p or e.config != env_config
+                                 for e, p in zip(envs, problems))):
+        raise ConfigError("envs must be the environments of problems under env_config, "
+                          "with one worker")
     state = state or TrainState()
     graph_ids = list(range(len(problems))) if graph_ids is None else list(graph_ids)
     baselines = StepBaselines(config.baseline_window)
@@ -486,11 +491,6 @@ def train(policy, problems: Sequence, env_config, config: TrainConfig, *,
         writer = tf.summary.create_file_writer(logdir)
     policy_config = dict(policy.config)
 
-    if envs is not None and (config.workers != 1 or len(envs) != len(problems) or
-                             any(e.problem is not p or e.config != env_config
-                                 for e, p in zip(envs, problems))):
-        raise ConfigError("envs must be the environments of problems under env_config, "
-                          "with one worker")
     if config.workers == 1:
         worker = _Worker(policy, envs or [PlacementEnv(p, env_config) for p in problems])
         envs = worker.envs
