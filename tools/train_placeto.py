@@ -42,6 +42,9 @@ flags.DEFINE_integer("target_samples", 1200, "imitation: placements the search f
                      "simulates on each training graph.")
 flags.DEFINE_integer("target_searches", 1, "imitation: searches per training graph (different "
                      "seeds); the best placement of all of them is the target.")
+flags.DEFINE_float("target_direction_tolerance", None, "imitation, with --target_searches > "
+                   "1: of a graph's searches within this fraction of their best runtime, take "
+                   "the one that moves groups the way most graphs' best do (default: the best).")
 flags.DEFINE_integer("epochs", 150, "imitation: passes over the training graphs.")
 flags.DEFINE_float("move_weight", 3.0, "imitation: weight of the steps whose target moves "
                    "the group (the others weigh 1).")
@@ -126,6 +129,7 @@ def _imitate(train, test):
     t = time.perf_counter()
     targets = imitation.search_targets(train, placer_config, samples=FLAGS.target_samples,
                                        searches=FLAGS.target_searches, seed=FLAGS.seed,
+                                       direction_tolerance=FLAGS.target_direction_tolerance,
                                        workers=FLAGS.workers, progress=True)
     search_s = time.perf_counter() - t
     envs = [PlacementEnv(p, env_config) for p in train]
@@ -138,13 +142,16 @@ def _imitate(train, test):
                             learning_rate=FLAGS.learning_rate, move_weight=FLAGS.move_weight,
                             progress=True)
     train_config = dict(target_search=repr(placer_config), target_samples=FLAGS.target_samples,
-                        target_searches=FLAGS.target_searches, epochs=FLAGS.epochs,
+                        target_searches=FLAGS.target_searches,
+                        target_direction_tolerance=FLAGS.target_direction_tolerance,
+                        epochs=FLAGS.epochs,
                         learning_rate=FLAGS.learning_rate, move_weight=FLAGS.move_weight)
     results = dict(
         search_seconds=search_s, train_seconds=time.perf_counter() - t, iterations=FLAGS.epochs,
         samples=sum(target.samples for target in targets),
         targets=[dict(graph=i, start_R=target.start_score, target_R=target.score,
-                      moved=target.moved) for i, target in enumerate(targets)],
+                      moved=target.moved, moves=target.moves.tolist())
+                 for i, target in enumerate(targets)],
         clone_curve=curve[::10] + curve[-1:],
         held_out=held_out(policy, untrained, test, env_config))
     return policy, env_config, train_config, results

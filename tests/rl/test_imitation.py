@@ -34,6 +34,11 @@ def test_search_targets_are_the_searchs_best_and_do_not_depend_on_the_workers():
         # Device 1 is faster: the search moves groups there and beats the start placement.
         assert a.score < a.start_score == pytest.approx(env.score(env.start(None)))
         assert a.moved == np.count_nonzero(a.actions != env.start(None)) > 0
+        start = env.start(None)
+        for src in range(2):
+            for dst in range(2):
+                expected = 0 if src == dst else np.sum((start == src) & (a.actions == dst))
+                assert a.moves[src, dst] == expected
         assert 40 <= a.samples < 60  # stops at the first update past the budget
     with pytest.raises(ConfigError, match="samples"):
         imitation.search_targets(problems, SEARCH, samples=0, seed=3)
@@ -50,6 +55,34 @@ def test_with_several_searches_the_target_is_the_best_of_them():
     assert best.samples == sum(t.samples for t in alone)
     with pytest.raises(ConfigError, match="searches"):
         imitation.search_targets([problem], SEARCH, samples=20, seed=5, searches=0)
+
+
+def _target(score: float, to_1: int, to_0: int) -> imitation.Target:
+    """A stand-in search result that moves ``to_1`` groups to device 1 and ``to_0`` to 0."""
+    return imitation.Target(actions=np.zeros(4, np.int32), score=score, start_score=2.0,
+                            moved=to_1 + to_0, samples=10,
+                            moves=np.array([[0, to_1], [to_0, 0]]))
+
+
+def test_with_a_direction_tolerance_the_target_moves_groups_the_way_most_graphs_do():
+    # The best placements of graphs 0 and 1 move groups mostly to device 1, graph 2's best to
+    # device 0; graph 2 also has one near as good that moves them mostly to device 1, and a
+    # farther one whose mix of the two ways is the closest to the consensus. The placements
+    # that are no graph's best (graph 0 has two moving groups to device 0) do not count.
+    per_graph = [[_target(1.0, 5, 0), _target(1.1, 0, 6), _target(1.3, 0, 9)],
+                 [_target(1.2, 1, 7), _target(1.0, 4, 1)],
+                 [_target(1.0, 0, 6), _target(1.004, 6, 1), _target(1.02, 8, 5)]]
+    best = imitation.choose_targets(per_graph)
+    assert [t is g[k] for t, g, k in zip(best, per_graph, (0, 1, 0))] == [True] * 3
+    chosen = imitation.choose_targets(per_graph, direction_tolerance=0.005)
+    assert chosen[0] is per_graph[0][0] and chosen[1] is per_graph[1][1]
+    assert chosen[2] is per_graph[2][1]  # within 0.5% of the best, and the consensus way
+    assert imitation.choose_targets(per_graph, direction_tolerance=0.001)[2] is per_graph[2][0]
+    assert imitation.choose_targets(per_graph, direction_tolerance=0.05)[2] is per_graph[2][2]
+    problem = _problems()[1]
+    with pytest.raises(ConfigError, match="direction_tolerance"):
+        imitation.search_targets([problem], SEARCH, samples=20, seed=5, searches=3,
+                                 direction_tolerance=-0.1)
 
 
 def test_cloning_teaches_the_greedy_episode_to_reach_the_target():

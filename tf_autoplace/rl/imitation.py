@@ -56,6 +56,7 @@ class Target:
     start_score: float  # R of the environment's start placement
     moved: int  # groups the placement puts elsewhere than the start placement does
     samples: int  # placements the search simulated
+    moves: np.ndarray  # [D, D] groups moved from device a (start placement) to device b
 
 
 def _search_one(problem, placeto_config, samples: int, seed: int) -> Target:
@@ -66,9 +67,12 @@ def _search_one(problem, placeto_config, samples: int, seed: int) -> Target:
     policy = PlacetoPolicy(env.view.num_devices, env.num_features, seed=seed)
     found = search(policy, env, config, seed, pretrained=False, zero_shot=False)
     start = env.start(np.random.default_rng(seed))
+    moves = np.zeros((env.view.num_devices,) * 2, dtype=np.int64)
+    np.add.at(moves, (start, found.best_actions), 1)
+    np.fill_diagonal(moves, 0)
     return Target(actions=found.best_actions, score=found.best_score,
-                  start_score=env.score(start), moved=int(np.sum(found.best_actions != start)),
-                  samples=found.samples)
+                  start_score=env.score(start), moved=int(moves.sum()), samples=found.samples,
+                  moves=moves)
 
 
 def _search_task(args) -> Target:
@@ -76,17 +80,28 @@ def _search_task(args) -> Target:
 
 
 def search_targets(problems: Sequence, placeto_config, *, samples: int, seed: int,
-                   searches: int = 1, workers: int = 1, progress: bool = False) -> list[Target]:
+                   searches: int = 1, direction_tolerance: float | None = None,
+                   workers: int = 1, progress: bool = False) -> list[Target]:
     """The best placement the placer's search from scratch (``placeto_config``'s fine-tuning
     settings, a fresh policy) finds on each problem within ``samples`` placements; with
     ``searches`` > 1, the best of that many searches (each search's local optimum depends on
     its path). Search k of graph i is seeded with ``[seed, i, k]`` (``[seed, i]`` for the
     only one), so the targets do not depend on ``workers`` (processes, ``spawn``); ``samples``
-    counts the placements of one search."""
+    counts the placements of one search.
+
+    With ``direction_tolerance``, a graph's target is instead, of its searches' placements
+    within that fraction of their best R, the one that moves groups most the way the best
+    placements of all the graphs do (from which device to which, as shares). On identical
+    devices a graph often has near-equal optima that move groups in opposite directions, and
+    a policy cloned on a mix of both learns a direction only some graphs show (BENCHMARKS.md,
+    "Targets that move groups one way")."""
     if not (isinstance(samples, int) and samples > 0):
         raise ConfigError(f"samples must be an int > 0, got {samples!r}")
     if not (isinstance(searches, int) and searches > 0):
         raise ConfigError(f"searches must be an int > 0, got {searches!r}")
+    if direction_tolerance is not None and not direction_tolerance >= 0:
+        raise ConfigError(f"direction_tolerance must be None or >= 0, got "
+                          f"{direction_tolerance!r}")
     tasks = []
     for i, problem in enumerate(problems):
         for k in range(searches):
@@ -112,12 +127,29 @@ def search_targets(problems: Sequence, placeto_config, *, samples: int, seed: in
                 report(target)
     if progress:
         print(file=sys.stderr)
-    out = []
-    for i in range(len(problems)):
-        mine = found[i * searches:(i + 1) * searches]
-        best = min(mine, key=lambda target: target.score)  # the first of equals
-        out.append(dataclasses.replace(best, samples=sum(t.samples for t in mine)))
-    return out
+    per_graph = [found[i * searches:(i + 1) * searches] for i in range(len(problems))]
+    return [dataclasses.replace(target, samples=sum(t.samples for t in mine))
+            for target, mine in zip(choose_targets(per_graph, direction_tolerance), per_graph)]
+
+
+def choose_targets(per_graph: Sequence[Sequence[Target]],
+                   direction_tolerance: float | None = None) -> list[Target]:
+    """One target per graph from its searches' placements: the best (the first of equals),
+    or with ``direction_tolerance`` the one that agrees most with the graphs' consensus
+    direction among those within that fraction of the best (see :func:`search_targets`)."""
+    best = [min(mine, key=lambda target: target.score) for mine in per_graph]
+    if direction_tolerance is None:
+        return best
+    consensus = sum(_direction(target) for target in best)
+    return [max((t for t in mine if t.score <= top.score * (1 + direction_tolerance)),
+                key=lambda t: float(np.sum(_direction(t) * consensus)))
+            for mine, top in zip(per_graph, best)]
+
+
+def _direction(target: Target) -> np.ndarray:
+    """The target's moves [D, D] scaled to unit length: which way it moves groups."""
+    norm = np.linalg.norm(target.moves)
+    return target.moves / norm if norm else target.moves.astype(float)
 
 
 def teacher_forced(env: PlacementEnv, target: np.ndarray):
