@@ -14,7 +14,8 @@ Here the searches' results are the targets instead (expert iteration, with the p
 as the expert):
 
 1. :func:`search_targets` runs the search from scratch on every training graph (once, or a few
-   times with different seeds) and keeps the best placement met;
+   times with different seeds) and keeps the best placement met (or, given a direction
+   tolerance, a near-best one that moves groups the way most graphs' best placements do);
 2. :func:`clone` trains the policy, teacher-forced, to place each group where that placement
    has it: the episode starts from the environment's start placement and visits the groups in
    the environment's order; at step t the groups before t are already on their target devices,
