@@ -42,9 +42,13 @@ flags.DEFINE_integer("target_samples", 1200, "imitation: placements the search f
                      "simulates on each training graph.")
 flags.DEFINE_integer("target_searches", 1, "imitation: searches per training graph (different "
                      "seeds); the best placement of all of them is the target.")
-flags.DEFINE_float("target_direction_tolerance", None, "imitation, with --target_searches > "
-                   "1: of a graph's searches within this fraction of their best runtime, take "
-                   "the one that moves groups the way most graphs' best do (default: the best).")
+flags.DEFINE_float("target_direction_tolerance", None, "imitation, with several searches per "
+                   "graph: of a graph's searches within this fraction of their best runtime, "
+                   "take the one that moves groups the way most graphs' best do (default: the "
+                   "best).")
+flags.DEFINE_integer("target_extra_searches", 0, "imitation, with "
+                     "--target_direction_tolerance: more searches for each training graph whose "
+                     "target still moves groups against the consensus direction.")
 flags.DEFINE_integer("epochs", 150, "imitation: passes over the training graphs.")
 flags.DEFINE_float("move_weight", 3.0, "imitation: weight of the steps whose target moves "
                    "the group (the others weigh 1).")
@@ -130,6 +134,7 @@ def _imitate(train, test):
     targets = imitation.search_targets(train, placer_config, samples=FLAGS.target_samples,
                                        searches=FLAGS.target_searches, seed=FLAGS.seed,
                                        direction_tolerance=FLAGS.target_direction_tolerance,
+                                       extra_searches=FLAGS.target_extra_searches,
                                        workers=FLAGS.workers, progress=True)
     search_s = time.perf_counter() - t
     envs = [PlacementEnv(p, env_config) for p in train]
@@ -144,6 +149,7 @@ def _imitate(train, test):
     train_config = dict(target_search=repr(placer_config), target_samples=FLAGS.target_samples,
                         target_searches=FLAGS.target_searches,
                         target_direction_tolerance=FLAGS.target_direction_tolerance,
+                        target_extra_searches=FLAGS.target_extra_searches,
                         epochs=FLAGS.epochs,
                         learning_rate=FLAGS.learning_rate, move_weight=FLAGS.move_weight)
     results = dict(

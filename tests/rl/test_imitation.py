@@ -85,6 +85,44 @@ def test_with_a_direction_tolerance_the_target_moves_groups_the_way_most_graphs_
                                  direction_tolerance=-0.1)
 
 
+def _seed(*key) -> int:
+    return int(np.random.default_rng(list(key)).integers(2**31 - 1))
+
+
+def test_extra_searches_go_to_the_graphs_whose_target_moves_groups_another_way(monkeypatch):
+    # Stand-in searches, looked up by seed. Graphs 0 and 1 move groups mostly to device 1,
+    # graph 2 mostly to device 0: a dot product with the consensus is positive for all three,
+    # so only the dominant move tells graph 2 apart.
+    found = {_seed(9, 0): _target(1.0, 5, 0), _seed(9, 1): _target(1.0, 4, 2),
+             _seed(9, 2): _target(1.0, 1, 6),
+             _seed(9, 2, 1): _target(1.02, 6, 0),  # the consensus way, but 2% slower
+             _seed(9, 2, 2): _target(1.003, 5, 1)}  # the consensus way, within 0.5%
+    searched = []
+
+    def search(problem, config, samples, seed):
+        searched.append((problem, seed))
+        return found[seed]
+
+    monkeypatch.setattr(imitation, "_search_one", search)
+    assert imitation.dissenting([[found[_seed(9, i)]] for i in range(3)], 0.005) == [2]
+    chosen = imitation.search_targets(["g0", "g1", "g2"], SEARCH, samples=10, seed=9,
+                                      direction_tolerance=0.005, extra_searches=2)
+    assert searched == [("g0", _seed(9, 0)), ("g1", _seed(9, 1)), ("g2", _seed(9, 2)),
+                        ("g2", _seed(9, 2, 1)), ("g2", _seed(9, 2, 2))]
+    assert [t.score for t in chosen] == [1.0, 1.0, 1.003]
+    assert chosen[2].moves.tolist() == [[0, 5], [1, 0]]
+    assert [t.samples for t in chosen] == [10, 10, 30]
+    searched.clear()
+    alone = imitation.search_targets(["g0", "g1", "g2"], SEARCH, samples=10, seed=9,
+                                     direction_tolerance=0.005)
+    assert len(searched) == 3 and alone[2].moves.tolist() == [[0, 1], [6, 0]]
+    with pytest.raises(ConfigError, match="extra_searches needs a direction_tolerance"):
+        imitation.search_targets(["g0"], SEARCH, samples=10, seed=9, extra_searches=1)
+    with pytest.raises(ConfigError, match="extra_searches must be"):
+        imitation.search_targets(["g0"], SEARCH, samples=10, seed=9, direction_tolerance=0.0,
+                                 extra_searches=-1)
+
+
 def test_cloning_teaches_the_greedy_episode_to_reach_the_target():
     problem = _problems()[0]
     target = imitation.search_targets([problem], SEARCH, samples=40, seed=3)[0].actions

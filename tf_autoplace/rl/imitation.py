@@ -15,7 +15,8 @@ as the expert):
 
 1. :func:`search_targets` runs the search from scratch on every training graph (once, or a few
    times with different seeds) and keeps the best placement met (or, given a direction
-   tolerance, a near-best one that moves groups the way most graphs' best placements do);
+   tolerance, a near-best one that moves groups the way most graphs' best placements do, with
+   optionally more searches on the graphs that have none);
 2. :func:`clone` trains the policy, teacher-forced, to place each group where that placement
    has it: the episode starts from the environment's start placement and visits the groups in
    the environment's order; at step t the groups before t are already on their target devices,
@@ -82,7 +83,8 @@ def _search_task(args) -> Target:
 
 def search_targets(problems: Sequence, placeto_config, *, samples: int, seed: int,
                    searches: int = 1, direction_tolerance: float | None = None,
-                   workers: int = 1, progress: bool = False) -> list[Target]:
+                   extra_searches: int = 0, workers: int = 1,
+                   progress: bool = False) -> list[Target]:
     """The best placement the placer's search from scratch (``placeto_config``'s fine-tuning
     settings, a fresh policy) finds on each problem within ``samples`` placements; with
     ``searches`` > 1, the best of that many searches (each search's local optimum depends on
@@ -95,7 +97,10 @@ def search_targets(problems: Sequence, placeto_config, *, samples: int, seed: in
     placements of all the graphs do (from which device to which, as shares). On identical
     devices a graph often has near-equal optima that move groups in opposite directions, and
     a policy cloned on a mix of both learns a direction only some graphs show (BENCHMARKS.md,
-    "Targets that move groups one way")."""
+    "Targets that move groups one way"). ``extra_searches`` (which needs a tolerance) then
+    gives each graph whose target still moves groups mostly another way (see
+    :func:`dissenting`) that many more searches, seeded ``[seed, i, searches + j]``, and its
+    target is chosen again among all of them."""
     if not (isinstance(samples, int) and samples > 0):
         raise ConfigError(f"samples must be an int > 0, got {samples!r}")
     if not (isinstance(searches, int) and searches > 0):
@@ -103,12 +108,30 @@ def search_targets(problems: Sequence, placeto_config, *, samples: int, seed: in
     if direction_tolerance is not None and not direction_tolerance >= 0:
         raise ConfigError(f"direction_tolerance must be None or >= 0, got "
                           f"{direction_tolerance!r}")
-    tasks = []
-    for i, problem in enumerate(problems):
-        for k in range(searches):
-            key = [seed, i] if searches == 1 else [seed, i, k]
-            tasks.append((problem, placeto_config, samples,
-                          int(np.random.default_rng(key).integers(2**31 - 1))))
+    if not (isinstance(extra_searches, int) and extra_searches >= 0):
+        raise ConfigError(f"extra_searches must be an int >= 0, got {extra_searches!r}")
+    if extra_searches and direction_tolerance is None:
+        raise ConfigError("extra_searches needs a direction_tolerance: without one no target "
+                          "is chosen by its direction")
+    per_graph = [[] for _ in problems]
+    keys = [(i, [seed, i] if searches == 1 else [seed, i, k])
+            for i in range(len(problems)) for k in range(searches)]
+    _run_searches(problems, placeto_config, samples, keys, per_graph, workers, progress)
+    if extra_searches:
+        keys = [(i, [seed, i, searches + j])
+                for i in dissenting(per_graph, direction_tolerance)
+                for j in range(extra_searches)]
+        _run_searches(problems, placeto_config, samples, keys, per_graph, workers, progress)
+    return [dataclasses.replace(target, samples=sum(t.samples for t in mine))
+            for target, mine in zip(choose_targets(per_graph, direction_tolerance), per_graph)]
+
+
+def _run_searches(problems, placeto_config, samples: int, keys, per_graph: list[list[Target]],
+                  workers: int, progress: bool) -> None:
+    """Run a search of graph i seeded from ``key`` for each ``(i, key)`` in ``keys``, and
+    append its result to ``per_graph[i]`` in the order of ``keys``."""
+    tasks = [(problems[i], placeto_config, samples,
+              int(np.random.default_rng(key).integers(2**31 - 1))) for i, key in keys]
     t0 = time.perf_counter()
     found = []
 
@@ -118,7 +141,7 @@ def search_targets(problems: Sequence, placeto_config, *, samples: int, seed: in
             print(f"\r[imitation] {len(found)}/{len(tasks)} searches "
                   f"({time.perf_counter() - t0:.0f} s)", end="", file=sys.stderr, flush=True)
 
-    if workers == 1:
+    if workers == 1 or len(tasks) < 2:
         for task in tasks:
             report(_search_task(task))
     else:
@@ -126,11 +149,10 @@ def search_targets(problems: Sequence, placeto_config, *, samples: int, seed: in
                 max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
             for target in pool.map(_search_task, tasks):
                 report(target)
-    if progress:
+    if progress and tasks:
         print(file=sys.stderr)
-    per_graph = [found[i * searches:(i + 1) * searches] for i in range(len(problems))]
-    return [dataclasses.replace(target, samples=sum(t.samples for t in mine))
-            for target, mine in zip(choose_targets(per_graph, direction_tolerance), per_graph)]
+    for (i, _), target in zip(keys, found):
+        per_graph[i].append(target)
 
 
 def choose_targets(per_graph: Sequence[Sequence[Target]],
@@ -141,10 +163,25 @@ def choose_targets(per_graph: Sequence[Sequence[Target]],
     best = [min(mine, key=lambda target: target.score) for mine in per_graph]
     if direction_tolerance is None:
         return best
-    consensus = sum(_direction(target) for target in best)
+    consensus = _consensus(best)
     return [max((t for t in mine if t.score <= top.score * (1 + direction_tolerance)),
                 key=lambda t: float(np.sum(_direction(t) * consensus)))
             for mine, top in zip(per_graph, best)]
+
+
+def dissenting(per_graph: Sequence[Sequence[Target]], direction_tolerance: float) -> list[int]:
+    """The graphs whose target (:func:`choose_targets` with ``direction_tolerance``) moves
+    groups mostly another way than the consensus: the from -> to device pair that moves the
+    most groups is not the consensus's. (Move counts are never negative, so a dot product
+    with the consensus is not enough to tell: it is positive for nearly every placement.)"""
+    consensus = _consensus([min(mine, key=lambda target: target.score) for mine in per_graph])
+    return [i for i, target in enumerate(choose_targets(per_graph, direction_tolerance))
+            if np.argmax(target.moves) != np.argmax(consensus)]
+
+
+def _consensus(best: Sequence[Target]) -> np.ndarray:
+    """The sum of the graphs' best placements' directions: which way most of them move."""
+    return sum(_direction(target) for target in best)
 
 
 def _direction(target: Target) -> np.ndarray:
