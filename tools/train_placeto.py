@@ -48,7 +48,8 @@ flags.DEFINE_float("target_direction_tolerance", None, "imitation, with several 
                    "best).")
 flags.DEFINE_integer("target_extra_searches", 0, "imitation, with "
                      "--target_direction_tolerance: more searches for each training graph whose "
-                     "target still moves groups against the consensus direction.")
+                     "target moves groups mostly another way than the consensus (its largest "
+                     "from -> to count is not the consensus's).")
 flags.DEFINE_integer("epochs", 150, "imitation: passes over the training graphs.")
 flags.DEFINE_float("move_weight", 3.0, "imitation: weight of the steps whose target moves "
                    "the group (the others weigh 1).")
