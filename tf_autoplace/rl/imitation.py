@@ -141,7 +141,7 @@ def _run_searches(problems, placeto_config, samples: int, keys, per_graph: list[
             print(f"\r[imitation] {len(found)}/{len(tasks)} searches "
                   f"({time.perf_counter() - t0:.0f} s)", end="", file=sys.stderr, flush=True)
 
-    if workers == 1 or len(tasks) < 2:
+    if workers == 1:
         for task in tasks:
             report(_search_task(task))
     else:
