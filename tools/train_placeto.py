@@ -10,7 +10,9 @@ first half of each family trains, the rest is held out) and trains with one of t
 
 - ``imitation`` (tf_autoplace.rl.imitation): the placer's own search from scratch runs on every
   training graph (``--target_samples`` placements each, ``--workers`` processes), and the
-  policy learns to reach the best placement found in one greedy episode (``--epochs`` passes);
+  policy learns to reach the best placement found in one greedy episode (``--epochs`` passes;
+  with ``--clone_inits`` > 1, that many policies from differently seeded initial weights, and
+  the one that gains most on the training graphs is kept);
 - ``policy_gradient`` (tf_autoplace.rl.reinforce): sampled REINFORCE as in the paper, or the
   all-action estimator; the iteration, estimator, entropy and episode flags apply to it.
 
@@ -50,6 +52,11 @@ flags.DEFINE_integer("target_extra_searches", 0, "imitation, with "
                      "--target_direction_tolerance: more searches for each training graph whose "
                      "target moves groups mostly another way than the consensus (its largest "
                      "from -> to count is not the consensus's).")
+flags.DEFINE_integer("clone_inits", 1, "imitation: policies cloned on the same targets, "
+                     "their initial weights seeded --seed, --seed + 1, ... (in --workers "
+                     "processes); the one whose greedy episodes gain most on the training "
+                     "graphs (mean) is kept. Clones of the same targets differ widely on "
+                     "held-out graphs (BENCHMARKS.md).", lower_bound=1)
 flags.DEFINE_integer("epochs", 150, "imitation: passes over the training graphs.")
 flags.DEFINE_float("move_weight", 3.0, "imitation: weight of the steps whose target moves "
                    "the group (the others weigh 1).")
@@ -138,20 +145,22 @@ def _imitate(train, test):
                                        extra_searches=FLAGS.target_extra_searches,
                                        workers=FLAGS.workers, progress=True)
     search_s = time.perf_counter() - t
-    envs = [PlacementEnv(p, env_config) for p in train]
-    policy = _new_policy(envs[0])
-    untrained = PlacetoPolicy(**policy.config)
-    untrained.set_weights(policy.get_weights())
+    seeds = [FLAGS.seed + k for k in range(FLAGS.clone_inits)]
     t = time.perf_counter()
-    curve = imitation.clone(policy, envs,
-                            [target.actions for target in targets], epochs=FLAGS.epochs,
-                            learning_rate=FLAGS.learning_rate, move_weight=FLAGS.move_weight,
-                            progress=True)
+    policy, clones = imitation.clone_best_of(
+        train, env_config, [target.actions for target in targets],
+        _new_policy(PlacementEnv(train[0], env_config)).config, seeds, epochs=FLAGS.epochs,
+        learning_rate=FLAGS.learning_rate, move_weight=FLAGS.move_weight,
+        workers=FLAGS.workers, progress=True)
+    untrained = PlacetoPolicy(**policy.config)  # the chosen clone's initial weights
+    curve = next(made.curve for made in clones if made.seed == policy.config["seed"])
+    print(f"[imitation] kept the clone seeded {policy.config['seed']} of {len(clones)}",
+          file=sys.stderr, flush=True)
     train_config = dict(target_search=repr(placer_config), target_samples=FLAGS.target_samples,
                         target_searches=FLAGS.target_searches,
                         target_direction_tolerance=FLAGS.target_direction_tolerance,
                         target_extra_searches=FLAGS.target_extra_searches,
-                        epochs=FLAGS.epochs,
+                        clone_inits=FLAGS.clone_inits, epochs=FLAGS.epochs,
                         learning_rate=FLAGS.learning_rate, move_weight=FLAGS.move_weight)
     results = dict(
         search_seconds=search_s, train_seconds=time.perf_counter() - t, iterations=FLAGS.epochs,
@@ -160,6 +169,8 @@ def _imitate(train, test):
                       moved=target.moved, moves=target.moves.tolist())
                  for i, target in enumerate(targets)],
         clone_curve=curve[::10] + curve[-1:],
+        clones=[dict(seed=made.seed, fit=made.curve[-1], train_mean_greedy_gain=made.train_gain)
+                for made in clones],
         held_out=held_out(policy, untrained, test, env_config))
     return policy, env_config, train_config, results
 

@@ -10,6 +10,7 @@ from tf_autoplace.placers.placeto import PlacetoConfig
 from tf_autoplace.placers.placeto_policy import KEEP_INIT, PlacetoPolicy
 from tf_autoplace.rl import imitation, reinforce
 from tf_autoplace.rl.env import EnvConfig, PlacementEnv
+from tf_autoplace.rl.pretrain import mean_greedy_gain
 
 from tests.rl.test_placeto import _problem, _random_dag
 
@@ -172,3 +173,33 @@ def test_cloning_checks_its_arguments():
         imitation.clone(policy, [env], [], epochs=1)
     with pytest.raises(ConfigError, match="move_weight"):
         imitation.clone(policy, [env], [env.start(None)], epochs=1, move_weight=0.0)
+
+
+def test_of_several_clones_the_one_that_gains_most_on_the_training_graphs_is_kept():
+    problems = _problems()
+    envs = [PlacementEnv(problem, ENV) for problem in problems]
+    rng = np.random.default_rng(8)  # any placements will do as targets
+    targets = [rng.integers(0, 2, env.view.num_groups) for env in envs]
+    config = PlacetoPolicy(2, envs[0].num_features).config
+    policy, clones = imitation.clone_best_of(problems, ENV, targets, config, [4, 0, 7],
+                                             epochs=4, learning_rate=1e-2)
+    assert [made.seed for made in clones] == [4, 0, 7]
+    assert len({made.train_gain for made in clones}) == 3  # not vacuous: the clones differ
+    best = max(clones, key=lambda made: made.train_gain)
+    assert policy.config == dict(config, seed=best.seed)
+    # The kept policy is what cloning from its seed alone gives, and its record says so.
+    alone = PlacetoPolicy(**dict(config, seed=best.seed))
+    assert imitation.clone(alone, envs, targets, epochs=4, learning_rate=1e-2) == best.curve
+    for a, b, c in zip(alone.get_weights(), best.weights, policy.get_weights()):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
+    assert best.train_gain == mean_greedy_gain(alone, envs)
+    # In worker processes the clones come out the same, in the same order.
+    _, two = imitation.clone_best_of(problems, ENV, targets, config, [4, 0, 7], epochs=4,
+                                     learning_rate=1e-2, workers=2)
+    assert [(m.seed, m.train_gain, m.curve) for m in two] == \
+        [(m.seed, m.train_gain, m.curve) for m in clones]
+    with pytest.raises(ConfigError, match="distinct seeds"):
+        imitation.clone_best_of(problems, ENV, targets, config, [1, 1], epochs=1)
+    with pytest.raises(ConfigError, match="one target per problem"):
+        imitation.clone_best_of(problems, ENV, targets[:1], config, [1], epochs=1)

@@ -96,6 +96,12 @@ def greedy_gain(policy: PlacetoPolicy, env: PlacementEnv) -> float:
     return float((episode.scores[0] - episode.best_score) / episode.scores[0])
 
 
+def mean_greedy_gain(policy: PlacetoPolicy, envs: Sequence[PlacementEnv]) -> float:
+    """The mean of :func:`greedy_gain` over ``envs``: how a policy is chosen among several
+    without looking at the held-out graphs."""
+    return float(np.mean([greedy_gain(policy, env) for env in envs]))
+
+
 def pretrain(policy: PlacetoPolicy, train_problems: Sequence[PlacementProblem],
              test_problems: Sequence[PlacementProblem], env_config: EnvConfig,
              config: reinforce.TrainConfig, *, select_every: int = 0, select_graphs: int = 12,
@@ -122,7 +128,7 @@ def pretrain(policy: PlacetoPolicy, train_problems: Sequence[PlacementProblem],
 
         def should_stop(state: reinforce.TrainState) -> bool:
             if state.iteration % select_every == 0 or state.iteration == config.iterations:
-                gain = float(np.mean([greedy_gain(policy, env) for env in envs]))
+                gain = mean_greedy_gain(policy, envs)
                 selection["curve"].append((state.iteration, gain))
                 if gain > best["gain"]:
                     best.update(gain=gain, iteration=state.iteration,
