@@ -137,8 +137,9 @@ def _run_searches(problems, placeto_config, samples: int, keys, per_graph: list[
     append its result to ``per_graph[i]`` in the order of ``keys``."""
     tasks = [(problems[i], placeto_config, samples,
               int(np.random.default_rng(key).integers(2**31 - 1))) for i, key in keys]
-    found = _map_in_order(_search_task, tasks, workers, progress and (
-        lambda done, seconds: f"[imitation] {len(done)}/{len(tasks)} searches ({seconds:.0f} s)"))
+    found = _map_in_order(_search_task, tasks, workers, (
+        lambda done, seconds: f"[imitation] {len(done)}/{len(tasks)} searches ({seconds:.0f} s)")
+        if progress else None)
     for (i, _), target in zip(keys, found):
         per_graph[i].append(target)
 
@@ -146,12 +147,12 @@ def _run_searches(problems, placeto_config, samples: int, keys, per_graph: list[
 def _map_in_order(fn, tasks: Sequence, workers: int, progress_line=None) -> list:
     """``fn(task)`` for each task, in order: in this process with one worker, else in up to
     ``workers`` processes (``spawn``: TensorFlow does not survive a fork). After each result,
-    ``progress_line(results so far, seconds)`` goes to stderr if given."""
+    ``progress_line(results so far, seconds)`` goes to stderr, unless it is None."""
     results, t0 = [], time.perf_counter()
 
     def report(result) -> None:
         results.append(result)
-        if progress_line:
+        if progress_line is not None:
             print(progress_line(results, time.perf_counter() - t0), file=sys.stderr, flush=True)
 
     if workers == 1:
@@ -281,8 +282,8 @@ def clone_best_of(problems: Sequence, env_config, targets: Sequence[np.ndarray],
     5.54 / 6.91 / 6.43% on the held-out graphs (mean), 7.12 / 6.74 / 6.19 / 7.41 / 6.84% on the
     training graphs: the training graphs single out the poor draws (the three lowest are the
     same), though not the best of the good ones (BENCHMARKS.md). The choice needs no held-out
-    graph. With ``workers`` > 1 the clones
-    train in that many processes (``spawn``); a clone does not depend on where it ran."""
+    graph. With ``workers`` > 1 the clones train in that many processes (``spawn``); a clone
+    does not depend on where it ran."""
     seeds = [int(s) for s in seeds]
     if not seeds or len(set(seeds)) != len(seeds):
         raise ConfigError(f"clone_best_of needs distinct seeds, got {seeds!r}")
@@ -293,10 +294,11 @@ def clone_best_of(problems: Sequence, env_config, targets: Sequence[np.ndarray],
               learning_rate, move_weight, progress and (workers == 1 or len(seeds) == 1))
              for seed in seeds]
     clones = _map_in_order(
-        _clone_task, tasks, workers if len(tasks) > 1 else 1, progress and (
+        _clone_task, tasks, workers if len(tasks) > 1 else 1, (
             lambda done, seconds: f"[imitation] clone {len(done)}/{len(tasks)} (initial weights "
             f"seed {done[-1].seed}): target actions {done[-1].curve[-1][2]:.3f}, training "
-            f"graphs' mean greedy gain {done[-1].train_gain:.2%} ({seconds:.0f} s)"))
+            f"graphs' mean greedy gain {done[-1].train_gain:.2%} ({seconds:.0f} s)")
+        if progress else None)
     best = max(clones, key=lambda made: made.train_gain)
     policy = PlacetoPolicy(**dict(policy_config, seed=best.seed))
     policy.set_weights(best.weights)
