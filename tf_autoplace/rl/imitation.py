@@ -290,11 +290,11 @@ def clone_best_of(problems: Sequence, env_config, targets: Sequence[np.ndarray],
     if len(problems) != len(targets) or not problems:
         raise ConfigError(f"clone_best_of needs one target per problem, got {len(problems)} "
                           f"problems and {len(targets)} targets")
+    in_process = workers == 1 or len(seeds) == 1  # then cloning can show each epoch
     tasks = [(problems, env_config, targets, dict(policy_config, seed=seed), epochs,
-              learning_rate, move_weight, progress and (workers == 1 or len(seeds) == 1))
-             for seed in seeds]
+              learning_rate, move_weight, progress and in_process) for seed in seeds]
     clones = _map_in_order(
-        _clone_task, tasks, workers if len(tasks) > 1 else 1, (
+        _clone_task, tasks, 1 if in_process else workers, (
             lambda done, seconds: f"[imitation] clone {len(done)}/{len(tasks)} (initial weights "
             f"seed {done[-1].seed}): target actions {done[-1].curve[-1][2]:.3f}, training "
             f"graphs' mean greedy gain {done[-1].train_gain:.2%} ({seconds:.0f} s)")
