@@ -57,6 +57,10 @@ flags.DEFINE_integer("clone_inits", 1, "imitation: policies cloned on the same t
                      "processes); the one whose greedy episodes gain most on the training "
                      "graphs (mean) is kept. Clones of the same targets differ widely on "
                      "held-out graphs (BENCHMARKS.md).", lower_bound=1)
+flags.DEFINE_integer("policy_embed", 8, "Policy embedding width (the paper's 8).")
+flags.DEFINE_integer("policy_hidden", 8, "Policy message-passing MLP width.")
+flags.DEFINE_integer("policy_head", 16, "Width of the policy head's two layers.")
+flags.DEFINE_integer("policy_rounds", 4, "Message-passing rounds k (the paper's 4..8).")
 flags.DEFINE_integer("epochs", 150, "imitation: passes over the training graphs.")
 flags.DEFINE_float("move_weight", 3.0, "imitation: weight of the steps whose target moves "
                    "the group (the others weigh 1).")
@@ -99,7 +103,9 @@ def _new_policy(env):
     """A fresh policy for ``env``'s device count and features."""
     from tf_autoplace.placers.placeto_policy import PlacetoPolicy
 
-    return PlacetoPolicy(env.view.num_devices, env.num_features, seed=FLAGS.seed)
+    return PlacetoPolicy(env.view.num_devices, env.num_features, embed=FLAGS.policy_embed,
+                         hidden=FLAGS.policy_hidden, head=FLAGS.policy_head,
+                         rounds=FLAGS.policy_rounds, seed=FLAGS.seed)
 
 
 def _policy_gradient(train, test):
