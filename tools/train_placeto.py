@@ -57,10 +57,13 @@ flags.DEFINE_integer("clone_inits", 1, "imitation: policies cloned on the same t
                      "processes); the one whose greedy episodes gain most on the training "
                      "graphs (mean) is kept. Clones of the same targets differ widely on "
                      "held-out graphs (BENCHMARKS.md).", lower_bound=1)
-flags.DEFINE_integer("policy_embed", 8, "Policy embedding width (the paper's 8).")
-flags.DEFINE_integer("policy_hidden", 8, "Policy message-passing MLP width.")
-flags.DEFINE_integer("policy_head", 16, "Width of the policy head's two layers.")
-flags.DEFINE_integer("policy_rounds", 4, "Message-passing rounds k (the paper's 4..8).")
+flags.DEFINE_integer("policy_embed", 8, "Policy embedding width (the paper's 8).",
+                     lower_bound=1)
+flags.DEFINE_integer("policy_hidden", 8, "Policy message-passing MLP width.", lower_bound=1)
+flags.DEFINE_integer("policy_head", 16, "Width of the policy head's two layers.",
+                     lower_bound=1)
+flags.DEFINE_integer("policy_rounds", 4, "Message-passing rounds k (the paper's 4..8).",
+                     lower_bound=1, upper_bound=16)
 flags.DEFINE_integer("epochs", 150, "imitation: passes over the training graphs.")
 flags.DEFINE_float("move_weight", 3.0, "imitation: weight of the steps whose target moves "
                    "the group (the others weigh 1).")
