@@ -133,6 +133,14 @@ def test_env_config_is_checked():
         EnvConfig(reward="sparse")
 
 
+@pytest.mark.parametrize("size", [dict(embed=0), dict(hidden=-1), dict(head=2.5),
+                                  dict(rounds=0), dict(rounds=17)])
+def test_policy_sizes_are_checked(size):
+    (name,) = size
+    with pytest.raises(ConfigError, match=name):
+        PlacetoPolicy(2, **size)
+
+
 def test_policy_is_invariant_to_relabelling_the_groups():
     rng = np.random.default_rng(1)
     n = 20

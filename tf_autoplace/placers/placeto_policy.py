@@ -95,6 +95,9 @@ class PlacetoPolicy(tf.Module):
             raise ConfigError(f"a policy needs >= 2 devices to choose from, got {num_devices}")
         if not 1 <= rounds <= 16:
             raise ConfigError(f"rounds must be in [1, 16], got {rounds}")
+        for name, width in (("embed", embed), ("hidden", hidden), ("head", head)):
+            if not (isinstance(width, int) and width >= 1):
+                raise ConfigError(f"{name} must be an int >= 1, got {width!r}")
         num_features = num_features or 5 + 3 * num_devices
         self.config = dict(num_devices=num_devices, num_features=num_features, embed=embed,
                            hidden=hidden, head=head, rounds=rounds, seed=seed)
