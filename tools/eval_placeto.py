@@ -27,7 +27,11 @@ flags.DEFINE_enum("experiment", "scratch",
 flags.DEFINE_string("model", "nmt", "Zoo model for scratch / zero_shot.")
 flags.DEFINE_multi_string("knob", [], "Model knob name=value (int).")
 flags.DEFINE_string("family", "nmt", "Graph family for transfer (held-out graphs).")
-flags.DEFINE_integer("graphs", 3, "Held-out graphs for transfer.")
+flags.DEFINE_integer("graphs", 3, "Held-out graphs for transfer, landscape and speed.",
+                     lower_bound=1)
+flags.DEFINE_integer("first_graph", 0, "Index of the first of them in the family's held-out "
+                     "half (0: the family's graph num_train), so that runs can share them out.",
+                     lower_bound=0)
 flags.DEFINE_string("cluster", "testdata/k80x2.pbtxt", "Cluster spec.")
 flags.DEFINE_string("policy_dir", None, "Pretrained policy (default: the shipped one).")
 flags.DEFINE_integer("max_samples", 10000, "Placements to sample per learning curve.")
@@ -109,12 +113,18 @@ def main(argv):
     knobs = {k: int(v) for k, _, v in (s.partition("=") for s in FLAGS.knob)}
 
     def held_out_problems():
+        """[(name, problem)] of the chosen held-out graphs, named by their index in the family."""
         from tf_autoplace.rl import families
 
         config = families.FamilyConfig(num_graphs=32, seed=0)
         _, test = families.family_problems(FLAGS.family, config, cluster,
                                            cache_dir=FLAGS.cache_dir)
-        return test[:FLAGS.graphs]
+        first = config.num_train + FLAGS.first_graph
+        chosen = test[FLAGS.first_graph:FLAGS.first_graph + FLAGS.graphs]
+        if not chosen:
+            raise app.UsageError(f"--first_graph={FLAGS.first_graph}: the family holds out "
+                                 f"{len(test)} graphs")
+        return [(f"{FLAGS.family}_{first + i}", problem) for i, problem in enumerate(chosen)]
 
     def model_problem():
         model = zoo.build(FLAGS.model, **knobs)
@@ -143,10 +153,10 @@ def main(argv):
         print("| graph | ops | start R (ms) | moves that help | best move | all helping moves, "
               "greedily (ms) | placements simulated |")
         print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-        for i, problem in enumerate(held_out_problems()):
+        for name, problem in held_out_problems():
             env = PlacementEnv(problem, env_config)
             row = single_move_landscape(env)
-            print(f"| {FLAGS.family}_{16 + i} | {problem.graph.num_ops} | "
+            print(f"| {name} | {problem.graph.num_ops} | "
                   f"{row['start'] * 1e3:.2f} | {row['helping']}/{row['moves']} | "
                   f"{row['best_gain'] * 100:.2f}% | {row['greedy'] * 1e3:.2f} "
                   f"({row['greedy_gain'] * 100:.1f}%) | {row['samples']} |")
@@ -156,7 +166,7 @@ def main(argv):
         print(f"### Episode cost: held-out {FLAGS.family} graphs on {FLAGS.cluster}\n")
         print("| graph | groups | episodes in lockstep | rollout (s) | gradients (s) | "
               "per episode (s) |\n| --- | ---: | ---: | ---: | ---: | ---: |")
-        for i, problem in enumerate(held_out_problems()):
+        for name, problem in held_out_problems():
             env = PlacementEnv(problem, env_config)
             policy = _policy(env, fresh=True)
             def timed(batch):
@@ -172,7 +182,7 @@ def main(argv):
             for batch in (1, 16):
                 timed(batch)  # compiles the policy for these shapes
                 rollout_s, grad_s = timed(batch)
-                print(f"| {FLAGS.family}_{16 + i} | {env.view.num_groups} | {batch} | "
+                print(f"| {name} | {env.view.num_groups} | {batch} | "
                       f"{rollout_s:.2f} | {grad_s:.2f} | {(rollout_s + grad_s) / batch:.3f} |")
     elif FLAGS.experiment == "transfer":
         test = held_out_problems()
@@ -182,7 +192,7 @@ def main(argv):
               "to it | speed-up | pretrained zero-shot R (ms) | pretrained best R (ms) |")
         print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
         ratios, curves = [], []
-        for i, problem in enumerate(test):
+        for name, problem in test:
             scratch = from_scratch(problem)
             target = scratch[-1][1]
             scratch_n = samples_to_reach(scratch, target)
@@ -192,8 +202,8 @@ def main(argv):
             tuned_n = samples_to_reach(tuned.curve, target)
             ratio = scratch_n / tuned_n if tuned_n else float("nan")
             ratios.append(ratio)
-            curves.append((scratch, tuned.curve))
-            print(f"| {FLAGS.family}_{16 + i} | {problem.graph.num_ops} | {target * 1e3:.2f} | "
+            curves.append((name, scratch, tuned.curve))
+            print(f"| {name} | {problem.graph.num_ops} | {target * 1e3:.2f} | "
                   f"{scratch_n} | {tuned_n if tuned_n else 'not reached'} | "
                   f"{'-' if np.isnan(ratio) else f'{ratio:.1f}x'} | "
                   f"{tuned.zero_shot.best_score * 1e3:.2f} | {tuned.best_score * 1e3:.2f} |")
@@ -205,11 +215,11 @@ def main(argv):
         print("\nBest R (ms), scratch / pretrained, after this many placements sampled:\n")
         print("| graph | " + " | ".join(str(n) for n in budgets) + " |")
         print("| --- |" + " ---: |" * len(budgets))
-        for i, (scratch, tuned_curve) in enumerate(curves):
+        for name, scratch, tuned_curve in curves:
             cells = [" / ".join("-" if np.isinf(r) else f"{r * 1e3:.2f}"  # - : none yet
                                 for r in (best_within(scratch, n), best_within(tuned_curve, n)))
                      for n in budgets]
-            print(f"| {FLAGS.family}_{16 + i} | " + " | ".join(cells) + " |")
+            print(f"| {name} | " + " | ".join(cells) + " |")
     else:
         from tf_autoplace.placers import PlacetoPlacer
 
