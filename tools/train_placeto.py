@@ -52,6 +52,10 @@ flags.DEFINE_integer("target_extra_searches", 0, "imitation, with "
                      "--target_direction_tolerance: more searches for each training graph whose "
                      "target moves groups mostly another way than the consensus (its largest "
                      "from -> to count is not the consensus's).")
+flags.DEFINE_integer("target_shallow_searches", 0, "imitation: more searches for each training "
+                     "graph whose best placement gains less than half the median graph's "
+                     "(imitation.shallow); its target is then chosen among all its searches.",
+                     lower_bound=0)
 flags.DEFINE_integer("clone_inits", 1, "imitation: policies cloned on the same targets, "
                      "their initial weights seeded --seed, --seed + 1, ... (in --workers "
                      "processes); the one whose greedy episodes gain most on the training "
@@ -152,6 +156,7 @@ def _imitate(train, test):
                                        searches=FLAGS.target_searches, seed=FLAGS.seed,
                                        direction_tolerance=FLAGS.target_direction_tolerance,
                                        extra_searches=FLAGS.target_extra_searches,
+                                       shallow_searches=FLAGS.target_shallow_searches,
                                        workers=FLAGS.workers, progress=True)
     search_s = time.perf_counter() - t
     seeds = [FLAGS.seed + k for k in range(FLAGS.clone_inits)]
@@ -169,6 +174,7 @@ def _imitate(train, test):
                         target_searches=FLAGS.target_searches,
                         target_direction_tolerance=FLAGS.target_direction_tolerance,
                         target_extra_searches=FLAGS.target_extra_searches,
+                        target_shallow_searches=FLAGS.target_shallow_searches,
                         clone_inits=FLAGS.clone_inits, epochs=FLAGS.epochs,
                         learning_rate=FLAGS.learning_rate, move_weight=FLAGS.move_weight)
     results = dict(

@@ -124,6 +124,38 @@ def test_extra_searches_go_to_the_graphs_whose_target_moves_groups_another_way(m
                                  extra_searches=-1)
 
 
+def test_shallow_searches_go_to_the_graphs_whose_best_gains_far_less(monkeypatch):
+    # Stand-in searches (start R 2.0), looked up by seed. Graphs 0-2 gain 50, 40 and 45%;
+    # graph 3 gains 20%, less than half the median (42.5%), and gets two more searches, of
+    # which the second is the best. Graph 2 (45%) is not shallow, however it compares with
+    # graph 3.
+    found = {_seed(4, 0): _target(1.0, 5, 0), _seed(4, 1): _target(1.2, 4, 2),
+             _seed(4, 2): _target(1.1, 1, 6), _seed(4, 3): _target(1.6, 2, 0),
+             _seed(4, 3, 1): _target(1.7, 3, 0), _seed(4, 3, 2): _target(1.3, 0, 3)}
+    searched = []
+
+    def search(problem, config, samples, seed):
+        searched.append((problem, seed))
+        return found[seed]
+
+    monkeypatch.setattr(imitation, "_search_one", search)
+    assert imitation.shallow([[found[_seed(4, i)]] for i in range(4)]) == [3]
+    # Exactly half the median (gains 75 and 25%, median 50%) is not shallow.
+    assert imitation.shallow([[_target(0.5, 1, 0)], [_target(1.5, 1, 0)]]) == []
+    graphs = ["g0", "g1", "g2", "g3"]
+    chosen = imitation.search_targets(graphs, SEARCH, samples=10, seed=4, shallow_searches=2)
+    assert searched == [(g, _seed(4, i)) for i, g in enumerate(graphs)] + [
+        ("g3", _seed(4, 3, 1)), ("g3", _seed(4, 3, 2))]
+    assert [t.score for t in chosen] == [1.0, 1.2, 1.1, 1.3]
+    assert [t.samples for t in chosen] == [10, 10, 10, 30]
+    searched.clear()
+    assert [t.score for t in imitation.search_targets(graphs, SEARCH, samples=10, seed=4)] == \
+        [1.0, 1.2, 1.1, 1.6]
+    assert len(searched) == 4
+    with pytest.raises(ConfigError, match="shallow_searches must be"):
+        imitation.search_targets(graphs, SEARCH, samples=10, seed=4, shallow_searches=-1)
+
+
 def test_cloning_teaches_the_greedy_episode_to_reach_the_target():
     problem = _problems()[0]
     target = imitation.search_targets([problem], SEARCH, samples=40, seed=3)[0].actions
