@@ -136,16 +136,22 @@ def test_shallow_searches_go_to_the_graphs_whose_best_gains_far_less(monkeypatch
 
     def search(problem, config, samples, seed):
         searched.append((problem, seed))
+        restarts.append(config.restart_after)
         return found[seed]
 
+    restarts = []
     monkeypatch.setattr(imitation, "_search_one", search)
     assert imitation.shallow([[found[_seed(4, i)]] for i in range(4)]) == [3]
     # Exactly half the median (gains 75 and 25%, median 50%) is not shallow.
     assert imitation.shallow([[_target(0.5, 1, 0)], [_target(1.5, 1, 0)]]) == []
     graphs = ["g0", "g1", "g2", "g3"]
-    chosen = imitation.search_targets(graphs, SEARCH, samples=10, seed=4, shallow_searches=2)
+    no_restarts = dataclasses.replace(SEARCH, restart_after=None)
+    chosen = imitation.search_targets(graphs, no_restarts, samples=10, seed=4,
+                                      shallow_searches=2)
     assert searched == [(g, _seed(4, i)) for i, g in enumerate(graphs)] + [
         ("g3", _seed(4, 3, 1)), ("g3", _seed(4, 3, 2))]
+    # The more searches restart when they stall, as the placer does, the first ones as given.
+    assert restarts == [None] * 4 + [PlacetoConfig().restart_after] * 2
     assert [t.score for t in chosen] == [1.0, 1.2, 1.1, 1.3]
     assert [t.samples for t in chosen] == [10, 10, 10, 30]
     searched.clear()

@@ -110,12 +110,14 @@ def search_targets(problems: Sequence, placeto_config, *, samples: int, seed: in
 
     ``shallow_searches`` then gives each graph whose best placement so far gains less than half
     what the graphs' best placements gain (the median; see :func:`shallow`) that many more
-    searches, seeded ``[seed, i, searches + extra_searches + j]``. A search from scratch now and
-    then ends in a poor local optimum, and a policy cloned on it can learn that placement for
-    the graphs like it. On the NMT family one of 16 targets gained 2.88% where the others
-    gained 6.5-10.7%, and one search in four more found 3.7% better. The held-out graph most
-    like it was one of the two the shipped policy placed worst, and a clone with the deeper
-    target placed it 4.7% faster (BENCHMARKS.md, fourteenth session)."""
+    searches, seeded ``[seed, i, searches + extra_searches + j]``, which restart when they
+    stall (``placeto_config.restart_after``, or the placer's default where that is None). A
+    search from scratch now and then ends in a poor local optimum, and a policy cloned on it
+    can learn that placement for the graphs like it. On the NMT family one of 16 targets gained
+    2.88% where the others gained 6.5-10.7%; four more searches with restarts all found
+    6.5-7.4%, and eight without restarts found it once. The held-out graph most like it was one
+    of the two the shipped policy placed worst, and three clones with a deeper target there
+    placed it 2.9-4.7% faster than the shipped policy (BENCHMARKS.md, fourteenth session)."""
     if not (isinstance(samples, int) and samples > 0):
         raise ConfigError(f"samples must be an int > 0, got {samples!r}")
     if not (isinstance(searches, int) and searches > 0):
@@ -140,9 +142,13 @@ def search_targets(problems: Sequence, placeto_config, *, samples: int, seed: in
                 for j in range(extra_searches)]
         _run_searches(problems, placeto_config, samples, keys, per_graph, workers, progress)
     if shallow_searches:
+        # A shallow target is a search stuck in a poor local optimum. The placer's remedy is to
+        # restart a stalled search, so these searches do, even where the first ones did not.
+        restarting = placeto_config if placeto_config.restart_after else dataclasses.replace(
+            placeto_config, restart_after=type(placeto_config)().restart_after)
         keys = [(i, [seed, i, searches + extra_searches + j])
                 for i in shallow(per_graph) for j in range(shallow_searches)]
-        _run_searches(problems, placeto_config, samples, keys, per_graph, workers, progress)
+        _run_searches(problems, restarting, samples, keys, per_graph, workers, progress)
     return [dataclasses.replace(target, samples=sum(t.samples for t in mine))
             for target, mine in zip(choose_targets(per_graph, direction_tolerance), per_graph)]
 
