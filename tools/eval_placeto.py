@@ -4,6 +4,8 @@
     python tools/eval_placeto.py --experiment=scratch --model=nmt --max_samples=20000
     # transfer: samples the pretrained policy needs to reach the from-scratch result
     python tools/eval_placeto.py --experiment=transfer --family=nmt --graphs=3 --max_samples=6000
+    # the same over all 16 held-out graphs, in two processes (the other: --first_graph=8)
+    python tools/eval_placeto.py --experiment=transfer --graphs=8 --first_graph=0 --max_samples=2500
     # zero-shot on a large graph, then fine-tuning within a time budget
     python tools/eval_placeto.py --experiment=zero_shot --model=inception_v3 --budget_s=60
     # what single-group moves from the start placement are worth on held-out graphs
