@@ -49,6 +49,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from tf_autoplace.errors import ConfigError
+from tf_autoplace.placers.placeto import PlacetoConfig, search
 from tf_autoplace.placers.placeto_policy import PlacetoPolicy
 from tf_autoplace.rl import reinforce
 from tf_autoplace.rl.env import PlacementEnv
@@ -68,8 +69,6 @@ class Target:
 
 
 def _search_one(problem, placeto_config, samples: int, seed: int) -> Target:
-    from tf_autoplace.placers.placeto import search
-
     env = PlacementEnv(problem, placeto_config.env)
     config = dataclasses.replace(placeto_config, max_samples=samples)
     policy = PlacetoPolicy(env.view.num_devices, env.num_features, seed=seed)
@@ -145,7 +144,7 @@ def search_targets(problems: Sequence, placeto_config, *, samples: int, seed: in
         # A shallow target is a search stuck in a poor local optimum. The placer's remedy is to
         # restart a stalled search, so these searches do, even where the first ones did not.
         restarting = placeto_config if placeto_config.restart_after else dataclasses.replace(
-            placeto_config, restart_after=type(placeto_config)().restart_after)
+            placeto_config, restart_after=PlacetoConfig().restart_after)
         keys = [(i, [seed, i, searches + extra_searches + j])
                 for i in shallow(per_graph) for j in range(shallow_searches)]
         _run_searches(problems, restarting, samples, keys, per_graph, workers, progress)
