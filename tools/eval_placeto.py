@@ -6,6 +6,8 @@
     python tools/eval_placeto.py --experiment=transfer --family=nmt --graphs=3 --max_samples=6000
     # the same over all 16 held-out graphs, in two processes (the other: --first_graph=8)
     python tools/eval_placeto.py --experiment=transfer --graphs=8 --first_graph=0 --max_samples=2500
+    # the same on graphs the shipped policy was trained on (is it generalisation that falls short?)
+    python tools/eval_placeto.py --experiment=transfer --split=train --graphs=8 --max_samples=2500
     # zero-shot on a large graph, then fine-tuning within a time budget
     python tools/eval_placeto.py --experiment=zero_shot --model=inception_v3 --budget_s=60
     # what single-group moves from the start placement are worth on held-out graphs
@@ -28,12 +30,15 @@ flags.DEFINE_enum("experiment", "scratch",
                   ["scratch", "transfer", "zero_shot", "landscape", "speed"], "What to run.")
 flags.DEFINE_string("model", "nmt", "Zoo model for scratch / zero_shot.")
 flags.DEFINE_multi_string("knob", [], "Model knob name=value (int).")
-flags.DEFINE_string("family", "nmt", "Graph family for transfer (held-out graphs).")
-flags.DEFINE_integer("graphs", 3, "Held-out graphs for transfer, landscape and speed.",
+flags.DEFINE_string("family", "nmt", "Graph family for transfer, landscape and speed.")
+flags.DEFINE_enum("split", "held_out", ["held_out", "train"], "Which half of the family those "
+                  "take their graphs from: the held-out one (the paper's measure), or the one "
+                  "the shipped policy was trained on.")
+flags.DEFINE_integer("graphs", 3, "Graphs of --split for transfer, landscape and speed.",
                      lower_bound=1)
-flags.DEFINE_integer("first_graph", 0, "Index of the first of them in the family's held-out "
-                     "half (0: the family's graph num_train), so that runs can share them out.",
-                     lower_bound=0)
+flags.DEFINE_integer("first_graph", 0, "Index of the first of them in --split (0: the family's "
+                     "graph num_train for held_out, graph 0 for train), so that runs can share "
+                     "them out.", lower_bound=0)
 flags.DEFINE_string("cluster", "testdata/k80x2.pbtxt", "Cluster spec.")
 flags.DEFINE_string("policy_dir", None, "Pretrained policy (default: the shipped one).")
 flags.DEFINE_integer("max_samples", 10000, "Placements to sample per learning curve.")
@@ -113,19 +118,22 @@ def main(argv):
                       pretrained=False, zero_shot=False).curve
 
     knobs = {k: int(v) for k, _, v in (s.partition("=") for s in FLAGS.knob)}
+    what = "held-out" if FLAGS.split == "held_out" else "training"  # for the headings
 
-    def held_out_problems():
-        """[(name, problem)] of the chosen held-out graphs, named by their index in the family."""
+    def split_problems():
+        """[(name, problem)] of the chosen graphs of --split, named by their index in the
+        family."""
         from tf_autoplace.rl import families
 
         config = families.FamilyConfig(num_graphs=32, seed=0)
-        _, test = families.family_problems(FLAGS.family, config, cluster,
-                                           cache_dir=FLAGS.cache_dir)
-        first = config.num_train + FLAGS.first_graph
-        chosen = test[FLAGS.first_graph:FLAGS.first_graph + FLAGS.graphs]
+        train, test = families.family_problems(FLAGS.family, config, cluster,
+                                               cache_dir=FLAGS.cache_dir)
+        half, offset = (train, 0) if FLAGS.split == "train" else (test, config.num_train)
+        first = offset + FLAGS.first_graph
+        chosen = half[FLAGS.first_graph:FLAGS.first_graph + FLAGS.graphs]
         if not chosen:
-            raise app.UsageError(f"--first_graph={FLAGS.first_graph}: the family holds out "
-                                 f"{len(test)} graphs")
+            raise app.UsageError(f"--first_graph={FLAGS.first_graph}: the family's {FLAGS.split} "
+                                 f"half has {len(half)} graphs")
         return [(f"{FLAGS.family}_{first + i}", problem) for i, problem in enumerate(chosen)]
 
     def model_problem():
@@ -150,12 +158,12 @@ def main(argv):
         print(f"best learned {curve[-1][1] * 1e3:.2f} ms vs best heuristic {best_h * 1e3:.2f} ms "
               f"({'better' if curve[-1][1] < best_h else 'not better'})")
     elif FLAGS.experiment == "landscape":
-        print(f"### Single-group moves from the start placement: held-out {FLAGS.family} graphs "
+        print(f"### Single-group moves from the start placement: {what} {FLAGS.family} graphs "
               f"on {FLAGS.cluster}\n")
         print("| graph | ops | start R (ms) | moves that help | best move | all helping moves, "
               "greedily (ms) | placements simulated |")
         print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-        for name, problem in held_out_problems():
+        for name, problem in split_problems():
             env = PlacementEnv(problem, env_config)
             row = single_move_landscape(env)
             print(f"| {name} | {problem.graph.num_ops} | "
@@ -165,10 +173,10 @@ def main(argv):
     elif FLAGS.experiment == "speed":
         from tf_autoplace.rl import reinforce
 
-        print(f"### Episode cost: held-out {FLAGS.family} graphs on {FLAGS.cluster}\n")
+        print(f"### Episode cost: {what} {FLAGS.family} graphs on {FLAGS.cluster}\n")
         print("| graph | groups | episodes in lockstep | rollout (s) | gradients (s) | "
               "per episode (s) |\n| --- | ---: | ---: | ---: | ---: | ---: |")
-        for name, problem in held_out_problems():
+        for name, problem in split_problems():
             env = PlacementEnv(problem, env_config)
             policy = _policy(env, fresh=True)
             def timed(batch):
@@ -187,8 +195,8 @@ def main(argv):
                 print(f"| {name} | {env.view.num_groups} | {batch} | "
                       f"{rollout_s:.2f} | {grad_s:.2f} | {(rollout_s + grad_s) / batch:.3f} |")
     elif FLAGS.experiment == "transfer":
-        test = held_out_problems()
-        print(f"### Transfer: held-out {FLAGS.family} graphs on {FLAGS.cluster}, "
+        test = split_problems()
+        print(f"### Transfer: {what} {FLAGS.family} graphs on {FLAGS.cluster}, "
               f"{FLAGS.max_samples} samples from scratch\n")
         print("| graph | ops | scratch best R (ms) | scratch samples to it | pretrained samples "
               "to it | speed-up | pretrained zero-shot R (ms) | pretrained best R (ms) |")
