@@ -132,8 +132,8 @@ def main(argv):
         first = offset + FLAGS.first_graph
         chosen = half[FLAGS.first_graph:FLAGS.first_graph + FLAGS.graphs]
         if not chosen:
-            raise app.UsageError(f"--first_graph={FLAGS.first_graph}: the family's {FLAGS.split} "
-                                 f"half has {len(half)} graphs")
+            raise app.UsageError(f"--first_graph={FLAGS.first_graph}: the family's {what} half "
+                                 f"has {len(half)} graphs")
         return [(f"{FLAGS.family}_{first + i}", problem) for i, problem in enumerate(chosen)]
 
     def model_problem():
