@@ -43,6 +43,10 @@ flags.DEFINE_string("cluster", "testdata/k80x2.pbtxt", "Cluster spec.")
 flags.DEFINE_string("policy_dir", None, "Pretrained policy (default: the shipped one).")
 flags.DEFINE_integer("max_samples", 10000, "Placements to sample per learning curve.")
 flags.DEFINE_float("budget_s", 60.0, "Fine-tuning budget for zero_shot.")
+flags.DEFINE_float("reach_tolerance", 0.01, "Transfer also counts a run as having reached the "
+                   "from-scratch best R once it is within this fraction of it (the paper's own "
+                   "transfer runs end 1.2% and 3.3% slower than from scratch, Table 1).",
+                   lower_bound=0.0)
 flags.DEFINE_integer("max_groups", 256, "Groups in the MDP.")
 flags.DEFINE_integer("seed", 0, "Seed.")
 flags.DEFINE_string("cache_dir", "/tmp/placeto_cache", "Family problem cache.")
@@ -198,28 +202,39 @@ def main(argv):
         test = split_problems()
         print(f"### Transfer: {what} {FLAGS.family} graphs on {FLAGS.cluster}, "
               f"{FLAGS.max_samples} samples from scratch\n")
-        print("| graph | ops | scratch best R (ms) | scratch samples to it | pretrained samples "
-              "to it | speed-up | pretrained zero-shot R (ms) | pretrained best R (ms) |")
-        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-        ratios, curves = [], []
+        tol = FLAGS.reach_tolerance
+        print(f"Samples to reach the from-scratch best R (*exact*), and to come within "
+              f"{tol:.1%} of it (*near*). Speed-ups: exact / exact; *paper*: scratch exact / "
+              f"pretrained near (how the paper's Table 1 counts); *near*: near / near.\n")
+        print("| graph | ops | scratch best R (ms) | scratch samples exact / near | pretrained "
+              "samples exact / near | speed-up exact | paper | near | pretrained zero-shot "
+              "R (ms) | pretrained best R (ms) |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        speedups, curves = {"exact": [], "paper": [], "near": []}, []
+
+        def speedup(scratch_n, tuned_n):  # a graph never reached counts as no speed-up
+            return scratch_n / tuned_n if tuned_n else 0.0
+
         for name, problem in test:
             scratch = from_scratch(problem)
             target = scratch[-1][1]
-            scratch_n = samples_to_reach(scratch, target)
             env = PlacementEnv(problem, env_config)
             tuned = search(_policy(env, fresh=False), env, curve_config, FLAGS.seed,
                            pretrained=True)
-            tuned_n = samples_to_reach(tuned.curve, target)
-            ratio = scratch_n / tuned_n if tuned_n else float("nan")
-            ratios.append(ratio)
+            scratch_n, tuned_n = (samples_to_reach(c, target) for c in (scratch, tuned.curve))
+            scratch_near, tuned_near = (samples_to_reach(c, target * (1 + tol))
+                                        for c in (scratch, tuned.curve))
+            row = {"exact": speedup(scratch_n, tuned_n), "paper": speedup(scratch_n, tuned_near),
+                   "near": speedup(scratch_near, tuned_near)}
+            for k, v in row.items():
+                speedups[k].append(v)
             curves.append((name, scratch, tuned.curve))
-            print(f"| {name} | {problem.graph.num_ops} | {target * 1e3:.2f} | "
-                  f"{scratch_n} | {tuned_n if tuned_n else 'not reached'} | "
-                  f"{'-' if np.isnan(ratio) else f'{ratio:.1f}x'} | "
+            print(f"| {name} | {problem.graph.num_ops} | {target * 1e3:.2f} | {scratch_n} / "
+                  f"{scratch_near} | {tuned_n or 'never'} / {tuned_near or 'never'} | "
+                  + " | ".join(f"{v:.1f}x" for v in row.values()) + " | "
                   f"{tuned.zero_shot.best_score * 1e3:.2f} | {tuned.best_score * 1e3:.2f} |")
-        # A graph the pretrained policy never brought to the target counts as no speed-up.
-        print(f"\nmedian speed-up {np.median(np.nan_to_num(ratios, nan=0.0)):.1f}x "
-              f"({sum(np.isnan(ratios))} of {len(ratios)} not reached)")
+        print("\n" + "; ".join(f"{k}: median {np.median(v):.1f}x, {sum(x >= 3 for x in v)} of "
+                               f"{len(v)} at 3x or more" for k, v in speedups.items()))
         # The same runs at equal budgets: what a caller who stops early gets from each.
         budgets = [FLAGS.max_samples // 2**k for k in (5, 4, 3, 2, 1, 0)]
         print("\nBest R (ms), scratch / pretrained, after this many placements sampled:\n")
