@@ -2,7 +2,8 @@
 
     # from scratch: best runtime vs placements sampled, beside the heuristics
     python tools/eval_placeto.py --experiment=scratch --model=nmt --max_samples=20000
-    # transfer: samples the pretrained policy needs to reach the from-scratch result
+    # transfer: samples the pretrained policy needs to reach the from-scratch result (exactly,
+    # and within --reach_tolerance of it, as the paper counts)
     python tools/eval_placeto.py --experiment=transfer --family=nmt --graphs=3 --max_samples=6000
     # the same over all 16 held-out graphs, in two processes (the other: --first_graph=8)
     python tools/eval_placeto.py --experiment=transfer --graphs=8 --first_graph=0 --max_samples=2500
