@@ -85,8 +85,8 @@ def main(argv):
     from tf_autoplace.api import build_problem, resolve_cluster
     from tf_autoplace.graph import ingest
     from tf_autoplace.rl.env import PlacementEnv
-    from tf_autoplace.rl.pretrain import (best_within, heuristic_scores, samples_to_reach,
-                                          single_move_landscape, zero_shot)
+    from tf_autoplace.rl.pretrain import (best_within, heuristic_scores, single_move_landscape,
+                                          transfer_counts, zero_shot)
     from tf_autoplace.placers.placeto import PlacetoConfig, search
 
     cluster = resolve_cluster(FLAGS.cluster)
@@ -212,26 +212,20 @@ def main(argv):
               "R (ms) | pretrained best R (ms) |")
         print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
         speedups, curves = {"exact": [], "paper": [], "near": []}, []
-
-        def speedup(scratch_n, tuned_n):  # a graph never reached counts as no speed-up
-            return scratch_n / tuned_n if tuned_n else 0.0
-
         for name, problem in test:
             scratch = from_scratch(problem)
             target = scratch[-1][1]
             env = PlacementEnv(problem, env_config)
             tuned = search(_policy(env, fresh=False), env, curve_config, FLAGS.seed,
                            pretrained=True)
-            scratch_n, tuned_n = (samples_to_reach(c, target) for c in (scratch, tuned.curve))
-            scratch_near, tuned_near = (samples_to_reach(c, target * (1 + tol))
-                                        for c in (scratch, tuned.curve))
-            row = {"exact": speedup(scratch_n, tuned_n), "paper": speedup(scratch_n, tuned_near),
-                   "near": speedup(scratch_near, tuned_near)}
+            counts = transfer_counts(scratch, tuned.curve, tol)
+            row = counts.speedups()
             for k, v in row.items():
                 speedups[k].append(v)
             curves.append((name, scratch, tuned.curve))
-            print(f"| {name} | {problem.graph.num_ops} | {target * 1e3:.2f} | {scratch_n} / "
-                  f"{scratch_near} | {tuned_n or 'never'} / {tuned_near or 'never'} | "
+            print(f"| {name} | {problem.graph.num_ops} | {target * 1e3:.2f} | "
+                  f"{counts.scratch_exact} / {counts.scratch_near} | "
+                  f"{counts.tuned_exact or 'never'} / {counts.tuned_near or 'never'} | "
                   + " | ".join(f"{v:.1f}x" for v in row.values()) + " | "
                   f"{tuned.zero_shot.best_score * 1e3:.2f} | {tuned.best_score * 1e3:.2f} |")
         print("\n" + "; ".join(f"{k}: median {np.median(v):.1f}x, {sum(x >= 3 for x in v)} of "

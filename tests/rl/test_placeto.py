@@ -640,3 +640,20 @@ def test_curves_are_read_for_the_transfer_speed_up_and_at_equal_budgets():
     assert pretrain.best_within(curve, 100) == 0.9
     assert pretrain.best_within(curve, 299) == 0.8
     assert pretrain.best_within(curve, 10**6) == 0.7
+
+
+def test_transfer_is_counted_exactly_as_the_paper_does_and_near_on_both_sides():
+    # From scratch: within 1% of its final 1.0 at 400 placements, exactly there at 1200.
+    scratch = [(100, 1.2), (400, 1.008), (1200, 1.0)]
+    tuned = [(50, 1.009), (600, 1.0)]  # within 1% at once, exactly there at 600
+    counts = pretrain.transfer_counts(scratch, tuned, tolerance=0.01)
+    assert (counts.scratch_exact, counts.scratch_near) == (1200, 400)
+    assert (counts.tuned_exact, counts.tuned_near) == (600, 50)
+    assert counts.speedups() == {"exact": 2.0, "paper": 24.0, "near": 8.0}
+    # A tighter tolerance than the tuned run's gap: it is near only where it is exact.
+    tight = pretrain.transfer_counts(scratch, tuned, tolerance=0.005).speedups()
+    assert tight == {"exact": 2.0, "paper": 2.0, "near": 2.0}
+    # Never reached counts as no speed-up, not as a missing value.
+    stuck = pretrain.transfer_counts(scratch, [(50, 1.05)], tolerance=0.01)
+    assert stuck.tuned_exact is None and stuck.tuned_near is None
+    assert stuck.speedups() == {"exact": 0.0, "paper": 0.0, "near": 0.0}
