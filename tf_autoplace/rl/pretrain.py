@@ -57,8 +57,8 @@ def samples_to_reach(curve: Sequence[tuple[int, float]], target: float) -> int |
 
 @dataclasses.dataclass(frozen=True)
 class TransferCounts:
-    """Placements each run sampled until it reached the from-scratch best R ``exact``ly, and
-    until it came within the tolerance of it (``near``); None: never."""
+    """Placements each run sampled until it reached the from-scratch best R exactly
+    (``*_exact``) and until it came within the tolerance of it (``*_near``); None: never."""
 
     scratch_exact: int | None
     scratch_near: int | None
