@@ -2,7 +2,7 @@
 behind ``tools/benchmark.py``).
 
 For every (model, cluster) pair, :func:`benchmark` builds the training graph, ingests, costs
-and groups it (:func:`tf_autoplace.api.build_problem`), then runs each placer
+and groups it (:func:`tf_autoplace.prepare.build_problem`), then runs each placer
 (:func:`run_placer`): ``propose()`` (timed: the placement search time; the simulations it
 asks for are counted by :class:`CountingSimulator`), an explicit constraint check, and one
 simulation that gives the step time and the peak memory per device. A placement that does not
@@ -33,11 +33,11 @@ import sys
 import time
 
 from tf_autoplace import zoo
-from tf_autoplace.api import build_problem
 from tf_autoplace.cluster import Cluster
 from tf_autoplace.errors import AutoplaceError, ConfigError
 from tf_autoplace.graph import ingest
 from tf_autoplace.grouping import GroupingConfig
+from tf_autoplace.prepare import build_problem
 from tf_autoplace.placers import (ExpertPlacer, PlacementProblem, RandomPlacer, check_memory,
                                   check_placement, get_placer)
 from tf_autoplace.sim import Simulator, lower_bound

@@ -18,7 +18,7 @@ import numpy as np
 from google.protobuf import message as _pb_message
 from google.protobuf import text_format
 
-from tf_autoplace.errors import ClusterSpecError
+from tf_autoplace.errors import ClusterSpecError, ConfigError
 from tf_autoplace.proto import cluster_pb2
 
 DEVICE_KINDS = ("CPU", "GPU")
@@ -261,3 +261,15 @@ def _host_memory_bytes() -> int:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return 16 * 2**30
+
+
+def resolve_cluster(cluster) -> Cluster:
+    """A Cluster from a Cluster, a spec file path, ``"local"`` or None (= local)."""
+    if cluster is None or (isinstance(cluster, str) and cluster == "local"):
+        return Cluster.local()
+    if isinstance(cluster, Cluster):
+        return cluster
+    if isinstance(cluster, (str, os.PathLike)):
+        return Cluster.from_file(cluster)
+    raise ConfigError(f"cluster must be a Cluster, a spec file path or 'local', got "
+                      f"{type(cluster).__name__}")

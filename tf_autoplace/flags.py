@@ -189,7 +189,7 @@ def _check_session_devices(session, cluster, spec: str) -> None:
 
 def _place_graph(session, settings: AutoplaceSettings) -> None:
     import tf_autoplace
-    from tf_autoplace.api import resolve_cluster
+    from tf_autoplace.cluster import resolve_cluster
 
     graph = session.graph
     with _lock:

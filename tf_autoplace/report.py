@@ -12,8 +12,10 @@ import json
 
 import numpy as np
 
+from tf_autoplace import timeline
 from tf_autoplace.cluster import Cluster
 from tf_autoplace.errors import ConfigError
+from tf_autoplace.proto import placement_pb2
 from tf_autoplace.sim import SimResult
 
 
@@ -109,8 +111,6 @@ class PlacementReport:
 
     def to_proto(self):
         """The placement as a ``tf_autoplace.PlacementResult`` (``protos/placement.proto``)."""
-        from tf_autoplace.proto import placement_pb2
-
         out = placement_pb2.PlacementResult(
             placer=self.placer, step_time_s=self.step_time_s, lower_bound_s=self.lower_bound_s,
             baseline_step_time_s=self.baseline_step_time_s, num_groups=self.num_groups,
@@ -135,16 +135,12 @@ class PlacementReport:
     def write_chrome_trace(self, path) -> None:
         """Write the simulated step as a Chrome trace (JSON; open in chrome://tracing or
         ui.perfetto.dev). See :mod:`tf_autoplace.timeline`."""
-        from tf_autoplace import timeline
-
         t = self._timeline()
         timeline.write_chrome_trace(path, t.graph, t.cluster, t.placement, t.sim)
 
     def write_plot(self, path) -> None:
         """Write a PNG of per-device load over the step and peak memory against capacity
         (needs the ``plot`` extra, matplotlib). See :mod:`tf_autoplace.timeline`."""
-        from tf_autoplace import timeline
-
         t = self._timeline()
         timeline.plot_report(path, t.graph, t.cluster, t.placement, t.sim)
 

@@ -1,6 +1,6 @@
 """TF2 front door: place a ``tf.function`` / ``ConcreteFunction``; SavedModel in, SavedModel out.
 
-How a function is placed (one engine: :func:`tf_autoplace.api.autoplace` on a GraphDef):
+How a function is placed (one engine: :func:`tf_autoplace.engine.place_graph` on a GraphDef):
 
 1. Trace: ``fn.get_concrete_function(*args, **kwargs)`` (a ConcreteFunction is used as is).
 2. ``graph_def = cf.graph.as_graph_def()``. Nested function calls (``PartitionedCall`` /
@@ -55,8 +55,9 @@ import tensorflow as tf
 from tensorflow.core.framework import graph_pb2, types_pb2
 from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
 
-from tf_autoplace.cluster import Cluster
+from tf_autoplace.cluster import Cluster, resolve_cluster
 from tf_autoplace.cost import AnalyticalCostModel, CostModel
+from tf_autoplace.engine import place_graph
 from tf_autoplace.errors import ConfigError, InvalidGraphError
 from tf_autoplace.graph import ingest
 from tf_autoplace.graph.opgraph import OpGraph
@@ -337,8 +338,6 @@ def autoplace_function(fn, *args, cluster=None, placer="placeto", seed: int = 0,
       ``(placed, report)``: a :class:`PlacedFunction` (called like ``fn``, running the same
       variables) and its PlacementReport (also ``placed.report``).
     """
-    from tf_autoplace.api import autoplace, resolve_cluster
-
     cf = _concrete_function(fn, args, kwargs)
     cluster = resolve_cluster(cluster)
     graph_def = cf.graph.as_graph_def()
@@ -362,8 +361,8 @@ def autoplace_function(fn, *args, cluster=None, placer="placeto", seed: int = 0,
 
     meta_graph = ingest.load_meta_graph(to_place)
     pinned = PinnedCostModel(cost_model or AnalyticalCostModel(meta_graph), pins)
-    report = autoplace(to_place, cluster=cluster, placer=placer, seed=seed, grouping=grouping,
-                       cost_model=pinned, unknown_dim=unknown_dim)
+    report = place_graph(to_place, cluster=cluster, placer=placer, seed=seed, grouping=grouping,
+                         cost_model=pinned, unknown_dim=unknown_dim)
     placed_def = apply_to_graph_def(graph_def, report.assignment)
 
     notes = list(report.notes)
@@ -467,8 +466,6 @@ def _place_tf2_saved_model(input_dir, tmp, *, signature, tags, **place_kwargs):
 
 
 def _place_tf1_saved_model(input_dir, proto, tmp, *, tags, **place_kwargs):
-    from tf_autoplace.api import autoplace
-
     wanted = set(tags)
     found = [i for i, mg in enumerate(proto.meta_graphs)
              if set(mg.meta_info_def.tags) == wanted]
@@ -476,7 +473,7 @@ def _place_tf1_saved_model(input_dir, proto, tmp, *, tags, **place_kwargs):
         raise ConfigError(f"{input_dir!r} has no MetaGraph tagged {sorted(wanted)}; it has "
                           f"{[sorted(mg.meta_info_def.tags) for mg in proto.meta_graphs]}")
     meta_graph = proto.meta_graphs[found[0]]
-    report = autoplace(meta_graph, **place_kwargs)
+    report = place_graph(meta_graph, **place_kwargs)
     out = saved_model_pb2.SavedModel()
     out.CopyFrom(proto)
     out.meta_graphs[found[0]].graph_def.CopyFrom(report.graph_def)

@@ -35,7 +35,7 @@ def main(argv):
 
     import tf_autoplace
     from tf_autoplace import zoo
-    from tf_autoplace.api import resolve_cluster
+    from tf_autoplace.cluster import resolve_cluster
     from tf_autoplace.cost import AnalyticalCostModel
     from tf_autoplace.graph import ingest
     from tf_autoplace.grouping import GroupingConfig, merge_and_colocate

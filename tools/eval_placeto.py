@@ -57,8 +57,8 @@ flags.DEFINE_multi_string("fine_tune", [], "Fine-tuning setting name=value overr
 
 
 def _policy(env, fresh: bool):
-    from tf_autoplace.placers.placeto import pretrained_policy_dir
-    from tf_autoplace.placers.placeto_policy import PlacetoPolicy
+    from tf_autoplace.rl.placeto_search import pretrained_policy_dir
+    from tf_autoplace.rl.policies.placeto import PlacetoPolicy
 
     if fresh:
         return PlacetoPolicy(env.view.num_devices, env.num_features, seed=FLAGS.seed)
@@ -82,12 +82,13 @@ def main(argv):
     import numpy as np
 
     from tf_autoplace import zoo
-    from tf_autoplace.api import build_problem, resolve_cluster
+    from tf_autoplace.cluster import resolve_cluster
+    from tf_autoplace.prepare import build_problem
     from tf_autoplace.graph import ingest
     from tf_autoplace.rl.env import PlacementEnv
     from tf_autoplace.rl.pretrain import (best_within, heuristic_scores, single_move_landscape,
                                           transfer_counts, zero_shot)
-    from tf_autoplace.placers.placeto import PlacetoConfig, search
+    from tf_autoplace.rl.placeto_search import PlacetoConfig, search
 
     cluster = resolve_cluster(FLAGS.cluster)
     # The curves use the placer's own fine-tuning settings, from scratch and pretrained alike.

@@ -108,7 +108,7 @@ flags.mark_flag_as_required("out_dir")
 
 def _new_policy(env):
     """A fresh policy for ``env``'s device count and features."""
-    from tf_autoplace.placers.placeto_policy import PlacetoPolicy
+    from tf_autoplace.rl.policies.placeto import PlacetoPolicy
 
     return PlacetoPolicy(env.view.num_devices, env.num_features, embed=FLAGS.policy_embed,
                          hidden=FLAGS.policy_hidden, head=FLAGS.policy_head,
@@ -140,8 +140,8 @@ def _imitate(train, test):
     """Search every training graph from scratch with the placer's settings, then clone."""
     import dataclasses
 
-    from tf_autoplace.placers.placeto import PlacetoConfig
-    from tf_autoplace.placers.placeto_policy import PlacetoPolicy
+    from tf_autoplace.rl.placeto_search import PlacetoConfig
+    from tf_autoplace.rl.policies.placeto import PlacetoPolicy
     from tf_autoplace.rl import imitation
     from tf_autoplace.rl.env import PlacementEnv
     from tf_autoplace.rl.pretrain import held_out
@@ -192,7 +192,7 @@ def _imitate(train, test):
 
 def main(argv):
     del argv
-    from tf_autoplace.api import resolve_cluster
+    from tf_autoplace.cluster import resolve_cluster
     from tf_autoplace.rl import families
 
     cluster = resolve_cluster(FLAGS.cluster)
@@ -217,7 +217,7 @@ def main(argv):
     os.makedirs(FLAGS.out_dir, exist_ok=True)
     policy.save(FLAGS.out_dir)
     manifest = dict(
-        what="Placeto policy (tf_autoplace.placers.placeto_policy.PlacetoPolicy)",
+        what="Placeto policy (tf_autoplace.rl.policies.placeto.PlacetoPolicy)",
         command=" ".join(shlex.quote(a) for a in ["python"] + sys.argv),
         cluster=FLAGS.cluster, action_devices=policy.num_devices,
         trained_on=dict(families=made, family_config=repr(config)),

@@ -14,8 +14,8 @@ from tf_autoplace.grouping import Grouping, GroupingConfig, group_graph, merge_a
 from tf_autoplace.placers import (PLACERS, CpuOnlyPlacer, ExpertPlacer, MemoryAwareTopoPlacer,
                                   MetisPlacer, PlacementProblem, RandomPlacer, check_placement,
                                   get_placer)
-from tf_autoplace.placers.metis import pymetis_available
-from tf_autoplace.placers.multilevel import csr_from_edges, edge_cut, partition
+from tf_autoplace.heuristics.metis import pymetis_available
+from tf_autoplace.heuristics.multilevel import csr_from_edges, edge_cut, partition
 
 GB = 10**9
 BASELINES = ("cpu_only", "random", "expert", "metis", "m_topo")
@@ -173,7 +173,7 @@ def test_metis_auto_uses_pymetis_when_importable():
 
 
 def test_metis_falls_back_to_multilevel_and_says_so(monkeypatch):
-    from tf_autoplace.placers import metis
+    from tf_autoplace.heuristics import metis
 
     monkeypatch.setattr(metis, "pymetis_available", lambda: False)
     graph, times = _random_dag(100, seed=1)
@@ -201,7 +201,7 @@ def test_m_topo_cuts_a_chain_into_balanced_contiguous_stages():
 
 
 def test_m_topo_walks_a_fifo_topological_order_and_can_balance_memory():
-    from tf_autoplace.placers.topo import fifo_topological_order
+    from tf_autoplace.heuristics.topo import fifo_topological_order
 
     fork = from_edges(5, [(0, 1, 8), (0, 2, 8), (1, 3, 8), (2, 4, 8)])
     assert fifo_topological_order(fork).tolist() == [0, 1, 2, 3, 4]
@@ -290,7 +290,7 @@ def test_expert_pipeline_splits_heads_and_tails():
 @pytest.fixture(scope="module")
 def small_nmt():
     from tf_autoplace import zoo
-    from tf_autoplace.api import build_problem
+    from tf_autoplace.prepare import build_problem
     from tf_autoplace.graph import ingest
 
     model = zoo.build("nmt", layers=2, length=4, batch=4, hidden=32, embedding_dim=32,

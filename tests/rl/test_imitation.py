@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from tf_autoplace.errors import ConfigError
-from tf_autoplace.placers.placeto import PlacetoConfig
-from tf_autoplace.placers.placeto_policy import KEEP_INIT, PlacetoPolicy
+from tf_autoplace.rl.placeto_search import PlacetoConfig
+from tf_autoplace.rl.policies.placeto import KEEP_INIT, PlacetoPolicy
 from tf_autoplace.rl import imitation, reinforce
 from tf_autoplace.rl.env import EnvConfig, PlacementEnv
 from tf_autoplace.rl.pretrain import mean_greedy_gain

@@ -12,7 +12,7 @@ from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph.opgraph import from_edges
 from tf_autoplace.grouping import Grouping
 from tf_autoplace.placers import PlacementProblem, PlacetoPlacer, get_placer
-from tf_autoplace.placers.placeto_policy import KEEP_INIT, PlacetoPolicy, pool_masks
+from tf_autoplace.rl.policies.placeto import KEEP_INIT, PlacetoPolicy, pool_masks
 from tf_autoplace.rl import pretrain, reinforce
 from tf_autoplace.rl.env import EnvConfig, PlacementEnv, reachability
 
@@ -433,7 +433,7 @@ def test_shipped_policy_loads_and_places_a_small_graph_validly():
     import json
     import os
 
-    from tf_autoplace.placers.placeto import pretrained_policy_dir
+    from tf_autoplace.rl.placeto_search import pretrained_policy_dir
 
     path = pretrained_policy_dir(2)
     assert path is not None
@@ -512,7 +512,7 @@ def test_episodes_start_from_the_incumbent_when_asked(episode_start):
 
 
 def test_search_curve_starts_with_the_zero_shot_episode_and_fine_tunes_from_it(monkeypatch):
-    from tf_autoplace.placers.placeto import PlacetoConfig, search
+    from tf_autoplace.rl.placeto_search import PlacetoConfig, search
 
     rng = np.random.default_rng(11)
     problem = _problem(20, _random_dag(rng, 20), speeds=(1.0, 2.0))
@@ -540,7 +540,7 @@ def test_search_curve_starts_with_the_zero_shot_episode_and_fine_tunes_from_it(m
 
 
 def test_a_stalled_search_hands_the_rest_of_the_budget_to_a_fresh_search():
-    from tf_autoplace.placers.placeto import PlacetoConfig, restart_seed, search
+    from tf_autoplace.rl.placeto_search import PlacetoConfig, restart_seed, search
 
     rng = np.random.default_rng(21)
     problem = _problem(20, _random_dag(rng, 20), speeds=(1.0, 2.0))

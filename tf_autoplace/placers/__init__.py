@@ -1,21 +1,20 @@
-"""Placers behind one interface (:class:`Placer`), and a registry of them by name."""
+"""Every placer behind one interface (:class:`~tf_autoplace.problem.Placer`), by name.
+
+The fast heuristics live in :mod:`tf_autoplace.heuristics`; the learned placers here are thin
+doors over :mod:`tf_autoplace.rl` (config, budget, start, fallback to the best heuristic).
+"""
 
 from __future__ import annotations
 
 import inspect
 
 from tf_autoplace.errors import ConfigError
-from tf_autoplace.placers.base import (Placement, PlacementProblem, Placer, check_memory,
-                                       check_placement, validate)
-from tf_autoplace.placers.best import BestHeuristicPlacer
-from tf_autoplace.placers.cpu_only import CpuOnlyPlacer
-from tf_autoplace.placers.expert import ExpertPlacer
-from tf_autoplace.placers.metf import MemoryAwareETFPlacer
-from tf_autoplace.placers.metis import MetisPlacer
+from tf_autoplace.heuristics import (HEURISTICS, BestHeuristicPlacer, CpuOnlyPlacer, ExpertPlacer,
+                                     MemoryAwareETFPlacer, MemoryAwareTopoPlacer, MetisPlacer,
+                                     RandomPlacer, SingleDevicePlacer)
 from tf_autoplace.placers.placeto import PlacetoConfig, PlacetoPlacer
-from tf_autoplace.placers.random_placer import RandomPlacer
-from tf_autoplace.placers.single import SingleDevicePlacer
-from tf_autoplace.placers.topo import MemoryAwareTopoPlacer
+from tf_autoplace.problem import (Placement, PlacementProblem, Placer, check_memory,
+                                  check_placement, validate)
 
 PLACERS = {
     "single": SingleDevicePlacer,
@@ -28,6 +27,7 @@ PLACERS = {
     "best_heuristic": BestHeuristicPlacer,
     "placeto": PlacetoPlacer,
 }
+assert set(HEURISTICS) <= set(PLACERS)
 
 
 def get_placer(name_or_placer, *, budget_s: float | None = None) -> Placer:

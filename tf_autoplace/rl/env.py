@@ -66,16 +66,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
 from tf_autoplace.grouping import GroupingConfig, group_graph, merge_and_colocate
+from tf_autoplace.heuristics import BestHeuristicPlacer
+from tf_autoplace.problem import PlacementProblem
 from tf_autoplace.sim import memory_penalized_runtime
-
-if TYPE_CHECKING:  # the placers package imports this module (the Placeto placer)
-    from tf_autoplace.placers.base import PlacementProblem
 
 STATIC_FEATURES = 3  # compute share, output-bytes share, persistent-bytes share
 # (placeto_policy.PLACEMENT_OFFSET reads the placement one-hot right after these.)
@@ -190,8 +187,6 @@ class PlacementEnv:
             # Group so that no group straddles two devices of the heuristic's placement: give
             # Merge-and-Colocate one pseudo kernel kind per device (it never merges ops whose
             # kinds do not intersect), so the start placement is exactly the heuristic's.
-            from tf_autoplace.placers.best import BestHeuristicPlacer
-
             self.heuristic_devices = BestHeuristicPlacer().propose(problem)
             pseudo = np.zeros((graph.num_ops, cluster.num_devices), dtype=bool)
             pseudo[np.arange(graph.num_ops), self.heuristic_devices] = True

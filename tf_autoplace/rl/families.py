@@ -88,7 +88,8 @@ from tf_autoplace import zoo
 from tf_autoplace.cluster import Cluster
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph import ingest
-from tf_autoplace.placers.base import PlacementProblem
+from tf_autoplace.prepare import build_problem
+from tf_autoplace.problem import PlacementProblem
 from tf_autoplace.zoo.base import GraphBuilder, ModelGraph, language_model_builder
 from tf_autoplace.zoo.layers import dense, embedding, scope, sequence_softmax_logits, variable
 
@@ -239,7 +240,6 @@ def family_problems(family: str, config: FamilyConfig, cluster: Cluster, *,
     ``<cache_dir>/<family>_<seed>_<i>_<cache_key>.pkl``, so a second run builds nothing.
     ``progress`` prints one line per graph to stderr.
     """
-    from tf_autoplace.api import build_problem  # api imports the placers; keep this import light
 
     _check_family(family)
     key = cache_key(family, config, cluster)

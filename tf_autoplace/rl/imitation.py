@@ -1,7 +1,7 @@
 """Pretraining by imitating search: the policy learns to make, in one greedy episode, the moves
 the placer's own search found on each training graph.
 
-The placer fine-tunes with a local search (:func:`tf_autoplace.placers.placeto.search`: a
+The placer fine-tunes with a local search (:func:`tf_autoplace.rl.placeto_search.search`: a
 fresh policy's REINFORCE in the MDP that undoes harmful moves). On the training graphs of the
 NMT family, 1,200 simulated placements take it to placements 2.9-10.7% faster than the best
 heuristic's, which move 25-72 of the 256 groups away from where the heuristic put them.
@@ -49,10 +49,10 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from tf_autoplace.errors import ConfigError
-from tf_autoplace.placers.placeto import PlacetoConfig, search
-from tf_autoplace.placers.placeto_policy import PlacetoPolicy
 from tf_autoplace.rl import reinforce
 from tf_autoplace.rl.env import PlacementEnv
+from tf_autoplace.rl.placeto_search import PlacetoConfig, search
+from tf_autoplace.rl.policies.placeto import PlacetoPolicy
 from tf_autoplace.rl.pretrain import mean_greedy_gain
 
 

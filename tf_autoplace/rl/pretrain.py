@@ -3,7 +3,7 @@
 :func:`pretrain` trains one policy on the training halves of the families (each worker of an
 iteration takes a different graph, as in Placeto A.7) and evaluates it zero-shot on the held-out
 halves against the fast heuristics. :func:`samples_to_reach` and :func:`transfer_counts` read the
-transfer speed-up off two learning curves (``tf_autoplace.placers.placeto.search`` draws them),
+transfer speed-up off two learning curves (``tf_autoplace.rl.placeto_search.search`` draws them),
 and :func:`best_within` compares them at equal sample budgets.
 """
 
@@ -15,11 +15,11 @@ from typing import Sequence
 
 import numpy as np
 
-from tf_autoplace.placers import get_placer
-from tf_autoplace.placers.base import PlacementProblem, check_memory
-from tf_autoplace.placers.placeto_policy import PlacetoPolicy
+from tf_autoplace.heuristics import HEURISTICS
+from tf_autoplace.problem import PlacementProblem, check_memory
 from tf_autoplace.rl import reinforce
 from tf_autoplace.rl.env import EnvConfig, PlacementEnv
+from tf_autoplace.rl.policies.placeto import PlacetoPolicy
 from tf_autoplace.sim import memory_penalized_runtime
 
 
@@ -28,7 +28,7 @@ def heuristic_scores(problem: PlacementProblem, names=("single", "m_etf", "exper
     """Memory-penalised simulated runtime R of each heuristic's placement (seconds)."""
     out = {}
     for name in names:
-        sim = problem.simulator.run(get_placer(name).propose(problem))
+        sim = problem.simulator.run(HEURISTICS[name]().propose(problem))
         out[name] = memory_penalized_runtime(sim, problem.cluster, memory_penalty)
     return out
 

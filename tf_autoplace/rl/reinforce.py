@@ -74,7 +74,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from tf_autoplace.errors import ConfigError
-from tf_autoplace.placers.placeto_policy import PlacetoPolicy, pool_masks
+from tf_autoplace.rl.policies.placeto import PlacetoPolicy, pool_masks
 from tf_autoplace.rl.env import PlacementEnv
 
 

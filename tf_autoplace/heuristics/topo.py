@@ -9,7 +9,7 @@ and is very fast.
 
 How we read it over groups:
 
-* **Devices.** The compute devices of :func:`~tf_autoplace.placers._common.compute_devices`
+* **Devices.** The compute devices of :func:`~tf_autoplace.heuristics._common.compute_devices`
   (the GPUs), in index order; groups that no GPU can run go to the first device that can (the
   CPU host) and do not count against any share.
 * **Order.** Kahn's algorithm with a FIFO queue over data and control edges (ops that become
@@ -42,9 +42,9 @@ from __future__ import annotations
 import numpy as np
 
 from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
-from tf_autoplace.placers._common import (compute_devices, fallback_device,
+from tf_autoplace.heuristics._common import (compute_devices, fallback_device,
                                           group_compute_time, group_memory)
-from tf_autoplace.placers.base import Placer, PlacementProblem
+from tf_autoplace.problem import Placer, PlacementProblem
 
 
 BALANCES = ("compute", "memory")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tf_autoplace.placers.base import Placer, PlacementProblem
+from tf_autoplace.problem import Placer, PlacementProblem
 
 
 class RandomPlacer(Placer):

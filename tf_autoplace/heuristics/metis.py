@@ -8,7 +8,7 @@ a cost model of operations"; Gao et al. 2018) and GDP's "TensorFlow METIS" (Zhou
 Setting:
 
 * Vertices: the problem's groups that some compute device (GPU, see
-  :func:`~tf_autoplace.placers._common.compute_devices`) can run; vertex weight = the group's
+  :func:`~tf_autoplace.heuristics._common.compute_devices`) can run; vertex weight = the group's
   compute time there (mean over the GPUs). Groups no GPU can run go to the first device that
   can (the CPU host) and are left out of the partition.
 * Edges: the group graph (:func:`~tf_autoplace.grouping.group_graph`) made undirected; edge
@@ -20,7 +20,7 @@ Setting:
   that does not fit, and the benchmark reports it as OOM.
 
 Backends: ``pymetis`` (METIS 5 itself) when it is importable, else our own multilevel
-partitioner (:mod:`tf_autoplace.placers.multilevel`). ``backend="auto"`` picks the first
+partitioner (:mod:`tf_autoplace.heuristics.multilevel`). ``backend="auto"`` picks the first
 available; force one with ``"pymetis"`` or ``"multilevel"``. For pymetis the weights are
 scaled to integers: vertex weights to about 10^7 in total, edge weights to at most 10^5 (at
 least 1). Both are seeded from the placer's seed.
@@ -32,10 +32,10 @@ import numpy as np
 
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.grouping import group_graph
-from tf_autoplace.placers._common import (compute_devices, fallback_device, fix_kernels,
+from tf_autoplace.heuristics._common import (compute_devices, fallback_device, fix_kernels,
                                           group_compute_time)
-from tf_autoplace.placers.base import Placer, PlacementProblem
-from tf_autoplace.placers.multilevel import CSRGraph, csr_from_edges, partition
+from tf_autoplace.problem import Placer, PlacementProblem
+from tf_autoplace.heuristics.multilevel import CSRGraph, csr_from_edges, partition
 
 BACKENDS = ("auto", "pymetis", "multilevel")
 

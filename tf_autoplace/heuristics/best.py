@@ -13,9 +13,23 @@ from typing import Sequence
 
 import numpy as np
 
-from tf_autoplace.placers.base import Placer, PlacementProblem, check_memory
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.heuristics.expert import ExpertPlacer
+from tf_autoplace.heuristics.metf import MemoryAwareETFPlacer
+from tf_autoplace.heuristics.metis import MetisPlacer
+from tf_autoplace.heuristics.single import SingleDevicePlacer
+from tf_autoplace.heuristics.topo import MemoryAwareTopoPlacer
+from tf_autoplace.problem import Placer, PlacementProblem, check_memory
 
-DEFAULT_CANDIDATES = ("m_etf", "expert", "metis", "m_topo", "single")
+# The fast heuristics best_heuristic chooses among, by registered name, in tie-break order.
+FAST_HEURISTICS = {
+    "m_etf": MemoryAwareETFPlacer,
+    "expert": ExpertPlacer,
+    "metis": MetisPlacer,
+    "m_topo": MemoryAwareTopoPlacer,
+    "single": SingleDevicePlacer,
+}
+DEFAULT_CANDIDATES = tuple(FAST_HEURISTICS)
 
 
 class BestHeuristicPlacer(Placer):
@@ -26,14 +40,16 @@ class BestHeuristicPlacer(Placer):
     name = "best_heuristic"
 
     def __init__(self, candidates: Sequence[str] = DEFAULT_CANDIDATES):
+        unknown = sorted(set(candidates) - set(FAST_HEURISTICS))
+        if unknown:
+            raise ConfigError(f"best_heuristic candidates must be among {list(FAST_HEURISTICS)}, "
+                              f"got unknown {unknown}")
         self.candidates = tuple(candidates)
 
     def _place(self, problem: PlacementProblem, rng: np.random.Generator) -> np.ndarray:
-        from tf_autoplace.placers import get_placer
-
         scored = []
         for order, name in enumerate(self.candidates):
-            devices = get_placer(name).propose(problem)  # each with its default seed
+            devices = FAST_HEURISTICS[name]().propose(problem)  # each with its default seed
             sim = problem.simulator.run(devices)
             scored.append((bool(check_memory(problem, sim)), sim.makespan, order, name, devices))
         scored.sort(key=lambda item: item[:3])

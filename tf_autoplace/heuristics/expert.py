@@ -14,7 +14,7 @@ What the papers call "human expert" (Mirhoseini et al. 2018, section 3; Gao et a
 Our rule covers all of these. The model is a pipeline of **stages**, each a set of name-scope
 prefixes (``("encoder/layer_0/", "decoder/layer_0/")``), plus **head** scopes (embeddings,
 inputs) and **tail** scopes (attention, softmax). With L stages and k compute devices (the GPUs;
-see :func:`~tf_autoplace.placers._common.compute_devices`), stage i goes to GPU
+see :func:`~tf_autoplace.heuristics._common.compute_devices`), stage i goes to GPU
 ``floor(i * k / L)``: one layer per GPU when L = k, contiguous blocks when L > k, the first L
 GPUs when L < k. Heads go with stage 0, tails with the last stage. Without any stage the
 placement is the single-GPU one (:class:`SingleDevicePlacer`).
@@ -61,9 +61,9 @@ from typing import Sequence
 import numpy as np
 
 from tf_autoplace.errors import ConfigError
-from tf_autoplace.placers._common import compute_devices
-from tf_autoplace.placers.base import Placer, PlacementProblem
-from tf_autoplace.placers.single import SingleDevicePlacer
+from tf_autoplace.heuristics._common import compute_devices
+from tf_autoplace.problem import Placer, PlacementProblem
+from tf_autoplace.heuristics.single import SingleDevicePlacer
 
 _LAYER = re.compile(r"^((?:[^/]+/)*?layer_\d+/)")
 _NUMBERS = re.compile(r"_(\d+)/")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from tf_autoplace.errors import InfeasiblePlacementError
-from tf_autoplace.placers.base import Placer, PlacementProblem
-from tf_autoplace.placers.single import SingleDevicePlacer
+from tf_autoplace.problem import Placer, PlacementProblem
+from tf_autoplace.heuristics.single import SingleDevicePlacer
 
 
 class CpuOnlyPlacer(Placer):

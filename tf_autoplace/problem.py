@@ -1,4 +1,4 @@
-"""The placer interface and the problem every placer solves.
+"""The placement problem, what counts as a solution, and the interface of every placer.
 
 A :class:`PlacementProblem` bundles what is fixed while searching: the OpGraph, the Cluster, the
 op-time matrix from a cost model, the grouping (Merge-and-Colocate groups, which never split a TF

@@ -1,0 +1,101 @@
+"""The pass on one graph: prepare the problem, place it, report, rewrite.
+
+:func:`place_graph` is what :func:`tf_autoplace.autoplace` runs for a graph (and the TF2 and
+SavedModel doors run for the graph of a function): build the problem
+(:mod:`tf_autoplace.prepare`), run the placer outside the user's default graph, simulate the
+single-device baseline, write the devices (a ``tf.Graph`` in place, atomically; otherwise a
+placed GraphDef copy) and return the :class:`PlacementReport`. It holds no algorithm.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.eager import context
+
+from tf_autoplace.cluster import resolve_cluster
+from tf_autoplace.cost import CostModel
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.graph import ingest
+from tf_autoplace.grouping import GroupingConfig
+from tf_autoplace.heuristics import SingleDevicePlacer
+from tf_autoplace.placers import get_placer
+from tf_autoplace.prepare import build_problem
+from tf_autoplace.report import PlacementReport, device_loads
+from tf_autoplace.rewrite import apply_to_graph, apply_to_graph_def
+from tf_autoplace.sim import lower_bound
+from tf_autoplace.timeline import TimelineData
+
+
+@contextlib.contextmanager
+def outside_user_graph():
+    """Run placement outside whatever graph is the default: inside ``with graph.as_default()``
+    or ``with Session(...)`` a placer that runs TF ops (a learned policy) would otherwise add
+    them to the graph being placed. Placement sees a throwaway default graph, and eager execution
+    when the program has it (a TF1 program that disabled eager keeps graph mode)."""
+    with tf.Graph().as_default():
+        if context.default_execution_mode == context.EAGER_MODE:
+            with context.eager_mode():
+                yield
+        else:
+            yield
+
+
+def place_graph(graph, cluster=None, placer="placeto", seed: int = 0, *,
+                grouping: GroupingConfig = GroupingConfig(), cost_model: CostModel | None = None,
+                unknown_dim: int = 1) -> PlacementReport:
+    """Place a ``tf.Graph`` (rewritten in place) or a GraphDef, MetaGraphDef, serialized bytes
+    or file path (left alone; the placed copy is ``report.graph_def``); the arguments are
+    :func:`tf_autoplace.autoplace`'s, ``placer`` a registered name or a Placer."""
+    placer = get_placer(placer)
+    if not isinstance(seed, (int, np.integer)):
+        raise ConfigError(f"seed must be an int, got {seed!r}")
+    cluster = resolve_cluster(cluster)
+    timings: dict[str, float] = {}
+    meta_graph = ingest.load_meta_graph(graph)
+    problem, cost_model = build_problem(meta_graph, cluster, grouping=grouping,
+                                        cost_model=cost_model, unknown_dim=unknown_dim,
+                                        timings=timings)
+
+    t = time.perf_counter()
+    with outside_user_graph():
+        placement = placer.place(problem, seed=int(seed))
+    timings["place"] = time.perf_counter() - t
+
+    baseline = SingleDevicePlacer().propose(problem)
+    baseline_sim = problem.simulator.run(baseline)
+    assignment = dict(zip(problem.graph.names, placement.device_names(cluster)))
+
+    t = time.perf_counter()
+    placed_graph_def = None
+    if isinstance(graph, tf.Graph):
+        apply_to_graph(graph, assignment)
+    else:
+        placed_graph_def = apply_to_graph_def(meta_graph.graph_def, assignment)
+    timings["rewrite"] = time.perf_counter() - t
+
+    notes = list(placement.notes)
+    fallback = getattr(cost_model, "num_fallback_ops", 0)
+    if fallback:
+        notes.append(f"{fallback} ops were not costed by Grappler; their time is a "
+                     "memory-bandwidth estimate")
+    unknown = int((~problem.graph.shape_known).sum())
+    if unknown:
+        notes.append(f"{unknown} ops have outputs of unknown size (counted with "
+                     f"{unknown_dim} per unknown dimension): give the inputs static shapes "
+                     "for better memory and transfer estimates")
+    report = PlacementReport(
+        placer=placer.name, step_time_s=float(placement.sim.makespan),
+        lower_bound_s=lower_bound(problem.graph, cluster, problem.op_time),
+        devices=device_loads(cluster, placement.devices, placement.sim),
+        baseline_step_time_s=float(baseline_sim.makespan),
+        baseline_devices=device_loads(cluster, baseline, baseline_sim),
+        num_ops=problem.graph.num_ops, num_groups=problem.grouping.num_groups,
+        num_colocation_groups=int(problem.graph.colocation.max()) + 1,
+        ops_with_unknown_shapes=unknown, timings_s=timings, notes=tuple(notes),
+        seed=int(seed), assignment=assignment, graph_def=placed_graph_def,
+        timeline=TimelineData(problem.graph, cluster, placement.devices, placement.sim))
+    return report
