@@ -19,7 +19,7 @@ ROOT = os.path.dirname(tf_autoplace.__file__)
 # Lowest first. A top-level module or subpackage of tf_autoplace per entry, by layer.
 LAYERS = [
     {"errors", "proto"},
-    {"cluster", "graph", "zoo", "testing"},
+    {"cluster", "graph", "zoo"},
     {"cost", "grouping", "sim"},
     {"problem", "timeline", "rewrite"},
     {"report", "prepare"},
@@ -29,7 +29,7 @@ LAYERS = [
     {"engine", "benchmark"},
     {"tf2"},
     {"api"},
-    {"flags"},
+    {"flags", "testing"},
 ]
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 

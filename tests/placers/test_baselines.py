@@ -6,39 +6,23 @@ import os
 import numpy as np
 import pytest
 
-from tf_autoplace.cluster import Cluster, Device
-from tf_autoplace.cost import TableCostModel
+from tf_autoplace.cluster import Cluster
 from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
 from tf_autoplace.graph.opgraph import from_edges
-from tf_autoplace.grouping import Grouping, GroupingConfig, group_graph, merge_and_colocate
+from tf_autoplace.grouping import group_graph
 from tf_autoplace.placers import (PLACERS, CpuOnlyPlacer, ExpertPlacer, MemoryAwareTopoPlacer,
-                                  MetisPlacer, PlacementProblem, RandomPlacer, check_placement,
+                                  MetisPlacer, RandomPlacer, check_placement,
                                   get_placer)
 from tf_autoplace.heuristics.metis import pymetis_available
 from tf_autoplace.heuristics.multilevel import csr_from_edges, edge_cut, partition
+from tf_autoplace.testing import problems
 
-GB = 10**9
+GB = problems.GB
 BASELINES = ("cpu_only", "random", "expert", "metis", "m_topo")
 
 
 def _cluster(num_gpus=2, gpu_memory=10 * GB, cpu=True):
-    devices = [Device(f"/device:GPU:{i}", "GPU", memory_bytes=gpu_memory)
-               for i in range(num_gpus)]
-    if cpu:
-        devices.append(Device("/device:CPU:0", "CPU", memory_bytes=100 * GB))
-    return Cluster.uniform(devices, bandwidth_gbps=1.0, latency_us=10.0)
-
-
-def _problem(graph, cluster, gpu_s, cpu_s=None, max_groups=None):
-    gpu = np.broadcast_to(np.asarray(gpu_s, np.float64), (graph.num_ops,))
-    cpu = gpu * 10 if cpu_s is None else np.broadcast_to(np.asarray(cpu_s, np.float64),
-                                                         (graph.num_ops,))
-    times = {"GPU": gpu, "CPU": cpu}
-    op_time = TableCostModel({k: times[k] for k in {d.kind for d in cluster.devices}}
-                             ).op_time(graph, cluster)
-    grouping = (Grouping.from_labels(graph, graph.colocation) if max_groups is None
-                else merge_and_colocate(graph, GroupingConfig(max_groups=max_groups)))
-    return PlacementProblem(graph=graph, cluster=cluster, op_time=op_time, grouping=grouping)
+    return problems.cluster(num_gpus, gpu_memory=gpu_memory, host=cpu)
 
 
 def _random_dag(n, seed, fan_in=3):
@@ -46,6 +30,9 @@ def _random_dag(n, seed, fan_in=3):
     edges = [(int(i), j, int(rng.integers(1, 10**6))) for j in range(1, n)
              for i in rng.choice(j, size=min(j, fan_in), replace=False)]
     return from_edges(n, edges), rng.lognormal(np.log(1e-3), 1.0, n)
+
+
+_problem = problems.problem
 
 
 def _cut_bytes(problem, devices):
