@@ -9,12 +9,10 @@ placed GraphDef copy) and return the :class:`PlacementReport`. It holds no algor
 
 from __future__ import annotations
 
-import contextlib
 import time
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.eager import context
 
 from tf_autoplace.cluster import resolve_cluster
 from tf_autoplace.cost import CostModel
@@ -24,24 +22,11 @@ from tf_autoplace.grouping import GroupingConfig
 from tf_autoplace.heuristics import SingleDevicePlacer
 from tf_autoplace.placers import get_placer
 from tf_autoplace.prepare import build_problem
+from tf_autoplace.rl.eager import policy_context
 from tf_autoplace.report import PlacementReport, device_loads
 from tf_autoplace.rewrite import apply_to_graph, apply_to_graph_def
 from tf_autoplace.sim import lower_bound
 from tf_autoplace.timeline import TimelineData
-
-
-@contextlib.contextmanager
-def outside_user_graph():
-    """Run placement outside whatever graph is the default: inside ``with graph.as_default()``
-    or ``with Session(...)`` a placer that runs TF ops (a learned policy) would otherwise add
-    them to the graph being placed. Placement sees a throwaway default graph, and eager execution
-    when the program has it (a TF1 program that disabled eager keeps graph mode)."""
-    with tf.Graph().as_default():
-        if context.default_execution_mode == context.EAGER_MODE:
-            with context.eager_mode():
-                yield
-        else:
-            yield
 
 
 def place_graph(graph, cluster=None, placer="placeto", seed: int = 0, *,
@@ -61,7 +46,7 @@ def place_graph(graph, cluster=None, placer="placeto", seed: int = 0, *,
                                         timings=timings)
 
     t = time.perf_counter()
-    with outside_user_graph():
+    with policy_context():  # nothing the placer runs lands in the user's graph
         placement = placer.place(problem, seed=int(seed))
     timings["place"] = time.perf_counter() - t
 

@@ -32,6 +32,7 @@ import numpy as np
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.heuristics import HEURISTICS
 from tf_autoplace.problem import Placer, PlacementProblem, check_memory
+from tf_autoplace.rl.eager import policy_context
 from tf_autoplace.rl.env import PlacementEnv
 from tf_autoplace.rl.placeto_search import PlacetoConfig, pretrained_policy_dir, search
 from tf_autoplace.rl.policies.placeto import PlacetoPolicy
@@ -70,9 +71,10 @@ class PlacetoPlacer(Placer):
         start = time.perf_counter()
         seed = int(rng.integers(2**31 - 1))
         env = PlacementEnv(problem, cfg.env)
-        policy, source = self.load_policy(env)
-        found = search(policy, env, cfg, seed, pretrained=source is not None,
-                       deadline=start + cfg.budget_s)
+        with policy_context():  # the policy runs eagerly whatever mode the caller is in
+            policy, source = self.load_policy(env)
+            found = search(policy, env, cfg, seed, pretrained=source is not None,
+                           deadline=start + cfg.budget_s)
         zero, samples = found.zero_shot, found.samples
         learned = env.op_placement(found.best_actions)
 
