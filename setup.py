@@ -12,6 +12,9 @@ absl-py), each because a well-kept library does the job better than code we woul
   mode to build training graphs as tf.Graph.
 - tensorboard (extra "train"): tf.summary writes Placeto's training curves through it; TF
   2.21 no longer installs it, and only training tools need it.
+- highspy: the LP lower bound on the step time (``tf_autoplace.sim.lp_bound``) is solved by
+  HiGHS, a maintained open-source LP solver; highspy is its own thin binding (one wheel, no
+  SciPy), and it returns the row duals the bound is certified from, also after a time limit.
 - protobuf >= 7.35.1: the generated modules in tf_autoplace/proto come from protoc 35.1 (see
   protos/README.md) and check the runtime version.
 
@@ -46,6 +49,7 @@ setup(
         "networkx>=3.0",
         "absl-py>=1.0",
         "numba>=0.60",
+        "highspy>=1.16",
         "protobuf>=7.35.1",
     ],
     extras_require={

@@ -1,0 +1,293 @@
+"""A linear-programming lower bound on the makespan of every valid placement, solved with HiGHS.
+
+:func:`lp_lower_bound` returns the largest of three proven bounds: the simple bound and the path
+with transfers (:mod:`tf_autoplace.sim.bounds`), and the optimum of the linear program below,
+which couples the path with per-device load. The LP is what helps when load, not the path,
+limits the step: on a cluster whose CPU host is much slower than its GPUs the simple bound
+divides the work by every device as if the host were a GPU; the LP lets each colocation group
+choose (fractionally) a kind of device and pays its time there.
+
+The linear program
+------------------
+Devices with identical ``op_time`` columns form a *class* ``K`` of ``|K|`` devices (the GPUs of
+a K80 box are one class, the host another). Times are in seconds, ``t[i, K]`` op i's time on a
+device of ``K``, ``c(i)`` op i's colocation group, ``W[c, K] = sum_{i in c} t[i, K]``,
+``P[c]`` the persistent bytes of group ``c``, ``h``, ``q``, ``f`` the heads, tails and fastest
+times of :func:`tf_autoplace.sim.bounds.heads_and_tails`. Variables: ``x[c, K] >= 0`` for every
+class where group ``c`` has a kernel for all its ops and whose largest device holds ``P[c]``,
+and ``T``. Minimise ``T`` subject to
+
+* assignment: ``sum_K x[c, K] = 1`` for every group ``c``;
+* load: ``sum_c W[c, K] x[c, K] <= |K| T`` for every class;
+* memory: ``sum_c P[c] x[c, K] <= sum_{d in K} memory[d]`` for every class (kept only where all
+  persistent bytes together exceed the class's memory, else it cannot bind);
+* path: ``h_i + sum_K t[i, K] x[c(i), K] + q_i <= T`` for every op i (kept only where
+  ``h_i + max_K t[i, K] + q_i`` exceeds the other two bounds, else it cannot bind).
+
+Validity: take any valid placement ``p`` with makespan ``M`` and set ``x[c, K] = 1`` for the
+class holding c's device, ``T = M``. Assignment holds since a group sits on one device with its
+kernels, and that device holds at least the group's persistent bytes. The devices of ``K`` are
+each busy at most ``M`` (one op at a time inside ``[0, M]``), so their total busy time
+``sum_c W[c, K] x[c, K] <= |K| M``. Persistent bytes count for the whole step on their device,
+and each device of a valid placement fits its peak, so the class total fits the class's
+memory. Op ``i`` starts no earlier than ``h_i``, runs ``t[i, K] = sum_K t[i, K] x[c(i), K]`` and
+ends no later than ``M - q_i``. So the point is feasible and the LP optimum is at most ``M``.
+Rows dropped as unable to bind change nothing once the result is maxed with the other bounds:
+with ``T`` raised to them every dropped row holds.
+
+Measured on the zoo and kept out (``docs/pending/bound.md``): precedence rows with completion
+times per op (``C_i >= C_j + sum_K t[i, K] x``) add under 0.01% over the path rows above at 10x
+the solve time; per-device variables with linearised transfer terms (``y_e >= x[c(j), d] -
+x[c(i), d]``) add nothing, because averaging an LP solution over permutations of identical
+devices gives an equally good one in which every transfer inside a class is free, which is the
+class LP; windows of ops with large heads and tails add nothing over the path with transfers.
+
+Proof of the number reported
+----------------------------
+HiGHS works to tolerances, and a stopped solve (``time_limit_s``) has no optimum. So the value
+reported is not HiGHS's objective: it is the Lagrangian bound of the row duals HiGHS returns,
+evaluated here. With row activities ``A z`` in ``[rl, ru]``, columns in boxes ``[l, u]`` and any
+row multipliers ``y`` (a multiplier whose needed side is infinite is set to 0), every feasible
+``z`` has ``c.z = r.z + y.(A z) >= sum_j min(r_j l_j, r_j u_j) + sum_i min(y_i rl_i, y_i ru_i) =
+L(y)`` with ``r = c - A^T y``. ``T`` needs a finite box: with ``T <= U`` the argument covers every
+placement with makespan at most ``U``, and ``min(L(y), U)`` is then at most every makespan, for
+any ``U`` (taken as twice HiGHS's objective). ``L(y)`` is computed in float64 and lowered by a
+rounding allowance. If HiGHS returns no duals (an error, a stop before any basis) the LP part
+is dropped and ``status`` says so; the result is then the largest of the other two bounds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+
+import highspy
+import numpy as np
+
+from tf_autoplace.cluster import Cluster
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.graph.opgraph import OpGraph
+from tf_autoplace.sim.bounds import heads_and_tails, lower_bound
+from tf_autoplace.sim.simulator import check_op_time
+
+DEFAULT_TIME_LIMIT_S = 30.0
+
+
+@dataclasses.dataclass(frozen=True)
+class LPBound:
+    """What :func:`lp_lower_bound` found, times in seconds.
+
+    Attributes:
+      value_s: the bound: ``max(simple_s, path_s, lp_s)`` (``lp_s`` counted only if finite).
+      simple_s: :func:`tf_autoplace.sim.bounds.lower_bound`.
+      path_s: the path with transfers, ``max_i head + fastest + tail``.
+      lp_s: the Lagrangian bound of HiGHS's duals (NaN when the LP gave none).
+      status: ``"optimal"``, ``"not needed"`` (nothing to solve), or why the LP part is weaker
+        or missing (``"time limit"``, ``"no valid placement: ..."``, HiGHS's status).
+      solve_s: wall-clock seconds HiGHS ran.
+      rows, cols: size of the LP passed to HiGHS.
+    """
+
+    value_s: float
+    simple_s: float
+    path_s: float
+    lp_s: float
+    status: str
+    solve_s: float
+    rows: int
+    cols: int
+
+
+def device_classes(op_time: np.ndarray) -> np.ndarray:
+    """[D] int class of each device: devices with identical ``op_time`` columns share one,
+    numbered in order of first appearance."""
+    seen: dict[bytes, int] = {}
+    return np.array([seen.setdefault(op_time[:, d].tobytes(), len(seen))
+                     for d in range(op_time.shape[1])], dtype=np.int64)
+
+
+@dataclasses.dataclass
+class _Model:
+    """An LP in HiGHS's form, built row by row as COO triplets."""
+
+    num_cols: int
+    rows: list = dataclasses.field(default_factory=list)
+    cols: list = dataclasses.field(default_factory=list)
+    vals: list = dataclasses.field(default_factory=list)
+    lower: list = dataclasses.field(default_factory=list)
+    upper: list = dataclasses.field(default_factory=list)
+    num_rows: int = 0
+
+    def add(self, row, col, val):
+        """Entries of rows numbered from ``num_rows`` (``row`` is relative)."""
+        self.rows.append(self.num_rows + np.asarray(row, np.int64))
+        self.cols.append(np.asarray(col, np.int64))
+        self.vals.append(np.asarray(val, np.float64))
+
+    def close(self, lower, upper):
+        """Finish the rows just added with their bounds."""
+        self.lower.append(np.asarray(lower, np.float64))
+        self.upper.append(np.asarray(upper, np.float64))
+        self.num_rows += len(self.lower[-1])
+
+    def arrays(self):
+        return (np.concatenate(self.rows), np.concatenate(self.cols),
+                np.concatenate(self.vals), np.concatenate(self.lower),
+                np.concatenate(self.upper))
+
+
+def lp_lower_bound(graph: OpGraph, cluster: Cluster, op_time: np.ndarray, *,
+                   time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> LPBound:
+    """A makespan no valid placement of ``graph`` on ``cluster`` can beat (module docstring).
+
+    Args:
+      op_time: [n, D] float64 seconds per op and device, ``inf`` where there is no kernel.
+      time_limit_s: HiGHS's time limit; a stopped solve still gives a proven (weaker) bound.
+    """
+    if not (isinstance(time_limit_s, (int, float)) and time_limit_s > 0):
+        raise ConfigError(f"time_limit_s must be a number > 0, got {time_limit_s!r}")
+    op_time = check_op_time(graph, cluster, op_time)
+    simple = lower_bound(graph, cluster, op_time)
+    head, tail, fastest = heads_and_tails(graph, cluster, op_time)
+    path = float((head + fastest + tail).max()) if graph.num_ops else 0.0
+    known = max(simple, path)
+
+    def result(lp_s=math.nan, status="not needed", solve_s=0.0, rows=0, cols=0):
+        value = max(known, lp_s) if math.isfinite(lp_s) else known
+        return LPBound(value_s=float(value), simple_s=float(simple), path_s=path,
+                       lp_s=float(lp_s), status=status, solve_s=solve_s, rows=rows, cols=cols)
+
+    if not known > 0 or not math.isfinite(known):
+        return result()
+    built = _build(graph, cluster, op_time, head, tail, scale=known)
+    if isinstance(built, str):
+        return result(status=built)
+    model, num_x = built
+    start = time.perf_counter()
+    lp_value, status = _solve(model, num_x, time_limit_s)
+    return result(lp_s=lp_value * known, status=status, solve_s=time.perf_counter() - start,
+                  rows=model.num_rows, cols=model.num_cols)
+
+
+def _build(graph, cluster, op_time, head, tail, *, scale):
+    """The LP of the module docstring with times divided by ``scale`` (a known bound, so the
+    optimum is near 1), as ``(model, number of x columns)``; the last column is ``T``. A string
+    instead says why no valid placement exists."""
+    classes = device_classes(op_time)
+    num_classes = int(classes.max()) + 1
+    first = np.array([np.flatnonzero(classes == k)[0] for k in range(num_classes)])
+    size = np.bincount(classes, minlength=num_classes).astype(np.float64)
+    t = op_time[:, first] / scale                                     # [n, K]
+    coloc = graph.colocation.astype(np.int64)
+    num_groups = int(coloc.max()) + 1
+    persistent = np.bincount(coloc, weights=graph.persistent_bytes.astype(np.float64),
+                             minlength=num_groups)
+    largest = np.array([cluster.memory[classes == k].max() for k in range(num_classes)], float)
+    allowed = np.ones((num_groups, num_classes), bool)
+    np.logical_and.at(allowed, coloc, np.isfinite(t))
+    allowed &= persistent[:, None] <= largest[None, :]
+    if not allowed.any(axis=1).all():
+        c = int(np.flatnonzero(~allowed.any(axis=1))[0])
+        op = graph.names[int(np.flatnonzero(coloc == c)[0])]
+        return (f"no valid placement: the colocation group of op {op!r} fits no device (kernels "
+                f"or {persistent[c] / 1e9:.2f} GB of variables)")
+    work = np.zeros((num_groups, num_classes))
+    np.add.at(work, coloc, np.where(np.isfinite(t), t, 0.0))
+
+    xg, xk = np.nonzero(allowed)
+    num_x = len(xg)
+    x_of = np.full((num_groups, num_classes), -1, np.int64)
+    x_of[xg, xk] = np.arange(num_x)
+    col_t = num_x
+    model = _Model(num_cols=num_x + 1)
+
+    model.add(xg, np.arange(num_x), np.ones(num_x))
+    model.close(np.ones(num_groups), np.ones(num_groups))
+    model.add(xk, np.arange(num_x), work[xg, xk])
+    model.add(np.arange(num_classes), np.full(num_classes, col_t), -size)
+    model.close(np.full(num_classes, -np.inf), np.zeros(num_classes))
+    capacity = np.bincount(classes, weights=cluster.memory.astype(np.float64),
+                           minlength=num_classes)
+    tight = np.flatnonzero(persistent.sum() > capacity)
+    if len(tight):
+        row_of = np.full(num_classes, -1)
+        row_of[tight] = np.arange(len(tight))
+        keep = row_of[xk] >= 0
+        model.add(row_of[xk[keep]], np.flatnonzero(keep), persistent[xg[keep]] / capacity[xk[keep]])
+        model.close(np.full(len(tight), -np.inf), np.ones(len(tight)))
+
+    h, q = head / scale, tail / scale
+    t_allowed = np.where(allowed[coloc] & np.isfinite(t), t, -np.inf)
+    ops = np.flatnonzero(h + t_allowed.max(axis=1) + q > 1.0)
+    op_rows, op_k = np.nonzero(np.isfinite(t_allowed[ops]))
+    model.add(op_rows, x_of[coloc[ops[op_rows]], op_k], t[ops[op_rows], op_k])
+    model.add(np.arange(len(ops)), np.full(len(ops), col_t), -np.ones(len(ops)))
+    model.close(np.full(len(ops), -np.inf), -(h[ops] + q[ops]))
+    return model, num_x
+
+
+def _solve(model: _Model, num_x: int, time_limit_s: float) -> tuple[float, str]:
+    """Solve with HiGHS and return ``(certified value, status)`` (module docstring, "Proof of
+    the number reported"); the value is NaN when HiGHS gave no duals."""
+    rows, cols, vals, row_lo, row_up = model.arrays()
+    order = np.lexsort((rows, cols))
+    rows, cols, vals = rows[order], cols[order], vals[order]
+    ncol, nrow = model.num_cols, model.num_rows
+    cost = np.zeros(ncol)
+    cost[-1] = 1.0
+    col_lo = np.zeros(ncol)
+    col_up = np.concatenate([np.ones(num_x), [np.inf]])
+
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = ncol, nrow
+    lp.col_cost_, lp.col_lower_, lp.col_upper_ = cost, col_lo, col_up
+    lp.row_lower_, lp.row_upper_ = row_lo, row_up
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = np.searchsorted(cols, np.arange(ncol + 1)).astype(np.int32)
+    lp.a_matrix_.index_ = rows.astype(np.int32)
+    lp.a_matrix_.value_ = vals
+    solver = highspy.Highs()
+    solver.silent()
+    solver.setOptionValue("time_limit", float(time_limit_s))
+    solver.setOptionValue("threads", 1)
+    solver.passModel(lp)
+    solver.run()
+    status = solver.getModelStatus()
+    name = ("optimal" if status == highspy.HighsModelStatus.kOptimal
+            else solver.modelStatusToString(status).lower())
+    solution = solver.getSolution()
+    if not solution.dual_valid:
+        return math.nan, f"{name}: HiGHS gave no duals"
+    upper_t = 2.0 * max(1.0, float(solver.getInfo().objective_function_value))
+    col_up[-1] = upper_t
+    value = lagrangian_bound(rows, cols, vals, np.asarray(solution.row_dual), cost, col_lo,
+                             col_up, row_lo, row_up)
+    return min(value, upper_t), name
+
+
+def lagrangian_bound(rows, cols, vals, y, cost, col_lo, col_up, row_lo, row_up) -> float:
+    """``L(y)`` of the module docstring for ``min cost.z`` s.t. ``row_lo <= A z <= row_up``,
+    ``col_lo <= z <= col_up`` (finite boxes), A in COO form, minus a float64 rounding
+    allowance: at most every objective value of a feasible ``z``."""
+    y = np.array(y, np.float64)
+    y[(y > 0) & ~np.isfinite(row_lo)] = 0.0
+    y[(y < 0) & ~np.isfinite(row_up)] = 0.0
+    y[~np.isfinite(y)] = 0.0
+    num_cols = len(cost)
+    reduced = cost - np.bincount(cols, weights=vals * y[rows], minlength=num_cols)
+    col_terms = np.minimum(reduced * col_lo, reduced * col_up)
+    row_terms = np.where(y > 0, y * np.where(y > 0, row_lo, 0.0),
+                         y * np.where(y < 0, row_up, 0.0))
+    value = float(col_terms.sum() + row_terms.sum())
+    # Each reduced cost sums at most (entries in its column + 1) products; each total adds
+    # its terms: bound the float64 error of both by a generous multiple of eps.
+    per_col = np.bincount(cols, minlength=num_cols)
+    magnitude = np.abs(cost) + np.bincount(cols, weights=np.abs(vals * y[rows]),
+                                           minlength=num_cols)
+    box = np.maximum(np.abs(col_lo), np.abs(col_up))
+    eps = np.finfo(np.float64).eps
+    terms = len(col_terms) + len(row_terms)
+    allowance = 4 * eps * (float(((per_col + 1) * magnitude * box).sum())
+                           + terms * float(np.abs(col_terms).sum() + np.abs(row_terms).sum()))
+    return value - allowance
