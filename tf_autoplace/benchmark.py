@@ -14,6 +14,12 @@ Models are the named configs in :data:`MODELS` at paper size (``nmt4`` is the 4-
 (:data:`QUICK_KNOBS`). Clusters are the specs in ``testdata/`` by stem (``k80x4``) or a path.
 :data:`FULL_PAIRS` are the papers' pairings, :data:`QUICK_PAIRS` a few-minute subset.
 
+Each pair gets two lower bounds on the step time, and every row its ratio to both: the simple
+bound (:func:`tf_autoplace.sim.lower_bound`) and the LP bound
+(:func:`tf_autoplace.sim.lp_lower_bound`: the path with transfers and per-device-class load),
+whose time and HiGHS status go in the pair table. Both hold for every placement that fits in
+memory; an OOM row's ratio is not covered.
+
 Each pair also gets the simulator's speed on its whole graph (:func:`simulations_per_second`):
 simulations per second of one fixed placement (each group on a uniformly random allowed
 device, seed 0, the kind of placement an RL search samples) after a warm-up.
@@ -40,7 +46,7 @@ from tf_autoplace.grouping import GroupingConfig
 from tf_autoplace.prepare import build_problem
 from tf_autoplace.placers import (ExpertPlacer, PlacementProblem, RandomPlacer, check_memory,
                                   check_placement, get_placer)
-from tf_autoplace.sim import Simulator, lower_bound
+from tf_autoplace.sim import Simulator, lp_lower_bound
 
 TESTDATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "testdata")
 
@@ -126,6 +132,7 @@ class Row:
     placer: str
     step_s: float = math.nan
     lower_bound_s: float = math.nan
+    lp_bound_s: float = math.nan
     peak_gb: tuple = ()
     oom: bool = False
     search_s: float = math.nan
@@ -135,6 +142,10 @@ class Row:
     @property
     def ratio(self) -> float:
         return self.step_s / self.lower_bound_s
+
+    @property
+    def lp_ratio(self) -> float:
+        return self.step_s / self.lp_bound_s
 
 
 @dataclasses.dataclass
@@ -149,6 +160,9 @@ class PairInfo:
     problem_s: float
     lower_bound_s: float
     sims_per_s: float
+    lp_bound_s: float = math.nan
+    lp_solve_s: float = math.nan
+    lp_status: str = ""
 
 
 def parse_pairs(items) -> list[tuple[str, str]]:
@@ -254,16 +268,19 @@ def benchmark(pairs, placer_names, *, quick: bool, seed: int = 0, sim_runs: int 
             problem = CountedProblem(graph=problem.graph, cluster=problem.cluster,
                                      op_time=problem.op_time, grouping=problem.grouping)
             problem_s = time.perf_counter() - start
-            bound = lower_bound(problem.graph, cluster, problem.op_time)
+            start = time.perf_counter()
+            lp = lp_lower_bound(problem.graph, cluster, problem.op_time)
             infos.append(PairInfo(model_name, cluster_name, problem.graph.num_ops,
-                                  problem.grouping.num_groups, build_s, problem_s, bound,
-                                  simulations_per_second(problem, sim_runs)))
+                                  problem.grouping.num_groups, build_s, problem_s, lp.simple_s,
+                                  simulations_per_second(problem, sim_runs),
+                                  lp_bound_s=lp.value_s, lp_solve_s=time.perf_counter() - start,
+                                  lp_status=lp.status))
             for name in placer_names:
                 done += 1
                 progress(f"[{done}/{total}] {model_name} on {cluster_name}: {name}")
                 row = run_placer(problem, make_placer(name, model), seed=seed,
                                  model=model_name, cluster=cluster_name)
-                row.lower_bound_s = bound
+                row.lower_bound_s, row.lp_bound_s = lp.simple_s, lp.value_s
                 rows.append(row)
             if on_pair:
                 on_pair(rows, infos)
@@ -282,30 +299,34 @@ def _peaks(row: Row) -> str:
 def markdown(rows: list[Row], infos: list[PairInfo], *, title: str) -> str:
     lines = [f"## {title}", "",
              "| model | cluster | ops | groups | placer | step (s) | lower bound (s) | "
-             "step / bound | peak GB per device | OOM | search (s) | sims |",
-             "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | --- | --- | ---: | ---: |"]
+             "step / bound | LP bound (s) | step / LP bound | peak GB per device | OOM | "
+             "search (s) | sims |",
+             "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | --- | "
+             "---: | ---: |"]
     for r in rows:
         if r.error:
             lines.append(f"| {r.model} | {r.cluster} | {r.ops} | {r.groups} | {r.placer} | "
                          f"error: {r.error[:120].replace('|', '/')} | {_num(r.lower_bound_s)} "
-                         f"| | | | | |")
+                         f"| | {_num(r.lp_bound_s)} | | | | | |")
             continue
         lines.append(f"| {r.model} | {r.cluster} | {r.ops} | {r.groups} | {r.placer} | "
                      f"{_num(r.step_s)} | {_num(r.lower_bound_s)} | {_num(r.ratio, 3)} | "
-                     f"{_peaks(r)} | {'yes' if r.oom else ''} | {_num(r.search_s, 2)} | "
+                     f"{_num(r.lp_bound_s)} | {_num(r.lp_ratio, 3)} | {_peaks(r)} | {'yes' if r.oom else ''} | {_num(r.search_s, 2)} | "
                      f"{r.sims} |")
     lines += ["", "Simulator speed (one random-group placement of the whole graph):", "",
               "| model | cluster | ops | groups | build (s) | ingest+cost+group (s) | "
-              "lower bound (s) | simulations / s |",
-              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+              "lower bound (s) | LP bound (s) | LP bound time (s) | LP status | "
+              "simulations / s |",
+              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
     for i in infos:
         lines.append(f"| {i.model} | {i.cluster} | {i.ops} | {i.groups} | {i.build_s:.1f} | "
-                     f"{i.problem_s:.1f} | {_num(i.lower_bound_s)} | {i.sims_per_s:.0f} |")
+                     f"{i.problem_s:.1f} | {_num(i.lower_bound_s)} | {_num(i.lp_bound_s)} | "
+                     f"{_num(i.lp_solve_s, 2)} | {i.lp_status} | {i.sims_per_s:.0f} |")
     return "\n".join(lines) + "\n"
 
 
 CSV_FIELDS = ("model", "cluster", "ops", "groups", "placer", "step_s", "lower_bound_s",
-              "ratio", "peak_gb", "oom", "search_s", "sims", "error")
+              "ratio", "lp_bound_s", "lp_ratio", "peak_gb", "oom", "search_s", "sims", "error")
 
 
 def write_csv(path: str, rows: list[Row]) -> None:
@@ -314,7 +335,7 @@ def write_csv(path: str, rows: list[Row]) -> None:
         writer.writerow(CSV_FIELDS)
         for r in rows:
             writer.writerow([r.model, r.cluster, r.ops, r.groups, r.placer, r.step_s,
-                             r.lower_bound_s, r.ratio, _peaks(r), int(r.oom), r.search_s,
+                             r.lower_bound_s, r.ratio, r.lp_bound_s, r.lp_ratio, _peaks(r), int(r.oom), r.search_s,
                              r.sims, r.error])
 
 
