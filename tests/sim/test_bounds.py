@@ -1,0 +1,229 @@
+"""Tests of the path with transfers and the LP bound (tf_autoplace.sim.bounds, sim.lp_bound).
+
+The bounds must hold for every valid placement, so the randomized tests check them against the
+simulator: heads against every op's start, tails against the time after every op's end, and the
+bound against the makespan, for random valid placements and every heuristic's placement. Hand
+cases pin the values. Links are 1 GB/s with 10 us latency unless a test says otherwise.
+"""
+
+import functools
+
+import numpy as np
+import pytest
+
+from tf_autoplace.cluster import Cluster, Device
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.graph.opgraph import from_edges
+from tf_autoplace.heuristics import HEURISTICS
+from tf_autoplace.problem import PlacementProblem
+from tf_autoplace.sim import (Simulator, heads_and_tails, lower_bound, lp_lower_bound,
+                              transfer_path_bound)
+from tf_autoplace.sim.lp_bound import device_classes, lagrangian_bound
+from tf_autoplace.testing.problems import GB, cluster, problem, random_dag, random_problem
+
+MS = 1e-3
+MB = 10**6
+
+
+def gpus(num, *, host=False):
+    return cluster(num, host=host)
+
+
+def times(values_ms, cluster_, cpu_factor=1.0):
+    """[n, D] op times: values_ms on GPUs, cpu_factor times that on CPUs."""
+    base = np.asarray(values_ms, np.float64)[:, None] * MS
+    scale = np.array([cpu_factor if d.kind == "CPU" else 1.0 for d in cluster_.devices])
+    return base * scale[None, :]
+
+
+# ================================================================ the path with transfers
+DIAMOND_EDGES = [(0, 1, MB), (0, 2, MB), (1, 3, MB), (2, 3, MB)]
+DIAMOND = from_edges(4, DIAMOND_EDGES)
+
+
+def test_diamond_must_serialise_or_pay_a_transfer():
+    # Every op 1 ms; a 1 MB transfer takes 1.01 ms. Op 3 waits for both 1 and 2: on one device
+    # they take 2 ms after op 0 (head 3 ms), split one of them pays 1.01 ms (3.01 ms).
+    c = gpus(2)
+    op_time = times([1, 1, 1, 1], c)
+    head, tail, fastest = heads_and_tails(DIAMOND, c, op_time)
+    np.testing.assert_allclose(head, np.array([0, 1, 1, 3]) * MS)
+    np.testing.assert_allclose(tail, np.array([3, 1, 1, 0]) * MS)
+    np.testing.assert_allclose(fastest, np.ones(4) * MS)
+    assert transfer_path_bound(DIAMOND, c, op_time) == pytest.approx(4 * MS)
+    assert lower_bound(DIAMOND, c, op_time) == pytest.approx(3 * MS)
+    best = min(Simulator(DIAMOND, c, op_time).makespan(np.array(p)) for p in
+               np.ndindex(2, 2, 2, 2))
+    assert best == pytest.approx(4 * MS)  # the bound is tight here
+
+
+def test_cheap_transfer_lets_the_branches_overlap():
+    # Tiny tensors: 10 us + 1 us per transfer, so splitting is cheaper than serialising.
+    g = from_edges(4, [(0, 1, 1000), (0, 2, 1000), (1, 3, 1000), (2, 3, 1000)])
+    c = gpus(2)
+    head, _, _ = heads_and_tails(g, c, times([1, 1, 1, 1], c))
+    assert head[3] == pytest.approx(2 * MS + 11e-6)
+
+
+def test_one_device_serialises_every_join():
+    # One device: no transfer is possible, so both parents always run one after the other.
+    head, _, _ = heads_and_tails(DIAMOND, gpus(1), times([1, 1, 1, 1], gpus(1)))
+    assert head[3] == pytest.approx(3 * MS)
+
+
+def test_colocation_and_kernels_decide_who_may_share_a_device():
+    # Ops 1 and 2 are colocated with op 3: they must share its device, whatever transfers
+    # cost, so the head of 3 is 1 + 1 + 1 ms even with free links.
+    c = Cluster.uniform(gpus(2).devices, bandwidth_gbps=1e9, latency_us=0)
+    g = from_edges(4, DIAMOND_EDGES, colocation=[0, 1, 1, 1])
+    head, _, _ = heads_and_tails(g, c, times([1, 1, 1, 1], c))
+    assert head[3] == pytest.approx(3 * MS)
+    # Op 1 runs only on the CPU, op 3 only on GPUs: 1 -> 3 always crosses, costing 1.01 ms.
+    c = gpus(1, host=True)
+    kernels = np.array([[1, 1], [1, 0], [1, 1], [0, 1]], bool)  # (CPU, GPU)
+    g = from_edges(4, DIAMOND_EDGES, kernels=kernels)
+    op_time = np.where(kernels[:, ::-1], 1 * MS, np.inf)  # columns: GPU:0, CPU:0
+    head, _, _ = heads_and_tails(g, c, op_time)
+    assert head[3] >= 1 * MS + 1 * MS + 1.01 * MS - 1e-12
+
+
+def random_valid_placements(prob: PlacementProblem, rng, count):
+    groups = prob.colocation_allowed
+    for _ in range(count):
+        choice = np.array([rng.choice(np.flatnonzero(row)) for row in groups])
+        yield choice[prob.graph.colocation]
+
+
+@functools.cache
+def random_cases():
+    """Random DAGs with control edges, colocation groups, CPU-only ops, 1-4 GPUs and a host."""
+    rng = np.random.default_rng(2024)
+    cases = []
+    for seed in range(24):
+        n = int(rng.integers(5, 60))
+        dag = random_dag(n, seed, fan_in=int(rng.integers(1, 5)), max_bytes=4 * MB)
+        edges = list(zip(dag.edge_src.tolist(), dag.edge_dst.tolist(),
+                         dag.tensor_bytes[dag.edge_tensor].tolist()))
+        control = sorted({tuple(sorted(map(int, rng.choice(n, 2, replace=False))))
+                          for _ in range(n // 4)} - {(s, d) for s, d, _ in edges})
+        coloc = np.arange(n)
+        for _ in range(n // 6):  # a few colocation groups of two ops
+            a, b = rng.choice(n, 2, replace=False)
+            coloc[coloc == coloc[b]] = coloc[a]
+        kernels = np.ones((n, 2), bool)
+        kernels[rng.random(n) < 0.1, 1] = False  # CPU-only ops
+        persistent = np.where(rng.random(n) < 0.2, rng.integers(0, MB, n), 0)
+        g = from_edges(n, edges, control=control, colocation=np.unique(coloc, return_inverse=True)[1],
+                       kernels=kernels, persistent_bytes=persistent)
+        c = cluster(int(rng.integers(1, 5)), bandwidth_gbps=float(rng.uniform(0.5, 10)),
+                    latency_us=float(rng.uniform(0, 50)))
+        cases.append(problem(g, c, rng.lognormal(np.log(1e-3), 1.0, n),
+                             rng.lognormal(np.log(3e-3), 1.0, n)))
+    return tuple(cases)
+
+
+@pytest.mark.parametrize("case", range(24))
+def test_bounds_hold_for_random_and_heuristic_placements(case):
+    prob = random_cases()[case]
+    g, c, op_time = prob.graph, prob.cluster, prob.op_time
+    head, tail, _ = heads_and_tails(g, c, op_time)
+    lp = lp_lower_bound(g, c, op_time)
+    assert lp.value_s >= lp.simple_s and lp.value_s >= lp.path_s
+    assert lp.value_s >= lower_bound(g, c, op_time) and lp.status == "optimal"
+    placements = list(random_valid_placements(prob, np.random.default_rng(case), 25))
+    for name, heuristic in HEURISTICS.items():
+        if name != "expert":  # the expert needs a model's layer scopes
+            placements.append(heuristic().propose(prob, seed=0))
+    for p in placements:
+        r = prob.simulator.run(p)
+        assert (head <= r.start + 1e-12).all()
+        assert (tail <= r.makespan - r.end + 1e-12).all()
+        assert lp.value_s <= r.makespan * (1 + 1e-9)
+
+
+def test_lp_beats_the_simple_bound_on_load_bound_problems():
+    # Random problems with a host 10x slower than the GPUs are limited by load: the simple bound
+    # divides the work by all devices, the LP sees that the host does little.
+    for seed in range(3):
+        prob = random_problem(n=200, seed=seed)
+        lp = lp_lower_bound(prob.graph, prob.cluster, prob.op_time)
+        assert lp.value_s > 1.3 * lp.simple_s
+        best = min(prob.simulator.makespan(h().propose(prob, seed=0))
+                   for name, h in HEURISTICS.items() if name != "expert")
+        assert lp.value_s <= best
+
+
+# ======================================================================== the LP by hand
+def test_lp_value_of_independent_ops_on_two_gpus_and_a_slow_host():
+    # Six independent 1 ms ops (4 ms on the host). Simple bound: max(1 ms, 6 ms / 3) = 2 ms.
+    # LP: GPU class work X_G * 1 ms <= 2 T, host X_C * 4 ms <= T, X_G + X_C = 6 ops, so
+    # 2 T / 1 ms + T / 4 ms = 6: T = 6 / 2.25 ms = 2.667 ms. The best placement takes 3 ms.
+    c = gpus(2, host=True)
+    g = from_edges(6, [])
+    op_time = times([1] * 6, c, cpu_factor=4)
+    lp = lp_lower_bound(g, c, op_time)
+    assert lp.simple_s == pytest.approx(2 * MS)
+    assert lp.path_s == pytest.approx(1 * MS)
+    assert lp.lp_s == pytest.approx(8 / 3 * MS, rel=1e-9)
+    assert lp.value_s == pytest.approx(8 / 3 * MS, rel=1e-9)
+    assert lp.status == "optimal" and lp.rows >= 6 + 2 and lp.cols == 6 * 2 + 1
+    assert Simulator(g, c, op_time).makespan(np.array([0, 0, 0, 1, 1, 1])) == pytest.approx(3 * MS)
+
+
+def test_lp_counts_persistent_memory():
+    # Four 1 ms ops holding 6 GB each, two 10 GB GPUs and a 100 GB host 4x slower. Without
+    # memory each GPU takes two ops (2 ms). With it a GPU holds at most one op's variables in a
+    # valid placement; the class rows allow 20 GB on the GPUs: X_G * 6 GB <= 20 GB, so at least
+    # 4 - 10/3 ops run on the host: T >= (4 - 10/3) * 4 ms = 2.667 ms.
+    c = gpus(2, host=True)
+    g = from_edges(4, [], persistent_bytes=[6 * GB] * 4)
+    lp = lp_lower_bound(g, c, times([1] * 4, c, cpu_factor=4))
+    assert lp.value_s == pytest.approx(8 / 3 * MS, rel=1e-9)
+
+
+def test_device_classes_group_identical_columns():
+    op_time = np.array([[1, 1, 4, 1], [2, 2, 8, 3]], float)
+    np.testing.assert_array_equal(device_classes(op_time), [0, 0, 1, 2])
+
+
+def test_lagrangian_bound_is_a_bound_for_any_multipliers():
+    # min z0 + z1  s.t.  z0 + 2 z1 >= 2,  z0 - z1 <= 0.5,  0 <= z <= 10.  Optimum: 1 at
+    # (0, 1); the duals there are y = (1/2, 0): L = 1. Any other y gives at most 1.
+    rows, cols = np.array([0, 0, 1, 1]), np.array([0, 1, 0, 1])
+    vals = np.array([1.0, 2.0, 1.0, -1.0])
+    args = (np.ones(2), np.zeros(2), np.full(2, 10.0), np.array([2.0, -np.inf]),
+            np.array([np.inf, 0.5]))
+    assert lagrangian_bound(rows, cols, vals, np.array([0.5, 0.0]), *args) == pytest.approx(1.0)
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        assert lagrangian_bound(rows, cols, vals, rng.normal(size=2) * 3, *args) <= 1.0 + 1e-12
+
+
+# ============================================================== fallbacks and checking
+def test_a_solve_stopped_without_duals_falls_back_to_the_proven_bounds():
+    prob = random_problem(n=2000, seed=1, num_gpus=4)
+    lp = lp_lower_bound(prob.graph, prob.cluster, prob.op_time, time_limit_s=1e-9)
+    assert "time limit" in lp.status and np.isnan(lp.lp_s)
+    assert lp.value_s == max(lp.simple_s, lp.path_s)
+
+
+def test_no_valid_placement_is_reported_not_solved():
+    # A colocation group of a CPU-only op and a GPU-only op fits no device.
+    c = gpus(1, host=True)
+    kernels = np.array([[1, 0], [0, 1]], bool)
+    g = from_edges(2, [(0, 1, MB)], colocation=[0, 0], kernels=kernels)
+    op_time = np.where(kernels[:, ::-1], 1 * MS, np.inf)
+    lp = lp_lower_bound(g, c, op_time)
+    assert lp.status.startswith("no valid placement") and "op0" in lp.status
+    assert lp.value_s == max(lp.simple_s, lp.path_s) and np.isnan(lp.lp_s)
+
+
+def test_time_limit_is_checked():
+    with pytest.raises(ConfigError, match="time_limit_s.*-1"):
+        lp_lower_bound(DIAMOND, gpus(2), times([1] * 4, gpus(2)), time_limit_s=-1)
+
+
+def test_zero_time_graphs_need_no_lp():
+    c = gpus(2)
+    lp = lp_lower_bound(DIAMOND, c, np.zeros((4, 2)))
+    assert lp.value_s == 0 and lp.status == "not needed"
