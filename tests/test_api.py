@@ -38,8 +38,10 @@ def test_placed_training_graph_runs_with_soft_placement_off_and_same_loss():
 def test_report_figures_are_consistent():
     tg = small_cnn()
     report = tf_autoplace.autoplace(tg.graph, cluster=CPU2, placer="m_etf", seed=0)
-    assert report.lower_bound_s <= report.step_time_s + 1e-12
-    assert report.lower_bound_s <= report.baseline_step_time_s + 1e-12
+    assert report.lower_bound_s <= report.lp_lower_bound_s <= report.step_time_s + 1e-12
+    assert report.lp_lower_bound_s <= report.baseline_step_time_s + 1e-12
+    assert "bound" in report.timings_s and "LP lower bound" in str(report)
+    assert report.to_dict()["ratio_to_lp_lower_bound"] >= 1 - 1e-12
     assert sum(d.num_ops for d in report.devices) == report.num_ops == len(tg.graph.get_operations())
     assert report.baseline_devices[0].num_ops == report.num_ops
     assert all(d.fits for d in report.devices)

@@ -77,7 +77,8 @@ def _report(**kwargs):
                      peak_memory_bytes=10**6, memory_bytes=64 * 10**9)
     base = DeviceLoad(name="/device:GPU:0", kind="GPU", num_ops=3, compute_s=0.75,
                       peak_memory_bytes=4 * 10**9, memory_bytes=10 * 10**9)
-    fields = dict(placer="m_etf", step_time_s=0.6, lower_bound_s=0.4, devices=(gpu, cpu),
+    fields = dict(placer="m_etf", step_time_s=0.6, lower_bound_s=0.4, lp_lower_bound_s=0.45,
+                  devices=(gpu, cpu),
                   baseline_step_time_s=0.9,
                   baseline_devices=(base, DeviceLoad("/device:CPU:0", "CPU", 0, 0.0, 0, 64 * 10**9)),
                   num_ops=3, num_groups=2, num_colocation_groups=3, ops_with_unknown_shapes=0,
@@ -93,6 +94,7 @@ def test_report_to_proto_holds_the_placement_and_its_figures():
     proto = placement_pb2.PlacementResult.FromString(_report().to_proto().SerializeToString())
     assert proto.placer == "m_etf" and proto.HasField("seed") and proto.seed == 7
     assert (proto.step_time_s, proto.lower_bound_s, proto.baseline_step_time_s) == (0.6, 0.4, 0.9)
+    assert proto.lp_lower_bound_s == 0.45
     assert [(o.name, o.device) for o in proto.op] == [
         ("a", "/device:GPU:0"), ("b", "/device:CPU:0"), ("c", "/device:GPU:0")]
     assert [(d.name, d.kind, d.num_ops, d.compute_s, d.peak_memory_bytes, d.memory_bytes)

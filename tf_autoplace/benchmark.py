@@ -311,7 +311,8 @@ def markdown(rows: list[Row], infos: list[PairInfo], *, title: str) -> str:
             continue
         lines.append(f"| {r.model} | {r.cluster} | {r.ops} | {r.groups} | {r.placer} | "
                      f"{_num(r.step_s)} | {_num(r.lower_bound_s)} | {_num(r.ratio, 3)} | "
-                     f"{_num(r.lp_bound_s)} | {_num(r.lp_ratio, 3)} | {_peaks(r)} | {'yes' if r.oom else ''} | {_num(r.search_s, 2)} | "
+                     f"{_num(r.lp_bound_s)} | {_num(r.lp_ratio, 3)} | {_peaks(r)} | "
+                     f"{'yes' if r.oom else ''} | {_num(r.search_s, 2)} | "
                      f"{r.sims} |")
     lines += ["", "Simulator speed (one random-group placement of the whole graph):", "",
               "| model | cluster | ops | groups | build (s) | ingest+cost+group (s) | "
@@ -335,7 +336,8 @@ def write_csv(path: str, rows: list[Row]) -> None:
         writer.writerow(CSV_FIELDS)
         for r in rows:
             writer.writerow([r.model, r.cluster, r.ops, r.groups, r.placer, r.step_s,
-                             r.lower_bound_s, r.ratio, r.lp_bound_s, r.lp_ratio, _peaks(r), int(r.oom), r.search_s,
+                             r.lower_bound_s, r.ratio, r.lp_bound_s, r.lp_ratio, _peaks(r),
+                             int(r.oom), r.search_s,
                              r.sims, r.error])
 
 

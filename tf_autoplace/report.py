@@ -1,14 +1,16 @@
 """PlacementReport: what a placement is predicted to do, read against its limits.
 
-Every figure comes from the simulator with the same cost model: the placed step time, a lower
-bound no placement can beat, and the all-on-one-device baseline (which may not fit in memory:
-``baseline_fits`` says so).
+Every figure comes from the simulator with the same cost model: the placed step time, two lower
+bounds no valid placement can beat (the simple one and the tighter LP bound of
+:mod:`tf_autoplace.sim.lp_bound`), and the all-on-one-device baseline (which may not fit in
+memory: ``baseline_fits`` says so).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import numpy as np
 
@@ -50,7 +52,10 @@ class PlacementReport:
     Attributes:
       placer: the placer whose placement was applied.
       step_time_s: simulated step time of the placement.
-      lower_bound_s: no placement on this cluster can simulate faster.
+      lower_bound_s: no placement on this cluster can simulate faster (the simple bound:
+        critical path at fastest times, or total work over all devices).
+      lp_lower_bound_s: no valid placement can simulate faster (:func:`tf_autoplace.sim.
+        lp_lower_bound`: the path with transfers and per-device-class load; NaN if unknown).
       devices: per-device ops, compute seconds and peak memory of the placement.
       baseline_step_time_s / baseline_devices: the same for all ops on one device.
       num_ops, num_groups, num_colocation_groups: graph sizes.
@@ -79,6 +84,7 @@ class PlacementReport:
     timings_s: dict
     notes: tuple[str, ...] = ()
     seed: int | None = None
+    lp_lower_bound_s: float = math.nan
     assignment: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
     graph_def: object = dataclasses.field(default=None, repr=False, compare=False)
     timeline: object = dataclasses.field(default=None, repr=False, compare=False)
@@ -93,6 +99,10 @@ class PlacementReport:
         return self.step_time_s / self.lower_bound_s
 
     @property
+    def ratio_to_lp_lower_bound(self) -> float:
+        return self.step_time_s / self.lp_lower_bound_s
+
+    @property
     def baseline_fits(self) -> bool:
         return all(d.fits for d in self.baseline_devices)
 
@@ -103,6 +113,7 @@ class PlacementReport:
         out["baseline_devices"] = [dataclasses.asdict(d) for d in self.baseline_devices]
         out["notes"] = list(self.notes)
         out.update(speedup=self.speedup, ratio_to_lower_bound=self.ratio_to_lower_bound,
+                   ratio_to_lp_lower_bound=self.ratio_to_lp_lower_bound,
                    baseline_fits=self.baseline_fits)
         return out
 
@@ -113,6 +124,7 @@ class PlacementReport:
         """The placement as a ``tf_autoplace.PlacementResult`` (``protos/placement.proto``)."""
         out = placement_pb2.PlacementResult(
             placer=self.placer, step_time_s=self.step_time_s, lower_bound_s=self.lower_bound_s,
+            lp_lower_bound_s=self.lp_lower_bound_s,
             baseline_step_time_s=self.baseline_step_time_s, num_groups=self.num_groups,
             note=list(self.notes))
         if self.seed is not None:
@@ -160,6 +172,8 @@ class PlacementReport:
             f"  predicted step time   {self.step_time_s * 1e3:10.2f} ms",
             f"  lower bound           {self.lower_bound_s * 1e3:10.2f} ms "
             f"(placed / bound = {self.ratio_to_lower_bound:.2f})",
+            f"  LP lower bound        {self.lp_lower_bound_s * 1e3:10.2f} ms "
+            f"(placed / bound = {self.ratio_to_lp_lower_bound:.2f})",
             f"  single-device step    {self.baseline_step_time_s * 1e3:10.2f} ms "
             f"(speedup {self.speedup:.2f}x{'' if self.baseline_fits else ', baseline does not fit'})",
             "  placement:", table(self.devices),

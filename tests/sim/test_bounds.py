@@ -113,8 +113,8 @@ def random_cases():
         kernels = np.ones((n, 2), bool)
         kernels[rng.random(n) < 0.1, 1] = False  # CPU-only ops
         persistent = np.where(rng.random(n) < 0.2, rng.integers(0, MB, n), 0)
-        g = from_edges(n, edges, control=control, colocation=np.unique(coloc, return_inverse=True)[1],
-                       kernels=kernels, persistent_bytes=persistent)
+        g = from_edges(n, edges, control=control, kernels=kernels, persistent_bytes=persistent,
+                       colocation=np.unique(coloc, return_inverse=True)[1])
         c = cluster(int(rng.integers(1, 5)), bandwidth_gbps=float(rng.uniform(0.5, 10)),
                     latency_us=float(rng.uniform(0, 50)))
         cases.append(problem(g, c, rng.lognormal(np.log(1e-3), 1.0, n),

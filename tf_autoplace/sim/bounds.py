@@ -37,7 +37,7 @@ dummy). Heads are computed in topological order; for op ``k`` with parents ``P``
 
     h_k = min over subsets A of P of max( max_{j not in A} h_j + f_j + m_jk,
                                          max_{j in A} h_j + f_j,
-                                         max_{A' subset of A} min_{j in A'} h_j + sum_{j in A'} f_j )
+                                         max_{A' in A} min_{j in A'} h_j + sum_{j in A'} f_j )
 
 where parents in k's colocation group are always in ``A`` and parents with no allowed device
 in common with k never are. Proof that ``h_k <= start_k`` in a valid placement, by induction
@@ -59,10 +59,12 @@ heads keeps it a lower bound, and the minimum over ``A`` is at most its value at
 ``A``. Tails are the same recursion run backwards over children (children on j's device run
 one at a time after ``end_j``; a child elsewhere starts no earlier than ``end_j + m_jk``), so
 ``q_j <= makespan - end_j``; then ``makespan = end_k + (makespan - end_k) >= start_k + f_k +
-q_k >= h_k + f_k + q_k``. The minimum over the ``2^|P|`` subsets takes ``|P| + 1`` candidates: given which
-parents are "elsewhere" the other terms only grow with ``A``, so the best ``A`` for a given
-largest "elsewhere" cost holds exactly the parents whose ``h_j + f_j + m_jk`` exceeds it; and the
-best ``A'`` is a set of the members with the largest heads. One pass costs ``O(sum |P|^2)``.
+q_k >= h_k + f_k + q_k``.
+
+The minimum over the ``2^|P|`` subsets needs only ``|P| + 1`` candidates: the "on" terms only grow
+with ``A``, so for a given largest "elsewhere" cost the best ``A`` holds exactly the parents whose
+``h_j + f_j + m_jk`` exceeds it; and the best ``A'`` is a set of the members with the largest
+heads. One pass costs ``O(sum |P|^2)``.
 
 It matters where layers branch (Inception modules, LSTM gates, attention heads): a branch
 either runs after its siblings on their device or pays a transfer, and ``L_path`` charges
