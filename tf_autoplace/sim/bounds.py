@@ -245,4 +245,4 @@ def transfer_path_bound(graph: OpGraph, cluster: Cluster, op_time: np.ndarray) -
     placement can beat, the critical path made aware of transfers and of one device running
     one op at a time."""
     head, tail, fastest = heads_and_tails(graph, cluster, op_time)
-    return float((head + fastest + tail).max()) if graph.num_ops else 0.0
+    return float((head + fastest + tail).max())

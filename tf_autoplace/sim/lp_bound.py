@@ -150,7 +150,7 @@ def lp_lower_bound(graph: OpGraph, cluster: Cluster, op_time: np.ndarray, *,
     op_time = check_op_time(graph, cluster, op_time)
     simple = lower_bound(graph, cluster, op_time)
     head, tail, fastest = heads_and_tails(graph, cluster, op_time)
-    path = float((head + fastest + tail).max()) if graph.num_ops else 0.0
+    path = float((head + fastest + tail).max())
     known = max(simple, path)
 
     def result(lp_s=math.nan, status="not needed", solve_s=0.0, rows=0, cols=0):
