@@ -10,6 +10,7 @@ from tf_autoplace.grouping import (
     GroupingConfig,
     group_graph,
     merge_and_colocate,
+    merge_and_colocate_levels,
 )
 
 CPU = (True, False)
@@ -131,6 +132,30 @@ def test_reaches_max_groups_when_nothing_blocks(max_groups):
     grouping = merge_and_colocate(graph, GroupingConfig(max_groups=max_groups))
     assert grouping.num_groups == min(max_groups, 200)
     _labels_valid(graph, grouping)
+
+
+@pytest.mark.parametrize("seed, mixed", [(0, False), (1, True), (2, True)])
+def test_levels_in_one_pass_equal_one_call_per_level_and_nest(seed, mixed):
+    graph = _random_graph(np.random.default_rng(seed), 300, colocate=True, mixed_kernels=mixed)
+    levels = [400, 5, 64, 200, 1, 64]
+    together = merge_and_colocate_levels(graph, levels)
+    for level, grouping in zip(levels, together):
+        alone = merge_and_colocate(graph, GroupingConfig(max_groups=level))
+        np.testing.assert_array_equal(grouping.labels, alone.labels)
+        np.testing.assert_array_equal(grouping.kernels, alone.kernels)
+    fine, coarse = together[2], together[1]  # 64 nests in 5: each fine group in one coarse
+    assert all(len(set(coarse.labels[fine.labels == g])) == 1 for g in range(fine.num_groups))
+
+
+def test_spare_levels_count_groups_beyond_those_that_never_merge():
+    graph = _random_graph(np.random.default_rng(3), 300, mixed_kernels=True)
+    final = merge_and_colocate(graph, GroupingConfig(max_groups=1)).num_groups
+    assert final > 1  # mixed kernel kinds leave groups that never merge
+    levels = [1, 7, 40, 10_000]
+    for level, grouping in zip(levels, merge_and_colocate_levels(graph, levels, spare=True)):
+        assert grouping.num_groups == min(final + level, 300)
+        alone = merge_and_colocate(graph, GroupingConfig(max_groups=grouping.num_groups))
+        np.testing.assert_array_equal(grouping.labels, alone.labels)
 
 
 def test_kernel_constraints_block_merges():

@@ -6,6 +6,8 @@ from tf_autoplace.grouping.merge_colocate import (
     GroupingConfig,
     group_graph,
     merge_and_colocate,
+    merge_and_colocate_levels,
 )
 
-__all__ = ["Grouping", "GroupedGraph", "GroupingConfig", "group_graph", "merge_and_colocate"]
+__all__ = ["Grouping", "GroupedGraph", "GroupingConfig", "group_graph", "merge_and_colocate",
+           "merge_and_colocate_levels"]

@@ -286,6 +286,52 @@ def merge_and_colocate(graph: OpGraph, config: GroupingConfig = GroupingConfig()
     """
     if not isinstance(config, GroupingConfig):
         raise ConfigError(f"config must be a GroupingConfig, got {type(config).__name__}")
+    return _merge_levels(graph, config, [config.max_groups])[0]
+
+
+def merge_and_colocate_levels(graph: OpGraph, levels, *, spare: bool = False) -> list[Grouping]:
+    """Merge-and-Colocate at several group counts in one merge pass.
+
+    Item k equals ``merge_and_colocate(graph, GroupingConfig(max_groups=levels[k]))``: the
+    merges do not depend on the target count (only where they stop does), so the grouping at
+    each level is a snapshot of one run, and coarser levels nest finer ones.
+
+    With ``spare=True`` a level counts groups beyond those that never merge: the run goes on
+    until no merge is possible (``F`` groups left, e.g. ops whose every neighbour has no
+    kernel kind in common with them) and level ``L`` is the snapshot with ``F + L`` groups. On
+    a graph partitioned by a placement (one pseudo kernel kind per device), ``L`` then counts
+    the blocks that really hold the work, whatever the number of isolated leftovers.
+    """
+    levels = [GroupingConfig(max_groups=x).max_groups for x in levels]  # validated
+    if not spare:
+        return _merge_levels(graph, GroupingConfig(max_groups=min(levels)), levels)
+    merges: list[tuple[int, int]] = []
+    final = _merge_levels(graph, GroupingConfig(max_groups=1), [1], merges)[0]
+    atom, num_atoms = _dense_by_first(graph.colocation)
+    out = []
+    for level in levels:
+        parent = np.arange(num_atoms)
+        for gone, keep in merges[:max(0, num_atoms - final.num_groups - level)]:
+            parent[gone] = keep
+        out.append(_as_grouping(graph, atom, parent))
+    return out
+
+
+def _as_grouping(graph: OpGraph, atom: np.ndarray, parent: np.ndarray) -> Grouping:
+    """The Grouping of a union-find ``parent`` array over atoms."""
+    while True:  # parents always point at a node merged later: no cycles
+        grand = parent[parent]
+        if np.array_equal(grand, parent):
+            break
+        parent = grand
+    labels, num = _dense_by_first(parent[atom])
+    return Grouping(labels=labels, num_groups=num, kernels=_and_rows(graph.kernels, labels, num))
+
+
+def _merge_levels(graph: OpGraph, config: GroupingConfig, levels,
+                  merges: list | None = None) -> list[Grouping]:
+    """The groupings at ``levels`` of one merge run down to ``config.max_groups``; the merges
+    made, as (gone, kept) atom pairs in order, are appended to ``merges`` if given."""
     atom, num_atoms = _dense_by_first(graph.colocation)
     atom_kernels = _and_rows(graph.kernels, atom, num_atoms)
     empty = np.flatnonzero(~atom_kernels.any(axis=1))
@@ -297,21 +343,24 @@ def merge_and_colocate(graph: OpGraph, config: GroupingConfig = GroupingConfig()
             f"common among {list(graph.kernel_kinds)}; they cannot share a device")
 
     parent = np.arange(num_atoms)
+    snapshots: dict[int, Grouping] = {}
+    pending = sorted(set(levels), reverse=True)
+
+    def on_merge(live: int) -> None:
+        while pending and live <= pending[0]:
+            snapshots[pending.pop(0)] = _as_grouping(graph, atom, parent.copy())
+
     if num_atoms > config.max_groups:
-        _merge(graph, atom, num_atoms, atom_kernels, config, parent)
-    # Resolve union-find chains (parents always point at a node merged later, so no cycles).
-    while True:
-        grand = parent[parent]
-        if np.array_equal(grand, parent):
-            break
-        parent = grand
-    labels, num = _dense_by_first(parent[atom])
-    return Grouping(labels=labels, num_groups=num, kernels=_and_rows(graph.kernels, labels, num))
+        _merge(graph, atom, num_atoms, atom_kernels, config, parent, on_merge, merges)
+    final = _as_grouping(graph, atom, parent)
+    return [snapshots.get(level, final) for level in levels]
 
 
 def _merge(graph: OpGraph, atom: np.ndarray, num_atoms: int, atom_kernels: np.ndarray,
-           config: GroupingConfig, parent: np.ndarray) -> None:
-    """Run the merge loop on atomic nodes, writing merges into ``parent`` (union-find)."""
+           config: GroupingConfig, parent: np.ndarray, on_merge, merges: list | None) -> None:
+    """Run the merge loop on atomic nodes, writing merges into ``parent`` (union-find) and
+    ``merges`` (if given), and calling ``on_merge(live nodes)`` before the loop and after
+    every merge."""
     cost = _sum_by(atom, graph.output_bytes, num_atoms).tolist()
     mask = _kernel_masks(atom_kernels)
     key = list(range(num_atoms))  # lowest atomic index in the node: the tie-break index
@@ -337,6 +386,7 @@ def _merge(graph: OpGraph, atom: np.ndarray, num_atoms: int, atom_kernels: np.nd
     heap = [(c, i, i, 0) for i, c in enumerate(cost)]
     heapq.heapify(heap)
     live = num_atoms
+    on_merge(live)
     while live > config.max_groups and heap:
         c, _, x, stamp = heapq.heappop(heap)
         if not alive[x] or version[x] != stamp:
@@ -360,11 +410,14 @@ def _merge(graph: OpGraph, atom: np.ndarray, num_atoms: int, atom_kernels: np.nd
         pred[gone] = succ[gone] = {}  # free memory
         alive[gone] = False
         parent[gone] = keep_
+        if merges is not None:
+            merges.append((gone, keep_))
         cost[keep_] += cost[gone]
         mask[keep_] &= mask[gone]
         key[keep_] = min(key[keep_], key[gone])
         version[keep_] += 1
         live -= 1
+        on_merge(live)
         heapq.heappush(heap, (cost[keep_], key[keep_], keep_, version[keep_]))
 
 
