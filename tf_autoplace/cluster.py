@@ -146,6 +146,17 @@ class Cluster:
                 return i
         return 0
 
+    def subset(self, indices: Sequence[int]) -> "Cluster":
+        """The cluster of the devices ``indices`` (in that order) with their links."""
+        idx = np.asarray(indices, dtype=np.int64)
+        if len(idx) == 0 or len(set(idx.tolist())) != len(idx) or idx.min() < 0 or \
+                idx.max() >= self.num_devices:
+            raise ClusterSpecError(f"a subset needs distinct device indices in "
+                                   f"[0, {self.num_devices}), got {idx.tolist()}")
+        return Cluster(devices=tuple(self.devices[i] for i in idx.tolist()),
+                       bandwidth=self.bandwidth[np.ix_(idx, idx)],
+                       latency=self.latency[np.ix_(idx, idx)], op_overhead_s=self.op_overhead_s)
+
     # ------------------------------------------------------------------------- constructors
     @classmethod
     def uniform(cls, devices: Sequence[Device], *, bandwidth_gbps: float = PLACETO_BANDWIDTH_GBPS,

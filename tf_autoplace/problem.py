@@ -64,6 +64,14 @@ class PlacementProblem:
         np.logical_and.at(out, self.grouping.labels, self.allowed)
         return out
 
+    def restricted(self, devices) -> "PlacementProblem":
+        """The same graph and grouping on the devices ``devices`` (cluster indices, ascending)
+        only: a placement of it, mapped back with ``np.asarray(devices)[placement]``, is a
+        placement of this problem that leaves the other devices idle."""
+        devices = np.asarray(devices, dtype=np.int64)
+        return PlacementProblem(graph=self.graph, cluster=self.cluster.subset(devices),
+                                op_time=self.op_time[:, devices], grouping=self.grouping)
+
     @functools.cached_property
     def colocation_allowed(self) -> np.ndarray:
         """[C, D] bool: every op of TF colocation group c can run on device d."""

@@ -1,22 +1,40 @@
 """The best of the fast heuristics: run each, simulate, keep the fastest placement that fits.
 
-Every heuristic here places an 8k-op graph in well under a second, and none wins everywhere
-(BENCHMARKS.md: the expert wins on layered RNNs, METIS on some CNNs, one device on Transformers),
-so trying them all costs little and removes the guess. Ties go to the earlier name in
-``candidates``. Each candidate runs with its default seed (METIS's partition depends on it), so
-the result is the one the benchmark table reports for that candidate.
+Every heuristic here places an 8k-op graph in about a second, and none wins everywhere (the
+expert wins on layered RNNs, METIS on some CNNs, one device on Transformers), so trying them all
+costs little and removes the guess. Three rules make the result dependable on any graph:
+
+* **A heuristic that fails is skipped.** One that raises an :class:`AutoplaceError` (m-ETF when
+  no device has room for a group, the CPU-only baseline on a cluster without a CPU, ...) drops
+  out and the report's notes say which and why; the others still compete.
+* **Memory pressure moves work to the host.** A candidate that overflows a device's memory is
+  repaired by :func:`tf_autoplace.heuristics.offload.offload` (colocation groups move to GPUs
+  with room, then to the CPU host) and competes if the repair fits. Only when no candidate fits
+  even so is an :class:`InfeasiblePlacementError` raised, naming the graph's total need against
+  the cluster's capacity.
+* **More devices never make it worse.** Each heuristic also runs on the prefixes of the compute
+  devices with 1, 2, 4, ... of them (with every other device, such as the CPU host, kept), and
+  those placements compete too: a placement that leaves devices idle is valid on the larger
+  cluster, so adding devices to a cluster can only add candidates.
+
+Ties go to the earlier name in ``candidates`` (and to fewer devices). Each candidate runs with
+its default seed (METIS's partition depends on it), so the full-cluster figures are the ones the
+benchmark table reports for that candidate.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 import numpy as np
 
-from tf_autoplace.errors import ConfigError
+from tf_autoplace.errors import AutoplaceError, ConfigError, InfeasiblePlacementError
+from tf_autoplace.heuristics._common import compute_devices
 from tf_autoplace.heuristics.expert import ExpertPlacer
 from tf_autoplace.heuristics.metf import MemoryAwareETFPlacer
 from tf_autoplace.heuristics.metis import MetisPlacer
+from tf_autoplace.heuristics.offload import memory_need, offload
 from tf_autoplace.heuristics.single import SingleDevicePlacer
 from tf_autoplace.heuristics.topo import MemoryAwareTopoPlacer
 from tf_autoplace.problem import Placer, PlacementProblem, check_memory
@@ -32,29 +50,103 @@ FAST_HEURISTICS = {
 DEFAULT_CANDIDATES = tuple(FAST_HEURISTICS)
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class Candidate:
+    """One heuristic's placement: its label (``metis``, ``expert@2`` for the expert on the first
+    2 compute devices, ``+offload`` when repaired), [n] devices, simulated step time (s),
+    whether it fits in memory, and its tie-break order."""
+
+    label: str
+    devices: np.ndarray
+    step_s: float
+    fits: bool
+    order: int
+
+
+def device_counts(num_compute: int) -> list[int]:
+    """Prefix sizes of the compute devices every heuristic also runs on: 1, 2, 4, ... below
+    ``num_compute``, then ``num_compute`` itself (largest first)."""
+    counts, k = [], 1
+    while k < num_compute:
+        counts.append(k)
+        k *= 2
+    return [num_compute] + counts[::-1]
+
+
 class BestHeuristicPlacer(Placer):
     """Args:
-      candidates: registered placer names to try (default: every fast heuristic).
+      candidates: registered names of the fast heuristics to try (default: all of them).
+      subsets: also run them on prefixes of the compute devices (module docstring).
     """
 
     name = "best_heuristic"
 
-    def __init__(self, candidates: Sequence[str] = DEFAULT_CANDIDATES):
+    def __init__(self, candidates: Sequence[str] = DEFAULT_CANDIDATES, *, subsets: bool = True):
         unknown = sorted(set(candidates) - set(FAST_HEURISTICS))
-        if unknown:
-            raise ConfigError(f"best_heuristic candidates must be among {list(FAST_HEURISTICS)}, "
-                              f"got unknown {unknown}")
+        if unknown or not candidates:
+            raise ConfigError(f"best_heuristic candidates must be a non-empty subset of "
+                              f"{list(FAST_HEURISTICS)}, got {list(candidates)}")
         self.candidates = tuple(candidates)
+        self.subsets = subsets
+
+    def proposals(self, problem: PlacementProblem) -> list[tuple[str, np.ndarray]]:
+        """Every candidate placement, as ``(label, [n] devices)`` in tie-break order: each
+        heuristic on the whole cluster, then on the smaller prefixes; failures are skipped and
+        noted. Labels name the heuristic and, for a prefix, how many compute devices it used."""
+        compute = compute_devices(problem)
+        others = np.setdiff1d(np.arange(problem.cluster.num_devices), compute)
+        counts = device_counts(len(compute)) if self.subsets else [len(compute)]
+        out, failed = [], []
+        for k in counts:
+            if k == len(compute):
+                sub, index, suffix = problem, None, ""
+            else:
+                index = np.sort(np.concatenate([compute[:k], others]))
+                sub, suffix = problem.restricted(index), f"@{k}"
+            for name in self.candidates:
+                if suffix and name == "single":
+                    continue  # the same placement on every prefix
+                try:
+                    devices = FAST_HEURISTICS[name]().propose(sub)  # its default seed
+                except AutoplaceError as e:
+                    failed.append(f"{name}{suffix} ({e})")
+                    continue
+                out.append((name + suffix, devices if index is None else
+                            index[devices].astype(np.int32)))
+        if failed:
+            self.notes.append("best_heuristic: skipped " + "; ".join(failed))
+        return out
+
+    def ranked(self, problem: PlacementProblem) -> list[Candidate]:
+        """Every proposal, simulated, over-memory ones repaired by offload where possible,
+        sorted best first (fits, then step time, then tie-break order). ``notes`` then says
+        which heuristics failed."""
+        self.notes = []
+        scored = []
+        for order, (label, devices) in enumerate(self.proposals(problem)):
+            sim = problem.simulator.run(devices)
+            if check_memory(problem, sim):
+                repaired = offload(problem, devices)
+                if repaired is None:
+                    scored.append(Candidate(label + " (OOM)", devices, sim.makespan, False,
+                                            order))
+                    continue
+                label, devices = label + "+offload", repaired
+                sim = problem.simulator.run(devices)
+            scored.append(Candidate(label, devices, sim.makespan, True, order))
+        scored.sort(key=lambda c: (not c.fits, c.step_s, c.order))
+        return scored
 
     def _place(self, problem: PlacementProblem, rng: np.random.Generator) -> np.ndarray:
-        scored = []
-        for order, name in enumerate(self.candidates):
-            devices = FAST_HEURISTICS[name]().propose(problem)  # each with its default seed
-            sim = problem.simulator.run(devices)
-            scored.append((bool(check_memory(problem, sim)), sim.makespan, order, name, devices))
-        scored.sort(key=lambda item: item[:3])
-        _, makespan, _, winner, devices = scored[0]
-        others = ", ".join(f"{name} {m * 1e3:.1f} ms{' (OOM)' if oom else ''}"
-                           for oom, m, _, name, _ in scored[1:])
-        self.notes.append(f"best_heuristic: {winner} ({makespan * 1e3:.1f} ms) beat {others}")
-        return devices
+        scored = self.ranked(problem)
+        if not scored:
+            raise InfeasiblePlacementError("best_heuristic: every heuristic failed: "
+                                           + "; ".join(self.notes))
+        if not scored[0].fits:
+            raise InfeasiblePlacementError(
+                f"no heuristic found a placement that fits in memory, even with work moved to "
+                f"the CPU host: {memory_need(problem)}")
+        others = ", ".join(f"{c.label} {c.step_s * 1e3:.1f} ms" for c in scored[1:])
+        self.notes.append(f"best_heuristic: {scored[0].label} ({scored[0].step_s * 1e3:.1f} ms) "
+                          f"beat {others}")
+        return scored[0].devices

@@ -1,0 +1,105 @@
+"""Memory-pressure offload: move work from devices that overflow to devices with room.
+
+The papers' baselines place on the GPUs and leave the CPU host only the ops that have no GPU
+kernel. When the GPUs are too small for the graph, every such placement overflows although a
+valid one may exist: most ops also have a CPU kernel, and the host has far more memory. Given a
+placement whose simulated peak memory exceeds some device's capacity, :func:`offload` moves
+whole TF colocation groups (the finest unit TF allows) off each overflowing device until the
+simulator says every device fits:
+
+* **Where to.** A device with room that can run the group: first the other compute devices
+  (GPUs) with room left, then the other devices (the CPU host), so the slow host only takes
+  what the GPUs cannot hold.
+* **Which groups.** Those that free the most memory per second of extra compute: a group frees
+  its persistent bytes (variables) and the output bytes of its ops (an upper bound on its
+  share of the transient peak), and costs the difference of its compute time on the new device.
+* **How many.** Enough, by that estimate, to cover the overshoot with a margin; the placement is
+  then simulated again (freeing a group's outputs may free less than counted, and a tensor sent
+  back from the host takes memory too), and the next round covers what is still over with a
+  larger margin, for a bounded number of rounds.
+
+It returns None when no round makes every device fit: then no placement reachable this way
+fits, and the caller reports the graph's total need against the cluster's capacity.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tf_autoplace.heuristics._common import compute_devices
+from tf_autoplace.problem import PlacementProblem
+
+ROUNDS = 8
+
+
+def memory_need(problem: PlacementProblem) -> str:
+    """What the graph needs against what the cluster has, for error messages."""
+    persistent = float(problem.graph.persistent_bytes.sum()) / 1e9
+    outputs = float(problem.graph.output_bytes.sum()) / 1e9
+    have = float(problem.cluster.memory.sum()) / 1e9
+    return (f"the graph's variables need {persistent:.2f} GB and its op outputs {outputs:.2f} GB "
+            f"in all, against {have:.2f} GB on the cluster's {problem.cluster.num_devices} "
+            "devices")
+
+
+def offload(problem: PlacementProblem, devices: np.ndarray) -> np.ndarray | None:
+    """A placement that fits every device's memory, obtained from ``devices`` ([n] device per
+    op, colocation groups whole) by moving colocation groups off overflowing devices (module
+    docstring); ``devices`` itself when it fits; None when the rounds run out."""
+    graph, cluster = problem.graph, problem.cluster
+    coloc = graph.colocation.astype(np.int64)
+    num_units = int(coloc.max()) + 1
+    unit_bytes = (np.bincount(coloc, weights=graph.persistent_bytes, minlength=num_units) +
+                  np.bincount(coloc, weights=graph.output_bytes, minlength=num_units))
+    unit_time = np.stack([np.bincount(coloc, weights=np.where(np.isfinite(problem.op_time[:, d]),
+                                                              problem.op_time[:, d], 0.0),
+                                      minlength=num_units)
+                          for d in range(cluster.num_devices)], axis=1)  # [C, D]
+    allowed = problem.colocation_allowed
+    capacity = cluster.memory.astype(np.float64)
+    compute = np.isin(np.arange(cluster.num_devices), compute_devices(problem))
+    unit_device = np.zeros(num_units, np.int64)
+    unit_device[coloc] = devices
+    sim = problem.simulator.run(unit_device[coloc])
+    for round_ in range(ROUNDS):
+        peak = sim.peak_memory.astype(np.float64)
+        over = peak - capacity
+        if (over <= 0).all():
+            return unit_device[coloc].astype(np.int32)
+        margin = 1.1 * 2 ** round_
+        room = capacity - peak  # what each device can still take, by the same estimate
+        for d in np.flatnonzero(over > 0).tolist():
+            need = over[d] * margin
+            units = np.flatnonzero(unit_device == d)
+            units = units[unit_bytes[units] > 0]
+            # Per candidate unit, its best destination: a GPU with room, else another device.
+            targets = allowed[units] & (room[None, :] > unit_bytes[units, None])
+            targets[:, d] = False
+            extra = unit_time[units] - unit_time[units, d][:, None]  # [u, D] seconds
+            dest = _cheapest(np.where(targets & compute[None, :], extra, np.inf))
+            fallback = dest < 0
+            dest[fallback] = _cheapest(np.where(targets & ~compute[None, :], extra,
+                                                np.inf))[fallback]
+            ok = dest >= 0
+            units, dest = units[ok], dest[ok]
+            extra = np.maximum(extra[np.flatnonzero(ok), dest], 0.0)
+            order = np.argsort(extra / unit_bytes[units], kind="stable")
+            freed = 0.0
+            for u, e in zip(units[order].tolist(), dest[order].tolist()):
+                if freed >= need:
+                    break
+                if room[e] <= unit_bytes[u]:
+                    continue
+                unit_device[u] = e
+                room[e] -= unit_bytes[u]
+                freed += unit_bytes[u]
+        sim = problem.simulator.run(unit_device[coloc])
+    if (sim.peak_memory <= cluster.memory).all():
+        return unit_device[coloc].astype(np.int32)
+    return None
+
+
+def _cheapest(cost: np.ndarray) -> np.ndarray:
+    """[u] column of the smallest finite entry of each row of ``cost`` [u, D]; -1 if none."""
+    best = np.argmin(cost, axis=1)
+    return np.where(np.isfinite(cost[np.arange(len(cost)), best]), best, -1)
