@@ -175,7 +175,10 @@ def reachability(num_nodes: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray
 class PlacementEnv:
     """One problem's MDP. Numpy only; the policy network lives elsewhere."""
 
-    def __init__(self, problem: PlacementProblem, config: EnvConfig = EnvConfig()):
+    def __init__(self, problem: PlacementProblem, config: EnvConfig = EnvConfig(), *,
+                 start_devices: np.ndarray | None = None):
+        """``start_devices``: with ``config.start == "heuristic"``, the [n] placement to start
+        from instead of running the best heuristic again (a caller that has it already)."""
         self.problem = problem
         self.config = config
         cluster, graph = problem.cluster, problem.graph
@@ -187,7 +190,9 @@ class PlacementEnv:
             # Group so that no group straddles two devices of the heuristic's placement: give
             # Merge-and-Colocate one pseudo kernel kind per device (it never merges ops whose
             # kinds do not intersect), so the start placement is exactly the heuristic's.
-            self.heuristic_devices = BestHeuristicPlacer().propose(problem)
+            self.heuristic_devices = (BestHeuristicPlacer().propose(problem)
+                                      if start_devices is None
+                                      else np.asarray(start_devices, dtype=np.int32))
             pseudo = np.zeros((graph.num_ops, cluster.num_devices), dtype=bool)
             pseudo[np.arange(graph.num_ops), self.heuristic_devices] = True
             partition = dataclasses.replace(graph, kernels=pseudo,
