@@ -11,10 +11,10 @@ from tf_autoplace.cost import CostModel
 from tf_autoplace.engine import place_graph
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.grouping import GroupingConfig
-from tf_autoplace.placers import get_placer
+from tf_autoplace.placers import DEFAULT_PLACER, get_placer
 
 
-def autoplace(graph, cluster=None, placer="placeto", seed: int = 0, *,
+def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
               grouping: GroupingConfig = GroupingConfig(), cost_model: CostModel | None = None,
               unknown_dim: int = 1, budget_s: float | None = None):
     """Choose a device for every op of ``graph`` and write it into the graph.
@@ -27,15 +27,15 @@ def autoplace(graph, cluster=None, placer="placeto", seed: int = 0, *,
       cluster: a :class:`Cluster`, the path of a text ``ClusterSpec``, or ``"local"``/None for
         this machine's devices.
       placer: a registered placer name (``tf_autoplace.placers.PLACERS``) or a Placer. The
-        default, ``placeto``, runs the shipped policy zero-shot, fine-tunes it on this graph and
-        falls back to the best fast heuristic when that simulates faster.
+        default, ``auto``, starts from the best fast heuristic (and the learned policies'
+        zero-shot placements) and improves it by local search in the simulator.
       seed: makes the placement reproducible.
       grouping: Merge-and-Colocate settings.
       cost_model: defaults to Grappler's analytical costs.
       unknown_dim: elements assumed for a dimension whose size is unknown.
-      budget_s: wall-time cap in seconds for placers that search (``placeto``; its default
-        budget is a sample count, which keeps results reproducible; a time cap that cuts the
-        search short makes them depend on the machine's speed).
+      budget_s: wall-time cap in seconds for placers that search (``auto``, ``placeto``; their
+        default budget is a sample count, which keeps results reproducible; a time cap that
+        cuts the search short makes them depend on the machine's speed).
 
     Returns:
       A :class:`PlacementReport`; for a function, the placed callable

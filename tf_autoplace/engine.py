@@ -22,7 +22,7 @@ from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph import ingest
 from tf_autoplace.grouping import GroupingConfig
 from tf_autoplace.heuristics import SingleDevicePlacer
-from tf_autoplace.placers import get_placer
+from tf_autoplace.placers import DEFAULT_PLACER, get_placer
 from tf_autoplace.prepare import build_problem
 from tf_autoplace.rl.eager import policy_context
 from tf_autoplace.report import PlacementReport, device_loads
@@ -31,7 +31,7 @@ from tf_autoplace.sim import lp_lower_bound
 from tf_autoplace.timeline import TimelineData
 
 
-def place_graph(graph, cluster=None, placer="placeto", seed: int = 0, *,
+def place_graph(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
                 grouping: GroupingConfig = GroupingConfig(), cost_model: CostModel | None = None,
                 unknown_dim: int = 1) -> PlacementReport:
     """Place a ``tf.Graph`` (rewritten in place) or a GraphDef, MetaGraphDef, serialized bytes

@@ -62,6 +62,7 @@ from tf_autoplace.errors import ConfigError, InvalidGraphError
 from tf_autoplace.graph import ingest
 from tf_autoplace.graph.opgraph import OpGraph
 from tf_autoplace.grouping import GroupingConfig
+from tf_autoplace.placers import DEFAULT_PLACER
 from tf_autoplace.rewrite import apply_to_graph_def
 
 CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
@@ -320,7 +321,7 @@ def _rebuild(cf, placed: graph_pb2.GraphDef):
 
 
 # ---------------------------------------------------------------------------- public doors
-def autoplace_function(fn, *args, cluster=None, placer="placeto", seed: int = 0,
+def autoplace_function(fn, *args, cluster=None, placer=DEFAULT_PLACER, seed: int = 0,
                        grouping: GroupingConfig = GroupingConfig(),
                        cost_model: CostModel | None = None, unknown_dim: int = 1, **kwargs):
     """Place a ``tf.function`` (traced with ``*args, **kwargs``) or a ConcreteFunction.
@@ -406,7 +407,7 @@ def _read_saved_model(path: str) -> saved_model_pb2.SavedModel:
     return proto
 
 
-def place_saved_model(input_dir, output_dir, *, cluster=None, placer="placeto", seed: int = 0,
+def place_saved_model(input_dir, output_dir, *, cluster=None, placer=DEFAULT_PLACER, seed: int = 0,
                       signature: str = "serving_default", tags=("serve",),
                       grouping: GroupingConfig = GroupingConfig(),
                       cost_model: CostModel | None = None, unknown_dim: int = 1):

@@ -39,7 +39,7 @@ flags.DEFINE_string("signature", "serving_default", "SavedModel input (TF2): the
 flags.DEFINE_list("saved_model_tags", ["serve"], "SavedModel input (TF1): the tags of the "
                   "MetaGraph to place.")
 flags.DEFINE_string("cluster", "local", "Cluster spec file (text ClusterSpec) or 'local'.")
-flags.DEFINE_string("placer", "placeto", "Placer name (default: the learned placer).")
+flags.DEFINE_string("placer", "auto", "Placer name (default: the default placer, auto).")
 flags.DEFINE_integer("seed", 0, "Random seed.")
 flags.DEFINE_integer("max_groups", 2000, "Merge-and-Colocate: at most this many groups.")
 flags.DEFINE_string("report_json", None, "Also write the report as JSON here.")

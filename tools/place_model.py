@@ -16,7 +16,7 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("model", "inception_v3", "Model zoo name (tf_autoplace.zoo.MODELS).")
 flags.DEFINE_multi_string("knob", [], "Model size knob as name=value (int), repeatable.")
 flags.DEFINE_string("cluster", "testdata/k80x2.pbtxt", "Cluster spec file or 'local'.")
-flags.DEFINE_string("placer", "placeto", "Placer name.")
+flags.DEFINE_string("placer", "auto", "Placer name (default: the default placer, auto).")
 flags.DEFINE_integer("seed", 0, "Random seed.")
 flags.DEFINE_string("report_json", None, "Also write the report as JSON here.")
 

@@ -12,11 +12,15 @@ from tf_autoplace.errors import ConfigError
 from tf_autoplace.heuristics import (HEURISTICS, BestHeuristicPlacer, CpuOnlyPlacer, ExpertPlacer,
                                      MemoryAwareETFPlacer, MemoryAwareTopoPlacer, MetisPlacer,
                                      RandomPlacer, SingleDevicePlacer)
+from tf_autoplace.placers.auto import AutoConfig, AutoPlacer
 from tf_autoplace.placers.placeto import PlacetoConfig, PlacetoPlacer
 from tf_autoplace.problem import (Placement, PlacementProblem, Placer, check_memory,
                                   check_placement, validate)
 
+DEFAULT_PLACER = "auto"
+
 PLACERS = {
+    "auto": AutoPlacer,
     "single": SingleDevicePlacer,
     "cpu_only": CpuOnlyPlacer,
     "random": RandomPlacer,
@@ -33,8 +37,8 @@ assert set(HEURISTICS) <= set(PLACERS)
 def get_placer(name_or_placer, *, budget_s: float | None = None) -> Placer:
     """A Placer instance from a registered name (or the instance itself).
 
-    ``budget_s`` is the search-time budget of placers that search (``placeto``); placers that
-    return at once ignore it."""
+    ``budget_s`` is the search-time budget of placers that search (``auto``, ``placeto``);
+    placers that return at once ignore it."""
     if isinstance(name_or_placer, Placer):
         return name_or_placer
     if not isinstance(name_or_placer, str) or name_or_placer not in PLACERS:
@@ -52,7 +56,7 @@ def takes_budget(placer_or_class) -> bool:
     return "budget_s" in inspect.signature(cls).parameters
 
 
-__all__ = ["PLACERS", "BestHeuristicPlacer", "CpuOnlyPlacer", "ExpertPlacer",
+__all__ = ["DEFAULT_PLACER", "PLACERS", "AutoConfig", "AutoPlacer", "BestHeuristicPlacer", "CpuOnlyPlacer", "ExpertPlacer",
            "MemoryAwareETFPlacer", "MemoryAwareTopoPlacer", "MetisPlacer", "Placement",
            "PlacementProblem", "Placer", "PlacetoConfig", "PlacetoPlacer", "RandomPlacer",
            "SingleDevicePlacer", "check_memory", "check_placement", "get_placer", "takes_budget",
