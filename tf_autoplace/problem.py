@@ -140,6 +140,19 @@ def validate(problem: PlacementProblem, devices: np.ndarray, *,
     return Placement(devices=devices, sim=sim, notes=tuple(notes))
 
 
+def rank_placements(problem: PlacementProblem, contenders) -> list[tuple]:
+    """Simulate each ``(name, devices)`` of ``contenders`` once and sort them: the placements
+    that fit memory first, then by step time; ties keep the given order. Returns
+    ``(over_memory, makespan, name, devices)`` tuples, best first. The learned placers use it
+    to return nothing worse than the fast heuristics, and ``best_heuristic`` to choose one."""
+    scored = []
+    for name, devices in contenders:
+        sim = problem.simulator.run(devices)
+        scored.append((bool(check_memory(problem, sim)), sim.makespan, name, devices))
+    scored.sort(key=lambda item: item[:2])  # stable: ties keep the given order
+    return scored
+
+
 class Placer(abc.ABC):
     """Chooses a device per op. Subclasses implement ``_place`` and may append to ``self.notes``
     (reset for every placement) what the report should tell the user."""

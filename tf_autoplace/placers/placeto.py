@@ -24,31 +24,25 @@
 
 from __future__ import annotations
 
-import dataclasses
 import time
 
 import numpy as np
 
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.heuristics import HEURISTICS
-from tf_autoplace.problem import Placer, PlacementProblem, check_memory
+from tf_autoplace.placers.learned import LearnedPlacer
+from tf_autoplace.problem import PlacementProblem, rank_placements
 from tf_autoplace.rl.eager import policy_context
 from tf_autoplace.rl.env import PlacementEnv
 from tf_autoplace.rl.placeto_search import PlacetoConfig, pretrained_policy_dir, search
 from tf_autoplace.rl.policies.placeto import PlacetoPolicy
 
 
-class PlacetoPlacer(Placer):
+class PlacetoPlacer(LearnedPlacer):
     """Learned placement (see module docstring). ``stats`` holds the last run's figures."""
 
     name = "placeto"
-
-    def __init__(self, config: PlacetoConfig | None = None, *, budget_s: float | None = None,
-                 **overrides):
-        if budget_s is not None:
-            overrides["budget_s"] = budget_s
-        self.config = dataclasses.replace(config or PlacetoConfig(), **overrides)
-        self.stats: dict = {}
+    config_class = PlacetoConfig
 
     def load_policy(self, env: PlacementEnv):
         """The policy to start from, or a fresh one (with a note) if none fits ``env``."""
@@ -81,11 +75,7 @@ class PlacetoPlacer(Placer):
         contenders = [("placeto", learned)]
         for name in cfg.heuristics:
             contenders.append((name, HEURISTICS[name]().propose(problem)))
-        scored = []
-        for name, devices in contenders:
-            sim = problem.simulator.run(devices)
-            scored.append((bool(check_memory(problem, sim)), sim.makespan, name, devices))
-        scored.sort(key=lambda item: item[:2])  # fits first, then fastest; stable on ties
+        scored = rank_placements(problem, contenders)
         _, makespan, winner, devices = scored[0]
         learned_ms = next(m for _, m, n, _ in scored if n == "placeto") * 1e3
         self.stats = dict(zero_shot_s=found.zero_shot_s, zero_shot_ms=zero.best_score * 1e3,

@@ -69,7 +69,7 @@ import functools
 import numpy as np
 
 from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
-from tf_autoplace.grouping import GroupingConfig, group_graph, merge_and_colocate
+from tf_autoplace.grouping import Grouping, GroupingConfig, group_graph, merge_and_colocate
 from tf_autoplace.heuristics import BestHeuristicPlacer
 from tf_autoplace.problem import PlacementProblem
 from tf_autoplace.sim import memory_penalized_runtime
@@ -172,6 +172,19 @@ def reachability(num_nodes: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray
     return out
 
 
+def heuristic_grouping(problem: PlacementProblem, devices: np.ndarray,
+                       max_groups: int) -> Grouping:
+    """Merge-and-Colocate into at most ``max_groups`` groups, none of which straddles two
+    devices of the op placement ``devices`` [n] (a heuristic's), so that placement is a group
+    placement: Merge-and-Colocate gets one pseudo kernel kind per device, and it never merges
+    ops whose kinds do not intersect."""
+    graph, cluster = problem.graph, problem.cluster
+    pseudo = np.zeros((graph.num_ops, cluster.num_devices), dtype=bool)
+    pseudo[np.arange(graph.num_ops), devices] = True
+    partition = dataclasses.replace(graph, kernels=pseudo, kernel_kinds=tuple(cluster.names))
+    return merge_and_colocate(partition, GroupingConfig(max_groups=max_groups))
+
+
 class PlacementEnv:
     """One problem's MDP. Numpy only; the policy network lives elsewhere."""
 
@@ -185,19 +198,13 @@ class PlacementEnv:
         self.action_devices = cluster.compute_devices().astype(np.int32)
 
         self.heuristic_devices = None
-        partition = graph
         if config.start == "heuristic":
-            # Group so that no group straddles two devices of the heuristic's placement: give
-            # Merge-and-Colocate one pseudo kernel kind per device (it never merges ops whose
-            # kinds do not intersect), so the start placement is exactly the heuristic's.
             self.heuristic_devices = (BestHeuristicPlacer().propose(problem)
                                       if start_devices is None
                                       else np.asarray(start_devices, dtype=np.int32))
-            pseudo = np.zeros((graph.num_ops, cluster.num_devices), dtype=bool)
-            pseudo[np.arange(graph.num_ops), self.heuristic_devices] = True
-            partition = dataclasses.replace(graph, kernels=pseudo,
-                                            kernel_kinds=tuple(cluster.names))
-        grouping = merge_and_colocate(partition, GroupingConfig(max_groups=config.max_groups))
+            grouping = heuristic_grouping(problem, self.heuristic_devices, config.max_groups)
+        else:
+            grouping = merge_and_colocate(graph, GroupingConfig(max_groups=config.max_groups))
         self.grouping = grouping
         grouped = group_graph(graph, grouping)
         g = grouping.num_groups
