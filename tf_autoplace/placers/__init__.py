@@ -14,6 +14,8 @@ from tf_autoplace.heuristics import (HEURISTICS, BestHeuristicPlacer, CpuOnlyPla
                                      RandomPlacer, SingleDevicePlacer)
 from tf_autoplace.placers.auto import AutoConfig, AutoPlacer
 from tf_autoplace.placers.placeto import PlacetoConfig, PlacetoPlacer
+from tf_autoplace.placers.post import PostPlacer
+from tf_autoplace.rl.post_search import PostConfig
 from tf_autoplace.problem import (Placement, PlacementProblem, Placer, check_memory,
                                   check_placement, validate)
 
@@ -30,6 +32,7 @@ PLACERS = {
     "m_etf": MemoryAwareETFPlacer,
     "best_heuristic": BestHeuristicPlacer,
     "placeto": PlacetoPlacer,
+    "post": PostPlacer,
 }
 assert set(HEURISTICS) <= set(PLACERS)
 
@@ -37,8 +40,8 @@ assert set(HEURISTICS) <= set(PLACERS)
 def get_placer(name_or_placer, *, budget_s: float | None = None) -> Placer:
     """A Placer instance from a registered name (or the instance itself).
 
-    ``budget_s`` is the search-time budget of placers that search (``auto``, ``placeto``);
-    placers that return at once ignore it."""
+    ``budget_s`` is the search-time budget of placers that search (``auto``, ``placeto``,
+    ``post``); placers that return at once ignore it."""
     if isinstance(name_or_placer, Placer):
         return name_or_placer
     if not isinstance(name_or_placer, str) or name_or_placer not in PLACERS:
@@ -58,6 +61,7 @@ def takes_budget(placer_or_class) -> bool:
 
 __all__ = ["DEFAULT_PLACER", "PLACERS", "AutoConfig", "AutoPlacer", "BestHeuristicPlacer", "CpuOnlyPlacer", "ExpertPlacer",
            "MemoryAwareETFPlacer", "MemoryAwareTopoPlacer", "MetisPlacer", "Placement",
-           "PlacementProblem", "Placer", "PlacetoConfig", "PlacetoPlacer", "RandomPlacer",
+           "PlacementProblem", "Placer", "PlacetoConfig", "PlacetoPlacer", "PostConfig",
+           "PostPlacer", "RandomPlacer",
            "SingleDevicePlacer", "check_memory", "check_placement", "get_placer", "takes_budget",
            "validate"]
