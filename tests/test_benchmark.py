@@ -70,6 +70,29 @@ def test_run_placer_reports_a_failing_placer_as_an_error_row():
     assert "error: cpu_only needs a CPU" in bench.markdown([row], [], title="t")
 
 
+def test_search_curves_are_read_timed_or_estimated_and_reached():
+    post = dict(curve=[(12, 0.9), (24, 0.8), (36, 0.7)], curve_s=[1.0, 1.5, 4.0])
+    curve, timed = bench.search_curve(post, search_s=5.0)
+    assert timed and curve == ((12, 1.0, 0.9), (24, 1.5, 0.8), (36, 4.0, 0.7))
+    assert bench.reach(curve, 0.8) == (24, 1.5)
+    assert bench.reach(curve, 0.69) is None
+    placeto = dict(curve=[(10, 0.9), (40, 0.7)])  # no seconds: in proportion to placements
+    curve, timed = bench.search_curve(placeto, search_s=8.0)
+    assert not timed and curve == ((10, 2.0, 0.9), (40, 8.0, 0.7))
+    assert bench.search_curve({}, 1.0) == ((), True)
+
+
+def test_markdown_counts_the_learned_searches_against_the_expert_and_their_own_best():
+    rows = [bench.Row("m", "c", 5, 5, "expert", step_s=0.75),
+            bench.Row("m", "c", 5, 5, "post", step_s=0.6,
+                      curve=((12, 1.0, 0.9), (24, 2.0, 0.74), (36, 3.0, 0.605), (48, 4.0, 0.6))),
+            bench.Row("m", "c", 5, 5, "placeto", step_s=0.8, curve=((10, 5.0, 0.8),),
+                      curve_timed=False)]
+    text = bench.markdown(rows, [], title="t")
+    assert "| m | c | post | 48 | 0.6 | 0.75 | 24 / 2.0 s | 36 / 3.0 s |" in text
+    assert "| m | c | placeto | 10 | 0.8 | 0.75 | never | 10 / ~5.0 s |" in text
+
+
 def test_parse_pairs_and_cluster_paths():
     assert bench.parse_pairs(["nmt4:k80x4", "inception_v3:x/y.pbtxt"]) == [
         ("nmt4", "k80x4"), ("inception_v3", "x/y.pbtxt")]

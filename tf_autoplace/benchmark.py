@@ -46,6 +46,7 @@ from tf_autoplace.grouping import GroupingConfig
 from tf_autoplace.prepare import build_problem
 from tf_autoplace.placers import (ExpertPlacer, PlacementProblem, RandomPlacer, check_memory,
                                   check_placement, get_placer)
+from tf_autoplace.rl.pretrain import samples_to_reach
 from tf_autoplace.sim import Simulator, lp_lower_bound
 
 TESTDATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "testdata")
@@ -138,6 +139,8 @@ class Row:
     search_s: float = math.nan
     sims: int = 0
     error: str = ""
+    curve: tuple = ()  # a learned placer's search: (placements, seconds, best R) per point
+    curve_timed: bool = True  # False: the seconds are estimated (see search_curve)
 
     @property
     def ratio(self) -> float:
@@ -189,6 +192,14 @@ def model_knobs(name: str, quick: bool) -> tuple[str, dict]:
     return zoo_name, {**(QUICK_KNOBS[zoo_name] if quick else {}), **knobs}
 
 
+def load_model(name: str, *, quick: bool):
+    """``(zoo.ModelGraph, MetaGraphDef)`` of a :data:`MODELS` name, built afresh."""
+    zoo_name, knobs = model_knobs(name, quick)
+    progress(f"building {name} ({zoo_name} {knobs})")
+    model = zoo.build(zoo_name, **knobs)
+    return model, ingest.load_meta_graph(model.graph)
+
+
 def make_placer(name: str, model: zoo.ModelGraph):
     """The expert gets the model's scopes; every other placer comes from the registry."""
     if name == "expert":
@@ -211,6 +222,7 @@ def run_placer(problem: CountedProblem, placer, *, seed: int, model: str,
         return row
     row.search_s = time.perf_counter() - start
     row.sims = sim.calls
+    row.curve, row.curve_timed = search_curve(getattr(placer, "stats", {}), row.search_s)
     problems = check_placement(problem, devices)
     if problems:  # propose() checks this too; a placer bug must not pass silently
         row.error = "; ".join(problems)
@@ -220,6 +232,31 @@ def run_placer(problem: CountedProblem, placer, *, seed: int, model: str,
     row.peak_gb = tuple(float(x) / 1e9 for x in result.peak_memory)
     row.oom = bool(check_memory(problem, result))
     return row
+
+
+def search_curve(stats: dict, search_s: float) -> tuple[tuple, bool]:
+    """``((placements, seconds, best R), ...), timed`` of a learned placer's last search, from
+    its ``stats``: ``curve`` holds (placements, best R) points and, where the placer times
+    them, ``curve_s`` the seconds of each (Post). Without ``curve_s`` (Placeto) the seconds
+    are estimated as the search's time in proportion to the placements, and ``timed`` is
+    False. Placers without a curve give ``((), True)``."""
+    curve = stats.get("curve") or ()
+    if not curve:
+        return (), True
+    seconds = stats.get("curve_s")
+    timed = seconds is not None
+    if not timed:
+        last = max(curve[-1][0], 1)
+        seconds = [search_s * samples / last for samples, _ in curve]
+    return tuple((int(n), float(t), float(best))
+                 for (n, best), t in zip(curve, seconds)), timed
+
+
+def reach(curve, target: float):
+    """``(placements, seconds)`` at which a :func:`search_curve` first had a best R at or
+    under ``target`` (None: never)."""
+    samples = samples_to_reach([(n, best) for n, _, best in curve], target)
+    return None if samples is None else next((n, t) for n, t, _ in curve if n == samples)
 
 
 def simulations_per_second(problem: PlacementProblem, runs: int) -> float:
@@ -248,11 +285,8 @@ def benchmark(pairs, placer_names, *, quick: bool, seed: int = 0, sim_runs: int 
         by_model.setdefault(model, []).append(cluster)
     done, total = 0, len(pairs) * len(placer_names)
     for model_name, clusters in by_model.items():
-        zoo_name, knobs = model_knobs(model_name, quick)
-        progress(f"building {model_name} ({zoo_name} {knobs})")
         start = time.perf_counter()
-        model = zoo.build(zoo_name, **knobs)
-        meta_graph = ingest.load_meta_graph(model.graph)
+        model, meta_graph = load_model(model_name, quick=quick)
         build_s = time.perf_counter() - start
         cost_model = None
         for cluster_name in clusters:
@@ -314,6 +348,7 @@ def markdown(rows: list[Row], infos: list[PairInfo], *, title: str) -> str:
                      f"{_num(r.lp_bound_s)} | {_num(r.lp_ratio, 3)} | {_peaks(r)} | "
                      f"{'yes' if r.oom else ''} | {_num(r.search_s, 2)} | "
                      f"{r.sims} |")
+    lines += curve_markdown(rows)
     lines += ["", "Simulator speed (one random-group placement of the whole graph):", "",
               "| model | cluster | ops | groups | build (s) | ingest+cost+group (s) | "
               "lower bound (s) | LP bound (s) | LP bound time (s) | LP status | "
@@ -324,6 +359,35 @@ def markdown(rows: list[Row], infos: list[PairInfo], *, title: str) -> str:
                      f"{i.problem_s:.1f} | {_num(i.lower_bound_s)} | {_num(i.lp_bound_s)} | "
                      f"{_num(i.lp_solve_s, 2)} | {i.lp_status} | {i.sims_per_s:.0f} |")
     return "\n".join(lines) + "\n"
+
+
+def curve_markdown(rows: list[Row]) -> list[str]:
+    """The learned placers' searches: placements and seconds until their best sampled
+    placement first reached the expert's step time of the same pair, and until it came within
+    1% of the best it ended with ("~": seconds estimated, see :func:`search_curve`)."""
+    learned = [r for r in rows if r.curve and not r.error]
+    if not learned:
+        return []
+    expert = {(r.model, r.cluster): r.step_s for r in rows
+              if r.placer == "expert" and not r.error and not r.oom}
+    lines = ["", "Learned placers' searches (best sampled placement, before the comparison with "
+             "the heuristics; placements / seconds until it reached the target):", "",
+             "| model | cluster | placer | placements | best sampled (s) | expert (s) | "
+             "to the expert | to within 1% of its best |",
+             "| --- | --- | --- | ---: | ---: | ---: | --- | --- |"]
+
+    def cell(point, timed):
+        return "never" if point is None else f"{point[0]} / {'' if timed else '~'}{point[1]:.1f} s"
+
+    for r in learned:
+        final = min(best for _, _, best in r.curve)
+        target = expert.get((r.model, r.cluster), math.nan)
+        to_expert = reach(r.curve, target) if math.isfinite(target) else None
+        lines.append(f"| {r.model} | {r.cluster} | {r.placer} | {r.curve[-1][0]} | "
+                     f"{_num(final)} | {_num(target)} | "
+                     f"{cell(to_expert, r.curve_timed) if math.isfinite(target) else ''} | "
+                     f"{cell(reach(r.curve, final * 1.01), r.curve_timed)} |")
+    return lines
 
 
 CSV_FIELDS = ("model", "cluster", "ops", "groups", "placer", "step_s", "lower_bound_s",
