@@ -266,3 +266,23 @@ def test_placer_is_registered_takes_a_budget_and_is_never_worse_than_the_heurist
 def test_config_is_checked(field, value, match):
     with pytest.raises(ConfigError, match=match):
         PostConfig(**{field: value})
+
+
+def test_autoplace_takes_post_by_name_inside_the_users_graph_and_is_reproducible(testdata):
+    import os
+
+    import tf_autoplace
+    from tf_autoplace.testing import small_cnn
+
+    cpu2 = os.path.join(testdata, "cpu2.pbtxt")
+    tg = small_cnn()
+    before = len(tg.graph.get_operations())
+    with tg.graph.as_default():  # Post runs no TF ops: nothing may land in the user's graph
+        report = tf_autoplace.autoplace(tg.graph, cluster=cpu2, placer="post", budget_s=60)
+    assert report.placer == "post"
+    assert len(tg.graph.get_operations()) == before
+    assert all(op.device for op in tg.graph.get_operations())
+    a, b = (tf_autoplace.autoplace(small_cnn().graph, cluster=cpu2, seed=3,
+                                   placer=PostPlacer(max_samples=240, budget_s=600))
+            for _ in range(2))
+    assert a.assignment == b.assignment
