@@ -230,10 +230,10 @@ def _heavy_traffic(seed):
 @pytest.mark.parametrize("seed,overrides,margin", [
     # Algorithm 1 as the paper has it: 218.5 ms against m-ETF's 233.1 ms; the same 600
     # uniform samples without the updates get no better than 280.0 ms.
-    (1, dict(init="uniform", units="groups"), 1.0),
-    # The defaults: 227.7 ms against m-ETF's 248.5 ms; sampling around the heuristic's
-    # placement without the updates finds 238.4 ms, above the margin.
-    (2, dict(), 0.95)])
+    (1, dict(init="uniform", units="groups", epsilon=0.1), 1.0),
+    # The defaults: 220.2 ms against m-ETF's 269.0 ms (0.82x); sampling around the
+    # heuristic's placement without the updates finds 252.3 ms (0.94x), above the margin.
+    (3, dict(), 0.9)])
 def test_search_beats_the_best_heuristic_on_a_random_dag(seed, overrides, margin):
     problem_ = _heavy_traffic(seed)
     heuristic = BestHeuristicPlacer().place(problem_).sim.makespan
