@@ -219,6 +219,14 @@ def test_same_seed_same_placement_and_same_search():
     assert runs[0][2] != runs[2][2]  # not vacuous: another seed samples other placements
 
 
+@pytest.mark.slow
+def test_two_simulating_workers_give_the_same_placement_as_one():
+    problem = random_problem(80, seed=1, max_groups=20)
+    one = PostPlacer(max_samples=120, workers=1).place(problem, seed=0)
+    two = PostPlacer(max_samples=120, workers=2).place(problem, seed=0)
+    assert one.devices.tolist() == two.devices.tolist()
+
+
 def _heavy_traffic(seed):
     # A random DAG whose tensors (up to 10 MB at 1 GB/s) cost more than its ops (median 1 ms):
     # a random placement is far slower than a good one, so the updates must do the work.
