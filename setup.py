@@ -39,8 +39,10 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
     packages=find_packages(include=["tf_autoplace", "tf_autoplace.*"]),
-    # The shipped Placeto policy (weights, architecture, manifest) is data inside the package.
-    package_data={"tf_autoplace": ["pretrained/*/*.json", "pretrained/*/*.npz"]},
+    # Data inside the package: the shipped Placeto policy (weights, architecture, manifest) and
+    # the cluster specs that every door names by their stem (cluster="k80x4").
+    package_data={"tf_autoplace": ["pretrained/*/*.json", "pretrained/*/*.npz",
+                                   "clusters/*.pbtxt"]},
     install_requires=[
         "tensorflow>=2.16",
         "tensorflow-probability>=0.24",

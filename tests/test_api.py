@@ -1,7 +1,5 @@
 """autoplace end to end on real TF training graphs, executed on 2 logical CPU devices."""
 
-import os
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -10,8 +8,7 @@ import tf_autoplace
 from tf_autoplace import Cluster, Device
 from tf_autoplace.testing import run_training_steps, small_cnn
 
-TESTDATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "testdata")
-CPU2 = os.path.join(TESTDATA, "cpu2.pbtxt")
+CPU2 = "cpu2"
 
 
 def _devices(graph):
@@ -95,7 +92,8 @@ def test_transient_memory_too_big_is_an_error_and_graph_untouched():
 
 @pytest.mark.parametrize("kwargs, error", [
     (dict(placer="no_such_placer"), tf_autoplace.ConfigError),
-    (dict(cluster=os.path.join(TESTDATA, "missing.pbtxt")), tf_autoplace.ClusterSpecError),
+    (dict(cluster="missing/cluster.pbtxt"), tf_autoplace.ClusterSpecError),
+    (dict(cluster="k80x3"), tf_autoplace.ClusterSpecError),
     (dict(cluster=12), tf_autoplace.ConfigError),
     (dict(seed="x"), tf_autoplace.ConfigError),
 ])

@@ -18,7 +18,7 @@ from tf_autoplace.sim import Simulator
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GB = 10**9
-CPU2 = os.path.join(REPO, "testdata", "cpu2.pbtxt")
+CPU2 = "cpu2"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 # A fork-join with a control edge 1 -> 4: ops 0, 1, 2, 5 on GPU:0, ops 3, 4 on GPU:1, so

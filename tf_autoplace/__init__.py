@@ -1,7 +1,7 @@
 """tf_autoplace: learned and heuristic device placement for TensorFlow graphs.
 
     import tf_autoplace
-    report = tf_autoplace.autoplace(graph, cluster="testdata/k80x2.pbtxt")
+    report = tf_autoplace.autoplace(graph, cluster="k80x2")
     print(report)
 
 The core (OpGraph, grouping, simulator, placers) is plain numpy; TensorFlow is imported only when

@@ -1,7 +1,7 @@
 """Place a GraphDef / MetaGraphDef file offline and write the placed graph.
 
     python tools/autoplace_graphdef.py --input=model.pb --output=placed.pb \
-        --cluster=testdata/k80x2.pbtxt --report_json=report.json
+        --cluster=k80x2 --report_json=report.json
 
 The input may be binary or text format; the output format follows ``--output``'s extension
 (``.pbtxt``/``.txt`` = text, anything else binary) and its kind follows the input (a MetaGraphDef
@@ -17,7 +17,7 @@ copied. Both load with ``tf.saved_model.load``. The directory is written beside 
 renamed into place; on error nothing is left (see ``tf_autoplace.tf2.place_saved_model``).
 
     python tools/autoplace_graphdef.py --input=saved_model_dir --output=placed_dir \
-        --cluster=testdata/k80x2.pbtxt --signature=serving_default
+        --cluster=k80x2 --signature=serving_default
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ flags.DEFINE_string("signature", "serving_default", "SavedModel input (TF2): the
                     "to place.")
 flags.DEFINE_list("saved_model_tags", ["serve"], "SavedModel input (TF1): the tags of the "
                   "MetaGraph to place.")
-flags.DEFINE_string("cluster", "local", "Cluster spec file (text ClusterSpec) or 'local'.")
+flags.DEFINE_string("cluster", "local", "Shipped cluster name (k80x2, cpu2, ...), cluster spec "
+                    "file (text ClusterSpec) or 'local'.")
 flags.DEFINE_string("placer", "auto", "Placer name (default: the default placer, auto).")
 flags.DEFINE_integer("seed", 0, "Random seed.")
 flags.DEFINE_integer("max_groups", 2000, "Merge-and-Colocate: at most this many groups.")

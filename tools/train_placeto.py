@@ -35,7 +35,8 @@ from absl import app, flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out_dir", None, "Where to write the policy and its manifest.")
-flags.DEFINE_string("cluster", "testdata/k80x2.pbtxt", "Cluster spec the policy places on.")
+flags.DEFINE_string("cluster", "k80x2", "Cluster the policy places on: a shipped name or a "
+                    "spec file.")
 flags.DEFINE_list("families", ["nmt", "ptb", "cifar10"], "Graph families to train on.")
 flags.DEFINE_integer("num_graphs", 32, "Graphs per family (half train, half held out).")
 flags.DEFINE_enum("objective", "policy_gradient", ["policy_gradient", "imitation"],

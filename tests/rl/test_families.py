@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tf_autoplace.cluster import Cluster
+from tf_autoplace.cluster import Cluster, resolve_cluster
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.rl import families
 from tf_autoplace.rl.families import FAMILIES, FamilyConfig
@@ -95,8 +95,8 @@ def test_knobs_in_range_and_trains(family):
         assert np.isfinite(loss) and loss > 0
 
 
-def test_problems_split_and_cache(tmp_path, monkeypatch, capsys, testdata):
-    cluster = Cluster.from_file(os.path.join(testdata, "k80x2.pbtxt"))
+def test_problems_split_and_cache(tmp_path, monkeypatch, capsys):
+    cluster = resolve_cluster("k80x2")
     gpus = cluster.kind_mask(["GPU"])[0]
     first = {}
     for family in FAMILIES:

@@ -367,7 +367,7 @@ def test_placer_is_never_worse_than_the_heuristics_and_reports_itself():
         PlacetoPlacer(budget_s=0)
 
 
-def test_autoplace_with_placeto_inside_the_users_graph_adds_no_ops_to_it(testdata):
+def test_autoplace_with_placeto_inside_the_users_graph_adds_no_ops_to_it():
     import os
 
     import tf_autoplace
@@ -376,7 +376,7 @@ def test_autoplace_with_placeto_inside_the_users_graph_adds_no_ops_to_it(testdat
     tg = small_cnn()
     before = len(tg.graph.get_operations())
     with tg.graph.as_default():
-        report = tf_autoplace.autoplace(tg.graph, cluster=os.path.join(testdata, "cpu2.pbtxt"),
+        report = tf_autoplace.autoplace(tg.graph, cluster="cpu2",
                                         placer="placeto", budget_s=3)
     assert len(tg.graph.get_operations()) == before
     assert report.placer == "placeto"

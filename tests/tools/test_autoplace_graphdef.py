@@ -48,7 +48,7 @@ def runs(tmp_path_factory, run_scripts, write_proto):
 
     results = run_scripts({
         name: ["tools/autoplace_graphdef.py", f"--input={workdir / inp}",
-               f"--output={workdir / out}", "--cluster=testdata/cpu2.pbtxt",
+               f"--output={workdir / out}", "--cluster=cpu2",
                *(flag.format(dir=workdir) for flag in extra)]
         for name, (inp, out, extra) in RUNS.items()})
     return workdir, results, {"graph_def": graph_def, "meta_graph": meta_graph}
