@@ -15,6 +15,9 @@ absl-py), each because a well-kept library does the job better than code we woul
 - highspy: the LP lower bound on the step time (``tf_autoplace.sim.lp_bound``) is solved by
   HiGHS, a maintained open-source LP solver; highspy is its own thin binding (one wheel, no
   SciPy), and it returns the row duals the bound is certified from, also after a time limit.
+- platformdirs: the user's cache directory on every platform (XDG on Linux, ~/Library/Caches on
+  macOS, %LOCALAPPDATA% on Windows), where numba's compiled simulator kernels are cached
+  (tf_autoplace/sim/jit.py) instead of inside the installed package.
 - protobuf >= 7.35.1: the generated modules in tf_autoplace/proto come from protoc 35.1 (see
   protos/README.md) and check the runtime version.
 
@@ -52,6 +55,7 @@ setup(
         "absl-py>=1.0",
         "numba>=0.60",
         "highspy>=1.16",
+        "platformdirs>=3.0",
         "protobuf>=7.35.1",
     ],
     extras_require={
