@@ -179,10 +179,9 @@ def _prob_of_device(policy, env, device):
     return float(np.mean(probs))
 
 
-@pytest.mark.parametrize("estimator,discount,behaviour", [
-    ("reinforce", 1.0, "sample"), ("all_actions", 0.0, "sample"), ("all_actions", 0.0, "keep")])
+@pytest.mark.parametrize("estimator,discount", [("reinforce", 1.0), ("all_actions", 0.0)])
 def test_untrained_policy_only_prefers_keeping_and_training_moves_towards_the_faster_device(
-        estimator, discount, behaviour):
+        estimator, discount):
     # Device 1 runs every op 4x faster: moving any op there shortens the step.
     problem = _problem(10, CHAIN, speeds=(1.0, 4.0))
     env_config = EnvConfig(max_groups=10, start="single")
@@ -193,8 +192,7 @@ def test_untrained_policy_only_prefers_keeping_and_training_moves_towards_the_fa
     # REINFORCE: the first episode only seeds the per-step baseline; the second one updates.
     reinforce.train(policy, [problem], env_config,
                     reinforce.TrainConfig(iterations=8, learning_rate=1e-2, seed=0,
-                                          discount=discount, estimator=estimator,
-                                          behaviour=behaviour))
+                                          discount=discount, estimator=estimator))
     assert _prob_of_device(policy, env, 1) > 1 / (1 + np.exp(KEEP_INIT)) + 0.05
 
 
@@ -249,15 +247,6 @@ def test_all_action_episodes_score_every_device_of_every_step():
         assert episode.samples == 1 + 2 * env.num_steps
         # Without the alternatives, only the moves are simulated.
         assert 0 < moves < env.num_steps and plain.samples == 1 + moves
-    # behaviour="keep": every state is the start placement, every device of every group scored.
-    kept = reinforce.rollout(policy, env, np.random.default_rng(0), all_actions=True, keep=True)
-    np.testing.assert_array_equal(kept.actions, kept.start[env.order])
-    np.testing.assert_array_equal(kept.scores, np.full(env.num_steps + 1, kept.scores[0]))
-    for t, v in enumerate(env.order):
-        for d in range(3):
-            moved = kept.start.copy()
-            moved[v] = d
-            assert kept.action_scores[t, d] == pytest.approx(env.score(moved))
 
 
 def test_all_action_gradient_is_the_expectation_of_the_reinforce_gradient():
@@ -297,8 +286,6 @@ def test_all_action_estimator_needs_each_actions_own_improvement():
         reinforce.TrainConfig(estimator="all_actions", discount=0.0, normalize_advantages=True)
     with pytest.raises(ConfigError, match="estimator"):
         reinforce.TrainConfig(estimator="sampled")
-    with pytest.raises(ConfigError, match="all_actions"):
-        reinforce.TrainConfig(behaviour="keep", discount=0.0)
     problem = _problem(10, CHAIN)
     with pytest.raises(ConfigError, match="intermediate"):
         reinforce.train(PlacetoPolicy(2, seed=0), [problem], EnvConfig(reward="terminal"),
@@ -487,8 +474,9 @@ def test_tempering_divides_the_logits_and_keeps_the_greedy_episode():
 
 @pytest.mark.parametrize("episode_start", ["env", "best"])
 def test_episodes_start_from_the_incumbent_when_asked(episode_start):
-    # With "keep" every device of every group is scored from the episode's start placement, so
-    # the best placement after one iteration tells which placement the episode started from.
+    # A policy that never moves a group, with every action scored: every device of every group
+    # is scored from the episode's start placement, so the best placement after one iteration
+    # tells which placement the episode started from.
     rng = np.random.default_rng(10)
     problem = _problem(14, _random_dag(rng, 14), speeds=(1.0, 1.5))
     env_config = EnvConfig(max_groups=14, start="single")
@@ -497,13 +485,16 @@ def test_episodes_start_from_the_incumbent_when_asked(episode_start):
     state = reinforce.TrainState(best_scores={0: env.score(incumbent)},
                                  best_placements={0: incumbent.copy()})
     config = reinforce.TrainConfig(iterations=1, discount=0.0, estimator="all_actions",
-                                   behaviour="keep", episode_start=episode_start)
+                                   episode_start=episode_start)
     policy = PlacetoPolicy(2, env.num_features, seed=0)
+    policy.keep.assign(50.0)
     reinforce.train(policy, [problem], env_config, config, state=state)
-    from_incumbent = reinforce.rollout(policy, env, np.random.default_rng(0), keep=True,
-                                       all_actions=True, start=incumbent).best_score
-    from_env = min(env.score(incumbent), reinforce.rollout(
-        policy, env, np.random.default_rng(0), keep=True, all_actions=True).best_score)
+    from_incumbent = reinforce.rollout(policy, env, np.random.default_rng(0), all_actions=True,
+                                       start=incumbent)
+    from_env = reinforce.rollout(policy, env, np.random.default_rng(0), all_actions=True)
+    assert not from_incumbent.moves.any() and not from_env.moves.any()  # the policy stays put
+    from_incumbent = from_incumbent.best_score
+    from_env = min(env.score(incumbent), from_env.best_score)
     assert from_incumbent != pytest.approx(from_env)  # the two starts can be told apart
     expected = from_incumbent if episode_start == "best" else from_env
     assert state.best_scores[0] == pytest.approx(expected)
