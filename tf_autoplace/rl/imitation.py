@@ -57,10 +57,29 @@ class Target:
     moves: np.ndarray  # [D, D] groups moved from device a (start placement) to device b
 
 
+# One policy object per architecture in each process. Every search and every clone starts from
+# a fresh policy's weights (PlacetoPolicy.reinitialize draws exactly those of a new policy with
+# that seed), while its compiled forward pass and gradient, seconds of XLA compilation per new
+# policy object, are reused.
+_POLICIES: dict[tuple, PlacetoPolicy] = {}
+
+
+def _fresh_policy(**config) -> PlacetoPolicy:
+    """A policy with the initial weights of ``PlacetoPolicy(**config)`` (see above)."""
+    key = tuple(sorted((k, v) for k, v in config.items() if k != "seed"))
+    policy = _POLICIES.get(key)
+    if policy is None:
+        policy = _POLICIES[key] = PlacetoPolicy(**config)
+    else:
+        policy.reinitialize(config["seed"])
+    return policy
+
+
 def _search_one(problem, placeto_config, samples: int, seed: int) -> Target:
     env = PlacementEnv(problem, placeto_config.env)
     config = dataclasses.replace(placeto_config, max_samples=samples)
-    policy = PlacetoPolicy(env.view.num_devices, env.num_features, seed=seed)
+    policy = _fresh_policy(num_devices=env.view.num_devices, num_features=env.num_features,
+                           seed=seed)
     found = search(policy, env, config, seed, pretrained=False, zero_shot=False)
     start = env.start(np.random.default_rng(seed))
     moves = np.zeros((env.view.num_devices,) * 2, dtype=np.int64)
@@ -227,7 +246,7 @@ def _clone_task(args) -> Clone:
     problems, env_config, targets, policy_config, epochs, learning_rate, move_weight, \
         progress = args
     envs = [PlacementEnv(problem, env_config) for problem in problems]
-    policy = PlacetoPolicy(**policy_config)
+    policy = _fresh_policy(**policy_config)
     curve = clone(policy, envs, targets, epochs=epochs, learning_rate=learning_rate,
                   move_weight=move_weight, progress=progress)
     return Clone(seed=policy_config["seed"], weights=policy.get_weights(), curve=curve,
