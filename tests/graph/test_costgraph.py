@@ -226,6 +226,9 @@ def test_a_zoo_graph_exported_to_a_cost_graph_is_placed_as_the_tf_path_places_it
     problem, _ = build_problem(ingest.load_meta_graph(small_nmt), cluster)
     path = tmp_path / "nmt.costgraph.pbtxt"
     costgraph.write(path, export_cost_graph(problem, description="small NMT on k80x2"))
+    again = cost_graph_problem(costgraph.read(path), cluster)
+    np.testing.assert_array_equal(again.op_time, problem.op_time)  # every device, CPU too
+    np.testing.assert_array_equal(again.grouping.labels, problem.grouping.labels)
     report = tf_autoplace.place_cost_graph(path, cluster="k80x2", placer=make(), seed=4)
 
     assert report.assignment == tf_report.assignment
