@@ -197,8 +197,9 @@ def rollouts(policy, env: PlacementEnv, rngs: Sequence[np.random.Generator], *,
              greedy: bool = False, start: np.ndarray | None = None,
              all_actions: bool = False) -> list[Episode]:
     """Run ``len(rngs)`` episodes in lockstep, episode i drawing from ``rngs[i]``: sample (or,
-    with ``greedy``, take the argmax of) each action. With ``all_actions`` every action device of every step is
-    scored (``Episode.action_scores``), and the best placement tracked is the best of them all.
+    with ``greedy``, take the argmax of) each action. With ``all_actions`` every action device
+    of every step is scored (``Episode.action_scores``), and the best placement tracked is the
+    best of them all.
     A step that leaves its group where it is is not simulated again; with the environment's
     ``undo_worse`` a move that makes R worse is undone (``Episode.undone``).
 
