@@ -49,7 +49,8 @@ def test_report_figures_are_consistent():
 def test_same_seed_same_placement_with_the_default_learned_placer():
     from tf_autoplace.placers import PlacetoPlacer
 
-    placers = [PlacetoPlacer(max_samples=300, budget_s=600) for _ in range(2)]
+    # A sample budget (the time cap is far off): the result cannot depend on the machine.
+    placers = [PlacetoPlacer(max_samples=60, budget_s=600) for _ in range(2)]
     a, b = (tf_autoplace.autoplace(small_cnn().graph, cluster=CPU2, seed=3, placer=p)
             for p in placers)
     assert a.placer == "placeto"
@@ -58,7 +59,7 @@ def test_same_seed_same_placement_with_the_default_learned_placer():
     timeless = [{k: v for k, v in p.stats.items() if not k.endswith("_s") and k != "seconds"}
                 for p in placers]
     assert timeless[0] == timeless[1]
-    assert timeless[0]["samples"] >= 300
+    assert timeless[0]["samples"] >= 60 and timeless[0]["fine_tune_iterations"] > 1
 
 
 def test_graph_def_input_returns_placed_copy_and_keeps_input():

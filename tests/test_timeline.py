@@ -217,7 +217,7 @@ def test_tool_writes_trace_plot_and_placement_proto(tmp_path, cnn_graph_def):
 
 
 def test_tool_fails_clearly_on_unwritable_trace_path(tmp_path, cnn_graph_def):
-    status, err = _run_tool(tmp_path, cnn_graph_def,
+    status, err = _run_tool(tmp_path, cnn_graph_def, "--placer=m_etf",
                             f"--trace_json={tmp_path / 'missing_dir' / 't.json'}")
     assert status != 0
     assert "cannot write --trace_json=" in err

@@ -1,6 +1,8 @@
 """Placements of real zoo training graphs: TF's own constraints hold in the rewritten graph, and a
 randomly split LSTM seq2seq training graph runs on 2 logical CPUs with the unplaced loss."""
 
+import functools
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -11,6 +13,12 @@ from tf_autoplace.graph.kernels import kernel_kinds
 from tf_autoplace.testing import TrainingGraph, run_training_steps
 
 SMALL_NMT = dict(layers=2, length=4, batch=4, hidden=16, embedding_dim=16, vocab=50)
+
+
+@functools.lru_cache(maxsize=None)
+def _built(name, knobs):
+    """One build per model for the placers that place it in turn (Keras models take seconds)."""
+    return zoo.build(name, **dict(knobs))
 
 
 def _assert_tf_constraints_hold(graph: tf.Graph):
@@ -36,7 +44,7 @@ def _assert_tf_constraints_hold(graph: tf.Graph):
     ("nmt", SMALL_NMT, "random"),
 ])
 def test_constraints_hold_on_real_training_graphs(name, knobs, placer):
-    model = zoo.build(name, **knobs)
+    model = _built(name, tuple(sorted(knobs.items())))  # each placement rewrites every op
     report = tf_autoplace.autoplace(model.graph, cluster="k80x2",
                                     placer=placer, seed=1)
     _assert_tf_constraints_hold(model.graph)

@@ -148,7 +148,7 @@ def check_control_flow_with_nested_call():
         return z
 
     x = tf.constant(np.linspace(-1, 1, 16, dtype=np.float32).reshape(4, 4))
-    placed, report = tf2.autoplace_function(outer, x, cluster=CPU2)
+    placed, report = tf2.autoplace_function(outer, x, cluster=CPU2, placer="m_etf")
     nodes = placed.graph.as_graph_def().node
     flow = [n for n in nodes if n.op in ("If", "StatelessIf", "While", "StatelessWhile")]
     return {

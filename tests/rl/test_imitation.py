@@ -1,6 +1,7 @@
 """Pretraining by imitating the placer's search (tf_autoplace.rl.imitation), on small graphs."""
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -23,13 +24,15 @@ def _problems():
     return [_problem(12, _random_dag(rng, 12), speeds=(1.0, 1.5)) for _ in range(2)]
 
 
-def test_search_targets_are_the_searchs_best_and_do_not_depend_on_the_workers():
+@pytest.fixture(scope="module")
+def targets():
+    """The search targets of ``_problems()`` (40 samples, seed 3), found in this process."""
+    return imitation.search_targets(_problems(), SEARCH, samples=40, seed=3, workers=1)
+
+
+def test_search_targets_are_the_searchs_best(targets):
     problems = _problems()
-    one = imitation.search_targets(problems, SEARCH, samples=40, seed=3, workers=1)
-    two = imitation.search_targets(problems, SEARCH, samples=40, seed=3, workers=2)
-    for a, b, problem in zip(one, two, problems):
-        np.testing.assert_array_equal(a.actions, b.actions)
-        assert a.score == b.score
+    for a, problem in zip(targets, problems):
         env = PlacementEnv(problem, ENV)
         assert a.score == pytest.approx(env.score(a.actions))
         # Device 1 is faster: the search moves groups there and beats the start placement.
@@ -45,6 +48,24 @@ def test_search_targets_are_the_searchs_best_and_do_not_depend_on_the_workers():
         imitation.search_targets(problems, SEARCH, samples=0, seed=3)
 
 
+def test_worker_processes_return_results_in_task_order():
+    # The pool that search_targets and clone_best_of use (spawn), on a function whose worker
+    # imports nothing heavy; the searches themselves run in workers in the slow suite.
+    progress = []
+    squares = imitation._map_in_order(math.sqrt, [16.0, 1.0, 9.0, 4.0, 0.0], workers=2,
+                                      progress_line=lambda done, s: progress.append(len(done)))
+    assert squares == [4.0, 1.0, 3.0, 2.0, 0.0]
+    assert progress == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.slow
+def test_search_targets_do_not_depend_on_the_workers(targets):
+    two = imitation.search_targets(_problems(), SEARCH, samples=40, seed=3, workers=2)
+    for a, b in zip(targets, two):
+        np.testing.assert_array_equal(a.actions, b.actions)
+        assert (a.score, a.samples, a.moves.tolist()) == (b.score, b.samples, b.moves.tolist())
+
+
 def test_with_several_searches_the_target_is_the_best_of_them():
     problem = _problems()[1]
     best = imitation.search_targets([problem], SEARCH, samples=20, seed=5, searches=3)[0]
@@ -58,9 +79,9 @@ def test_with_several_searches_the_target_is_the_best_of_them():
         imitation.search_targets([problem], SEARCH, samples=20, seed=5, searches=0)
 
 
-def test_cloning_teaches_the_greedy_episode_to_reach_the_target():
+def test_cloning_teaches_the_greedy_episode_to_reach_the_target(targets):
     problem = _problems()[0]
-    target = imitation.search_targets([problem], SEARCH, samples=40, seed=3)[0].actions
+    target = targets[0].actions  # graph 0's search is seeded [3, 0] in a list of one, too
     # Without undoing, the greedy episode's last placement is exactly the moves it chose.
     env = PlacementEnv(problem, dataclasses.replace(ENV, undo_worse=False))
     start = env.start(None)
@@ -81,10 +102,10 @@ def test_cloning_teaches_the_greedy_episode_to_reach_the_target():
     np.testing.assert_array_equal(greedy_result(policy), target)
 
 
-def test_the_loss_is_the_target_devices_cross_entropy_with_moving_steps_weighted():
+def test_the_loss_is_the_target_devices_cross_entropy_with_moving_steps_weighted(targets):
     problem = _problems()[0]
     env = PlacementEnv(problem, ENV)
-    target = imitation.search_targets([problem], SEARCH, samples=40, seed=3)[0].actions
+    target = targets[0].actions
     moved = np.count_nonzero(target[env.order] != env.start(None)[env.order])
     kept = env.num_steps - moved
     # Untrained, a policy's only preference is the keep prior on the group's current device,
@@ -109,14 +130,20 @@ def test_cloning_checks_its_arguments():
         imitation.clone(policy, [env], [env.start(None)], epochs=1, move_weight=0.0)
 
 
-def test_of_several_clones_the_one_that_gains_most_on_the_training_graphs_is_kept():
+def _clones(workers: int):
+    """``clone_best_of`` on ``_problems()`` from seeds 4, 0, 7, with arbitrary targets."""
     problems = _problems()
     envs = [PlacementEnv(problem, ENV) for problem in problems]
     rng = np.random.default_rng(8)  # any placements will do as targets
     targets = [rng.integers(0, 2, env.view.num_groups) for env in envs]
     config = PlacetoPolicy(2, envs[0].num_features).config
     policy, clones = imitation.clone_best_of(problems, ENV, targets, config, [4, 0, 7],
-                                             epochs=4, learning_rate=1e-2)
+                                             epochs=4, learning_rate=1e-2, workers=workers)
+    return problems, envs, targets, config, policy, clones
+
+
+def test_of_several_clones_the_one_that_gains_most_on_the_training_graphs_is_kept():
+    problems, envs, targets, config, policy, clones = _clones(workers=1)
     assert [made.seed for made in clones] == [4, 0, 7]
     assert len({made.train_gain for made in clones}) == 3  # not vacuous: the clones differ
     best = max(clones, key=lambda made: made.train_gain)
@@ -128,12 +155,20 @@ def test_of_several_clones_the_one_that_gains_most_on_the_training_graphs_is_kep
         np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(a, c)
     assert best.train_gain == mean_greedy_gain(alone, envs)
-    # In worker processes the clones come out the same, in the same order.
-    _, two = imitation.clone_best_of(problems, ENV, targets, config, [4, 0, 7], epochs=4,
-                                     learning_rate=1e-2, workers=2)
-    assert [(m.seed, m.train_gain, m.curve) for m in two] == \
-        [(m.seed, m.train_gain, m.curve) for m in clones]
     with pytest.raises(ConfigError, match="distinct seeds"):
         imitation.clone_best_of(problems, ENV, targets, config, [1, 1], epochs=1)
     with pytest.raises(ConfigError, match="one target per problem"):
         imitation.clone_best_of(problems, ENV, targets[:1], config, [1], epochs=1)
+
+
+@pytest.mark.slow
+def test_clones_in_worker_processes_are_the_clones_made_here():
+    # Worker processes (spawn) are covered by the search targets' test; this checks that a
+    # clone's weights, curve and gain survive the trip through them unchanged.
+    *_, here = _clones(workers=1)
+    *_, there = _clones(workers=2)
+    assert [(m.seed, m.train_gain, m.curve) for m in there] == \
+        [(m.seed, m.train_gain, m.curve) for m in here]
+    for a, b in zip(here, there):
+        for x, y in zip(a.weights, b.weights):
+            np.testing.assert_array_equal(x, y)
