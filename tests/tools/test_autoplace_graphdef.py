@@ -25,7 +25,8 @@ CPU2_DEVICES = {f"{HOST}CPU:0", f"{HOST}CPU:1"}
 
 # name -> (input file, output file, extra flags); inputs are written by the fixture below.
 RUNS = {
-    "graph_def": ("cnn.pb", "placed.pb", ["--placer=m_etf", "--report_json={dir}/report.json"]),
+    # No --placer: the default placer (auto) runs end to end through the tool.
+    "graph_def": ("cnn.pb", "placed.pb", ["--report_json={dir}/report.json"]),
     "meta_graph_text": ("cnn_meta.pbtxt", "placed_meta.pbtxt", ["--placer=m_etf"]),
     # A cost graph in, its placement (a PlacementResult, JSON by the name) out.
     "cost_graph": ("cnn.costgraph.pbtxt", "placement.json", ["--placer=m_etf"]),
@@ -53,14 +54,12 @@ def runs(tmp_path_factory, run_scripts, write_proto):
     (workdir / "corrupt.pb").write_bytes(b"\x0a\x05\x0a\x03abc\xff\xff truncated")
     (workdir / "bad_cluster.pbtxt").write_text('device { name: "/device:CPU:0" kind: ')
 
-    results = run_scripts({name: _argv(workdir, *run) for name, run in RUNS.items()})
+    results = run_scripts({
+        name: ["tools/autoplace_graphdef.py", f"--input={workdir / inp}",
+               f"--output={workdir / out}", "--cluster=cpu2",
+               *(flag.format(dir=workdir) for flag in extra)]
+        for name, (inp, out, extra) in RUNS.items()})
     return workdir, results, {"graph_def": graph_def, "meta_graph": meta_graph}
-
-
-def _argv(workdir, inp, out, extra):
-    return ["tools/autoplace_graphdef.py", f"--input={workdir / inp}",
-            f"--output={workdir / out}", "--cluster=cpu2",
-            *(flag.format(dir=workdir) for flag in extra)]
 
 
 def _assert_placed(graph_def, reference):
@@ -76,24 +75,10 @@ def test_binary_graph_def_in_binary_out_with_json_report(runs):
     assert f"wrote {workdir / 'placed.pb'}" in stdout
     placed = graph_pb2.GraphDef.FromString((workdir / "placed.pb").read_bytes())
     _assert_placed(placed, inputs["graph_def"])
-    assert {n.device for n in placed.node} == CPU2_DEVICES  # m_etf uses both CPUs here
+    assert {n.device for n in placed.node} == CPU2_DEVICES  # the placer uses both CPUs here
     report = json.loads((workdir / "report.json").read_text())
-    assert report["step_time_s"] > 0
+    assert report["placer"] == "auto" and report["step_time_s"] > 0
     assert report["num_ops"] == len(inputs["graph_def"].node)
-
-
-@pytest.mark.slow
-def test_the_default_learned_placer_runs_end_to_end_through_the_tool(runs, run_scripts):
-    # No --placer: the learned placer with its default budget (512 simulated placements).
-    workdir, _, inputs = runs
-    code, stdout, stderr = run_scripts({"default": _argv(
-        workdir, "cnn.pb", "default.pb", ["--report_json={dir}/default.json"])})["default"]
-    assert code == 0, stderr
-    _assert_placed(graph_pb2.GraphDef.FromString((workdir / "default.pb").read_bytes()),
-                   inputs["graph_def"])
-    report = json.loads((workdir / "default.json").read_text())
-    assert report["placer"] == "placeto" and report["step_time_s"] > 0
-    assert any(note.startswith("placeto: zero-shot") for note in report["notes"])
 
 
 def test_text_meta_graph_in_stays_a_text_meta_graph(runs):
