@@ -26,8 +26,9 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
         or file path (left alone; the placed copy is returned as ``report.graph_def``), or a
         ``tf.function`` with an ``input_signature`` / a ConcreteFunction (left alone; see
         Returns and :func:`tf_autoplace.tf2.autoplace_function`).
-      cluster: a :class:`Cluster`, the path of a text ``ClusterSpec``, or ``"local"``/None for
-        this machine's devices.
+      cluster: a :class:`Cluster`, the name of a shipped spec (``"k80x4"``,
+        :func:`tf_autoplace.cluster.shipped_clusters`), the path of a text ``ClusterSpec``, or
+        ``"local"``/None for this machine's devices.
       placer: a registered placer name (``tf_autoplace.placers.PLACERS``) or a Placer. The
         default, ``auto``, starts from the best fast heuristic (and the learned policies'
         zero-shot placements) and improves it by local search in the simulator.
