@@ -15,6 +15,9 @@ absl-py), each because a well-kept library does the job better than code we woul
 - highspy: the LP lower bound on the step time (``tf_autoplace.sim.lp_bound``) is solved by
   HiGHS, a maintained open-source LP solver; highspy is its own thin binding (one wheel, no
   SciPy), and it returns the row duals the bound is certified from, also after a time limit.
+- platformdirs: the user's cache directory on every platform (XDG on Linux, ~/Library/Caches on
+  macOS, %LOCALAPPDATA% on Windows), where numba's compiled simulator kernels are cached
+  (tf_autoplace/sim/jit.py) instead of inside the installed package.
 - protobuf >= 7.35.1: the generated modules in tf_autoplace/proto come from protoc 35.1 (see
   protos/README.md) and check the runtime version.
 
@@ -39,8 +42,10 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
     packages=find_packages(include=["tf_autoplace", "tf_autoplace.*"]),
-    # The shipped Placeto policy (weights, architecture, manifest) is data inside the package.
-    package_data={"tf_autoplace": ["pretrained/*/*.json", "pretrained/*/*.npz"]},
+    # Data inside the package: the shipped Placeto policy (weights, architecture, manifest) and
+    # the cluster specs that every door names by their stem (cluster="k80x4").
+    package_data={"tf_autoplace": ["pretrained/*/*.json", "pretrained/*/*.npz",
+                                   "clusters/*.pbtxt"]},
     install_requires=[
         "tensorflow>=2.16",
         "tensorflow-probability>=0.24",
@@ -50,6 +55,7 @@ setup(
         "absl-py>=1.0",
         "numba>=0.60",
         "highspy>=1.16",
+        "platformdirs>=3.0",
         "protobuf>=7.35.1",
     ],
     extras_require={

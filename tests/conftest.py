@@ -1,5 +1,5 @@
-"""Shared fixtures: paths to shipped test data, a tiny hand-checkable TF graph, proto writers,
-and a runner for the repository's scripts as subprocesses."""
+"""Shared fixtures: the repository root, a tiny hand-checkable TF graph, proto writers, and a
+runner for the repository's scripts as subprocesses."""
 
 import os
 import subprocess
@@ -8,12 +8,6 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TESTDATA = os.path.join(REPO, "testdata")
-
-
-@pytest.fixture(scope="session")
-def testdata():
-    return TESTDATA
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,6 @@ object: placer -> {"losses": [...], "devices": [...]}, plus "reference" for the 
 """
 
 import json
-import os
 import sys
 
 import tensorflow as tf
@@ -19,8 +18,7 @@ import tf_autoplace  # noqa: E402
 from tf_autoplace.placers import PlacetoPlacer  # noqa: E402
 from tf_autoplace.testing import run_training_steps, small_cnn  # noqa: E402
 
-CPU2 = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "testdata",
-                    "cpu2.pbtxt")
+CPU2 = "cpu2"
 
 assert not tf.executing_eagerly()
 out = {"reference": run_training_steps(small_cnn())[0]}

@@ -1,7 +1,5 @@
 """autoplace end to end on real TF training graphs, executed on 2 logical CPU devices."""
 
-import os
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -10,8 +8,7 @@ import tf_autoplace
 from tf_autoplace import Cluster, Device
 from tf_autoplace.testing import run_training_steps, small_cnn
 
-TESTDATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "testdata")
-CPU2 = os.path.join(TESTDATA, "cpu2.pbtxt")
+CPU2 = "cpu2"
 
 
 def _devices(graph):
@@ -52,7 +49,8 @@ def test_report_figures_are_consistent():
 def test_same_seed_same_placement_with_the_default_learned_placer():
     from tf_autoplace.placers import PlacetoPlacer
 
-    placers = [PlacetoPlacer(max_samples=300, budget_s=600) for _ in range(2)]
+    # A sample budget (the time cap is far off): the result cannot depend on the machine.
+    placers = [PlacetoPlacer(max_samples=60, budget_s=600) for _ in range(2)]
     a, b = (tf_autoplace.autoplace(small_cnn().graph, cluster=CPU2, seed=3, placer=p)
             for p in placers)
     assert a.placer == "placeto"
@@ -61,7 +59,7 @@ def test_same_seed_same_placement_with_the_default_learned_placer():
     timeless = [{k: v for k, v in p.stats.items() if not k.endswith("_s") and k != "seconds"}
                 for p in placers]
     assert timeless[0] == timeless[1]
-    assert timeless[0]["samples"] >= 300
+    assert timeless[0]["samples"] >= 60 and timeless[0]["fine_tune_iterations"] > 1
 
 
 def test_graph_def_input_returns_placed_copy_and_keeps_input():
@@ -95,7 +93,8 @@ def test_transient_memory_too_big_is_an_error_and_graph_untouched():
 
 @pytest.mark.parametrize("kwargs, error", [
     (dict(placer="no_such_placer"), tf_autoplace.ConfigError),
-    (dict(cluster=os.path.join(TESTDATA, "missing.pbtxt")), tf_autoplace.ClusterSpecError),
+    (dict(cluster="missing/cluster.pbtxt"), tf_autoplace.ClusterSpecError),
+    (dict(cluster="k80x3"), tf_autoplace.ClusterSpecError),
     (dict(cluster=12), tf_autoplace.ConfigError),
     (dict(seed="x"), tf_autoplace.ConfigError),
 ])

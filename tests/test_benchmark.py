@@ -93,13 +93,12 @@ def test_markdown_counts_the_learned_searches_against_the_expert_and_their_own_b
     assert "| m | c | placeto | 10 | 0.8 | 0.75 | never | 10 / ~5.0 s |" in text
 
 
-def test_parse_pairs_and_cluster_paths():
+def test_parse_pairs():
     assert bench.parse_pairs(["nmt4:k80x4", "inception_v3:x/y.pbtxt"]) == [
         ("nmt4", "k80x4"), ("inception_v3", "x/y.pbtxt")]
     for bad in ("nmt4", "nmt3:k80x4", "nmt4:"):
         with pytest.raises(ConfigError):
             bench.parse_pairs([bad])
-    assert bench.cluster_path("k80x2").endswith("testdata/k80x2.pbtxt")
     for name, _ in bench.parse_pairs(bench.FULL_PAIRS + bench.QUICK_PAIRS):
         assert name in bench.MODELS
 

@@ -2,15 +2,18 @@
 typed error with a telling message for every malformed spec."""
 
 import dataclasses
+import importlib.resources
 import os
 
 import numpy as np
 import pytest
 from google.protobuf import text_format
 
-from tf_autoplace.cluster import Cluster, Device
-from tf_autoplace.errors import AutoplaceError, ClusterSpecError
+from tf_autoplace.cluster import (Cluster, Device, resolve_cluster, shipped_cluster,
+                                  shipped_clusters)
+from tf_autoplace.errors import AutoplaceError, ClusterSpecError, ConfigError
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOST = "/job:localhost/replica:0/task:0/device:"
 K80_MEMORY = 10_700_000_000  # Placeto's M = 10.7 GB per K80 die
 P2_HOST_MEMORY = 524_000_000_000
@@ -25,8 +28,8 @@ def _off_diagonal(matrix):
 
 
 @pytest.mark.parametrize("num_gpus", [2, 4, 8])
-def test_shipped_k80_specs(testdata, num_gpus):
-    cluster = Cluster.from_file(os.path.join(testdata, f"k80x{num_gpus}.pbtxt"))
+def test_shipped_k80_specs(num_gpus):
+    cluster = resolve_cluster(f"k80x{num_gpus}")
 
     assert cluster.num_devices == num_gpus + 1
     assert cluster.names == tuple(f"{HOST}GPU:{i}" for i in range(num_gpus)) + (f"{HOST}CPU:0",)
@@ -44,8 +47,8 @@ def test_shipped_k80_specs(testdata, num_gpus):
                                   [[False] * num_gpus + [True], [True] * num_gpus + [False]])
 
 
-def test_shipped_cpu2_spec(testdata):
-    cluster = Cluster.from_file(os.path.join(testdata, "cpu2.pbtxt"))
+def test_shipped_cpu2_spec():
+    cluster = resolve_cluster("cpu2")
     assert cluster.names == (f"{HOST}CPU:0", f"{HOST}CPU:1")
     assert [d.kind for d in cluster.devices] == ["CPU", "CPU"]
     assert cluster.memory.tolist() == [8_000_000_000, 8_000_000_000]
@@ -77,8 +80,8 @@ def test_per_link_overrides_are_directed_and_leave_other_links_at_the_defaults()
     assert cluster.default_device() == 2  # the first GPU
 
 
-def test_to_proto_from_proto_round_trip(testdata):
-    base = Cluster.from_file(os.path.join(testdata, "k80x2.pbtxt"))
+def test_to_proto_from_proto_round_trip():
+    base = resolve_cluster("k80x2")
     # Make it non-uniform so the round trip has something to keep.
     fast = dataclasses.replace(base.devices[1], speed=2.5)
     bandwidth = base.bandwidth.copy()
@@ -168,9 +171,53 @@ def test_errors_from_python_constructors():
     assert issubclass(ClusterSpecError, ValueError) and issubclass(ClusterSpecError, AutoplaceError)
 
 
-def test_cluster_arrays_are_read_only(testdata):
-    cluster = Cluster.from_file(os.path.join(testdata, "cpu2.pbtxt"))
+def test_cluster_arrays_are_read_only():
+    cluster = resolve_cluster("cpu2")
     with pytest.raises(ValueError):
         cluster.bandwidth[0, 1] = 1.0
     with pytest.raises(ValueError):
         cluster.latency[0, 1] = 1.0
+
+
+def test_shipped_clusters_are_package_data_named_by_their_stem():
+    specs = importlib.resources.files("tf_autoplace").joinpath("clusters")
+    files = sorted(p.name for p in specs.iterdir() if p.name.endswith(".pbtxt"))
+    assert shipped_clusters() == tuple(f.removesuffix(".pbtxt") for f in files)
+    assert {"cpu2", "k80x2", "k80x4", "k80x8", "v100x2", "v100x4", "v100x8"} <= \
+        set(shipped_clusters())
+    for name in shipped_clusters():  # a name reads the same spec as its file
+        by_name = resolve_cluster(name)
+        by_path = Cluster.from_file(specs.joinpath(f"{name}.pbtxt"))
+        assert by_name.to_proto() == by_path.to_proto()
+        assert shipped_cluster(name).to_proto() == by_path.to_proto()
+    # setup.py ships them: the pattern in package_data matches every spec file.
+    with open(os.path.join(REPO, "setup.py"), encoding="utf-8") as f:
+        assert '"clusters/*.pbtxt"' in f.read()
+    # A checkout's testdata/<name>.pbtxt paths name the same specs.
+    for name in shipped_clusters():
+        path = os.path.join(REPO, "testdata", f"{name}.pbtxt")
+        assert resolve_cluster(path).to_proto() == shipped_cluster(name).to_proto()
+
+
+def test_resolve_cluster_takes_names_paths_clusters_and_says_what_it_knows(tmp_path,
+                                                                          monkeypatch):
+    k80x2 = resolve_cluster("k80x2")
+    assert resolve_cluster(k80x2) is k80x2
+    own = tmp_path / "mine.pbtxt"
+    own.write_text(CPU0 + GPU0)
+    for path in (own, str(own)):  # a path stays a path, as a str or a PathLike
+        assert resolve_cluster(path).names == ("/device:CPU:0", "/device:GPU:0")
+    # A file in the working directory wins over a shipped name of the same spelling.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "k80x4").write_text(CPU0)
+    assert resolve_cluster("k80x4").names == ("/device:CPU:0",)
+    assert resolve_cluster("k80x8").num_devices == 9
+    with pytest.raises(ClusterSpecError, match=r"'k80x3': it is neither a file nor a shipped "
+                                               r"cluster \(cpu2, k80x2, .*or 'local'\)"):
+        resolve_cluster("k80x3")
+    with pytest.raises(ClusterSpecError, match="no shipped cluster named 'k80x3'; shipped: cpu2"):
+        shipped_cluster("k80x3")
+    with pytest.raises(ClusterSpecError, match=r"cannot read cluster spec 'gone/k80x2.pbtxt'"):
+        resolve_cluster("gone/k80x2.pbtxt")
+    with pytest.raises(ConfigError, match="shipped cluster name.*got int"):
+        resolve_cluster(2)

@@ -17,11 +17,12 @@ import tensorflow as tf
 
 import tf_autoplace
 from tf_autoplace import flags as ap_flags  # defines the flags on absl's global FLAGS; harmless
+from tf_autoplace.cluster import resolve_cluster
 from tf_autoplace.placers import PLACERS, SingleDevicePlacer
 from tf_autoplace.testing import small_cnn
 
 HOST = "/job:localhost/replica:0/task:0/device:"
-CPU2 = "testdata/cpu2.pbtxt"
+CPU2 = "cpu2"
 TINY = """
 device { name: "/job:localhost/replica:0/task:0/device:CPU:0" kind: "CPU" memory_bytes: 1000 }
 device { name: "/job:localhost/replica:0/task:0/device:CPU:1" kind: "CPU" memory_bytes: 1000 }
@@ -132,8 +133,8 @@ def test_budget_is_passed_to_placers_that_take_one(monkeypatch):
 
 
 @pytest.mark.parametrize("soft", [False, True])
-def test_session_without_the_cluster_devices(testdata, soft):
-    cluster = tf_autoplace.Cluster.from_file(os.path.join(testdata, "cpu2.pbtxt"))
+def test_session_without_the_cluster_devices(soft):
+    cluster = resolve_cluster(CPU2)
     config = tf.compat.v1.ConfigProto(device_count={"CPU": 1}, allow_soft_placement=soft)
     with tf.compat.v1.Session(graph=tf.Graph(), config=config) as sess:
         if soft:
@@ -174,8 +175,8 @@ def test_placement_error_stops_the_run_and_leaves_the_graph(hook, tmp_path):
     assert not (tmp_path / "r.json").exists()
 
 
-def test_monitored_session_graph_is_placed_once_before_it_runs(hook, testdata):
-    hook(placer="m_etf", cluster=os.path.join(testdata, "cpu2.pbtxt"))
+def test_monitored_session_graph_is_placed_once_before_it_runs(hook):
+    hook(placer="m_etf", cluster=CPU2)
     tg = small_cnn()
     with tg.graph.as_default():
         step = tf.compat.v1.train.get_or_create_global_step()
@@ -208,10 +209,10 @@ class _EagerPlacer(SingleDevicePlacer):
         return super()._place(problem, rng)
 
 
-def test_placer_ops_run_eagerly_outside_the_users_graph(hook, testdata, monkeypatch):
+def test_placer_ops_run_eagerly_outside_the_users_graph(hook, monkeypatch):
     monkeypatch.setitem(PLACERS, "eager_probe", _EagerPlacer)
     _EagerPlacer.seen.clear()
-    hook(placer="eager_probe", cluster=os.path.join(testdata, "cpu2.pbtxt"))
+    hook(placer="eager_probe", cluster=CPU2)
     tg = small_cnn()
     num_ops = len(tg.graph.get_operations())
     with tf.compat.v1.Session(graph=tg.graph, config=tf.compat.v1.ConfigProto(**CONFIG2)) as s:
@@ -221,8 +222,8 @@ def test_placer_ops_run_eagerly_outside_the_users_graph(hook, testdata, monkeypa
     assert ap_flags.report_for(tg.graph).placer == "eager_probe"
 
 
-def test_uninstall_restores_the_session(hook, testdata):
-    hook(placer="m_etf", cluster=os.path.join(testdata, "cpu2.pbtxt"))
+def test_uninstall_restores_the_session(hook):
+    hook(placer="m_etf", cluster=CPU2)
     ap_flags.uninstall()
     tg = small_cnn()
     with tf.compat.v1.Session(graph=tg.graph, config=tf.compat.v1.ConfigProto(**CONFIG2)) as s:

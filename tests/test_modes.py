@@ -17,7 +17,7 @@ import tf_autoplace
 from tf_autoplace.testing import run_training_steps, small_cnn
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CPU2 = os.path.join(REPO, "testdata", "cpu2.pbtxt")
+CPU2 = "cpu2"
 BOTH = ["/job:localhost/replica:0/task:0/device:CPU:0", "/job:localhost/replica:0/task:0/device:CPU:1"]
 
 

@@ -18,7 +18,7 @@ from tf_autoplace.sim import Simulator
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GB = 10**9
-CPU2 = os.path.join(REPO, "testdata", "cpu2.pbtxt")
+CPU2 = "cpu2"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 # A fork-join with a control edge 1 -> 4: ops 0, 1, 2, 5 on GPU:0, ops 3, 4 on GPU:1, so
@@ -217,7 +217,7 @@ def test_tool_writes_trace_plot_and_placement_proto(tmp_path, cnn_graph_def):
 
 
 def test_tool_fails_clearly_on_unwritable_trace_path(tmp_path, cnn_graph_def):
-    status, err = _run_tool(tmp_path, cnn_graph_def,
+    status, err = _run_tool(tmp_path, cnn_graph_def, "--placer=m_etf",
                             f"--trace_json={tmp_path / 'missing_dir' / 't.json'}")
     assert status != 0
     assert "cannot write --trace_json=" in err

@@ -6,7 +6,6 @@ interpreter, and print one JSON object (check name -> result) on the last line o
 """
 
 import json
-import os
 import sys
 
 import numpy as np
@@ -19,8 +18,7 @@ tf.config.set_soft_device_placement(False)  # a device TF cannot honour is an er
 import tf_autoplace  # noqa: E402
 from tf_autoplace import tf2  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CPU2 = os.path.join(REPO, "testdata", "cpu2.pbtxt")
+CPU2 = "cpu2"
 HOST = "/job:localhost/replica:0/task:0/device:"
 
 
@@ -150,7 +148,7 @@ def check_control_flow_with_nested_call():
         return z
 
     x = tf.constant(np.linspace(-1, 1, 16, dtype=np.float32).reshape(4, 4))
-    placed, report = tf2.autoplace_function(outer, x, cluster=CPU2)
+    placed, report = tf2.autoplace_function(outer, x, cluster=CPU2, placer="m_etf")
     nodes = placed.graph.as_graph_def().node
     flow = [n for n in nodes if n.op in ("If", "StatelessIf", "While", "StatelessWhile")]
     return {

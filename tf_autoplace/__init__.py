@@ -1,8 +1,12 @@
 """tf_autoplace: learned and heuristic device placement for TensorFlow graphs.
 
     import tf_autoplace
-    report = tf_autoplace.autoplace(graph, cluster="testdata/k80x2.pbtxt")
+    report = tf_autoplace.autoplace(graph, cluster="k80x2")
     print(report)
+
+A graph from elsewhere comes as a cost graph (``protos/cost_graph.proto``)::
+
+    report = tf_autoplace.place_cost_graph("model.costgraph.pbtxt", cluster="k80x4")
 
 The core (OpGraph, grouping, simulator, placers) is plain numpy; TensorFlow is imported only when
 an entry point that needs it (``autoplace``) is first used.
@@ -14,6 +18,7 @@ from tf_autoplace.errors import (AutoplaceError, ClusterSpecError, ConfigError,
 
 _LAZY = {
     "autoplace": ("tf_autoplace.api", "autoplace"),
+    "place_cost_graph": ("tf_autoplace.api", "place_cost_graph"),
     "Placement": ("tf_autoplace.placers", "Placement"),
     "PlacementReport": ("tf_autoplace.report", "PlacementReport"),
 }
@@ -32,4 +37,4 @@ def __getattr__(name):
 
 __all__ = ["AutoplaceError", "Cluster", "ClusterSpecError", "ConfigError", "Device",
            "InfeasiblePlacementError", "InvalidGraphError", "Placement", "PlacementReport",
-           "autoplace"]
+           "autoplace", "place_cost_graph"]

@@ -1,14 +1,16 @@
-"""autoplace(): the one function model code calls.
+"""autoplace(): the one function model code calls; place_cost_graph(): the same for a graph
+that comes as a cost graph rather than from TensorFlow.
 
-It dispatches on what it is given: a ``tf.function`` or ConcreteFunction goes to the TF2 door
-(:mod:`tf_autoplace.tf2`), anything else is a graph and goes to :func:`tf_autoplace.engine.place_graph`.
+``autoplace`` dispatches on what it is given: a ``tf.function`` or ConcreteFunction goes to the
+TF2 door (:mod:`tf_autoplace.tf2`), anything else is a graph and goes to
+:func:`tf_autoplace.engine.place_graph`. ``place_cost_graph`` goes to
+:func:`tf_autoplace.engine.place_cost_graph`.
 """
 
 from __future__ import annotations
 
-from tf_autoplace import tf2
+from tf_autoplace import engine, tf2
 from tf_autoplace.cost import CostModel
-from tf_autoplace.engine import place_graph
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.grouping import GroupingConfig
 from tf_autoplace.placers import DEFAULT_PLACER, get_placer
@@ -24,8 +26,9 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
         or file path (left alone; the placed copy is returned as ``report.graph_def``), or a
         ``tf.function`` with an ``input_signature`` / a ConcreteFunction (left alone; see
         Returns and :func:`tf_autoplace.tf2.autoplace_function`).
-      cluster: a :class:`Cluster`, the path of a text ``ClusterSpec``, or ``"local"``/None for
-        this machine's devices.
+      cluster: a :class:`Cluster`, the name of a shipped spec (``"k80x4"``,
+        :func:`tf_autoplace.cluster.shipped_clusters`), the path of a text ``ClusterSpec``, or
+        ``"local"``/None for this machine's devices.
       placer: a registered placer name (``tf_autoplace.placers.PLACERS``) or a Placer. The
         default, ``auto``, starts from the best fast heuristic (and the learned policies'
         zero-shot placements) and improves it by local search in the simulator.
@@ -43,12 +46,37 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
       ``.report``). Raises an :class:`AutoplaceError` subclass on bad input or when no valid
       placement is found; the graph is then left as it was.
     """
-    if budget_s is not None and not (isinstance(budget_s, (int, float)) and budget_s > 0):
-        raise ConfigError(f"budget_s must be a number > 0, got {budget_s!r}")
-    placer = get_placer(placer, budget_s=budget_s)
+    placer = _placer(placer, budget_s)
     if tf2.is_function(graph):
         return tf2.autoplace_function(graph, cluster=cluster, placer=placer, seed=seed,
                                       grouping=grouping, cost_model=cost_model,
                                       unknown_dim=unknown_dim)[0]
-    return place_graph(graph, cluster=cluster, placer=placer, seed=seed, grouping=grouping,
-                       cost_model=cost_model, unknown_dim=unknown_dim)
+    return engine.place_graph(graph, cluster=cluster, placer=placer, seed=seed,
+                              grouping=grouping, cost_model=cost_model, unknown_dim=unknown_dim)
+
+
+def place_cost_graph(cost_graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
+                     grouping: GroupingConfig = GroupingConfig(), budget_s: float | None = None):
+    """Choose a device for every op of a cost graph: a graph built or profiled anywhere, with
+    its op times per device kind (``protos/cost_graph.proto``, :mod:`tf_autoplace.graph.costgraph`).
+
+    Args:
+      cost_graph: a :class:`tf_autoplace.graph.costgraph.CostGraph`, or the path of one
+        (``*.pbtxt``/``*.txt`` text, ``*.json`` JSON, else binary).
+      cluster, placer, seed, grouping, budget_s: as for :func:`autoplace`.
+
+    Returns:
+      A :class:`PlacementReport` with the same figures as for a TF graph (step time, lower
+      bounds, single-device baseline, per-device load and memory, timeline for
+      ``write_chrome_trace`` / ``write_plot``); ``report.assignment`` (op name -> device) and
+      ``report.to_proto()`` are the placement. Raises an :class:`AutoplaceError` subclass on
+      bad input or when no valid placement is found.
+    """
+    return engine.place_cost_graph(cost_graph, cluster=cluster, placer=_placer(placer, budget_s),
+                                   seed=seed, grouping=grouping)
+
+
+def _placer(placer, budget_s):
+    if budget_s is not None and not (isinstance(budget_s, (int, float)) and budget_s > 0):
+        raise ConfigError(f"budget_s must be a number > 0, got {budget_s!r}")
+    return get_placer(placer, budget_s=budget_s)

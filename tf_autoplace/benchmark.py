@@ -11,7 +11,8 @@ fit in memory is reported with ``oom=True``, not dropped; a placer that raises a
 
 Models are the named configs in :data:`MODELS` at paper size (``nmt4`` is the 4-layer NMT);
 ``quick=True`` keeps their layer counts but shrinks widths, lengths, batches and images
-(:data:`QUICK_KNOBS`). Clusters are the specs in ``testdata/`` by stem (``k80x4``) or a path.
+(:data:`QUICK_KNOBS`). Clusters are shipped spec names (``k80x4``) or spec file paths
+(:func:`tf_autoplace.cluster.resolve_cluster`).
 :data:`FULL_PAIRS` are the papers' pairings, :data:`QUICK_PAIRS` a few-minute subset.
 
 Each pair gets two lower bounds on the step time, and every row its ratio to both: the simple
@@ -34,12 +35,11 @@ import csv
 import dataclasses
 import functools
 import math
-import os
 import sys
 import time
 
 from tf_autoplace import zoo
-from tf_autoplace.cluster import Cluster
+from tf_autoplace.cluster import resolve_cluster
 from tf_autoplace.errors import AutoplaceError, ConfigError
 from tf_autoplace.graph import ingest
 from tf_autoplace.grouping import GroupingConfig
@@ -48,8 +48,6 @@ from tf_autoplace.placers import (ExpertPlacer, PlacementProblem, RandomPlacer, 
                                   check_placement, get_placer)
 from tf_autoplace.rl.pretrain import samples_to_reach
 from tf_autoplace.sim import Simulator, lp_lower_bound
-
-TESTDATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "testdata")
 
 # name -> (zoo model, knobs at paper size). Layer counts follow the papers' variants.
 MODELS = {
@@ -180,13 +178,6 @@ def parse_pairs(items) -> list[tuple[str, str]]:
     return pairs
 
 
-def cluster_path(name: str) -> str:
-    """A cluster spec path: ``k80x4`` names ``testdata/k80x4.pbtxt``; a path stays a path."""
-    if os.sep in name or name.endswith(".pbtxt"):
-        return name
-    return os.path.join(TESTDATA, f"{name}.pbtxt")
-
-
 def model_knobs(name: str, quick: bool) -> tuple[str, dict]:
     zoo_name, knobs = MODELS[name]
     return zoo_name, {**(QUICK_KNOBS[zoo_name] if quick else {}), **knobs}
@@ -290,7 +281,7 @@ def benchmark(pairs, placer_names, *, quick: bool, seed: int = 0, sim_runs: int 
         build_s = time.perf_counter() - start
         cost_model = None
         for cluster_name in clusters:
-            cluster = Cluster.from_file(cluster_path(cluster_name))
+            cluster = resolve_cluster(cluster_name)
             start = time.perf_counter()
             try:
                 problem, cost_model = build_problem(meta_graph, cluster, grouping=grouping,

@@ -1,8 +1,12 @@
 """Cluster: the devices a graph can be placed on, their memory and speed, and the links between.
 
-A cluster comes from a text-format ``ClusterSpec`` proto (``protos/cluster.proto``; specs for 2, 4
-and 8 K80-class GPUs ship in ``testdata/``), from :meth:`Cluster.local` (the devices TensorFlow
-sees on this machine, with optional logical CPU devices) or from Python.
+A cluster comes from a text-format ``ClusterSpec`` proto (``protos/cluster.proto``), from
+:meth:`Cluster.local` (the devices TensorFlow sees on this machine, with optional logical CPU
+devices) or from Python. Specs for 2, 4 and 8 K80- and V100-class GPUs and for two logical CPUs
+ship inside the package (``tf_autoplace/clusters/*.pbtxt``, package data, so an installed copy
+has them too) and are named by their stem: ``resolve_cluster("k80x4")``, ``--cluster=k80x4``
+(:func:`shipped_clusters` lists them). Every door that takes a cluster takes
+:func:`resolve_cluster`'s forms: a Cluster, a shipped name, a spec file path, or ``"local"``.
 
 Transfer model (Placeto A.5): moving ``b`` bytes from device i to device j takes
 ``latency[i, j] + b / bandwidth[i, j]`` seconds; each device has one outgoing transfer queue.
@@ -11,6 +15,7 @@ Transfer model (Placeto A.5): moving ``b`` bytes from device i to device j takes
 from __future__ import annotations
 
 import dataclasses
+import importlib.resources
 import os
 from typing import Sequence
 
@@ -22,6 +27,10 @@ from tf_autoplace.errors import ClusterSpecError, ConfigError
 from tf_autoplace.proto import cluster_pb2
 
 DEVICE_KINDS = ("CPU", "GPU")
+
+# The shipped cluster specs: package data, one ``<name>.pbtxt`` per cluster.
+SPEC_SUFFIX = ".pbtxt"
+_SPECS = importlib.resources.files("tf_autoplace").joinpath("clusters")
 
 # Placeto's published setup (appendix A.5, A.7 and DESIGN.md).
 PLACETO_BANDWIDTH_GBPS = 7.6
@@ -274,13 +283,51 @@ def _host_memory_bytes() -> int:
         return 16 * 2**30
 
 
+def shipped_clusters() -> tuple[str, ...]:
+    """The names of the cluster specs shipped in the package (``tf_autoplace/clusters``),
+    sorted: ``("cpu2", "k80x2", ...)``."""
+    return tuple(sorted(entry.name.removesuffix(SPEC_SUFFIX) for entry in _SPECS.iterdir()
+                        if entry.name.endswith(SPEC_SUFFIX)))
+
+
+def shipped_cluster(name: str) -> Cluster:
+    """The shipped cluster spec ``name`` (see :func:`shipped_clusters`)."""
+    if name not in shipped_clusters():
+        raise ClusterSpecError(f"no shipped cluster named {name!r}; shipped: "
+                               f"{', '.join(shipped_clusters())}")
+    spec = _SPECS.joinpath(name + SPEC_SUFFIX)
+    try:
+        return Cluster.from_text(spec.read_text(encoding="utf-8"))
+    except ClusterSpecError as e:
+        raise ClusterSpecError(f"shipped cluster {name!r}: {e}") from e
+
+
 def resolve_cluster(cluster) -> Cluster:
-    """A Cluster from a Cluster, a spec file path, ``"local"`` or None (= local)."""
+    """A Cluster from any of the forms the public doors accept:
+
+    - a :class:`Cluster`, returned as is;
+    - ``"local"`` or None: :meth:`Cluster.local`;
+    - the name of a shipped spec (``"k80x4"``, see :func:`shipped_clusters`);
+    - the path of a text ``ClusterSpec`` file (``str`` or ``os.PathLike``).
+
+    A string is a name when it is a shipped name and no file of that name exists here (a file
+    always wins, so a user's own file called ``k80x4`` is read as a file); anything else is a
+    path. A string without directory or extension that is neither a file nor a shipped name
+    is a :class:`ClusterSpecError` that lists the shipped names.
+    """
     if cluster is None or (isinstance(cluster, str) and cluster == "local"):
         return Cluster.local()
     if isinstance(cluster, Cluster):
         return cluster
+    if isinstance(cluster, str) and not os.path.isfile(cluster):
+        if cluster in shipped_clusters():
+            return shipped_cluster(cluster)
+        if not os.path.splitext(cluster)[1] and not os.path.dirname(cluster):
+            raise ClusterSpecError(  # a name, not a path: say which names there are
+                f"cannot read cluster spec {cluster!r}: it is neither a file nor a shipped "
+                f"cluster ({', '.join(shipped_clusters())}, or 'local')")
     if isinstance(cluster, (str, os.PathLike)):
         return Cluster.from_file(cluster)
-    raise ConfigError(f"cluster must be a Cluster, a spec file path or 'local', got "
-                      f"{type(cluster).__name__}")
+    raise ConfigError(f"cluster must be a Cluster, a shipped cluster name, a spec file path or "
+                      f"'local', got {type(cluster).__name__}")
+

@@ -2,15 +2,21 @@
 
 :func:`place_graph` is what :func:`tf_autoplace.autoplace` runs for a graph (and the TF2 and
 SavedModel doors run for the graph of a function): build the problem
-(:mod:`tf_autoplace.prepare`), run the placer outside the user's default graph, simulate the
-single-device baseline, compute the lower bounds (:func:`tf_autoplace.sim.lp_lower_bound`, its LP
-small enough to run on every call and capped by HiGHS's time limit), write the
-devices (a ``tf.Graph`` in place, atomically; otherwise a placed GraphDef copy) and return the
-:class:`PlacementReport`. It holds no algorithm.
+(:mod:`tf_autoplace.prepare`), place it and report (:func:`place_problem`), then write the
+devices (a ``tf.Graph`` in place, atomically; otherwise a placed GraphDef copy).
+:func:`place_cost_graph` is the same pass for a cost graph (:mod:`tf_autoplace.graph.costgraph`),
+which has nothing to rewrite: its report's ``assignment`` is the placement.
+
+:func:`place_problem` is the part they share: run the placer outside the user's default graph,
+simulate the single-device baseline, compute the lower bounds
+(:func:`tf_autoplace.sim.lp_lower_bound`, its LP small enough to run on every call and capped by
+HiGHS's time limit) and return the :class:`PlacementReport` with its timeline. It holds no
+algorithm.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -19,11 +25,12 @@ import tensorflow as tf
 from tf_autoplace.cluster import resolve_cluster
 from tf_autoplace.cost import CostModel
 from tf_autoplace.errors import ConfigError
-from tf_autoplace.graph import ingest
+from tf_autoplace.graph import costgraph, ingest
 from tf_autoplace.grouping import GroupingConfig
 from tf_autoplace.heuristics import SingleDevicePlacer
 from tf_autoplace.placers import DEFAULT_PLACER, get_placer
-from tf_autoplace.prepare import build_problem
+from tf_autoplace.prepare import build_problem, cost_graph_problem
+from tf_autoplace.problem import Placer, PlacementProblem
 from tf_autoplace.rl.eager import policy_context
 from tf_autoplace.report import PlacementReport, device_loads
 from tf_autoplace.rewrite import apply_to_graph, apply_to_graph_def
@@ -37,41 +44,13 @@ def place_graph(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
     """Place a ``tf.Graph`` (rewritten in place) or a GraphDef, MetaGraphDef, serialized bytes
     or file path (left alone; the placed copy is ``report.graph_def``); the arguments are
     :func:`tf_autoplace.autoplace`'s, ``placer`` a registered name or a Placer."""
-    placer = get_placer(placer)
-    if not isinstance(seed, (int, np.integer)):
-        raise ConfigError(f"seed must be an int, got {seed!r}")
-    cluster = resolve_cluster(cluster)
+    placer, cluster = _check(placer, seed, cluster)
     timings: dict[str, float] = {}
     meta_graph = ingest.load_meta_graph(graph)
     problem, cost_model = build_problem(meta_graph, cluster, grouping=grouping,
                                         cost_model=cost_model, unknown_dim=unknown_dim,
                                         timings=timings)
-
-    t = time.perf_counter()
-    with policy_context():  # nothing the placer runs lands in the user's graph
-        placement = placer.place(problem, seed=int(seed))
-    timings["place"] = time.perf_counter() - t
-
-    baseline = SingleDevicePlacer().propose(problem)
-    baseline_sim = problem.simulator.run(baseline)
-    assignment = dict(zip(problem.graph.names, placement.device_names(cluster)))
-
-    t = time.perf_counter()
-    placed_graph_def = None
-    if isinstance(graph, tf.Graph):
-        apply_to_graph(graph, assignment)
-    else:
-        placed_graph_def = apply_to_graph_def(meta_graph.graph_def, assignment)
-    timings["rewrite"] = time.perf_counter() - t
-
-    t = time.perf_counter()
-    bound = lp_lower_bound(problem.graph, cluster, problem.op_time)
-    timings["bound"] = time.perf_counter() - t
-
-    notes = list(placement.notes)
-    if bound.status != "optimal":
-        notes.append(f"the LP lower bound's solve ended with '{bound.status}'; the bound "
-                     "reported is the best of the proven ones it has")
+    notes = []
     fallback = getattr(cost_model, "num_fallback_ops", 0)
     if fallback:
         notes.append(f"{fallback} ops were not costed by Grappler; their time is a "
@@ -81,7 +60,63 @@ def place_graph(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
         notes.append(f"{unknown} ops have outputs of unknown size (counted with "
                      f"{unknown_dim} per unknown dimension): give the inputs static shapes "
                      "for better memory and transfer estimates")
-    report = PlacementReport(
+    report = place_problem(problem, placer, seed, timings=timings, notes=notes)
+
+    t = time.perf_counter()
+    placed_graph_def = None
+    if isinstance(graph, tf.Graph):
+        apply_to_graph(graph, report.assignment)
+    else:
+        placed_graph_def = apply_to_graph_def(meta_graph.graph_def, report.assignment)
+    timings["rewrite"] = time.perf_counter() - t
+    return dataclasses.replace(report, graph_def=placed_graph_def)
+
+
+def place_cost_graph(cost_graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
+                     grouping: GroupingConfig = GroupingConfig()) -> PlacementReport:
+    """Place a cost graph (a :class:`~tf_autoplace.graph.costgraph.CostGraph`, or the path of
+    one in any of its forms); the other arguments are :func:`tf_autoplace.autoplace`'s.
+    Returns the same report as for a TF graph, its ``assignment`` (op name -> device) the
+    placement; ``graph_def`` is None."""
+    placer, cluster = _check(placer, seed, cluster)
+    timings: dict[str, float] = {}
+    if not isinstance(cost_graph, costgraph.CostGraph):
+        t = time.perf_counter()
+        cost_graph = costgraph.read(cost_graph)
+        timings["read"] = time.perf_counter() - t
+    problem = cost_graph_problem(cost_graph, cluster, grouping=grouping, timings=timings)
+    notes = []
+    unknown = int((~problem.graph.shape_known).sum())
+    if unknown:
+        notes.append(f"{unknown} ops have output sizes the cost graph marks as estimates "
+                     "(shape_unknown)")
+    return place_problem(problem, placer, seed, timings=timings, notes=notes)
+
+
+def place_problem(problem: PlacementProblem, placer: Placer, seed: int, *,
+                  timings: dict | None = None, notes=()) -> PlacementReport:
+    """Place a built problem and report on it: the placement (found outside the user's default
+    graph), its simulated step and memory, the lower bounds, the single-device baseline and the
+    timeline. ``timings`` (seconds per stage so far) gains ``place`` and ``bound``; ``notes``
+    follow the placer's own and the bound's."""
+    timings = {} if timings is None else timings
+    cluster = problem.cluster
+    t = time.perf_counter()
+    with policy_context():  # nothing the placer runs lands in the user's graph
+        placement = placer.place(problem, seed=int(seed))
+    timings["place"] = time.perf_counter() - t
+
+    baseline = SingleDevicePlacer().propose(problem)
+    baseline_sim = problem.simulator.run(baseline)
+
+    t = time.perf_counter()
+    bound = lp_lower_bound(problem.graph, cluster, problem.op_time)
+    timings["bound"] = time.perf_counter() - t
+    bound_notes = []
+    if bound.status != "optimal":
+        bound_notes.append(f"the LP lower bound's solve ended with '{bound.status}'; the bound "
+                           "reported is the best of the proven ones it has")
+    return PlacementReport(
         placer=placer.name, step_time_s=float(placement.sim.makespan),
         lower_bound_s=bound.simple_s, lp_lower_bound_s=bound.value_s,
         devices=device_loads(cluster, placement.devices, placement.sim),
@@ -89,7 +124,16 @@ def place_graph(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
         baseline_devices=device_loads(cluster, baseline, baseline_sim),
         num_ops=problem.graph.num_ops, num_groups=problem.grouping.num_groups,
         num_colocation_groups=int(problem.graph.colocation.max()) + 1,
-        ops_with_unknown_shapes=unknown, timings_s=timings, notes=tuple(notes),
-        seed=int(seed), assignment=assignment, graph_def=placed_graph_def,
+        ops_with_unknown_shapes=int((~problem.graph.shape_known).sum()), timings_s=timings,
+        notes=tuple(placement.notes) + tuple(bound_notes) + tuple(notes), seed=int(seed),
+        assignment=dict(zip(problem.graph.names, placement.device_names(cluster))),
         timeline=TimelineData(problem.graph, cluster, placement.devices, placement.sim))
-    return report
+
+
+def _check(placer, seed, cluster):
+    """The placer (a name or a Placer) and the cluster (any form resolve_cluster takes),
+    checked before any work."""
+    placer = get_placer(placer)
+    if not isinstance(seed, (int, np.integer)):
+        raise ConfigError(f"seed must be an int, got {seed!r}")
+    return placer, resolve_cluster(cluster)

@@ -4,12 +4,13 @@ One line in a training script that runs under ``absl.app``::
 
     import tf_autoplace.flags  # noqa: F401  (defines --autoplace, --autoplace_cluster, ...)
 
-then ``python train.py --autoplace=m_etf --autoplace_cluster=testdata/cpu2.pbtxt``.
+then ``python train.py --autoplace=m_etf --autoplace_cluster=cpu2``.
 
 Flags:
   --autoplace           placer name (``tf_autoplace.placers.PLACERS``); "" or "off" (default)
                         disables autoplacement and nothing is patched.
-  --autoplace_cluster   cluster spec file (text ``ClusterSpec``) or "local" (default).
+  --autoplace_cluster   a shipped cluster name (``k80x4``, ``cpu2``), a cluster spec file (text
+                        ``ClusterSpec``) or "local" (default).
   --autoplace_budget_s  time budget in seconds (> 0, default 60) for placers that search or learn:
                         passed to the placer's constructor when it takes ``budget_s``
                         (``placeto``); the heuristic placers take none. Recorded in the JSON
@@ -32,7 +33,7 @@ first run keep TF's default placement.
 Before placing, the session's devices (``Session.list_devices``) are checked against the
 cluster: a cluster device the session lacks is an error unless the session allows soft placement.
 A v1 Session sees one CPU device unless created with ``ConfigProto(device_count={'CPU': N})``,
-so a cluster of N logical CPUs (``testdata/cpu2.pbtxt``) needs that config in the script
+so a cluster of N logical CPUs (``cpu2``) needs that config in the script
 (``tools/example_train.py --num_cpus``).
 
 Errors: bad flag values stop the program at flag parsing (absl's "FATAL Flags parsing error"
@@ -62,7 +63,8 @@ flags.DEFINE_string("autoplace", "off",
                     "Place the training graph before its first step with this placer "
                     "(e.g. m_etf, single); '' or 'off' disables.")
 flags.DEFINE_string("autoplace_cluster", "local",
-                    "Cluster for --autoplace: a text ClusterSpec file or 'local'.")
+                    "Cluster for --autoplace: a shipped cluster name (k80x4, cpu2, ...), a text "
+                    "ClusterSpec file or 'local'.")
 flags.DEFINE_float("autoplace_budget_s", 60.0,
                    "Time budget in seconds (> 0) for placers that search or learn.")
 flags.DEFINE_string("autoplace_report", None,
@@ -83,7 +85,7 @@ def _check_placer_and_cluster(values) -> bool:
     """Only when enabled: the placer is registered and the cluster spec reads."""
     if not _enabled(values["autoplace"]):
         return True
-    from tf_autoplace.cluster import Cluster
+    from tf_autoplace.cluster import resolve_cluster
     from tf_autoplace.errors import AutoplaceError
     from tf_autoplace.placers import PLACERS
 
@@ -95,7 +97,7 @@ def _check_placer_and_cluster(values) -> bool:
     spec = values["autoplace_cluster"]
     if spec != "local":
         try:
-            Cluster.from_file(spec)
+            resolve_cluster(spec)
         except AutoplaceError as e:
             raise flags.ValidationError(f"--autoplace_cluster={spec!r}: {e}") from e
     return True
@@ -115,7 +117,7 @@ class AutoplaceSettings:
 
     Attributes:
       placer: a registered placer name.
-      cluster: a cluster spec file path or "local".
+      cluster: a shipped cluster name, a cluster spec file path or "local".
       budget_s: time budget (> 0) for placers whose constructor takes ``budget_s``.
       report_path: where to write the JSON report, or None.
       seed: the placement seed.

@@ -1,7 +1,7 @@
 """Place a GraphDef / MetaGraphDef file offline and write the placed graph.
 
     python tools/autoplace_graphdef.py --input=model.pb --output=placed.pb \
-        --cluster=testdata/k80x2.pbtxt --report_json=report.json
+        --cluster=k80x2 --report_json=report.json
 
 The input may be binary or text format; the output format follows ``--output``'s extension
 (``.pbtxt``/``.txt`` = text, anything else binary) and its kind follows the input (a MetaGraphDef
@@ -17,7 +17,16 @@ copied. Both load with ``tf.saved_model.load``. The directory is written beside 
 renamed into place; on error nothing is left (see ``tf_autoplace.tf2.place_saved_model``).
 
     python tools/autoplace_graphdef.py --input=saved_model_dir --output=placed_dir \
-        --cluster=testdata/k80x2.pbtxt --signature=serving_default
+        --cluster=k80x2 --signature=serving_default
+
+Cost graph in, placement out: when ``--input`` is a cost graph (a graph built or profiled
+anywhere, with its op times: ``protos/cost_graph.proto``; named ``*.costgraph.pbtxt``,
+``*.costgraph.txt``, ``*.costgraph.pb`` or ``*.json``), there is no graph to rewrite, and
+``--output`` gets the placement: a ``PlacementResult`` (``protos/placement.proto``: every op's
+device and the predicted figures), text for ``.pbtxt``/``.txt``, JSON for ``.json``, else binary.
+
+    python tools/autoplace_graphdef.py --input=model.costgraph.pbtxt \
+        --output=placement.pbtxt --cluster=k80x4
 """
 
 from __future__ import annotations
@@ -30,15 +39,16 @@ import tempfile
 from absl import app, flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("input", None, "GraphDef or MetaGraphDef file (binary or text), or a "
-                    "SavedModel directory.")
+flags.DEFINE_string("input", None, "GraphDef or MetaGraphDef file (binary or text), a "
+                    "SavedModel directory, or a cost graph (*.costgraph.pbtxt/.pb, *.json).")
 flags.DEFINE_string("output", None, "Where to write the placed graph (a new directory for a "
-                    "SavedModel).")
+                    "SavedModel; the placement, a PlacementResult, for a cost graph).")
 flags.DEFINE_string("signature", "serving_default", "SavedModel input (TF2): the signature "
                     "to place.")
 flags.DEFINE_list("saved_model_tags", ["serve"], "SavedModel input (TF1): the tags of the "
                   "MetaGraph to place.")
-flags.DEFINE_string("cluster", "local", "Cluster spec file (text ClusterSpec) or 'local'.")
+flags.DEFINE_string("cluster", "local", "Shipped cluster name (k80x2, cpu2, ...), cluster spec "
+                    "file (text ClusterSpec) or 'local'.")
 flags.DEFINE_string("placer", "auto", "Placer name (default: the default placer, auto).")
 flags.DEFINE_integer("seed", 0, "Random seed.")
 flags.DEFINE_integer("max_groups", 2000, "Merge-and-Colocate: at most this many groups.")
@@ -48,7 +58,8 @@ flags.DEFINE_string("trace_json", None, "Also write the simulated step as a Chro
 flags.DEFINE_string("plot_png", None, "Also write a PNG of per-device load and peak memory "
                     "here (needs matplotlib: pip install '.[plot]').")
 flags.DEFINE_string("placement_pb", None, "Also write the placement as a PlacementResult "
-                    "proto (protos/placement.proto) here; .pbtxt/.txt = text, else binary.")
+                    "proto (protos/placement.proto) here; .pbtxt/.txt = text, .json = JSON, "
+                    "else binary.")
 flags.mark_flags_as_required(["input", "output"])
 
 
@@ -71,7 +82,6 @@ def _extra_outputs(report, *, trace_json=None, plot_png=None, placement_pb=None)
     import io
     import json
 
-    from google.protobuf import text_format
     from tf_autoplace import timeline
     from tf_autoplace.errors import ConfigError
 
@@ -87,11 +97,22 @@ def _extra_outputs(report, *, trace_json=None, plot_png=None, placement_pb=None)
         timeline.plot_report(buf, t.graph, t.cluster, t.placement, t.sim)
         out["plot_png"] = (plot_png, buf.getvalue())
     if placement_pb:
-        proto = report.to_proto()
-        data = (text_format.MessageToString(proto).encode()
-                if placement_pb.endswith((".pbtxt", ".txt")) else proto.SerializeToString())
-        out["placement_pb"] = (placement_pb, data)
+        out["placement_pb"] = (placement_pb, _placement_bytes(report, placement_pb))
     return out
+
+
+def _placement_bytes(report, path: str) -> bytes:
+    """The report's PlacementResult in the form ``path`` names: text, JSON or binary."""
+    from google.protobuf import json_format, text_format
+    from tf_autoplace.graph import costgraph
+
+    proto = report.to_proto()
+    fmt = costgraph.file_format(path)  # the same naming rule as for cost graphs
+    if fmt == "text":
+        return text_format.MessageToString(proto).encode()
+    if fmt == "json":
+        return json_format.MessageToJson(proto, preserving_proto_field_name=True).encode()
+    return proto.SerializeToString()
 
 
 def _serialize(report, source, is_meta_graph: bool, output_path: str) -> bytes:
@@ -114,16 +135,21 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
     """Place ``input_path`` into ``output_path``; returns a process exit status."""
     import tf_autoplace
     from tf_autoplace import tf2
-    from tf_autoplace.graph import ingest
+    from tf_autoplace.graph import costgraph, ingest
     from tf_autoplace.grouping import GroupingConfig
 
     saved_model = tf2.is_saved_model(input_path)
+    cost_graph = not saved_model and costgraph.is_cost_graph_file(input_path)
     try:
         if saved_model:  # SavedModel in, SavedModel out: the library writes the directory
             report = tf2.place_saved_model(input_path, output_path, cluster=cluster,
                                            placer=placer, seed=seed, signature=signature,
                                            tags=tuple(tags),
                                            grouping=GroupingConfig(max_groups=max_groups))
+        elif cost_graph:  # nothing to rewrite: the output is the placement
+            report = tf_autoplace.place_cost_graph(
+                input_path, cluster=cluster, placer=placer, seed=seed,
+                grouping=GroupingConfig(max_groups=max_groups))
         else:
             source, is_meta_graph = ingest.read_graph_file(input_path)
             report = tf_autoplace.autoplace(source, cluster=cluster, placer=placer, seed=seed,
@@ -139,7 +165,9 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
             shutil.rmtree(output_path, ignore_errors=True)
         return 1
     try:
-        if not saved_model:
+        if cost_graph:
+            _atomic_write(output_path, _placement_bytes(report, output_path))
+        elif not saved_model:
             _atomic_write(output_path, _serialize(report, source, is_meta_graph, output_path))
         if report_json:
             _atomic_write(report_json, report.to_json().encode())

@@ -18,7 +18,7 @@ from absl import app, flags
 
 from tf_autoplace import benchmark as bench
 from tf_autoplace import zoo
-from tf_autoplace.cluster import Cluster
+from tf_autoplace.cluster import resolve_cluster
 from tf_autoplace.errors import AutoplaceError
 from tf_autoplace.graph import ingest
 from tf_autoplace.prepare import build_problem
@@ -50,7 +50,7 @@ def main(argv):
             built = {model_name: (ingest.load_meta_graph(zoo.build(zoo_name, **knobs).graph),
                                   None)}
         meta_graph, cost_model = built[model_name]
-        cluster = Cluster.from_file(bench.cluster_path(cluster_name))
+        cluster = resolve_cluster(cluster_name)
         problem, cost_model = build_problem(meta_graph, cluster, cost_model=cost_model)
         built[model_name] = (meta_graph, cost_model)
         start = time.perf_counter()

@@ -1,6 +1,6 @@
 """Stage timings of the placement pipeline on a real training graph (the foundation benchmark).
 
-    python tools/bench_foundation.py --model=inception_v3 --cluster=testdata/k80x2.pbtxt
+    python tools/bench_foundation.py --model=inception_v3 --cluster=k80x2
 
 Prints, for the zoo model's training graph: graph build time (not part of placement), ingestion
 (MetaGraphDef -> OpGraph, Grappler shape inference), cost model (Grappler analytical costs),
@@ -19,7 +19,7 @@ from absl import app, flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model", "inception_v3", "Model zoo name.")
-flags.DEFINE_string("cluster", "testdata/k80x2.pbtxt", "Cluster spec file.")
+flags.DEFINE_string("cluster", "k80x2", "Shipped cluster name or cluster spec file.")
 flags.DEFINE_string("placer", "m_etf", "Heuristic placer for the end-to-end run.")
 flags.DEFINE_integer("sim_runs", 200, "Simulations to time.")
 flags.DEFINE_integer("threads", 1, "TensorFlow intra/inter-op threads (1 = one core).")

@@ -7,7 +7,7 @@
 Per pair and placer: simulated step time, lower bound and their ratio, peak memory per device,
 an OOM flag, placement search time and the simulations the search ran; per pair, the
 simulator's speed on the whole graph. ``--pairs`` takes ``model:cluster`` items (models:
-``tf_autoplace.benchmark.MODELS``; clusters: ``testdata/`` stems such as ``k80x4``, or paths);
+``tf_autoplace.benchmark.MODELS``; clusters: shipped names such as ``k80x4``, or spec paths);
 the default is the papers' pairings, or a few-minute subset with ``--quick``, which also
 shrinks the models' tensors. The markdown and CSV files are rewritten after every pair, so a
 long run can be watched; progress goes to stderr. See :mod:`tf_autoplace.benchmark`.
@@ -20,6 +20,7 @@ import time
 from absl import app, flags
 
 from tf_autoplace import benchmark as bench
+from tf_autoplace.cluster import resolve_cluster
 from tf_autoplace.errors import AutoplaceError
 from tf_autoplace.grouping import GroupingConfig
 from tf_autoplace.placers import get_placer
@@ -52,6 +53,8 @@ def main(argv):
             get_placer(name)
         pairs = bench.parse_pairs(FLAGS.pairs or (bench.QUICK_PAIRS if FLAGS.quick
                                                   else bench.FULL_PAIRS))
+        for _, cluster in pairs:  # a misspelt cluster fails now, not after building a model
+            resolve_cluster(cluster)
         grouping = GroupingConfig(max_groups=FLAGS.max_groups)
     except AutoplaceError as e:
         raise app.UsageError(str(e)) from None

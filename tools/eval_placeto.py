@@ -40,7 +40,7 @@ flags.DEFINE_integer("graphs", 3, "Graphs of --split for transfer, landscape and
 flags.DEFINE_integer("first_graph", 0, "Index of the first of them in --split (0: the family's "
                      "graph num_train for held_out, graph 0 for train), so that runs can share "
                      "them out.", lower_bound=0)
-flags.DEFINE_string("cluster", "testdata/k80x2.pbtxt", "Cluster spec.")
+flags.DEFINE_string("cluster", "k80x2", "Shipped cluster name or cluster spec file.")
 flags.DEFINE_string("policy_dir", None, "Pretrained policy (default: the shipped one).")
 flags.DEFINE_integer("max_samples", 10000, "Placements to sample per learning curve.")
 flags.DEFINE_float("budget_s", 60.0, "Fine-tuning budget for zero_shot.")

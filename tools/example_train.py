@@ -1,7 +1,7 @@
 r"""An ordinary TF1-style training binary that gains --autoplace from one import.
 
     python tools/example_train.py --steps=5                       # TF's default placement
-    python tools/example_train.py --autoplace=m_etf --autoplace_cluster=testdata/cpu2.pbtxt \
+    python tools/example_train.py --autoplace=m_etf --autoplace_cluster=cpu2 \
         --autoplace_report=report.json --print_devices           # placed before step 1
 
 It trains ``tf_autoplace.testing.small_cnn`` (two-branch conv net, Adam, fixed seeds and a fixed
@@ -10,7 +10,7 @@ placement off, printing ``step <i> loss <value>`` per step. With ``--print_devic
 one more step asking for the partition graphs and prints the devices that executed ops
 (``devices <d1> <d2> ...``). Nothing here knows about placement except the import below: the
 Session's config has to expose the cluster's devices (``--num_cpus=2`` for
-``testdata/cpu2.pbtxt``, the default), as any script must for the devices it uses.
+``cpu2``, the default), as any script must for the devices it uses.
 """
 
 from __future__ import annotations

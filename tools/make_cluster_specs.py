@@ -1,6 +1,6 @@
-"""Regenerate the cluster specs in testdata/ from published hardware numbers.
+"""Regenerate the shipped cluster specs (tf_autoplace/clusters/) from published hardware numbers.
 
-    python tools/make_cluster_specs.py --out_dir=testdata
+    python tools/make_cluster_specs.py
 
 K80-class (Placeto's setup, p2.8xlarge): one GK210 die per device, 13 SMs at 875 MHz boost,
 240 GB/s, compute capability 3.7; Placeto's M = 10.7 GB usable; links 7.6 GB/s with 25 us per
@@ -23,7 +23,7 @@ import os
 from absl import app, flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("out_dir", "testdata", "Where to write the .pbtxt files.")
+flags.DEFINE_string("out_dir", "tf_autoplace/clusters", "Where to write the .pbtxt files.")
 
 K80 = dict(memory_bytes=10_700_000_000, num_cores=13, frequency_mhz=875,
            memory_bandwidth_gbps=240, architecture="3.7",

@@ -1,6 +1,6 @@
 """Build a model-zoo training graph, place it, print the report.
 
-    python tools/place_model.py --model=inception_v3 --cluster=testdata/k80x2.pbtxt
+    python tools/place_model.py --model=inception_v3 --cluster=k80x2
 
 Knobs of the model (batch, layers, ...) are passed as --knob=name=value, e.g.
 ``--model=nmt --knob=layers=2 --knob=batch=128``.
@@ -15,7 +15,7 @@ from absl import app, flags
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model", "inception_v3", "Model zoo name (tf_autoplace.zoo.MODELS).")
 flags.DEFINE_multi_string("knob", [], "Model size knob as name=value (int), repeatable.")
-flags.DEFINE_string("cluster", "testdata/k80x2.pbtxt", "Cluster spec file or 'local'.")
+flags.DEFINE_string("cluster", "k80x2", "Shipped cluster name, cluster spec file or 'local'.")
 flags.DEFINE_string("placer", "auto", "Placer name (default: the default placer, auto).")
 flags.DEFINE_integer("seed", 0, "Random seed.")
 flags.DEFINE_string("report_json", None, "Also write the report as JSON here.")

@@ -2,12 +2,11 @@
 memory-bound fallback, kernel masking, and the transfer-time formula."""
 
 import dataclasses
-import os
 
 import numpy as np
 import pytest
 
-from tf_autoplace.cluster import Cluster, Device
+from tf_autoplace.cluster import Cluster, Device, resolve_cluster
 from tf_autoplace.cost import AnalyticalCostModel, CostModel, TableCostModel
 from tf_autoplace.graph import ingest
 from tf_autoplace.graph.opgraph import from_edges
@@ -19,8 +18,8 @@ HEAVY_OPS = ("left/Conv2D", "right/Conv2D", "gradients/left/Conv2D_grad/Conv2DBa
 
 
 @pytest.fixture(scope="module")
-def k80x2(testdata):
-    return Cluster.from_file(os.path.join(testdata, "k80x2.pbtxt"))
+def k80x2():
+    return resolve_cluster("k80x2")
 
 
 @pytest.fixture(scope="module")

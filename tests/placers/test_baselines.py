@@ -1,12 +1,10 @@
 """The papers' baselines (cpu_only, random, expert, metis, m_topo) on hand-made graphs with
 hand-set costs, and on a small zoo NMT on the K80 x2 cluster."""
 
-import os
-
 import numpy as np
 import pytest
 
-from tf_autoplace.cluster import Cluster
+from tf_autoplace.cluster import resolve_cluster
 from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
 from tf_autoplace.graph.opgraph import from_edges
 from tf_autoplace.grouping import group_graph
@@ -282,8 +280,7 @@ def small_nmt():
 
     model = zoo.build("nmt", layers=2, length=4, batch=4, hidden=32, embedding_dim=32,
                       vocab=100)
-    cluster = Cluster.from_file(os.path.join(os.path.dirname(__file__), "..", "..",
-                                             "testdata", "k80x2.pbtxt"))
+    cluster = resolve_cluster("k80x2")
     problem, _ = build_problem(ingest.load_meta_graph(model.graph), cluster)
     return model, problem
 

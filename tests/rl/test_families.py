@@ -1,6 +1,7 @@
 """Placeto's graph families (tf_autoplace.rl.families) with tiny knobs: deterministic per
 seed, knobs in their ranges, every graph trains, problems are built once and then cached."""
 
+import dataclasses
 import functools
 import os
 
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tf_autoplace.cluster import Cluster
+from tf_autoplace.cluster import Cluster, resolve_cluster
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.rl import families
 from tf_autoplace.rl.families import FAMILIES, FamilyConfig
@@ -95,20 +96,21 @@ def test_knobs_in_range_and_trains(family):
         assert np.isfinite(loss) and loss > 0
 
 
-def test_problems_split_and_cache(tmp_path, monkeypatch, capsys, testdata):
-    cluster = Cluster.from_file(os.path.join(testdata, "k80x2.pbtxt"))
+def test_problems_split_and_cache(tmp_path, monkeypatch, capsys):
+    cluster = resolve_cluster("k80x2")
     gpus = cluster.kind_mask(["GPU"])[0]
+    two = dataclasses.replace(TINY, num_graphs=2)  # graphs 0 and 1 of TINY's
     first = {}
     for family in FAMILIES:
-        train, test = families.family_problems(family, TINY, cluster, cache_dir=tmp_path)
-        assert len(train) == 2 and len(test) == 2
+        train, test = families.family_problems(family, two, cluster, cache_dir=tmp_path)
+        assert len(train) == 1 and len(test) == 1
         for problem, model in zip(train + test, tiny_graphs(family)):
             assert problem.graph.num_ops == len(model.graph.get_operations())
             assert np.isfinite(problem.op_time[:, gpus]).all()
             assert problem.simulator.run(np.zeros(problem.graph.num_ops, np.int32)).makespan > 0
         first[family] = train + test
     files = sorted(os.listdir(tmp_path))
-    assert len(files) == 12 and all(f.endswith(".pkl") for f in files)
+    assert len(files) == 6 and all(f.endswith(".pkl") for f in files)
     assert files[0].startswith("cifar10_0_0_")
     mtimes = {f: os.stat(tmp_path / f).st_mtime_ns for f in files}
 
@@ -117,15 +119,15 @@ def test_problems_split_and_cache(tmp_path, monkeypatch, capsys, testdata):
 
     monkeypatch.setattr(families, "family_graph", no_rebuild)
     for family in FAMILIES:
-        train, test = families.family_problems(family, TINY, cluster, cache_dir=tmp_path,
+        train, test = families.family_problems(family, two, cluster, cache_dir=tmp_path,
                                                progress=True)
         for cached, built in zip(train + test, first[family]):
             assert cached.graph.names == built.graph.names
             np.testing.assert_array_equal(cached.op_time, built.op_time)
     assert {f: os.stat(tmp_path / f).st_mtime_ns for f in os.listdir(tmp_path)} == mtimes
     lines = capsys.readouterr().err.splitlines()
-    assert len(lines) == 12 and all("read from cache" in line for line in lines)
-    assert lines[0].startswith("[cifar10 1/4] cifar10_0: ")
+    assert len(lines) == 6 and all("read from cache" in line for line in lines)
+    assert lines[0].startswith("[cifar10 1/2] cifar10_0: ")
     # Other knobs or another cluster: another key, so no stale reuse.
     wider = FamilyConfig(num_graphs=4, nmt=dict(TINY.nmt, hidden=16))
     assert families.cache_key("nmt", wider, cluster) != families.cache_key("nmt", TINY, cluster)

@@ -1,6 +1,7 @@
 """Pretraining by imitating the placer's search (tf_autoplace.rl.imitation), on small graphs."""
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -23,13 +24,15 @@ def _problems():
     return [_problem(12, _random_dag(rng, 12), speeds=(1.0, 1.5)) for _ in range(2)]
 
 
-def test_search_targets_are_the_searchs_best_and_do_not_depend_on_the_workers():
+@pytest.fixture(scope="module")
+def targets():
+    """The search targets of ``_problems()`` (40 samples, seed 3), found in this process."""
+    return imitation.search_targets(_problems(), SEARCH, samples=40, seed=3, workers=1)
+
+
+def test_search_targets_are_the_searchs_best(targets):
     problems = _problems()
-    one = imitation.search_targets(problems, SEARCH, samples=40, seed=3, workers=1)
-    two = imitation.search_targets(problems, SEARCH, samples=40, seed=3, workers=2)
-    for a, b, problem in zip(one, two, problems):
-        np.testing.assert_array_equal(a.actions, b.actions)
-        assert a.score == b.score
+    for a, problem in zip(targets, problems):
         env = PlacementEnv(problem, ENV)
         assert a.score == pytest.approx(env.score(a.actions))
         # Device 1 is faster: the search moves groups there and beats the start placement.
@@ -45,6 +48,24 @@ def test_search_targets_are_the_searchs_best_and_do_not_depend_on_the_workers():
         imitation.search_targets(problems, SEARCH, samples=0, seed=3)
 
 
+def test_worker_processes_return_results_in_task_order():
+    # The pool that search_targets and clone_best_of use (spawn), on a function whose worker
+    # imports nothing heavy; the searches themselves run in workers in the slow suite.
+    progress = []
+    squares = imitation._map_in_order(math.sqrt, [16.0, 1.0, 9.0, 4.0, 0.0], workers=2,
+                                      progress_line=lambda done, s: progress.append(len(done)))
+    assert squares == [4.0, 1.0, 3.0, 2.0, 0.0]
+    assert progress == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.slow
+def test_search_targets_do_not_depend_on_the_workers(targets):
+    two = imitation.search_targets(_problems(), SEARCH, samples=40, seed=3, workers=2)
+    for a, b in zip(targets, two):
+        np.testing.assert_array_equal(a.actions, b.actions)
+        assert (a.score, a.samples, a.moves.tolist()) == (b.score, b.samples, b.moves.tolist())
+
+
 def test_with_several_searches_the_target_is_the_best_of_them():
     problem = _problems()[1]
     best = imitation.search_targets([problem], SEARCH, samples=20, seed=5, searches=3)[0]
@@ -58,113 +79,9 @@ def test_with_several_searches_the_target_is_the_best_of_them():
         imitation.search_targets([problem], SEARCH, samples=20, seed=5, searches=0)
 
 
-def _target(score: float, to_1: int, to_0: int) -> imitation.Target:
-    """A stand-in search result that moves ``to_1`` groups to device 1 and ``to_0`` to 0."""
-    return imitation.Target(actions=np.zeros(4, np.int32), score=score, start_score=2.0,
-                            moved=to_1 + to_0, samples=10,
-                            moves=np.array([[0, to_1], [to_0, 0]]))
-
-
-def test_with_a_direction_tolerance_the_target_moves_groups_the_way_most_graphs_do():
-    # The best placements of graphs 0 and 1 move groups mostly to device 1, graph 2's best to
-    # device 0; graph 2 also has one near as good that moves them mostly to device 1, and a
-    # farther one whose mix of the two ways is the closest to the consensus. The placements
-    # that are no graph's best (graph 0 has two moving groups to device 0) do not count.
-    per_graph = [[_target(1.0, 5, 0), _target(1.1, 0, 6), _target(1.3, 0, 9)],
-                 [_target(1.2, 1, 7), _target(1.0, 4, 1)],
-                 [_target(1.0, 0, 6), _target(1.004, 6, 1), _target(1.02, 8, 5)]]
-    best = imitation.choose_targets(per_graph)
-    assert [t is g[k] for t, g, k in zip(best, per_graph, (0, 1, 0))] == [True] * 3
-    chosen = imitation.choose_targets(per_graph, direction_tolerance=0.005)
-    assert chosen[0] is per_graph[0][0] and chosen[1] is per_graph[1][1]
-    assert chosen[2] is per_graph[2][1]  # within 0.5% of the best, and the consensus way
-    assert imitation.choose_targets(per_graph, direction_tolerance=0.001)[2] is per_graph[2][0]
-    assert imitation.choose_targets(per_graph, direction_tolerance=0.05)[2] is per_graph[2][2]
-    problem = _problems()[1]
-    with pytest.raises(ConfigError, match="direction_tolerance"):
-        imitation.search_targets([problem], SEARCH, samples=20, seed=5, searches=3,
-                                 direction_tolerance=-0.1)
-
-
-def _seed(*key) -> int:
-    return int(np.random.default_rng(list(key)).integers(2**31 - 1))
-
-
-def test_extra_searches_go_to_the_graphs_whose_target_moves_groups_another_way(monkeypatch):
-    # Stand-in searches, looked up by seed. Graphs 0 and 1 move groups mostly to device 1,
-    # graph 2 mostly to device 0: a dot product with the consensus is positive for all three,
-    # so only the dominant move tells graph 2 apart.
-    found = {_seed(9, 0): _target(1.0, 5, 0), _seed(9, 1): _target(1.0, 4, 2),
-             _seed(9, 2): _target(1.0, 1, 6),
-             _seed(9, 2, 1): _target(1.02, 6, 0),  # the consensus way, but 2% slower
-             _seed(9, 2, 2): _target(1.003, 5, 1)}  # the consensus way, within 0.5%
-    searched = []
-
-    def search(problem, config, samples, seed):
-        searched.append((problem, seed))
-        return found[seed]
-
-    monkeypatch.setattr(imitation, "_search_one", search)
-    assert imitation.dissenting([[found[_seed(9, i)]] for i in range(3)], 0.005) == [2]
-    chosen = imitation.search_targets(["g0", "g1", "g2"], SEARCH, samples=10, seed=9,
-                                      direction_tolerance=0.005, extra_searches=2)
-    assert searched == [("g0", _seed(9, 0)), ("g1", _seed(9, 1)), ("g2", _seed(9, 2)),
-                        ("g2", _seed(9, 2, 1)), ("g2", _seed(9, 2, 2))]
-    assert [t.score for t in chosen] == [1.0, 1.0, 1.003]
-    assert chosen[2].moves.tolist() == [[0, 5], [1, 0]]
-    assert [t.samples for t in chosen] == [10, 10, 30]
-    searched.clear()
-    alone = imitation.search_targets(["g0", "g1", "g2"], SEARCH, samples=10, seed=9,
-                                     direction_tolerance=0.005)
-    assert len(searched) == 3 and alone[2].moves.tolist() == [[0, 1], [6, 0]]
-    with pytest.raises(ConfigError, match="extra_searches needs a direction_tolerance"):
-        imitation.search_targets(["g0"], SEARCH, samples=10, seed=9, extra_searches=1)
-    with pytest.raises(ConfigError, match="extra_searches must be"):
-        imitation.search_targets(["g0"], SEARCH, samples=10, seed=9, direction_tolerance=0.0,
-                                 extra_searches=-1)
-
-
-def test_shallow_searches_go_to_the_graphs_whose_best_gains_far_less(monkeypatch):
-    # Stand-in searches (start R 2.0), looked up by seed. Graphs 0-2 gain 50, 40 and 45%;
-    # graph 3 gains 20%, less than half the median (42.5%), and gets two more searches, of
-    # which the second is the best. Graph 2 (45%) is not shallow, however it compares with
-    # graph 3.
-    found = {_seed(4, 0): _target(1.0, 5, 0), _seed(4, 1): _target(1.2, 4, 2),
-             _seed(4, 2): _target(1.1, 1, 6), _seed(4, 3): _target(1.6, 2, 0),
-             _seed(4, 3, 1): _target(1.7, 3, 0), _seed(4, 3, 2): _target(1.3, 0, 3)}
-    searched = []
-
-    def search(problem, config, samples, seed):
-        searched.append((problem, seed))
-        restarts.append(config.restart_after)
-        return found[seed]
-
-    restarts = []
-    monkeypatch.setattr(imitation, "_search_one", search)
-    assert imitation.shallow([[found[_seed(4, i)]] for i in range(4)]) == [3]
-    # Exactly half the median (gains 75 and 25%, median 50%) is not shallow.
-    assert imitation.shallow([[_target(0.5, 1, 0)], [_target(1.5, 1, 0)]]) == []
-    graphs = ["g0", "g1", "g2", "g3"]
-    no_restarts = dataclasses.replace(SEARCH, restart_after=None)
-    chosen = imitation.search_targets(graphs, no_restarts, samples=10, seed=4,
-                                      shallow_searches=2)
-    assert searched == [(g, _seed(4, i)) for i, g in enumerate(graphs)] + [
-        ("g3", _seed(4, 3, 1)), ("g3", _seed(4, 3, 2))]
-    # The more searches restart when they stall, as the placer does, the first ones as given.
-    assert restarts == [None] * 4 + [PlacetoConfig().restart_after] * 2
-    assert [t.score for t in chosen] == [1.0, 1.2, 1.1, 1.3]
-    assert [t.samples for t in chosen] == [10, 10, 10, 30]
-    searched.clear()
-    assert [t.score for t in imitation.search_targets(graphs, SEARCH, samples=10, seed=4)] == \
-        [1.0, 1.2, 1.1, 1.6]
-    assert len(searched) == 4
-    with pytest.raises(ConfigError, match="shallow_searches must be"):
-        imitation.search_targets(graphs, SEARCH, samples=10, seed=4, shallow_searches=-1)
-
-
-def test_cloning_teaches_the_greedy_episode_to_reach_the_target():
+def test_cloning_teaches_the_greedy_episode_to_reach_the_target(targets):
     problem = _problems()[0]
-    target = imitation.search_targets([problem], SEARCH, samples=40, seed=3)[0].actions
+    target = targets[0].actions  # graph 0's search is seeded [3, 0] in a list of one, too
     # Without undoing, the greedy episode's last placement is exactly the moves it chose.
     env = PlacementEnv(problem, dataclasses.replace(ENV, undo_worse=False))
     start = env.start(None)
@@ -185,10 +102,10 @@ def test_cloning_teaches_the_greedy_episode_to_reach_the_target():
     np.testing.assert_array_equal(greedy_result(policy), target)
 
 
-def test_the_loss_is_the_target_devices_cross_entropy_with_moving_steps_weighted():
+def test_the_loss_is_the_target_devices_cross_entropy_with_moving_steps_weighted(targets):
     problem = _problems()[0]
     env = PlacementEnv(problem, ENV)
-    target = imitation.search_targets([problem], SEARCH, samples=40, seed=3)[0].actions
+    target = targets[0].actions
     moved = np.count_nonzero(target[env.order] != env.start(None)[env.order])
     kept = env.num_steps - moved
     # Untrained, a policy's only preference is the keep prior on the group's current device,
@@ -213,14 +130,20 @@ def test_cloning_checks_its_arguments():
         imitation.clone(policy, [env], [env.start(None)], epochs=1, move_weight=0.0)
 
 
-def test_of_several_clones_the_one_that_gains_most_on_the_training_graphs_is_kept():
+def _clones(workers: int):
+    """``clone_best_of`` on ``_problems()`` from seeds 4, 0, 7, with arbitrary targets."""
     problems = _problems()
     envs = [PlacementEnv(problem, ENV) for problem in problems]
     rng = np.random.default_rng(8)  # any placements will do as targets
     targets = [rng.integers(0, 2, env.view.num_groups) for env in envs]
     config = PlacetoPolicy(2, envs[0].num_features).config
     policy, clones = imitation.clone_best_of(problems, ENV, targets, config, [4, 0, 7],
-                                             epochs=4, learning_rate=1e-2)
+                                             epochs=4, learning_rate=1e-2, workers=workers)
+    return problems, envs, targets, config, policy, clones
+
+
+def test_of_several_clones_the_one_that_gains_most_on_the_training_graphs_is_kept():
+    problems, envs, targets, config, policy, clones = _clones(workers=1)
     assert [made.seed for made in clones] == [4, 0, 7]
     assert len({made.train_gain for made in clones}) == 3  # not vacuous: the clones differ
     best = max(clones, key=lambda made: made.train_gain)
@@ -232,12 +155,20 @@ def test_of_several_clones_the_one_that_gains_most_on_the_training_graphs_is_kep
         np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(a, c)
     assert best.train_gain == mean_greedy_gain(alone, envs)
-    # In worker processes the clones come out the same, in the same order.
-    _, two = imitation.clone_best_of(problems, ENV, targets, config, [4, 0, 7], epochs=4,
-                                     learning_rate=1e-2, workers=2)
-    assert [(m.seed, m.train_gain, m.curve) for m in two] == \
-        [(m.seed, m.train_gain, m.curve) for m in clones]
     with pytest.raises(ConfigError, match="distinct seeds"):
         imitation.clone_best_of(problems, ENV, targets, config, [1, 1], epochs=1)
     with pytest.raises(ConfigError, match="one target per problem"):
         imitation.clone_best_of(problems, ENV, targets[:1], config, [1], epochs=1)
+
+
+@pytest.mark.slow
+def test_clones_in_worker_processes_are_the_clones_made_here():
+    # Worker processes (spawn) are covered by the search targets' test; this checks that a
+    # clone's weights, curve and gain survive the trip through them unchanged.
+    *_, here = _clones(workers=1)
+    *_, there = _clones(workers=2)
+    assert [(m.seed, m.train_gain, m.curve) for m in there] == \
+        [(m.seed, m.train_gain, m.curve) for m in here]
+    for a, b in zip(here, there):
+        for x, y in zip(a.weights, b.weights):
+            np.testing.assert_array_equal(x, y)

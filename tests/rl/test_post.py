@@ -276,13 +276,11 @@ def test_config_is_checked(field, value, match):
         PostConfig(**{field: value})
 
 
-def test_autoplace_takes_post_by_name_inside_the_users_graph_and_is_reproducible(testdata):
-    import os
-
+def test_autoplace_takes_post_by_name_inside_the_users_graph_and_is_reproducible():
     import tf_autoplace
     from tf_autoplace.testing import small_cnn
 
-    cpu2 = os.path.join(testdata, "cpu2.pbtxt")
+    cpu2 = "cpu2"
     tg = small_cnn()
     before = len(tg.graph.get_operations())
     with tg.graph.as_default():  # Post runs no TF ops: nothing may land in the user's graph

@@ -24,7 +24,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(REPO, "tools"))
 import autoplace_graphdef  # noqa: E402
 
-CPU2 = os.path.join(REPO, "testdata", "cpu2.pbtxt")
+CPU2 = "cpu2"
 
 
 class TwoBranch(tf.Module):

@@ -10,10 +10,14 @@ import re
 
 import pytest
 import tensorflow as tf
-from google.protobuf import text_format
+from google.protobuf import json_format, text_format
 from tensorflow.core.framework import graph_pb2
 from tensorflow.core.protobuf import meta_graph_pb2
 
+from tf_autoplace.cluster import resolve_cluster
+from tf_autoplace.graph import costgraph, ingest
+from tf_autoplace.prepare import build_problem, export_cost_graph
+from tf_autoplace.proto import placement_pb2
 from tf_autoplace.testing import small_cnn
 
 HOST = "/job:localhost/replica:0/task:0/device:"
@@ -21,9 +25,11 @@ CPU2_DEVICES = {f"{HOST}CPU:0", f"{HOST}CPU:1"}
 
 # name -> (input file, output file, extra flags); inputs are written by the fixture below.
 RUNS = {
-    # No --placer: the default, the learned placer, runs end to end through the tool.
+    # No --placer: the default placer (auto) runs end to end through the tool.
     "graph_def": ("cnn.pb", "placed.pb", ["--report_json={dir}/report.json"]),
     "meta_graph_text": ("cnn_meta.pbtxt", "placed_meta.pbtxt", ["--placer=m_etf"]),
+    # A cost graph in, its placement (a PlacementResult, JSON by the name) out.
+    "cost_graph": ("cnn.costgraph.pbtxt", "placement.json", ["--placer=m_etf"]),
     "corrupt_input": ("corrupt.pb", "out_corrupt.pb", ["--report_json={dir}/r_corrupt.json"]),
     "missing_input": ("missing.pb", "out_missing.pb", ["--report_json={dir}/r_missing.json"]),
     "bad_cluster": ("cnn.pb", "out_cluster.pb", ["--cluster={dir}/bad_cluster.pbtxt",
@@ -43,12 +49,14 @@ def runs(tmp_path_factory, run_scripts, write_proto):
         meta_graph = tf.compat.v1.train.export_meta_graph(graph=graph, graph_def=graph_def)
     write_proto(workdir / "cnn.pb", graph_def)
     write_proto(workdir / "cnn_meta.pbtxt", meta_graph, text=True)
+    problem, _ = build_problem(ingest.load_meta_graph(graph_def), resolve_cluster("cpu2"))
+    costgraph.write(workdir / "cnn.costgraph.pbtxt", export_cost_graph(problem))
     (workdir / "corrupt.pb").write_bytes(b"\x0a\x05\x0a\x03abc\xff\xff truncated")
     (workdir / "bad_cluster.pbtxt").write_text('device { name: "/device:CPU:0" kind: ')
 
     results = run_scripts({
         name: ["tools/autoplace_graphdef.py", f"--input={workdir / inp}",
-               f"--output={workdir / out}", "--cluster=testdata/cpu2.pbtxt",
+               f"--output={workdir / out}", "--cluster=cpu2",
                *(flag.format(dir=workdir) for flag in extra)]
         for name, (inp, out, extra) in RUNS.items()})
     return workdir, results, {"graph_def": graph_def, "meta_graph": meta_graph}
@@ -67,9 +75,9 @@ def test_binary_graph_def_in_binary_out_with_json_report(runs):
     assert f"wrote {workdir / 'placed.pb'}" in stdout
     placed = graph_pb2.GraphDef.FromString((workdir / "placed.pb").read_bytes())
     _assert_placed(placed, inputs["graph_def"])
-    assert {n.device for n in placed.node} == CPU2_DEVICES  # m_etf uses both CPUs here
+    assert {n.device for n in placed.node} == CPU2_DEVICES  # the placer uses both CPUs here
     report = json.loads((workdir / "report.json").read_text())
-    assert report["step_time_s"] > 0
+    assert report["placer"] == "auto" and report["step_time_s"] > 0
     assert report["num_ops"] == len(inputs["graph_def"].node)
 
 
@@ -85,6 +93,18 @@ def test_text_meta_graph_in_stays_a_text_meta_graph(runs):
     assert placed.collection_def["train_op"] == original.collection_def["train_op"]
     assert placed.meta_info_def == original.meta_info_def
     assert "predicted step time" in stdout
+
+
+def test_cost_graph_in_placement_out(runs):
+    workdir, results, inputs = runs
+    code, stdout, stderr = results["cost_graph"]
+    assert code == 0, stderr
+    assert f"wrote {workdir / 'placement.json'}" in stdout and "predicted step time" in stdout
+    placement = json_format.Parse((workdir / "placement.json").read_text(),
+                                  placement_pb2.PlacementResult())
+    assert [op.name for op in placement.op] == [n.name for n in inputs["graph_def"].node]
+    assert {op.device for op in placement.op} == CPU2_DEVICES
+    assert placement.placer == "m_etf" and placement.step_time_s > 0
 
 
 @pytest.mark.parametrize("name, message", [

@@ -64,7 +64,7 @@ Default knobs, and how they relate to the paper's (see :data:`DEFAULT_KNOBS`; a 
 Usage::
 
     config = FamilyConfig(seed=0)
-    train, test = family_problems("ptb", config, Cluster.from_file("testdata/k80x2.pbtxt"),
+    train, test = family_problems("ptb", config, resolve_cluster("k80x2"),
                                   cache_dir="/tmp/families", progress=True)
 """
 

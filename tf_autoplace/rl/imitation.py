@@ -1,23 +1,11 @@
 """Pretraining by imitating search: the policy learns to make, in one greedy episode, the moves
-the placer's own search found on each training graph.
+the placer's own search finds on each training graph (expert iteration, with the placer's search
+as the expert).
 
-The placer fine-tunes with a local search (:func:`tf_autoplace.rl.placeto_search.search`: a
-fresh policy's REINFORCE in the MDP that undoes harmful moves). On the training graphs of the
-NMT family, 1,200 simulated placements take it to placements 2.9-10.7% faster than the best
-heuristic's, which move 25-72 of the 256 groups away from where the heuristic put them.
-Pretraining with policy gradients on one-move gains (:mod:`tf_autoplace.rl.reinforce`,
-``behaviour="keep"``) taught the policy which single moves help; its greedy episode then
-stopped about 4% short of what the search reached, in a different basin, and fine-tuning from
-there was hardly faster than searching from scratch (BENCHMARKS.md).
-
-Here the searches' results are the targets instead (expert iteration, with the placer's search
-as the expert):
-
-1. :func:`search_targets` runs the search from scratch on every training graph (once, or a few
-   times with different seeds) and keeps the best placement met (or, given a direction
-   tolerance, a near-best one that moves groups the way most graphs' best placements do, with
-   optionally more searches on the graphs that have none, and on the graphs whose best gains
-   far less than the others');
+1. :func:`search_targets` runs the placer's search from scratch
+   (:func:`tf_autoplace.rl.placeto_search.search` with a fresh policy) on every training graph,
+   once or a few times with different seeds, and keeps the best placement met as that graph's
+   target;
 2. :func:`clone` trains the policy, teacher-forced, to place each group where that placement
    has it: the episode starts from the environment's start placement and visits the groups in
    the environment's order; at step t the groups before t are already on their target devices,
@@ -29,10 +17,11 @@ as the expert):
    which optimum a clone's greedy episodes land in on unseen graphs depends on its initial
    weights about as much as on its targets.
 
-On held-out graphs the greedy episode of the cloned policy then lands where a search from
-scratch gets after 300 to 2,400 placements. But it lands in a local optimum of single-group
-moves, which fine-tuning hardly leaves (BENCHMARKS.md, "Pretraining by imitating the placer's
-search").
+The targets are whole placements, many groups moved at once, rather than the gains of single
+moves: a policy trained on one-move gains learns which single moves help, and its greedy episode
+then chains them into a different, shallower optimum than the search reaches. The cloned
+policy's greedy episode lands in a local optimum of single-group moves; the placer's fine-tuning
+(with restarts, ``PlacetoConfig.restart_after``) searches on from there.
 """
 
 from __future__ import annotations
@@ -51,7 +40,7 @@ import tensorflow_probability as tfp
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.rl import reinforce
 from tf_autoplace.rl.env import PlacementEnv
-from tf_autoplace.rl.placeto_search import PlacetoConfig, search
+from tf_autoplace.rl.placeto_search import search
 from tf_autoplace.rl.policies.placeto import PlacetoPolicy
 from tf_autoplace.rl.pretrain import mean_greedy_gain
 
@@ -68,10 +57,29 @@ class Target:
     moves: np.ndarray  # [D, D] groups moved from device a (start placement) to device b
 
 
+# One policy object per architecture in each process. Every search and every clone starts from
+# a fresh policy's weights (PlacetoPolicy.reinitialize draws exactly those of a new policy with
+# that seed), while its compiled forward pass and gradient, seconds of XLA compilation per new
+# policy object, are reused.
+_POLICIES: dict[tuple, PlacetoPolicy] = {}
+
+
+def _fresh_policy(**config) -> PlacetoPolicy:
+    """A policy with the initial weights of ``PlacetoPolicy(**config)`` (see above)."""
+    key = tuple(sorted((k, v) for k, v in config.items() if k != "seed"))
+    policy = _POLICIES.get(key)
+    if policy is None:
+        policy = _POLICIES[key] = PlacetoPolicy(**config)
+    else:
+        policy.reinitialize(config["seed"])
+    return policy
+
+
 def _search_one(problem, placeto_config, samples: int, seed: int) -> Target:
     env = PlacementEnv(problem, placeto_config.env)
     config = dataclasses.replace(placeto_config, max_samples=samples)
-    policy = PlacetoPolicy(env.view.num_devices, env.num_features, seed=seed)
+    policy = _fresh_policy(num_devices=env.view.num_devices, num_features=env.num_features,
+                           seed=seed)
     found = search(policy, env, config, seed, pretrained=False, zero_shot=False)
     start = env.start(np.random.default_rng(seed))
     moves = np.zeros((env.view.num_devices,) * 2, dtype=np.int64)
@@ -87,82 +95,27 @@ def _search_task(args) -> Target:
 
 
 def search_targets(problems: Sequence, placeto_config, *, samples: int, seed: int,
-                   searches: int = 1, direction_tolerance: float | None = None,
-                   extra_searches: int = 0, shallow_searches: int = 0, workers: int = 1,
-                   progress: bool = False) -> list[Target]:
+                   searches: int = 1, workers: int = 1, progress: bool = False) -> list[Target]:
     """The best placement the placer's search from scratch (``placeto_config``'s fine-tuning
     settings, a fresh policy) finds on each problem within ``samples`` placements; with
     ``searches`` > 1, the best of that many searches (each search's local optimum depends on
-    its path). Search k of graph i is seeded with ``[seed, i, k]`` (``[seed, i]`` for the
-    only one), so the targets do not depend on ``workers`` (processes, ``spawn``); ``samples``
-    counts the placements of one search.
-
-    With ``direction_tolerance``, a graph's target is instead, of its searches' placements
-    within that fraction of their best R, the one that moves groups most the way the best
-    placements of all the graphs do (from which device to which, as shares). On identical
-    devices a graph often has near-equal optima that move groups in opposite directions, and
-    a policy cloned on a mix of both learns a direction only some graphs show (BENCHMARKS.md,
-    "Targets that move groups one way"). ``extra_searches`` (which needs a tolerance) then
-    gives each graph whose target still moves groups mostly another way (see
-    :func:`dissenting`) that many more searches, seeded ``[seed, i, searches + j]``, and its
-    target is chosen again among all of them.
-
-    ``shallow_searches`` then gives each graph whose best placement so far gains less than half
-    what the graphs' best placements gain (the median; see :func:`shallow`) that many more
-    searches, seeded ``[seed, i, searches + extra_searches + j]``, which restart when they
-    stall (``placeto_config.restart_after``, or the placer's default where that is None). A
-    search from scratch now and then ends in a poor local optimum, and a policy cloned on it
-    can learn that placement for the graphs like it. On the NMT family one of 16 targets gained
-    2.88% where the others gained 6.5-10.7%; four more searches with restarts all found
-    6.5-7.4%, and eight without restarts found it once. The held-out graph most like it was one
-    of the two the shipped policy placed worst, and three clones with a deeper target there
-    placed it 2.9-4.7% faster than the shipped policy (BENCHMARKS.md, fourteenth session)."""
+    its path; the first of equals). Search k of graph i is seeded with ``[seed, i, k]``
+    (``[seed, i]`` for the only one), so the targets do not depend on ``workers`` (processes,
+    ``spawn``); ``samples`` counts the placements of one search, a target's ``samples`` those
+    of all its graph's searches."""
     if not (isinstance(samples, int) and samples > 0):
         raise ConfigError(f"samples must be an int > 0, got {samples!r}")
     if not (isinstance(searches, int) and searches > 0):
         raise ConfigError(f"searches must be an int > 0, got {searches!r}")
-    if direction_tolerance is not None and not direction_tolerance >= 0:
-        raise ConfigError(f"direction_tolerance must be None or >= 0, got "
-                          f"{direction_tolerance!r}")
-    if not (isinstance(extra_searches, int) and extra_searches >= 0):
-        raise ConfigError(f"extra_searches must be an int >= 0, got {extra_searches!r}")
-    if not (isinstance(shallow_searches, int) and shallow_searches >= 0):
-        raise ConfigError(f"shallow_searches must be an int >= 0, got {shallow_searches!r}")
-    if extra_searches and direction_tolerance is None:
-        raise ConfigError("extra_searches needs a direction_tolerance: without one no target "
-                          "is chosen by its direction")
-    per_graph = [[] for _ in problems]
-    keys = [(i, [seed, i] if searches == 1 else [seed, i, k])
-            for i in range(len(problems)) for k in range(searches)]
-    _run_searches(problems, placeto_config, samples, keys, per_graph, workers, progress)
-    if extra_searches:
-        keys = [(i, [seed, i, searches + j])
-                for i in dissenting(per_graph, direction_tolerance)
-                for j in range(extra_searches)]
-        _run_searches(problems, placeto_config, samples, keys, per_graph, workers, progress)
-    if shallow_searches:
-        # A shallow target is a search stuck in a poor local optimum. The placer's remedy is to
-        # restart a stalled search, so these searches do, even where the first ones did not.
-        restarting = placeto_config if placeto_config.restart_after else dataclasses.replace(
-            placeto_config, restart_after=PlacetoConfig().restart_after)
-        keys = [(i, [seed, i, searches + extra_searches + j])
-                for i in shallow(per_graph) for j in range(shallow_searches)]
-        _run_searches(problems, restarting, samples, keys, per_graph, workers, progress)
-    return [dataclasses.replace(target, samples=sum(t.samples for t in mine))
-            for target, mine in zip(choose_targets(per_graph, direction_tolerance), per_graph)]
-
-
-def _run_searches(problems, placeto_config, samples: int, keys, per_graph: list[list[Target]],
-                  workers: int, progress: bool) -> None:
-    """Run a search of graph i seeded from ``key`` for each ``(i, key)`` in ``keys``, and
-    append its result to ``per_graph[i]`` in the order of ``keys``."""
-    tasks = [(problems[i], placeto_config, samples,
-              int(np.random.default_rng(key).integers(2**31 - 1))) for i, key in keys]
+    tasks = [(problem, placeto_config, samples, int(np.random.default_rng(
+                 [seed, i] if searches == 1 else [seed, i, k]).integers(2**31 - 1)))
+             for i, problem in enumerate(problems) for k in range(searches)]
     found = _map_in_order(_search_task, tasks, workers, (
         lambda done, seconds: f"[imitation] {len(done)}/{len(tasks)} searches ({seconds:.0f} s)")
         if progress else None)
-    for (i, _), target in zip(keys, found):
-        per_graph[i].append(target)
+    per_graph = [found[i * searches:(i + 1) * searches] for i in range(len(problems))]
+    return [dataclasses.replace(min(mine, key=lambda target: target.score),
+                                samples=sum(t.samples for t in mine)) for mine in per_graph]
 
 
 def _map_in_order(fn, tasks: Sequence, workers: int, progress_line=None) -> list:
@@ -186,48 +139,6 @@ def _map_in_order(fn, tasks: Sequence, workers: int, progress_line=None) -> list
             for result in pool.map(fn, tasks):
                 report(result)
     return results
-
-
-def choose_targets(per_graph: Sequence[Sequence[Target]],
-                   direction_tolerance: float | None = None) -> list[Target]:
-    """One target per graph from its searches' placements: the best (the first of equals),
-    or with ``direction_tolerance`` the one that agrees most with the graphs' consensus
-    direction among those within that fraction of the best (see :func:`search_targets`)."""
-    best = [min(mine, key=lambda target: target.score) for mine in per_graph]
-    if direction_tolerance is None:
-        return best
-    consensus = _consensus(best)
-    return [max((t for t in mine if t.score <= top.score * (1 + direction_tolerance)),
-                key=lambda t: float(np.sum(_direction(t) * consensus)))
-            for mine, top in zip(per_graph, best)]
-
-
-def dissenting(per_graph: Sequence[Sequence[Target]], direction_tolerance: float) -> list[int]:
-    """The graphs whose target (:func:`choose_targets` with ``direction_tolerance``) moves
-    groups mostly another way than the consensus: the from -> to device pair that moves the
-    most groups is not the consensus's. (Move counts are never negative, so a dot product
-    with the consensus is not enough to tell: it is positive for nearly every placement.)"""
-    consensus = _consensus([min(mine, key=lambda target: target.score) for mine in per_graph])
-    return [i for i, target in enumerate(choose_targets(per_graph, direction_tolerance))
-            if np.argmax(target.moves) != np.argmax(consensus)]
-
-
-def shallow(per_graph: Sequence[Sequence[Target]]) -> list[int]:
-    """The graphs whose best placement gains less over the start placement (as a share of
-    its R) than half the median of every graph's best gain."""
-    gains = [1.0 - min(t.score for t in mine) / mine[0].start_score for mine in per_graph]
-    return [i for i, gain in enumerate(gains) if gain < 0.5 * float(np.median(gains))]
-
-
-def _consensus(best: Sequence[Target]) -> np.ndarray:
-    """The sum of the graphs' best placements' directions: which way most of them move."""
-    return sum(_direction(target) for target in best)
-
-
-def _direction(target: Target) -> np.ndarray:
-    """The target's moves [D, D] scaled to unit length: which way it moves groups."""
-    norm = np.linalg.norm(target.moves)
-    return target.moves / norm if norm else target.moves.astype(float)
 
 
 def teacher_forced(env: PlacementEnv, target: np.ndarray):
@@ -306,12 +217,9 @@ def clone_best_of(problems: Sequence, env_config, targets: Sequence[np.ndarray],
     graphs (the mean; the first of equals), with every clone's record.
 
     The same targets cloned from other initial weights give policies far apart on held-out
-    graphs. On the NMT family the shipped targets cloned from seeds 0-4 gain 7.12 / 6.59 /
-    5.54 / 6.91 / 6.43% on the held-out graphs (mean), 7.12 / 6.74 / 6.19 / 7.41 / 6.84% on the
-    training graphs: the training graphs single out the poor draws (the three lowest are the
-    same), though not the best of the good ones (BENCHMARKS.md). The choice needs no held-out
-    graph. With ``workers`` > 1 the clones train in that many processes (``spawn``); a clone
-    does not depend on where it ran."""
+    graphs; the gain on the training graphs tells the poor draws apart (not always the best of
+    the good ones), and needs no held-out graph. With ``workers`` > 1 the clones train in that
+    many processes (``spawn``); a clone does not depend on where it ran."""
     seeds = [int(s) for s in seeds]
     if not seeds or len(set(seeds)) != len(seeds):
         raise ConfigError(f"clone_best_of needs distinct seeds, got {seeds!r}")
@@ -338,7 +246,7 @@ def _clone_task(args) -> Clone:
     problems, env_config, targets, policy_config, epochs, learning_rate, move_weight, \
         progress = args
     envs = [PlacementEnv(problem, env_config) for problem in problems]
-    policy = PlacetoPolicy(**policy_config)
+    policy = _fresh_policy(**policy_config)
     curve = clone(policy, envs, targets, epochs=epochs, learning_rate=learning_rate,
                   move_weight=move_weight, progress=progress)
     return Clone(seed=policy_config["seed"], weights=policy.get_weights(), curve=curve,

@@ -35,22 +35,10 @@ with sampled actions each update sees a move of a group with probability ~0.1 an
 (measured in BENCHMARKS.md, "Placeto"). The expectation sees every group's every move in every
 episode.
 
-The states still come from the policy's own episodes (``behaviour="sample"``), and on the NMT
-family that was not enough either: a move's improvement depends on the moves made before it
-(one bad move makes another path critical and hides every later gain), the policy's early
-episodes make dozens of moves, and what it learned there pulled every group towards "keep"
-(greedy episodes on held-out graphs stayed at +0.3-0.4% over 100 updates, also when the
-episodes followed the greedy action). ``behaviour="keep"`` visits the states of the episode
-that keeps every group where it starts: step t's state is the start placement with group t to
-place, and the all-action gradient there is that of the expected improvement of one move from
-the start placement, at every group. It is the gradient of a one-step (bandit) objective, not
-of the episode's return; the policy shipped until the imitation objective
-(:mod:`tf_autoplace.rl.imitation`) replaced it was pretrained with it, and its greedy episode
-improved every held-out NMT-family graph, by 0.8-6.0% (BENCHMARKS.md). Fine-tuning on the
-user's graph uses the sampled estimator, in the environment that undoes harmful moves
-(``EnvConfig.undo_worse``), with each episode starting from the best placement found so far
-(``episode_start="best"``). In the paper's MDP, fine-tuning from that policy rarely got past
-the zero-shot placement; with both it does (BENCHMARKS.md, "Transfer").
+The states are those of the policy's own episodes. Fine-tuning on the user's graph
+(:mod:`tf_autoplace.rl.placeto_search`) uses the sampled estimator, in the environment that
+undoes harmful moves (``EnvConfig.undo_worse``), with each episode starting from the best
+placement found so far (``episode_start="best"``).
 
 Workers are processes (``spawn``, each with its own TensorFlow) when ``workers > 1``, or run in
 the calling process when ``workers == 1``; the same code computes an episode either way.
@@ -101,10 +89,6 @@ class TrainConfig:
       estimator: "reinforce" (sampled actions, the paper's) or "all_actions" (the expectation
         over every action of each visited step; needs ``discount = 0``, intermediate rewards
         and no advantage normalisation; see the module doc).
-      behaviour: which states the episodes visit: "sample" (the policy's own actions) or
-        "keep" (every group stays where the start placement put it, so step t's state is the
-        start placement with group t to place; needs "all_actions": the gradient is then that
-        of the expected one-step improvement from the start placement, at every group).
       episode_start: where a graph's episodes start: "env" (the environment's start placement,
         ``EnvConfig.start``) or "best" (the best placement found on that graph so far, the
         env's start until there is one; a TrainState passed to :func:`train` can seed it).
@@ -125,7 +109,6 @@ class TrainConfig:
     discount: float = 1.0
     normalize_advantages: bool = False
     estimator: str = "reinforce"
-    behaviour: str = "sample"
     episode_start: str = "env"
     seed: int = 0
 
@@ -148,14 +131,9 @@ class TrainConfig:
         if self.estimator == "all_actions" and (self.discount != 0 or self.normalize_advantages):
             raise ConfigError("estimator='all_actions' scores each action by its own "
                               "improvement: it needs discount=0 and normalize_advantages=False")
-        if self.behaviour not in ("sample", "keep"):
-            raise ConfigError(f"behaviour must be 'sample' or 'keep', got {self.behaviour!r}")
         if self.episode_start not in ("env", "best"):
             raise ConfigError(
                 f"episode_start must be 'env' or 'best', got {self.episode_start!r}")
-        if self.behaviour == "keep" and self.estimator != "all_actions":
-            raise ConfigError("behaviour='keep' takes no action to learn from: it needs "
-                              "estimator='all_actions'")
 
     def schedule(self, iteration: int) -> tuple[float, float]:
         """(learning rate, entropy weight) at an iteration, decayed linearly."""
@@ -216,12 +194,12 @@ def _policy_step(policy, env: PlacementEnv, placements: np.ndarray, step: int,
 
 
 def rollouts(policy, env: PlacementEnv, rngs: Sequence[np.random.Generator], *,
-             greedy: bool = False, keep: bool = False, start: np.ndarray | None = None,
+             greedy: bool = False, start: np.ndarray | None = None,
              all_actions: bool = False) -> list[Episode]:
     """Run ``len(rngs)`` episodes in lockstep, episode i drawing from ``rngs[i]``: sample (or,
-    with ``greedy``, take the argmax of; with ``keep``, leave every group on its current
-    device instead of) each action. With ``all_actions`` every action device of every step is
-    scored (``Episode.action_scores``), and the best placement tracked is the best of them all.
+    with ``greedy``, take the argmax of) each action. With ``all_actions`` every action device
+    of every step is scored (``Episode.action_scores``), and the best placement tracked is the
+    best of them all.
     A step that leaves its group where it is is not simulated again; with the environment's
     ``undo_worse`` a move that makes R worse is undone (``Episode.undone``).
 
@@ -245,12 +223,10 @@ def rollouts(policy, env: PlacementEnv, rngs: Sequence[np.random.Generator], *,
     action_scores = np.empty((len(rngs), num_steps, num_devices)) if all_actions else None
     for t in range(num_steps):
         v = env.order[t]
-        logits = None if keep else _policy_step(policy, env, placements, t, placed)
+        logits = _policy_step(policy, env, placements, t, placed)
         for i, rng in enumerate(rngs):
             here = int(placements[i, v])
-            if keep:
-                a = here
-            elif greedy:
+            if greedy:
                 a = int(np.argmax(logits[i]))
             else:
                 p = np.exp(logits[i] - logits[i].max())
@@ -291,10 +267,9 @@ def rollouts(policy, env: PlacementEnv, rngs: Sequence[np.random.Generator], *,
 
 
 def rollout(policy, env: PlacementEnv, rng: np.random.Generator, *, greedy: bool = False,
-            keep: bool = False, start: np.ndarray | None = None,
-            all_actions: bool = False) -> Episode:
+            start: np.ndarray | None = None, all_actions: bool = False) -> Episode:
     """One episode (see :func:`rollouts`)."""
-    return rollouts(policy, env, [rng], greedy=greedy, keep=keep, start=start,
+    return rollouts(policy, env, [rng], greedy=greedy, start=start,
                     all_actions=all_actions)[0]
 
 
@@ -383,7 +358,6 @@ class _Task:
     discount: float
     normalize: bool
     all_actions: bool
-    keep: bool
     start: np.ndarray | None  # [G] the episodes' start placement; None: the env's
 
 
@@ -411,7 +385,7 @@ class _Worker:
         self.policy.set_weights(task.weights)
         episodes = rollouts(self.policy, env,
                             [np.random.default_rng(list(seed)) for seed in task.seeds],
-                            all_actions=task.all_actions, keep=task.keep, start=task.start)
+                            all_actions=task.all_actions, start=task.start)
         returns = np.stack([e.returns(env, task.discount) for e in episodes])
         if task.all_actions:
             advs = [None] * len(episodes)
@@ -516,8 +490,7 @@ def train(policy, problems: Sequence, env_config, config: TrainConfig, *,
                          else None)
                 tasks.append(_Task(weights, g, seeds, baselines(g), beta, config.discount,
                                    config.normalize_advantages,
-                                   config.estimator == "all_actions",
-                                   config.behaviour == "keep", start))
+                                   config.estimator == "all_actions", start))
             results = run_all(tasks)
             total = [np.zeros_like(w) for w in weights]
             for r in results:

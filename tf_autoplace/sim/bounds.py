@@ -76,15 +76,15 @@ Neither counts memory beyond what decides validity.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from tf_autoplace.cluster import Cluster
 from tf_autoplace.graph.opgraph import OpGraph
+from tf_autoplace.sim.jit import cached_njit
 from tf_autoplace.sim.simulator import check_op_time
 
 
-@numba.njit(cache=True)
+@cached_njit
 def _longest_path(order, child_ptr, children, weight):
     """Longest path in a DAG: ``order`` topological, children in CSR, node weights."""
     ready = np.zeros(weight.shape[0])  # earliest start of each op
@@ -124,7 +124,7 @@ def lower_bound(graph: OpGraph, cluster: Cluster, op_time: np.ndarray) -> float:
 
 
 # ====================================================== heads and tails with transfers
-@numba.njit(cache=True)
+@cached_njit
 def _heads(order, ptr, nbr, gap, forced, weight):
     """The recursion of :func:`heads_and_tails` in one direction. For op ``k`` (in ``order``)
     its neighbours ``nbr[ptr[k]:ptr[k+1]]`` (parents for heads, children for tails), the

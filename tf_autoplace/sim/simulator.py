@@ -76,19 +76,20 @@ per device and one transfer per bus are in flight, pending events live in ``2 * 
 the next one is found by a scan, which beats a heap for tens of devices. One simulation of an
 8,000-op, 15,000-edge graph takes about 1 ms on 2 devices and 2.5 ms on 8 with uniform random
 placements (``tools/bench_sim.py``). The first call in a fresh environment compiles the
-kernel (a few seconds; then cached on disk by numba).
+kernel (a few seconds; then cached on disk by numba, in the user's cache directory:
+:mod:`tf_autoplace.sim.jit`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-import numba
 import numpy as np
 
 from tf_autoplace.cluster import Cluster
 from tf_autoplace.errors import InfeasiblePlacementError, InvalidGraphError
 from tf_autoplace.graph.opgraph import OpGraph
+from tf_autoplace.sim.jit import cached_njit
 
 GB = 1e9
 
@@ -132,7 +133,7 @@ class SimResult:
 
 
 # ======================================================================== numba kernel
-@numba.njit(cache=True)
+@cached_njit
 def _simulate(placement, op_time, num_devices, bandwidth, latency, tensor_bytes,
               out_tensor_ptr, out_tensors, dep_tensor, dep_op,
               cons_ptr, in_ptr, in_dep):

@@ -1,0 +1,248 @@
+"""Cost graphs (protos/cost_graph.proto): a hand-made graph read and placed, round trips in the
+three forms, a typed error for every malformed file, and a zoo graph exported from the TF path
+placed exactly as the TF path places it."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+import tf_autoplace
+from tf_autoplace import zoo
+from tf_autoplace.cluster import Cluster, Device, resolve_cluster
+from tf_autoplace.errors import ConfigError, InvalidGraphError
+from tf_autoplace.graph import costgraph, ingest
+from tf_autoplace.graph.opgraph import KERNEL_KINDS, OpGraph
+from tf_autoplace.placers import PlacetoPlacer
+from tf_autoplace.prepare import build_problem, cost_graph_problem, export_cost_graph
+from tf_autoplace.rl.env import EnvConfig
+from tf_autoplace.testing import problems
+
+# x (input, CPU only) and w (a 4 MB variable) feed matmul; w/read sits with w; loss reads
+# matmul's second output twice and waits for w/read.
+HAND = """
+format_version: 1
+description: "hand-made"
+op { name: "x" type: "Placeholder" output_bytes: 4096
+     time { device_kind: "CPU" seconds: 1e-5 } }
+op { name: "w" type: "VarHandleOp" persistent_bytes: 4000000 output_bytes: 0
+     time { device_kind: "GPU" seconds: 2e-6 } time { device_kind: "CPU" seconds: 2e-6 }
+     colocation_group: "var" }
+op { name: "w/read" type: "ReadVariableOp" output_bytes: 4000000 input { op: "w" }
+     time { device_kind: "GPU" seconds: 3e-6 } time { device_kind: "CPU" seconds: 4e-5 }
+     colocation_group: "var" }
+op { name: "matmul" type: "MatMul" output_bytes: [1024, 2048]
+     input { op: "x" } input { op: "w/read" }
+     time { device_kind: "GPU" seconds: 2e-4 } time { device_kind: "CPU" seconds: 3e-3 } }
+op { name: "loss" type: "Sum" output_bytes: 4 shape_unknown: true
+     input { op: "matmul" output: 1 } input { op: "matmul" output: 1 }
+     control_input: "w/read"
+     time { device_kind: "GPU" seconds: 1e-5 } time { device_kind: "CPU" seconds: 1e-5 } }
+"""
+
+GB = 10**9
+
+
+def _cluster():
+    return Cluster.uniform([Device("/device:GPU:0", "GPU", 10 * GB, speed=2.0),
+                            Device("/device:GPU:1", "GPU", 10 * GB),
+                            Device("/device:CPU:0", "CPU", 100 * GB)],
+                           bandwidth_gbps=1.0, latency_us=10.0)
+
+
+def _same(a: costgraph.CostGraph, b: costgraph.CostGraph):
+    for field in ("persistent_bytes", "tensor_op", "tensor_bytes", "edge_tensor", "edge_dst",
+                  "ctrl_src", "ctrl_dst", "colocation", "kernels", "shape_known"):
+        np.testing.assert_array_equal(getattr(a.graph, field), getattr(b.graph, field), field)
+    assert (a.graph.names, a.graph.op_types) == (b.graph.names, b.graph.op_types)
+    assert a.times.keys() == b.times.keys()
+    for kind in a.times:
+        np.testing.assert_array_equal(a.times[kind], b.times[kind])
+    assert a.description == b.description
+
+
+def test_a_hand_made_cost_graph_reads_as_written():
+    cg = costgraph.decode(HAND.encode(), "text")
+    g = cg.graph
+    assert g.names == ("x", "w", "w/read", "matmul", "loss")
+    assert g.op_types[3] == "MatMul" and cg.description == "hand-made"
+    assert g.persistent_bytes.tolist() == [0, 4_000_000, 0, 0, 0]
+    # Tensors op by op in output order: x, w, w/read, matmul:0, matmul:1, loss.
+    assert g.tensor_op.tolist() == [0, 1, 2, 3, 3, 4]
+    assert g.tensor_bytes.tolist() == [4096, 0, 4_000_000, 1024, 2048, 4]
+    assert list(zip(g.edge_tensor.tolist(), g.edge_dst.tolist())) == [
+        (1, 2), (0, 3), (2, 3), (4, 4), (4, 4)]
+    assert list(zip(g.ctrl_src.tolist(), g.ctrl_dst.tolist())) == [(2, 4)]
+    assert g.colocation.tolist() == [0, 1, 1, 2, 3]
+    assert g.kernel_kinds == KERNEL_KINDS == ("CPU", "GPU")
+    assert g.kernels.tolist() == [[True, False]] + [[True, True]] * 4
+    assert g.shape_known.tolist() == [True] * 4 + [False]
+    np.testing.assert_array_equal(cg.times["GPU"], [np.inf, 2e-6, 3e-6, 2e-4, 1e-5])
+    np.testing.assert_array_equal(cg.times["CPU"], [1e-5, 2e-6, 4e-5, 3e-3, 1e-5])
+
+
+def test_a_hand_made_cost_graph_is_costed_with_its_own_times_and_placed(tmp_path):
+    path = tmp_path / "hand.costgraph.pbtxt"
+    path.write_text(HAND)
+    cg = costgraph.read(path)
+    problem = cost_graph_problem(cg, _cluster())
+    # A device of kind k takes the kind's time over its speed; no kernel, no time.
+    expected = np.stack([cg.times["GPU"] / 2.0, cg.times["GPU"], cg.times["CPU"]], axis=1)
+    np.testing.assert_array_equal(problem.op_time, expected)
+
+    report = tf_autoplace.place_cost_graph(str(path), cluster=_cluster(), placer="m_etf")
+    devices = report.assignment
+    assert list(devices) == ["x", "w", "w/read", "matmul", "loss"]
+    assert devices["x"] == "/device:CPU:0"  # its only kernel
+    assert devices["w"] == devices["w/read"]  # one colocation group
+    assert report.graph_def is None and report.num_ops == 5
+    assert report.lower_bound_s <= report.step_time_s
+    assert report.ops_with_unknown_shapes == 1
+    assert any("marks as estimates" in note for note in report.notes)
+    assert list(report.timings_s) == ["read", "cost", "group", "place", "bound"]
+    placed = problem.simulator.run(np.array([_cluster().index(devices[n]) for n in devices]))
+    assert report.step_time_s == placed.makespan  # the report simulates what it returns
+    assert {op.name: op.device for op in report.to_proto().op} == devices
+
+
+@pytest.mark.parametrize("fmt, name", [("text", "g.costgraph.pbtxt"), ("json", "g.json"),
+                                       ("binary", "g.costgraph.pb")])
+def test_cost_graphs_round_trip_in_every_form(tmp_path, fmt, name):
+    hand = costgraph.decode(HAND.encode(), "text")
+    made = problems.random_problem(60, seed=3)
+    exported = export_cost_graph(made, description="random")
+    grouped = costgraph.CostGraph(  # colocation groups of three and two control edges
+        graph=dataclasses.replace(made.graph, colocation=np.arange(60) // 3, ctrl_src=[0, 5],
+                                  ctrl_dst=[7, 9]),
+        times=exported.times, description="grouped")
+    assert costgraph.file_format(name) == fmt and costgraph.is_cost_graph_file(name)
+    for cg in (hand, exported, grouped):
+        path = tmp_path / name
+        costgraph.write(path, cg)
+        again = costgraph.read(path)
+        _same(cg, again)
+        assert costgraph.to_proto(again) == costgraph.to_proto(cg)
+    if fmt == "json":  # the proto's JSON mapping with its own field names
+        doc = json.loads((tmp_path / name).read_text())
+        assert doc["format_version"] == 1 and "output_bytes" in doc["op"][0]
+
+
+def test_a_tensor_numbering_that_is_not_op_by_op_comes_back_equivalent():
+    # Tensors numbered [op1, op0, op1]: written op by op, read back as [op0, op1, op1].
+    graph = OpGraph(
+        names=("a", "b", "c"), op_types=("A", "B", "C"), persistent_bytes=[0, 0, 0],
+        tensor_op=[1, 0, 1], tensor_bytes=[10, 20, 30], edge_tensor=[1, 0, 2],
+        edge_dst=[1, 2, 2], ctrl_src=[], ctrl_dst=[], colocation=[0, 1, 2],
+        kernels=np.ones((3, 2), bool), shape_known=[True] * 3)
+    cg = costgraph.CostGraph(graph, {"CPU": [1.0] * 3, "GPU": [2.0] * 3})
+    again = costgraph.decode(costgraph.encode(cg, "binary"), "binary").graph
+    assert again.tensor_op.tolist() == [0, 1, 1] and again.tensor_bytes.tolist() == [20, 10, 30]
+    # Every edge still reads the same bytes from the same op.
+    for g in (graph, again):
+        assert [(int(g.tensor_op[t]), int(g.tensor_bytes[t]), int(d))
+                for t, d in zip(g.edge_tensor, g.edge_dst)] == [(0, 20, 1), (1, 10, 2),
+                                                                (1, 30, 2)]
+
+
+def _hand_with(old: str, new: str) -> bytes:
+    assert old in HAND
+    return HAND.replace(old, new, 1).encode()
+
+
+@pytest.mark.parametrize("data, message", [
+    (_hand_with("format_version: 1", "format_version: 2"),
+     "format_version is 2; this reader knows version 1"),
+    (_hand_with("format_version: 1", ""), r"format_version is 0 \(unset\)"),
+    (b"format_version: 1", "has no ops"),
+    (_hand_with('name: "w/read"', 'name: "w"'), "two ops are named 'w'"),
+    (_hand_with('name: "x" type', 'type'), "op 0 of the cost graph has no name"),
+    (_hand_with('device_kind: "CPU" seconds: 1e-5 } }', 'device_kind: "TPU" seconds: 1 } }'),
+     "op 'x' has a time for device kind 'TPU'"),
+    (_hand_with('time { device_kind: "CPU" seconds: 1e-5 } }', "}"), "'x' has no time"),
+    (_hand_with("seconds: 2e-4", "seconds: -1"), "'matmul' takes -1.0 s on GPU"),
+    (_hand_with("seconds: 2e-4", "seconds: inf"), "'matmul' takes inf s on GPU"),
+    (_hand_with('time { device_kind: "CPU" seconds: 3e-3 }',
+                'time { device_kind: "GPU" seconds: 3e-3 }'),
+     "'matmul' lists device kind 'GPU' twice"),
+    (_hand_with("output_bytes: 4096", "output_bytes: -1"), "'x' has a negative byte size"),
+    (_hand_with('input { op: "x" }', 'input { op: "y" }'), "'matmul' reads 'y', which does not"),
+    (_hand_with("output: 1 }", "output: 2 }"), r"reads output 2 of 'matmul', which has 2 output"),
+    (_hand_with('control_input: "w/read"', 'control_input: "z"'), "'loss' waits for 'z'"),
+    (_hand_with('op { name: "x" type: "Placeholder"',
+                'op { name: "x" type: "Placeholder" control_input: "loss"'), "cycle"),
+    (b'format_version: 1 op { name: "a" bogus: 3 }', "not a text CostGraph"),
+])
+def test_every_malformed_cost_graph_is_a_typed_error_naming_the_problem(data, message):
+    with pytest.raises(InvalidGraphError, match=message):
+        costgraph.decode(data, "text", what="'g.pbtxt'")
+
+
+def test_file_errors_name_the_file(tmp_path):
+    with pytest.raises(InvalidGraphError, match="cannot read cost graph '.*missing.json'"):
+        costgraph.read(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format_version": 1, "op": [{"name": "a", "outputBytes": ["x"]}]}')
+    with pytest.raises(InvalidGraphError, match="'.*bad.json' is not a json CostGraph"):
+        costgraph.read(bad)
+    truncated = tmp_path / "t.costgraph.pb"
+    truncated.write_bytes(costgraph.encode(costgraph.decode(HAND.encode(), "text"),
+                                           "binary")[:-7])
+    with pytest.raises(InvalidGraphError, match="t.costgraph.pb"):
+        costgraph.read(truncated)
+    with pytest.raises(tf_autoplace.ClusterSpecError, match="k80x3"):
+        tf_autoplace.place_cost_graph(tmp_path / "missing.json", cluster="k80x3")
+    assert not costgraph.is_cost_graph_file("model.pbtxt")  # a GraphDef stays a GraphDef
+
+
+def test_export_needs_one_time_per_device_kind():
+    made = problems.random_problem(20, seed=1)
+    op_time = made.op_time.copy()
+    op_time[:, 1] *= 1.5  # GPU:1 slower than GPU:0 at the same speed: other hardware
+    other = type(made)(graph=made.graph, cluster=made.cluster, op_time=op_time,
+                       grouping=made.grouping)
+    with pytest.raises(ConfigError, match="GPU devices differ in op times"):
+        export_cost_graph(other)
+
+
+@pytest.fixture(scope="module")
+def small_nmt():
+    model = zoo.build("nmt", layers=2, length=4, batch=4, hidden=32, embedding_dim=32,
+                      vocab=100)
+    return model.graph.as_graph_def()
+
+
+@pytest.mark.parametrize("placer", ["m_etf", "metis",
+                                    pytest.param("placeto", marks=pytest.mark.slow)])
+def test_a_zoo_graph_exported_to_a_cost_graph_is_placed_as_the_tf_path_places_it(
+        small_nmt, tmp_path, placer):
+    def make():  # a fresh placer per run; a short sample budget for the learned one
+        if placer == "placeto":
+            return PlacetoPlacer(max_samples=24, env=EnvConfig(max_groups=16, undo_worse=True))
+        return placer
+
+    cluster = resolve_cluster("k80x2")
+    tf_report = tf_autoplace.autoplace(small_nmt, cluster="k80x2", placer=make(), seed=4)
+    problem, _ = build_problem(ingest.load_meta_graph(small_nmt), cluster)
+    path = tmp_path / "nmt.costgraph.pbtxt"
+    costgraph.write(path, export_cost_graph(problem, description="small NMT on k80x2"))
+    again = cost_graph_problem(costgraph.read(path), cluster)
+    np.testing.assert_array_equal(again.op_time, problem.op_time)  # every device, CPU too
+    np.testing.assert_array_equal(again.grouping.labels, problem.grouping.labels)
+    report = tf_autoplace.place_cost_graph(path, cluster="k80x2", placer=make(), seed=4)
+
+    assert report.assignment == tf_report.assignment
+    assert len(set(report.assignment.values())) > 1  # not vacuous: the graph is split
+    for field in ("placer", "step_time_s", "lower_bound_s", "lp_lower_bound_s",
+                  "baseline_step_time_s", "devices",
+                  "baseline_devices", "num_ops", "num_groups", "num_colocation_groups",
+                  "ops_with_unknown_shapes", "seed"):
+        assert getattr(report, field) == getattr(tf_report, field), field
+    if placer == "m_etf":  # the same views as a TF graph's report
+        trace = tmp_path / "trace.json"
+        report.write_chrome_trace(trace)
+        events = json.loads(trace.read_text())["traceEvents"]
+        assert {e["name"] for e in events if e.get("cat") == "Op"} == set(report.assignment)
+        pytest.importorskip("matplotlib", reason="the plot extra (matplotlib) is not installed")
+        report.write_plot(tmp_path / "plot.png")
+        assert (tmp_path / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,263 @@
+"""Cost graphs: placement's input for a graph built or profiled anywhere, without TensorFlow.
+
+A :class:`CostGraph` is an :class:`~tf_autoplace.graph.opgraph.OpGraph` (ops, output tensor
+sizes, persistent bytes, data and control edges, colocation groups, kernels) together with each
+op's time on each kind of device: everything placement reads about a graph. It is stored as a
+``tf_autoplace.CostGraph`` proto (``protos/cost_graph.proto``, which documents every field)
+in one of three forms, chosen by the file name (:func:`file_format`):
+
+- text format, ``*.pbtxt`` / ``*.txt`` (``graph.costgraph.pbtxt``);
+- JSON, ``*.json``: the proto's JSON mapping with its own field names (``output_bytes``; the
+  camelCase names are read too; 64-bit integers may be numbers or strings, and are written as
+  strings, as the mapping says);
+- binary, anything else (``graph.costgraph.pb``).
+
+The format is versioned (``format_version``, now :data:`FORMAT_VERSION`): a reader refuses a
+version it does not know rather than misreading the file. Every problem in a file is an
+:class:`~tf_autoplace.errors.InvalidGraphError` that names the op and what is wrong.
+
+Meaning, as placement reads it: op ``i`` on a device of kind ``k`` takes ``times[k][i]``
+seconds divided by the device's ``speed`` (a measured time, overhead included, as
+:class:`~tf_autoplace.cost.TableCostModel` takes it); an op runs only on the kinds it has a time
+for (its kernels); ops with the same non-empty ``colocation_group`` share a device.
+
+Reading builds the OpGraph in the file's order: op ``i`` is the file's ``i``-th op, its output
+tensors are numbered op by op in output order, data edges consumer by consumer in input order,
+control edges likewise, and colocation groups by first appearance (the numbering
+:func:`tf_autoplace.graph.ingest.to_opgraph` gives too). Writing lists an op's tensors in
+tensor-index order as its outputs and names each colocation group of more than one op after its
+first op. So writing and reading again gives back the same OpGraph whenever its tensors are
+numbered op by op (what ingestion produces), and an equivalent one (the same simulation)
+otherwise.
+
+:func:`is_cost_graph_file` is how the offline tool tells a cost graph from a GraphDef:
+``*.costgraph.pbtxt``, ``*.costgraph.txt``, ``*.costgraph.pb`` or ``*.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import numpy as np
+from google.protobuf import json_format
+from google.protobuf import message as _pb_message
+from google.protobuf import text_format
+
+from tf_autoplace.errors import InvalidGraphError
+from tf_autoplace.graph.opgraph import KERNEL_KINDS, OpGraph
+from tf_autoplace.proto import cost_graph_pb2
+
+FORMAT_VERSION = 1
+FORMATS = ("text", "json", "binary")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CostGraph:
+    """A graph with its per-op costs (see module doc).
+
+    Attributes:
+      graph: the ops, tensors, edges and constraints (n ops).
+      times: ``{kind: [n] float64 seconds}`` for every kind in ``graph.kernel_kinds``; finite
+        and >= 0 exactly where the op has a kernel for that kind, ``inf`` elsewhere.
+      description: how the graph and its costs were made.
+    """
+
+    graph: OpGraph
+    times: dict
+    description: str = ""
+
+    def __post_init__(self):
+        n, kinds = self.graph.num_ops, self.graph.kernel_kinds
+        if set(self.times) != set(kinds):
+            raise InvalidGraphError(f"times has device kinds {sorted(self.times)}; expected the "
+                                    f"graph's kernel kinds {sorted(kinds)}")
+        times = {}
+        for j, kind in enumerate(kinds):
+            arr = np.array(self.times[kind], dtype=np.float64)
+            if arr.shape != (n,):
+                raise InvalidGraphError(f"times[{kind!r}] has shape {arr.shape}, expected ({n},)")
+            has = self.graph.kernels[:, j]
+            bad = np.flatnonzero(has & ~(np.isfinite(arr) & (arr >= 0)))
+            if len(bad):
+                raise InvalidGraphError(f"op {self.graph.names[bad[0]]!r} has time "
+                                        f"{arr[bad[0]]!r} on {kind}; must be finite and >= 0")
+            arr[~has] = np.inf
+            arr.setflags(write=False)
+            times[kind] = arr
+        object.__setattr__(self, "times", times)
+
+
+# ------------------------------------------------------------------------------ the proto
+def from_proto(proto: cost_graph_pb2.CostGraph) -> CostGraph:
+    """Read a ``CostGraph`` proto (see module doc for the checks)."""
+    if proto.format_version != FORMAT_VERSION:
+        raise InvalidGraphError(
+            f"cost graph format_version is {proto.format_version}"
+            f"{' (unset)' if proto.format_version == 0 else ''}; this reader knows version "
+            f"{FORMAT_VERSION}")
+    ops = list(proto.op)
+    if not ops:
+        raise InvalidGraphError("the cost graph has no ops")
+    index: dict[str, int] = {}
+    for i, op in enumerate(ops):
+        if not op.name:
+            raise InvalidGraphError(f"op {i} of the cost graph has no name")
+        if op.name in index:
+            raise InvalidGraphError(f"two ops are named {op.name!r}")
+        index[op.name] = i
+
+    n = len(ops)
+    first_tensor = np.zeros(n + 1, dtype=np.int64)
+    first_tensor[1:] = np.cumsum([len(op.output_bytes) for op in ops])
+    times = {kind: np.full(n, np.inf) for kind in KERNEL_KINDS}
+    edge_tensor, edge_dst, ctrl_src, ctrl_dst, group_of = [], [], [], [], {}
+    colocation = np.empty(n, dtype=np.int32)
+    for i, op in enumerate(ops):
+        what = f"op {op.name!r}"
+        if any(b < 0 for b in op.output_bytes) or op.persistent_bytes < 0:
+            raise InvalidGraphError(f"{what} has a negative byte size")
+        if not op.time:
+            raise InvalidGraphError(f"{what} has no time on any device kind: list at least one "
+                                    f"(its kinds are where it can run; kinds: {KERNEL_KINDS})")
+        for entry in op.time:
+            if entry.device_kind not in times:
+                raise InvalidGraphError(f"{what} has a time for device kind "
+                                        f"{entry.device_kind!r}; kinds are {KERNEL_KINDS}")
+            if np.isfinite(times[entry.device_kind][i]):
+                raise InvalidGraphError(f"{what} lists device kind {entry.device_kind!r} twice")
+            if not (np.isfinite(entry.seconds) and entry.seconds >= 0):
+                raise InvalidGraphError(f"{what} takes {entry.seconds!r} s on "
+                                        f"{entry.device_kind}; must be finite and >= 0")
+            times[entry.device_kind][i] = entry.seconds
+        for ref in op.input:
+            src = index.get(ref.op)
+            if src is None:
+                raise InvalidGraphError(f"{what} reads {ref.op!r}, which does not exist")
+            if not 0 <= ref.output < len(ops[src].output_bytes):
+                raise InvalidGraphError(f"{what} reads output {ref.output} of {ref.op!r}, which "
+                                        f"has {len(ops[src].output_bytes)} output(s)")
+            edge_tensor.append(first_tensor[src] + ref.output)
+            edge_dst.append(i)
+        for name in op.control_input:
+            if name not in index:
+                raise InvalidGraphError(f"{what} waits for {name!r}, which does not exist")
+            ctrl_src.append(index[name])
+            ctrl_dst.append(i)
+        key = op.colocation_group or (None, i)  # no group: a group of its own
+        colocation[i] = group_of.setdefault(key, len(group_of))
+
+    graph = OpGraph(
+        names=tuple(op.name for op in ops), op_types=tuple(op.type for op in ops),
+        persistent_bytes=[op.persistent_bytes for op in ops],
+        tensor_op=np.repeat(np.arange(n), np.diff(first_tensor)),
+        tensor_bytes=[b for op in ops for b in op.output_bytes],
+        edge_tensor=edge_tensor, edge_dst=edge_dst, ctrl_src=ctrl_src, ctrl_dst=ctrl_dst,
+        colocation=colocation,
+        kernels=np.stack([np.isfinite(times[kind]) for kind in KERNEL_KINDS], axis=1),
+        shape_known=[not op.shape_unknown for op in ops], kernel_kinds=KERNEL_KINDS)
+    return CostGraph(graph=graph, times=times, description=proto.description)
+
+
+def to_proto(cost_graph: CostGraph) -> cost_graph_pb2.CostGraph:
+    """The ``CostGraph`` proto of a cost graph (see module doc for how it is laid out)."""
+    graph = cost_graph.graph
+    out = cost_graph_pb2.CostGraph(format_version=FORMAT_VERSION,
+                                   description=cost_graph.description)
+    order = np.argsort(graph.tensor_op, kind="stable")  # each op's tensors in index order
+    output_of = np.empty(len(order), dtype=np.int64)  # tensor -> its position among its op's
+    counts = np.bincount(graph.tensor_op, minlength=graph.num_ops)
+    output_of[order] = np.arange(len(order)) - np.repeat(np.cumsum(counts) - counts, counts)
+    first_of_group = {}
+    for i, c in enumerate(graph.colocation.tolist()):
+        first_of_group.setdefault(c, i)
+    group_sizes = np.bincount(graph.colocation)
+    ops = []
+    for i, name in enumerate(graph.names):
+        op = out.op.add(name=name, type=graph.op_types[i],
+                        persistent_bytes=int(graph.persistent_bytes[i]),
+                        shape_unknown=not bool(graph.shape_known[i]))
+        c = int(graph.colocation[i])
+        if group_sizes[c] > 1:
+            op.colocation_group = graph.names[first_of_group[c]]
+        for kind in graph.kernel_kinds:
+            if np.isfinite(cost_graph.times[kind][i]):
+                op.time.add(device_kind=kind, seconds=float(cost_graph.times[kind][i]))
+        ops.append(op)
+    for t in order.tolist():
+        ops[int(graph.tensor_op[t])].output_bytes.append(int(graph.tensor_bytes[t]))
+    for t, dst in zip(graph.edge_tensor.tolist(), graph.edge_dst.tolist()):
+        src = int(graph.tensor_op[t])
+        ops[dst].input.add(op=graph.names[src], output=int(output_of[t]))
+    for src, dst in zip(graph.ctrl_src.tolist(), graph.ctrl_dst.tolist()):
+        ops[dst].control_input.append(graph.names[src])
+    return out
+
+
+# ------------------------------------------------------------------------------- files
+def file_format(path: str | os.PathLike) -> str:
+    """``"text"`` for ``*.pbtxt`` / ``*.txt``, ``"json"`` for ``*.json``, else ``"binary"``."""
+    name = os.fspath(path).lower()
+    if name.endswith((".pbtxt", ".txt")):
+        return "text"
+    return "json" if name.endswith(".json") else "binary"
+
+
+def is_cost_graph_file(path: str | os.PathLike) -> bool:
+    """Whether a file name says it holds a cost graph (``*.costgraph.{pbtxt,txt,pb}``,
+    ``*.json``) rather than a TensorFlow graph."""
+    name = os.path.basename(os.fspath(path)).lower()
+    return name.endswith((".costgraph.pbtxt", ".costgraph.txt", ".costgraph.pb", ".json"))
+
+
+def encode(cost_graph: CostGraph, fmt: str) -> bytes:
+    """The cost graph's bytes in ``fmt`` (one of :data:`FORMATS`)."""
+    proto = to_proto(cost_graph)
+    if fmt == "text":
+        return text_format.MessageToString(proto).encode("utf-8")
+    if fmt == "json":
+        return json_format.MessageToJson(proto, preserving_proto_field_name=True,
+                                         indent=1).encode("utf-8")
+    if fmt == "binary":
+        return proto.SerializeToString()
+    raise ValueError(f"fmt must be one of {FORMATS}, got {fmt!r}")
+
+
+def decode(data: bytes, fmt: str, *, what: str = "the cost graph") -> CostGraph:
+    """A cost graph from its bytes in ``fmt`` (one of :data:`FORMATS`); ``what`` names the
+    source in error messages."""
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt must be one of {FORMATS}, got {fmt!r}")
+    proto = cost_graph_pb2.CostGraph()
+    try:
+        if fmt == "binary":
+            proto.ParseFromString(data)
+        elif fmt == "text":
+            text_format.Parse(data.decode("utf-8"), proto)
+        else:
+            json_format.Parse(data.decode("utf-8"), proto)
+    except (_pb_message.DecodeError, text_format.ParseError, json_format.ParseError,
+            UnicodeDecodeError) as e:
+        raise InvalidGraphError(f"{what} is not a {fmt} CostGraph: {e}") from e
+    try:
+        return from_proto(proto)
+    except InvalidGraphError as e:
+        raise InvalidGraphError(f"{what}: {e}") from e
+
+
+def read(path: str | os.PathLike) -> CostGraph:
+    """Read a cost graph file, in the form its name says (:func:`file_format`)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise InvalidGraphError(f"cannot read cost graph {os.fspath(path)!r}: "
+                                f"{e.strerror or e}") from e
+    return decode(data, file_format(path), what=repr(os.fspath(path)))
+
+
+def write(path: str | os.PathLike, cost_graph: CostGraph) -> None:
+    """Write a cost graph in the form its file name says (raises OSError if it cannot)."""
+    data = encode(cost_graph, file_format(path))
+    with open(path, "wb") as f:
+        f.write(data)
