@@ -137,3 +137,11 @@ def test_plot_writes_a_png(quick_rnnlm, tmp_path):
     path = tmp_path / "plot.png"
     bench.write_plot(str(path), rows, ["single", "expert", "metis"])
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_make_placer_gives_searching_placers_the_budget_and_others_their_defaults():
+    assert bench.make_placer("auto", None, budget_s=5.0).config.budget_s == 5.0
+    assert bench.make_placer("post", None, budget_s=7.0).config.budget_s == 7.0
+    assert bench.make_placer("auto", None).config.budget_s == bench.make_placer(
+        "auto", None, None).config.budget_s == 120.0
+    assert bench.make_placer("metis", None, budget_s=5.0).name == "metis"

@@ -139,6 +139,7 @@ class Row:
     error: str = ""
     curve: tuple = ()  # a learned placer's search: (placements, seconds, best R) per point
     curve_timed: bool = True  # False: the seconds are estimated (see search_curve)
+    stopped: str = ""  # what ended a search that says ("samples", "deadline", "optimum", ...)
 
     @property
     def ratio(self) -> float:
@@ -191,11 +192,12 @@ def load_model(name: str, *, quick: bool):
     return model, ingest.load_meta_graph(model.graph)
 
 
-def make_placer(name: str, model: zoo.ModelGraph):
-    """The expert gets the model's scopes; every other placer comes from the registry."""
+def make_placer(name: str, model: zoo.ModelGraph, budget_s: float | None = None):
+    """The expert gets the model's scopes; every other placer comes from the registry, with
+    ``budget_s`` (None: its own default) if it searches."""
     if name == "expert":
         return ExpertPlacer.from_pipeline(model.layer_scopes)
-    return get_placer(name)
+    return get_placer(name, budget_s=budget_s)
 
 
 def run_placer(problem: CountedProblem, placer, *, seed: int, model: str,
@@ -213,7 +215,9 @@ def run_placer(problem: CountedProblem, placer, *, seed: int, model: str,
         return row
     row.search_s = time.perf_counter() - start
     row.sims = sim.calls
-    row.curve, row.curve_timed = search_curve(getattr(placer, "stats", {}), row.search_s)
+    stats = getattr(placer, "stats", {})
+    row.curve, row.curve_timed = search_curve(stats, row.search_s)
+    row.stopped = str(stats.get("stopped", ""))
     problems = check_placement(problem, devices)
     if problems:  # propose() checks this too; a placer bug must not pass silently
         row.error = "; ".join(problems)
@@ -266,9 +270,12 @@ def progress(message: str) -> None:
 
 
 def benchmark(pairs, placer_names, *, quick: bool, seed: int = 0, sim_runs: int = 20,
-              grouping: GroupingConfig = GroupingConfig(), on_pair=None):
+              grouping: GroupingConfig = GroupingConfig(), on_pair=None,
+              budget_s: float | None = None):
     """Run every placer on every pair; returns (rows, pair infos). ``on_pair(rows, infos)`` is
-    called after each pair (to write partial results)."""
+    called after each pair (to write partial results). ``budget_s`` replaces the time budget
+    of the placers that search (None: each keeps its default); with a generous one their
+    sample budgets end the searches, so the step times do not depend on the machine's load."""
     rows: list[Row] = []
     infos: list[PairInfo] = []
     by_model: dict[str, list[str]] = {}
@@ -303,10 +310,13 @@ def benchmark(pairs, placer_names, *, quick: bool, seed: int = 0, sim_runs: int 
             for name in placer_names:
                 done += 1
                 progress(f"[{done}/{total}] {model_name} on {cluster_name}: {name}")
-                row = run_placer(problem, make_placer(name, model), seed=seed,
+                row = run_placer(problem, make_placer(name, model, budget_s), seed=seed,
                                  model=model_name, cluster=cluster_name)
                 row.lower_bound_s, row.lp_bound_s = lp.simple_s, lp.value_s
                 rows.append(row)
+                stopped = f", stopped: {row.stopped}" if row.stopped else ""
+                progress(f"  {name}: {row.step_s * 1e3:.1f} ms in {row.search_s:.0f} s, "
+                         f"{row.sims} simulations{stopped} {row.error}")
             if on_pair:
                 on_pair(rows, infos)
     return rows, infos
@@ -382,7 +392,8 @@ def curve_markdown(rows: list[Row]) -> list[str]:
 
 
 CSV_FIELDS = ("model", "cluster", "ops", "groups", "placer", "step_s", "lower_bound_s",
-              "ratio", "lp_bound_s", "lp_ratio", "peak_gb", "oom", "search_s", "sims", "error")
+              "ratio", "lp_bound_s", "lp_ratio", "peak_gb", "oom", "search_s", "sims", "stopped",
+              "error")
 
 
 def write_csv(path: str, rows: list[Row]) -> None:
@@ -392,8 +403,7 @@ def write_csv(path: str, rows: list[Row]) -> None:
         for r in rows:
             writer.writerow([r.model, r.cluster, r.ops, r.groups, r.placer, r.step_s,
                              r.lower_bound_s, r.ratio, r.lp_bound_s, r.lp_ratio, _peaks(r),
-                             int(r.oom), r.search_s,
-                             r.sims, r.error])
+                             int(r.oom), r.search_s, r.sims, r.stopped, r.error])
 
 
 def write_plot(path: str, rows: list[Row], placer_names) -> None:

@@ -36,6 +36,9 @@ flags.DEFINE_string("plot_png", None, "write a grouped bar chart of step times h
                     "(needs matplotlib)")
 flags.DEFINE_integer("sim_runs", 20, "simulations timed per pair for the simulator speed")
 flags.DEFINE_integer("seed", 0, "seed given to every placer")
+flags.DEFINE_float("budget_s", None, "time budget of every placer that searches (default: "
+                   "each its own); a generous one lets sample budgets end the searches, so "
+                   "step times do not depend on the machine's load")
 flags.DEFINE_integer("max_groups", GroupingConfig().max_groups, "Merge-and-Colocate N")
 FLAGS = flags.FLAGS
 
@@ -50,7 +53,7 @@ def main(argv):
                                  "'tf_autoplace[plot]' (or drop --plot_png)") from None
     try:
         for name in FLAGS.placers:
-            get_placer(name)
+            get_placer(name, budget_s=FLAGS.budget_s)
         pairs = bench.parse_pairs(FLAGS.pairs or (bench.QUICK_PAIRS if FLAGS.quick
                                                   else bench.FULL_PAIRS))
         for _, cluster in pairs:  # a misspelt cluster fails now, not after building a model
@@ -70,7 +73,8 @@ def main(argv):
 
     start = time.perf_counter()
     rows, infos = bench.benchmark(pairs, FLAGS.placers, quick=FLAGS.quick, seed=FLAGS.seed,
-                                  sim_runs=FLAGS.sim_runs, grouping=grouping, on_pair=write)
+                                  sim_runs=FLAGS.sim_runs, grouping=grouping, on_pair=write,
+                                  budget_s=FLAGS.budget_s)
     write(rows, infos)
     if FLAGS.plot_png:
         bench.write_plot(FLAGS.plot_png, rows, FLAGS.placers)
