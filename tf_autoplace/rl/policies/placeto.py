@@ -38,13 +38,11 @@ on a 256-group graph from 7.8 to 2.9 ms on 2 cores (about 1 s of compilation per
 
 from __future__ import annotations
 
-import json
-import os
-
 import numpy as np
 import tensorflow as tf
 
 from tf_autoplace.errors import ConfigError
+from tf_autoplace.rl.policies.checkpoint import Checkpointable
 
 # Where the environment's features put the current-placement one-hot (after its 3 static
 # features; tf_autoplace.rl.env.STATIC_FEATURES).
@@ -77,7 +75,7 @@ class _MLP(tf.Module):
         return x
 
 
-class PlacetoPolicy(tf.Module):
+class PlacetoPolicy(Checkpointable, tf.Module):
     """The policy network. ``logits(...)`` is the whole forward pass.
 
     Args:
@@ -87,6 +85,8 @@ class PlacetoPolicy(tf.Module):
       head: width of the two head layers (16). rounds: message-passing rounds k (4..8).
       seed: initial weights are drawn from numpy's generator with this seed.
     """
+
+    kind = "a Placeto policy"
 
     def __init__(self, num_devices: int, num_features: int | None = None, *, embed: int = 8,
                  hidden: int = 8, head: int = 16, rounds: int = 4, seed: int = 0):
@@ -166,42 +166,6 @@ class PlacetoPolicy(tf.Module):
         w, b = self.head.weights_[-1]
         for v in (w, b, self.keep):
             v.assign(v / temperature)
-
-    # ------------------------------------------------------------------------- weights I/O
-    def get_weights(self) -> list[np.ndarray]:
-        return [v.numpy() for v in self.trainable_variables]
-
-    def set_weights(self, weights: list[np.ndarray]) -> None:
-        variables = self.trainable_variables
-        if len(weights) != len(variables):
-            raise ConfigError(f"expected {len(variables)} weight arrays, got {len(weights)}")
-        for v, w in zip(variables, weights):
-            if tuple(v.shape) != tuple(np.shape(w)):
-                raise ConfigError(f"weight {v.name} has shape {tuple(v.shape)}, got "
-                                  f"{tuple(np.shape(w))}")
-            v.assign(w)
-
-    def save(self, directory: str) -> None:
-        """Write ``policy.json`` (architecture) and ``weights.npz`` into ``directory``."""
-        os.makedirs(directory, exist_ok=True)
-        np.savez(os.path.join(directory, "weights.npz"),
-                 **{f"w{i:03d}": w for i, w in enumerate(self.get_weights())})
-        with open(os.path.join(directory, "policy.json"), "w", encoding="utf-8") as f:
-            json.dump(self.config, f, indent=2, sort_keys=True)
-
-    @classmethod
-    def load(cls, directory: str) -> "PlacetoPolicy":
-        try:
-            with open(os.path.join(directory, "policy.json"), encoding="utf-8") as f:
-                config = json.load(f)
-            with np.load(os.path.join(directory, "weights.npz")) as data:
-                weights = [data[k] for k in sorted(data.files)]
-        except (OSError, ValueError, KeyError) as e:
-            raise ConfigError(f"cannot load a Placeto policy from {directory!r}: {e}") from e
-        seed = config.pop("seed", 0)
-        policy = cls(**config, seed=seed)
-        policy.set_weights(weights)
-        return policy
 
 
 def pool_masks(ancestors: np.ndarray, current: np.ndarray) -> np.ndarray:

@@ -1,0 +1,60 @@
+"""Saving and loading a policy network: its architecture as JSON, its weights as one npz.
+
+Every learned placer's policy is a ``tf.Module`` whose constructor rebuilds it from a JSON-able
+``config`` dict (the seed included) and whose trainable variables, in ``tf.Module``'s fixed
+order, are its weights. :class:`Checkpointable` gives such a module the weights I/O once:
+``save(directory)`` writes ``policy.json`` and ``weights.npz``, ``load(directory)`` builds the
+module from the JSON and sets its weights, with no network access and no TF checkpoint format
+(a loaded policy gives the saved one's outputs bit for bit).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from tf_autoplace.errors import ConfigError
+
+
+class Checkpointable:
+    """Weights I/O for a ``tf.Module`` with a ``config`` dict (see the module doc). ``kind``
+    names the policy in error messages."""
+
+    kind = "policy"
+
+    def get_weights(self) -> list[np.ndarray]:
+        return [v.numpy() for v in self.trainable_variables]
+
+    def set_weights(self, weights: list[np.ndarray]) -> None:
+        variables = self.trainable_variables
+        if len(weights) != len(variables):
+            raise ConfigError(f"expected {len(variables)} weight arrays, got {len(weights)}")
+        for v, w in zip(variables, weights):
+            if tuple(v.shape) != tuple(np.shape(w)):
+                raise ConfigError(f"weight {v.name} has shape {tuple(v.shape)}, got "
+                                  f"{tuple(np.shape(w))}")
+            v.assign(w)
+
+    def save(self, directory: str) -> None:
+        """Write ``policy.json`` (architecture) and ``weights.npz`` into ``directory``."""
+        os.makedirs(directory, exist_ok=True)
+        np.savez(os.path.join(directory, "weights.npz"),
+                 **{f"w{i:03d}": w for i, w in enumerate(self.get_weights())})
+        with open(os.path.join(directory, "policy.json"), "w", encoding="utf-8") as f:
+            json.dump(self.config, f, indent=2, sort_keys=True)
+
+    @classmethod
+    def load(cls, directory: str):
+        """The policy saved in ``directory``; ConfigError if it cannot be read or built."""
+        try:
+            with open(os.path.join(directory, "policy.json"), encoding="utf-8") as f:
+                config = json.load(f)
+            with np.load(os.path.join(directory, "weights.npz")) as data:
+                weights = [data[k] for k in sorted(data.files)]
+            policy = cls(**config)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ConfigError(f"cannot load {cls.kind} from {directory!r}: {e}") from e
+        policy.set_weights(weights)
+        return policy
