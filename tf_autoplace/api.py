@@ -36,9 +36,10 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
       grouping: Merge-and-Colocate settings.
       cost_model: defaults to Grappler's analytical costs.
       unknown_dim: elements assumed for a dimension whose size is unknown.
-      budget_s: wall-time cap in seconds for placers that search (``auto``, ``placeto``; their
-        default budget is a sample count, which keeps results reproducible; a time cap that
-        cuts the search short makes them depend on the machine's speed).
+      budget_s: wall-time cap in seconds for placers that search (``auto``, ``placeto``,
+        ``post``, ``hdp``; their default budget is a sample count, which keeps results
+        reproducible; a time cap that cuts the search short makes them depend on the machine's
+        speed).
 
     Returns:
       A :class:`PlacementReport`; for a function, the placed callable

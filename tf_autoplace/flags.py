@@ -13,8 +13,8 @@ Flags:
                         ``ClusterSpec``) or "local" (default).
   --autoplace_budget_s  time budget in seconds (> 0, default 60) for placers that search or learn:
                         passed to the placer's constructor when it takes ``budget_s``
-                        (``placeto``); the heuristic placers take none. Recorded in the JSON
-                        report either way.
+                        (``auto``, ``placeto``, ``post``, ``hdp``); the heuristic placers take
+                        none. Recorded in the JSON report either way.
   --autoplace_report    write the PlacementReport as JSON here (optional).
 
 How it works (checked on TF 2.21). A v1 ``Session`` hands its graph to the runtime in

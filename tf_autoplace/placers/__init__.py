@@ -13,11 +13,13 @@ from tf_autoplace.heuristics import (HEURISTICS, BestHeuristicPlacer, CpuOnlyPla
                                      MemoryAwareETFPlacer, MemoryAwareTopoPlacer, MetisPlacer,
                                      RandomPlacer, SingleDevicePlacer)
 from tf_autoplace.placers.auto import AutoConfig, AutoPlacer
+from tf_autoplace.placers.hdp import HDPPlacer
 from tf_autoplace.placers.placeto import PlacetoConfig, PlacetoPlacer
 from tf_autoplace.placers.post import PostPlacer
 from tf_autoplace.rl.post_search import PostConfig
 from tf_autoplace.problem import (Placement, PlacementProblem, Placer, check_memory,
                                   check_placement, validate)
+from tf_autoplace.rl.hdp_search import HDPConfig
 
 DEFAULT_PLACER = "auto"
 
@@ -33,6 +35,7 @@ PLACERS = {
     "best_heuristic": BestHeuristicPlacer,
     "placeto": PlacetoPlacer,
     "post": PostPlacer,
+    "hdp": HDPPlacer,
 }
 assert set(HEURISTICS) <= set(PLACERS)
 
@@ -41,7 +44,7 @@ def get_placer(name_or_placer, *, budget_s: float | None = None) -> Placer:
     """A Placer instance from a registered name (or the instance itself).
 
     ``budget_s`` is the search-time budget of placers that search (``auto``, ``placeto``,
-    ``post``); placers that return at once ignore it."""
+    ``post``, ``hdp``); placers that return at once ignore it."""
     if isinstance(name_or_placer, Placer):
         return name_or_placer
     if not isinstance(name_or_placer, str) or name_or_placer not in PLACERS:
@@ -59,8 +62,9 @@ def takes_budget(placer_or_class) -> bool:
     return "budget_s" in inspect.signature(cls).parameters
 
 
-__all__ = ["DEFAULT_PLACER", "PLACERS", "AutoConfig", "AutoPlacer", "BestHeuristicPlacer", "CpuOnlyPlacer", "ExpertPlacer",
-           "MemoryAwareETFPlacer", "MemoryAwareTopoPlacer", "MetisPlacer", "Placement",
+__all__ = ["DEFAULT_PLACER", "PLACERS", "AutoConfig", "AutoPlacer", "BestHeuristicPlacer",
+           "CpuOnlyPlacer", "ExpertPlacer", "HDPConfig", "HDPPlacer", "MemoryAwareETFPlacer",
+           "MemoryAwareTopoPlacer", "MetisPlacer", "Placement",
            "PlacementProblem", "Placer", "PlacetoConfig", "PlacetoPlacer", "PostConfig",
            "PostPlacer", "RandomPlacer",
            "SingleDevicePlacer", "check_memory", "check_placement", "get_placer", "takes_budget",

@@ -1,0 +1,230 @@
+"""HDP (the Hierarchical Planner): the view, the policy, REINFORCE and the placer, on small
+graphs."""
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_autoplace.cluster import Cluster, Device
+from tf_autoplace.cost import TableCostModel
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.graph.opgraph import from_edges
+from tf_autoplace.grouping import Grouping
+from tf_autoplace.placers import HDPConfig, HDPPlacer, PlacementProblem, check_placement, \
+    get_placer
+from tf_autoplace.rl.eager import policy_context
+from tf_autoplace.rl.hdp_search import gumbel, sample, sample_groupings, search, update
+from tf_autoplace.rl.hdp_view import build_view
+from tf_autoplace.rl.policies.hdp import HDPPolicy
+from tf_autoplace.rl.rollouts import Evaluator
+from tf_autoplace.testing.problems import cluster, problem as make_problem, random_dag, \
+    random_problem
+
+GB = 10**9
+# Small networks and budgets: every test builds (and traces) its own policy.
+SMALL = dict(num_groups=6, samples_per_update=4, max_samples=8, type_embed=4,
+             grouper_hidden=8, hidden=8, device_embed=4, attention=8)
+
+
+def _colocated_problem(seed=0, n=60):
+    """A random DAG whose ops 10-14 and 30-33 are two colocation groups, on two GPUs and a CPU
+    host, with ops 20 and 31 CPU-only (so the second colocation group is CPU-only as a whole)."""
+    base = random_dag(n, seed)
+    colocation = np.arange(n)
+    colocation[10:15] = 10
+    colocation[30:34] = 30
+    kernels = np.ones((n, 2), bool)
+    kernels[[20, 31]] = [True, False]
+    graph = dataclasses.replace(base, colocation=colocation, kernels=kernels)
+    return make_problem(graph, cluster(2), 1e-3)
+
+
+def test_the_grouper_assigns_colocation_groups_and_fixes_what_cannot_run_on_gpus():
+    problem = _colocated_problem()
+    view = build_view(problem, 6)
+    cpu = problem.cluster.index("/device:CPU:0")
+    units = view.units.labels
+    # One unit per colocation group: 60 ops, two groups of 5 and 4 ops -> 53 units; the
+    # CPU-only op 20 and the colocation group of op 31 are fixed on the host.
+    assert view.units.num_groups == 53
+    assert len(view.learned) == 51
+    assert view.unit_device[units[20]] == view.unit_device[units[31]] == cpu
+    assert units[10] == units[14] and units[30] == units[33]
+    np.testing.assert_array_equal(view.unit_device[view.learned], -1)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_no_sampled_placement_splits_a_colocation_group_or_breaks_a_kernel(seed):
+    problem = _colocated_problem(seed)
+    view = build_view(problem, 6)
+    with policy_context():
+        # Random (not uniform) heads, so that units really land in different groups.
+        policy = HDPPolicy(6, view.num_devices, view.type_vocab, hidden=8, seed=seed)
+        policy.set_weights([w + np.random.default_rng(seed).normal(0, 0.1, w.shape)
+                            for w in policy.get_weights()])
+        batch = sample(policy, view, 16, np.random.default_rng(seed))
+    assert len({tuple(row) for row in batch.labels}) > 1  # the groupings differ
+    for devices in batch.placements:
+        assert check_placement(problem, devices) == []
+        assert len(set(devices[10:15].tolist())) == 1 and len(set(devices[30:34].tolist())) == 1
+        assert devices[20] == devices[31] == problem.cluster.index("/device:CPU:0")
+    # The GPUs take the learned units: across the batch both are used.
+    assert set(np.unique(batch.placements)) == {0, 1, 2}
+
+
+def test_group_features_count_types_sizes_and_bytes_between_groups():
+    # 0 -> 1 -> 2 and 0 -> 3; ops 0, 1 are MatMul, 2, 3 Relu. Groups {0, 1} and {2, 3}.
+    graph = from_edges(4, [(0, 1, 100), (1, 2, 300), (0, 3, 100)],
+                       op_types=("MatMul", "MatMul", "Relu", "Relu"))
+    problem = make_problem(graph, cluster(2), 1e-3)
+    view = build_view(problem, 3)
+    assert view.type_vocab == ("MatMul", "Relu")
+    features = view.group_features(np.array([[0, 0, 1, 1]]))[0]
+    v = view.num_types
+    np.testing.assert_allclose(features[0, :v], [1, 0, 0])
+    np.testing.assert_allclose(features[1, :v], [0, 1, 0])
+    np.testing.assert_array_equal(features[2], 0)  # the empty group
+    adjacency = features[:, v + 6:v + 6 + 3]
+    # Op 0's tensor (100 bytes) is read inside group 0 (by op 1) and sent to group 1 (op 3);
+    # op 1 sends 300 to group 1. Shares of 500 bytes, as log(1 + 3 * share).
+    expected = np.log1p(3 * np.array([[100, 400, 0], [0, 0, 0], [0, 0, 0]]) / 500)
+    np.testing.assert_allclose(adjacency, expected, rtol=1e-6)
+    np.testing.assert_allclose(features[:, v + 6 + 3:], expected.T, rtol=1e-6)
+    # Each group holds half the ops: log(1 + 3 / 2).
+    assert features[0, v + 5] == pytest.approx(np.log1p(1.5))
+    placement = view.op_placement(np.array([[0, 0, 1, 1]]), np.array([[1, 0, 0]]))
+    np.testing.assert_array_equal(placement, [[1, 1, 0, 0]])
+
+
+def test_grouping_samples_follow_the_probabilities():
+    probabilities = np.array([[1.0, 0.0, 0.0], [0.0, 0.25, 0.75]])
+    labels = sample_groupings(probabilities, 4000, np.random.default_rng(0))
+    assert (labels[:, 0] == 0).all()
+    assert set(np.unique(labels[:, 1])) == {1, 2}
+    assert (labels[:, 1] == 2).mean() == pytest.approx(0.75, abs=0.03)
+
+
+def _two_ops_two_speeds():
+    """Two ops in a chain, on two GPUs; GPU 1 is ten times faster."""
+    graph = from_edges(2, [(0, 1, 1000)])
+    cluster = Cluster.uniform([Device(f"/device:GPU:{i}", "GPU", 10 * GB, speed=s)
+                               for i, s in enumerate((1.0, 10.0))])
+    op_time = TableCostModel({"GPU": np.full(2, 10e-3)}).op_time(graph, cluster)
+    return PlacementProblem(graph, cluster, op_time, Grouping.from_labels(graph, [0, 1]))
+
+
+def test_the_reinforce_step_moves_probability_towards_the_faster_device():
+    problem = _two_ops_two_speeds()
+    assert problem.op_time[0, 1] < problem.op_time[0, 0]
+    config = HDPConfig(**dict(SMALL, num_groups=2, samples_per_update=16), learning_rate=0.05)
+    view = build_view(problem, 2)
+    with policy_context():
+        policy = config.make_policy(view, seed=0)
+        batch = sample(policy, view, 16, np.random.default_rng(0))
+        assert {0, 1} <= set(np.unique(batch.placements))  # both devices were tried
+        with Evaluator(problem) as evaluator:
+            rewards = -np.sqrt(evaluator.evaluate(batch.placements).scores)
+
+        def log_p_devices(device):  # log p(every group on ``device``) given batch 0's grouping
+            actions = np.full((1, 2), device, np.int32)
+            _, placer, _, _ = policy.log_probs(view.unit_features, batch.labels[:1],
+                                               batch.group_features[:1], actions)
+            return float(placer[0])
+
+        fast, slow = log_p_devices(1), log_p_devices(0)
+        update(policy, tf.keras.optimizers.SGD(learning_rate=0.05), view, batch,
+               rewards - rewards.mean(), config)
+        assert log_p_devices(1) > fast
+        assert log_p_devices(0) < slow
+
+
+def test_search_learns_the_faster_device():
+    problem = _two_ops_two_speeds()
+    config = HDPConfig(**dict(SMALL, num_groups=2, max_samples=160, samples_per_update=8),
+                       learning_rate=0.05)
+    with policy_context():
+        found = search(problem, config, seed=0)
+    assert found.best_devices.tolist() == [1, 1]
+    assert found.samples == 160 and found.updates == 20
+    assert [c[0] for c in found.curve] == list(range(8, 161, 8))
+
+
+def _placer(**overrides):
+    return HDPPlacer(**dict(SMALL, **overrides))
+
+
+def test_same_seed_same_placement_and_curve():
+    problem = random_problem(80, seed=4)
+    a, b = _placer(), _placer()
+    first, second = a.place(problem, seed=5), b.place(problem, seed=5)
+    np.testing.assert_array_equal(first.devices, second.devices)
+    assert [x[:2] for x in a.stats["curve"]] == [x[:2] for x in b.stats["curve"]]
+
+
+def test_checkpoint_round_trip_gives_identical_outputs(tmp_path):
+    problem = _colocated_problem()
+    config = HDPConfig(**SMALL)
+    view = build_view(problem, config.num_groups)
+    with policy_context():
+        policy = config.make_policy(view, seed=3)
+        batch = sample(policy, view, 4, np.random.default_rng(0))
+        update(policy, tf.keras.optimizers.Adam(0.1), view, batch,
+               np.array([1.0, -1.0, 0.5, -0.5]), config)  # weights away from their init
+        policy.save(str(tmp_path))
+        loaded = HDPPolicy.load(str(tmp_path))
+        assert loaded.config == policy.config
+        np.testing.assert_array_equal(loaded.group_probabilities(view.unit_features),
+                                      policy.group_probabilities(view.unit_features))
+        noise = gumbel(np.random.default_rng(1), (4, config.num_groups, view.num_devices))
+        np.testing.assert_array_equal(loaded.sample_devices(batch.group_features, noise),
+                                      policy.sample_devices(batch.group_features, noise))
+        for a, b in zip(loaded.log_probs(view.unit_features, batch.labels,
+                                         batch.group_features, batch.devices),
+                        policy.log_probs(view.unit_features, batch.labels,
+                                         batch.group_features, batch.devices)):
+            np.testing.assert_array_equal(a, b)
+    with open(os.path.join(tmp_path, "policy.json"), encoding="utf-8") as f:
+        assert json.load(f)["type_vocab"] == list(view.type_vocab)
+    with pytest.raises(ConfigError, match="cannot load an HDP policy"):
+        HDPPolicy.load(str(tmp_path / "missing"))
+
+
+def test_the_placer_is_registered_budgeted_and_never_worse_than_the_best_heuristic():
+    placer = get_placer("hdp", budget_s=30)
+    assert isinstance(placer, HDPPlacer) and placer.config.budget_s == 30
+    problem = random_problem(80, seed=2)
+    placer = _placer()
+    placement = placer.place(problem, seed=0)
+    best = get_placer("best_heuristic").place(problem)
+    assert placement.sim.makespan <= best.sim.makespan
+    assert placer.stats["samples"] == 8 and placer.stats["updates"] == 2
+    assert placement.notes[0].startswith("hdp: best learned")
+    if placer.stats["winner"] != "hdp":
+        assert "is used instead" in placement.notes[0]
+
+
+def test_the_policy_runs_inside_a_users_graph_without_touching_it():
+    problem = random_problem(40, seed=1)
+    graph = tf.Graph()
+    with graph.as_default():
+        assert not tf.executing_eagerly()
+        devices = _placer().place(problem, seed=0).devices
+    assert graph.get_operations() == []
+    assert check_placement(problem, devices) == []
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("max_samples", 0, "max_samples must be None or an int > 0, got 0"),
+    ("num_groups", 1.5, "num_groups must be an int > 0, got 1.5"),
+    ("budget_s", -1, "budget_s must be a number > 0, got -1"),
+    ("baseline_decay", 1.0, r"baseline_decay must be a number in \[0, 1\), got 1.0"),
+    ("hidden", 0, "hidden must be an int > 0, got 0"),
+    ("grad_clip", 0, "grad_clip must be None or a number > 0, got 0"),
+])
+def test_config_errors_repeat_the_value(field, value, message):
+    with pytest.raises(ConfigError, match=message):
+        HDPConfig(**{field: value})

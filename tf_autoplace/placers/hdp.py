@@ -1,0 +1,63 @@
+"""The Hierarchical Planner placer: a grouper and a seq2seq placer trained together on the
+user's graph with REINFORCE.
+
+(Mirhoseini et al., "A Hierarchical Model for Device Placement", ICLR 2018.)
+
+``place()`` does, within ``max_samples`` simulated placements (and at most ``budget_s`` s):
+
+1. builds HDP's view of the problem (:mod:`tf_autoplace.rl.hdp_view`): the TF colocation groups
+   are the units the grouper assigns, so no placement can split one; units that cannot run on
+   every action device (GPU) are fixed to a device that can;
+2. trains a fresh policy (:mod:`tf_autoplace.rl.policies.hdp`) on this graph, as the paper
+   does for each model: REINFORCE on reward ``-sqrt(R)`` with a moving-average baseline, K
+   placements sampled and simulated per update (:mod:`tf_autoplace.rl.hdp_search`), keeping
+   the best placement sampled;
+3. compares it with the fast heuristics (all of them, through ``best_heuristic``, by default)
+   in the simulator and returns the faster one that fits memory, so the result is never worse
+   than the best heuristic; the report's notes say which won and by how much.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from tf_autoplace.heuristics import HEURISTICS
+from tf_autoplace.placers.learned import LearnedPlacer
+from tf_autoplace.problem import PlacementProblem, rank_placements
+from tf_autoplace.rl.eager import policy_context
+from tf_autoplace.rl.hdp_search import HDPConfig, search
+
+
+class HDPPlacer(LearnedPlacer):
+    """Learned placement (see module docstring). ``stats`` holds the last run's figures:
+    ``learned_ms`` (the best sampled placement's step time), ``samples``, ``updates``,
+    ``winner``, ``seconds`` and ``curve`` (``HDPSearchResult.curve``)."""
+
+    name = "hdp"
+    config_class = HDPConfig
+
+    def _place(self, problem: PlacementProblem, rng: np.random.Generator) -> np.ndarray:
+        cfg = self.config
+        start = time.perf_counter()
+        seed = int(rng.integers(2**31 - 1))
+        with policy_context():  # the policy runs eagerly whatever mode the caller is in
+            found = search(problem, cfg, seed, deadline=start + cfg.budget_s)
+        contenders = [("hdp", found.best_devices)]
+        for name in cfg.heuristics:
+            contenders.append((name, HEURISTICS[name]().propose(problem)))
+        ranked = rank_placements(problem, contenders)
+        _, makespan, winner, devices = ranked[0]
+        learned_oom, learned_s = next((oom, m) for oom, m, n, _ in ranked if n == "hdp")
+        self.stats = dict(learned_ms=learned_s * 1e3, learned_fits=not learned_oom,
+                          samples=found.samples, updates=found.updates, winner=winner,
+                          seconds=time.perf_counter() - start, curve=found.curve)
+        summary = (f"hdp: best learned {learned_s * 1e3:.2f} ms"
+                   f"{' (out of memory)' if learned_oom else ''} after {found.samples} "
+                   f"simulated placements in {found.updates} policy updates")
+        if winner != "hdp":
+            summary += (f"; the {winner} heuristic is faster ({makespan * 1e3:.2f} ms) "
+                        "and is used instead")
+        self.notes.append(summary)
+        return devices

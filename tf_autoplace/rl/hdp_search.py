@@ -1,0 +1,233 @@
+"""The Hierarchical Planner's search on one graph: REINFORCE on the grouper and the placer
+together (Mirhoseini et al., "A Hierarchical Model for Device Placement", ICLR 2018, section
+2; the placer is :class:`tf_autoplace.placers.HDPPlacer`).
+
+Each policy update:
+
+1. the grouper's distribution is computed once and K groupings are sampled from it (one
+   independent draw per unit, by inverse CDF from the search's seeded generator);
+2. for each grouping the group features are built (:meth:`HDPView.group_features`) and the
+   seq2seq placer samples a device per group (Gumbel noise from the same generator), all K in
+   one batched decoder pass;
+3. the K op placements are scored by :class:`tf_autoplace.rl.rollouts.Evaluator`, the worker
+   pool every learned placer uses: the memory-penalised simulated runtime ``R = r + c *
+   ReLU(m - M)`` (the simulator stands in for the paper's measurements on real GPUs);
+4. the reward of sample k is the paper's ``-sqrt(R_k)``; its advantage is the reward minus an
+   exponential moving average of past rewards (the baseline; decay 0.9 by default), and one
+   Adam step follows the gradient of ``mean_k A_k (log p(g_k) + log p(d_k | g_k))``: the
+   paper's ``J = sum_g sum_d p(g) p(d | g) R_d`` differentiated with REINFORCE, through both
+   networks at once. The baseline then absorbs the batch's mean reward.
+
+Where the paper is silent or its setting does not carry over, we chose:
+
+- **Samples per update** (K = 16): the paper's controllers each update from the runtimes of 4
+  workers, asynchronously, 4 controllers against one parameter server. Our updates are
+  synchronous and on 2 CPU cores the decoder's 256 sequential steps cost per step, not per
+  sample, so a larger batch buys a less noisy gradient for little more time.
+- **The baseline's first value** is the first batch's mean reward (not 0, which would push
+  every first sample's probability down together).
+- **Gradient clipping** to a global norm of 1, as TF's hierarchical controller did
+  (``grad_bound``), and an optional entropy bonus (0 by default: the paper has none).
+- **Failures**: an out-of-memory placement is scored by the memory penalty, as in every
+  learned placer here, rather than by a fixed failing runtime.
+
+The search stops after ``max_samples`` placements (the default; reproducible) or at the
+deadline, whichever comes first, and returns the best placement sampled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.problem import PlacementProblem
+from tf_autoplace.rl.hdp_view import HDPView, build_view
+from tf_autoplace.rl.policies.hdp import HDPPolicy
+from tf_autoplace.rl.rollouts import Evaluator
+
+
+def _positive_int(name: str, value, *, allow_none: bool = False) -> None:
+    if allow_none and value is None:
+        return
+    if not (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+        raise ConfigError(f"{name} must be {'None or ' if allow_none else ''}an int > 0, "
+                          f"got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class HDPConfig:
+    """Attributes:
+      budget_s: wall-time cap of the search (> 0).
+      max_samples: placements simulated (None: until ``budget_s``), in whole updates (the
+        search stops after the update that reaches it). The default stops on this count, so
+        the same seed gives the same placement; if the time cap stops the search first, the
+        result depends on the machine's speed. At least one update always runs.
+      num_groups: N, groups the grouper assigns colocation groups to (the paper's M; 256).
+      samples_per_update: K, placements sampled and simulated per policy update (module doc).
+      learning_rate: Adam's rate (constant; the budget decides the length).
+      baseline_decay: the moving-average baseline's decay per update (TF's ``bl_dec``: 0.9).
+      entropy: weight of the entropy bonus of both heads (0: the paper's plain REINFORCE).
+      grad_clip: global-norm bound of each update's gradient (None: unclipped).
+      memory_penalty: c in R = r + c * ReLU(m - M), seconds per GB over capacity.
+      workers: processes that simulate (1: the calling process; see ``rollouts.Evaluator``).
+      type_embed, grouper_hidden, hidden, device_embed, attention: the networks' widths
+        (:class:`HDPPolicy`; why these sizes: its module doc).
+      heuristics: placers the result must not be worse than (``best_heuristic`` runs all the
+        fast ones).
+    """
+
+    budget_s: float = 120.0
+    max_samples: int | None = 2048
+    num_groups: int = 256
+    samples_per_update: int = 16
+    learning_rate: float = 1e-2
+    baseline_decay: float = 0.9
+    entropy: float = 0.0
+    grad_clip: float | None = 1.0
+    memory_penalty: float = 2.0
+    workers: int = 1
+    type_embed: int = 16
+    grouper_hidden: int = 64
+    hidden: int = 32
+    device_embed: int = 16
+    attention: int = 32
+    heuristics: tuple[str, ...] = ("best_heuristic",)
+
+    def __post_init__(self):
+        if not (isinstance(self.budget_s, (int, float)) and self.budget_s > 0):
+            raise ConfigError(f"budget_s must be a number > 0, got {self.budget_s!r}")
+        _positive_int("max_samples", self.max_samples, allow_none=True)
+        _positive_int("num_groups", self.num_groups)
+        _positive_int("samples_per_update", self.samples_per_update)
+        _positive_int("workers", self.workers)
+        if not (isinstance(self.learning_rate, (int, float)) and self.learning_rate > 0):
+            raise ConfigError(f"learning_rate must be a number > 0, got {self.learning_rate!r}")
+        if not (isinstance(self.baseline_decay, (int, float)) and 0 <= self.baseline_decay < 1):
+            raise ConfigError(
+                f"baseline_decay must be a number in [0, 1), got {self.baseline_decay!r}")
+        if not (isinstance(self.entropy, (int, float)) and self.entropy >= 0):
+            raise ConfigError(f"entropy must be a number >= 0, got {self.entropy!r}")
+        if self.grad_clip is not None and not (isinstance(self.grad_clip, (int, float))
+                                               and self.grad_clip > 0):
+            raise ConfigError(f"grad_clip must be None or a number > 0, got {self.grad_clip!r}")
+        if not (isinstance(self.memory_penalty, (int, float)) and self.memory_penalty >= 0):
+            raise ConfigError(
+                f"memory_penalty must be a number >= 0, got {self.memory_penalty!r}")
+        for name in POLICY_WIDTHS:
+            _positive_int(name, getattr(self, name))
+
+    def make_policy(self, view: HDPView, seed: int) -> HDPPolicy:
+        """A fresh policy for ``view`` with this config's widths."""
+        return HDPPolicy(self.num_groups, view.num_devices, view.type_vocab, seed=seed,
+                         **{name: getattr(self, name) for name in POLICY_WIDTHS})
+
+
+POLICY_WIDTHS = ("type_embed", "grouper_hidden", "hidden", "device_embed", "attention")
+
+
+@dataclasses.dataclass(frozen=True)
+class HDPSearchResult:
+    """What :func:`search` found. ``curve`` holds ``(placements simulated, best R so far,
+    seconds since the search started)`` after every update."""
+
+    best_devices: np.ndarray  # [n] cluster device per op
+    best_score: float  # its memory-penalised simulated runtime R
+    updates: int
+    curve: list
+
+    @property
+    def samples(self) -> int:
+        return self.curve[-1][0] if self.curve else 0
+
+
+def sample_groupings(probabilities: np.ndarray, count: int,
+                     rng: np.random.Generator) -> np.ndarray:
+    """[count, M] int32 groupings: for each unit an independent draw from its row of
+    ``probabilities`` [M, N] (inverse CDF on the generator's uniforms)."""
+    cdf = np.cumsum(probabilities.astype(np.float64), axis=1)
+    cdf /= cdf[:, -1:]
+    uniforms = rng.random((count, len(cdf)))
+    last = cdf.shape[1] - 1
+    return np.stack([np.minimum((cdf < u[:, None]).sum(axis=1), last) for u in uniforms]
+                    ).astype(np.int32)
+
+
+def gumbel(rng: np.random.Generator, shape) -> np.ndarray:
+    """Gumbel(0, 1) noise as float32 (argmax of logits + noise samples the softmax)."""
+    return (-np.log(-np.log(rng.random(shape)))).astype(np.float32)
+
+
+@dataclasses.dataclass
+class Samples:
+    """K sampled placements and what the policy needs to score them again."""
+
+    labels: np.ndarray  # [K, M] group of each learned unit
+    group_features: np.ndarray  # [K, N, F]
+    devices: np.ndarray  # [K, N] action device of each group
+    placements: np.ndarray  # [K, n] cluster device of each op
+
+
+def sample(policy: HDPPolicy, view: HDPView, count: int, rng: np.random.Generator) -> Samples:
+    """``count`` placements from the policy (grouper, then placer), drawn with ``rng``."""
+    probabilities = policy.group_probabilities(view.unit_features).numpy()
+    labels = sample_groupings(probabilities, count, rng)
+    features = view.group_features(labels)
+    noise = gumbel(rng, (count, view.num_groups, view.num_devices))
+    devices = policy.sample_devices(features, noise).numpy()
+    return Samples(labels, features, devices, view.op_placement(labels, devices))
+
+
+def update(policy: HDPPolicy, optimizer, view: HDPView, batch: Samples,
+           advantages: np.ndarray, config: HDPConfig) -> float:
+    """One Adam step on the REINFORCE loss of ``batch`` (clipped as configured); the loss."""
+    loss, grads = policy.reinforce_gradients(
+        view.unit_features, batch.labels, batch.group_features, batch.devices,
+        advantages.astype(np.float32), np.float32(config.entropy))
+    if config.grad_clip is not None:
+        grads, _ = tf.clip_by_global_norm(grads, config.grad_clip)
+    optimizer.apply_gradients(zip(grads, policy.trainable_variables))
+    return float(loss)
+
+
+def search(problem: PlacementProblem, config: HDPConfig, seed: int, *,
+           deadline: float | None = None, policy: HDPPolicy | None = None,
+           view: HDPView | None = None) -> HDPSearchResult:
+    """Train a policy on ``problem`` (a fresh one seeded from ``seed``, or ``policy`` in
+    place) until ``config.max_samples`` placements or ``deadline`` (a ``time.perf_counter()``
+    value); returns the best placement sampled. Run inside ``rl.eager.policy_context()``."""
+    start = time.perf_counter()
+    view = view or build_view(problem, config.num_groups)
+    if policy is None:
+        policy = config.make_policy(view, int(np.random.SeedSequence([seed, 0])
+                                               .generate_state(1)[0] >> 1))
+    elif (policy.num_groups, policy.num_devices) != (view.num_groups, view.num_devices):
+        raise ConfigError(f"the policy places {policy.num_groups} groups on "
+                          f"{policy.num_devices} devices; this search has {view.num_groups} "
+                          f"groups and {view.num_devices} action devices")
+    optimizer = tf.keras.optimizers.Adam(learning_rate=config.learning_rate)
+    baseline = None
+    best_score, best_devices, curve, updates = np.inf, None, [], 0
+    with Evaluator(problem, workers=config.workers,
+                   memory_penalty=config.memory_penalty) as evaluator:
+        while best_devices is None or not (
+                (config.max_samples is not None and evaluator.samples >= config.max_samples)
+                or (deadline is not None and time.perf_counter() >= deadline)):
+            batch = sample(policy, view, config.samples_per_update,
+                           np.random.default_rng([seed, updates]))
+            scores = evaluator.evaluate(batch.placements).scores
+            k = int(np.argmin(scores))
+            if scores[k] < best_score:
+                best_score, best_devices = float(scores[k]), batch.placements[k].copy()
+            rewards = -np.sqrt(scores)
+            baseline = rewards.mean() if baseline is None else baseline
+            update(policy, optimizer, view, batch, rewards - baseline, config)
+            baseline = (config.baseline_decay * baseline +
+                        (1 - config.baseline_decay) * rewards.mean())
+            updates += 1
+            curve.append((evaluator.samples, best_score, time.perf_counter() - start))
+    return HDPSearchResult(best_devices=best_devices, best_score=best_score, updates=updates,
+                           curve=curve)

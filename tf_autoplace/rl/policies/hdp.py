@@ -1,0 +1,279 @@
+"""The Hierarchical Planner's policy: a feed-forward Grouper and a seq2seq Placer.
+
+(Mirhoseini et al., "A Hierarchical Model for Device Placement", ICLR 2018, section 2; the
+features are :mod:`tf_autoplace.rl.hdp_view`'s, the training loop
+:mod:`tf_autoplace.rl.hdp_search`.)
+
+With M learned units (TF colocation groups), N groups, D action devices and V op types:
+
+1. **Grouper** (feed-forward): each unit's type fractions and its predecessors' and
+   successors' type fractions are multiplied by one learned type-embedding table ([V, E_t]:
+   the average of the member ops' type embeddings), concatenated with the unit's numeric
+   features, and passed through a ReLU layer of ``grouper_hidden`` and a linear layer to N
+   logits. A grouping is one independent sample per unit from ``softmax`` of its logits.
+2. **Placer** (sequence to sequence, with LSTM cells and content-based attention): each
+   group's features (its type fractions through the placer's own type table, numeric features
+   and adjacency rows) are projected to ``hidden`` (tanh) and read in group order by a
+   bidirectional LSTM (``hidden`` per direction), giving N encoder states of width 2 H. The
+   decoder LSTM (width 2 H, its state started from the two final encoder states) emits one
+   device per step, for the groups in the same order; its input at step t is the trainable
+   embedding of the device it chose at step t - 1 (a learned start embedding at t = 0), as the
+   paper says, and the encoder state of group t (the paper leaves the decoder's inputs
+   otherwise open; without it the decoder would know which group it places only through its
+   attention). After the cell, attention over the N encoder states (see below) gives a context
+   vector; ``tanh(W [h_t; context])`` then a linear layer give the D logits.
+
+Untrained, both heads are uniform (their last layers start at zero): every unit is equally
+likely in every group and every group on every device, as a freshly initialised policy of the
+paper's would be up to noise.
+
+**Sizes.** The paper's controller runs on a GPU with LSTMs of a few hundred units (TF's
+``hierarchical_controller`` defaulted to 512). On 2 CPU cores a step of the decoder is a
+handful of small matrix products whose cost is per-op overhead, so width buys little and
+costs time: we default to ``hidden = 32`` per encoder direction (decoder 64), type embeddings
+of 16, a grouper layer of 64, device embeddings of 16 and attention of 32; the measured costs
+per policy update are in ``docs/pending/hdp.md``.
+
+**Randomness.** The policy draws nothing itself: the search passes uniform noise from its seeded
+numpy generator (inverse-CDF sampling for the grouper, Gumbel noise for the decoder, whose
+sampled device feeds the next step and must therefore be drawn inside the TF loop), so the same
+seed gives the same samples.
+
+The encoder and the decoder run as ``tf.scan`` loops over the N steps inside ``tf.function``
+graphs: one call samples a batch of K placements (:meth:`sample_devices`), and the same
+decoder, given the sampled devices, scores them again for the gradient (teacher forcing).
+They are not compiled with XLA: on 2 cores XLA ran the loops no faster and took about four
+times as long to compile (45 s against 13 s for the sampler and the gradient on NMT-2, on a
+loaded machine). The attention is multiplicative, ``score_j = (W_e e_j + b_e) . (W_d h_t +
+b_d)``, a content-based score like the paper's [2] (Bahdanau's additive one): the additive
+score's ``tanh`` over every (step, group) pair doubled the gradient's cost.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.rl.policies.checkpoint import Checkpointable
+from tf_autoplace.rl.hdp_view import GROUP_NUMERIC, UNIT_NUMERIC
+
+
+def _glorot(rng: np.random.Generator, fan_in: int, fan_out: int) -> np.ndarray:
+    limit = np.sqrt(6.0 / (fan_in + fan_out))
+    return rng.uniform(-limit, limit, size=(fan_in, fan_out)).astype(np.float32)
+
+
+class _Dense(tf.Module):
+    """``x @ w + b``; ``zero=True`` starts w at 0 (a uniform softmax head)."""
+
+    def __init__(self, fan_in: int, fan_out: int, rng: np.random.Generator, name: str,
+                 zero: bool = False):
+        super().__init__(name=name)
+        w = np.zeros((fan_in, fan_out), np.float32) if zero else _glorot(rng, fan_in, fan_out)
+        self.w = tf.Variable(w, name="w")
+        self.b = tf.Variable(np.zeros(fan_out, np.float32), name="b")
+
+    def __call__(self, x):
+        if x.shape.rank == 2:  # matmul: XLA cannot differentiate tensordot inside a loop
+            return tf.matmul(x, self.w) + self.b
+        return tf.tensordot(x, self.w, axes=1) + self.b
+
+
+class _LSTMCell(tf.Module):
+    """A standard LSTM cell (input, forget, cell, output gates in one product; forget bias 1)."""
+
+    def __init__(self, fan_in: int, units: int, rng: np.random.Generator, name: str):
+        super().__init__(name=name)
+        self.units = units
+        self.w = tf.Variable(_glorot(rng, fan_in + units, 4 * units), name="w")
+        bias = np.zeros(4 * units, np.float32)
+        bias[units:2 * units] = 1.0
+        self.b = tf.Variable(bias, name="b")
+
+    def __call__(self, x, h, c):
+        z = tf.matmul(tf.concat([x, h], axis=-1), self.w) + self.b
+        i, f, g, o = tf.split(z, 4, axis=-1)
+        c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
+        return tf.sigmoid(o) * tf.tanh(c), c
+
+
+# Inputs that describe K sampled placements: unit features [M, 3 V + S], groupings [K, M],
+# their group features [K, N, F] and the device of each group [K, N].
+_SAMPLES = [tf.TensorSpec([None, None], tf.float32), tf.TensorSpec([None, None], tf.int32),
+            tf.TensorSpec([None, None, None], tf.float32), tf.TensorSpec([None, None], tf.int32)]
+
+
+class HDPPolicy(Checkpointable, tf.Module):
+    """Grouper and Placer (see the module doc). ``config`` is what :meth:`save` writes.
+
+    Args:
+      num_groups: N, the groups the grouper assigns units to (paper: a hyperparameter).
+      num_devices: D, the action devices.
+      type_vocab: the op-type names of the type columns (the view's; "other" is implicit).
+      type_embed, grouper_hidden, hidden, device_embed, attention: widths (module doc).
+      seed: initial weights are drawn from numpy's generator with this seed.
+    """
+
+    kind = "an HDP policy"
+
+    def __init__(self, num_groups: int, num_devices: int, type_vocab, *, type_embed: int = 16,
+                 grouper_hidden: int = 64, hidden: int = 32, device_embed: int = 16,
+                 attention: int = 32, seed: int = 0):
+        super().__init__(name="hdp_policy")
+        if not (isinstance(num_groups, int) and num_groups >= 1):
+            raise ConfigError(f"num_groups must be an int >= 1, got {num_groups!r}")
+        if not (isinstance(num_devices, int) and num_devices >= 2):
+            raise ConfigError(f"a policy needs an int >= 2 devices to choose from, got "
+                              f"{num_devices!r}")
+        widths = dict(type_embed=type_embed, grouper_hidden=grouper_hidden, hidden=hidden,
+                      device_embed=device_embed, attention=attention)
+        for name, width in widths.items():
+            if not (isinstance(width, int) and width >= 1):
+                raise ConfigError(f"{name} must be an int >= 1, got {width!r}")
+        self.config = dict(num_groups=num_groups, num_devices=num_devices,
+                           type_vocab=list(type_vocab), seed=seed, **widths)
+        rng = np.random.default_rng(seed)
+        v, n, d, h = len(type_vocab) + 1, num_groups, num_devices, hidden
+        self.num_types = v
+        # Grouper.
+        self.grouper_types = tf.Variable(_glorot(rng, v, type_embed), name="grouper_types")
+        self.grouper_hidden = _Dense(3 * type_embed + UNIT_NUMERIC, grouper_hidden, rng,
+                                     "grouper_hidden")
+        self.grouper_out = _Dense(grouper_hidden, n, rng, "grouper_out", zero=True)
+        # Placer: encoder.
+        self.placer_types = tf.Variable(_glorot(rng, v, type_embed), name="placer_types")
+        self.group_embed = _Dense(type_embed + GROUP_NUMERIC + 2 * n, h, rng, "group_embed")
+        self.encoder_fw = _LSTMCell(h, h, rng, "encoder_fw")
+        self.encoder_bw = _LSTMCell(h, h, rng, "encoder_bw")
+        # Placer: decoder.
+        self.devices = tf.Variable(_glorot(rng, d + 1, device_embed), name="devices")  # + start
+        self.decoder = _LSTMCell(device_embed + 2 * h, 2 * h, rng, "decoder")
+        self.attend_encoder = _Dense(2 * h, attention, rng, "attend_encoder")
+        self.attend_decoder = _Dense(2 * h, attention, rng, "attend_decoder")
+        self.combine = _Dense(4 * h, h, rng, "combine")
+        self.device_out = _Dense(h, d, rng, "device_out", zero=True)
+
+    @property
+    def num_groups(self) -> int:
+        return self.config["num_groups"]
+
+    @property
+    def num_devices(self) -> int:
+        return self.config["num_devices"]
+
+    @property
+    def type_vocab(self) -> tuple[str, ...]:
+        return tuple(self.config["type_vocab"])
+
+    # ------------------------------------------------------------------------------ grouper
+    def _group_logits(self, unit_features):
+        v = self.num_types
+        types = tf.concat([tf.matmul(unit_features[:, i * v:(i + 1) * v], self.grouper_types)
+                           for i in range(3)], axis=-1)
+        x = tf.concat([types, unit_features[:, 3 * v:]], axis=-1)
+        return self.grouper_out(tf.nn.relu(self.grouper_hidden(x)))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.float32)])
+    def group_probabilities(self, unit_features):
+        """[M, N] the grouper's distribution over groups for each unit ([M, 3 V + S] input)."""
+        return tf.nn.softmax(self._group_logits(unit_features))
+
+    # ------------------------------------------------------------------------------- placer
+    def _encode(self, group_features):
+        """[N, K, 2 H] encoder states (time-major) and the decoder's initial (h, c)."""
+        v = self.num_types
+        types = tf.tensordot(group_features[..., :v], self.placer_types, axes=1)
+        x = tf.tanh(self.group_embed(tf.concat([types, group_features[..., v:]], axis=-1)))
+        x = tf.transpose(x, [1, 0, 2])  # [N, K, H]
+        zeros = tf.zeros([tf.shape(x)[1], self.config["hidden"]])
+
+        def step(state, x_t):  # both directions in one loop: half the loop iterations
+            fw_h, fw_c, bw_h, bw_c = state
+            fw_x, bw_x = x_t
+            return (*self.encoder_fw(fw_x, fw_h, fw_c), *self.encoder_bw(bw_x, bw_h, bw_c))
+
+        fw_h, fw_c, bw_h, bw_c = tf.scan(step, (x, tf.reverse(x, [0])),
+                                         initializer=(zeros,) * 4)
+        states = tf.concat([fw_h, tf.reverse(bw_h, [0])], axis=-1)
+        h0 = tf.concat([fw_h[-1], bw_h[-1]], axis=-1)
+        c0 = tf.concat([fw_c[-1], bw_c[-1]], axis=-1)
+        return states, h0, c0
+
+    def _decode(self, group_features, noise, given, use_given):
+        states, h0, c0 = self._encode(group_features)
+        memory = tf.transpose(states, [1, 0, 2])  # [K, N, 2 H]: softmax on the last axis
+        keys = self.attend_encoder(memory)  # [K, N, A]
+        start = tf.fill([tf.shape(states)[1]], self.num_devices)
+
+        def step(carry, inputs):
+            h, c, previous = carry[0], carry[1], carry[2]
+            state_t, noise_t, given_t = inputs
+            x = tf.concat([tf.gather(self.devices, previous), state_t], axis=-1)
+            h, c = self.decoder(x, h, c)
+            query = self.attend_decoder(h)[:, :, None]  # [K, A, 1]
+            scores = tf.matmul(keys, query)[..., 0]  # [K, N]
+            weights = tf.nn.softmax(scores)
+            context = tf.matmul(weights[:, None, :], memory)[:, 0, :]  # [K, 2 H]
+            logits = self.device_out(tf.tanh(self.combine(tf.concat([h, context], axis=-1))))
+            sampled = tf.argmax(logits + noise_t, axis=-1, output_type=tf.int32)
+            action = tf.where(use_given, given_t, sampled)
+            log_p = tf.nn.log_softmax(logits)
+            chosen = tf.reduce_sum(tf.one_hot(action, self.num_devices) * log_p, axis=-1)
+            entropy = -tf.reduce_sum(tf.exp(log_p) * log_p, axis=-1)
+            return h, c, action, chosen, entropy
+
+        zeros = tf.zeros_like(start, tf.float32)
+        inputs = (states, tf.transpose(noise, [1, 0, 2]), tf.transpose(given))
+        _, _, actions, log_probs, entropies = tf.scan(
+            step, inputs, initializer=(h0, c0, start, zeros, zeros))
+        return (tf.transpose(actions), tf.transpose(log_probs), tf.transpose(entropies))
+
+    @tf.function(input_signature=[
+        tf.TensorSpec([None, None, None], tf.float32),  # group features [K, N, F]
+        tf.TensorSpec([None, None, None], tf.float32),  # Gumbel noise [K, N, D]
+    ])
+    def sample_devices(self, group_features, noise):
+        """[K, N] int32 device per group, sampled with the given Gumbel noise (the argmax of
+        logits + noise; zero noise gives the decoder's greedy choice)."""
+        given = tf.zeros(tf.shape(noise)[:2], tf.int32)
+        return self._decode(group_features, noise, given, tf.constant(False))[0]
+
+    def _log_probs(self, unit_features, labels, group_features, actions):
+        log_p = tf.nn.log_softmax(self._group_logits(unit_features))  # [M, N]
+        num_units, n = tf.shape(log_p)[0], tf.shape(log_p)[1]
+        flat = tf.range(num_units)[None, :] * n + labels
+        grouper = tf.reduce_sum(tf.gather(tf.reshape(log_p, [-1]), flat), axis=1)
+        grouper_entropy = -tf.reduce_mean(tf.reduce_sum(tf.exp(log_p) * log_p, axis=1))
+        noise = tf.zeros(tf.concat([tf.shape(actions), [self.num_devices]], 0))
+        _, placer, entropies = self._decode(group_features, noise, actions, tf.constant(True))
+        return (grouper, tf.reduce_sum(placer, axis=1), grouper_entropy,
+                tf.reduce_mean(entropies))
+
+    @tf.function(input_signature=_SAMPLES)
+    def log_probs(self, unit_features, labels, group_features, actions):
+        """``(grouper [K], placer [K], grouper entropy, placer entropy)``: the log-probability
+        of each of K samples under the grouper and under the placer, and the two heads' mean
+        entropies (per unit and per group)."""
+        return self._log_probs(unit_features, labels, group_features, actions)
+
+    @tf.function(input_signature=_SAMPLES + [
+        tf.TensorSpec([None], tf.float32),  # advantages [K]
+        tf.TensorSpec([], tf.float32),  # entropy weight
+    ])
+    def reinforce_gradients(self, unit_features, labels, group_features, actions, advantages,
+                            entropy_weight):
+        """The REINFORCE loss of K samples and its gradients (one per trainable variable):
+
+            loss = - mean_k A_k (log p(g_k) + log p(d_k | g_k))  -  beta (H_grouper + H_placer)
+
+        the paper's joint gradient of both networks (the grouping's and the devices'
+        log-probabilities weighted by the same advantage), plus an optional entropy bonus.
+        Computed in one compiled function: XLA cannot hand its loops' state to a tape
+        outside it."""
+        with tf.GradientTape() as tape:
+            grouper, placer, grouper_entropy, placer_entropy = self._log_probs(
+                unit_features, labels, group_features, actions)
+            loss = -tf.reduce_mean(advantages * (grouper + placer)) - entropy_weight * (
+                grouper_entropy + placer_entropy)
+        return loss, tape.gradient(loss, self.trainable_variables)
