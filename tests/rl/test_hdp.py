@@ -17,7 +17,8 @@ from tf_autoplace.grouping import Grouping
 from tf_autoplace.placers import HDPConfig, HDPPlacer, PlacementProblem, check_placement, \
     get_placer
 from tf_autoplace.rl.eager import policy_context
-from tf_autoplace.rl.hdp_search import gumbel, sample, sample_groupings, search, update
+from tf_autoplace.rl.hdp_search import gumbel, sample, sample_groupings, search, search_cost, \
+    update
 from tf_autoplace.rl.hdp_view import build_view
 from tf_autoplace.rl.policies.hdp import HDPPolicy
 from tf_autoplace.rl.rollouts import Evaluator
@@ -74,6 +75,37 @@ def test_no_sampled_placement_splits_a_colocation_group_or_breaks_a_kernel(seed)
         assert devices[20] == devices[31] == problem.cluster.index("/device:CPU:0")
     # The GPUs take the learned units: across the batch both are used.
     assert set(np.unique(batch.placements)) == {0, 1, 2}
+
+
+def test_the_untrained_grouper_cuts_the_topological_order_into_runs():
+    problem = random_problem(200, seed=3)
+    view = build_view(problem, 8)
+    with policy_context():
+        runs = HDPPolicy(8, view.num_devices, view.type_vocab, topological_start=4.0)
+        flat = HDPPolicy(8, view.num_devices, view.type_vocab, topological_start=0.0)
+        probabilities = runs.group_probabilities(view.unit_features).numpy()
+        uniform = flat.group_probabilities(view.unit_features).numpy()
+    order = np.argsort(view.unit_features[:, -1], kind="stable")  # by topological position
+    likeliest = probabilities.argmax(axis=1)[order]
+    assert (np.diff(likeliest) >= 0).all() and set(likeliest) == set(range(8))
+    assert probabilities.max(axis=1).mean() > 0.5
+    np.testing.assert_allclose(uniform, 1 / 8, rtol=1e-6)
+
+
+def test_the_step_by_step_sampler_and_the_fused_teacher_forced_decoder_agree():
+    problem = _colocated_problem()
+    view = build_view(problem, 6)
+    rng = np.random.default_rng(4)
+    with policy_context():
+        policy = HDPPolicy(6, view.num_devices, view.type_vocab, hidden=8, seed=1)
+        policy.set_weights([w + rng.normal(0, 0.5, w.shape) for w in policy.get_weights()])
+        batch = sample(policy, view, 8, rng)
+        noise = gumbel(rng, (8, 6, view.num_devices))
+        sampled = policy.sample_devices(batch.group_features, noise).numpy()
+        logits = policy.teacher_forced_logits(batch.group_features, sampled).numpy()
+    # Every step's logits are the ones the sampler drew from, given the devices before it.
+    np.testing.assert_array_equal((logits + noise).argmax(axis=-1), sampled)
+    assert len(np.unique(sampled)) > 1
 
 
 def test_group_features_count_types_sizes_and_bytes_between_groups():
@@ -151,6 +183,16 @@ def test_search_learns_the_faster_device():
     assert found.best_devices.tolist() == [1, 1]
     assert found.samples == 160 and found.updates == 20
     assert [c[0] for c in found.curve] == list(range(8, 161, 8))
+
+
+def test_search_cost_reads_when_a_curve_reached_a_target_and_converged():
+    curve = [(16, 1.00, 1.0), (32, 0.80, 2.0), (48, 0.70, 3.0), (64, 0.695, 4.0), (80, 0.69, 5.0)]
+    cost = search_cost(curve, target=0.75, tolerance=0.01)
+    assert cost.reached == (48, 3.0)
+    assert cost.converged == (64, 4.0)  # 0.695 <= 0.69 * 1.01
+    assert search_cost(curve, target=0.5).reached is None
+    with pytest.raises(ConfigError, match="empty"):
+        search_cost([], 1.0)
 
 
 def _placer(**overrides):

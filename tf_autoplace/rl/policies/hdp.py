@@ -20,33 +20,51 @@ With M learned units (TF colocation groups), N groups, D action devices and V op
    embedding of the device it chose at step t - 1 (a learned start embedding at t = 0), as the
    paper says, and the encoder state of group t (the paper leaves the decoder's inputs
    otherwise open; without it the decoder would know which group it places only through its
-   attention). After the cell, attention over the N encoder states (see below) gives a context
-   vector; ``tanh(W [h_t; context])`` then a linear layer give the D logits.
+   attention). After the cell, attention over the N encoder states (see "How it runs") gives a
+   context vector; ``tanh(W [h_t; context])`` then a linear layer give the D logits.
 
-Untrained, both heads are uniform (their last layers start at zero): every unit is equally
-likely in every group and every group on every device, as a freshly initialised policy of the
-paper's would be up to noise.
+**Initial state** (ours; the paper does not say how its networks start). The placer's head
+starts uniform (its last layer at zero): every group equally likely on every device. The
+grouper's logits have one more term, linear in the unit's topological position ``p`` (the
+view's last feature, in [-1, 1]): ``a_g p + b_g``, added to the feed-forward part, which starts
+at zero. ``a_g = 2 s c_g`` and ``b_g = -s c_g^2``, with ``c_g`` the centre of the g-th of N
+equal slices of [-1, 1], equal ``-s (p - c_g)^2`` up to a term common to all groups, so the
+untrained grouper cuts the topological order into N runs of consecutive units (each unit's
+likeliest group is its slice's; ``topological_start`` is the logit gap to the neighbouring
+group at a slice's centre, 4 by default; 0 gives a uniform grouper). Both terms are trained. A
+uniform grouper makes every group a random sample of the whole graph: all groups look alike to
+the placer and any placement that uses two devices scatters ops at random, so its first
+placements are random ones (1.59 s on NMT-2, whose expert takes 0.69 s) and what it learns
+first is to put nearly everything on one GPU. Runs of the topological order are groups of
+neighbouring ops; from them the first placements were 1.38 s, and within 1,024 placements the
+search found 0.796 s where the uniform start found 0.838 s (one seed each,
+``docs/pending/hdp.md``). The feed-forward part can express these runs exactly (the logits are
+linear in one input feature), so the start lies inside the paper's model.
 
-**Sizes.** The paper's controller runs on a GPU with LSTMs of a few hundred units (TF's
-``hierarchical_controller`` defaulted to 512). On 2 CPU cores a step of the decoder is a
-handful of small matrix products whose cost is per-op overhead, so width buys little and
-costs time: we default to ``hidden = 32`` per encoder direction (decoder 64), type embeddings
-of 16, a grouper layer of 64, device embeddings of 16 and attention of 32; the measured costs
-per policy update are in ``docs/pending/hdp.md``.
+**Sizes.** The paper trains its controller on a GPU and does not give its widths in this
+text. On 2 CPU cores a step of the sampling decoder is a handful of small matrix products whose
+cost is mostly per-op overhead, so width buys little and costs time: we default to ``hidden =
+32`` per encoder direction (decoder 64), type embeddings of 16, a grouper layer of 64, device
+embeddings of 16 and attention of 32; the measured costs per policy update are in
+``docs/pending/hdp.md``.
 
 **Randomness.** The policy draws nothing itself: the search passes uniform noise from its seeded
 numpy generator (inverse-CDF sampling for the grouper, Gumbel noise for the decoder, whose
 sampled device feeds the next step and must therefore be drawn inside the TF loop), so the same
 seed gives the same samples.
 
-The encoder and the decoder run as ``tf.scan`` loops over the N steps inside ``tf.function``
-graphs: one call samples a batch of K placements (:meth:`sample_devices`), and the same
-decoder, given the sampled devices, scores them again for the gradient (teacher forcing).
-They are not compiled with XLA: on 2 cores XLA ran the loops no faster and took about four
-times as long to compile (45 s against 13 s for the sampler and the gradient on NMT-2, on a
-loaded machine). The attention is multiplicative, ``score_j = (W_e e_j + b_e) . (W_d h_t +
-b_d)``, a content-based score like the paper's [2] (Bahdanau's additive one): the additive
-score's ``tanh`` over every (step, group) pair doubled the gradient's cost.
+**How it runs.** Every LSTM whose inputs are known in advance runs as one fused ``BlockLSTM``
+op (TF's CPU kernel, gradient included): the encoder, and the decoder when it scores placements
+already sampled (teacher forcing: its inputs are the devices those placements chose), with the
+attention of all N steps as one batched product. Only sampling runs step by step (a
+``tf.scan``), because the device drawn at step t is the decoder's input at step t + 1; it needs
+no gradient. The gradient of a ``tf.scan`` over 256 steps cost ten times its forward pass and
+dominated an update. The attention is placed after the decoder cell (its output, not its
+input, reads the context), which is what lets the teacher-forced decoder run fused; its score
+is multiplicative, ``score_j = (W_d h_t + b_d) . (W_e e_j + b_e)``, a content-based score like
+the paper's [2] (Bahdanau's additive one), computed for all steps at once. The functions are
+``tf.function`` graphs, not XLA-compiled: XLA did not run these loops faster on 2 cores and
+took about four times as long to compile.
 """
 
 from __future__ import annotations
@@ -75,27 +93,41 @@ class _Dense(tf.Module):
         self.b = tf.Variable(np.zeros(fan_out, np.float32), name="b")
 
     def __call__(self, x):
-        if x.shape.rank == 2:  # matmul: XLA cannot differentiate tensordot inside a loop
-            return tf.matmul(x, self.w) + self.b
         return tf.tensordot(x, self.w, axes=1) + self.b
 
 
 class _LSTMCell(tf.Module):
-    """A standard LSTM cell (input, forget, cell, output gates in one product; forget bias 1)."""
+    """A standard LSTM cell without peepholes: gates in TF's fused-kernel order (input, cell
+    input, forget, output) from one product, the forget gate's bias starting at 1.
+
+    ``__call__`` is one step; :meth:`sequence` runs a whole sequence of known inputs in TF's
+    fused ``BlockLSTM`` kernel, the same arithmetic (a test checks it) in one op whose gradient
+    is one op too: a ``tf.scan`` of the cell spent most of an update in its gradient's loop."""
 
     def __init__(self, fan_in: int, units: int, rng: np.random.Generator, name: str):
         super().__init__(name=name)
         self.units = units
         self.w = tf.Variable(_glorot(rng, fan_in + units, 4 * units), name="w")
         bias = np.zeros(4 * units, np.float32)
-        bias[units:2 * units] = 1.0
+        bias[2 * units:3 * units] = 1.0
         self.b = tf.Variable(bias, name="b")
 
     def __call__(self, x, h, c):
+        """One step: ``x`` [K, I], state ``h``, ``c`` [K, U] -> the new (h, c)."""
         z = tf.matmul(tf.concat([x, h], axis=-1), self.w) + self.b
-        i, f, g, o = tf.split(z, 4, axis=-1)
+        i, g, f, o = tf.split(z, 4, axis=-1)
         c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
         return tf.sigmoid(o) * tf.tanh(c), c
+
+    def sequence(self, x, h, c):
+        """All steps: ``x`` [T, K, I] (time-major), initial ``h``, ``c`` [K, U] -> (h, c) of
+        every step, [T, K, U] each."""
+        zeros = tf.zeros([self.units])
+        out = tf.raw_ops.BlockLSTM(
+            seq_len_max=tf.cast(tf.shape(x)[0], tf.int64), x=x, cs_prev=c, h_prev=h,
+            w=self.w, wci=zeros, wcf=zeros, wco=zeros, b=self.b, forget_bias=0.0,
+            cell_clip=-1.0)  # no extra forget bias (it is in b), no clipping of c
+        return out[6], out[1]
 
 
 # Inputs that describe K sampled placements: unit features [M, 3 V + S], groupings [K, M],
@@ -112,6 +144,8 @@ class HDPPolicy(Checkpointable, tf.Module):
       num_devices: D, the action devices.
       type_vocab: the op-type names of the type columns (the view's; "other" is implicit).
       type_embed, grouper_hidden, hidden, device_embed, attention: widths (module doc).
+      topological_start: how sharply the untrained grouper cuts the topological order into N
+        runs (module doc, "Initial state"; 0: a uniform grouper).
       seed: initial weights are drawn from numpy's generator with this seed.
     """
 
@@ -119,7 +153,7 @@ class HDPPolicy(Checkpointable, tf.Module):
 
     def __init__(self, num_groups: int, num_devices: int, type_vocab, *, type_embed: int = 16,
                  grouper_hidden: int = 64, hidden: int = 32, device_embed: int = 16,
-                 attention: int = 32, seed: int = 0):
+                 attention: int = 32, topological_start: float = 4.0, seed: int = 0):
         super().__init__(name="hdp_policy")
         if not (isinstance(num_groups, int) and num_groups >= 1):
             raise ConfigError(f"num_groups must be an int >= 1, got {num_groups!r}")
@@ -131,8 +165,12 @@ class HDPPolicy(Checkpointable, tf.Module):
         for name, width in widths.items():
             if not (isinstance(width, int) and width >= 1):
                 raise ConfigError(f"{name} must be an int >= 1, got {width!r}")
+        if not (isinstance(topological_start, (int, float)) and topological_start >= 0):
+            raise ConfigError(
+                f"topological_start must be a number >= 0, got {topological_start!r}")
         self.config = dict(num_groups=num_groups, num_devices=num_devices,
-                           type_vocab=list(type_vocab), seed=seed, **widths)
+                           type_vocab=list(type_vocab), topological_start=topological_start,
+                           seed=seed, **widths)
         rng = np.random.default_rng(seed)
         v, n, d, h = len(type_vocab) + 1, num_groups, num_devices, hidden
         self.num_types = v
@@ -141,6 +179,15 @@ class HDPPolicy(Checkpointable, tf.Module):
         self.grouper_hidden = _Dense(3 * type_embed + UNIT_NUMERIC, grouper_hidden, rng,
                                      "grouper_hidden")
         self.grouper_out = _Dense(grouper_hidden, n, rng, "grouper_out", zero=True)
+        # Logits linear in the unit's topological position p in [-1, 1]: a_g p + b_g. With
+        # a_g = 2 s c_g and b_g = -s c_g^2 (c_g the centre of the g-th of N equal slices),
+        # that is -s (p - c_g)^2 up to a term common to every group: the grouper starts by
+        # cutting the topological order into N runs (see topological_start).
+        centre = (2 * np.arange(n, dtype=np.float64) + 1) / n - 1
+        sharp = topological_start * n * n / 4  # the logit gap between neighbours at a centre
+        self.grouper_position = tf.Variable((2 * sharp * centre).astype(np.float32),
+                                            name="grouper_position")
+        self.grouper_out.b.assign((-sharp * centre ** 2).astype(np.float32))
         # Placer: encoder.
         self.placer_types = tf.Variable(_glorot(rng, v, type_embed), name="placer_types")
         self.group_embed = _Dense(type_embed + GROUP_NUMERIC + 2 * n, h, rng, "group_embed")
@@ -172,7 +219,9 @@ class HDPPolicy(Checkpointable, tf.Module):
         types = tf.concat([tf.matmul(unit_features[:, i * v:(i + 1) * v], self.grouper_types)
                            for i in range(3)], axis=-1)
         x = tf.concat([types, unit_features[:, 3 * v:]], axis=-1)
-        return self.grouper_out(tf.nn.relu(self.grouper_hidden(x)))
+        position = unit_features[:, -1:]  # the view's last column (POSITION_COLUMN)
+        return (self.grouper_out(tf.nn.relu(self.grouper_hidden(x))) +
+                position * self.grouper_position)
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.float32)])
     def group_probabilities(self, unit_features):
@@ -181,53 +230,49 @@ class HDPPolicy(Checkpointable, tf.Module):
 
     # ------------------------------------------------------------------------------- placer
     def _encode(self, group_features):
-        """[N, K, 2 H] encoder states (time-major) and the decoder's initial (h, c)."""
+        """Encoder states [N, K, 2 H] (time-major) and the decoder's initial (h, c)."""
         v = self.num_types
         types = tf.tensordot(group_features[..., :v], self.placer_types, axes=1)
         x = tf.tanh(self.group_embed(tf.concat([types, group_features[..., v:]], axis=-1)))
         x = tf.transpose(x, [1, 0, 2])  # [N, K, H]
         zeros = tf.zeros([tf.shape(x)[1], self.config["hidden"]])
-
-        def step(state, x_t):  # both directions in one loop: half the loop iterations
-            fw_h, fw_c, bw_h, bw_c = state
-            fw_x, bw_x = x_t
-            return (*self.encoder_fw(fw_x, fw_h, fw_c), *self.encoder_bw(bw_x, bw_h, bw_c))
-
-        fw_h, fw_c, bw_h, bw_c = tf.scan(step, (x, tf.reverse(x, [0])),
-                                         initializer=(zeros,) * 4)
+        fw_h, fw_c = self.encoder_fw.sequence(x, zeros, zeros)
+        bw_h, bw_c = self.encoder_bw.sequence(tf.reverse(x, [0]), zeros, zeros)
         states = tf.concat([fw_h, tf.reverse(bw_h, [0])], axis=-1)
-        h0 = tf.concat([fw_h[-1], bw_h[-1]], axis=-1)
-        c0 = tf.concat([fw_c[-1], bw_c[-1]], axis=-1)
-        return states, h0, c0
+        return (states, tf.concat([fw_h[-1], bw_h[-1]], axis=-1),
+                tf.concat([fw_c[-1], bw_c[-1]], axis=-1))
 
-    def _decode(self, group_features, noise, given, use_given):
+    def _readout(self, h, memory, keys):
+        """Device logits [K, T, D] from decoder outputs ``h`` [K, T, 2 H], attending over the
+        encoder states ``memory`` [K, N, 2 H] through their ``keys`` [K, N, A]."""
+        scores = tf.matmul(self.attend_decoder(h), keys, transpose_b=True)  # [K, T, N]
+        context = tf.matmul(tf.nn.softmax(scores), memory)  # [K, T, 2 H]
+        return self.device_out(tf.tanh(self.combine(tf.concat([h, context], axis=-1))))
+
+    def _decoder_inputs(self, states, previous):
+        """Decoder inputs [N, K, E + 2 H]: the previous device's embedding and the group's
+        encoder state (``previous`` [N, K] device chosen one step before, D = start)."""
+        return tf.concat([tf.gather(self.devices, previous), states], axis=-1)
+
+    def _teacher_forced_logits(self, group_features, actions):
+        """[K, N, D] the decoder's logits at every step when it chose ``actions`` [K, N]
+        before: the LSTM's inputs are then all known, so it runs as one fused sequence and the
+        attention of every step as one batched product."""
         states, h0, c0 = self._encode(group_features)
-        memory = tf.transpose(states, [1, 0, 2])  # [K, N, 2 H]: softmax on the last axis
-        keys = self.attend_encoder(memory)  # [K, N, A]
-        start = tf.fill([tf.shape(states)[1]], self.num_devices)
+        memory = tf.transpose(states, [1, 0, 2])  # [K, N, 2 H]
+        start = tf.fill([tf.shape(actions)[0], 1], self.num_devices)
+        previous = tf.transpose(tf.concat([start, actions[:, :-1]], axis=1))  # [N, K]
+        h, _ = self.decoder.sequence(self._decoder_inputs(states, previous), h0, c0)
+        return self._readout(tf.transpose(h, [1, 0, 2]), memory,
+                             self.attend_encoder(memory))
 
-        def step(carry, inputs):
-            h, c, previous = carry[0], carry[1], carry[2]
-            state_t, noise_t, given_t = inputs
-            x = tf.concat([tf.gather(self.devices, previous), state_t], axis=-1)
-            h, c = self.decoder(x, h, c)
-            query = self.attend_decoder(h)[:, :, None]  # [K, A, 1]
-            scores = tf.matmul(keys, query)[..., 0]  # [K, N]
-            weights = tf.nn.softmax(scores)
-            context = tf.matmul(weights[:, None, :], memory)[:, 0, :]  # [K, 2 H]
-            logits = self.device_out(tf.tanh(self.combine(tf.concat([h, context], axis=-1))))
-            sampled = tf.argmax(logits + noise_t, axis=-1, output_type=tf.int32)
-            action = tf.where(use_given, given_t, sampled)
-            log_p = tf.nn.log_softmax(logits)
-            chosen = tf.reduce_sum(tf.one_hot(action, self.num_devices) * log_p, axis=-1)
-            entropy = -tf.reduce_sum(tf.exp(log_p) * log_p, axis=-1)
-            return h, c, action, chosen, entropy
-
-        zeros = tf.zeros_like(start, tf.float32)
-        inputs = (states, tf.transpose(noise, [1, 0, 2]), tf.transpose(given))
-        _, _, actions, log_probs, entropies = tf.scan(
-            step, inputs, initializer=(h0, c0, start, zeros, zeros))
-        return (tf.transpose(actions), tf.transpose(log_probs), tf.transpose(entropies))
+    @tf.function(input_signature=[
+        tf.TensorSpec([None, None, None], tf.float32),  # group features [K, N, F]
+        tf.TensorSpec([None, None], tf.int32),  # devices chosen [K, N]
+    ])
+    def teacher_forced_logits(self, group_features, actions):
+        """[K, N, D] the decoder's logits at each step given the earlier ``actions``."""
+        return self._teacher_forced_logits(group_features, actions)
 
     @tf.function(input_signature=[
         tf.TensorSpec([None, None, None], tf.float32),  # group features [K, N, F]
@@ -235,26 +280,42 @@ class HDPPolicy(Checkpointable, tf.Module):
     ])
     def sample_devices(self, group_features, noise):
         """[K, N] int32 device per group, sampled with the given Gumbel noise (the argmax of
-        logits + noise; zero noise gives the decoder's greedy choice)."""
-        given = tf.zeros(tf.shape(noise)[:2], tf.int32)
-        return self._decode(group_features, noise, given, tf.constant(False))[0]
+        logits + noise; zero noise gives the decoder's greedy choice). Step by step: the device
+        sampled at step t is the decoder's input at step t + 1."""
+        states, h0, c0 = self._encode(group_features)
+        memory = tf.transpose(states, [1, 0, 2])  # [K, N, 2 H]
+        keys = self.attend_encoder(memory)
+
+        def step(carry, inputs):
+            h, c, previous = carry
+            state_t, noise_t = inputs
+            x = self._decoder_inputs(state_t, previous)
+            h, c = self.decoder(x, h, c)
+            logits = self._readout(h[:, None, :], memory, keys)[:, 0, :]
+            return h, c, tf.argmax(logits + noise_t, axis=-1, output_type=tf.int32)
+
+        start = tf.fill([tf.shape(states)[1]], self.num_devices)
+        _, _, actions = tf.scan(step, (states, tf.transpose(noise, [1, 0, 2])),
+                                initializer=(h0, c0, start))
+        return tf.transpose(actions)
 
     def _log_probs(self, unit_features, labels, group_features, actions):
         log_p = tf.nn.log_softmax(self._group_logits(unit_features))  # [M, N]
         num_units, n = tf.shape(log_p)[0], tf.shape(log_p)[1]
         flat = tf.range(num_units)[None, :] * n + labels
         grouper = tf.reduce_sum(tf.gather(tf.reshape(log_p, [-1]), flat), axis=1)
-        grouper_entropy = -tf.reduce_mean(tf.reduce_sum(tf.exp(log_p) * log_p, axis=1))
-        noise = tf.zeros(tf.concat([tf.shape(actions), [self.num_devices]], 0))
-        _, placer, entropies = self._decode(group_features, noise, actions, tf.constant(True))
-        return (grouper, tf.reduce_sum(placer, axis=1), grouper_entropy,
-                tf.reduce_mean(entropies))
+        grouper_entropy = -tf.reduce_sum(tf.exp(log_p) * log_p)
+        log_q = tf.nn.log_softmax(self._teacher_forced_logits(group_features, actions))
+        placer = tf.reduce_sum(tf.one_hot(actions, self.num_devices) * log_q, axis=[1, 2])
+        placer_entropy = -tf.reduce_mean(tf.reduce_sum(tf.exp(log_q) * log_q, axis=[1, 2]))
+        return grouper, placer, grouper_entropy, placer_entropy
 
     @tf.function(input_signature=_SAMPLES)
     def log_probs(self, unit_features, labels, group_features, actions):
         """``(grouper [K], placer [K], grouper entropy, placer entropy)``: the log-probability
-        of each of K samples under the grouper and under the placer, and the two heads' mean
-        entropies (per unit and per group)."""
+        of each of K samples under the grouper and under the placer; the entropy of the
+        grouping (the sum over units) and the placer's summed per-step entropy along the
+        samples (their mean), on the scale of the log-probabilities they regularise."""
         return self._log_probs(unit_features, labels, group_features, actions)
 
     @tf.function(input_signature=_SAMPLES + [
@@ -268,9 +329,7 @@ class HDPPolicy(Checkpointable, tf.Module):
             loss = - mean_k A_k (log p(g_k) + log p(d_k | g_k))  -  beta (H_grouper + H_placer)
 
         the paper's joint gradient of both networks (the grouping's and the devices'
-        log-probabilities weighted by the same advantage), plus an optional entropy bonus.
-        Computed in one compiled function: XLA cannot hand its loops' state to a tape
-        outside it."""
+        log-probabilities weighted by the same advantage), plus an optional entropy bonus."""
         with tf.GradientTape() as tape:
             grouper, placer, grouper_entropy, placer_entropy = self._log_probs(
                 unit_features, labels, group_features, actions)
