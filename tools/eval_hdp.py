@@ -1,0 +1,111 @@
+"""Measure HDP's search cost on zoo pairs: placements and seconds to reach the expert, and to
+converge; print markdown.
+
+    PYTHONPATH=. python tools/eval_hdp.py --pairs=nmt2:k80x2,nmt4:k80x4,nmt8:k80x8 \\
+        --max_samples=4096 --out_md=hdp_curves.md
+    PYTHONPATH=. python tools/eval_hdp.py --pairs=nmt2:k80x2 --quick --set=learning_rate=3e-3
+
+For each ``model:cluster`` pair (``tools/benchmark.py``'s names; paper sizes unless
+``--quick``), the expert's, the best heuristic's and one GPU's simulated step times, then one
+HDP search (:func:`tf_autoplace.rl.hdp_search.search`, the placer's learned part, without the
+heuristic guard) of ``--max_samples`` placements: its best memory-penalised runtime R, and from
+its curve (:func:`tf_autoplace.rl.hdp_search.search_cost`) the placements and seconds it took
+to reach the expert's step time (if it did) and to come within ``--converged`` of its final
+best. ``--set=name=value`` overrides an ``HDPConfig`` field (numbers only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from absl import app, flags
+
+from tf_autoplace import benchmark as bench
+from tf_autoplace import zoo
+from tf_autoplace.cluster import Cluster
+from tf_autoplace.errors import AutoplaceError
+from tf_autoplace.graph import ingest
+from tf_autoplace.heuristics import BestHeuristicPlacer, SingleDevicePlacer
+from tf_autoplace.prepare import build_problem
+from tf_autoplace.rl.eager import policy_context
+from tf_autoplace.rl.hdp_search import HDPConfig, search, search_cost
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("pairs", ["nmt2:k80x2"], "model:cluster pairs (tools/benchmark.py's names)")
+flags.DEFINE_bool("quick", False, "small model knobs (tf_autoplace.benchmark.QUICK_KNOBS)")
+flags.DEFINE_integer("max_samples", 4096, "placements HDP samples per pair", lower_bound=1)
+flags.DEFINE_float("converged", 0.01, "a curve has converged once its best is within this "
+                   "fraction of its final best", lower_bound=0.0)
+flags.DEFINE_integer("seed", 0, "search seed")
+flags.DEFINE_multi_string("set", [], "HDPConfig field override, name=value (a number)")
+flags.DEFINE_string("out_md", None, "also write the markdown here (rewritten after each pair)")
+
+
+def parse_overrides(items) -> dict:
+    fields = {f.name: f.type for f in dataclasses.fields(HDPConfig)}
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or name not in fields:
+            raise app.UsageError(f"--set wants name=value with a name among "
+                                 f"{sorted(fields)}, got {item!r}")
+        try:
+            out[name] = int(value) if value.lstrip("-").isdigit() else float(value)
+        except ValueError:
+            raise app.UsageError(f"--set {name} wants a number, got {value!r}") from None
+    return out
+
+
+def measure(model_name: str, cluster_name: str, config: HDPConfig) -> str:
+    """One markdown row for one pair."""
+    zoo_name, knobs = bench.model_knobs(model_name, FLAGS.quick)
+    model = zoo.build(zoo_name, **knobs)
+    cluster = Cluster.from_file(bench.cluster_path(cluster_name))
+    problem, _ = build_problem(ingest.load_meta_graph(model.graph), cluster)
+    steps = {}
+    for name, placer in (("expert", bench.make_placer("expert", model)),
+                         ("best heuristic", BestHeuristicPlacer()),
+                         ("one GPU", SingleDevicePlacer())):
+        steps[name] = problem.simulator.run(placer.propose(problem)).makespan
+    start = time.perf_counter()
+    with policy_context():
+        found = search(problem, config, FLAGS.seed)
+    seconds = time.perf_counter() - start
+    cost = search_cost(found.curve, steps["expert"], FLAGS.converged)
+    reach = ("never" if cost.reached is None else
+             f"{cost.reached[0]} / {cost.reached[1]:.0f} s")
+    return (f"| {model_name} | {cluster_name} | {problem.graph.num_ops} | "
+            f"{steps['expert'] * 1e3:.1f} | {steps['best heuristic'] * 1e3:.1f} | "
+            f"{steps['one GPU'] * 1e3:.1f} | {found.best_score * 1e3:.1f} | {reach} | "
+            f"{cost.converged[0]} / {cost.converged[1]:.0f} s | "
+            f"{found.samples} / {seconds:.0f} s |")
+
+
+def main(argv):
+    del argv
+    try:
+        pairs = bench.parse_pairs(FLAGS.pairs)
+        config = HDPConfig(max_samples=FLAGS.max_samples, budget_s=1e9,
+                           **parse_overrides(FLAGS.set))
+    except AutoplaceError as e:
+        raise app.UsageError(str(e)) from None
+    lines = [f"HDP search cost, {'quick' if FLAGS.quick else 'paper'} sizes, seed {FLAGS.seed}, "
+             f"{config}", "",
+             "| model | cluster | ops | expert (ms) | best heuristic (ms) | one GPU (ms) | "
+             "HDP best R (ms) | to reach the expert (placements / s) | to converge "
+             f"(within {FLAGS.converged:.0%}) | total |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for model_name, cluster_name in pairs:
+        bench.progress(f"{model_name} on {cluster_name}")
+        lines.append(measure(model_name, cluster_name, config))
+        text = "\n".join(lines) + "\n"
+        if FLAGS.out_md:
+            with open(FLAGS.out_md, "w", encoding="utf-8") as f:
+                f.write(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    app.run(main)
