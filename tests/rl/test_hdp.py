@@ -77,21 +77,6 @@ def test_no_sampled_placement_splits_a_colocation_group_or_breaks_a_kernel(seed)
     assert set(np.unique(batch.placements)) == {0, 1, 2}
 
 
-def test_the_untrained_grouper_cuts_the_topological_order_into_runs():
-    problem = random_problem(200, seed=3)
-    view = build_view(problem, 8)
-    with policy_context():
-        runs = HDPPolicy(8, view.num_devices, view.type_vocab, topological_start=4.0)
-        flat = HDPPolicy(8, view.num_devices, view.type_vocab, topological_start=0.0)
-        probabilities = runs.group_probabilities(view.unit_features).numpy()
-        uniform = flat.group_probabilities(view.unit_features).numpy()
-    order = np.argsort(view.unit_features[:, -1], kind="stable")  # by topological position
-    likeliest = probabilities.argmax(axis=1)[order]
-    assert (np.diff(likeliest) >= 0).all() and set(likeliest) == set(range(8))
-    assert probabilities.max(axis=1).mean() > 0.5
-    np.testing.assert_allclose(uniform, 1 / 8, rtol=1e-6)
-
-
 def test_the_step_by_step_sampler_and_the_fused_teacher_forced_decoder_agree():
     problem = _colocated_problem()
     view = build_view(problem, 6)

@@ -72,8 +72,8 @@ class HDPConfig:
         NMT-2 the best placement stopped improving after about 600.
       num_groups: N, groups the grouper assigns colocation groups to (the paper's M; 256).
       samples_per_update: K, placements sampled and simulated per policy update (module doc).
-      learning_rate: Adam's rate (constant; the budget decides the length). On NMT-2 (one
-        seed, 1,024 placements) 3e-3 found 0.796 s, 1e-2 0.824 s and 1e-3 0.856 s.
+      learning_rate: Adam's rate (constant; the budget decides the length). On NMT-2, 1,024
+        placements, 3e-3 was as good as or better than 1e-2 and 1e-3 (docs/pending/hdp.md).
       baseline_decay: the moving-average baseline's decay per update (TF's ``bl_dec``: 0.9).
       entropy: weight beta of an entropy bonus, beta times the entropy of the grouping plus
         the placer's summed per-step entropy (0: the paper's plain REINFORCE).
@@ -82,8 +82,6 @@ class HDPConfig:
       workers: processes that simulate (1: the calling process; see ``rollouts.Evaluator``).
       type_embed, grouper_hidden, hidden, device_embed, attention: the networks' widths
         (:class:`HDPPolicy`; why these sizes: its module doc).
-      topological_start: how sharply the untrained grouper cuts the topological order into N
-        runs (0: uniform; :mod:`tf_autoplace.rl.policies.hdp`, "Initial state", says why 4).
       heuristics: placers the result must not be worse than (``best_heuristic`` runs all the
         fast ones).
     """
@@ -103,7 +101,6 @@ class HDPConfig:
     hidden: int = 32
     device_embed: int = 16
     attention: int = 32
-    topological_start: float = 4.0
     heuristics: tuple[str, ...] = ("best_heuristic",)
 
     def __post_init__(self):
@@ -128,19 +125,14 @@ class HDPConfig:
                 f"memory_penalty must be a number >= 0, got {self.memory_penalty!r}")
         for name in POLICY_WIDTHS:
             _positive_int(name, getattr(self, name))
-        if not (isinstance(self.topological_start, (int, float))
-                and self.topological_start >= 0):
-            raise ConfigError(
-                f"topological_start must be a number >= 0, got {self.topological_start!r}")
 
     def make_policy(self, view: HDPView, seed: int) -> HDPPolicy:
         """A fresh policy for ``view`` with this config's widths."""
         return HDPPolicy(self.num_groups, view.num_devices, view.type_vocab, seed=seed,
-                         **{name: getattr(self, name) for name in POLICY_OPTIONS})
+                         **{name: getattr(self, name) for name in POLICY_WIDTHS})
 
 
 POLICY_WIDTHS = ("type_embed", "grouper_hidden", "hidden", "device_embed", "attention")
-POLICY_OPTIONS = POLICY_WIDTHS + ("topological_start",)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,15 +10,16 @@ pinned with ``colocate_with``) on one device; a grouper that assigned their ops 
 would split them. Here the grouper's inputs are the colocation groups themselves ("units"),
 with their member ops' features aggregated, so every op of a unit is in the unit's group and
 on the group's device *by construction*: no placement HDP samples can split one, whatever the
-weights (a test checks it on random weights and graphs). Most units are single ops (on NMT-2,
-12.6k ops form about 8k units).
+weights (a test checks it on random weights and graphs). Most units are single ops (NMT-2's
+12,575 ops form 9,185 units).
 
 **Kernel constraints.** The placer chooses among the action devices, the devices of the
 cluster's default kind (the GPUs; every device of a CPU-only cluster), as the other learned
 placers and the partitioning baselines do. A unit that cannot run on every action device (an
-op with no GPU kernel) is not given to the grouper: it is fixed to the first device that can
-run all of it (the CPU host) and takes no part in the learned groups. So a learned group holds
-only units that run on every action device, and any device the placer picks for it is valid.
+op with no GPU kernel) is not given to the grouper: it is fixed to the first action device
+that can run all of it, else to the first device that can (the CPU host for ops without a GPU
+kernel), and takes no part in the learned groups. So a learned group holds only units that
+run on every action device, and any device the placer picks for it is valid.
 
 **Unit features** (the grouper's input, per learned unit; the paper: "type, ..., size and
 number of outputs, as well as connections to other operations"). Where the paper's text is
@@ -32,8 +33,9 @@ silent we chose:
   compute time (mean over the action devices) and log persistent bytes (variables), which our
   cost model gives for free and which the other learned placers read too;
 - *connections*: log in- and out-degree in the unit graph, the unit's mean position in a
-  topological order of the op graph (0 first, 1 last), and the type fractions of its
-  predecessors and successors (each ``[V]``, weighted by edge count): the paper encodes
+  topological order of the op graph (its ops' mean rank, scaled to [-1, 1] from first to
+  last), and the type fractions of its predecessors and successors (each ``[V]``, weighted by
+  edge count): the paper encodes
   "connections to other operations"; an op's neighbours' indices, as a raw list, would make
   the grouper depend on how ops happen to be numbered, so we give it what is around the unit
   instead.
@@ -68,8 +70,7 @@ from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
 from tf_autoplace.grouping import Grouping, group_graph
 from tf_autoplace.problem import PlacementProblem
 
-OTHER_TYPE = "<other>"  # the vocabulary's last column: op types the vocabulary lacks
-UNIT_NUMERIC = 8  # standardised numeric unit features (module doc)
+UNIT_NUMERIC = 8  # numeric unit features: 7 standardised, then the position (module doc)
 GROUP_NUMERIC = 6  # numeric group features besides types and adjacency (module doc)
 
 

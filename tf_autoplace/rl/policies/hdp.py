@@ -23,23 +23,15 @@ With M learned units (TF colocation groups), N groups, D action devices and V op
    attention). After the cell, attention over the N encoder states (see "How it runs") gives a
    context vector; ``tanh(W [h_t; context])`` then a linear layer give the D logits.
 
-**Initial state** (ours; the paper does not say how its networks start). The placer's head
-starts uniform (its last layer at zero): every group equally likely on every device. The
-grouper's logits have one more term, linear in the unit's topological position ``p`` (the
-view's last feature, in [-1, 1]): ``a_g p + b_g``, added to the feed-forward part, which starts
-at zero. ``a_g = 2 s c_g`` and ``b_g = -s c_g^2``, with ``c_g`` the centre of the g-th of N
-equal slices of [-1, 1], equal ``-s (p - c_g)^2`` up to a term common to all groups, so the
-untrained grouper cuts the topological order into N runs of consecutive units (each unit's
-likeliest group is its slice's; ``topological_start`` is the logit gap to the neighbouring
-group at a slice's centre, 4 by default; 0 gives a uniform grouper). Both terms are trained. A
-uniform grouper makes every group a random sample of the whole graph: all groups look alike to
-the placer and any placement that uses two devices scatters ops at random, so its first
-placements are random ones (1.59 s on NMT-2, whose expert takes 0.69 s) and what it learns
-first is to put nearly everything on one GPU. Runs of the topological order are groups of
-neighbouring ops; from them the first placements were 1.38 s, and within 1,024 placements the
-search found 0.796 s where the uniform start found 0.838 s (one seed each,
-``docs/pending/hdp.md``). The feed-forward part can express these runs exactly (the logits are
-linear in one input feature), so the start lies inside the paper's model.
+**Initial state.** Both heads start uniform (their last layers at zero): every unit equally
+likely in every group, every group on every device; the paper does not say how its networks
+start. A uniform grouper makes every group a random sample of the whole graph, so the first
+placements that use two devices scatter ops at random, and what the search learns first is to
+put nearly everything on one GPU. We tried starting the grouper from runs of the topological
+order instead (a term linear in the unit's position, which the feed-forward grouper can
+express): after 1,024 placements on NMT-2 it ended at 830.8 ms against the uniform start's
+805.1 ms (seed 0), within the spread between seeds, so the paper's plain start stays
+(``docs/pending/hdp.md``).
 
 **Sizes.** The paper trains its controller on a GPU and does not give its widths in this
 text. On 2 CPU cores a step of the sampling decoder is a handful of small matrix products whose
@@ -144,8 +136,6 @@ class HDPPolicy(Checkpointable, tf.Module):
       num_devices: D, the action devices.
       type_vocab: the op-type names of the type columns (the view's; "other" is implicit).
       type_embed, grouper_hidden, hidden, device_embed, attention: widths (module doc).
-      topological_start: how sharply the untrained grouper cuts the topological order into N
-        runs (module doc, "Initial state"; 0: a uniform grouper).
       seed: initial weights are drawn from numpy's generator with this seed.
     """
 
@@ -153,7 +143,7 @@ class HDPPolicy(Checkpointable, tf.Module):
 
     def __init__(self, num_groups: int, num_devices: int, type_vocab, *, type_embed: int = 16,
                  grouper_hidden: int = 64, hidden: int = 32, device_embed: int = 16,
-                 attention: int = 32, topological_start: float = 4.0, seed: int = 0):
+                 attention: int = 32, seed: int = 0):
         super().__init__(name="hdp_policy")
         if not (isinstance(num_groups, int) and num_groups >= 1):
             raise ConfigError(f"num_groups must be an int >= 1, got {num_groups!r}")
@@ -165,12 +155,8 @@ class HDPPolicy(Checkpointable, tf.Module):
         for name, width in widths.items():
             if not (isinstance(width, int) and width >= 1):
                 raise ConfigError(f"{name} must be an int >= 1, got {width!r}")
-        if not (isinstance(topological_start, (int, float)) and topological_start >= 0):
-            raise ConfigError(
-                f"topological_start must be a number >= 0, got {topological_start!r}")
         self.config = dict(num_groups=num_groups, num_devices=num_devices,
-                           type_vocab=list(type_vocab), topological_start=topological_start,
-                           seed=seed, **widths)
+                           type_vocab=list(type_vocab), seed=seed, **widths)
         rng = np.random.default_rng(seed)
         v, n, d, h = len(type_vocab) + 1, num_groups, num_devices, hidden
         self.num_types = v
@@ -179,15 +165,6 @@ class HDPPolicy(Checkpointable, tf.Module):
         self.grouper_hidden = _Dense(3 * type_embed + UNIT_NUMERIC, grouper_hidden, rng,
                                      "grouper_hidden")
         self.grouper_out = _Dense(grouper_hidden, n, rng, "grouper_out", zero=True)
-        # Logits linear in the unit's topological position p in [-1, 1]: a_g p + b_g. With
-        # a_g = 2 s c_g and b_g = -s c_g^2 (c_g the centre of the g-th of N equal slices),
-        # that is -s (p - c_g)^2 up to a term common to every group: the grouper starts by
-        # cutting the topological order into N runs (see topological_start).
-        centre = (2 * np.arange(n, dtype=np.float64) + 1) / n - 1
-        sharp = topological_start * n * n / 4  # the logit gap between neighbours at a centre
-        self.grouper_position = tf.Variable((2 * sharp * centre).astype(np.float32),
-                                            name="grouper_position")
-        self.grouper_out.b.assign((-sharp * centre ** 2).astype(np.float32))
         # Placer: encoder.
         self.placer_types = tf.Variable(_glorot(rng, v, type_embed), name="placer_types")
         self.group_embed = _Dense(type_embed + GROUP_NUMERIC + 2 * n, h, rng, "group_embed")
@@ -219,9 +196,7 @@ class HDPPolicy(Checkpointable, tf.Module):
         types = tf.concat([tf.matmul(unit_features[:, i * v:(i + 1) * v], self.grouper_types)
                            for i in range(3)], axis=-1)
         x = tf.concat([types, unit_features[:, 3 * v:]], axis=-1)
-        position = unit_features[:, -1:]  # the view's last column (POSITION_COLUMN)
-        return (self.grouper_out(tf.nn.relu(self.grouper_hidden(x))) +
-                position * self.grouper_position)
+        return self.grouper_out(tf.nn.relu(self.grouper_hidden(x)))
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.float32)])
     def group_probabilities(self, unit_features):
