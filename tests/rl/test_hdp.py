@@ -234,6 +234,15 @@ def test_the_placer_is_registered_budgeted_and_never_worse_than_the_best_heurist
         assert "is used instead" in placement.notes[0]
 
 
+def test_one_gpu_leaves_nothing_to_learn_and_gives_the_heuristic_placement():
+    problem = make_problem(random_dag(30, 0), cluster(1), 1e-3)
+    placer = _placer()
+    placement = placer.place(problem, seed=0)
+    np.testing.assert_array_equal(placement.devices,
+                                  get_placer("best_heuristic").place(problem).devices)
+    assert placer.stats["samples"] == 0 and "nothing to learn" in placement.notes[0]
+
+
 def test_the_policy_runs_inside_a_users_graph_without_touching_it():
     problem = random_problem(40, seed=1)
     graph = tf.Graph()

@@ -42,12 +42,17 @@ class HDPPlacer(LearnedPlacer):
         cfg = self.config
         start = time.perf_counter()
         seed = int(rng.integers(2**31 - 1))
+        heuristics = [(name, HEURISTICS[name]().propose(problem)) for name in cfg.heuristics]
+        if len(problem.cluster.compute_devices()) < 2:
+            self.notes.append("hdp: one action device, nothing to learn; the heuristic "
+                              "placement is used")
+            _, _, winner, devices = rank_placements(problem, heuristics)[0]
+            self.stats = dict(samples=0, updates=0, winner=winner, curve=[],
+                              seconds=time.perf_counter() - start)
+            return devices
         with policy_context():  # the policy runs eagerly whatever mode the caller is in
             found = search(problem, cfg, seed, deadline=start + cfg.budget_s)
-        contenders = [("hdp", found.best_devices)]
-        for name in cfg.heuristics:
-            contenders.append((name, HEURISTICS[name]().propose(problem)))
-        ranked = rank_placements(problem, contenders)
+        ranked = rank_placements(problem, [("hdp", found.best_devices)] + heuristics)
         _, makespan, winner, devices = ranked[0]
         learned_oom, learned_s = next((oom, m) for oom, m, n, _ in ranked if n == "hdp")
         self.stats = dict(learned_ms=learned_s * 1e3, learned_fits=not learned_oom,
