@@ -6,12 +6,15 @@ converge; print markdown.
     PYTHONPATH=. python tools/eval_hdp.py --pairs=nmt2:k80x2 --quick --set=learning_rate=3e-3
 
 For each ``model:cluster`` pair (``tools/benchmark.py``'s names; paper sizes unless
-``--quick``), the expert's, the best heuristic's and one GPU's simulated step times, then one
-HDP search (:func:`tf_autoplace.rl.hdp_search.search`, the placer's learned part, without the
-heuristic guard) of ``--max_samples`` placements: its best memory-penalised runtime R, and from
-its curve (:func:`tf_autoplace.rl.hdp_search.search_cost`) the placements and seconds it took
-to reach the expert's step time (if it did) and to come within ``--converged`` of its final
-best. ``--set=name=value`` overrides an ``HDPConfig`` field (numbers only).
+``--quick``), the expert's, the best heuristic's and one GPU's simulated step times, then the
+``hdp`` placer (:class:`tf_autoplace.placers.HDPPlacer`, seeded ``--seed`` as the benchmark
+seeds it, so with the default settings its search is the one ``tools/benchmark.py`` runs) with
+``--max_samples`` placements and no time cap: the step time of the best placement it learned
+(before its guard compares it with the heuristics), its memory-penalised runtime R, which
+placement the guard returned, and from the search's curve
+(:func:`tf_autoplace.rl.hdp_search.search_cost`) the placements and seconds it took to reach
+the expert's step time (if it did) and to come within ``--converged`` of its final best R.
+``--set=name=value`` overrides an ``HDPConfig`` field (numbers only).
 """
 
 from __future__ import annotations
@@ -28,8 +31,8 @@ from tf_autoplace.errors import AutoplaceError
 from tf_autoplace.graph import ingest
 from tf_autoplace.heuristics import BestHeuristicPlacer, SingleDevicePlacer
 from tf_autoplace.prepare import build_problem
-from tf_autoplace.rl.eager import policy_context
-from tf_autoplace.rl.hdp_search import HDPConfig, search, search_cost
+from tf_autoplace.placers import HDPPlacer
+from tf_autoplace.rl.hdp_search import HDPConfig, search_cost
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("pairs", ["nmt2:k80x2"], "model:cluster pairs (tools/benchmark.py's names)")
@@ -37,7 +40,7 @@ flags.DEFINE_bool("quick", False, "small model knobs (tf_autoplace.benchmark.QUI
 flags.DEFINE_integer("max_samples", 4096, "placements HDP samples per pair", lower_bound=1)
 flags.DEFINE_float("converged", 0.01, "a curve has converged once its best is within this "
                    "fraction of its final best", lower_bound=0.0)
-flags.DEFINE_integer("seed", 0, "search seed")
+flags.DEFINE_integer("seed", 0, "the placer's seed (tools/benchmark.py's --seed)")
 flags.DEFINE_multi_string("set", [], "HDPConfig field override, name=value (a number)")
 flags.DEFINE_string("out_md", None, "also write the markdown here (rewritten after each pair)")
 
@@ -68,34 +71,34 @@ def measure(model_name: str, cluster_name: str, config: HDPConfig) -> str:
                          ("best heuristic", BestHeuristicPlacer()),
                          ("one GPU", SingleDevicePlacer())):
         steps[name] = problem.simulator.run(placer.propose(problem)).makespan
-    start = time.perf_counter()
-    with policy_context():
-        found = search(problem, config, FLAGS.seed)
-    seconds = time.perf_counter() - start
-    cost = search_cost(found.curve, steps["expert"], FLAGS.converged)
+    placer = HDPPlacer(config)
+    placer.propose(problem, seed=FLAGS.seed)
+    stats = placer.stats
+    cost = search_cost(stats["curve"], steps["expert"], FLAGS.converged)
     reach = ("never" if cost.reached is None else
              f"{cost.reached[0]} / {cost.reached[1]:.0f} s")
+    learned = f"{stats['learned_ms']:.1f}{'' if stats['learned_fits'] else ' (OOM)'}"
     return (f"| {model_name} | {cluster_name} | {problem.graph.num_ops} | "
             f"{steps['expert'] * 1e3:.1f} | {steps['best heuristic'] * 1e3:.1f} | "
-            f"{steps['one GPU'] * 1e3:.1f} | {found.best_score * 1e3:.1f} | {reach} | "
-            f"{cost.converged[0]} / {cost.converged[1]:.0f} s | "
-            f"{found.samples} / {seconds:.0f} s |")
+            f"{steps['one GPU'] * 1e3:.1f} | {learned} | {stats['curve'][-1][1] * 1e3:.1f} | "
+            f"{stats['winner']} | {reach} | {cost.converged[0]} / {cost.converged[1]:.0f} s | "
+            f"{stats['samples']} / {stats['seconds']:.0f} s |")
 
 
 def main(argv):
     del argv
     try:
         pairs = bench.parse_pairs(FLAGS.pairs)
-        config = HDPConfig(max_samples=FLAGS.max_samples, budget_s=1e9,
+        config = HDPConfig(max_samples=FLAGS.max_samples, budget_s=1e6,
                            **parse_overrides(FLAGS.set))
     except AutoplaceError as e:
         raise app.UsageError(str(e)) from None
     lines = [f"HDP search cost, {'quick' if FLAGS.quick else 'paper'} sizes, seed {FLAGS.seed}, "
              f"{config}", "",
              "| model | cluster | ops | expert (ms) | best heuristic (ms) | one GPU (ms) | "
-             "HDP best R (ms) | to reach the expert (placements / s) | to converge "
-             f"(within {FLAGS.converged:.0%}) | total |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "HDP learned (ms) | its R (ms) | returned | to reach the expert (placements / s) "
+             f"| to converge (within {FLAGS.converged:.0%}) | total (placements / s) |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |"]
     for model_name, cluster_name in pairs:
         bench.progress(f"{model_name} on {cluster_name}")
         lines.append(measure(model_name, cluster_name, config))
