@@ -65,8 +65,8 @@ import numpy as np
 import tensorflow as tf
 
 from tf_autoplace.errors import ConfigError
-from tf_autoplace.rl.policies.checkpoint import Checkpointable
 from tf_autoplace.rl.hdp_view import GROUP_NUMERIC, UNIT_NUMERIC
+from tf_autoplace.rl.policies.checkpoint import Checkpointable
 
 
 def _glorot(rng: np.random.Generator, fan_in: int, fan_out: int) -> np.ndarray:
