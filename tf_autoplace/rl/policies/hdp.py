@@ -30,7 +30,7 @@ placements that use two devices scatter ops at random, and what the search learn
 put nearly everything on one GPU. We tried starting the grouper from runs of the topological
 order instead (a term linear in the unit's position, which the feed-forward grouper can
 express): after 1,024 placements on NMT-2 it ended at 830.8 ms against the uniform start's
-805.1 ms (seed 0), within the spread between seeds, so the paper's plain start stays
+805.1 ms (one seed, 0; no better), so the paper's plain start stays
 (``docs/pending/hdp.md``).
 
 **Sizes.** The paper trains its controller on a GPU and does not give its widths in this
