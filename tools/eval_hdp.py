@@ -11,8 +11,9 @@ For each ``model:cluster`` pair (``tools/benchmark.py``'s names; paper sizes unl
 seeds it, so with the default settings its search is the one ``tools/benchmark.py`` runs) with
 ``--max_samples`` placements and no time cap: the step time of the best placement it learned
 (before its guard compares it with the heuristics), its memory-penalised runtime R, which
-placement the guard returned, and from the search's curve
-(:func:`tf_autoplace.rl.hdp_search.search_cost`) the placements and seconds it took to reach
+placement the guard returned, and from the search's curve (read as the benchmark reads it,
+:func:`tf_autoplace.benchmark.search_curve` and :func:`~tf_autoplace.benchmark.reach`) the
+placements and seconds it took to reach
 the expert's step time (if it did) and to come within ``--converged`` of its final best R.
 ``--set=name=value`` overrides an ``HDPConfig`` field (numbers only).
 """
@@ -26,13 +27,13 @@ from absl import app, flags
 
 from tf_autoplace import benchmark as bench
 from tf_autoplace import zoo
-from tf_autoplace.cluster import Cluster
+from tf_autoplace.cluster import resolve_cluster
 from tf_autoplace.errors import AutoplaceError
 from tf_autoplace.graph import ingest
 from tf_autoplace.heuristics import BestHeuristicPlacer, SingleDevicePlacer
 from tf_autoplace.prepare import build_problem
 from tf_autoplace.placers import HDPPlacer
-from tf_autoplace.rl.hdp_search import HDPConfig, search_cost
+from tf_autoplace.rl.hdp_search import HDPConfig
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("pairs", ["nmt2:k80x2"], "model:cluster pairs (tools/benchmark.py's names)")
@@ -64,7 +65,7 @@ def measure(model_name: str, cluster_name: str, config: HDPConfig) -> str:
     """One markdown row for one pair."""
     zoo_name, knobs = bench.model_knobs(model_name, FLAGS.quick)
     model = zoo.build(zoo_name, **knobs)
-    cluster = Cluster.from_file(bench.cluster_path(cluster_name))
+    cluster = resolve_cluster(cluster_name)
     problem, _ = build_problem(ingest.load_meta_graph(model.graph), cluster)
     steps = {}
     for name, placer in (("expert", bench.make_placer("expert", model)),
@@ -74,14 +75,16 @@ def measure(model_name: str, cluster_name: str, config: HDPConfig) -> str:
     placer = HDPPlacer(config)
     placer.propose(problem, seed=FLAGS.seed)
     stats = placer.stats
-    cost = search_cost(stats["curve"], steps["expert"], FLAGS.converged)
-    reach = ("never" if cost.reached is None else
-             f"{cost.reached[0]} / {cost.reached[1]:.0f} s")
+    curve, _ = bench.search_curve(stats, stats["seconds"])  # timed: HDP gives curve_s
+    final = curve[-1][2]
+    reached = bench.reach(curve, steps["expert"])
+    converged = bench.reach(curve, final * (1 + FLAGS.converged))
+    reach = "never" if reached is None else f"{reached[0]} / {reached[1]:.0f} s"
     learned = f"{stats['learned_ms']:.1f}{'' if stats['learned_fits'] else ' (OOM)'}"
     return (f"| {model_name} | {cluster_name} | {problem.graph.num_ops} | "
             f"{steps['expert'] * 1e3:.1f} | {steps['best heuristic'] * 1e3:.1f} | "
-            f"{steps['one GPU'] * 1e3:.1f} | {learned} | {stats['curve'][-1][1] * 1e3:.1f} | "
-            f"{stats['winner']} | {reach} | {cost.converged[0]} / {cost.converged[1]:.0f} s | "
+            f"{steps['one GPU'] * 1e3:.1f} | {learned} | {final * 1e3:.1f} | "
+            f"{stats['winner']} | {reach} | {converged[0]} / {converged[1]:.0f} s | "
             f"{stats['samples']} / {stats['seconds']:.0f} s |")
 
 

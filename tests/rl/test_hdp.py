@@ -17,8 +17,8 @@ from tf_autoplace.grouping import Grouping
 from tf_autoplace.placers import HDPConfig, HDPPlacer, PlacementProblem, check_placement, \
     get_placer
 from tf_autoplace.rl.eager import policy_context
-from tf_autoplace.rl.hdp_search import gumbel, sample, sample_groupings, search, search_cost, \
-    update
+from tf_autoplace.benchmark import search_curve
+from tf_autoplace.rl.hdp_search import gumbel, sample, sample_groupings, search, update
 from tf_autoplace.rl.hdp_view import build_view
 from tf_autoplace.rl.policies.hdp import HDPPolicy
 from tf_autoplace.rl.rollouts import Evaluator
@@ -170,16 +170,6 @@ def test_search_learns_the_faster_device():
     assert [c[0] for c in found.curve] == list(range(8, 161, 8))
 
 
-def test_search_cost_reads_when_a_curve_reached_a_target_and_converged():
-    curve = [(16, 1.00, 1.0), (32, 0.80, 2.0), (48, 0.70, 3.0), (64, 0.695, 4.0), (80, 0.69, 5.0)]
-    cost = search_cost(curve, target=0.75, tolerance=0.01)
-    assert cost.reached == (48, 3.0)
-    assert cost.converged == (64, 4.0)  # 0.695 <= 0.69 * 1.01
-    assert search_cost(curve, target=0.5).reached is None
-    with pytest.raises(ConfigError, match="empty"):
-        search_cost([], 1.0)
-
-
 def _placer(**overrides):
     return HDPPlacer(**dict(SMALL, **overrides))
 
@@ -189,7 +179,20 @@ def test_same_seed_same_placement_and_curve():
     a, b = _placer(), _placer()
     first, second = a.place(problem, seed=5), b.place(problem, seed=5)
     np.testing.assert_array_equal(first.devices, second.devices)
-    assert [x[:2] for x in a.stats["curve"]] == [x[:2] for x in b.stats["curve"]]
+    assert a.stats["curve"] == b.stats["curve"]
+
+
+def test_placer_stats_give_the_benchmark_a_timed_curve():
+    problem = random_problem(80, seed=4)
+    placer = _placer(max_samples=12)
+    placer.place(problem, seed=5)
+    curve, timed = search_curve(placer.stats, placer.stats["seconds"])
+    assert timed
+    assert [n for n, _, _ in curve] == [4, 8, 12]
+    seconds = [t for _, t, _ in curve]
+    assert 0 < seconds[0] <= seconds[1] <= seconds[2] <= placer.stats["seconds"]
+    bests = [best for _, _, best in curve]
+    assert bests == sorted(bests, reverse=True)  # best so far never gets worse
 
 
 def test_checkpoint_round_trip_gives_identical_outputs(tmp_path):

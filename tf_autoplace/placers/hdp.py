@@ -33,7 +33,9 @@ from tf_autoplace.rl.hdp_search import HDPConfig, search
 class HDPPlacer(LearnedPlacer):
     """Learned placement (see module docstring). ``stats`` holds the last run's figures:
     ``learned_ms`` (the best sampled placement's step time), ``samples``, ``updates``,
-    ``winner``, ``seconds`` and ``curve`` (``HDPSearchResult.curve``)."""
+    ``winner``, ``seconds``, and the search's ``curve`` (placements, best R so far) with
+    ``curve_s``, the seconds of each point since ``place`` began: the shape the benchmark's
+    search table reads (:func:`tf_autoplace.benchmark.search_curve`)."""
 
     name = "hdp"
     config_class = HDPConfig
@@ -47,9 +49,10 @@ class HDPPlacer(LearnedPlacer):
             self.notes.append("hdp: one action device, nothing to learn; the heuristic "
                               "placement is used")
             _, _, winner, devices = rank_placements(problem, heuristics)[0]
-            self.stats = dict(samples=0, updates=0, winner=winner, curve=[],
+            self.stats = dict(samples=0, updates=0, winner=winner, curve=[], curve_s=[],
                               seconds=time.perf_counter() - start)
             return devices
+        searching = time.perf_counter()
         with policy_context():  # the policy runs eagerly whatever mode the caller is in
             found = search(problem, cfg, seed, deadline=start + cfg.budget_s)
         ranked = rank_placements(problem, [("hdp", found.best_devices)] + heuristics)
@@ -57,7 +60,10 @@ class HDPPlacer(LearnedPlacer):
         learned_oom, learned_s = next((oom, m) for oom, m, n, _ in ranked if n == "hdp")
         self.stats = dict(learned_ms=learned_s * 1e3, learned_fits=not learned_oom,
                           samples=found.samples, updates=found.updates, winner=winner,
-                          seconds=time.perf_counter() - start, curve=found.curve)
+                          seconds=time.perf_counter() - start,
+                          curve=[(n, best) for n, best, _ in found.curve],
+                          # seconds since place() began, the heuristics' runs included
+                          curve_s=[searching - start + t for _, _, t in found.curve])
         summary = (f"hdp: best learned {learned_s * 1e3:.2f} ms"
                    f"{' (out of memory)' if learned_oom else ''} after {found.samples} "
                    f"simulated placements in {found.updates} policy updates")

@@ -152,27 +152,6 @@ class HDPSearchResult:
         return self.curve[-1][0] if self.curve else 0
 
 
-@dataclasses.dataclass(frozen=True)
-class SearchCost:
-    """Where a search's curve crossed two marks, as ``(placements, seconds)``: ``reached``
-    when its best first got to a target step time (None: never), ``converged`` when its best
-    first came within a tolerance of its final best."""
-
-    reached: tuple[int, float] | None
-    converged: tuple[int, float]
-
-
-def search_cost(curve, target: float, tolerance: float = 0.01) -> SearchCost:
-    """The :class:`SearchCost` of ``curve`` (``HDPSearchResult.curve``) against ``target``
-    seconds, converged within ``tolerance`` (a fraction) of the final best."""
-    if not curve:
-        raise ConfigError("the curve is empty")
-    final = curve[-1][1]
-    reached = next(((s, t) for s, best, t in curve if best <= target), None)
-    converged = next((s, t) for s, best, t in curve if best <= final * (1 + tolerance))
-    return SearchCost(reached=reached, converged=converged)
-
-
 def sample_groupings(probabilities: np.ndarray, count: int,
                      rng: np.random.Generator) -> np.ndarray:
     """[count, M] int32 groupings: for each unit an independent draw from its row of
