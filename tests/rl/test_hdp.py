@@ -187,7 +187,7 @@ def test_placer_stats_give_the_benchmark_a_timed_curve():
     placer = _placer(max_samples=12)
     placer.place(problem, seed=5)
     curve, timed = search_curve(placer.stats, placer.stats["seconds"])
-    assert timed
+    assert timed and placer.stats["stopped"] == "samples"
     assert [n for n, _, _ in curve] == [4, 8, 12]
     seconds = [t for _, t, _ in curve]
     assert 0 < seconds[0] <= seconds[1] <= seconds[2] <= placer.stats["seconds"]

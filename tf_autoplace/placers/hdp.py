@@ -33,7 +33,8 @@ from tf_autoplace.rl.hdp_search import HDPConfig, search
 class HDPPlacer(LearnedPlacer):
     """Learned placement (see module docstring). ``stats`` holds the last run's figures:
     ``learned_ms`` (the best sampled placement's step time), ``samples``, ``updates``,
-    ``winner``, ``seconds``, and the search's ``curve`` (placements, best R so far) with
+    ``winner``, ``seconds``, ``stopped`` (what ended the search: ``samples``, ``deadline``, or
+    ``one device``), and the search's ``curve`` (placements, best R so far) with
     ``curve_s``, the seconds of each point since ``place`` began: the shape the benchmark's
     search table reads (:func:`tf_autoplace.benchmark.search_curve`)."""
 
@@ -50,7 +51,7 @@ class HDPPlacer(LearnedPlacer):
                               "placement is used")
             _, _, winner, devices = rank_placements(problem, heuristics)[0]
             self.stats = dict(samples=0, updates=0, winner=winner, curve=[], curve_s=[],
-                              seconds=time.perf_counter() - start)
+                              stopped="one device", seconds=time.perf_counter() - start)
             return devices
         searching = time.perf_counter()
         with policy_context():  # the policy runs eagerly whatever mode the caller is in
@@ -60,6 +61,8 @@ class HDPPlacer(LearnedPlacer):
         learned_oom, learned_s = next((oom, m) for oom, m, n, _ in ranked if n == "hdp")
         self.stats = dict(learned_ms=learned_s * 1e3, learned_fits=not learned_oom,
                           samples=found.samples, updates=found.updates, winner=winner,
+                          stopped=("samples" if cfg.max_samples is not None
+                                   and found.samples >= cfg.max_samples else "deadline"),
                           seconds=time.perf_counter() - start,
                           curve=[(n, best) for n, best, _ in found.curve],
                           # seconds since place() began, the heuristics' runs included
