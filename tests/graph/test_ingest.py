@@ -1,5 +1,10 @@
 """Ingestion: every input form gives the same OpGraph; byte sizes, colocation, kernels, control
-edges and while loops are read right; bad input is an InvalidGraphError naming the problem."""
+edges and while loops are read right; bad input is an InvalidGraphError naming the problem, and
+a graph TensorFlow rejects never reaches Grappler (which may abort the process on one)."""
+
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -7,7 +12,7 @@ import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 from tensorflow.core.protobuf import meta_graph_pb2
 
-from tf_autoplace.errors import InvalidGraphError
+from tf_autoplace.errors import InfeasiblePlacementError, InvalidGraphError
 from tf_autoplace.graph import ingest
 from tf_autoplace.testing import small_cnn, while_loop_graph
 
@@ -113,12 +118,18 @@ def test_tiny_graph_sizes_edges_and_colocation(tiny_graph):
     _assert_topological(g)
 
 
-def test_unknown_dimension_uses_unknown_dim():
+def _unknown_batch_graph():
+    """p: [?, 16] placeholder, y = p @ ones [16, 4], anything: a placeholder of unknown rank."""
     g = tf.Graph()
     with g.as_default():
         p = tf.compat.v1.placeholder(tf.float32, [None, 16], name="p")
         tf.matmul(p, tf.ones([16, 4], name="ones"), name="y")
         tf.compat.v1.placeholder(tf.float32, None, name="anything")  # unknown rank
+    return g
+
+
+def test_unknown_dimension_uses_unknown_dim():
+    g = _unknown_batch_graph()
     small, big = _opgraph(g), _opgraph(g, unknown_dim=32)
     assert _by_name(small, small.shape_known) == {"p": False, "ones": True, "y": False,
                                                   "anything": False}
@@ -200,6 +211,40 @@ def _graph_def(*nodes):
     return graph_pb2.GraphDef(node=list(nodes))
 
 
+F32_TYPE = tf.compat.v1.AttrValue(type=tf.float32.as_datatype_enum)
+
+
+def _f32(name, op, *inputs, **attrs):
+    """A node whose type attr ``T`` is float32."""
+    return _node(name, op, *inputs, T=F32_TYPE, **attrs)
+
+
+def _matrix(name, rows, cols, *, content_shape=None):
+    """A float32 Const of shape [rows, cols]; ``content_shape`` overrides the declared shape
+    (so the bytes held do not match it)."""
+    node = _node(name, "Const", dtype=F32_TYPE, value=tf.compat.v1.AttrValue(
+        tensor=tf.make_tensor_proto(np.ones((rows, cols), np.float32))))
+    if content_shape is not None:
+        shape = node.attr["value"].tensor.tensor_shape
+        del shape.dim[:]
+        shape.dim.extend(tf.TensorShape(content_shape).as_proto().dim)
+    return node
+
+
+def _variable(name, *dims):
+    node = _node(name, "VarHandleOp", dtype=F32_TYPE,
+                 shared_name=tf.compat.v1.AttrValue(s=name.encode()))
+    node.attr["shape"].shape.CopyFrom(tf.TensorShape(dims).as_proto())
+    return node
+
+
+def _placeholder(name, *dims):
+    node = _node(name, "Placeholder", dtype=F32_TYPE)
+    for d in dims:  # any size, even one TensorShape refuses
+        node.attr["shape"].shape.dim.add(size=d)
+    return node
+
+
 @pytest.mark.parametrize("source, message", [
     (b"\x08\x96\x01\xff\xfe not a graph", "the given bytes is not a GraphDef or MetaGraphDef"),
     (b"", "not a GraphDef or MetaGraphDef"),
@@ -221,6 +266,100 @@ def _graph_def(*nodes):
 def test_bad_graphs_are_invalid_graph_errors(source, message):
     with pytest.raises(InvalidGraphError, match=message):
         _opgraph(source)
+
+
+# Graphs TensorFlow's importer or Const kernel rejects. Each was once placed and returned (or
+# crashed Grappler with an IndexError / RuntimeError); now each is rejected before Grappler.
+REJECTED = {
+    "malformed input": (_graph_def(_const("a"), _f32("b", "Identity", "a:x")),
+                        "node 'b' has the malformed input 'a:x'"),
+    "control input with a port": (_graph_def(_const("a"), _node("b", "NoOp", "^a:1")),
+                                  "node 'b' has the malformed input '\\^a:1'"),
+    "output out of range": (_graph_def(_const("a"), _f32("b", "Identity", "a:5")),
+                            "rejects node 'b': Connecting to invalid output 5"),
+    "reading a NoOp": (_graph_def(_node("a", "NoOp"), _f32("b", "Identity", "a")),
+                       "rejects node 'b': Connecting to invalid output 0 .* 0 outputs"),
+    "MatMul with one input": (_graph_def(_matrix("a", 2, 2), _f32("b", "MatMul", "a")),
+                              "rejects node 'b': .*do not match 1 inputs"),
+    "MatMul with three inputs": (_graph_def(_matrix("a", 2, 2),
+                                            _f32("b", "MatMul", "a", "a", "a")),
+                                 "rejects node 'b': .*do not match 3 inputs"),
+    "missing attr T": (_graph_def(_const("a"), _node("b", "Identity", "a")),
+                       "rejects node 'b': NodeDef missing attr 'T'"),
+    "shapes that do not multiply": (
+        _graph_def(_matrix("a", 2, 3), _matrix("c", 5, 7), _f32("b", "MatMul", "a", "c")),
+        "rejects node 'b': Dimensions must be equal, but are 3 and 5"),
+    "attr T as a string": (_graph_def(_const("a"), _node("b", "Identity", "a", T=(
+        tf.compat.v1.AttrValue(s=b"float")))), "rejects node 'b': .*type 'string'"),
+    "int32 Identity fed a float": (
+        _graph_def(_const("a"), _node("b", "Identity", "a", T=tf.compat.v1.AttrValue(
+            type=tf.int32.as_datatype_enum))),
+        "rejects node 'b': Input 0 of node b was passed float"),
+    "Const holding 8 bytes for [1000]": (
+        _graph_def(_matrix("a", 1, 2, content_shape=[1000]), _f32("b", "Identity", "a")),
+        "rejects node 'a' \\(Const\\): its value holds 8 bytes where shape \\[1000\\]"),
+    "Const whose value has another dtype": (
+        _graph_def(_node("a", "Const", dtype=tf.compat.v1.AttrValue(
+            type=tf.int32.as_datatype_enum), value=tf.compat.v1.AttrValue(
+            tensor=tf.make_tensor_proto(1.0)))),
+        "rejects node 'a' \\(Const\\): its value is a DT_FLOAT tensor but its dtype is DT_INT32"),
+    "Placeholder of shape [-7]": (_graph_def(_placeholder("p", -7)),
+                                  "rejects node 'p': Shape \\[-7\\]"),
+    "variable of 2**80 elements": (
+        _graph_def(_variable("v", 2**40, 2**40)), "rejects node 'v': .*too large"),
+}  # (a Const without a value aborts Grappler: checked in a subprocess below)
+
+
+@pytest.mark.parametrize("case", sorted(REJECTED))
+def test_graphs_tensorflow_rejects_are_invalid_graph_errors_naming_the_node(case):
+    graph_def, message = REJECTED[case]
+    before = graph_def.SerializeToString(deterministic=True)
+    with pytest.raises(InvalidGraphError, match=message):
+        _opgraph(graph_def)
+    assert graph_def.SerializeToString(deterministic=True) == before
+
+
+def test_graph_too_big_to_count_is_infeasible_not_an_overflow():
+    # TF imports a [2**31, 2**31] float variable (2**62 elements), but its 2**64 bytes do not
+    # fit in int64: no cluster holds it.
+    graph_def = _graph_def(_variable("v", 2**31, 2**31),
+                           _node("r", "ReadVariableOp", "v", dtype=F32_TYPE))
+    with pytest.raises(InfeasiblePlacementError, match="add up to 3.69e\\+19 bytes"):
+        _opgraph(graph_def)
+
+
+def test_huge_unknown_dim_is_infeasible_not_an_overflow():
+    g = _unknown_batch_graph()
+    big = _opgraph(g, unknown_dim=2**50)  # 2**56 bytes: still counted
+    assert _by_name(big, big.output_bytes)["p"] == 2**50 * 16 * F32
+    with pytest.raises(InfeasiblePlacementError, match="node 'p' alone has 2.95e\\+20 bytes"):
+        _opgraph(g, unknown_dim=2**62)
+
+
+def test_a_graph_grappler_would_abort_on_is_an_error_and_the_process_lives(repo_root):
+    """A Const without a value read by an Identity made Grappler abort the interpreter
+    (SIGABRT, a C++ check); it must be an InvalidGraphError in a process that goes on."""
+    code = (
+        "import tensorflow as tf, tf_autoplace\n"
+        "from tensorflow.core.framework import graph_pb2\n"
+        "g = graph_pb2.GraphDef()\n"
+        "g.node.add(name='a', op='Const').attr['dtype'].type = tf.float32.as_datatype_enum\n"
+        "g.node.add(name='b', op='Identity', input=['a']).attr['T'].type = "
+        "tf.float32.as_datatype_enum\n"
+        "try:\n"
+        "    tf_autoplace.autoplace(g, cluster='testdata/cpu2.pbtxt', placer='m_etf')\n"
+        "except tf_autoplace.InvalidGraphError as e:\n"
+        "    print('InvalidGraphError:', e)\n"
+        "print('alive')\n")
+    pythonpath = os.pathsep.join(p for p in (repo_root, os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=pythonpath)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=repo_root, env=env, text=True,
+                          capture_output=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines[-1] == "alive"
+    assert lines[0].startswith("InvalidGraphError: TensorFlow rejects node 'a': NodeDef missing "
+                               "attr 'value'"), proc.stdout
 
 
 @pytest.mark.parametrize("content, message", [

@@ -13,6 +13,16 @@ Shape fallback: a dimension Grappler cannot infer (-1) counts as ``unknown_dim``
 ``shape_known=False``; an unknown rank counts as a scalar. The report says how many ops were
 affected, so a user can feed static shapes and place again.
 
+Validation comes first, before Grappler sees the graph: Grappler's C++ code assumes a graph
+TensorFlow accepts and may abort the whole process on one it does not (a ``Const`` without a
+``value`` read by an ``Identity`` does). So the graph is imported into a scratch ``tf.Graph``
+with TensorFlow's own importer (op signatures, attr types, input counts and dtypes, static shape
+inference; about 1 s for an 8k-op graph), and every ``Const`` must hold the bytes its shape
+needs (TF checks that only when the kernel is built, at run time). Anything TensorFlow rejects
+is an :class:`InvalidGraphError` naming the node. A graph whose tensors add up to more than
+2**62 bytes (say a [2**31, 2**31] variable, which TF imports) fits no device and cannot be
+counted in int64: an :class:`InfeasiblePlacementError`.
+
 Colocation (what TF's placer enforces and we must not split):
 - ``_class`` attrs ``loc:@name`` put a node in ``name``'s group;
 - an edge carrying a resource handle or a reference (variables and their readers, assigners and
@@ -24,17 +34,18 @@ v1 while loops: the ``NextIteration -> Merge`` back edge is dropped, so the rest
 from __future__ import annotations
 
 import os
+import re
 from typing import Union
 
 import numpy as np
 import tensorflow as tf
 from google.protobuf import message as _pb_message
 from google.protobuf import text_format
-from tensorflow.core.framework import graph_pb2
+from tensorflow.core.framework import graph_pb2, types_pb2
 from tensorflow.core.protobuf import meta_graph_pb2
 from tensorflow.python.framework import op_def_registry
 
-from tf_autoplace.errors import InvalidGraphError
+from tf_autoplace.errors import InfeasiblePlacementError, InvalidGraphError
 from tf_autoplace.graph import grappler
 from tf_autoplace.graph.kernels import kernel_kinds
 from tf_autoplace.graph.opgraph import KERNEL_KINDS, OpGraph
@@ -43,6 +54,10 @@ GraphLike = Union[tf.Graph, graph_pb2.GraphDef, meta_graph_pb2.MetaGraphDef, byt
                   os.PathLike]
 
 VARIABLE_OPS = frozenset({"VarHandleOp", "VariableV2", "Variable", "TemporaryVariable"})
+CONST_OPS = frozenset({"Const", "HostConst"})
+# Bytes a graph's tensors and variables may add up to: sums of sizes stay exact in int64.
+MAX_GRAPH_BYTES = 2**62
+_INPUT = re.compile(r"(\^?)([^:^]+)(?::(0|[1-9][0-9]*))?")
 
 
 # ------------------------------------------------------------------------------------ loading
@@ -74,7 +89,9 @@ def read_graph_file(path: str | os.PathLike) -> tuple[meta_graph_pb2.MetaGraphDe
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:
-        raise InvalidGraphError(f"cannot read graph file {path!r}: {e.strerror}") from e
+        raise InvalidGraphError(f"cannot read graph file {path!r}: {e.strerror or e}") from e
+    except ValueError as e:  # a NUL in the path
+        raise InvalidGraphError(f"cannot read graph file {path!r}: {e}") from e
     return _parse(data, what=repr(path))
 
 
@@ -135,12 +152,79 @@ class _UnionFind:
         return dense.astype(np.int32)
 
 
-def _split_input(inp: str) -> tuple[str, int, bool]:
-    """'^a' -> (a, -1, True); 'a:2' -> (a, 2, False); 'a' -> (a, 0, False)."""
-    if inp.startswith("^"):
-        return inp[1:], -1, True
-    name, _, idx = inp.partition(":")
-    return name, int(idx) if idx else 0, False
+def _split_input(inp: str) -> tuple[str, int, bool] | None:
+    """'^a' -> (a, -1, True); 'a:2' -> (a, 2, False); 'a' -> (a, 0, False); None for a string
+    that is none of these ('a:x', '^a:1', '')."""
+    match = _INPUT.fullmatch(inp)
+    if match is None or (match[1] and match[3] is not None):
+        return None
+    if match[1]:
+        return match[2], -1, True
+    return match[2], int(match[3] or 0), False
+
+
+def _colocation_targets(node) -> list[str]:
+    """Names in the node's ``_class`` attr entries ``loc:@name``."""
+    entries = node.attr["_class"].list.s if "_class" in node.attr else []
+    return [e.decode("utf-8", "replace")[len("loc:@"):] for e in entries
+            if e.startswith(b"loc:@")]
+
+
+def _node_in_message(message: str) -> str | None:
+    """The node a TensorFlow error message is about, where it names one."""
+    for pattern in (r"\{\{node ([^}\s]+)\}\}", r"[Nn]ode '([^']+)'", r"of node (\S+?) was"):
+        found = re.search(pattern, message)
+        if found:
+            return found[1]
+    return None
+
+
+def check_tensorflow_accepts(graph_def: graph_pb2.GraphDef) -> None:
+    """Raise InvalidGraphError unless TensorFlow's importer accepts ``graph_def`` (imported into
+    a scratch graph; nothing of the caller's changes) and its constants hold what their shapes
+    need (see the module docstring)."""
+    try:
+        with tf.Graph().as_default():
+            tf.graph_util.import_graph_def(graph_def, name="")
+    except (ValueError, TypeError, KeyError, tf.errors.OpError) as e:
+        message = str(e).strip()
+        node = _node_in_message(message)
+        if node:
+            message = message.removeprefix(f"Node '{node}': ")
+        where = f"node {node!r}" if node else "the graph"
+        raise InvalidGraphError(f"TensorFlow rejects {where}: {message}") from e
+    for node in graph_def.node:
+        if node.op in CONST_OPS:
+            problem = _constant_problem(node)
+            if problem:
+                raise InvalidGraphError(f"TensorFlow rejects node {node.name!r} ({node.op}): "
+                                        f"{problem}")
+
+
+def _constant_problem(node) -> str | None:
+    """Why TensorFlow's Const kernel would not build from ``node``'s ``value`` (as
+    ``Tensor::FromProto`` reads it), or None."""
+    tensor, dtype = node.attr["value"].tensor, node.attr["dtype"].type
+    if tensor.dtype != dtype:
+        return (f"its value is a {types_pb2.DataType.Name(tensor.dtype)} tensor but its dtype "
+                f"is {types_pb2.DataType.Name(dtype)}")
+    dims = [d.size for d in tensor.tensor_shape.dim]
+    if tensor.tensor_shape.unknown_rank or any(d < 0 for d in dims):
+        return f"its value has the incomplete shape {dims}"
+    if not tensor.tensor_content or dtype in (types_pb2.DT_STRING, types_pb2.DT_RESOURCE,
+                                              types_pb2.DT_VARIANT):
+        return None  # typed values: TF repeats the last one (or zero) to fill the shape
+    try:
+        dt = tf.dtypes.as_dtype(dtype)
+    except TypeError:
+        return f"its dtype {dtype} is not a TensorFlow dtype"
+    elements = 1
+    for d in dims:
+        elements *= d
+    if len(tensor.tensor_content) != elements * dt.size:
+        return (f"its value holds {len(tensor.tensor_content)} bytes where shape {dims} of "
+                f"{dt.name} needs {elements * dt.size}")
+    return None
 
 
 def _num_elements(shape, unknown_dim: int) -> tuple[int, bool]:
@@ -178,10 +262,19 @@ def to_opgraph(meta_graph: meta_graph_pb2.MetaGraphDef, *, unknown_dim: int = 1)
                 f"node {node.name!r} has unknown op type {node.op!r} (not registered in this "
                 "TensorFlow build and not a function of the graph's library)")
         index[node.name] = i
-    for node in nodes:  # before Grappler, which would fail on a dangling input less clearly
+    for node in nodes:  # before TF's importer, whose messages for these are less clear
         for inp in node.input:
-            if _split_input(inp)[0] not in index:
+            split = _split_input(inp)
+            if split is None:
+                raise InvalidGraphError(f"node {node.name!r} has the malformed input {inp!r} "
+                                        "(expected 'name', 'name:port' or '^name')")
+            if split[0] not in index:
                 raise InvalidGraphError(f"node {node.name!r} reads {inp!r}, which does not exist")
+        for target in _colocation_targets(node):
+            if target not in index:
+                raise InvalidGraphError(f"node {node.name!r} asks to be colocated with "
+                                        f"{target!r}, which does not exist")
+    check_tensorflow_accepts(meta_graph.graph_def)  # Grappler may abort on what TF rejects
 
     props = grappler.output_properties(meta_graph)
 
@@ -226,17 +319,11 @@ def to_opgraph(meta_graph: meta_graph_pb2.MetaGraphDef, *, unknown_dim: int = 1)
                 uf.union(src, i)
             edge_tensor.append(t)
             edge_dst.append(i)
-        cls = node.attr["_class"].list.s if "_class" in node.attr else []
-        for entry in cls:
-            entry = entry.decode("utf-8", "replace")
-            if entry.startswith("loc:@"):
-                target = entry[len("loc:@"):]
-                if target not in index:
-                    raise InvalidGraphError(
-                        f"node {node.name!r} asks to be colocated with {target!r}, which does "
-                        "not exist")
-                uf.union(index[target], i)
+        for target in _colocation_targets(node):
+            uf.union(index[target], i)
 
+    persistent = [_variable_bytes(node) for node in nodes]
+    _check_countable(nodes, persistent, tensor_op, tensor_bytes)
     kernels = np.array([[kind in kernel_kinds(node, library_functions) for kind in KERNEL_KINDS]
                         for node in nodes], dtype=bool)
     for i, node in enumerate(nodes):
@@ -246,7 +333,7 @@ def to_opgraph(meta_graph: meta_graph_pb2.MetaGraphDef, *, unknown_dim: int = 1)
 
     return OpGraph(
         names=tuple(n.name for n in nodes), op_types=tuple(n.op for n in nodes),
-        persistent_bytes=np.array([_variable_bytes(n) for n in nodes], dtype=np.int64),
+        persistent_bytes=np.array(persistent, dtype=np.int64),
         tensor_op=np.array(tensor_op, dtype=np.int32),
         tensor_bytes=np.array(tensor_bytes, dtype=np.int64),
         edge_tensor=np.array(edge_tensor, dtype=np.int32),
@@ -254,3 +341,17 @@ def to_opgraph(meta_graph: meta_graph_pb2.MetaGraphDef, *, unknown_dim: int = 1)
         ctrl_src=np.array(ctrl_src, dtype=np.int32), ctrl_dst=np.array(ctrl_dst, dtype=np.int32),
         colocation=uf.labels(), kernels=kernels, shape_known=shape_known,
         kernel_kinds=KERNEL_KINDS, n_back_edges=n_back)
+
+
+def _check_countable(nodes, persistent: list, tensor_op: list, tensor_bytes: list) -> None:
+    """Raise InfeasiblePlacementError when the graph's bytes add up to more than
+    MAX_GRAPH_BYTES (Python ints, so nothing has overflowed yet)."""
+    total = sum(persistent) + sum(tensor_bytes)
+    if total <= MAX_GRAPH_BYTES:
+        return
+    sizes = list(zip(persistent, range(len(nodes))))
+    sizes += list(zip(tensor_bytes, tensor_op))
+    size, i = max(sizes)
+    raise InfeasiblePlacementError(
+        f"the graph's tensors and variables add up to {total:.3g} bytes, more than any "
+        f"cluster holds (node {nodes[i].name!r} alone has {size:.3g} bytes)")
