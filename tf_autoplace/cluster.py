@@ -10,13 +10,24 @@ has them too) and are named by their stem: ``resolve_cluster("k80x4")``, ``--clu
 
 Transfer model (Placeto A.5): moving ``b`` bytes from device i to device j takes
 ``latency[i, j] + b / bandwidth[i, j]`` seconds; each device has one outgoing transfer queue.
+
+Every device must be one TensorFlow can address, checked before any work: its name is parsed
+with ``tf.DeviceSpec`` (as TF parses it, plus TF's C++ rules that the Python parser skips: job
+names ``[A-Za-z][A-Za-z0-9_]*``, indices >= 0) and kept in canonical form (``/gpu:0`` becomes
+``/device:GPU:0``); it must name a device type and index, and the type must be the device's
+``kind``. Two names TensorFlow could resolve to the same device (``/device:CPU:0`` and
+``/job:localhost/replica:0/task:0/device:CPU:0``: every field given by both agrees) are one
+device listed twice. Numbers must be finite and fit the int64 fields Grappler reads them into.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.resources
+import math
+import numbers
 import os
+import re
 from typing import Sequence
 
 import numpy as np
@@ -36,6 +47,56 @@ _SPECS = importlib.resources.files("tf_autoplace").joinpath("clusters")
 PLACETO_BANDWIDTH_GBPS = 7.6
 PLACETO_LATENCY_US = 25.0
 PLACETO_OP_OVERHEAD_US = 5.7
+
+INT64_MAX = 2**63 - 1
+_JOB = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+
+def device_spec(name: str):
+    """``tf.DeviceSpec`` of a full device name (type and index given), or ClusterSpecError."""
+    import tensorflow as tf  # TF only when a device is named; the numpy core stays light
+
+    if not isinstance(name, str) or not name.startswith("/"):
+        raise ClusterSpecError(
+            f"device name {name!r} is not a TF device string like '/device:GPU:0'")
+    try:
+        spec = tf.DeviceSpec.from_string(name)
+    except (ValueError, TypeError) as e:
+        raise ClusterSpecError(f"device name {name!r} is not a TF device string: {e}") from e
+    if spec.device_type is None or spec.device_index is None:
+        raise ClusterSpecError(f"device name {name!r} names no device type and index (as in "
+                               "'/device:GPU:0')")
+    if spec.job is not None and not _JOB.fullmatch(spec.job):
+        raise ClusterSpecError(f"device name {name!r} has the job name {spec.job!r}; "
+                               "TensorFlow wants [A-Za-z][A-Za-z0-9_]*")
+    for field in ("replica", "task", "device_index"):
+        if getattr(spec, field) is not None and getattr(spec, field) < 0:
+            raise ClusterSpecError(f"device name {name!r} has a negative {field}")
+    return spec
+
+
+def same_device(a, b) -> bool:
+    """Whether TensorFlow could resolve DeviceSpecs ``a`` and ``b`` to one device: every field
+    that both give agrees."""
+    return all(x is None or y is None or x == y
+               for x, y in ((a.job, b.job), (a.replica, b.replica), (a.task, b.task),
+                            (a.device_type, b.device_type), (a.device_index, b.device_index)))
+
+
+def _check_number(what: str, value, *, integer: bool = False, zero_ok: bool = False,
+                  limit: float = math.inf) -> None:
+    """Raise ClusterSpecError unless ``value`` is a finite number (an int where ``integer``),
+    > 0 (>= 0 where ``zero_ok``) and at most ``limit``; ``what`` names it ("device 'x' has
+    speed")."""
+    low = ">= 0" if zero_ok else "> 0"
+    ok = (not isinstance(value, bool)
+          and isinstance(value, numbers.Integral if integer else numbers.Real)
+          and (value >= 0 if zero_ok else value > 0) and value <= limit
+          and (integer or math.isfinite(value)))
+    if not ok:
+        bound = f" and at most {limit:.4g}" if limit < math.inf else ""
+        raise ClusterSpecError(f"{what}={value!r}; must be {low}, "
+                               f"{'an integer' if integer else 'finite'}{bound}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,17 +122,25 @@ class Device:
     architecture: str = ""
 
     def __post_init__(self):
-        if not self.name or not self.name.startswith("/"):
-            raise ClusterSpecError(
-                f"device name {self.name!r} is not a TF device string like '/device:GPU:0'")
+        spec = device_spec(self.name)
         if self.kind not in DEVICE_KINDS:
             raise ClusterSpecError(
                 f"device {self.name!r} has kind {self.kind!r}; expected one of {DEVICE_KINDS}")
-        for field in ("memory_bytes", "speed", "num_cores", "frequency_mhz",
-                      "memory_bandwidth_gbps"):
-            value = getattr(self, field)
-            if not value > 0:
-                raise ClusterSpecError(f"device {self.name!r} has {field}={value!r}; must be > 0")
+        if spec.device_type != self.kind:
+            raise ClusterSpecError(f"device {self.name!r} is a {spec.device_type} device but "
+                                   f"has kind {self.kind!r}")
+        object.__setattr__(self, "name", spec.to_string())
+        # Grappler reads num_cores, frequency and bandwidth (KB/s) into int64 fields.
+        for field, integer, limit in (("memory_bytes", True, INT64_MAX),
+                                      ("speed", False, math.inf),
+                                      ("num_cores", True, INT64_MAX),
+                                      ("frequency_mhz", True, INT64_MAX),
+                                      ("memory_bandwidth_gbps", False, INT64_MAX / 1e6)):
+            _check_number(f"device {self.name!r} has {field}", getattr(self, field),
+                          integer=integer, limit=limit)
+        if not isinstance(self.architecture, str):
+            raise ClusterSpecError(f"device {self.name!r} has architecture "
+                                   f"{self.architecture!r}; must be a string like '7.0'")
 
     @property
     def hardware_key(self) -> tuple:
@@ -99,24 +168,31 @@ class Cluster:
     def __post_init__(self):
         if not self.devices:
             raise ClusterSpecError("the cluster has no devices")
-        names = [d.name for d in self.devices]
-        dup = sorted({n for n in names if names.count(n) > 1})
-        if dup:
-            raise ClusterSpecError(f"device names must be unique; repeated: {dup}")
+        if not all(isinstance(d, Device) for d in self.devices):
+            raise ClusterSpecError(f"devices must be Device objects, got "
+                                   f"{[type(d).__name__ for d in self.devices]}")
+        specs = [device_spec(d.name) for d in self.devices]
+        for j in range(len(specs)):
+            for i in range(j):
+                if same_device(specs[i], specs[j]):
+                    raise ClusterSpecError(
+                        f"devices {self.devices[i].name!r} and {self.devices[j].name!r} are "
+                        "one device to TensorFlow; device names must be unique")
         d = len(self.devices)
         for field in ("bandwidth", "latency"):
             arr = np.array(getattr(self, field), dtype=np.float64)
             if arr.shape != (d, d):
                 raise ClusterSpecError(f"{field} has shape {arr.shape}; expected {(d, d)}")
             off = arr[~np.eye(d, dtype=bool)]
-            if field == "bandwidth" and not (off > 0).all():
-                raise ClusterSpecError(f"link bandwidths must be > 0, got {off.min()}")
-            if field == "latency" and not (off >= 0).all():
-                raise ClusterSpecError(f"link latencies must be >= 0, got {off.min()}")
+            bad = off[~np.isfinite(off) | ((off <= 0) if field == "bandwidth" else (off < 0))]
+            if len(bad):
+                what = (("bandwidths", "> 0", "bytes/s") if field == "bandwidth"
+                        else ("latencies", ">= 0", "s"))
+                raise ClusterSpecError(f"link {what[0]} must be finite and {what[1]}, got "
+                                       f"{float(bad[0])!r} {what[2]}")
             arr.setflags(write=False)
             object.__setattr__(self, field, arr)
-        if not self.op_overhead_s >= 0:
-            raise ClusterSpecError(f"op_overhead_s must be >= 0, got {self.op_overhead_s}")
+        _check_number("op_overhead_s", self.op_overhead_s, zero_ok=True)
 
     # --------------------------------------------------------------------------- accessors
     @property
@@ -143,8 +219,15 @@ class Cluster:
         return np.flatnonzero([d.kind == kind for d in self.devices]).astype(np.int64)
 
     def index(self, name: str) -> int:
+        """The device ``name`` denotes: the one of that name, else the one TensorFlow would
+        resolve it to (``/device:GPU:1`` for ``/job:localhost/replica:0/task:0/device:GPU:1``;
+        names are canonical and no two devices are one)."""
         for i, d in enumerate(self.devices):
             if d.name == name:
+                return i
+        spec = device_spec(name)
+        for i, d in enumerate(self.devices):
+            if same_device(spec, device_spec(d.name)):
                 return i
         raise ClusterSpecError(f"no device named {name!r}; devices are {list(self.names)}")
 
@@ -172,9 +255,9 @@ class Cluster:
                 latency_us: float = PLACETO_LATENCY_US,
                 op_overhead_us: float = PLACETO_OP_OVERHEAD_US) -> "Cluster":
         """All pairs of devices linked with the same bandwidth and latency."""
-        if not bandwidth_gbps > 0 or not latency_us >= 0:
-            raise ClusterSpecError(
-                f"bandwidth_gbps must be > 0 and latency_us >= 0, got {bandwidth_gbps}, {latency_us}")
+        _check_number("bandwidth_gbps", bandwidth_gbps)
+        _check_number("latency_us", latency_us, zero_ok=True)
+        _check_number("op_overhead_us", op_overhead_us, zero_ok=True)
         d = len(devices)
         return cls(devices=tuple(devices), bandwidth=np.full((d, d), bandwidth_gbps * 1e9),
                    latency=np.full((d, d), latency_us * 1e-6), op_overhead_s=op_overhead_us * 1e-6)
@@ -223,7 +306,7 @@ class Cluster:
         try:
             with open(path, "r", encoding="utf-8") as f:
                 text = f.read()
-        except (OSError, UnicodeDecodeError) as e:
+        except (OSError, UnicodeDecodeError, ValueError) as e:  # ValueError: a NUL in it
             raise ClusterSpecError(f"cannot read cluster spec {str(path)!r}: {e}") from e
         try:
             return cls.from_text(text)
