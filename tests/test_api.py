@@ -97,10 +97,44 @@ def test_transient_memory_too_big_is_an_error_and_graph_untouched():
     (dict(cluster="k80x3"), tf_autoplace.ClusterSpecError),
     (dict(cluster=12), tf_autoplace.ConfigError),
     (dict(seed="x"), tf_autoplace.ConfigError),
+    # Each of these once escaped as a plain Python exception (or was taken at face value).
+    (dict(seed=-1), "seed must be an int in \\[0, 2\\*\\*63 - 1\\], got -1"),
+    (dict(seed=2**63), "seed must be an int .*got 9223372036854775808"),
+    (dict(seed=True), "seed must be an int .*got True"),
+    (dict(cost_model="analytical"), "cost_model must be None .* got 'analytical'"),
+    (dict(unknown_dim="8"), "unknown_dim must be an int >= 1, got '8'"),
+    (dict(unknown_dim=-5), "unknown_dim must be an int >= 1, got -5"),
+    (dict(unknown_dim=0), "unknown_dim must be an int >= 1, got 0"),
+    (dict(grouping=None), "grouping must be a GroupingConfig, got None"),
+    (dict(budget_s=True), "budget_s must be a number > 0, got True"),
+    (dict(cluster="testdata/cpu2\0.pbtxt"), "cannot read cluster spec 'testdata/cpu2\\\\x00"),
 ])
 def test_bad_arguments_are_typed_errors_and_graph_untouched(kwargs, error):
     tg = small_cnn()
     before = _devices(tg.graph)
-    with pytest.raises(error):
+    message = None
+    if isinstance(error, str):
+        error, message = tf_autoplace.AutoplaceError, error
+    with pytest.raises(error, match=message):
         tf_autoplace.autoplace(tg.graph, **{"cluster": CPU2, "placer": "m_etf", **kwargs})
     assert _devices(tg.graph) == before
+
+
+def test_a_path_with_a_nul_is_an_invalid_graph_error():
+    with pytest.raises(tf_autoplace.InvalidGraphError, match="cannot read graph file 'a\\\\x00b"):
+        tf_autoplace.autoplace("a\0b.pb", cluster=CPU2, placer="m_etf")
+
+
+def test_the_tf2_door_checks_the_same_arguments_before_tracing():
+    traced = []
+
+    @tf.function(input_signature=[tf.TensorSpec([2], tf.float32)])
+    def double(x):
+        traced.append(x)
+        return 2.0 * x
+
+    with pytest.raises(tf_autoplace.ConfigError, match="unknown_dim must be an int >= 1"):
+        tf_autoplace.autoplace(double, cluster=CPU2, placer="m_etf", unknown_dim=0)
+    with pytest.raises(tf_autoplace.ConfigError, match="cost_model must be None"):
+        tf_autoplace.autoplace(double, cluster=CPU2, placer="m_etf", cost_model="analytical")
+    assert not traced

@@ -78,6 +78,7 @@ def place_cost_graph(cost_graph, cluster=None, placer=DEFAULT_PLACER, seed: int 
 
 
 def _placer(placer, budget_s):
-    if budget_s is not None and not (isinstance(budget_s, (int, float)) and budget_s > 0):
+    if budget_s is not None and (isinstance(budget_s, bool) or not (
+            isinstance(budget_s, (int, float)) and budget_s > 0)):
         raise ConfigError(f"budget_s must be a number > 0, got {budget_s!r}")
     return get_placer(placer, budget_s=budget_s)

@@ -38,13 +38,35 @@ from tf_autoplace.sim import lp_lower_bound
 from tf_autoplace.timeline import TimelineData
 
 
+MAX_SEED = 2**63 - 1  # a PlacementResult's seed is an int64
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def check_arguments(*, seed, grouping, cost_model=None, unknown_dim=1) -> None:
+    """Raise ConfigError for an option of :func:`tf_autoplace.autoplace` that is out of range or
+    of the wrong type, before any work (each door calls it first)."""
+    if not (_is_int(seed) and 0 <= seed <= MAX_SEED):
+        raise ConfigError(f"seed must be an int in [0, 2**63 - 1], got {seed!r}")
+    if not isinstance(grouping, GroupingConfig):
+        raise ConfigError(f"grouping must be a GroupingConfig, got {grouping!r}")
+    if cost_model is not None and not isinstance(cost_model, CostModel):
+        raise ConfigError(f"cost_model must be None (Grappler's analytical costs) or a "
+                          f"tf_autoplace.cost.CostModel, got {cost_model!r}")
+    if not (_is_int(unknown_dim) and unknown_dim >= 1):
+        raise ConfigError(f"unknown_dim must be an int >= 1, got {unknown_dim!r}")
+
+
 def place_graph(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
                 grouping: GroupingConfig = GroupingConfig(), cost_model: CostModel | None = None,
                 unknown_dim: int = 1) -> PlacementReport:
     """Place a ``tf.Graph`` (rewritten in place) or a GraphDef, MetaGraphDef, serialized bytes
     or file path (left alone; the placed copy is ``report.graph_def``); the arguments are
     :func:`tf_autoplace.autoplace`'s, ``placer`` a registered name or a Placer."""
-    placer, cluster = _check(placer, seed, cluster)
+    placer, cluster = _check(placer, cluster, seed=seed, grouping=grouping,
+                             cost_model=cost_model, unknown_dim=unknown_dim)
     timings: dict[str, float] = {}
     meta_graph = ingest.load_meta_graph(graph)
     problem, cost_model = build_problem(meta_graph, cluster, grouping=grouping,
@@ -78,7 +100,7 @@ def place_cost_graph(cost_graph, cluster=None, placer=DEFAULT_PLACER, seed: int 
     one in any of its forms); the other arguments are :func:`tf_autoplace.autoplace`'s.
     Returns the same report as for a TF graph, its ``assignment`` (op name -> device) the
     placement; ``graph_def`` is None."""
-    placer, cluster = _check(placer, seed, cluster)
+    placer, cluster = _check(placer, cluster, seed=seed, grouping=grouping)
     timings: dict[str, float] = {}
     if not isinstance(cost_graph, costgraph.CostGraph):
         t = time.perf_counter()
@@ -130,10 +152,8 @@ def place_problem(problem: PlacementProblem, placer: Placer, seed: int, *,
         timeline=TimelineData(problem.graph, cluster, placement.devices, placement.sim))
 
 
-def _check(placer, seed, cluster):
+def _check(placer, cluster, **options):
     """The placer (a name or a Placer) and the cluster (any form resolve_cluster takes),
-    checked before any work."""
-    placer = get_placer(placer)
-    if not isinstance(seed, (int, np.integer)):
-        raise ConfigError(f"seed must be an int, got {seed!r}")
-    return placer, resolve_cluster(cluster)
+    checked with the other ``options`` (:func:`check_arguments`) before any work."""
+    check_arguments(**options)
+    return get_placer(placer), resolve_cluster(cluster)

@@ -57,7 +57,7 @@ from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
 
 from tf_autoplace.cluster import Cluster, resolve_cluster
 from tf_autoplace.cost import AnalyticalCostModel, CostModel
-from tf_autoplace.engine import place_graph
+from tf_autoplace.engine import check_arguments, place_graph
 from tf_autoplace.errors import ConfigError, InvalidGraphError
 from tf_autoplace.graph import ingest
 from tf_autoplace.graph.opgraph import OpGraph
@@ -339,6 +339,8 @@ def autoplace_function(fn, *args, cluster=None, placer=DEFAULT_PLACER, seed: int
       ``(placed, report)``: a :class:`PlacedFunction` (called like ``fn``, running the same
       variables) and its PlacementReport (also ``placed.report``).
     """
+    check_arguments(seed=seed, grouping=grouping, cost_model=cost_model,
+                    unknown_dim=unknown_dim)
     cf = _concrete_function(fn, args, kwargs)
     cluster = resolve_cluster(cluster)
     graph_def = cf.graph.as_graph_def()
