@@ -138,3 +138,18 @@ def test_the_tf2_door_checks_the_same_arguments_before_tracing():
     with pytest.raises(tf_autoplace.ConfigError, match="cost_model must be None"):
         tf_autoplace.autoplace(double, cluster=CPU2, placer="m_etf", cost_model="analytical")
     assert not traced
+
+
+def test_every_default_on_this_machine_places_a_tiny_graph_without_a_search():
+    # The local cluster of a CPU-only machine is one CPU, of a one-GPU machine one GPU beside
+    # its host: the default placer refused both ("a policy needs >= 2 devices"), and spent
+    # minutes of policy updates on a 3-op graph where a few placements are all there is.
+    g = tf.Graph()
+    with g.as_default():
+        b = tf.square(tf.constant([1.0, 2.0], name="a"), name="b")
+        tf.identity(b, name="c")
+    report = tf_autoplace.autoplace(g)
+    assert report.placer == "placeto"
+    assert all(op.device for op in g.get_operations())
+    assert any(note.startswith("placeto:") and "(no search)" in note
+               for note in report.notes), report.notes

@@ -1,6 +1,7 @@
 """Placeto: the MDP, the policy network, REINFORCE and the placer, on small graphs."""
 
 import dataclasses
+import itertools
 
 import networkx as nx
 import numpy as np
@@ -354,6 +355,58 @@ def test_placer_is_never_worse_than_the_heuristics_and_reports_itself():
     assert placer.stats["samples"] >= 100
     with pytest.raises(ConfigError, match="budget_s"):
         PlacetoPlacer(budget_s=0)
+
+
+@pytest.mark.parametrize("devices", [
+    [Device("/device:CPU:0", "CPU", 10 * GB)],  # a CPU-only machine
+    [Device("/device:GPU:0", "GPU", 10 * GB), Device("/device:CPU:0", "CPU", 100 * GB)],
+], ids=["one CPU", "one GPU and its host"])
+def test_one_action_device_is_placed_at_once_with_a_note(devices):
+    # A policy chooses among the action devices; with one there is nothing to learn (and a
+    # policy cannot even be built: it raised "a policy needs >= 2 devices").
+    graph = from_edges(30, _random_dag(np.random.default_rng(4), 30))
+    cluster = Cluster.uniform(devices)
+    op_time = TableCostModel({"GPU": np.full(30, 1e-3), "CPU": np.full(30, 1e-2)}
+                             ).op_time(graph, cluster)
+    problem = PlacementProblem(graph, cluster, op_time, Grouping.from_labels(graph,
+                                                                             np.arange(30)))
+    placer = PlacetoPlacer()  # every default
+    placement = placer.place(problem, seed=0)
+    assert placer.stats["samples"] == 1 and placer.stats["policy"] is None
+    assert any(f"one {devices[0].kind} to place on, so nothing to learn" in note
+               for note in placement.notes), placement.notes
+    best = get_placer("best_heuristic").place(problem).sim.makespan
+    assert placement.sim.makespan <= best + 1e-12
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_few_movable_groups_are_all_simulated_and_the_best_is_exact(seed):
+    # 8 ops on two GPUs of different speeds: 256 placements, within the default 512 samples.
+    problem = _problem(8, _random_dag(np.random.default_rng(seed), 8), speeds=(1.0, 2.0))
+    placer = PlacetoPlacer()
+    placement = placer.place(problem, seed=0)
+    assert placer.stats["samples"] == 256 and placer.stats["policy"] is None
+    assert any("8 movable groups on 2 GPUs have 256 placements in all" in note
+               for note in placement.notes), placement.notes
+    every = [problem.simulator.run(np.array(p, np.int32)).makespan
+             for p in itertools.product(range(2), repeat=8)]
+    assert placement.sim.makespan == min(every)  # here the environment's groups are the ops
+    # More placements than max_samples allows: the policy runs as before (zero-shot here).
+    searched = PlacetoPlacer(max_samples=100, fine_tune=False)
+    searched.place(problem, seed=0)
+    assert searched.stats["policy"] is not None and searched.stats["samples"] < 256
+
+
+def test_a_start_placement_at_the_lower_bound_is_not_searched():
+    # 20 independent 1 ms ops on two equal GPUs (2**20 placements): the heuristic's 10 + 10 is
+    # the lower bound (total work / devices), so no search can gain anything.
+    problem = _problem(20, [])
+    placer = PlacetoPlacer()
+    placement = placer.place(problem, seed=0)
+    assert placer.stats["samples"] == 1 and placer.stats["policy"] is None
+    assert placement.sim.makespan == pytest.approx(10e-3)
+    assert any("at the lower bound, 10.00 ms; nothing can beat it" in note
+               for note in placement.notes), placement.notes
 
 
 def test_autoplace_with_placeto_inside_the_users_graph_adds_no_ops_to_it():

@@ -20,10 +20,20 @@
    ``best_heuristic``, by default) in the simulator and returns the faster one that fits
    memory, so the result is never worse than the best heuristic; the report's notes say which
    won and by how much.
+
+No search when there is nothing to learn. When the movable groups have few placements in all
+(``D ** G`` for G movable groups on D action devices, at most :data:`EXHAUSTIVE_LIMIT` and at
+most ``max_samples``), every one is simulated and the best taken: exact, and no more samples
+than a search would spend. That covers one action device (a CPU-only machine, one GPU beside its
+host, any one-device spec: a single placement, where a policy has nothing to choose between)
+and tiny graphs (a 3-op graph took the search 114 s of policy updates to learn nothing). A start
+placement that already simulates at the lower bound (:func:`tf_autoplace.sim.lower_bound`) is
+not searched either: nothing can beat it. Step 4 runs in every case.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import numpy as np
@@ -36,6 +46,10 @@ from tf_autoplace.rl.eager import policy_context
 from tf_autoplace.rl.env import PlacementEnv
 from tf_autoplace.rl.placeto_search import PlacetoConfig, pretrained_policy_dir, search
 from tf_autoplace.rl.policies.placeto import PlacetoPolicy
+from tf_autoplace.sim import lower_bound
+
+# Movable groups with at most this many placements in all are enumerated, not searched.
+EXHAUSTIVE_LIMIT = 512
 
 
 class PlacetoPlacer(LearnedPlacer):
@@ -65,12 +79,28 @@ class PlacetoPlacer(LearnedPlacer):
         start = time.perf_counter()
         seed = int(rng.integers(2**31 - 1))
         env = PlacementEnv(problem, cfg.env)
-        with policy_context():  # the policy runs eagerly whatever mode the caller is in
-            policy, source = self.load_policy(env)
-            found = search(policy, env, cfg, seed, pretrained=source is not None,
-                           deadline=start + cfg.budget_s)
-        zero, samples = found.zero_shot, found.samples
-        learned = env.op_placement(found.best_actions)
+        shortcut = self._without_search(env)
+        if shortcut is not None:
+            learned, score, samples, summary = shortcut
+            stats = dict(zero_shot_s=0.0, zero_shot_ms=None, samples=samples, policy=None,
+                         fine_tune_iterations=0, curve=[(samples, score)], restarts=[])
+        else:
+            with policy_context():  # the policy runs eagerly whatever mode the caller is in
+                policy, source = self.load_policy(env)
+                found = search(policy, env, cfg, seed, pretrained=source is not None,
+                               deadline=start + cfg.budget_s)
+            zero, samples = found.zero_shot, found.samples
+            learned = env.op_placement(found.best_actions)
+            stats = dict(zero_shot_s=found.zero_shot_s, zero_shot_ms=zero.best_score * 1e3,
+                         samples=samples, policy=source or "fresh",
+                         fine_tune_iterations=found.iterations, curve=found.curve,
+                         restarts=found.restarts)
+            summary = (f"placeto: zero-shot {zero.best_score * 1e3:.2f} ms in "
+                       f"{found.zero_shot_s:.1f} s, best learned {{learned_ms:.2f}} ms after "
+                       f"{samples} simulated placements")
+            if found.restarts:
+                summary += (f" (restarted {len(found.restarts)} time(s) from the start "
+                            "placement with a fresh policy, when the search stalled)")
 
         contenders = [("placeto", learned)]
         for name in cfg.heuristics:
@@ -78,19 +108,38 @@ class PlacetoPlacer(LearnedPlacer):
         scored = rank_placements(problem, contenders)
         _, makespan, winner, devices = scored[0]
         learned_ms = next(m for _, m, n, _ in scored if n == "placeto") * 1e3
-        self.stats = dict(zero_shot_s=found.zero_shot_s, zero_shot_ms=zero.best_score * 1e3,
-                          learned_ms=learned_ms, samples=samples, winner=winner,
-                          policy=source or "fresh", seconds=time.perf_counter() - start,
-                          fine_tune_iterations=found.iterations, curve=found.curve,
-                          restarts=found.restarts)
-        summary = (f"placeto: zero-shot {zero.best_score * 1e3:.2f} ms in "
-                   f"{found.zero_shot_s:.1f} s, "
-                   f"best learned {learned_ms:.2f} ms after {samples} simulated placements")
-        if found.restarts:
-            summary += (f" (restarted {len(found.restarts)} time(s) from the start placement "
-                        "with a fresh policy, when the search stalled)")
+        self.stats = dict(stats, learned_ms=learned_ms, winner=winner,
+                          seconds=time.perf_counter() - start)
+        summary = summary.format(learned_ms=learned_ms)
         if winner != "placeto":
             summary += (f"; the {winner} heuristic is faster ({makespan * 1e3:.2f} ms) and is "
                         "used instead")
         self.notes.append(summary)
         return devices
+
+    def _without_search(self, env: PlacementEnv):
+        """``(op placement, its R, placements simulated, note)`` when a search cannot pay
+        (module docstring): the best of every placement of few movable groups, or a start
+        placement already at the lower bound; else None."""
+        movable, d = int(env.movable.sum()), env.view.num_devices
+        count = d ** movable
+        if count <= min(EXHAUSTIVE_LIMIT, self.config.max_samples or EXHAUSTIVE_LIMIT):
+            actions = np.zeros(env.view.num_groups, dtype=np.int64)
+            best_score, best = np.inf, None
+            for choice in itertools.product(range(d), repeat=movable):  # first best on ties
+                actions[env.movable] = choice
+                score = env.score(actions)
+                if score < best_score:
+                    best_score, best = score, actions.copy()
+            kind = env.problem.cluster.devices[int(env.action_devices[0])].kind
+            why = (f"one {kind} to place on, so nothing to learn" if d == 1 else
+                   f"{movable} movable groups on {d} {kind}s have {count} placements in all")
+            return (env.op_placement(best), best_score, count,
+                    f"placeto: {why}; simulated each (no search), best {{learned_ms:.2f}} ms")
+        problem = env.problem
+        start = env.start(np.random.default_rng(0))
+        score = env.score(start)
+        if score <= lower_bound(problem.graph, problem.cluster, problem.op_time) * (1 + 1e-9):
+            return (env.op_placement(start), score, 1, "placeto: the start placement simulates "
+                    "at the lower bound, {learned_ms:.2f} ms; nothing can beat it (no search)")
+        return None
