@@ -238,6 +238,11 @@ def _variable(name, *dims):
     return node
 
 
+def _on(device, node):
+    node.device = device
+    return node
+
+
 def _placeholder(name, *dims):
     node = _node(name, "Placeholder", dtype=F32_TYPE)
     for d in dims:  # any size, even one TensorShape refuses
@@ -303,6 +308,8 @@ REJECTED = {
             type=tf.int32.as_datatype_enum), value=tf.compat.v1.AttrValue(
             tensor=tf.make_tensor_proto(1.0)))),
         "rejects node 'a' \\(Const\\): its value is a DT_FLOAT tensor but its dtype is DT_INT32"),
+    "device TF cannot parse": (_graph_def(_on("/bogus", _node("a", "NoOp"))),
+                               "node 'a' has the device '/bogus', which TensorFlow cannot parse"),
     "Placeholder of shape [-7]": (_graph_def(_placeholder("p", -7)),
                                   "rejects node 'p': Shape \\[-7\\]"),
     "variable of 2**80 elements": (

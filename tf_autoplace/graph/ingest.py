@@ -274,6 +274,12 @@ def to_opgraph(meta_graph: meta_graph_pb2.MetaGraphDef, *, unknown_dim: int = 1)
             if target not in index:
                 raise InvalidGraphError(f"node {node.name!r} asks to be colocated with "
                                         f"{target!r}, which does not exist")
+        if node.device:
+            try:
+                tf.DeviceSpec.from_string(node.device)
+            except (ValueError, TypeError) as e:
+                raise InvalidGraphError(f"node {node.name!r} has the device {node.device!r}, "
+                                        f"which TensorFlow cannot parse: {e}") from e
     check_tensorflow_accepts(meta_graph.graph_def)  # Grappler may abort on what TF rejects
 
     props = grappler.output_properties(meta_graph)
