@@ -19,7 +19,7 @@ ROOT = os.path.dirname(tf_autoplace.__file__)
 # Lowest first. A top-level module or subpackage of tf_autoplace per entry, by layer.
 LAYERS = [
     {"errors", "proto"},
-    {"cluster", "graph", "zoo"},
+    {"cluster", "files", "graph", "zoo"},
     {"cost", "grouping", "sim"},
     {"problem", "timeline", "rewrite"},
     {"report", "prepare"},

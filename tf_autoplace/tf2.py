@@ -38,8 +38,9 @@ SavedModels (:func:`place_saved_model`): a TF2 SavedModel (one with an object gr
 again with that signature replaced by the placed function (its variables, other signatures and
 functions come along unchanged). A TF1 SavedModel (no object graph) has the MetaGraphDef with the
 given tags placed as a whole (all its signatures share that graph) and is written back with its
-``variables/`` and ``assets/`` copied. Output is written to a temporary directory beside
-``output_dir`` and renamed into place; on any error nothing is left behind.
+``variables/`` and ``assets/`` copied. The placement is done in memory first; only then is the
+output written to a temporary directory beside ``output_dir`` and renamed into place
+(:mod:`tf_autoplace.files`), so an error or an interrupt leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -47,14 +48,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-import tempfile
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2, types_pb2
 from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
 
+from tf_autoplace import files
 from tf_autoplace.cluster import Cluster, resolve_cluster
 from tf_autoplace.cost import AnalyticalCostModel, CostModel
 from tf_autoplace.engine import check_arguments, place_graph
@@ -409,6 +410,20 @@ def _read_saved_model(path: str) -> saved_model_pb2.SavedModel:
     return proto
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class PlacedSavedModel:
+    """A placed SavedModel, in memory until written.
+
+    Attributes:
+      report: the PlacementReport.
+      write: ``write(directory)`` saves the placed SavedModel into ``directory`` (existing and
+        empty).
+    """
+
+    report: object
+    write: Callable[[str], None]
+
+
 def place_saved_model(input_dir, output_dir, *, cluster=None, placer=DEFAULT_PLACER, seed: int = 0,
                       signature: str = "serving_default", tags=("serve",),
                       grouping: GroupingConfig = GroupingConfig(),
@@ -416,44 +431,47 @@ def place_saved_model(input_dir, output_dir, *, cluster=None, placer=DEFAULT_PLA
     """Place a SavedModel and write the placed SavedModel to ``output_dir`` (see the module
     docstring for TF2 vs TF1 SavedModels). Returns the PlacementReport.
 
-    ``output_dir`` must not exist (or be an empty directory); it appears only when everything
-    succeeded. Raises an :class:`AutoplaceError` on bad input, leaving nothing behind.
+    ``output_dir`` must not exist (or be an empty directory) and its parent must exist; both
+    are checked before any work. Nothing is written until the placement is done, and the
+    directory then appears whole (:mod:`tf_autoplace.files`). Raises an :class:`AutoplaceError`
+    on bad input, leaving nothing behind.
     """
-    input_dir, output_dir = os.fspath(input_dir), os.fspath(output_dir)
+    check_arguments(seed=seed, grouping=grouping, cost_model=cost_model,
+                    unknown_dim=unknown_dim)
+    output_dir = files.check_output_path(output_dir, "output", directory=True)
+    placed = load_and_place_saved_model(
+        input_dir, cluster=cluster, placer=placer, seed=seed, signature=signature, tags=tags,
+        grouping=grouping, cost_model=cost_model, unknown_dim=unknown_dim)
+    outputs = files.Outputs()
+    outputs.add_directory(output_dir, placed.write)
+    outputs.commit()
+    return placed.report
+
+
+def load_and_place_saved_model(input_dir, *, cluster=None, placer=DEFAULT_PLACER, seed: int = 0,
+                               signature: str = "serving_default", tags=("serve",),
+                               grouping: GroupingConfig = GroupingConfig(),
+                               cost_model: CostModel | None = None,
+                               unknown_dim: int = 1) -> PlacedSavedModel:
+    """Place the SavedModel in ``input_dir`` without writing anything (the arguments are
+    :func:`place_saved_model`'s): a :class:`PlacedSavedModel` to write where the caller
+    chooses, e.g. together with other outputs."""
+    check_arguments(seed=seed, grouping=grouping, cost_model=cost_model,
+                    unknown_dim=unknown_dim)
+    input_dir = os.fspath(input_dir)
     if not is_saved_model(input_dir):
         raise InvalidGraphError(f"{input_dir!r} is not a SavedModel directory (no "
                                 "saved_model.pb)")
-    if os.path.exists(output_dir) and not (os.path.isdir(output_dir)
-                                           and not os.listdir(output_dir)):
-        raise ConfigError(f"output {output_dir!r} exists; refusing to overwrite it")
     proto = _read_saved_model(input_dir)
-    tf2 = any(len(mg.object_graph_def.nodes) for mg in proto.meta_graphs)
-    parent = os.path.dirname(os.path.abspath(output_dir))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(dir=parent, prefix=".tmp_autoplace_")
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the output is an ordinary dir
-    try:
-        if tf2:
-            report = _place_tf2_saved_model(input_dir, tmp, signature=signature, tags=tags,
-                                            cluster=cluster, placer=placer, seed=seed,
-                                            grouping=grouping, cost_model=cost_model,
-                                            unknown_dim=unknown_dim)
-        else:
-            report = _place_tf1_saved_model(input_dir, proto, tmp, tags=tags, cluster=cluster,
-                                            placer=placer, seed=seed, grouping=grouping,
-                                            cost_model=cost_model, unknown_dim=unknown_dim)
-        if os.path.isdir(output_dir):
-            os.rmdir(output_dir)  # empty, checked above
-        os.replace(tmp, output_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return report
+    place_kwargs = dict(cluster=cluster, placer=placer, seed=seed, grouping=grouping,
+                        cost_model=cost_model, unknown_dim=unknown_dim)
+    if any(len(mg.object_graph_def.nodes) for mg in proto.meta_graphs):  # TF2
+        return _place_tf2_saved_model(input_dir, signature=signature, tags=tags,
+                                      **place_kwargs)
+    return _place_tf1_saved_model(input_dir, proto, tags=tags, **place_kwargs)
 
 
-def _place_tf2_saved_model(input_dir, tmp, *, signature, tags, **place_kwargs):
+def _place_tf2_saved_model(input_dir, *, signature, tags, **place_kwargs):
     try:
         loaded = tf.saved_model.load(input_dir, tags=list(tags) if tags else None)
     except (ValueError, RuntimeError, tf.errors.OpError) as e:
@@ -464,11 +482,14 @@ def _place_tf2_saved_model(input_dir, tmp, *, signature, tags, **place_kwargs):
                           f"{sorted(signatures)}")
     placed, report = autoplace_function(signatures[signature], **place_kwargs)
     signatures[signature] = placed.concrete_function
-    tf.saved_model.save(loaded, tmp, signatures=signatures)
-    return report
+
+    def write(directory):
+        tf.saved_model.save(loaded, directory, signatures=signatures)
+
+    return PlacedSavedModel(report=report, write=write)
 
 
-def _place_tf1_saved_model(input_dir, proto, tmp, *, tags, **place_kwargs):
+def _place_tf1_saved_model(input_dir, proto, *, tags, **place_kwargs):
     wanted = set(tags)
     found = [i for i, mg in enumerate(proto.meta_graphs)
              if set(mg.meta_info_def.tags) == wanted]
@@ -480,10 +501,14 @@ def _place_tf1_saved_model(input_dir, proto, tmp, *, tags, **place_kwargs):
     out = saved_model_pb2.SavedModel()
     out.CopyFrom(proto)
     out.meta_graphs[found[0]].graph_def.CopyFrom(report.graph_def)
-    with open(os.path.join(tmp, "saved_model.pb"), "wb") as f:
-        f.write(out.SerializeToString())
-    for sub in ("variables", "assets", "assets.extra"):  # fingerprint.pb would be stale
-        src = os.path.join(input_dir, sub)
-        if os.path.isdir(src):
-            shutil.copytree(src, os.path.join(tmp, sub))
-    return report
+    data = out.SerializeToString(deterministic=True)  # same input and seed, same bytes
+
+    def write(directory):
+        with open(os.path.join(directory, "saved_model.pb"), "wb") as f:
+            f.write(data)
+        for sub in ("variables", "assets", "assets.extra"):  # fingerprint.pb would be stale
+            src = os.path.join(input_dir, sub)
+            if os.path.isdir(src):
+                shutil.copytree(src, os.path.join(directory, sub))
+
+    return PlacedSavedModel(report=report, write=write)

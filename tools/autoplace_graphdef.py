@@ -5,8 +5,13 @@
 
 The input may be binary or text format; the output format follows ``--output``'s extension
 (``.pbtxt``/``.txt`` = text, anything else binary) and its kind follows the input (a MetaGraphDef
-stays a MetaGraphDef). The report is printed. Nothing is written unless placement succeeds, and
-the output file appears atomically (written beside it, then renamed).
+stays a MetaGraphDef). The report is printed. The same input and seed give the same bytes.
+
+Every output path is checked before any work (its directory must exist: none is created).
+Nothing is written unless placement succeeds; then all outputs (the graph, ``--report_json``,
+``--trace_json``, ...) are written beside their final paths and renamed into place together,
+with the permissions of the user's umask (:mod:`tf_autoplace.files`). Ctrl-C or SIGTERM before
+that leaves nothing behind; SIGKILL during the final write can leave a ``.tmp_autoplace_*``.
 
 SavedModel in, SavedModel out: when ``--input`` is a SavedModel directory (it holds
 ``saved_model.pb``), ``--output`` is a directory to create (it must not exist, or be empty). A TF2
@@ -14,7 +19,7 @@ SavedModel has its ``--signature`` placed and is saved again with that signature
 placed function (variables, other signatures and functions unchanged); a TF1 SavedModel has its
 MetaGraph tagged ``--saved_model_tags`` placed as a whole, with ``variables/`` and ``assets/``
 copied. Both load with ``tf.saved_model.load``. The directory is written beside ``--output`` and
-renamed into place; on error nothing is left (see ``tf_autoplace.tf2.place_saved_model``).
+renamed into place with the other outputs; on error nothing is left.
 
     python tools/autoplace_graphdef.py --input=saved_model_dir --output=placed_dir \
         --cluster=k80x2 --signature=serving_default
@@ -31,10 +36,8 @@ device and the predicted figures), text for ``.pbtxt``/``.txt``, JSON for ``.jso
 
 from __future__ import annotations
 
-import os
-import shutil
+import signal
 import sys
-import tempfile
 
 from absl import app, flags
 
@@ -50,7 +53,7 @@ flags.DEFINE_list("saved_model_tags", ["serve"], "SavedModel input (TF1): the ta
 flags.DEFINE_string("cluster", "local", "Shipped cluster name (k80x2, cpu2, ...), cluster spec "
                     "file (text ClusterSpec) or 'local'.")
 flags.DEFINE_string("placer", "auto", "Placer name (default: the default placer, auto).")
-flags.DEFINE_integer("seed", 0, "Random seed.")
+flags.DEFINE_integer("seed", 0, "Random seed.", lower_bound=0)
 flags.DEFINE_integer("max_groups", 2000, "Merge-and-Colocate: at most this many groups.")
 flags.DEFINE_string("report_json", None, "Also write the report as JSON here.")
 flags.DEFINE_string("trace_json", None, "Also write the simulated step as a Chrome trace "
@@ -61,19 +64,6 @@ flags.DEFINE_string("placement_pb", None, "Also write the placement as a Placeme
                     "proto (protos/placement.proto) here; .pbtxt/.txt = text, .json = JSON, "
                     "else binary.")
 flags.mark_flags_as_required(["input", "output"])
-
-
-def _atomic_write(path: str, data: bytes) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp_autoplace_")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _extra_outputs(report, *, trace_json=None, plot_png=None, placement_pb=None) -> dict:
@@ -112,7 +102,7 @@ def _placement_bytes(report, path: str) -> bytes:
         return text_format.MessageToString(proto).encode()
     if fmt == "json":
         return json_format.MessageToJson(proto, preserving_proto_field_name=True).encode()
-    return proto.SerializeToString()
+    return proto.SerializeToString(deterministic=True)  # same input and seed, same bytes
 
 
 def _serialize(report, source, is_meta_graph: bool, output_path: str) -> bytes:
@@ -126,7 +116,23 @@ def _serialize(report, source, is_meta_graph: bool, output_path: str) -> bytes:
             saver_def=source.saver_def, collection_def=source.collection_def,
             signature_def=source.signature_def)
     text = output_path.endswith((".pbtxt", ".txt"))
-    return text_format.MessageToString(placed).encode() if text else placed.SerializeToString()
+    if text:
+        return text_format.MessageToString(placed).encode()
+    return placed.SerializeToString(deterministic=True)  # same input and seed, same bytes
+
+
+def _check_outputs(output_path: str, saved_model: bool, paths: dict) -> None:
+    """ConfigError unless every output can be written and no two outputs share a path."""
+    from tf_autoplace import files
+    from tf_autoplace.errors import ConfigError
+
+    seen = {files.check_output_path(output_path, "--output", directory=saved_model): "output"}
+    for flag, path in paths.items():
+        if path:
+            full = files.check_output_path(path, f"--{flag}")
+            if full in seen:
+                raise ConfigError(f"--{flag} and --{seen[full]} are the same file {path!r}")
+            seen[full] = flag
 
 
 def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: int,
@@ -134,55 +140,51 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
         tags=("serve",), **extra_paths) -> int:
     """Place ``input_path`` into ``output_path``; returns a process exit status."""
     import tf_autoplace
-    from tf_autoplace import tf2
+    from tf_autoplace import files, tf2
+    from tf_autoplace.cluster import resolve_cluster
     from tf_autoplace.graph import costgraph, ingest
     from tf_autoplace.grouping import GroupingConfig
 
     saved_model = tf2.is_saved_model(input_path)
     cost_graph = not saved_model and costgraph.is_cost_graph_file(input_path)
     try:
-        if saved_model:  # SavedModel in, SavedModel out: the library writes the directory
-            report = tf2.place_saved_model(input_path, output_path, cluster=cluster,
-                                           placer=placer, seed=seed, signature=signature,
-                                           tags=tuple(tags),
-                                           grouping=GroupingConfig(max_groups=max_groups))
+        _check_outputs(output_path, saved_model, dict(report_json=report_json, **extra_paths))
+        options = dict(cluster=resolve_cluster(cluster), placer=placer, seed=seed,
+                       grouping=GroupingConfig(max_groups=max_groups))
+        outputs = files.Outputs()
+        if saved_model:  # SavedModel in, SavedModel out
+            placed = tf2.load_and_place_saved_model(input_path, signature=signature,
+                                                    tags=tuple(tags), **options)
+            report = placed.report
+            outputs.add_directory(output_path, placed.write)
         elif cost_graph:  # nothing to rewrite: the output is the placement
-            report = tf_autoplace.place_cost_graph(
-                input_path, cluster=cluster, placer=placer, seed=seed,
-                grouping=GroupingConfig(max_groups=max_groups))
+            report = tf_autoplace.place_cost_graph(input_path, **options)
+            outputs.add_file(output_path, _placement_bytes(report, output_path))
         else:
             source, is_meta_graph = ingest.read_graph_file(input_path)
-            report = tf_autoplace.autoplace(source, cluster=cluster, placer=placer, seed=seed,
-                                            grouping=GroupingConfig(max_groups=max_groups))
-    except tf_autoplace.AutoplaceError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    try:
-        extras = _extra_outputs(report, **extra_paths)
-    except tf_autoplace.AutoplaceError as e:
-        print(f"error: {e}", file=sys.stderr)
-        if saved_model:
-            shutil.rmtree(output_path, ignore_errors=True)
-        return 1
-    try:
-        if cost_graph:
-            _atomic_write(output_path, _placement_bytes(report, output_path))
-        elif not saved_model:
-            _atomic_write(output_path, _serialize(report, source, is_meta_graph, output_path))
+            report = tf_autoplace.autoplace(source, **options)
+            outputs.add_file(output_path,
+                             _serialize(report, source, is_meta_graph, output_path))
         if report_json:
-            _atomic_write(report_json, report.to_json().encode())
+            outputs.add_file(report_json, report.to_json().encode())
+        for path, data in _extra_outputs(report, **extra_paths).values():
+            outputs.add_file(path, data)
+        outputs.commit()
+    except tf_autoplace.AutoplaceError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     except OSError as e:
         print(f"error: cannot write output: {e}", file=sys.stderr)
         return 1
-    for flag, (path, data) in extras.items():
-        try:
-            _atomic_write(path, data)
-        except OSError as e:
-            print(f"error: cannot write --{flag}={path}: {e.strerror or e}", file=sys.stderr)
-            return 1
     print(report)
     print(f"wrote {output_path}")
     return 0
+
+
+def _terminate(signum, frame):
+    """SIGTERM ends the run as Ctrl-C does: through the cleanup of staged outputs."""
+    del frame
+    raise SystemExit(128 + signum)
 
 
 def main(argv):
@@ -195,4 +197,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _terminate)
     app.run(main)

@@ -7,6 +7,7 @@ module and the tests read their results.
 import json
 import os
 import re
+import stat
 
 import pytest
 import tensorflow as tf
@@ -36,6 +37,20 @@ RUNS = {
                                                  "--report_json={dir}/r_cluster.json"]),
     "unknown_placer": ("cnn.pb", "out_placer.pb", ["--placer=no_such_placer",
                                                    "--report_json={dir}/r_placer.json"]),
+    # Outputs that cannot be written are found before the work, and nothing is written.
+    "report_in_missing_dir": ("cnn.pb", "out_rdir.pb", ["--placer=m_etf",
+                                                        "--report_json={dir}/nodir/r.json"]),
+    "trace_in_missing_dir": ("cnn.pb", "out_tdir.pb", ["--placer=m_etf",
+                                                       "--trace_json={dir}/nodir/t.json"]),
+    "nested_output_bad_cluster": ("cnn.pb", "new/a/b/placed.pb",
+                                  ["--cluster={dir}/bad_cluster.pbtxt"]),
+    "two_outputs_one_file": ("cnn.pb", "out_same.pb", ["--placer=m_etf",
+                                                      "--report_json={dir}/same.json",
+                                                      "--trace_json={dir}/same.json"]),
+    "negative_seed": ("cnn.pb", "out_seed.pb", ["--placer=m_etf", "--seed=-1"]),
+    # The same input and seed, twice: the same bytes.
+    "repeat_1": ("cnn.pb", "repeat_1.pb", ["--placer=m_etf", "--seed=3"]),
+    "repeat_2": ("cnn.pb", "repeat_2.pb", ["--placer=m_etf", "--seed=3"]),
 }
 
 
@@ -127,3 +142,51 @@ def test_errors_exit_non_zero_with_a_message_and_write_nothing(runs, name, messa
               if flag.startswith("--report_json")]
     assert report and not os.path.exists(report[0])
     assert not list(workdir.glob(".tmp_autoplace_*"))  # no half-written temporary left
+
+
+@pytest.mark.parametrize("name, message", [
+    ("report_in_missing_dir", "--report_json '.*nodir/r.json': the directory '.*nodir' does "
+                              "not exist"),
+    ("trace_in_missing_dir", "--trace_json '.*nodir/t.json': the directory '.*nodir' does not "
+                             "exist"),
+    ("nested_output_bad_cluster", "--output '.*new/a/b/placed.pb': the directory "
+                                  "'.*new/a/b' does not exist"),
+    ("two_outputs_one_file", "--trace_json and --report_json are the same file"),
+])
+def test_unwritable_outputs_fail_before_the_work_and_nothing_is_written(runs, name, message):
+    workdir, results, _ = runs
+    code, stdout, stderr = results[name]
+    assert code == 1
+    error_lines = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert len(error_lines) == 1 and re.search(message, error_lines[0]), stderr
+    assert "Traceback" not in stderr
+    assert not (workdir / RUNS[name][1]).exists()
+    assert not (workdir / "new").exists() and not (workdir / "nodir").exists()
+    assert not (workdir / "same.json").exists()
+    assert not list(workdir.glob(".tmp_autoplace_*"))
+
+
+def test_a_negative_seed_is_refused_at_flag_parsing(runs):
+    workdir, results, _ = runs
+    code, _, stderr = results["negative_seed"]
+    assert code == 1
+    assert "--seed=-1" in stderr and "Traceback" not in stderr
+    assert not (workdir / "out_seed.pb").exists()
+
+
+def test_same_input_and_seed_give_the_same_bytes_serialized_deterministically(runs):
+    workdir, results, _ = runs
+    assert results["repeat_1"][0] == results["repeat_2"][0] == 0
+    first, second = (workdir / "repeat_1.pb").read_bytes(), (workdir / "repeat_2.pb").read_bytes()
+    assert first == second
+    # Deterministic serialization (maps sorted by key), not an accident of this run's order.
+    assert first == graph_pb2.GraphDef.FromString(first).SerializeToString(deterministic=True)
+
+
+def test_outputs_get_the_users_umask(runs):
+    workdir, results, _ = runs
+    assert results["graph_def"][0] == 0
+    mask = os.umask(0)
+    os.umask(mask)
+    for name in ("placed.pb", "report.json"):
+        assert stat.S_IMODE(os.stat(workdir / name).st_mode) == 0o666 & ~mask, name
