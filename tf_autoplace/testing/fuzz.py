@@ -22,13 +22,12 @@ import functools
 
 import numpy as np
 import tensorflow as tf
-from google.protobuf import text_format
 from tensorflow.core.framework import graph_pb2, types_pb2
 
 from tf_autoplace.api import autoplace
 from tf_autoplace.cluster import Cluster, device_spec
 from tf_autoplace.errors import AutoplaceError
-from tf_autoplace.graph import grappler
+from tf_autoplace.graph import grappler, ingest
 from tf_autoplace.placers import PlacetoPlacer, get_placer
 
 HOST = "/job:localhost/replica:0/task:0/device:"
@@ -345,7 +344,8 @@ def run_case(case: Case) -> dict:
             problems.append("some ops of the tf.Graph were left without a device")
     else:
         placed = report.graph_def
-        source = case.graph_def
+        source = (case.graph_def if case.graph_def is not None  # bytes: what they parse to
+                  else ingest.load_meta_graph(case.graph).graph_def)
         out["untouched"] = _snapshot(case.graph) == before
     if [n.name for n in placed.node] != [n.name for n in source.node]:
         problems.append("the placed graph holds other nodes than the input")
