@@ -58,6 +58,9 @@ setup(
         "platformdirs>=3.0",
         "protobuf>=7.35.1",
     ],
+    # tf-autoplace COMMAND: the offline tool (place), the zoo placement and benchmark tools and
+    # the training tools, on PATH as TF's saved_model_cli is (tf_autoplace/cli).
+    entry_points={"console_scripts": ["tf-autoplace = tf_autoplace.cli.main:main"]},
     extras_require={
         "metis": ["pymetis"],
         "plot": ["matplotlib>=3.6"],

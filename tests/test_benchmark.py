@@ -1,4 +1,4 @@
-"""tf_autoplace.benchmark (behind tools/benchmark.py): counting, OOM and error rows, outputs,
+"""tf_autoplace.benchmark (behind tf-autoplace benchmark): counting, OOM and error rows, outputs,
 and one quick end-to-end pair."""
 
 import csv

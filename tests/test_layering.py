@@ -30,6 +30,7 @@ LAYERS = [
     {"tf2"},
     {"api"},
     {"flags", "testing"},
+    {"cli"},
 ]
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 

@@ -1,5 +1,5 @@
 """Timeline views of a simulated step: Chrome trace JSON, PNG report, and their front doors
-(``PlacementReport.write_*`` and ``tools/autoplace_graphdef.py --trace_json/--plot_png``)."""
+(``PlacementReport.write_*`` and ``tf-autoplace place --trace_json/--plot_png``)."""
 
 import json
 import os
@@ -167,30 +167,24 @@ def test_autoplace_report_writes_trace_and_plot(tmp_path, cnn_graph_def):
 
 
 def _run_tool(tmp_path, graph_def, *flags):
-    """Run tools/autoplace_graphdef.py's main in this process (TF is already loaded; a
-    subprocess would spend seconds importing it again). Returns (exit status, stderr)."""
+    """Run ``tf-autoplace place``'s main in this process (TF is already loaded; a subprocess
+    would spend seconds importing it again). Returns (exit status, stderr)."""
     import contextlib
-    import importlib.util
     import io
 
     from absl import flags as absl_flags
 
-    module = sys.modules.get("autoplace_graphdef")
-    if module is None:  # always this name: absl accepts a re-import under the same name
-        spec = importlib.util.spec_from_file_location(
-            "autoplace_graphdef", os.path.join(REPO, "tools", "autoplace_graphdef.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["autoplace_graphdef"] = module
-        spec.loader.exec_module(module)
+    from tf_autoplace.cli import place  # defines its flags once per process
+
     graph_pb = tmp_path / "in.pb"
     graph_pb.write_bytes(graph_def.SerializeToString())
-    argv = ["autoplace_graphdef", f"--input={graph_pb}", f"--output={tmp_path / 'out.pb'}",
+    argv = ["tf-autoplace place", f"--input={graph_pb}", f"--output={tmp_path / 'out.pb'}",
             f"--cluster={CPU2}", *flags]
     stderr = io.StringIO()
     try:
         absl_flags.FLAGS(argv)
         with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
-            status = module.main(argv)
+            status = place.main(argv)
     finally:
         absl_flags.FLAGS.unparse_flags()
     return status, stderr.getvalue()

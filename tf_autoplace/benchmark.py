@@ -1,5 +1,5 @@
 """Benchmark placers on the zoo models and K80 clusters the papers pair them with (the library
-behind ``tools/benchmark.py``).
+behind ``tf-autoplace benchmark``).
 
 For every (model, cluster) pair, :func:`benchmark` builds the training graph, ingests, costs
 and groups it (:func:`tf_autoplace.prepare.build_problem`), then runs each placer

@@ -7,7 +7,7 @@ builds the problem as the benchmark does and runs :func:`tf_autoplace.sim.lp_low
 prints a markdown row with the simple bound, the path with transfers, the certified LP value,
 the bound reported (the largest), HiGHS's status, the LP's size, the seconds HiGHS ran and the
 seconds the whole call took (heads and tails, building the LP, solving, certifying). Timings are
-wall-clock on whatever machine runs it. Placed / bound ratios come from ``tools/benchmark.py``.
+wall-clock on whatever machine runs it. Placed / bound ratios come from ``tf-autoplace benchmark``.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Algorithms", NeurIPS 2019; the placer is :class:`tf_autoplace.placers.PlacetoPla
 
 :func:`search` is the learned part of the placer, shared by the placer, the imitation
 pretraining (:mod:`tf_autoplace.rl.imitation`, which clones what it finds) and
-``tools/eval_placeto.py``. :class:`PlacetoConfig` holds every setting of the placer.
+``tf-autoplace eval-placeto``. :class:`PlacetoConfig` holds every setting of the placer.
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def search(policy, env: PlacementEnv, config: PlacetoConfig, seed: int, *,
     fresh policy searching from the environment's start placement (``policy`` itself, its
     weights drawn afresh, so nothing is compiled again; policy and search seeded
     :func:`restart_seed`), which may stall and restart in turn. The placer and the
-    experiments (``tools/eval_placeto.py``) all run this."""
+    experiments (``tf-autoplace eval-placeto``) all run this."""
     start = time.perf_counter()
     state = reinforce.TrainState()
     zero, curve, restarts = None, [], []

@@ -1,6 +1,6 @@
-"""Place a GraphDef / MetaGraphDef file offline and write the placed graph.
+"""``tf-autoplace place``: place a GraphDef / MetaGraphDef file offline, write the placed graph.
 
-    python tools/autoplace_graphdef.py --input=model.pb --output=placed.pb \
+    tf-autoplace place --input=model.pb --output=placed.pb \
         --cluster=k80x2 --report_json=report.json
 
 The input may be binary or text format; the output format follows ``--output``'s extension
@@ -21,7 +21,7 @@ MetaGraph tagged ``--saved_model_tags`` placed as a whole, with ``variables/`` a
 copied. Both load with ``tf.saved_model.load``. The directory is written beside ``--output`` and
 renamed into place with the other outputs; on error nothing is left.
 
-    python tools/autoplace_graphdef.py --input=saved_model_dir --output=placed_dir \
+    tf-autoplace place --input=saved_model_dir --output=placed_dir \
         --cluster=k80x2 --signature=serving_default
 
 Cost graph in, placement out: when ``--input`` is a cost graph (a graph built or profiled
@@ -30,16 +30,25 @@ anywhere, with its op times: ``protos/cost_graph.proto``; named ``*.costgraph.pb
 ``--output`` gets the placement: a ``PlacementResult`` (``protos/placement.proto``: every op's
 device and the predicted figures), text for ``.pbtxt``/``.txt``, JSON for ``.json``, else binary.
 
-    python tools/autoplace_graphdef.py --input=model.costgraph.pbtxt \
-        --output=placement.pbtxt --cluster=k80x4
+    tf-autoplace place --input=model.costgraph.pbtxt --output=placement.pbtxt --cluster=k80x4
 """
 
 from __future__ import annotations
 
-import signal
+import io
+import json
 import sys
 
-from absl import app, flags
+from absl import flags
+from google.protobuf import json_format, text_format
+from tensorflow.core.protobuf import meta_graph_pb2
+
+from tf_autoplace import files, tf2, timeline
+from tf_autoplace.api import autoplace, place_cost_graph
+from tf_autoplace.cluster import resolve_cluster
+from tf_autoplace.errors import AutoplaceError, ConfigError
+from tf_autoplace.graph import costgraph, ingest
+from tf_autoplace.grouping import GroupingConfig
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("input", None, "GraphDef or MetaGraphDef file (binary or text), a "
@@ -69,12 +78,6 @@ flags.mark_flags_as_required(["input", "output"])
 def _extra_outputs(report, *, trace_json=None, plot_png=None, placement_pb=None) -> dict:
     """{flag name: (path, bytes)} for the optional views of the report; rendered before anything
     is written, so a missing matplotlib fails the run with nothing written."""
-    import io
-    import json
-
-    from tf_autoplace import timeline
-    from tf_autoplace.errors import ConfigError
-
     out = {}
     t = report.timeline
     if (trace_json or plot_png) and t is None:
@@ -93,9 +96,6 @@ def _extra_outputs(report, *, trace_json=None, plot_png=None, placement_pb=None)
 
 def _placement_bytes(report, path: str) -> bytes:
     """The report's PlacementResult in the form ``path`` names: text, JSON or binary."""
-    from google.protobuf import json_format, text_format
-    from tf_autoplace.graph import costgraph
-
     proto = report.to_proto()
     fmt = costgraph.file_format(path)  # the same naming rule as for cost graphs
     if fmt == "text":
@@ -106,9 +106,6 @@ def _placement_bytes(report, path: str) -> bytes:
 
 
 def _serialize(report, source, is_meta_graph: bool, output_path: str) -> bytes:
-    from google.protobuf import text_format
-    from tensorflow.core.protobuf import meta_graph_pb2
-
     placed = report.graph_def
     if is_meta_graph:
         placed = meta_graph_pb2.MetaGraphDef(
@@ -123,9 +120,6 @@ def _serialize(report, source, is_meta_graph: bool, output_path: str) -> bytes:
 
 def _check_outputs(output_path: str, saved_model: bool, paths: dict) -> None:
     """ConfigError unless every output can be written and no two outputs share a path."""
-    from tf_autoplace import files
-    from tf_autoplace.errors import ConfigError
-
     seen = {files.check_output_path(output_path, "--output", directory=saved_model): "output"}
     for flag, path in paths.items():
         if path:
@@ -139,12 +133,6 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
         max_groups: int, report_json: str | None, signature: str = "serving_default",
         tags=("serve",), **extra_paths) -> int:
     """Place ``input_path`` into ``output_path``; returns a process exit status."""
-    import tf_autoplace
-    from tf_autoplace import files, tf2
-    from tf_autoplace.cluster import resolve_cluster
-    from tf_autoplace.graph import costgraph, ingest
-    from tf_autoplace.grouping import GroupingConfig
-
     saved_model = tf2.is_saved_model(input_path)
     cost_graph = not saved_model and costgraph.is_cost_graph_file(input_path)
     try:
@@ -158,11 +146,11 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
             report = placed.report
             outputs.add_directory(output_path, placed.write)
         elif cost_graph:  # nothing to rewrite: the output is the placement
-            report = tf_autoplace.place_cost_graph(input_path, **options)
+            report = place_cost_graph(input_path, **options)
             outputs.add_file(output_path, _placement_bytes(report, output_path))
         else:
             source, is_meta_graph = ingest.read_graph_file(input_path)
-            report = tf_autoplace.autoplace(source, **options)
+            report = autoplace(source, **options)
             outputs.add_file(output_path,
                              _serialize(report, source, is_meta_graph, output_path))
         if report_json:
@@ -170,7 +158,7 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
         for path, data in _extra_outputs(report, **extra_paths).values():
             outputs.add_file(path, data)
         outputs.commit()
-    except tf_autoplace.AutoplaceError as e:
+    except AutoplaceError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except OSError as e:
@@ -181,12 +169,6 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
     return 0
 
 
-def _terminate(signum, frame):
-    """SIGTERM ends the run as Ctrl-C does: through the cleanup of staged outputs."""
-    del frame
-    raise SystemExit(128 + signum)
-
-
 def main(argv):
     del argv
     return run(FLAGS.input, FLAGS.output, cluster=FLAGS.cluster, placer=FLAGS.placer,
@@ -194,8 +176,3 @@ def main(argv):
                signature=FLAGS.signature, tags=FLAGS.saved_model_tags,
                trace_json=FLAGS.trace_json, plot_png=FLAGS.plot_png,
                placement_pb=FLAGS.placement_pb)
-
-
-if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, _terminate)
-    app.run(main)

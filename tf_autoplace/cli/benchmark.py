@@ -1,7 +1,8 @@
-"""Benchmark placers on the zoo models and K80 clusters the papers pair them with.
+"""``tf-autoplace benchmark``: placers on the zoo models and the K80 clusters the papers pair
+them with.
 
-  PYTHONPATH=. python tools/benchmark.py --quick --out_md=/tmp/bench_quick.md
-  PYTHONPATH=. python tools/benchmark.py --out_md=/tmp/bench_full.md \\
+  tf-autoplace benchmark --quick --out_md=/tmp/bench_quick.md
+  tf-autoplace benchmark --out_md=/tmp/bench_full.md \\
       --out_csv=/tmp/bench_full.csv --plot_png=/tmp/bench_full.png
 
 Per pair and placer: simulated step time, lower bound and their ratio, peak memory per device,
@@ -81,7 +82,3 @@ def main(argv):
     print(bench.markdown(rows, infos, title=title))
     bench.progress(f"done in {time.perf_counter() - start:.0f} s")
     return 0
-
-
-if __name__ == "__main__":
-    app.run(main)

@@ -1,5 +1,5 @@
-"""tools/train_placeto.py reproduces the shipped policy's recipe: with no flags, and with the
-command the policy's manifest records, the tool would train with exactly the settings the
+"""``tf-autoplace train-placeto`` reproduces the shipped policy's recipe: with no flags, and with
+the command the policy's manifest records, the tool would train with exactly the settings the
 manifest records. The flags are read in a subprocess (the tool defines absl flags of its own),
 which stops before anything is built or trained."""
 
@@ -17,8 +17,7 @@ from tf_autoplace.rl.placeto_search import pretrained_policy_dir
 # writes them.
 CHILD = """
 import json, sys
-sys.path.insert(0, "tools")
-import train_placeto
+from tf_autoplace.cli import train_placeto
 out = {}
 for name, argv in json.loads(sys.argv[1]).items():
     train_placeto.FLAGS.unparse_flags()
@@ -35,18 +34,24 @@ def manifest():
 
 
 @pytest.fixture(scope="module")
-def settings(manifest, run_scripts):
+def settings(manifest, run_scripts, repo_root):
     """{"no flags" | "manifest command": the settings the tool reads from them}."""
     command = shlex.split(manifest["command"])
-    assert command[:2] == ["python", "tools/train_placeto.py"]
-    argvs = {"no flags": ["tools/train_placeto.py"], "manifest command": command[1:]}
+    # Recorded as it was run: through the checkout's script (which still runs it) or the
+    # installed command.
+    assert command[:2] in (["python", "tools/train_placeto.py"],
+                           ["tf-autoplace", "train-placeto"]), command
+    if command[0] == "python":
+        assert os.path.isfile(os.path.join(repo_root, command[1]))
+    argvs = {"no flags": ["tf-autoplace train-placeto"],
+             "manifest command": ["tf-autoplace train-placeto", *command[2:]]}
     code, stdout, stderr = run_scripts({"child": ["-c", CHILD, json.dumps(argvs)]})["child"]
     assert code == 0, stderr
     return json.loads(stdout.splitlines()[-1])
 
 
 def test_the_manifest_command_uses_repository_relative_paths_only(manifest):
-    for arg in shlex.split(manifest["command"])[1:]:
+    for arg in shlex.split(manifest["command"])[2:]:
         value = arg.partition("=")[2]
         assert not os.path.isabs(value) and "tmp" not in value.split(os.sep), arg
     assert "--out_dir=tf_autoplace/pretrained/placeto_d2" in manifest["command"]

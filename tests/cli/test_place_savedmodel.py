@@ -1,7 +1,7 @@
-"""tools/autoplace_graphdef.py on SavedModels: SavedModel in, SavedModel out.
+"""``tf-autoplace place`` on SavedModels: SavedModel in, SavedModel out.
 
 The placed models must be loaded and run on two logical CPU devices, which only a fresh
-interpreter can configure, so the work happens in tests/tools/savedmodel_child.py (one process:
+interpreter can configure, so the work happens in tests/cli/savedmodel_child.py (one process:
 build TF2 and TF1 SavedModels, place them with the tool's ``run()``, load and compare). A real
 command line on a corrupt SavedModel runs beside it. Both start once per module.
 """
@@ -27,10 +27,10 @@ def results(tmp_path_factory, repo_root):
     pythonpath = os.pathsep.join(p for p in (repo_root, os.environ.get("PYTHONPATH")) if p)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=pythonpath)
     child = subprocess.Popen(
-        [sys.executable, os.path.join("tests", "tools", "savedmodel_child.py"), str(workdir)],
+        [sys.executable, os.path.join("tests", "cli", "savedmodel_child.py"), str(workdir)],
         cwd=repo_root, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     cli = subprocess.Popen(
-        [sys.executable, "tools/autoplace_graphdef.py", f"--input={corrupt}",
+        [sys.executable, "-m", "tf_autoplace.cli", "place", f"--input={corrupt}",
          f"--output={workdir / 'cli' / 'out'}", "--cluster=cpu2",
          f"--report_json={workdir / 'cli' / 'report.json'}"],
         cwd=repo_root, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -1,6 +1,6 @@
-"""Build a model-zoo training graph, place it, print the report.
+"""``tf-autoplace place-model``: build a model-zoo training graph, place it, print the report.
 
-    python tools/place_model.py --model=inception_v3 --cluster=k80x2
+    tf-autoplace place-model --model=inception_v3 --cluster=k80x2
 
 Knobs of the model (batch, layers, ...) are passed as --knob=name=value, e.g.
 ``--model=nmt --knob=layers=2 --knob=batch=128``.
@@ -11,6 +11,10 @@ from __future__ import annotations
 import sys
 
 from absl import app, flags
+
+from tf_autoplace import files, zoo
+from tf_autoplace.api import autoplace
+from tf_autoplace.errors import AutoplaceError
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model", "inception_v3", "Model zoo name (tf_autoplace.zoo.MODELS).")
@@ -36,23 +40,19 @@ def parse_knobs(pairs: list[str]) -> dict:
 
 def main(argv):
     del argv
-    import tf_autoplace
-    from tf_autoplace import zoo
-
     try:
+        if FLAGS.report_json:  # before the work: a path that cannot be written fails at once
+            files.check_output_path(FLAGS.report_json, "--report_json")
         model = zoo.build(FLAGS.model, **parse_knobs(FLAGS.knob))
-        report = tf_autoplace.autoplace(model.graph, cluster=FLAGS.cluster,
-                                        placer=FLAGS.placer, seed=FLAGS.seed)
-    except tf_autoplace.AutoplaceError as e:
+        report = autoplace(model.graph, cluster=FLAGS.cluster,
+                           placer=FLAGS.placer, seed=FLAGS.seed)
+    except AutoplaceError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(f"model {model.name}: {len(model.graph.get_operations())} ops")
     print(report)
     if FLAGS.report_json:
-        with open(FLAGS.report_json, "w", encoding="utf-8") as f:
-            f.write(report.to_json())
+        outputs = files.Outputs()
+        outputs.add_file(FLAGS.report_json, report.to_json().encode())
+        outputs.commit()
     return 0
-
-
-if __name__ == "__main__":
-    app.run(main)

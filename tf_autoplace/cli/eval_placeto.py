@@ -1,20 +1,21 @@
-"""Measure Placeto the way the paper does; print markdown for BENCHMARKS.md.
+"""``tf-autoplace eval-placeto``: measure Placeto the way the paper does; print markdown for
+BENCHMARKS.md.
 
     # from scratch: best runtime vs placements sampled, beside the heuristics
-    python tools/eval_placeto.py --experiment=scratch --model=nmt --max_samples=20000
+    tf-autoplace eval-placeto --experiment=scratch --model=nmt --max_samples=20000
     # transfer: samples the pretrained policy needs to reach the from-scratch result (exactly,
     # and within --reach_tolerance of it, as the paper counts)
-    python tools/eval_placeto.py --experiment=transfer --family=nmt --graphs=3 --max_samples=6000
+    tf-autoplace eval-placeto --experiment=transfer --family=nmt --graphs=3 --max_samples=6000
     # the same over all 16 held-out graphs, in two processes (the other: --first_graph=8)
-    python tools/eval_placeto.py --experiment=transfer --graphs=8 --first_graph=0 --max_samples=2500
+    tf-autoplace eval-placeto --experiment=transfer --graphs=8 --first_graph=0 --max_samples=2500
     # the same on graphs the shipped policy was trained on (is it generalisation that falls short?)
-    python tools/eval_placeto.py --experiment=transfer --split=train --graphs=8 --max_samples=2500
+    tf-autoplace eval-placeto --experiment=transfer --split=train --graphs=8 --max_samples=2500
     # zero-shot on a large graph, then fine-tuning within a time budget
-    python tools/eval_placeto.py --experiment=zero_shot --model=inception_v3 --budget_s=60
+    tf-autoplace eval-placeto --experiment=zero_shot --model=inception_v3 --budget_s=60
     # what single-group moves from the start placement are worth on held-out graphs
-    python tools/eval_placeto.py --experiment=landscape --family=nmt --graphs=3
+    tf-autoplace eval-placeto --experiment=landscape --family=nmt --graphs=3
     # seconds per episode (rollout + gradient) with 1 and 16 episodes in lockstep
-    python tools/eval_placeto.py --experiment=speed --family=nmt --graphs=1
+    tf-autoplace eval-placeto --experiment=speed --family=nmt --graphs=1
 
 Model knobs come from ``--knob=name=value`` (paper sizes by default, e.g. NMT with
 ``--knob=layers=2``). Everything is simulated on ``--cluster`` (K80-class by default).
@@ -22,9 +23,24 @@ Model knobs come from ``--knob=name=value`` (paper sizes by default, e.g. NMT wi
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import time
 
+import numpy as np
 from absl import app, flags
+
+from tf_autoplace import zoo
+from tf_autoplace.cluster import resolve_cluster
+from tf_autoplace.graph import ingest
+from tf_autoplace.placers import PlacetoPlacer
+from tf_autoplace.prepare import build_problem
+from tf_autoplace.rl import families, reinforce
+from tf_autoplace.rl.env import PlacementEnv
+from tf_autoplace.rl.placeto_search import PlacetoConfig, pretrained_policy_dir, search
+from tf_autoplace.rl.policies.placeto import PlacetoPolicy
+from tf_autoplace.rl.pretrain import (best_within, heuristic_scores, single_move_landscape,
+                                      transfer_counts, zero_shot)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("experiment", "scratch",
@@ -57,9 +73,6 @@ flags.DEFINE_multi_string("fine_tune", [], "Fine-tuning setting name=value overr
 
 
 def _policy(env, fresh: bool):
-    from tf_autoplace.rl.placeto_search import pretrained_policy_dir
-    from tf_autoplace.rl.policies.placeto import PlacetoPolicy
-
     if fresh:
         return PlacetoPolicy(env.view.num_devices, env.num_features, seed=FLAGS.seed)
     path = FLAGS.policy_dir or pretrained_policy_dir(env.view.num_devices)
@@ -79,22 +92,8 @@ def _curve_points(curve, every: int):
 
 def main(argv):
     del argv
-    import numpy as np
-
-    from tf_autoplace import zoo
-    from tf_autoplace.cluster import resolve_cluster
-    from tf_autoplace.prepare import build_problem
-    from tf_autoplace.graph import ingest
-    from tf_autoplace.rl.env import PlacementEnv
-    from tf_autoplace.rl.pretrain import (best_within, heuristic_scores, single_move_landscape,
-                                          transfer_counts, zero_shot)
-    from tf_autoplace.rl.placeto_search import PlacetoConfig, search
-
     cluster = resolve_cluster(FLAGS.cluster)
     # The curves use the placer's own fine-tuning settings, from scratch and pretrained alike.
-    import ast
-    import dataclasses
-
     def literal(text):
         try:
             return ast.literal_eval(text)
@@ -129,8 +128,6 @@ def main(argv):
     def split_problems():
         """[(name, problem)] of the chosen graphs of --split, named by their index in the
         family."""
-        from tf_autoplace.rl import families
-
         config = families.FamilyConfig(num_graphs=32, seed=0)
         train, test = families.family_problems(FLAGS.family, config, cluster,
                                                cache_dir=FLAGS.cache_dir)
@@ -177,8 +174,6 @@ def main(argv):
                   f"{row['best_gain'] * 100:.2f}% | {row['greedy'] * 1e3:.2f} "
                   f"({row['greedy_gain'] * 100:.1f}%) | {row['samples']} |")
     elif FLAGS.experiment == "speed":
-        from tf_autoplace.rl import reinforce
-
         print(f"### Episode cost: {what} {FLAGS.family} graphs on {FLAGS.cluster}\n")
         print("| graph | groups | episodes in lockstep | rollout (s) | gradients (s) | "
               "per episode (s) |\n| --- | ---: | ---: | ---: | ---: | ---: |")
@@ -242,8 +237,6 @@ def main(argv):
                      for n in budgets]
             print(f"| {name} | " + " | ".join(cells) + " |")
     else:
-        from tf_autoplace.placers import PlacetoPlacer
-
         problem = model_problem()
         env = PlacementEnv(problem, env_config)
         shot = zero_shot(_policy(env, fresh=False), problem, env_config)
@@ -263,7 +256,3 @@ def main(argv):
         print(f"- placement returned: {placement.sim.makespan * 1e3:.2f} ms "
               f"({placer.stats['winner']})")
         print("- heuristics (R, ms): " + ", ".join(f"{k} {v * 1e3:.2f}" for k, v in heur.items()))
-
-
-if __name__ == "__main__":
-    app.run(main)

@@ -1,12 +1,12 @@
-"""Child process for tests/tools/test_savedmodel.py: SavedModel in, SavedModel out.
+"""Child process for tests/cli/test_place_savedmodel.py: SavedModel in, SavedModel out.
 
 Runs on two logical CPU devices with soft placement off (which must be configured before TF
 initialises, hence a fresh interpreter): builds a TF2 and a TF1 SavedModel, places each with
-``tools/autoplace_graphdef.py``'s ``run()`` (in process), loads originals and outputs with
+``tf-autoplace place``'s ``run()`` (in process), loads originals and outputs with
 ``tf.saved_model.load`` and compares outputs and executed devices; also runs the tool on bad input
 and records what it left on disk. Prints one JSON object on the last line of stdout.
 
-    python tests/tools/savedmodel_child.py WORKDIR
+    python tests/cli/savedmodel_child.py WORKDIR
 """
 
 import json
@@ -20,9 +20,9 @@ tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU"
                                            [tf.config.LogicalDeviceConfiguration()] * 2)
 tf.config.set_soft_device_placement(False)
 
+from tf_autoplace.cli import place as place_command  # noqa: E402
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "tools"))
-import autoplace_graphdef  # noqa: E402
 
 CPU2 = "cpu2"
 
@@ -71,7 +71,7 @@ def make_tf1(path):
 
 def place(src, dst, **kwargs):
     kwargs = {"signature": "serving_default", "tags": ("serve",), **kwargs}
-    return autoplace_graphdef.run(src, dst, cluster=CPU2, placer="m_etf", seed=0, max_groups=2000,
+    return place_command.run(src, dst, cluster=CPU2, placer="m_etf", seed=0, max_groups=2000,
                                   report_json=dst + ".json", **kwargs)
 
 

@@ -1,4 +1,4 @@
-"""tools/autoplace_graphdef.py end to end, as a user runs it: a subprocess per invocation.
+"""``tf-autoplace place`` end to end, as a user runs it: a subprocess per invocation.
 
 Every invocation imports TensorFlow (seconds each), so all of them are started together once per
 module and the tests read their results.
@@ -11,10 +11,12 @@ import stat
 
 import pytest
 import tensorflow as tf
+from absl import flags as absl_flags
 from google.protobuf import json_format, text_format
 from tensorflow.core.framework import graph_pb2
 from tensorflow.core.protobuf import meta_graph_pb2
 
+from tf_autoplace.cli import place
 from tf_autoplace.cluster import resolve_cluster
 from tf_autoplace.graph import costgraph, ingest
 from tf_autoplace.prepare import build_problem, export_cost_graph
@@ -37,17 +39,6 @@ RUNS = {
                                                  "--report_json={dir}/r_cluster.json"]),
     "unknown_placer": ("cnn.pb", "out_placer.pb", ["--placer=no_such_placer",
                                                    "--report_json={dir}/r_placer.json"]),
-    # Outputs that cannot be written are found before the work, and nothing is written.
-    "report_in_missing_dir": ("cnn.pb", "out_rdir.pb", ["--placer=m_etf",
-                                                        "--report_json={dir}/nodir/r.json"]),
-    "trace_in_missing_dir": ("cnn.pb", "out_tdir.pb", ["--placer=m_etf",
-                                                       "--trace_json={dir}/nodir/t.json"]),
-    "nested_output_bad_cluster": ("cnn.pb", "new/a/b/placed.pb",
-                                  ["--cluster={dir}/bad_cluster.pbtxt"]),
-    "two_outputs_one_file": ("cnn.pb", "out_same.pb", ["--placer=m_etf",
-                                                      "--report_json={dir}/same.json",
-                                                      "--trace_json={dir}/same.json"]),
-    "negative_seed": ("cnn.pb", "out_seed.pb", ["--placer=m_etf", "--seed=-1"]),
     # The same input and seed, twice: the same bytes.
     "repeat_1": ("cnn.pb", "repeat_1.pb", ["--placer=m_etf", "--seed=3"]),
     "repeat_2": ("cnn.pb", "repeat_2.pb", ["--placer=m_etf", "--seed=3"]),
@@ -70,7 +61,7 @@ def runs(tmp_path_factory, run_scripts, write_proto):
     (workdir / "bad_cluster.pbtxt").write_text('device { name: "/device:CPU:0" kind: ')
 
     results = run_scripts({
-        name: ["tools/autoplace_graphdef.py", f"--input={workdir / inp}",
+        name: ["-m", "tf_autoplace.cli", "place", f"--input={workdir / inp}",
                f"--output={workdir / out}", "--cluster=cpu2",
                *(flag.format(dir=workdir) for flag in extra)]
         for name, (inp, out, extra) in RUNS.items()})
@@ -144,34 +135,42 @@ def test_errors_exit_non_zero_with_a_message_and_write_nothing(runs, name, messa
     assert not list(workdir.glob(".tmp_autoplace_*"))  # no half-written temporary left
 
 
-@pytest.mark.parametrize("name, message", [
-    ("report_in_missing_dir", "--report_json '.*nodir/r.json': the directory '.*nodir' does "
-                              "not exist"),
-    ("trace_in_missing_dir", "--trace_json '.*nodir/t.json': the directory '.*nodir' does not "
-                             "exist"),
-    ("nested_output_bad_cluster", "--output '.*new/a/b/placed.pb': the directory "
-                                  "'.*new/a/b' does not exist"),
-    ("two_outputs_one_file", "--trace_json and --report_json are the same file"),
+@pytest.mark.parametrize("flags, message", [
+    (dict(report_json="nodir/r.json"),
+     "--report_json 'nodir/r.json': the directory '.*nodir' does not exist"),
+    (dict(trace_json="nodir/t.json"),
+     "--trace_json 'nodir/t.json': the directory '.*nodir' does not exist"),
+    (dict(output="new/a/b/placed.pb", cluster="bad_cluster.pbtxt"),
+     "--output 'new/a/b/placed.pb': the directory '.*new/a/b' does not exist"),
+    (dict(report_json="same.json", trace_json="same.json"),
+     "--trace_json and --report_json are the same file 'same.json'"),
+    (dict(output="a_dir"), "--output 'a_dir' is a directory"),
 ])
-def test_unwritable_outputs_fail_before_the_work_and_nothing_is_written(runs, name, message):
-    workdir, results, _ = runs
-    code, stdout, stderr = results[name]
-    assert code == 1
-    error_lines = [line for line in stderr.splitlines() if line.startswith("error: ")]
-    assert len(error_lines) == 1 and re.search(message, error_lines[0]), stderr
-    assert "Traceback" not in stderr
-    assert not (workdir / RUNS[name][1]).exists()
-    assert not (workdir / "new").exists() and not (workdir / "nodir").exists()
-    assert not (workdir / "same.json").exists()
-    assert not list(workdir.glob(".tmp_autoplace_*"))
+def test_unwritable_outputs_fail_before_the_work_and_nothing_is_written(
+        tmp_path, monkeypatch, capsys, flags, message):
+    # In this process (TF is loaded already): run() checks the paths before anything else.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a_dir").mkdir()
+    (tmp_path / "bad_cluster.pbtxt").write_text('device { name: "/device:CPU:0" kind: ')
+    (tmp_path / "in.pb").write_bytes(small_cnn().graph.as_graph_def().SerializeToString())
+    before = sorted(os.listdir(tmp_path))
+    args = {"output": "out.pb", "cluster": "cpu2", "report_json": None, **flags}
+    status = place.run("in.pb", args.pop("output"), placer="m_etf", seed=0, max_groups=2000,
+                       **args)
+    assert status == 1
+    error_lines = [line for line in capsys.readouterr().err.splitlines()
+                   if line.startswith("error: ")]
+    assert len(error_lines) == 1 and re.search(message, error_lines[0]), error_lines
+    assert sorted(os.listdir(tmp_path)) == before  # no output, no directory, no temporary
 
 
-def test_a_negative_seed_is_refused_at_flag_parsing(runs):
-    workdir, results, _ = runs
-    code, _, stderr = results["negative_seed"]
-    assert code == 1
-    assert "--seed=-1" in stderr and "Traceback" not in stderr
-    assert not (workdir / "out_seed.pb").exists()
+def test_a_negative_seed_is_refused_at_flag_parsing():
+    try:
+        with pytest.raises(absl_flags.IllegalFlagValueError, match="-1"):
+            absl_flags.FLAGS(["tf-autoplace place", "--input=a.pb", "--output=b.pb",
+                              "--seed=-1"])
+    finally:
+        absl_flags.FLAGS.unparse_flags()
 
 
 def test_same_input_and_seed_give_the_same_bytes_serialized_deterministically(runs):

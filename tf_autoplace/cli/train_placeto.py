@@ -1,0 +1,230 @@
+"""``tf-autoplace train-placeto``: pretrain the Placeto policy that ships in
+tf_autoplace/pretrained, and write its manifest.
+
+    tf-autoplace train-placeto
+
+With no flags it reproduces the shipped policy (tf_autoplace/pretrained/placeto_d2, rewritten in
+place; about 20 minutes on 2 cores once the families are built, 7 of them searching): 32 graphs
+of the NMT family on the K80 x2 cluster, the first 16 for training, and the imitation objective
+with the settings its manifest records (``tests/cli/test_train_placeto.py`` checks that the
+defaults and the manifest's command both give those settings). Add ``--cache_dir=DIR`` to keep
+the built graphs for the next run. Builds the graph families (Placeto A.3; the first half of
+each family trains, the rest is held out) and trains with one of two objectives:
+
+- ``imitation`` (tf_autoplace.rl.imitation, the default): the placer's own search from scratch
+  runs on every training graph (``--target_samples`` placements each, ``--workers``
+  processes), and the policy learns to reach the best placement found in one greedy episode
+  (``--epochs`` passes; with ``--clone_inits`` > 1, that many policies from differently seeded
+  initial weights, and the one that gains most on the training graphs is kept);
+- ``policy_gradient`` (tf_autoplace.rl.reinforce): sampled REINFORCE as in the paper, or the
+  all-action estimator; the iteration, estimator, entropy and episode flags apply to it.
+
+Then it evaluates zero-shot on the held-out graphs against the heuristics and writes
+``policy.json``, ``weights.npz`` and ``manifest.json`` (what it was trained on, the settings
+(:func:`recipe`), the seed, this command, and the measured results). Progress goes to stderr;
+TensorBoard summaries (policy gradient only) to ``--logdir`` if given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+
+from absl import flags
+
+from tf_autoplace.cluster import resolve_cluster
+from tf_autoplace.rl import families, imitation, reinforce
+from tf_autoplace.rl.env import EnvConfig, PlacementEnv
+from tf_autoplace.rl.placeto_search import PlacetoConfig
+from tf_autoplace.rl.policies.placeto import PlacetoPolicy
+from tf_autoplace.rl.pretrain import held_out, pretrain
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("out_dir", "tf_autoplace/pretrained/placeto_d2",
+                    "Where to write the policy and its manifest (default: the shipped one).")
+flags.DEFINE_string("cluster", "k80x2", "Cluster the policy places on: a shipped name or a "
+                    "spec file.")
+flags.DEFINE_list("families", ["nmt"], "Graph families to train on (nmt, ptb, cifar10).")
+flags.DEFINE_integer("num_graphs", 32, "Graphs per family (half train, half held out).")
+flags.DEFINE_enum("objective", "imitation", ["imitation", "policy_gradient"],
+                  "Train with policy gradients, or imitate the placer's search (see above).")
+flags.DEFINE_integer("target_samples", 1200, "imitation: placements the search from scratch "
+                     "simulates on each training graph.")
+flags.DEFINE_integer("target_searches", 1, "imitation: searches per training graph (different "
+                     "seeds); the best placement of all of them is the target.")
+flags.DEFINE_integer("clone_inits", 1, "imitation: policies cloned on the same targets, "
+                     "their initial weights seeded --seed, --seed + 1, ... (in --workers "
+                     "processes); the one whose greedy episodes gain most on the training "
+                     "graphs (mean) is kept.", lower_bound=1)
+flags.DEFINE_integer("policy_embed", 8, "Policy embedding width (the paper's 8).",
+                     lower_bound=1)
+flags.DEFINE_integer("policy_hidden", 8, "Policy message-passing MLP width.", lower_bound=1)
+flags.DEFINE_integer("policy_head", 16, "Width of the policy head's two layers.",
+                     lower_bound=1)
+flags.DEFINE_integer("policy_rounds", 4, "Message-passing rounds k (the paper's 4..8).",
+                     lower_bound=1, upper_bound=16)
+flags.DEFINE_integer("epochs", 150, "imitation: passes over the training graphs.")
+flags.DEFINE_float("move_weight", 3.0, "imitation: weight of the steps whose target moves "
+                   "the group (the others weigh 1).")
+flags.DEFINE_integer("iterations", 300, "Policy updates.")
+flags.DEFINE_integer("workers", 2, "Worker processes: per policy-gradient update, each on its "
+                     "own graph; for imitation, searching the training graphs.")
+flags.DEFINE_integer("episodes", 1, "Episodes each worker runs per update, in lockstep.")
+flags.DEFINE_integer("seed", 0, "Seed of the families, the policy and training.")
+flags.DEFINE_integer("max_groups", 256, "Merge-and-Colocate groups per graph in the MDP.")
+flags.DEFINE_float("learning_rate", 3e-3, "Adam's initial learning rate.")
+flags.DEFINE_float("final_learning_rate_ratio", 10.0, "The learning rate decays by this factor.")
+flags.DEFINE_float("entropy", 3e-4, "Initial entropy bonus (see --final_entropy_ratio).")
+flags.DEFINE_bool("normalize_advantages", False,
+                  "Divide each step's advantage by the spread of that step's returns.")
+flags.DEFINE_enum("estimator", "reinforce", ["reinforce", "all_actions"],
+                  "Policy-gradient estimator (tf_autoplace.rl.reinforce): sampled actions, or "
+                  "the expectation over every action of each step (needs --discount=0).")
+flags.DEFINE_enum("episode_start", "env", ["env", "best"],
+                  "Where a graph's episodes start: the environment's start placement, or the "
+                  "best placement found on that graph so far.")
+flags.DEFINE_bool("undo_worse", False, "Undo a move that makes the runtime worse (its negative "
+                  "reward stays; tf_autoplace.rl.env).")
+flags.DEFINE_integer("select_every", 0, "Every N iterations score greedy episodes on "
+                     "--select_graphs training graphs and keep the best weights (0: last).")
+flags.DEFINE_integer("select_graphs", 12, "Training graphs the selection scores.")
+flags.DEFINE_float("final_entropy_ratio", 20.0, "The entropy bonus decays by this factor.")
+flags.DEFINE_float("discount", 0.0, "Return discount gamma (1: the paper's undiscounted "
+                   "return; 0: each action is credited with its own improvement).")
+flags.DEFINE_string("cache_dir", None, "Cache built family problems here.")
+flags.DEFINE_string("logdir", None, "TensorBoard summaries.")
+flags.DEFINE_string("family_knobs", "{}",
+                    "JSON {family: {knob: value or [low, high]}} overriding family knobs.")
+
+
+def recipe() -> dict:
+    """What the flags ask for, before anything is built or trained, as the manifest records
+    it: the cluster, the families and their config, the objective, the MDP (``env_config``),
+    the training settings (``train_config``) and the policy's sizes and seed (``policy``)."""
+    family_config = families.FamilyConfig(num_graphs=FLAGS.num_graphs, seed=FLAGS.seed,
+                                          **json.loads(FLAGS.family_knobs))
+    if FLAGS.objective == "imitation":
+        # The targets come from the placer's search without restarts: the shipped policy's
+        # were made so, and a restart only pays within the placer's small budget.
+        search = PlacetoConfig(restart_after=None)
+        env_config = dataclasses.replace(search.env, max_groups=FLAGS.max_groups)
+        train_config = dict(
+            target_search=dataclasses.replace(search, env=env_config),
+            target_samples=FLAGS.target_samples, target_searches=FLAGS.target_searches,
+            clone_inits=FLAGS.clone_inits, epochs=FLAGS.epochs,
+            learning_rate=FLAGS.learning_rate, move_weight=FLAGS.move_weight)
+    else:
+        env_config = EnvConfig(max_groups=FLAGS.max_groups, undo_worse=FLAGS.undo_worse)
+        train_config = reinforce.TrainConfig(
+            iterations=FLAGS.iterations, workers=FLAGS.workers, episodes=FLAGS.episodes,
+            seed=FLAGS.seed, learning_rate=FLAGS.learning_rate,
+            final_learning_rate=FLAGS.learning_rate / FLAGS.final_learning_rate_ratio,
+            entropy=FLAGS.entropy, final_entropy=FLAGS.entropy / FLAGS.final_entropy_ratio,
+            discount=FLAGS.discount, normalize_advantages=FLAGS.normalize_advantages,
+            estimator=FLAGS.estimator, episode_start=FLAGS.episode_start)
+    return dict(cluster=FLAGS.cluster, families=list(FLAGS.families),
+                family_config=family_config, objective=FLAGS.objective, env_config=env_config,
+                train_config=train_config,
+                policy=dict(embed=FLAGS.policy_embed, hidden=FLAGS.policy_hidden,
+                            head=FLAGS.policy_head, rounds=FLAGS.policy_rounds, seed=FLAGS.seed))
+
+
+def recorded(settings: dict) -> dict:
+    """:func:`recipe`'s settings as the manifest writes them (configs as their reprs)."""
+    train_config = settings["train_config"]
+    if isinstance(train_config, dict):
+        train_config = dict(train_config, target_search=repr(train_config["target_search"]))
+    return dict(settings, family_config=repr(settings["family_config"]),
+                env_config=repr(settings["env_config"]), train_config=repr(train_config))
+
+
+def _policy_gradient(settings: dict, policy, train, test):
+    return pretrain(policy, train, test, settings["env_config"], settings["train_config"],
+                    select_every=FLAGS.select_every, select_graphs=FLAGS.select_graphs,
+                    logdir=FLAGS.logdir, progress=True)
+
+
+def _imitate(settings: dict, policy, train, test):
+    """Search every training graph from scratch with the placer's settings, then clone."""
+    env_config, config = settings["env_config"], settings["train_config"]
+    t = time.perf_counter()
+    targets = imitation.search_targets(train, config["target_search"],
+                                       samples=config["target_samples"],
+                                       searches=config["target_searches"], seed=FLAGS.seed,
+                                       workers=FLAGS.workers, progress=True)
+    search_s = time.perf_counter() - t
+    seeds = [FLAGS.seed + k for k in range(config["clone_inits"])]
+    t = time.perf_counter()
+    policy, clones = imitation.clone_best_of(
+        train, env_config, [target.actions for target in targets], policy.config, seeds,
+        epochs=config["epochs"], learning_rate=config["learning_rate"],
+        move_weight=config["move_weight"], workers=FLAGS.workers, progress=True)
+    untrained = PlacetoPolicy(**policy.config)  # the chosen clone's initial weights
+    curve = next(made.curve for made in clones if made.seed == policy.config["seed"])
+    print(f"[imitation] kept the clone seeded {policy.config['seed']} of {len(clones)}",
+          file=sys.stderr, flush=True)
+    results = dict(
+        search_seconds=search_s, train_seconds=time.perf_counter() - t,
+        iterations=config["epochs"], samples=sum(target.samples for target in targets),
+        targets=[dict(graph=i, start_R=target.start_score, target_R=target.score,
+                      moved=target.moved, moves=target.moves.tolist())
+                 for i, target in enumerate(targets)],
+        clone_curve=curve[::10] + curve[-1:],
+        clones=[dict(seed=made.seed, fit=made.curve[-1], train_mean_greedy_gain=made.train_gain)
+                for made in clones],
+        held_out=held_out(policy, untrained, test, env_config))
+    return policy, results
+
+
+def main(argv):
+    del argv
+    settings = recipe()
+    cluster = resolve_cluster(settings["cluster"])
+    train, test, made = [], [], {}
+    t = time.perf_counter()
+    for family in settings["families"]:
+        tr, te = families.family_problems(family, settings["family_config"], cluster,
+                                          cache_dir=FLAGS.cache_dir, progress=True)
+        train += tr
+        test += te
+        made[family] = dict(train=len(tr), held_out=len(te),
+                            ops=[p.graph.num_ops for p in tr + te])
+    build_s = time.perf_counter() - t
+
+    env = PlacementEnv(train[0], settings["env_config"])  # sizes the policy's input and output
+    policy = PlacetoPolicy(env.view.num_devices, env.num_features, **settings["policy"])
+    if settings["objective"] == "imitation":
+        policy, results = _imitate(settings, policy, train, test)
+    else:
+        results = _policy_gradient(settings, policy, train, test)
+
+    os.makedirs(FLAGS.out_dir, exist_ok=True)
+    policy.save(FLAGS.out_dir)
+    written = recorded(settings)
+    manifest = dict(
+        what="Placeto policy (tf_autoplace.rl.policies.placeto.PlacetoPolicy)",
+        command=" ".join([*sys.argv[0].split(), *map(shlex.quote, sys.argv[1:])]),
+        cluster=written["cluster"], action_devices=policy.num_devices,
+        trained_on=dict(families=made, family_config=written["family_config"]),
+        objective=written["objective"], env_config=written["env_config"],
+        train_config=written["train_config"],
+        policy_config=policy.config, seed=FLAGS.seed, build_seconds=build_s,
+        machine=f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        results=results)
+    with open(os.path.join(FLAGS.out_dir, "manifest.json"), "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=2, sort_keys=True, default=float)
+    print(f"wrote {FLAGS.out_dir}: trained {results['iterations']} "
+          f"{'epochs' if settings['objective'] == 'imitation' else 'iterations'}, "
+          f"{results['samples']} samples in {results['train_seconds']:.0f} s")
+    for row in results["held_out"]:
+        best_h = min(row["heuristics_R"].values())
+        print(f"  held-out graph {row['graph']}: {row['ops']} ops, zero-shot "
+              f"{row['zero_shot_R'] * 1e3:.2f} ms (untrained "
+              f"{row['untrained_zero_shot_R'] * 1e3:.2f} ms, best heuristic "
+              f"{best_h * 1e3:.2f} ms) in {row['zero_shot_seconds']:.1f} s")
+
