@@ -32,7 +32,7 @@ def _run_child(repo_root, first, count, *extra, timeout):
     started = [line["start"] for line in lines if "start" in line]
     if proc.returncode != 0 or len(results) != count:
         died = started[-1] if started else first
-        case = fuzz.make_case(SEED, died)
+        case = fuzz.make_case(SEED, died, fuzz.ALL_PLACERS if "all" in extra else fuzz.PLACERS)
         pytest.fail(f"the child died (exit status {proc.returncode}) in case {died} "
                     f"(placer {case.placer}; {case.mutations}):\n{proc.stderr[-3000:]}")
     return results

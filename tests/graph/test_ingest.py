@@ -231,6 +231,13 @@ def _matrix(name, rows, cols, *, content_shape=None):
     return node
 
 
+def _const_holding(name, dtype):
+    """A float32 Const whose value tensor claims the DataType number ``dtype``."""
+    tensor = tf.make_tensor_proto(1.0)
+    tensor.dtype = dtype
+    return _node(name, "Const", dtype=F32_TYPE, value=tf.compat.v1.AttrValue(tensor=tensor))
+
+
 def _variable(name, *dims):
     node = _node(name, "VarHandleOp", dtype=F32_TYPE,
                  shared_name=tf.compat.v1.AttrValue(s=name.encode()))
@@ -310,6 +317,9 @@ REJECTED = {
         "rejects node 'a' \\(Const\\): its value is a DT_FLOAT tensor but its dtype is DT_INT32"),
     "device TF cannot parse": (_graph_def(_on("/bogus", _node("a", "NoOp"))),
                                "node 'a' has the device '/bogus', which TensorFlow cannot parse"),
+    "Const whose value has no dtype TF knows": (
+        _graph_def(_const_holding("a", dtype=999)),
+        "rejects node 'a' \\(Const\\): its value is a dtype 999 tensor but its dtype is DT_FLOAT"),
     "Placeholder of shape [-7]": (_graph_def(_placeholder("p", -7)),
                                   "rejects node 'p': Shape \\[-7\\]"),
     "variable of 2**80 elements": (

@@ -201,13 +201,21 @@ def check_tensorflow_accepts(graph_def: graph_pb2.GraphDef) -> None:
                                         f"{problem}")
 
 
+def _dtype_name(enum: int) -> str:
+    """``DT_FLOAT`` for 1; the number itself for a value no DataType has."""
+    try:
+        return types_pb2.DataType.Name(enum)
+    except ValueError:
+        return f"dtype {enum}"
+
+
 def _constant_problem(node) -> str | None:
     """Why TensorFlow's Const kernel would not build from ``node``'s ``value`` (as
     ``Tensor::FromProto`` reads it), or None."""
     tensor, dtype = node.attr["value"].tensor, node.attr["dtype"].type
     if tensor.dtype != dtype:
-        return (f"its value is a {types_pb2.DataType.Name(tensor.dtype)} tensor but its dtype "
-                f"is {types_pb2.DataType.Name(dtype)}")
+        return (f"its value is a {_dtype_name(tensor.dtype)} tensor but its dtype is "
+                f"{_dtype_name(dtype)}")
     dims = [d.size for d in tensor.tensor_shape.dim]
     if tensor.tensor_shape.unknown_rank or any(d < 0 for d in dims):
         return f"its value has the incomplete shape {dims}"
