@@ -6,6 +6,7 @@ import tensorflow as tf
 
 import tf_autoplace
 from tf_autoplace import Cluster, Device
+from tf_autoplace.placers import DEFAULT_PLACER
 from tf_autoplace.testing import run_training_steps, small_cnn
 
 CPU2 = "cpu2"
@@ -140,16 +141,18 @@ def test_the_tf2_door_checks_the_same_arguments_before_tracing():
     assert not traced
 
 
-def test_every_default_on_this_machine_places_a_tiny_graph_without_a_search():
+def test_every_default_on_this_machine_places_a_tiny_graph():
     # The local cluster of a CPU-only machine is one CPU, of a one-GPU machine one GPU beside
-    # its host: the default placer refused both ("a policy needs >= 2 devices"), and spent
+    # its host: the learned placer refused both ("a policy needs >= 2 devices"), and spent
     # minutes of policy updates on a 3-op graph where a few placements are all there is.
     g = tf.Graph()
     with g.as_default():
         b = tf.square(tf.constant([1.0, 2.0], name="a"), name="b")
         tf.identity(b, name="c")
-    report = tf_autoplace.autoplace(g)
-    assert report.placer == "placeto"
+    report = tf_autoplace.autoplace(g)  # the default placer on the local cluster
+    assert report.placer == DEFAULT_PLACER
+    assert all(op.device for op in g.get_operations())
+    learned = tf_autoplace.autoplace(g, placer="placeto")
     assert all(op.device for op in g.get_operations())
     assert any(note.startswith("placeto:") and "(no search)" in note
-               for note in report.notes), report.notes
+               for note in learned.notes), learned.notes

@@ -49,7 +49,8 @@ def _check(results):
     assert set(outcomes) <= {"placed", "InvalidGraphError", "ClusterSpecError",
                              "InfeasiblePlacementError", "ConfigError"}, outcomes
     print(dict(outcomes), "placed graphs whose input fails to run too:",
-          sum(bool(r.get("input_fails_too")) for r in results))
+          sum(bool(r.get("input_fails_too")) for r in results), "; imported, not run:",
+          sum(bool(r.get("not_run")) for r in results))
 
 
 def test_damaged_graphs_and_specs_place_validly_or_raise_autoplace_errors(repo_root):
