@@ -6,10 +6,13 @@ it
 
 1. **collects starts**: every fast heuristic on the whole cluster and on prefixes of its GPUs,
    with over-memory placements repaired by moving work to the CPU host and failing heuristics
-   skipped (:class:`~tf_autoplace.heuristics.BestHeuristicPlacer`); then the zero-shot
-   placement of each learned policy shipped for this many action devices (``learned``; a
-   pretrained Placeto policy improves the best heuristic's placement in one greedy episode of a
-   few dozen simulations), from the best heuristic's placement;
+   skipped (:class:`~tf_autoplace.heuristics.BestHeuristicPlacer`); then, from the best
+   heuristic's placement, the zero-shot placement of each learned policy shipped for this many
+   action devices (``learned``; a pretrained Placeto policy improves it in one greedy episode
+   of a few dozen simulations) and, where the sample budget is large enough to pay for it,
+   the best placement of a short Post search (cross-entropy over softmax tables explores
+   other basins than moving one block at a time does; its placements count against the
+   budget);
 2. **searches** from the fastest start that fits: local search over blocks of colocation groups
    (:func:`tf_autoplace.rl.local_search.local_search`), which keeps a move only when the
    simulator says it is faster, may move work to the CPU host, and stops early at a local
@@ -43,15 +46,20 @@ from tf_autoplace.problem import Placer, PlacementProblem, check_memory
 from tf_autoplace.rl.eager import policy_context
 from tf_autoplace.rl.env import PlacementEnv
 from tf_autoplace.rl.local_search import LocalSearch, LocalSearchConfig, race
+from tf_autoplace.rl import post_search
 from tf_autoplace.rl.placeto_search import PlacetoConfig, pretrained_policy_dir, search
 from tf_autoplace.rl.policies.placeto import PlacetoPolicy
+from tf_autoplace.rl.post_search import PostConfig
 from tf_autoplace.rl.rollouts import Evaluator
 from tf_autoplace.sim import lower_bound
 
-LEARNED = ("placeto",)
+LEARNED = ("placeto", "post")
 # Below this many colocation groups the search sweeps every move anyway, and loading a policy
 # (TensorFlow) would cost more than the whole search.
 MIN_LEARNED_UNITS = 256
+# Post runs as a start only when the local search keeps at least this many times Post's own
+# placements: on large graphs (small budgets) the local search gains more per placement.
+POST_BUDGET_SHARE = 4
 MIN_SAMPLES, MAX_SAMPLES = 1_000, 100_000
 
 
@@ -72,8 +80,11 @@ class AutoConfig:
       seeds_per_start: searches from each start, each with its own random draws (>= 1):
         which local optimum a search ends in depends on its first moves as much as on its
         start, and the race drops the unlucky ones early.
-      learned: learned policies whose zero-shot placements are starts (``"placeto"``: the
-        shipped Placeto policy, when there is one for the cluster's action-device count).
+      learned: learned placers whose placements are starts (``"placeto"``: the shipped
+        Placeto policy's zero-shot placement, when there is one for the cluster's
+        action-device count; ``"post"``: a Post search of ``post.max_samples`` placements, when
+        the sample budget is at least ``POST_BUDGET_SHARE`` times that).
+      post: the settings of that Post search (its ``budget_s`` is replaced by what is left).
       search: the local search's settings.
     """
 
@@ -84,6 +95,7 @@ class AutoConfig:
     starts: int = 4
     seeds_per_start: int = 2
     learned: tuple[str, ...] = LEARNED
+    post: PostConfig = PostConfig()
     search: LocalSearchConfig = LocalSearchConfig()
 
     def __post_init__(self):
@@ -126,10 +138,12 @@ class AutoPlacer(Placer):
         return int(np.clip(round(self.config.search_work / problem.graph.num_ops),
                            MIN_SAMPLES, MAX_SAMPLES))
 
-    def starts(self, problem: PlacementProblem, seed: int) -> list[tuple[str, np.ndarray, float]]:
+    def starts(self, problem: PlacementProblem, seed: int, *, max_samples: int,
+               deadline: float) -> tuple[list[tuple[str, np.ndarray, float]], int]:
         """Distinct start placements that fit, fastest first, as ``(label, devices, step s)``:
-        every fast heuristic's (best_heuristic's candidates) and each learned policy's
-        zero-shot placement from the best of them."""
+        every fast heuristic's (best_heuristic's candidates) and each learned placer's
+        placement from the best of them; and how many placements the learned starts simulated
+        (Post's count against ``max_samples``)."""
         heuristic = BestHeuristicPlacer()
         ranked = heuristic.ranked(problem)
         self.notes.extend(heuristic.notes)
@@ -145,12 +159,22 @@ class AutoPlacer(Placer):
                 sim = problem.simulator.run(devices)
                 if not check_memory(problem, sim):
                     out.append(("placeto zero-shot", devices, sim.makespan))
+        spent = 0
+        post = self.config.post
+        if ("post" in self.config.learned and len(action) > 1 and units >= MIN_LEARNED_UNITS
+                and post.max_samples is not None
+                and max_samples >= POST_BUDGET_SHARE * post.max_samples):
+            found = post_search.search(problem, post, seed, heuristic=out[0][1],
+                                       deadline=deadline)
+            spent = found.samples
+            if found.fits:
+                out.append(("post", found.devices, problem.simulator.run(found.devices).makespan))
         out.sort(key=lambda start: start[2])
         distinct = []
         for start in out:
             if not any(np.array_equal(start[1], kept[1]) for kept in distinct):
                 distinct.append(start)
-        return distinct
+        return distinct, spent
 
     @staticmethod
     def _placeto_zero_shot(problem, start, path, seed) -> np.ndarray:
@@ -168,10 +192,11 @@ class AutoPlacer(Placer):
         if problem.cluster.num_devices == 1:
             self.notes.append("auto: the cluster has one device; every op goes to it")
             return np.zeros(problem.graph.num_ops, dtype=np.int32)
-        starts = self.starts(problem, seed)[:cfg.starts]
         max_samples = self.samples_for(problem)
-        bound = lower_bound(problem.graph, problem.cluster, problem.op_time)
         deadline = began + cfg.budget_s
+        starts, spent = self.starts(problem, seed, max_samples=max_samples, deadline=deadline)
+        starts = starts[:cfg.starts]
+        bound = lower_bound(problem.graph, problem.cluster, problem.op_time)
         with Evaluator(problem, workers=cfg.workers,
                        memory_penalty=cfg.search.memory_penalty) as evaluator:
             searches, labels = [], []
@@ -181,10 +206,10 @@ class AutoPlacer(Placer):
                 for j in range(cfg.seeds_per_start):
                     searches.append(first if j == 0 else first.fork(_seed(seed, k, j)))
                     labels.append((label, start_s))
-            winner = race(searches, max_samples, deadline=deadline, lower_bound=bound)
+            winner = race(searches, max_samples - spent, deadline=deadline, lower_bound=bound)
         label, start_s = labels[searches.index(winner)]
         end_s = problem.simulator.run(winner.current).makespan
-        samples = sum(s.samples for s in searches)
+        samples = spent + sum(s.samples for s in searches)
         self.stats = dict(start=label, start_ms=start_s * 1e3, end_ms=end_s * 1e3,
                           samples=samples, stopped=winner.stopped, curve=winner.curve,
                           searches=[(lab, s.curve[0][1] * 1e3, s.best * 1e3, s.samples)
