@@ -397,8 +397,8 @@ class Simulator:
         n = graph.num_ops
         t = len(graph.tensor_op)
         self._num_devices = cluster.num_devices
-        self._bandwidth = np.ascontiguousarray(cluster.bandwidth, dtype=np.float64)
-        self._latency = np.ascontiguousarray(cluster.latency, dtype=np.float64)
+        self._bandwidth = np.array(cluster.bandwidth, dtype=np.float64, order="C")
+        self._latency = np.array(cluster.latency, dtype=np.float64, order="C")
 
         # Tensor ids: graph tensors 0..t-1, then the control dummy of op s as t + s (0 bytes).
         edge_src = graph.edge_src.astype(np.int64)
@@ -430,6 +430,23 @@ class Simulator:
         self._producer = producer
         self._tensor_bytes = np.concatenate([graph.tensor_bytes, np.zeros(n, np.int64)])
         self._persistent = graph.persistent_bytes.astype(np.int64)
+        self._freeze()
+
+    def _freeze(self) -> None:
+        """Make every array the kernel reads read-only. numba compiles (and caches on disk) one
+        machine-code version per argument type, and read-only is part of an array's type: an
+        unpickled simulator (a worker process) has writable arrays, one read zero-copy from
+        Ray's object store read-only ones. Frozen here and after unpickling, every process
+        calls the one version the first compiled, instead of compiling another for tens of
+        seconds."""
+        _readonly(self._bandwidth, self._latency, self._tensor_bytes, self._out_tensor_ptr,
+                  self._out_tensors, self._dep_tensor, self._dep_op, self._cons_ptr,
+                  self._in_ptr, self._in_dep, self._producer, self._persistent)
+        self.op_time.setflags(write=False)
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._freeze()
 
     # ------------------------------------------------------------------------- checks
     def _check_placement(self, placement) -> np.ndarray:
