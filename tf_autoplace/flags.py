@@ -144,11 +144,13 @@ class AutoplaceSettings:
 
     def __post_init__(self):
         from tf_autoplace.errors import ConfigError
+        from tf_autoplace.rl.workers import check_ray_address
 
         if not _enabled(self.placer):
             raise ConfigError(f"placer {self.placer!r} means autoplacement is off")
         if not (isinstance(self.budget_s, (int, float)) and self.budget_s > 0):
             raise ConfigError(f"budget_s must be > 0 seconds, got {self.budget_s!r}")
+        check_ray_address(self.ray_address)
 
 
 def settings_from_flags() -> AutoplaceSettings | None:
