@@ -14,9 +14,11 @@ backend and worker count it prints:
   object store and build their simulator; processes: the spawn pool, which gets it pickled);
 - first: the first batch (each worker loads the simulator's compiled kernel);
 - samples/s: placements scored per second over the next ``--batches`` batches;
-- simulate: of each batch's wall time, the share the slowest worker spends simulating (its
-  chunk, timed in this process beforehand), and the rest: sending placements, scheduling,
-  collecting results.
+- the stages of a batch: the slowest worker's time simulating its chunk (timed in the
+  worker; its CPU time beside it shows how much of it the worker waited for a core), and the
+  rest of the batch's wall time: sending the placements, scheduling, collecting results.
+
+"in this process" is the same measurement without workers (the chunk is the whole batch).
 
 ``--ray_address=local`` (default) starts a Ray of this machine with as many CPUs as the most
 workers asked for; ``auto`` or ``HOST:PORT`` uses a running cluster. Timings on a shared
@@ -47,33 +49,50 @@ def random_batch(problem, batch: int, first_seed: int) -> np.ndarray:
     return np.stack([RandomPlacer().propose(problem, seed=first_seed + k) for k in range(batch)])
 
 
-def measure(problem, workers: int, ray_address: str | None, batches: list[np.ndarray],
-            chunk_s: float) -> str:
-    from tf_autoplace.rl.rollouts import Evaluator
+def _setup(problem):
+    problem.simulator  # noqa: B018  (built once per worker, as the Evaluator's workers do)
+    return problem
+
+
+def _timed_chunk(problem, placements):
+    """A worker's chunk, with the worker's own wall and CPU seconds for it."""
+    from tf_autoplace.rl.rollouts import evaluate_batch
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    rows = evaluate_batch(problem, placements, 2.0)
+    return rows, time.perf_counter() - t0, time.process_time() - c0
+
+
+def measure(problem, workers: int, ray_address: str | None, batches: list[np.ndarray]) -> str:
+    """Score the batches as the Evaluator does (one contiguous chunk per worker), on a pool
+    whose tasks also report their own time (module docstring)."""
+    from tf_autoplace.rl.workers import worker_pool
 
     t0 = time.perf_counter()
-    with Evaluator(problem, workers=workers, ray_address=ray_address) as evaluator:
+    with worker_pool(_setup, (problem,), workers=workers, ray_address=ray_address) as pool:
         start_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        evaluator.evaluate(batches[0])
-        first_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        for batch in batches[1:]:
-            evaluator.evaluate(batch)
-        wall = time.perf_counter() - t0
+        first_s = wall = slowest = cpu = 0.0
+        for k, batch in enumerate(batches):
+            t0 = time.perf_counter()
+            out = pool.map(_timed_chunk, [c for c in np.array_split(batch, workers) if len(c)])
+            seconds = time.perf_counter() - t0
+            if k == 0:
+                first_s = seconds
+                continue
+            wall += seconds
+            slowest += max(w for _, w, _ in out)
+            cpu += max(c for _, _, c in out)
+    n = len(batches) - 1
     placements = sum(len(b) for b in batches[1:])
-    per_batch = wall / (len(batches) - 1)
-    simulate = chunk_s * -(-len(batches[0]) // workers)  # the largest chunk's placements
     return (f"start {start_s:.1f} s, first batch {first_s:.2f} s, "
-            f"{placements / wall:.1f} samples/s; per batch {per_batch * 1e3:.0f} ms = simulate "
-            f"{simulate * 1e3:.0f} ms + transport/scheduling "
-            f"{max(per_batch - simulate, 0) * 1e3:.0f} ms")
+            f"{placements / wall:.1f} samples/s; per batch {wall / n * 1e3:.0f} ms = slowest "
+            f"worker simulating {slowest / n * 1e3:.0f} ms (CPU {cpu / n * 1e3:.0f} ms) + "
+            f"transport and scheduling {(wall - slowest) / n * 1e3:.0f} ms")
 
 
 def main(argv):
     del argv
     from tf_autoplace.benchmark import pair_problem, parse_pairs
-    from tf_autoplace.rl.rollouts import evaluate_batch
     from tf_autoplace.rl.workers import connect
 
     [(model, cluster)] = parse_pairs([FLAGS.pair])
@@ -81,16 +100,9 @@ def main(argv):
     counts = [int(w) for w in FLAGS.workers]
     batches = [random_batch(problem, FLAGS.batch, k * FLAGS.batch)
                for k in range(FLAGS.batches + 1)]
-    evaluate_batch(problem, batches[0][:2], 2.0)  # compile or load the kernel here
-    t0 = time.perf_counter()
-    for batch in batches[1:]:
-        evaluate_batch(problem, batch, 2.0)
-    placements = FLAGS.batch * FLAGS.batches
-    chunk_s = (time.perf_counter() - t0) / placements
     print(f"{FLAGS.pair}: {problem.graph.num_ops} ops, {problem.grouping.num_groups} groups; "
           f"batches of {FLAGS.batch} random placements")
-    print(f"in this process: {1 / chunk_s:.1f} samples/s ({chunk_s * 1e3:.1f} ms per "
-          "simulation)")
+    print(f"in this process: {measure(problem, 1, None, batches)}")
     if FLAGS.ray_address:
         t0 = time.perf_counter()
         if FLAGS.ray_address == "local":
@@ -102,10 +114,9 @@ def main(argv):
     for workers in counts:
         if FLAGS.ray_address:
             print(f"ray, {workers} worker(s): "
-                  f"{measure(problem, workers, FLAGS.ray_address, batches, chunk_s)}")
+                  f"{measure(problem, workers, FLAGS.ray_address, batches)}")
         if FLAGS.processes and workers > 1:
-            print(f"processes, {workers} workers: "
-                  f"{measure(problem, workers, None, batches, chunk_s)}")
+            print(f"processes, {workers} workers: {measure(problem, workers, None, batches)}")
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

@@ -2,7 +2,9 @@
 the same seed, and survives a worker that is killed mid-search.
 
 The Ray tests run on a local Ray of two CPUs (``ray.init(num_cpus=2)``, once for the module) and
-are skipped where Ray is not installed (``pip install '.[ray]'``).
+are skipped where Ray is not installed (``pip install '.[ray]'``). Starting Ray and its workers
+takes seconds, so the default suite keeps one search on Ray (with a killed worker) and the
+check of the cluster's size; the default placer and REINFORCE on Ray are marked slow.
 """
 
 import os
@@ -99,6 +101,7 @@ def test_ray_search_matches_the_local_one_and_survives_a_killed_worker(local_ray
     assert after[0] != killed[0][0] and after[1] == killed[0][1]  # replaced; the other kept
 
 
+@pytest.mark.slow
 def test_the_default_placer_places_the_same_on_ray_as_in_process(local_ray):
     problem = random_problem(300, seed=2, num_gpus=2, max_groups=300)
     local, remote = AutoPlacer(max_samples=150), AutoPlacer(max_samples=150, ray_address="auto")

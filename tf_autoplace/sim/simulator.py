@@ -535,7 +535,12 @@ class Simulator:
             raise InfeasiblePlacementError(
                 f"placement puts op {self.graph.names[bad]!r} on device {int(p[bad])}; "
                 f"the cluster has devices 0..{d - 1}")
-        return np.ascontiguousarray(p, dtype=np.int32)
+        # A read-only view whatever the caller's array is (a worker's chunk read zero-copy
+        # from Ray's object store is read-only, the caller's own array writable): one kernel
+        # signature, so one compile (see _freeze).
+        p = np.ascontiguousarray(p, dtype=np.int32).view()
+        p.setflags(write=False)
+        return p
 
     def _simulate(self, placement):
         p = self._check_placement(placement)
