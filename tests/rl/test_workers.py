@@ -3,8 +3,9 @@ the same seed, and survives a worker that is killed mid-search.
 
 The Ray tests run on a local Ray of two CPUs (``ray.init(num_cpus=2)``, once for the module) and
 are skipped where Ray is not installed (``pip install '.[ray]'``). Starting Ray and its workers
-takes seconds, so the default suite keeps one search on Ray (with a killed worker) and the
-check of the cluster's size; the default placer and REINFORCE on Ray are marked slow.
+takes seconds, so the default suite keeps one local search and one Post search on Ray (the
+first with a killed worker) and the check of the cluster's size; the default placer and
+REINFORCE on Ray are marked slow.
 """
 
 import os
@@ -16,7 +17,7 @@ import pytest
 
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.heuristics import BestHeuristicPlacer
-from tf_autoplace.placers import AutoPlacer, get_placer
+from tf_autoplace.placers import AutoPlacer, PostPlacer, get_placer
 from tf_autoplace.placers.auto import AutoConfig
 from tf_autoplace.rl.local_search import LocalSearch, LocalSearchConfig
 from tf_autoplace.rl.rollouts import Evaluator
@@ -48,7 +49,9 @@ def test_ray_address_goes_only_to_placers_that_simulate_on_workers():
     placer = get_placer("auto", ray_address="auto")  # nothing connects before place()
     assert isinstance(placer, AutoPlacer) and placer.config.ray_address == "auto"
     assert get_placer("placeto", ray_address="HOST:1").config.ray_address == "HOST:1"
-    with pytest.raises(ConfigError, match=r"'m_etf' runs no simulations.*\['auto', 'placeto'\]"):
+    assert get_placer("post", ray_address="HOST:1").config.ray_address == "HOST:1"
+    with pytest.raises(ConfigError, match=r"'m_etf' runs no simulations.*"
+                                          r"\['auto', 'placeto', 'post'\]"):
         get_placer("m_etf", ray_address="auto")
 
 
@@ -110,6 +113,16 @@ def test_the_default_placer_places_the_same_on_ray_as_in_process(local_ray):
     assert remote.stats["curve"] == local.stats["curve"]
     assert remote.stats["searches"] == local.stats["searches"]
     assert len(local.stats["curve"]) > 1  # the search gained: the curves say something
+
+
+def test_post_places_the_same_on_ray_as_in_process(local_ray):
+    problem = random_problem(80, seed=1, max_groups=20)
+    runs = []
+    for workers, ray_address in ((1, None), (2, "auto")):  # this process; two Ray actors
+        placer = PostPlacer(max_samples=120, workers=workers, ray_address=ray_address,
+                            heuristics=())
+        runs.append((placer.place(problem, seed=0).devices.tolist(), placer.stats["curve"]))
+    assert runs[0] == runs[1] and len(runs[0][1]) > 1
 
 
 def test_more_workers_than_the_ray_cluster_has_cpus_is_a_config_error(local_ray):
