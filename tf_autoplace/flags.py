@@ -18,7 +18,8 @@ Flags:
   --autoplace_report    write the PlacementReport as JSON here (optional).
   --autoplace_ray_address  run the placer's simulations on a Ray cluster: "auto" (the cluster
                         ``ray start --head`` made on this machine), HOST:PORT, or "local";
-                        for placers that take it (``auto``, ``placeto``). Default: local.
+                        for placers that take it (``auto``, ``placeto``, ``post``). Default:
+                        local.
 
 How it works (checked on TF 2.21). A v1 ``Session`` hands its graph to the runtime in
 ``BaseSession._extend_graph``, which every ``run``, ``partial_run_setup``, ``make_callable`` and
@@ -73,8 +74,8 @@ flags.DEFINE_float("autoplace_budget_s", 60.0,
 flags.DEFINE_string("autoplace_report", None,
                     "Write the --autoplace PlacementReport as JSON to this path.")
 flags.DEFINE_string("autoplace_ray_address", None,
-                    "Simulate on this Ray cluster ('auto', HOST:PORT or 'local'; placers auto "
-                    "and placeto); default: this machine's processes.")
+                    "Simulate on this Ray cluster ('auto', HOST:PORT or 'local'; placers auto, "
+                    "placeto and post); default: this machine's processes.")
 
 
 def _enabled(name) -> bool:
