@@ -41,7 +41,7 @@ from tf_autoplace.rl.env import PlacementEnv
 from tf_autoplace.rl.placeto_search import search
 from tf_autoplace.rl.policies.placeto import PlacetoPolicy
 from tf_autoplace.rl.pretrain import mean_greedy_gain
-from tf_autoplace.rl.workers import worker_pool
+from tf_autoplace.rl.workers import as_given, worker_pool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,7 +131,7 @@ def _map_in_order(fn, context, tasks: Sequence, workers: int, ray_address: str |
     results, t0 = [], time.perf_counter()
     if not tasks:
         return results
-    with worker_pool(_identity, (context,), workers=max(1, min(workers, len(tasks))),
+    with worker_pool(as_given, (context,), workers=max(1, min(workers, len(tasks))),
                      ray_address=ray_address) as pool:
         for result in pool.imap(fn, tasks):
             results.append(result)
@@ -139,10 +139,6 @@ def _map_in_order(fn, context, tasks: Sequence, workers: int, ray_address: str |
                 print(progress_line(results, time.perf_counter() - t0), file=sys.stderr,
                       flush=True)
     return results
-
-
-def _identity(context):
-    return context
 
 
 def teacher_forced(env: PlacementEnv, target: np.ndarray):

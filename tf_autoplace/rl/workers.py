@@ -220,6 +220,12 @@ class RayPool(WorkerPool):
         self.actors = []
 
 
+def as_given(context):
+    """The setup of a pool whose context is its argument as it is (a module-level function,
+    and a light one: a ``spawn`` worker imports only this module to run it)."""
+    return context
+
+
 def worker_pool(setup: Callable, args: tuple, *, workers: int = 1,
                 ray_address: str | None = None) -> WorkerPool:
     """The pool the arguments ask for (module doc): Ray actors when ``ray_address`` is set,
