@@ -18,8 +18,8 @@ Flags:
   --autoplace_report    write the PlacementReport as JSON here (optional).
   --autoplace_ray_address  run the placer's simulations on a Ray cluster: "auto" (the cluster
                         ``ray start --head`` made on this machine), HOST:PORT, or "local";
-                        for placers that take it (``auto``, ``placeto``, ``post``). Default:
-                        local.
+                        for placers that take it (``auto``, ``placeto``, ``post``, ``hdp``).
+                        Default: local.
 
 How it works (checked on TF 2.21). A v1 ``Session`` hands its graph to the runtime in
 ``BaseSession._extend_graph``, which every ``run``, ``partial_run_setup``, ``make_callable`` and
@@ -75,7 +75,7 @@ flags.DEFINE_string("autoplace_report", None,
                     "Write the --autoplace PlacementReport as JSON to this path.")
 flags.DEFINE_string("autoplace_ray_address", None,
                     "Simulate on this Ray cluster ('auto', HOST:PORT or 'local'; placers auto, "
-                    "placeto and post); default: this machine's processes.")
+                    "placeto, post and hdp); default: this machine's processes.")
 
 
 def _enabled(name) -> bool:

@@ -50,8 +50,9 @@ def test_ray_address_goes_only_to_placers_that_simulate_on_workers():
     assert isinstance(placer, AutoPlacer) and placer.config.ray_address == "auto"
     assert get_placer("placeto", ray_address="HOST:1").config.ray_address == "HOST:1"
     assert get_placer("post", ray_address="HOST:1").config.ray_address == "HOST:1"
+    assert get_placer("hdp", ray_address="HOST:1").config.ray_address == "HOST:1"
     with pytest.raises(ConfigError, match=r"'m_etf' runs no simulations.*"
-                                          r"\['auto', 'placeto', 'post'\]"):
+                                          r"\['auto', 'hdp', 'placeto', 'post'\]"):
         get_placer("m_etf", ray_address="auto")
 
 
