@@ -33,7 +33,7 @@ import time
 import numpy as np
 from absl import app, flags
 
-flags.DEFINE_string("pair", "nmt4:k80x4", "zoo model:cluster pair (tools/benchmark.py names)")
+flags.DEFINE_string("pair", "nmt4:k80x4", "zoo model:cluster pair (tf-autoplace benchmark names)")
 flags.DEFINE_list("workers", ["1", "2"], "worker counts to measure")
 flags.DEFINE_integer("batch", 16, "placements per batch")
 flags.DEFINE_integer("batches", 20, "timed batches per setting")

@@ -13,7 +13,7 @@ fewer transfers). Prints the JIT compile time of the first call and the median (
 The project's requirement: at most 10 ms per simulation of such a graph on one core.
 
 With ``--pairs=inception_v3:k80x2,inception_v3:k80x8`` it times zoo graphs instead (paper size,
-built, costed and grouped as ``tools/benchmark.py`` does): the median and min ms of
+built, costed and grouped as ``tf-autoplace benchmark`` does): the median and min ms of
 ``Simulator.run`` over ``--runs`` random placements, each a different draw (seeds 0, 1, ...),
 of two kinds: every Merge-and-Colocate group on a uniformly random allowed device
 (``RandomPlacer``, what the benchmark's simulations-per-second column uses), and every TF
