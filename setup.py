@@ -27,9 +27,15 @@ Optional extras:
   PNG; only people who want the picture need a plotting library.
 - metis (pymetis): the ``metis`` placer partitions with METIS itself when pymetis is importable;
   without it, it uses our own multilevel partitioner (slightly larger cuts), so it stays optional.
+- ray: ``ray_address=`` / ``--ray_address`` runs the learned placers' rollouts and the
+  pretraining tools' workers as Ray actors on a cluster of machines
+  (tf_autoplace/rl/workers.py). Ray gives what a multi-machine pool needs and we would
+  otherwise write: an object store that ships a problem to each node once, scheduling, and
+  actors that are restarted, their work retried, when a worker process or node dies. Only
+  people with a cluster need it; the local process pool stays the default.
 - test (pytest; grpcio-tools pinned to the version that generated tf_autoplace/proto, so
-  tests/test_protos.py can regenerate the modules and compare them byte for byte; matplotlib,
-  so the plot tests run rather than skip).
+  tests/test_protos.py can regenerate the modules and compare them byte for byte; matplotlib
+  and ray, so the plot and Ray-backend tests run rather than skip).
 """
 
 from setuptools import find_packages, setup
@@ -63,8 +69,9 @@ setup(
     entry_points={"console_scripts": ["tf-autoplace = tf_autoplace.cli.main:main"]},
     extras_require={
         "metis": ["pymetis"],
+        "ray": ["ray>=2.40"],
         "plot": ["matplotlib>=3.6"],
         "train": ["tensorboard>=2.16"],
-        "test": ["pytest>=7", "grpcio-tools==1.85.1", "matplotlib>=3.6"],
+        "test": ["pytest>=7", "grpcio-tools==1.85.1", "matplotlib>=3.6", "ray>=2.40"],
     },
 )

@@ -14,6 +14,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from absl import flags
 
 import tf_autoplace
 from tf_autoplace import flags as ap_flags  # defines the flags on absl's global FLAGS; harmless
@@ -132,6 +133,17 @@ def test_budget_is_passed_to_placers_that_take_one(monkeypatch):
         ap_flags.make_placer("nope", 1.0)
 
 
+def test_ray_address_goes_only_to_placers_that_take_one():
+    assert ap_flags.make_placer("auto", 60.0, "auto").config.ray_address == "auto"
+    with pytest.raises(tf_autoplace.ConfigError, match="'m_etf' runs no simulations"):
+        ap_flags.make_placer("m_etf", 60.0, "auto")
+    with pytest.raises(flags.ValidationError, match="--autoplace_ray_address='auto'"):
+        ap_flags._check_placer_and_cluster({"autoplace": "m_etf", "autoplace_cluster": "local",
+                                            "autoplace_ray_address": "auto"})
+    assert ap_flags._check_placer_and_cluster({"autoplace": "auto", "autoplace_cluster": "local",
+                                               "autoplace_ray_address": "auto"})
+
+
 @pytest.mark.parametrize("soft", [False, True])
 def test_session_without_the_cluster_devices(soft):
     cluster = resolve_cluster(CPU2)
@@ -235,6 +247,7 @@ def test_uninstall_restores_the_session(hook):
 @pytest.mark.parametrize("kwargs, match", [
     (dict(placer="off"), "off"),
     (dict(placer="m_etf", budget_s=0), "budget_s must be > 0"),
+    (dict(placer="auto", ray_address=""), "ray_address must be None or a non-empty string"),
 ])
 def test_settings_are_checked(kwargs, match):
     with pytest.raises(tf_autoplace.ConfigError, match=match):

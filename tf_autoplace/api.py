@@ -18,7 +18,8 @@ from tf_autoplace.placers import DEFAULT_PLACER, get_placer
 
 def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
               grouping: GroupingConfig = GroupingConfig(), cost_model: CostModel | None = None,
-              unknown_dim: int = 1, budget_s: float | None = None):
+              unknown_dim: int = 1, budget_s: float | None = None,
+              ray_address: str | None = None):
     """Choose a device for every op of ``graph`` and write it into the graph.
 
     Args:
@@ -40,6 +41,9 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
         ``post``, ``hdp``; their default budget is a sample count, which keeps results
         reproducible; a time cap that cuts the search short makes them depend on the machine's
         speed).
+      ray_address: simulate on a Ray cluster (placers that farm simulations out: ``auto``,
+        ``placeto``, ``post``, ``hdp``): ``"auto"``, ``"HOST:PORT"``, ``"ray://HOST:PORT"``, or
+        ``"local"``; None: this machine's processes. The placement does not depend on it.
 
     Returns:
       A :class:`PlacementReport`; for a function, the placed callable
@@ -47,7 +51,7 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
       ``.report``). Raises an :class:`AutoplaceError` subclass on bad input or when no valid
       placement is found; the graph is then left as it was.
     """
-    placer = _placer(placer, budget_s)
+    placer = _placer(placer, budget_s, ray_address)
     if tf2.is_function(graph):
         return tf2.autoplace_function(graph, cluster=cluster, placer=placer, seed=seed,
                                       grouping=grouping, cost_model=cost_model,
@@ -57,14 +61,15 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
 
 
 def place_cost_graph(cost_graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
-                     grouping: GroupingConfig = GroupingConfig(), budget_s: float | None = None):
+                     grouping: GroupingConfig = GroupingConfig(), budget_s: float | None = None,
+                     ray_address: str | None = None):
     """Choose a device for every op of a cost graph: a graph built or profiled anywhere, with
     its op times per device kind (``protos/cost_graph.proto``, :mod:`tf_autoplace.graph.costgraph`).
 
     Args:
       cost_graph: a :class:`tf_autoplace.graph.costgraph.CostGraph`, or the path of one
         (``*.pbtxt``/``*.txt`` text, ``*.json`` JSON, else binary).
-      cluster, placer, seed, grouping, budget_s: as for :func:`autoplace`.
+      cluster, placer, seed, grouping, budget_s, ray_address: as for :func:`autoplace`.
 
     Returns:
       A :class:`PlacementReport` with the same figures as for a TF graph (step time, lower
@@ -73,12 +78,13 @@ def place_cost_graph(cost_graph, cluster=None, placer=DEFAULT_PLACER, seed: int 
       ``report.to_proto()`` are the placement. Raises an :class:`AutoplaceError` subclass on
       bad input or when no valid placement is found.
     """
-    return engine.place_cost_graph(cost_graph, cluster=cluster, placer=_placer(placer, budget_s),
-                                   seed=seed, grouping=grouping)
+    return engine.place_cost_graph(cost_graph, cluster=cluster,
+                                   placer=_placer(placer, budget_s, ray_address), seed=seed,
+                                   grouping=grouping)
 
 
-def _placer(placer, budget_s):
+def _placer(placer, budget_s, ray_address):
     if budget_s is not None and (isinstance(budget_s, bool) or not (
             isinstance(budget_s, (int, float)) and budget_s > 0)):
         raise ConfigError(f"budget_s must be a number > 0, got {budget_s!r}")
-    return get_placer(placer, budget_s=budget_s)
+    return get_placer(placer, budget_s=budget_s, ray_address=ray_address)

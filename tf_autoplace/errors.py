@@ -25,3 +25,8 @@ class InfeasiblePlacementError(AutoplaceError):
 
 class ConfigError(AutoplaceError, ValueError):
     """An option passed to a public function is out of range or unknown."""
+
+
+class WorkerError(AutoplaceError, RuntimeError):
+    """The workers a search runs on could not be started (a Ray cluster without room for
+    them, actors that never came up)."""

@@ -16,6 +16,10 @@ Flags:
                         (``auto``, ``placeto``, ``post``, ``hdp``); the heuristic placers take
                         none. Recorded in the JSON report either way.
   --autoplace_report    write the PlacementReport as JSON here (optional).
+  --autoplace_ray_address  run the placer's simulations on a Ray cluster: "auto" (the cluster
+                        ``ray start --head`` made on this machine), HOST:PORT, or "local";
+                        for placers that take it (``auto``, ``placeto``, ``post``, ``hdp``).
+                        Default: local.
 
 How it works (checked on TF 2.21). A v1 ``Session`` hands its graph to the runtime in
 ``BaseSession._extend_graph``, which every ``run``, ``partial_run_setup``, ``make_callable`` and
@@ -69,6 +73,9 @@ flags.DEFINE_float("autoplace_budget_s", 60.0,
                    "Time budget in seconds (> 0) for placers that search or learn.")
 flags.DEFINE_string("autoplace_report", None,
                     "Write the --autoplace PlacementReport as JSON to this path.")
+flags.DEFINE_string("autoplace_ray_address", None,
+                    "Simulate on this Ray cluster ('auto', HOST:PORT or 'local'; placers auto, "
+                    "placeto, post and hdp); default: this machine's processes.")
 
 
 def _enabled(name) -> bool:
@@ -80,20 +87,25 @@ def _check_budget(value) -> bool:
     return value is not None and value > 0
 
 
-@flags.multi_flags_validator(["autoplace", "autoplace_cluster"])
+@flags.multi_flags_validator(["autoplace", "autoplace_cluster", "autoplace_ray_address"])
 def _check_placer_and_cluster(values) -> bool:
-    """Only when enabled: the placer is registered and the cluster spec reads."""
+    """Only when enabled: the placer is registered, the cluster spec reads, and a Ray address
+    goes to a placer that takes one."""
     if not _enabled(values["autoplace"]):
         return True
     from tf_autoplace.cluster import resolve_cluster
     from tf_autoplace.errors import AutoplaceError
-    from tf_autoplace.placers import PLACERS
+    from tf_autoplace.placers import PLACERS, takes_ray_address
 
     name = values["autoplace"].strip()
     if name not in PLACERS:
         raise flags.ValidationError(
             f"--autoplace={name!r} is not a placer; choose one of {sorted(PLACERS)} "
             "(or 'off')")
+    if values["autoplace_ray_address"] and not takes_ray_address(PLACERS[name]):
+        raise flags.ValidationError(
+            f"--autoplace_ray_address={values['autoplace_ray_address']!r}: placer {name!r} "
+            "runs no simulations on workers")
     spec = values["autoplace_cluster"]
     if spec != "local":
         try:
@@ -121,6 +133,7 @@ class AutoplaceSettings:
       budget_s: time budget (> 0) for placers whose constructor takes ``budget_s``.
       report_path: where to write the JSON report, or None.
       seed: the placement seed.
+      ray_address: the Ray cluster the placer simulates on, or None (this machine).
     """
 
     placer: str
@@ -128,14 +141,17 @@ class AutoplaceSettings:
     budget_s: float = 60.0
     report_path: str | None = None
     seed: int = 0
+    ray_address: str | None = None
 
     def __post_init__(self):
         from tf_autoplace.errors import ConfigError
+        from tf_autoplace.rl.workers import check_ray_address
 
         if not _enabled(self.placer):
             raise ConfigError(f"placer {self.placer!r} means autoplacement is off")
         if not (isinstance(self.budget_s, (int, float)) and self.budget_s > 0):
             raise ConfigError(f"budget_s must be > 0 seconds, got {self.budget_s!r}")
+        check_ray_address(self.ray_address)
 
 
 def settings_from_flags() -> AutoplaceSettings | None:
@@ -144,7 +160,8 @@ def settings_from_flags() -> AutoplaceSettings | None:
         return None
     return AutoplaceSettings(placer=FLAGS.autoplace.strip(), cluster=FLAGS.autoplace_cluster,
                              budget_s=FLAGS.autoplace_budget_s,
-                             report_path=FLAGS.autoplace_report or None)
+                             report_path=FLAGS.autoplace_report or None,
+                             ray_address=FLAGS.autoplace_ray_address or None)
 
 
 _lock = threading.RLock()
@@ -154,11 +171,12 @@ _settings: AutoplaceSettings | None = None  # set while installed
 _original_extend = None
 
 
-def make_placer(name: str, budget_s: float):
-    """The registered placer ``name``, given ``budget_s`` if its constructor takes one."""
+def make_placer(name: str, budget_s: float, ray_address: str | None = None):
+    """The registered placer ``name``, given ``budget_s`` if its constructor takes one (and
+    ``ray_address``, which only placers that take it accept)."""
     from tf_autoplace.placers import get_placer
 
-    return get_placer(name, budget_s=budget_s)
+    return get_placer(name, budget_s=budget_s, ray_address=ray_address)
 
 
 def report_for(graph):
@@ -201,7 +219,7 @@ def _place_graph(session, settings: AutoplaceSettings) -> None:
             return  # nothing to place yet; try again when the session sees ops
         cluster = resolve_cluster(settings.cluster)
         _check_session_devices(session, cluster, settings.cluster)
-        placer = make_placer(settings.placer, settings.budget_s)
+        placer = make_placer(settings.placer, settings.budget_s, settings.ray_address)
         report = tf_autoplace.autoplace(graph, cluster=cluster, placer=placer,
                                         seed=settings.seed)
         _placed[graph] = report

@@ -80,4 +80,9 @@ def test_the_tool_would_train_with_the_recorded_settings(settings, manifest, sou
     assert "restart_after" not in recorded["target_search"]
     assert "restart_after=None, " in train["target_search"]
     train["target_search"] = train["target_search"].replace("restart_after=None, ", "")
+    # It also predates the fine-tuning workers: its searches ran one worker in this process.
+    assert "workers" not in recorded["target_search"]
+    assert train["target_search"].endswith(", workers=1, ray_address=None)")
+    train["target_search"] = train["target_search"].replace(", workers=1, ray_address=None)",
+                                                            ")")
     assert train == recorded

@@ -52,9 +52,10 @@ def test_worker_processes_return_results_in_task_order():
     # The pool that search_targets and clone_best_of use (spawn), on a function whose worker
     # imports nothing heavy; the searches themselves run in workers in the slow suite.
     progress = []
-    squares = imitation._map_in_order(math.sqrt, [16.0, 1.0, 9.0, 4.0, 0.0], workers=2,
-                                      progress_line=lambda done, s: progress.append(len(done)))
-    assert squares == [4.0, 1.0, 3.0, 2.0, 0.0]
+    powers = imitation._map_in_order(math.pow, 2.0, [4.0, 0.0, 3.0, 1.0, 2.0], workers=2,
+                                     ray_address=None,
+                                     progress_line=lambda done, s: progress.append(len(done)))
+    assert powers == [16.0, 1.0, 8.0, 2.0, 4.0]
     assert progress == [1, 2, 3, 4, 5]
 
 

@@ -448,6 +448,26 @@ def reference_simulate(graph, cluster, op_time, placement):
             sum(size(x[0]) for x in transfers), transfers)
 
 
+def _assert_matches_reference(sim, graph, cluster, op_time, placement):
+    r = sim.run(placement)
+    start, end, peak, nbytes, transfers = reference_simulate(graph, cluster, op_time,
+                                                             placement)
+    np.testing.assert_array_equal(r.start, start)
+    np.testing.assert_array_equal(r.end, end)
+    np.testing.assert_array_equal(r.peak_memory, peak)
+    assert r.transfer_bytes == nbytes
+    assert r.makespan == end.max() == sim.makespan(placement)
+    # Same transfers (records are in queueing order here, start order there).
+    T = len(graph.tensor_op)
+    keys = np.where(r.transfer_tensor >= 0, r.transfer_tensor, T + r.transfer_op)
+    ours = sorted(zip(keys.tolist(), r.transfer_src.tolist(), r.transfer_dst.tolist(),
+                      r.transfer_start.tolist(), r.transfer_end.tolist()))
+    assert ours == sorted(tuple(x) for x in transfers)
+    n, d = graph.num_ops, cluster.num_devices
+    busy = np.bincount(placement, weights=op_time[np.arange(n), placement], minlength=d)
+    np.testing.assert_allclose(r.busy, busy)
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_matches_reference_on_random_graphs(seed):
     rng = np.random.default_rng(seed)
@@ -459,19 +479,18 @@ def test_matches_reference_on_random_graphs(seed):
         op_time = random_times(rng, n, d, ties=trial % 2 == 0)
         sim = Simulator(g, cluster, op_time)
         for _ in range(3):
-            p = rng.integers(0, d, n)
-            r = sim.run(p)
-            start, end, peak, nbytes, transfers = reference_simulate(g, cluster, op_time, p)
-            np.testing.assert_array_equal(r.start, start)
-            np.testing.assert_array_equal(r.end, end)
-            np.testing.assert_array_equal(r.peak_memory, peak)
-            assert r.transfer_bytes == nbytes
-            assert r.makespan == end.max() == sim.makespan(p)
-            # Same transfers (records are in queueing order here, start order there).
-            T = len(g.tensor_op)
-            keys = np.where(r.transfer_tensor >= 0, r.transfer_tensor, T + r.transfer_op)
-            ours = sorted(zip(keys.tolist(), r.transfer_src.tolist(), r.transfer_dst.tolist(),
-                              r.transfer_start.tolist(), r.transfer_end.tolist()))
-            assert ours == sorted(tuple(x) for x in transfers)
-            busy = np.bincount(p, weights=op_time[np.arange(n), p], minlength=d)
-            np.testing.assert_allclose(r.busy, busy)
+            _assert_matches_reference(sim, g, cluster, op_time, rng.integers(0, d, n))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_matches_reference_with_many_devices_and_simultaneous_events(seed):
+    # Eight devices (16 event slots, most of them pending at once) and many events at the
+    # same instant: ops of whole ms, tensors of 0 bytes (a transfer takes the latency, 0 or
+    # 1 ms). The order of equal-time events (by creation) decides the timeline here.
+    rng = np.random.default_rng(100 + seed)
+    g = random_graph(rng, 80, max_bytes=1)
+    cluster = make_cluster(8, latency_us=float([0.0, 1000.0][seed % 2]))
+    op_time = random_times(rng, 80, 8, ties=True)
+    sim = Simulator(g, cluster, op_time)
+    for _ in range(5):
+        _assert_matches_reference(sim, g, cluster, op_time, rng.integers(0, 8, 80))

@@ -8,7 +8,9 @@ Knobs of the model (batch, layers, ...) are passed as --knob=name=value, e.g.
 
 from __future__ import annotations
 
+import resource
 import sys
+import time
 
 from absl import app, flags
 
@@ -23,6 +25,8 @@ flags.DEFINE_string("cluster", "k80x2", "Shipped cluster name, cluster spec file
 flags.DEFINE_string("placer", "auto", "Placer name (default: the default placer, auto).")
 flags.DEFINE_integer("seed", 0, "Random seed.")
 flags.DEFINE_string("report_json", None, "Also write the report as JSON here.")
+flags.DEFINE_string("ray_address", None, "Simulate on this Ray cluster ('auto', HOST:PORT or "
+                    "'local'); default: this machine's processes.")
 
 
 def parse_knobs(pairs: list[str]) -> dict:
@@ -43,14 +47,23 @@ def main(argv):
     try:
         if FLAGS.report_json:  # before the work: a path that cannot be written fails at once
             files.check_output_path(FLAGS.report_json, "--report_json")
+        began = time.perf_counter()
         model = zoo.build(FLAGS.model, **parse_knobs(FLAGS.knob))
-        report = autoplace(model.graph, cluster=FLAGS.cluster,
-                           placer=FLAGS.placer, seed=FLAGS.seed)
+        build_s = time.perf_counter() - began
+        report = autoplace(model.graph, cluster=FLAGS.cluster, placer=FLAGS.placer,
+                           seed=FLAGS.seed, ray_address=FLAGS.ray_address)
     except AutoplaceError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(f"model {model.name}: {len(model.graph.get_operations())} ops")
+    total_s = time.perf_counter() - began
+    print(f"model {model.name}: {len(model.graph.get_operations())} ops, built in "
+          f"{build_s:.1f} s")
     print(report)
+    stages = ", ".join(f"{k} {v:.1f} s" for k, v in report.timings_s.items())
+    # ru_maxrss is in KiB on Linux: the peak resident set of this process so far.
+    peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
+    print(f"stages: build {build_s:.1f} s, {stages}; total {total_s:.1f} s; "
+          f"peak RSS {peak_gb:.2f} GB")
     if FLAGS.report_json:
         outputs = files.Outputs()
         outputs.add_file(FLAGS.report_json, report.to_json().encode())

@@ -19,6 +19,9 @@ each family trains, the rest is held out) and trains with one of two objectives:
 - ``policy_gradient`` (tf_autoplace.rl.reinforce): sampled REINFORCE as in the paper, or the
   all-action estimator; the iteration, estimator, entropy and episode flags apply to it.
 
+``--ray_address=auto`` (or ``HOST:PORT``) runs the ``--workers`` on a Ray cluster instead of
+local processes (README, "Ray"); the same seed gives the same policy either way.
+
 Then it evaluates zero-shot on the held-out graphs against the heuristics and writes
 ``policy.json``, ``weights.npz`` and ``manifest.json`` (what it was trained on, the settings
 (:func:`recipe`), the seed, this command, and the measured results). Progress goes to stderr;
@@ -72,8 +75,13 @@ flags.DEFINE_integer("epochs", 150, "imitation: passes over the training graphs.
 flags.DEFINE_float("move_weight", 3.0, "imitation: weight of the steps whose target moves "
                    "the group (the others weigh 1).")
 flags.DEFINE_integer("iterations", 300, "Policy updates.")
-flags.DEFINE_integer("workers", 2, "Worker processes: per policy-gradient update, each on its "
-                     "own graph; for imitation, searching the training graphs.")
+flags.DEFINE_integer("workers", 2, "Workers (processes, or Ray actors with --ray_address): per "
+                     "policy-gradient update, each on its own graph; for imitation, searching "
+                     "the training graphs and cloning.")
+flags.DEFINE_string("ray_address", None, "Run the workers as Ray actors on this cluster: 'auto' "
+                    "(the cluster `ray start` made on this machine), HOST:PORT, or 'local' (a "
+                    "fresh Ray on this machine). Default: local processes. Needs "
+                    "pip install '.[ray]'.")
 flags.DEFINE_integer("episodes", 1, "Episodes each worker runs per update, in lockstep.")
 flags.DEFINE_integer("seed", 0, "Seed of the families, the policy and training.")
 flags.DEFINE_integer("max_groups", 256, "Merge-and-Colocate groups per graph in the MDP.")
@@ -146,7 +154,7 @@ def recorded(settings: dict) -> dict:
 def _policy_gradient(settings: dict, policy, train, test):
     return pretrain(policy, train, test, settings["env_config"], settings["train_config"],
                     select_every=FLAGS.select_every, select_graphs=FLAGS.select_graphs,
-                    logdir=FLAGS.logdir, progress=True)
+                    logdir=FLAGS.logdir, progress=True, ray_address=FLAGS.ray_address)
 
 
 def _imitate(settings: dict, policy, train, test):
@@ -156,14 +164,16 @@ def _imitate(settings: dict, policy, train, test):
     targets = imitation.search_targets(train, config["target_search"],
                                        samples=config["target_samples"],
                                        searches=config["target_searches"], seed=FLAGS.seed,
-                                       workers=FLAGS.workers, progress=True)
+                                       workers=FLAGS.workers, ray_address=FLAGS.ray_address,
+                                       progress=True)
     search_s = time.perf_counter() - t
     seeds = [FLAGS.seed + k for k in range(config["clone_inits"])]
     t = time.perf_counter()
     policy, clones = imitation.clone_best_of(
         train, env_config, [target.actions for target in targets], policy.config, seeds,
         epochs=config["epochs"], learning_rate=config["learning_rate"],
-        move_weight=config["move_weight"], workers=FLAGS.workers, progress=True)
+        move_weight=config["move_weight"], workers=FLAGS.workers, ray_address=FLAGS.ray_address,
+        progress=True)
     untrained = PlacetoPolicy(**policy.config)  # the chosen clone's initial weights
     curve = next(made.curve for made in clones if made.seed == policy.config["seed"])
     print(f"[imitation] kept the clone seeded {policy.config['seed']} of {len(clones)}",

@@ -20,6 +20,7 @@ from tf_autoplace.rl.post_search import PostConfig
 from tf_autoplace.problem import (Placement, PlacementProblem, Placer, check_memory,
                                   check_placement, validate)
 from tf_autoplace.rl.hdp_search import HDPConfig
+from tf_autoplace.rl.workers import check_ray_address
 
 DEFAULT_PLACER = "auto"
 
@@ -40,26 +41,52 @@ PLACERS = {
 assert set(HEURISTICS) <= set(PLACERS)
 
 
-def get_placer(name_or_placer, *, budget_s: float | None = None) -> Placer:
+def get_placer(name_or_placer, *, budget_s: float | None = None,
+               ray_address: str | None = None) -> Placer:
     """A Placer instance from a registered name (or the instance itself).
 
     ``budget_s`` is the search-time budget of placers that search (``auto``, ``placeto``,
-    ``post``, ``hdp``); placers that return at once ignore it."""
+    ``post``, ``hdp``); placers that return at once ignore it. ``ray_address`` sends the
+    simulations of placers that farm them out (``auto``, ``placeto``, ``post``, ``hdp``: their
+    constructor takes ``ray_address``) to that Ray cluster; asking it of a placer that
+    simulates nothing in parallel is a ConfigError, so a Ray cluster is never silently left
+    unused."""
+    check_ray_address(ray_address)
     if isinstance(name_or_placer, Placer):
+        if ray_address is not None:
+            raise ConfigError("ray_address goes to the placer's constructor when the placer "
+                              f"is given as an instance ({type(name_or_placer).__name__})")
         return name_or_placer
     if not isinstance(name_or_placer, str) or name_or_placer not in PLACERS:
         raise ConfigError(
             f"unknown placer {name_or_placer!r}; choose one of {sorted(PLACERS)}")
     cls = PLACERS[name_or_placer]
+    kwargs = {}
     if budget_s is not None and takes_budget(cls):
-        return cls(budget_s=budget_s)
-    return cls()
+        kwargs["budget_s"] = budget_s
+    if ray_address is not None:
+        if not takes_ray_address(cls):
+            able = sorted(n for n, c in PLACERS.items() if takes_ray_address(c))
+            raise ConfigError(f"placer {name_or_placer!r} runs no simulations on workers, so "
+                              f"ray_address={ray_address!r} has nothing to do; placers that "
+                              f"take it: {able}")
+        kwargs["ray_address"] = ray_address
+    return cls(**kwargs)
 
 
 def takes_budget(placer_or_class) -> bool:
     """Whether a placer searches within a time budget (its constructor takes ``budget_s``)."""
+    return "budget_s" in _parameters(placer_or_class)
+
+
+def takes_ray_address(placer_or_class) -> bool:
+    """Whether a placer can simulate on a Ray cluster (its constructor takes ``ray_address``)."""
+    return "ray_address" in _parameters(placer_or_class)
+
+
+def _parameters(placer_or_class):
     cls = placer_or_class if isinstance(placer_or_class, type) else type(placer_or_class)
-    return "budget_s" in inspect.signature(cls).parameters
+    return inspect.signature(cls).parameters
 
 
 __all__ = ["DEFAULT_PLACER", "PLACERS", "AutoConfig", "AutoPlacer", "BestHeuristicPlacer",
@@ -68,4 +95,4 @@ __all__ = ["DEFAULT_PLACER", "PLACERS", "AutoConfig", "AutoPlacer", "BestHeurist
            "PlacementProblem", "Placer", "PlacetoConfig", "PlacetoPlacer", "PostConfig",
            "PostPlacer", "RandomPlacer",
            "SingleDevicePlacer", "check_memory", "check_placement", "get_placer", "takes_budget",
-           "validate"]
+           "takes_ray_address", "validate"]

@@ -45,12 +45,13 @@ from tf_autoplace.heuristics import BestHeuristicPlacer
 from tf_autoplace.problem import Placer, PlacementProblem, check_memory
 from tf_autoplace.rl.eager import policy_context
 from tf_autoplace.rl.env import PlacementEnv
-from tf_autoplace.rl.local_search import LocalSearch, LocalSearchConfig, race
 from tf_autoplace.rl import post_search
+from tf_autoplace.rl.local_search import LocalSearch, LocalSearchConfig, race
 from tf_autoplace.rl.placeto_search import PlacetoConfig, pretrained_policy_dir, search
 from tf_autoplace.rl.policies.placeto import PlacetoPolicy
 from tf_autoplace.rl.post_search import PostConfig
 from tf_autoplace.rl.rollouts import Evaluator
+from tf_autoplace.rl.workers import check_ray_address, cluster_cpus
 from tf_autoplace.sim import lower_bound
 
 LEARNED = ("placeto", "post")
@@ -75,7 +76,12 @@ class AutoConfig:
         4,000 placements of a 43k-op graph (8-layer NMT), about a minute on one core.
       budget_s: wall-time cap in seconds for the whole placer (> 0). If it ends the search
         before ``max_samples``, the result depends on the machine's speed (the notes say so).
-      workers: processes that simulate candidates (1: this process).
+      workers: workers that simulate candidates: local processes (1: this process), or Ray
+        actors when ``ray_address`` is set (``tf_autoplace.rl.workers``); None: 1 without Ray,
+        else one per CPU of the Ray cluster up to ``search.batch`` (a step simulates that many
+        candidates, one chunk per worker). The placement does not depend on it.
+      ray_address: simulate on a Ray cluster: ``"auto"``, ``"HOST:PORT"``, ``"local"``; None:
+        local processes. The placement does not depend on it.
       starts: how many of the fastest distinct starts the search races (>= 1).
       seeds_per_start: searches from each start, each with its own random draws (>= 1):
         which local optimum a search ends in depends on its first moves as much as on its
@@ -91,7 +97,8 @@ class AutoConfig:
     max_samples: int | None = None
     search_work: float = 1.7e8
     budget_s: float = 120.0
-    workers: int = 1
+    workers: int | None = None
+    ray_address: str | None = None
     starts: int = 4
     seeds_per_start: int = 2
     learned: tuple[str, ...] = LEARNED
@@ -107,8 +114,9 @@ class AutoConfig:
             raise ConfigError(f"search_work must be a number > 0, got {self.search_work!r}")
         if not (isinstance(self.budget_s, (int, float)) and self.budget_s > 0):
             raise ConfigError(f"budget_s must be a number > 0, got {self.budget_s!r}")
-        if not (isinstance(self.workers, int) and self.workers >= 1):
-            raise ConfigError(f"workers must be an int >= 1, got {self.workers!r}")
+        if self.workers is not None and not (isinstance(self.workers, int) and self.workers >= 1):
+            raise ConfigError(f"workers must be None or an int >= 1, got {self.workers!r}")
+        check_ray_address(self.ray_address)
         if not (isinstance(self.starts, int) and self.starts >= 1):
             raise ConfigError(f"starts must be an int >= 1, got {self.starts!r}")
         if not (isinstance(self.seeds_per_start, int) and self.seeds_per_start >= 1):
@@ -125,9 +133,11 @@ class AutoPlacer(Placer):
     name = "auto"
 
     def __init__(self, config: AutoConfig | None = None, *, budget_s: float | None = None,
-                 **overrides):
+                 ray_address: str | None = None, **overrides):
         if budget_s is not None:
             overrides["budget_s"] = budget_s
+        if ray_address is not None:
+            overrides["ray_address"] = ray_address
         self.config = dataclasses.replace(config or AutoConfig(), **overrides)
         self.stats: dict = {}
 
@@ -161,6 +171,8 @@ class AutoPlacer(Placer):
                     out.append(("placeto zero-shot", devices, sim.makespan))
         spent = 0
         post = self.config.post
+        if self.config.ray_address is not None:  # Post simulates where the search does
+            post = dataclasses.replace(post, ray_address=self.config.ray_address)
         if ("post" in self.config.learned and len(action) > 1 and units >= MIN_LEARNED_UNITS
                 and post.max_samples is not None
                 and max_samples >= POST_BUDGET_SHARE * post.max_samples):
@@ -197,8 +209,12 @@ class AutoPlacer(Placer):
         starts, spent = self.starts(problem, seed, max_samples=max_samples, deadline=deadline)
         starts = starts[:cfg.starts]
         bound = lower_bound(problem.graph, problem.cluster, problem.op_time)
-        with Evaluator(problem, workers=cfg.workers,
-                       memory_penalty=cfg.search.memory_penalty) as evaluator:
+        workers = cfg.workers
+        if workers is None:
+            workers = 1 if cfg.ray_address is None else max(1, min(
+                cfg.search.batch, cluster_cpus(cfg.ray_address)))
+        with Evaluator(problem, workers=workers, memory_penalty=cfg.search.memory_penalty,
+                       ray_address=cfg.ray_address) as evaluator:
             searches, labels = [], []
             for k, (label, devices, start_s) in enumerate(starts):
                 first = LocalSearch(problem, devices, cfg.search, seed=_seed(seed, k, 0),

@@ -49,6 +49,7 @@ from tf_autoplace.problem import PlacementProblem
 from tf_autoplace.rl.hdp_view import HDPView, build_view
 from tf_autoplace.rl.policies.hdp import HDPPolicy
 from tf_autoplace.rl.rollouts import Evaluator
+from tf_autoplace.rl.workers import check_ray_address
 
 
 def _positive_int(name: str, value, *, allow_none: bool = False) -> None:
@@ -81,7 +82,11 @@ class HDPConfig:
         the placer's summed per-step entropy (0: the paper's plain REINFORCE).
       grad_clip: global-norm bound of each update's gradient (None: unclipped).
       memory_penalty: c in R = r + c * ReLU(m - M), seconds per GB over capacity.
-      workers: processes that simulate (1: the calling process; see ``rollouts.Evaluator``).
+      workers: workers that simulate: local processes (1: the calling process), or Ray actors
+        when ``ray_address`` is set (``rollouts.Evaluator``). The placement does not depend on
+        it.
+      ray_address: simulate on a Ray cluster (``"auto"``, ``"HOST:PORT"``, ``"local"``;
+        :mod:`tf_autoplace.rl.workers`); None: local processes.
       type_embed, grouper_hidden, hidden, device_embed, attention: the networks' widths
         (:class:`HDPPolicy`; why these sizes: its module doc).
       heuristics: placers the result must not be worse than (``best_heuristic`` runs all the
@@ -98,6 +103,7 @@ class HDPConfig:
     grad_clip: float | None = 1.0
     memory_penalty: float = 2.0
     workers: int = 1
+    ray_address: str | None = None
     type_embed: int = 16
     grouper_hidden: int = 64
     hidden: int = 32
@@ -112,6 +118,7 @@ class HDPConfig:
         _positive_int("num_groups", self.num_groups)
         _positive_int("samples_per_update", self.samples_per_update)
         _positive_int("workers", self.workers)
+        check_ray_address(self.ray_address)
         if not (isinstance(self.learning_rate, (int, float)) and self.learning_rate > 0):
             raise ConfigError(f"learning_rate must be a number > 0, got {self.learning_rate!r}")
         if not (isinstance(self.baseline_decay, (int, float)) and 0 <= self.baseline_decay < 1):
@@ -219,8 +226,8 @@ def search(problem: PlacementProblem, config: HDPConfig, seed: int, *,
     optimizer = tf.keras.optimizers.Adam(learning_rate=config.learning_rate)
     baseline = None
     best_score, best_devices, curve, updates = np.inf, None, [], 0
-    with Evaluator(problem, workers=config.workers,
-                   memory_penalty=config.memory_penalty) as evaluator:
+    with Evaluator(problem, workers=config.workers, memory_penalty=config.memory_penalty,
+                   ray_address=config.ray_address) as evaluator:
         while best_devices is None or not (
                 (config.max_samples is not None and evaluator.samples >= config.max_samples)
                 or (deadline is not None and time.perf_counter() >= deadline)):

@@ -26,9 +26,7 @@ policy's greedy episode lands in a local optimum of single-group moves; the plac
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
-import multiprocessing
 import sys
 import time
 from typing import Sequence
@@ -43,6 +41,7 @@ from tf_autoplace.rl.env import PlacementEnv
 from tf_autoplace.rl.placeto_search import search
 from tf_autoplace.rl.policies.placeto import PlacetoPolicy
 from tf_autoplace.rl.pretrain import mean_greedy_gain
+from tf_autoplace.rl.workers import as_given, worker_pool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,27 +89,31 @@ def _search_one(problem, placeto_config, samples: int, seed: int) -> Target:
                   moves=moves)
 
 
-def _search_task(args) -> Target:
-    return _search_one(*args)
+def _search_task(problems, task) -> Target:
+    i, placeto_config, samples, seed = task
+    return _search_one(problems[i], placeto_config, samples, seed)
 
 
 def search_targets(problems: Sequence, placeto_config, *, samples: int, seed: int,
-                   searches: int = 1, workers: int = 1, progress: bool = False) -> list[Target]:
+                   searches: int = 1, workers: int = 1, ray_address: str | None = None,
+                   progress: bool = False) -> list[Target]:
     """The best placement the placer's search from scratch (``placeto_config``'s fine-tuning
     settings, a fresh policy) finds on each problem within ``samples`` placements; with
     ``searches`` > 1, the best of that many searches (each search's local optimum depends on
     its path; the first of equals). Search k of graph i is seeded with ``[seed, i, k]``
-    (``[seed, i]`` for the only one), so the targets do not depend on ``workers`` (processes,
-    ``spawn``); ``samples`` counts the placements of one search, a target's ``samples`` those
-    of all its graph's searches."""
+    (``[seed, i]`` for the only one), so the targets depend neither on ``workers`` (processes,
+    ``spawn``) nor on ``ray_address`` (Ray actors instead; :mod:`tf_autoplace.rl.workers`);
+    the workers get the problems once and a task names its graph by index. ``samples``
+    counts the placements of one search, a target's ``samples`` those of all its graph's
+    searches."""
     if not (isinstance(samples, int) and samples > 0):
         raise ConfigError(f"samples must be an int > 0, got {samples!r}")
     if not (isinstance(searches, int) and searches > 0):
         raise ConfigError(f"searches must be an int > 0, got {searches!r}")
-    tasks = [(problem, placeto_config, samples, int(np.random.default_rng(
+    tasks = [(i, placeto_config, samples, int(np.random.default_rng(
                  [seed, i] if searches == 1 else [seed, i, k]).integers(2**31 - 1)))
-             for i, problem in enumerate(problems) for k in range(searches)]
-    found = _map_in_order(_search_task, tasks, workers, (
+             for i in range(len(problems)) for k in range(searches)]
+    found = _map_in_order(_search_task, problems, tasks, workers, ray_address, (
         lambda done, seconds: f"[imitation] {len(done)}/{len(tasks)} searches ({seconds:.0f} s)")
         if progress else None)
     per_graph = [found[i * searches:(i + 1) * searches] for i in range(len(problems))]
@@ -118,26 +121,23 @@ def search_targets(problems: Sequence, placeto_config, *, samples: int, seed: in
                                 samples=sum(t.samples for t in mine)) for mine in per_graph]
 
 
-def _map_in_order(fn, tasks: Sequence, workers: int, progress_line=None) -> list:
-    """``fn(task)`` for each task, in order: in this process with one worker, else in up to
-    ``workers`` processes (``spawn``: TensorFlow does not survive a fork). After each result,
-    ``progress_line(results so far, seconds)`` goes to stderr, unless it is None."""
+def _map_in_order(fn, context, tasks: Sequence, workers: int, ray_address: str | None,
+                  progress_line=None) -> list:
+    """``fn(context, task)`` for each task, in order: in this process with one worker and no
+    Ray address, else on up to ``workers`` workers that each get ``context`` once (``spawn``
+    processes: TensorFlow does not survive a fork; or Ray actors; :mod:`tf_autoplace.rl.workers`).
+    After each result, ``progress_line(results so far, seconds)`` goes to stderr, unless it is
+    None."""
     results, t0 = [], time.perf_counter()
-
-    def report(result) -> None:
-        results.append(result)
-        if progress_line is not None:
-            print(progress_line(results, time.perf_counter() - t0), file=sys.stderr, flush=True)
-
-    if workers == 1:
-        for task in tasks:
-            report(fn(task))
-    else:
-        with concurrent.futures.ProcessPoolExecutor(
-                max_workers=max(1, min(workers, len(tasks))),
-                mp_context=multiprocessing.get_context("spawn")) as pool:
-            for result in pool.map(fn, tasks):
-                report(result)
+    if not tasks:
+        return results
+    with worker_pool(as_given, (context,), workers=max(1, min(workers, len(tasks))),
+                     ray_address=ray_address) as pool:
+        for result in pool.imap(fn, tasks):
+            results.append(result)
+            if progress_line is not None:
+                print(progress_line(results, time.perf_counter() - t0), file=sys.stderr,
+                      flush=True)
     return results
 
 
@@ -210,7 +210,8 @@ class Clone:
 def clone_best_of(problems: Sequence, env_config, targets: Sequence[np.ndarray],
                   policy_config: dict, seeds: Sequence[int], *, epochs: int,
                   learning_rate: float = 3e-3, move_weight: float = 3.0, workers: int = 1,
-                  progress: bool = False) -> tuple[PlacetoPolicy, list[Clone]]:
+                  ray_address: str | None = None, progress: bool = False
+                  ) -> tuple[PlacetoPolicy, list[Clone]]:
     """Clone one policy per seed in ``seeds`` (``PlacetoPolicy(**policy_config, seed=s)``, then
     :func:`clone` on ``targets``, a target per problem in ``env_config``'s MDP), and return the
     one whose greedy episodes gain most over the start placement on those same training
@@ -219,18 +220,21 @@ def clone_best_of(problems: Sequence, env_config, targets: Sequence[np.ndarray],
     The same targets cloned from other initial weights give policies far apart on held-out
     graphs; the gain on the training graphs tells the poor draws apart (not always the best of
     the good ones), and needs no held-out graph. With ``workers`` > 1 the clones train in that
-    many processes (``spawn``); a clone does not depend on where it ran."""
+    many processes (``spawn``), or with ``ray_address`` on that many Ray actors; a clone does
+    not depend on where it ran."""
     seeds = [int(s) for s in seeds]
     if not seeds or len(set(seeds)) != len(seeds):
         raise ConfigError(f"clone_best_of needs distinct seeds, got {seeds!r}")
     if len(problems) != len(targets) or not problems:
         raise ConfigError(f"clone_best_of needs one target per problem, got {len(problems)} "
                           f"problems and {len(targets)} targets")
-    in_process = workers == 1 or len(seeds) == 1  # then cloning can show each epoch
-    tasks = [(problems, env_config, targets, dict(policy_config, seed=seed), epochs,
-              learning_rate, move_weight, progress and in_process) for seed in seeds]
+    # In this process, cloning can show each epoch.
+    in_process = ray_address is None and (workers == 1 or len(seeds) == 1)
+    tasks = [(dict(policy_config, seed=seed), epochs, learning_rate, move_weight,
+              progress and in_process) for seed in seeds]
     clones = _map_in_order(
-        _clone_task, tasks, 1 if in_process else workers, (
+        _clone_task, (problems, env_config, targets), tasks, 1 if in_process else workers,
+        ray_address, (
             lambda done, seconds: f"[imitation] clone {len(done)}/{len(tasks)} (initial weights "
             f"seed {done[-1].seed}): target actions {done[-1].curve[-1][2]:.3f}, training "
             f"graphs' mean greedy gain {done[-1].train_gain:.2%} ({seconds:.0f} s)")
@@ -241,10 +245,10 @@ def clone_best_of(problems: Sequence, env_config, targets: Sequence[np.ndarray],
     return policy, clones
 
 
-def _clone_task(args) -> Clone:
+def _clone_task(context, task) -> Clone:
     """Clone a fresh policy and score it on the training graphs (runs in a worker)."""
-    problems, env_config, targets, policy_config, epochs, learning_rate, move_weight, \
-        progress = args
+    problems, env_config, targets = context
+    policy_config, epochs, learning_rate, move_weight, progress = task
     envs = [PlacementEnv(problem, env_config) for problem in problems]
     policy = _fresh_policy(**policy_config)
     curve = clone(policy, envs, targets, epochs=epochs, learning_rate=learning_rate,

@@ -18,6 +18,7 @@ import numpy as np
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.rl import reinforce
 from tf_autoplace.rl.env import EnvConfig, PlacementEnv
+from tf_autoplace.rl.workers import check_ray_address
 
 PRETRAINED_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                               "pretrained")
@@ -75,6 +76,12 @@ class PlacetoConfig:
         within the default 512 placements, 618.31 ms within 60 s (BENCHMARKS.md).
       heuristics: placers the result must not be worse than (``best_heuristic`` runs all the
         fast ones).
+      workers: fine-tuning workers, each rolling out ``episodes`` episodes per update (so an
+        update sees ``workers * episodes`` episodes, as with the paper's 8 workers): local
+        processes, or Ray actors when ``ray_address`` is set; 1 without an address runs in
+        this process. The placement depends on ``workers``, not on where they run.
+      ray_address: roll out on a Ray cluster (``"auto"``, ``"HOST:PORT"``, ``"local"``;
+        :mod:`tf_autoplace.rl.workers`); None: local processes.
     """
 
     budget_s: float = 120.0
@@ -92,6 +99,8 @@ class PlacetoConfig:
     temperature: float = 1.0
     restart_after: int | None = 128
     heuristics: tuple[str, ...] = ("best_heuristic",)
+    workers: int = 1
+    ray_address: str | None = None
 
     def __post_init__(self):
         if not (isinstance(self.budget_s, (int, float)) and self.budget_s > 0):
@@ -105,13 +114,14 @@ class PlacetoConfig:
                                                    and self.restart_after > 0):
             raise ConfigError(
                 f"restart_after must be None or an int > 0, got {self.restart_after!r}")
+        check_ray_address(self.ray_address)
         self.train_config(0)  # the fine-tuning settings, checked by reinforce.TrainConfig
 
     def train_config(self, seed: int):
         """REINFORCE settings for fine-tuning on one graph (constant rate and bonus; the
         sample or time budget decides how long)."""
         return reinforce.TrainConfig(
-            iterations=10**9, workers=1, episodes=self.episodes, seed=seed,
+            iterations=10**9, workers=self.workers, episodes=self.episodes, seed=seed,
             learning_rate=self.learning_rate, final_learning_rate=self.learning_rate,
             entropy=self.entropy, final_entropy=self.entropy, discount=self.discount,
             normalize_advantages=self.normalize_advantages, estimator=self.estimator,
@@ -181,22 +191,31 @@ def search(policy, env: PlacementEnv, config: PlacetoConfig, seed: int, *,
     if config.fine_tune and pretrained and not out_of_budget(state):
         policy.temper(config.temperature)
     train_config = config.train_config(seed)
-    while config.fine_tune and not out_of_budget(state):
-        last_gain = (0, state.best_scores.get(0, np.inf))
-        reinforce.train(policy, [env.problem], env.config, train_config, state=state,
-                        should_stop=lambda s: out_of_budget(s) or stalled(s), envs=[env])
-        curve += [(offset + done + samples, min(best, best_score))
-                  for samples, _, best in state.curve]
-        iterations += state.iteration
-        if state.best_scores[0] < best_score:
-            best_score, best_actions = state.best_scores[0], state.best_placements[0]
-        if out_of_budget(state):
-            break
-        done += state.samples  # stalled: a fresh policy takes the rest of the budget
-        restarts.append(offset + done)
-        k = restart_seed(seed, len(restarts))
-        policy.reinitialize(k)
-        state, train_config = reinforce.TrainState(), config.train_config(k)
+    pool = None  # workers elsewhere than here: built once, kept over the restarts
+    if config.fine_tune and (config.workers > 1 or config.ray_address is not None):
+        pool = reinforce.training_pool(policy, [env.problem], env.config,
+                                       workers=config.workers, ray_address=config.ray_address)
+    try:
+        while config.fine_tune and not out_of_budget(state):
+            last_gain = (0, state.best_scores.get(0, np.inf))
+            reinforce.train(policy, [env.problem], env.config, train_config, state=state,
+                            should_stop=lambda s: out_of_budget(s) or stalled(s),
+                            envs=None if pool else [env], pool=pool)
+            curve += [(offset + done + samples, min(best, best_score))
+                      for samples, _, best in state.curve]
+            iterations += state.iteration
+            if state.best_scores[0] < best_score:
+                best_score, best_actions = state.best_scores[0], state.best_placements[0]
+            if out_of_budget(state):
+                break
+            done += state.samples  # stalled: a fresh policy takes the rest of the budget
+            restarts.append(offset + done)
+            k = restart_seed(seed, len(restarts))
+            policy.reinitialize(k)
+            state, train_config = reinforce.TrainState(), config.train_config(k)
+    finally:
+        if pool is not None:
+            pool.close()
     if best_actions is None:
         raise ConfigError("search() ran neither the zero-shot episode nor fine-tuning")
     return SearchResult(zero_shot=zero, zero_shot_s=zero_shot_s, iterations=iterations,

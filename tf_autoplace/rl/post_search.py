@@ -84,6 +84,7 @@ from tf_autoplace.rl.env import heuristic_grouping
 from tf_autoplace.rl.policies.softmax import SoftmaxTables
 from tf_autoplace.rl.post_updates import cross_entropy_update, mix_uniform, ppo_update
 from tf_autoplace.rl.rollouts import Evaluator
+from tf_autoplace.rl.workers import check_ray_address
 
 ALGORITHMS = ("ce+ppo", "ce", "ppo")
 UNITS = ("aligned", "groups", "ops")
@@ -117,7 +118,11 @@ class PostConfig:
         paper's 0.1 goes with its uniform start).
       baseline_window: placements whose mean score is the PPO baseline b.
       memory_penalty: c in R = r + c * ReLU(m - M), seconds per GB over capacity.
-      workers: processes that simulate each batch (1: this process).
+      workers: workers that simulate each batch: local processes (1: this process), or Ray
+        actors when ``ray_address`` is set (:mod:`tf_autoplace.rl.workers`). The placement
+        does not depend on it.
+      ray_address: simulate on a Ray cluster (``"auto"``, ``"HOST:PORT"``, ``"local"``);
+        None: local processes. The placement does not depend on it.
       heuristics: placers the result must not be worse than (``best_heuristic`` runs all the
         fast ones); used by :class:`tf_autoplace.placers.PostPlacer`.
     """
@@ -138,6 +143,7 @@ class PostConfig:
     baseline_window: int = 60
     memory_penalty: float = 2.0
     workers: int = 1
+    ray_address: str | None = None
     heuristics: tuple[str, ...] = ("best_heuristic",)
 
     def __post_init__(self):
@@ -153,6 +159,7 @@ class PostConfig:
                      "workers"):
             if not _positive(getattr(self, name), int):
                 raise ConfigError(f"{name} must be an int > 0, got {getattr(self, name)!r}")
+        check_ray_address(self.ray_address)
         if self.ce_period % self.batch:
             raise ConfigError(f"ce_period must be a multiple of batch ({self.batch}), "
                               f"got {self.ce_period!r}")
@@ -332,8 +339,8 @@ def search(problem: PlacementProblem, config: PostConfig, seed: int, *,
     samples, curve, ppo_updates, ce_updates = 0, [], 0, 0
     best = (True, np.inf, None)  # (over memory, R, op placement): fits first, then lowest R
     window_actions, window_scores, recent = [], [], np.zeros(0)
-    with Evaluator(problem, workers=config.workers,
-                   memory_penalty=config.memory_penalty) as evaluator:
+    with Evaluator(problem, workers=config.workers, memory_penalty=config.memory_penalty,
+                   ray_address=config.ray_address) as evaluator:
         # The first batch always runs, so there is a result however small the time budget.
         while samples == 0 or ((budget is None or samples < budget) and
                                time.perf_counter() < deadline):

@@ -137,13 +137,15 @@ def mean_greedy_gain(policy: PlacetoPolicy, envs: Sequence[PlacementEnv]) -> flo
 def pretrain(policy: PlacetoPolicy, train_problems: Sequence[PlacementProblem],
              test_problems: Sequence[PlacementProblem], env_config: EnvConfig,
              config: reinforce.TrainConfig, *, select_every: int = 0, select_graphs: int = 12,
-             logdir: str | None = None, progress: bool = False) -> dict:
+             logdir: str | None = None, progress: bool = False,
+             ray_address: str | None = None) -> dict:
     """Train ``policy`` on ``train_problems``; evaluate zero-shot on ``test_problems``.
 
     With ``select_every`` > 0, every that many iterations (and before the first) a greedy
     episode is run on ``select_graphs`` training graphs spread over the list, and the policy
     ends with the weights whose mean improvement over the start placement was highest (the
-    held-out graphs play no part in it).
+    held-out graphs play no part in it). ``ray_address`` runs the workers as Ray actors
+    (:func:`tf_autoplace.rl.reinforce.train`).
 
     Returns the results the manifest records: training seconds, samples, the selection curve,
     and per held-out graph its size, the zero-shot R, the untrained policy's zero-shot R and
@@ -170,7 +172,8 @@ def pretrain(policy: PlacetoPolicy, train_problems: Sequence[PlacementProblem],
         should_stop(reinforce.TrainState())
     t = time.perf_counter()
     state = reinforce.train(policy, train_problems, env_config, config, logdir=logdir,
-                            should_stop=should_stop, progress=progress)
+                            should_stop=should_stop, progress=progress,
+                            ray_address=ray_address)
     seconds = time.perf_counter() - t
     if selection is not None:
         policy.set_weights(best["weights"])

@@ -40,8 +40,11 @@ The states are those of the policy's own episodes. Fine-tuning on the user's gra
 undoes harmful moves (``EnvConfig.undo_worse``), with each episode starting from the best
 placement found so far (``episode_start="best"``).
 
-Workers are processes (``spawn``, each with its own TensorFlow) when ``workers > 1``, or run in
-the calling process when ``workers == 1``; the same code computes an episode either way.
+Workers run in the calling process when ``workers == 1``, else in ``spawn`` processes (each
+with its own TensorFlow), or, given a ``ray_address``, as Ray actors on a cluster
+(:mod:`tf_autoplace.rl.workers`); each builds its policy and environments once and gets the
+weights with every task. The same code computes an episode everywhere, and a task carries its
+seeds, so the same seed gives the same training curve with every backend.
 
 Training state is an explicit value (:class:`TrainState`); seeds are explicit: episode j of
 worker w in iteration i draws from ``np.random.default_rng([seed, i, w, j])``.
@@ -50,9 +53,7 @@ worker w in iteration i draws from ``np.random.default_rng([seed, i, w, j])``.
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import dataclasses
-import multiprocessing
 import sys
 import time
 from typing import Callable, Sequence
@@ -64,6 +65,7 @@ import tensorflow_probability as tfp
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.rl.policies.placeto import PlacetoPolicy, pool_masks
 from tf_autoplace.rl.env import PlacementEnv
+from tf_autoplace.rl.workers import WorkerPool, worker_pool
 
 
 # Smallest per-step spread advantages are divided by: 0.1% of the start placement's runtime
@@ -400,16 +402,17 @@ class _Worker:
         return _Result(task.graph_id, gradient, loss, returns, episodes)
 
 
-_PROCESS_WORKER: _Worker | None = None
+def _run_worker(worker: _Worker, task: _Task) -> _Result:
+    return worker(task)
 
 
-def _init_process_worker(policy_config, problems, env_config):
-    global _PROCESS_WORKER
-    _PROCESS_WORKER = _Worker.build(policy_config, problems, env_config)
-
-
-def _run_process_worker(task: _Task) -> _Result:
-    return _PROCESS_WORKER(task)
+def training_pool(policy, problems, env_config, *, workers: int,
+                  ray_address: str | None = None) -> WorkerPool:
+    """Workers for :func:`train` (``pool=``) that outlive one call: each builds a policy of
+    ``policy``'s architecture and the problems' environments once. A search that calls
+    ``train`` again after every restart builds them once instead of at every call."""
+    return worker_pool(_Worker.build, (dict(policy.config), problems, env_config),
+                       workers=workers, ray_address=ray_address)
 
 
 # --------------------------------------------------------------------------------- trainer
@@ -428,7 +431,8 @@ def train(policy, problems: Sequence, env_config, config: TrainConfig, *,
           state: TrainState | None = None, graph_ids: Sequence[int] | None = None,
           should_stop: Callable[[TrainState], bool] | None = None,
           logdir: str | None = None, progress: bool = False,
-          envs: Sequence[PlacementEnv] | None = None) -> TrainState:
+          envs: Sequence[PlacementEnv] | None = None,
+          ray_address: str | None = None, pool: WorkerPool | None = None) -> TrainState:
     """Train ``policy`` in place on ``problems`` (PlacementProblems) with REINFORCE.
 
     With one worker, the rollouts and gradients run in this process on ``policy`` itself, so
@@ -441,16 +445,22 @@ def train(policy, problems: Sequence, env_config, config: TrainConfig, *,
       logdir: write TensorBoard summaries (best and final runtime per graph, loss) here.
       progress: print a progress line to stderr.
       envs: the problems' environments, if the caller has built them (with ``env_config``;
-        one worker only), so they are not built again.
+        one worker in this process only), so they are not built again.
+      ray_address: run the ``config.workers`` workers as Ray actors on this cluster
+        (``"auto"``, ``"HOST:PORT"``, ``"local"``; :mod:`tf_autoplace.rl.workers`); None:
+        local processes (or this process for one worker).
+      pool: run the workers' tasks on this pool (:func:`training_pool` of ``problems``; kept
+        open), instead of workers built for this call.
     Returns the final TrainState (best placement per graph included).
     """
     if config.estimator == "all_actions" and env_config.reward != "intermediate":
         raise ConfigError("estimator='all_actions' needs the environment's intermediate rewards")
-    if envs is not None and (config.workers != 1 or len(envs) != len(problems) or
+    in_process = pool is None and config.workers == 1 and ray_address is None
+    if envs is not None and (not in_process or len(envs) != len(problems) or
                              any(e.problem is not p or e.config != env_config
                                  for e, p in zip(envs, problems))):
         raise ConfigError("envs must be the environments of problems under env_config, "
-                          "with one worker")
+                          "with one worker in this process")
     state = state or TrainState()
     graph_ids = list(range(len(problems))) if graph_ids is None else list(graph_ids)
     baselines = StepBaselines(config.baseline_window)
@@ -463,19 +473,15 @@ def train(policy, problems: Sequence, env_config, config: TrainConfig, *,
             raise ConfigError("TensorBoard summaries need the tensorboard package: "
                               "pip install 'tf_autoplace[train]'") from None
         writer = tf.summary.create_file_writer(logdir)
-    policy_config = dict(policy.config)
-
-    if config.workers == 1:
+    own_pool = None
+    if in_process:
         worker = _Worker(policy, envs or [PlacementEnv(p, env_config) for p in problems])
-        envs = worker.envs
         run_all = lambda tasks: [worker(t) for t in tasks]  # noqa: E731
-        pool = None
     else:
-        envs = [PlacementEnv(p, env_config) for p in problems]
-        pool = concurrent.futures.ProcessPoolExecutor(
-            max_workers=config.workers, mp_context=multiprocessing.get_context("spawn"),
-            initializer=_init_process_worker, initargs=(policy_config, problems, env_config))
-        run_all = lambda tasks: list(pool.map(_run_process_worker, tasks))  # noqa: E731
+        if pool is None:
+            pool = own_pool = training_pool(policy, problems, env_config,
+                                            workers=config.workers, ray_address=ray_address)
+        run_all = lambda tasks: pool.map(_run_worker, tasks)  # noqa: E731
     t0 = time.perf_counter()
     try:
         while state.iteration < config.iterations:
@@ -528,8 +534,8 @@ def train(policy, problems: Sequence, env_config, config: TrainConfig, *,
             if should_stop and should_stop(state):
                 break
     finally:
-        if pool is not None:
-            pool.shutdown()
+        if own_pool is not None:
+            own_pool.close()
         if writer:
             writer.flush()
         if progress:

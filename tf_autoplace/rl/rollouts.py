@@ -6,27 +6,30 @@ gets back, for each, what the simulator predicts: the step time, the worst memor
 and the memory-penalised runtime ``R = r + c * ReLU(m - M)`` (Placeto A.7, through
 :func:`tf_autoplace.sim.memory_penalized_runtime`) that every learned placer here minimises.
 
-Backends:
+Backends (:mod:`tf_autoplace.rl.workers`):
 
 * ``workers=1``: in the calling process.
 * ``workers > 1``: a pool of ``spawn`` processes. The problem is sent to each worker once,
-  when it starts (pickled into the pool's initializer), not with every batch; a batch is cut
-  into one contiguous chunk per worker.
+  when it starts (pickled into the pool's initializer), not with every batch.
+* ``ray_address`` set: ``workers`` Ray actors. The problem is put in Ray's object store once
+  and each actor builds its simulator from it once; an actor that dies is restarted by Ray and
+  its chunk simulated again.
 
-The simulator is deterministic and results come back in batch order, so a search gives the same
-placements whatever the backend and the number of workers.
+A batch is cut into one contiguous chunk per worker; a single placement is simulated in the
+calling process (a round trip would cost more than the simulation). The simulator is
+deterministic and results come back in batch order, so a search gives the same placements
+whatever the backend and the number of workers.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
-import multiprocessing
 
 import numpy as np
 
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.problem import PlacementProblem
+from tf_autoplace.rl.workers import worker_pool
 from tf_autoplace.sim import memory_penalized_runtime
 
 GB = 1e9
@@ -66,17 +69,15 @@ def evaluate_batch(problem: PlacementProblem, placements: np.ndarray,
     return out
 
 
-_WORKER_PROBLEM: PlacementProblem | None = None
+def _problem(problem: PlacementProblem) -> PlacementProblem:
+    """A worker's context: the problem, with its simulator built once."""
+    problem.simulator  # noqa: B018  (a cached property: built here, once per worker)
+    return problem
 
 
-def _init_worker(problem: PlacementProblem) -> None:
-    global _WORKER_PROBLEM
-    _WORKER_PROBLEM = problem
-
-
-def _run_chunk(args) -> np.ndarray:
-    placements, memory_penalty = args
-    return evaluate_batch(_WORKER_PROBLEM, placements, memory_penalty)
+def _run_chunk(problem: PlacementProblem, task) -> np.ndarray:
+    placements, memory_penalty = task
+    return evaluate_batch(problem, placements, memory_penalty)
 
 
 class Evaluator:
@@ -84,28 +85,24 @@ class Evaluator:
 
     Args:
       problem: the problem every batch belongs to.
-      workers: processes that simulate (1: this process).
+      workers: workers that simulate (1 without ``ray_address``: this process).
       memory_penalty: c in R = r + c * ReLU(m - M), seconds per GB over capacity.
+      ray_address: run the workers as Ray actors on this cluster (``"auto"``,
+        ``"HOST:PORT"``, ``"local"``); None: local processes.
 
     ``samples`` counts the placements evaluated so far. Use as a context manager (or call
-    :meth:`close`) so that worker processes end with the search.
+    :meth:`close`) so that workers end with the search.
     """
 
     def __init__(self, problem: PlacementProblem, *, workers: int = 1,
-                 memory_penalty: float = 2.0):
-        if not (isinstance(workers, int) and workers >= 1):
-            raise ConfigError(f"workers must be an int >= 1, got {workers!r}")
+                 memory_penalty: float = 2.0, ray_address: str | None = None):
         if not (isinstance(memory_penalty, (int, float)) and memory_penalty >= 0):
             raise ConfigError(f"memory_penalty must be a number >= 0, got {memory_penalty!r}")
         self.problem = problem
-        self.workers = workers
         self.memory_penalty = float(memory_penalty)
         self.samples = 0
-        self._pool = None
-        if workers > 1:
-            self._pool = concurrent.futures.ProcessPoolExecutor(
-                max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                initializer=_init_worker, initargs=(problem,))
+        self.pool = worker_pool(_problem, (problem,), workers=workers, ray_address=ray_address)
+        self.workers = self.pool.size
 
     def evaluate(self, placements: np.ndarray) -> Evaluation:
         """Simulate each row of ``placements`` ([B, n] int device index per op)."""
@@ -113,19 +110,17 @@ class Evaluator:
         n = self.problem.graph.num_ops
         if placements.ndim != 2 or placements.shape[1] != n:
             raise ConfigError(f"placements must have shape [B, {n}], got {placements.shape}")
-        if self._pool is None or len(placements) < 2:
+        if self.pool.backend == "in-process" or len(placements) < 2:
             rows = evaluate_batch(self.problem, placements, self.memory_penalty)
         else:
             chunks = [c for c in np.array_split(placements, self.workers) if len(c)]
-            rows = np.concatenate(list(self._pool.map(
-                _run_chunk, [(c, self.memory_penalty) for c in chunks])))
+            rows = np.concatenate(self.pool.map(
+                _run_chunk, [(c, self.memory_penalty) for c in chunks]))
         self.samples += len(placements)
         return Evaluation(scores=rows[:, 0], makespan=rows[:, 1], overflow_gb=rows[:, 2])
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
+        self.pool.close()
 
     def __enter__(self) -> "Evaluator":
         return self

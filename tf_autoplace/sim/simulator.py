@@ -72,12 +72,17 @@ is built once in :class:`Simulator`'s constructor. The event loop, :func:`_simul
 ``numba.njit`` function over flat arrays, with the three handlers marked in it: FIFO queues
 are linked lists in arrays (``head[q]``, ``tail[q]``, ``next[item]``); since at most one op
 per device and one transfer per bus are in flight, pending events live in ``2 * D`` slots
-(slot ``d``: Op-done on device ``d``; slot ``D + d``: Transfer-done on the bus of ``d``) and
-the next one is found by a scan, which beats a heap for tens of devices. One simulation of an
-8,000-op, 15,000-edge graph takes about 1 ms on 2 devices and 2.5 ms on 8 with uniform random
-placements (``tools/bench_sim.py``). The first call in a fresh environment compiles the
-kernel (a few seconds; then cached on disk by numba, in the user's cache directory:
-:mod:`tf_autoplace.sim.jit`).
+(slot ``d``: Op-done on device ``d``; slot ``D + d``: Transfer-done on the bus of ``d``),
+ordered by a binary heap of the pending slots. On a graph of thousands of ops the loop waits
+on memory more than it computes, so it reads small arrays: int32 indices, and each op's time
+on its device gathered once, in order, rather than read from the ``[n, D]`` table when the
+op starts; and it returns the result ready-made (peak memory with the persistent bytes, the
+transfers' producers and bytes), leaving no numpy pass over the transfers to the caller.
+Speed: ``tools/bench_sim.py`` (a synthetic 8,000-op graph, and random placements of zoo
+graphs with ``--pairs``; figures in BENCHMARKS.md). The first call in a fresh environment
+compiles the kernel (a few seconds; then cached on disk by numba, in the user's cache directory:
+:mod:`tf_autoplace.sim.jit`; the arrays it reads are read-only in every process, so that one
+compiled version serves all of them).
 """
 
 from __future__ import annotations
@@ -136,23 +141,39 @@ class SimResult:
 @cached_njit
 def _simulate(placement, op_time, num_devices, bandwidth, latency, tensor_bytes,
               out_tensor_ptr, out_tensors, dep_tensor, dep_op,
-              cons_ptr, in_ptr, in_dep):
+              cons_ptr, in_ptr, in_dep, persistent, num_graph_tensors):
     """The event loop (module docstring). Arrays built by :class:`Simulator`, with T tensors
-    (graph tensors, then one control dummy per op) and P dependency pairs:
+    (the ``num_graph_tensors`` graph tensors, then one control dummy per op) and P dependency
+    pairs:
 
       out_tensor_ptr[n+1], out_tensors: tensors produced by op i (CSR), its dummy last.
       dep_tensor[P], dep_op[P]: dependency pair p, "op dep_op[p] reads tensor dep_tensor[p]",
         sorted by tensor, then op.
       cons_ptr[T+1]: pairs cons_ptr[k]..cons_ptr[k+1]-1 are tensor k's consumers (CSR).
       in_ptr[n+1], in_dep: pairs of each op (its inputs) (CSR).
+      persistent[n]: bytes op i keeps for the whole step (variables).
+
+    Returns what :class:`SimResult` holds (peak memory with the persistent bytes, transfers
+    with -1 for a dummy), and the number of ops that ran, so that nothing is left for numpy
+    passes after the call.
 
     Everything is written out in this one function on purpose: numba reference-counts arrays
     passed to helper functions, and those atomic updates cost more than the simulation itself.
+    Indices are int32 (the Simulator checks that they fit): the arrays then take half the
+    cache, and on a graph of thousands of ops the loop waits on memory more than it computes.
     """
     n = placement.shape[0]
     D = num_devices
     P = dep_tensor.shape[0]
     T = tensor_bytes.shape[0]
+
+    # Each op's time on its device, gathered in one sequential pass: reading op_time[i, d]
+    # when op i starts would touch a random row of the [n, D] table for every op.
+    dur = np.empty(n)
+    resident = np.zeros(D, np.int64)  # persistent bytes per device
+    for i in range(n):
+        dur[i] = op_time[i, placement[i]]
+        resident[placement[i]] += persistent[i]
 
     start = np.full(n, np.nan)
     end = np.full(n, np.nan)
@@ -161,41 +182,46 @@ def _simulate(placement, op_time, num_devices, bandwidth, latency, tensor_bytes,
     peak = np.zeros(D, np.int64)   # ... and their maximum so far
 
     # Dependencies still missing per op; an op is runnable at 0.
-    pending = np.empty(n, np.int64)
+    pending = np.empty(n, np.int32)
     for i in range(n):
         pending[i] = in_ptr[i + 1] - in_ptr[i]
 
     # Q_op per device as linked lists (head, tail, next), and the op each device runs (-1: idle).
-    op_head = np.full(D, -1, np.int64)
-    op_tail = np.full(D, -1, np.int64)
-    op_next = np.full(n, -1, np.int64)
-    running = np.full(D, -1, np.int64)
+    op_head = np.full(D, -1, np.int32)
+    op_tail = np.full(D, -1, np.int32)
+    op_next = np.full(n, -1, np.int32)
+    running = np.full(D, -1, np.int32)
 
     # Transfers: one record per (tensor, destination), so at most one per dependency pair.
-    x_tensor = np.empty(P, np.int64)
-    x_src = np.empty(P, np.int64)
-    x_dst = np.empty(P, np.int64)
+    x_tensor = np.empty(P, np.int32)
+    x_op = np.empty(P, np.int32)
+    x_src = np.empty(P, np.int32)
+    x_dst = np.empty(P, np.int32)
     x_start = np.empty(P)
     x_end = np.empty(P)
-    x_refs = np.zeros(P, np.int64)  # consumers on x_dst yet to finish; the last frees the copy
+    x_refs = np.zeros(P, np.int32)  # consumers on x_dst yet to finish; the last frees the copy
     num_x = 0
     # Q_transfer per device (linked lists over transfer records) and the transfer on each bus.
-    bus_head = np.full(D, -1, np.int64)
-    bus_tail = np.full(D, -1, np.int64)
-    x_next = np.full(P, -1, np.int64)
-    bus_running = np.full(D, -1, np.int64)
+    bus_head = np.full(D, -1, np.int32)
+    bus_tail = np.full(D, -1, np.int32)
+    x_next = np.full(P, -1, np.int32)
+    bus_running = np.full(D, -1, np.int32)
 
-    dep_xfer = np.full(P, -1, np.int64)     # transfer that delivered pair p; -1: same device
-    src_refs = np.zeros(T, np.int64)        # holders of a tensor on its producer's device
-    sent_tensor = np.full(D, -1, np.int64)  # scratch for dedup: tensor last sent to each device
-    sent_x = np.full(D, -1, np.int64)       # ... and that transfer
+    dep_xfer = np.full(P, -1, np.int32)     # transfer that delivered pair p; -1: same device
+    src_refs = np.zeros(T, np.int32)        # holders of a tensor on its producer's device
+    sent_tensor = np.full(D, -1, np.int32)  # scratch for dedup: tensor last sent to each device
+    sent_x = np.full(D, -1, np.int32)       # ... and that transfer
 
     # Pending events: at most one Op-done per device (slot d) and one Transfer-done per bus
-    # (slot D + d). ev_seq = -1 marks an empty slot; the next event is the smallest
-    # (time, seq). A linear scan over 2 * D slots beats a heap for the device counts we see.
+    # (slot D + d), with its time and sequence number; the next event is the smallest
+    # (time, seq). The pending slots form a binary min-heap (``heap[:heap_n]``); the slots an
+    # event's wakeups filled (``fresh``) join it before the next one is taken.
     ev_time = np.zeros(2 * D)
-    ev_seq = np.full(2 * D, -1, np.int64)
+    ev_seq = np.full(2 * D, -1, np.int32)
     next_seq = 0
+    heap = np.empty(2 * D, np.int32)
+    heap_n = 0
+    fresh = np.empty(2 * D, np.int32)
 
     # Initial queues: ops without dependencies, in op-index order; then wake every device.
     for i in range(n):
@@ -214,6 +240,7 @@ def _simulate(placement, op_time, num_devices, bandwidth, latency, tensor_bytes,
     makespan = 0.0
     now = 0.0
     while True:
+        num_fresh = 0
         # ------------------------------------------------------------------- Wakeup
         # An idle device starts the head of its Q_op; outputs are allocated at the start.
         for w in range(num_wake):
@@ -226,14 +253,16 @@ def _simulate(placement, op_time, num_devices, bandwidth, latency, tensor_bytes,
                 op_tail[d] = -1
             running[d] = i
             start[i] = now
-            busy[d] += op_time[i, d]
+            busy[d] += dur[i]
             for p in range(out_tensor_ptr[i], out_tensor_ptr[i + 1]):
                 live[d] += tensor_bytes[out_tensors[p]]
             if live[d] > peak[d]:
                 peak[d] = live[d]
-            ev_time[d] = now + op_time[i, d]
+            ev_time[d] = now + dur[i]
             ev_seq[d] = next_seq
             next_seq += 1
+            fresh[num_fresh] = d
+            num_fresh += 1
         # An idle bus starts the head of its Q_transfer; the copy is allocated on arrival side.
         for w in range(num_wake):
             s = wake_bus[w]
@@ -253,17 +282,47 @@ def _simulate(placement, op_time, num_devices, bandwidth, latency, tensor_bytes,
             ev_time[D + s] = now + latency[s, dst] + nbytes / bandwidth[s, dst]
             ev_seq[D + s] = next_seq
             next_seq += 1
+            fresh[num_fresh] = D + s
+            num_fresh += 1
 
         # ------------------------------------------------------------ next event
-        slot = -1
-        for e in range(2 * D):
-            if ev_seq[e] != -1 and (slot == -1 or ev_time[e] < ev_time[slot] or (
-                    ev_time[e] == ev_time[slot] and ev_seq[e] < ev_seq[slot])):
-                slot = e
-        if slot == -1:
+        for f in range(num_fresh):  # push: sift the fresh slot up
+            e = fresh[f]
+            t, q = ev_time[e], ev_seq[e]
+            c = heap_n
+            heap_n += 1
+            while c > 0:
+                up = (c - 1) >> 1
+                u = heap[up]
+                if ev_time[u] < t or (ev_time[u] == t and ev_seq[u] < q):
+                    break
+                heap[c] = u
+                c = up
+            heap[c] = e
+        if heap_n == 0:
             break
+        slot = heap[0]  # pop: the last slot takes the root's place and sifts down
+        heap_n -= 1
+        if heap_n > 0:
+            e = heap[heap_n]
+            t, q = ev_time[e], ev_seq[e]
+            c = 0
+            while True:
+                child = 2 * c + 1
+                if child >= heap_n:
+                    break
+                if child + 1 < heap_n:
+                    a, b = heap[child], heap[child + 1]
+                    if ev_time[b] < ev_time[a] or (ev_time[b] == ev_time[a]
+                                                   and ev_seq[b] < ev_seq[a]):
+                        child += 1
+                h = heap[child]
+                if t < ev_time[h] or (t == ev_time[h] and q < ev_seq[h]):
+                    break
+                heap[c] = h
+                c = child
+            heap[c] = e
         now = ev_time[slot]
-        ev_seq[slot] = -1
         num_wake = 1
 
         if slot < D:
@@ -294,6 +353,7 @@ def _simulate(placement, op_time, num_devices, bandwidth, latency, tensor_bytes,
                         sent_tensor[dj] = k
                         sent_x[dj] = num_x
                         x_tensor[num_x] = k
+                        x_op[num_x] = i
                         x_src[num_x] = d
                         x_dst[num_x] = dj
                         if bus_tail[d] == -1:  # join Q_transfer[d]
@@ -348,8 +408,15 @@ def _simulate(placement, op_time, num_devices, bandwidth, latency, tensor_bytes,
             wake_dev[0] = dst
             wake_bus[0] = s
 
-    return (num_done, makespan, start, end, busy, peak,
-            num_x, x_tensor[:num_x], x_src[:num_x], x_dst[:num_x],
+    transfer_bytes = 0
+    for x in range(num_x):
+        transfer_bytes += tensor_bytes[x_tensor[x]]
+        if x_tensor[x] >= num_graph_tensors:
+            x_tensor[x] = -1  # a control dummy
+    for d in range(D):
+        peak[d] += resident[d]
+    return (num_done, makespan, start, end, busy, peak, transfer_bytes,
+            x_tensor[:num_x], x_op[:num_x], x_src[:num_x], x_dst[:num_x],
             x_start[:num_x], x_end[:num_x])
 
 
@@ -397,8 +464,8 @@ class Simulator:
         n = graph.num_ops
         t = len(graph.tensor_op)
         self._num_devices = cluster.num_devices
-        self._bandwidth = np.ascontiguousarray(cluster.bandwidth, dtype=np.float64)
-        self._latency = np.ascontiguousarray(cluster.latency, dtype=np.float64)
+        self._bandwidth = np.array(cluster.bandwidth, dtype=np.float64, order="C")
+        self._latency = np.array(cluster.latency, dtype=np.float64, order="C")
 
         # Tensor ids: graph tensors 0..t-1, then the control dummy of op s as t + s (0 bytes).
         edge_src = graph.edge_src.astype(np.int64)
@@ -427,9 +494,31 @@ class Simulator:
         out = out[np.argsort(producer[out], kind="stable")]
         self._out_tensors = out.astype(np.int64)
         self._out_tensor_ptr = np.searchsorted(producer[out], np.arange(n + 1)).astype(np.int64)
-        self._producer = producer
         self._tensor_bytes = np.concatenate([graph.tensor_bytes, np.zeros(n, np.int64)])
         self._persistent = graph.persistent_bytes.astype(np.int64)
+        if max(num_t, len(dep_tensor)) >= 2**31:
+            raise InvalidGraphError(f"the graph has {num_t} tensors and {len(dep_tensor)} "
+                                    "dependencies; the simulator indexes them with int32")
+        for name in ("_dep_tensor", "_dep_op", "_cons_ptr", "_in_ptr", "_in_dep",
+                     "_out_tensors", "_out_tensor_ptr"):
+            setattr(self, name, getattr(self, name).astype(np.int32))
+        self._freeze()
+
+    def _freeze(self) -> None:
+        """Make every array the kernel reads read-only. numba compiles (and caches on disk) one
+        machine-code version per argument type, and read-only is part of an array's type: an
+        unpickled simulator (a worker process) has writable arrays, one read zero-copy from
+        Ray's object store read-only ones. Frozen here and after unpickling, every process
+        calls the one version the first compiled, instead of compiling another for tens of
+        seconds."""
+        _readonly(self._bandwidth, self._latency, self._tensor_bytes, self._out_tensor_ptr,
+                  self._out_tensors, self._dep_tensor, self._dep_op, self._cons_ptr,
+                  self._in_ptr, self._in_dep, self._persistent)
+        self.op_time.setflags(write=False)
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._freeze()
 
     # ------------------------------------------------------------------------- checks
     def _check_placement(self, placement) -> np.ndarray:
@@ -446,42 +535,41 @@ class Simulator:
             raise InfeasiblePlacementError(
                 f"placement puts op {self.graph.names[bad]!r} on device {int(p[bad])}; "
                 f"the cluster has devices 0..{d - 1}")
-        return np.ascontiguousarray(p, dtype=np.int64)
+        # A read-only view whatever the caller's array is (a worker's chunk read zero-copy
+        # from Ray's object store is read-only, the caller's own array writable): one kernel
+        # signature, so one compile (see _freeze).
+        p = np.ascontiguousarray(p, dtype=np.int32).view()
+        p.setflags(write=False)
+        return p
 
     def _simulate(self, placement):
         p = self._check_placement(placement)
         out = _simulate(p, self.op_time, self._num_devices, self._bandwidth, self._latency,
                         self._tensor_bytes, self._out_tensor_ptr, self._out_tensors,
                         self._dep_tensor, self._dep_op, self._cons_ptr,
-                        self._in_ptr, self._in_dep)
+                        self._in_ptr, self._in_dep, self._persistent,
+                        len(self.graph.tensor_op))
         num_done = out[0]
         if num_done != self.graph.num_ops:
             raise InvalidGraphError(
                 f"simulation ended with {self.graph.num_ops - num_done} of "
                 f"{self.graph.num_ops} ops never runnable; the graph must have a cycle")
-        return p, out
+        return out
 
     # ------------------------------------------------------------------------- public
     def run(self, placement: np.ndarray) -> SimResult:
         """Simulate one step of ``placement`` ([n] int device index per op)."""
-        p, (_, makespan, start, end, busy, peak, _, x_tensor, x_src, x_dst, x_start,
-            x_end) = self._simulate(placement)
-        persistent = np.bincount(p, weights=self._persistent, minlength=self._num_devices)
-        peak_memory = peak + persistent.astype(np.int64)
-        x_op = self._producer[x_tensor].astype(np.int32)
-        is_dummy = x_tensor >= len(self.graph.tensor_op)
-        transfer_bytes = int(self._tensor_bytes[x_tensor].sum())
-        x_tensor = np.where(is_dummy, -1, x_tensor).astype(np.int32)
-        x_src, x_dst = x_src.astype(np.int32), x_dst.astype(np.int32)
+        (_, makespan, start, end, busy, peak_memory, transfer_bytes, x_tensor, x_op, x_src,
+         x_dst, x_start, x_end) = self._simulate(placement)
         _readonly(peak_memory, start, end, busy, x_tensor, x_op, x_src, x_dst, x_start, x_end)
         return SimResult(makespan=float(makespan), peak_memory=peak_memory, start=start,
-                         end=end, busy=busy, transfer_bytes=transfer_bytes,
+                         end=end, busy=busy, transfer_bytes=int(transfer_bytes),
                          transfer_tensor=x_tensor, transfer_op=x_op, transfer_src=x_src,
                          transfer_dst=x_dst, transfer_start=x_start, transfer_end=x_end)
 
     def makespan(self, placement: np.ndarray) -> float:
         """Only the predicted step time of ``placement`` (skips building a SimResult)."""
-        return float(self._simulate(placement)[1][1])
+        return float(self._simulate(placement)[1])
 
 
 def memory_penalized_runtime(result: SimResult, cluster: Cluster, c: float = 2.0) -> float:

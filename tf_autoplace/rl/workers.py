@@ -1,0 +1,246 @@
+"""Where rollout work runs: in this process, in local ``spawn`` processes, or on Ray actors.
+
+Every learned placer and pretraining tool farms work out the same way: each worker is built
+once from the same arguments (a problem, or a policy architecture and its problems) into a
+*context*, and then runs many small tasks on it (simulate a chunk of placements, roll out a
+policy's episodes and return their gradient, search one training graph). A
+:class:`WorkerPool` is that pattern, with three backends behind :func:`worker_pool`:
+
+* ``workers=1`` and no Ray address: :class:`InProcessPool`, the context built in this
+  process and the tasks run one after another;
+* ``workers > 1`` and no Ray address: :class:`ProcessPool`, ``spawn`` processes (TensorFlow
+  does not survive a fork), each building its context once in the pool's initializer;
+* a Ray address (``"auto"``, ``"HOST:PORT"``, ``"ray://HOST:PORT"``, or ``"local"`` for a
+  fresh single-machine Ray): :class:`RayPool`, ``workers`` Ray actors on the cluster. The
+  build arguments are put in Ray's object store once (``ray.put``) and every actor builds its
+  context from that one object, so a problem travels to each node once, not with each task.
+  Actors are created with ``max_restarts=-1`` and ``max_task_retries=-1``: an actor whose
+  process dies (a killed worker, a lost node) is started again by Ray, rebuilds its context
+  from the object store, and the tasks it had are run again, so the work finishes.
+
+:meth:`WorkerPool.map` returns results in task order whatever worker ran what. The callers
+put every seed in the task itself and keep no worker state between tasks beyond the context,
+so a result depends on the tasks alone: the same seed gives the same result with every backend
+and any number of workers (the callers' tests check it).
+
+If Ray is already initialised in this process (``ray.init`` was called, e.g. by a test with
+``ray.init(num_cpus=2)``), a :class:`RayPool` uses that connection whatever its address;
+otherwise it calls ``ray.init(address=...)`` and leaves the connection open for the next pool
+(Ray disconnects when the process exits). Each actor asks Ray for one CPU; a pool that asks for
+more workers than the cluster has CPUs is refused with a :class:`ConfigError` (the actors would
+wait forever), and one whose actors do not start within ``start_timeout_s`` is closed with a
+:class:`WorkerError` that says so.
+"""
+
+from __future__ import annotations
+
+import abc
+import concurrent.futures
+import multiprocessing
+import os
+from typing import Any, Callable, Iterator, Sequence
+
+from tf_autoplace.errors import ConfigError, WorkerError
+
+RAY_INSTALL = "pip install 'tf_autoplace[ray]'"
+
+
+class WorkerPool(abc.ABC):
+    """``size`` workers, each holding the context ``setup(*args)``; see the module doc.
+
+    Use as a context manager (or call :meth:`close`) so that workers end with the work."""
+
+    size: int = 1
+    backend: str = ""
+
+    @abc.abstractmethod
+    def imap(self, fn: Callable[[Any, Any], Any], tasks: Sequence) -> Iterator:
+        """``fn(context, task)`` for each task, spread over the workers, yielded in task order
+        as soon as each is done (and those before it). ``fn`` must be a module-level function
+        (it is pickled by reference)."""
+
+    def map(self, fn: Callable[[Any, Any], Any], tasks: Sequence) -> list:
+        """``[fn(context, task) for task in tasks]``, spread over the workers."""
+        return list(self.imap(fn, tasks))
+
+    def close(self) -> None:
+        """End the workers (idempotent)."""
+
+    def __enter__(self) -> "WorkerPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class InProcessPool(WorkerPool):
+    """One worker: this process. The context is built when the pool is."""
+
+    backend = "in-process"
+
+    def __init__(self, setup: Callable, args: tuple):
+        self.context = setup(*args)
+
+    def imap(self, fn, tasks):
+        return (fn(self.context, task) for task in tasks)
+
+
+_CONTEXT: Any = None  # the context of a ProcessPool worker process
+
+
+def _init_process(setup: Callable, args: tuple) -> None:
+    global _CONTEXT
+    _CONTEXT = setup(*args)
+
+
+def _run_in_process(item):
+    fn, task = item
+    return fn(_CONTEXT, task)
+
+
+class ProcessPool(WorkerPool):
+    """``workers`` local ``spawn`` processes; ``setup(*args)`` runs once in each (the
+    arguments are pickled into the pool's initializer, once per process)."""
+
+    backend = "processes"
+
+    def __init__(self, setup: Callable, args: tuple, workers: int):
+        self.size = workers
+        self._pool = concurrent.futures.ProcessPoolExecutor(
+            max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+            initializer=_init_process, initargs=(setup, args))
+
+    def imap(self, fn, tasks):
+        return self._pool.map(_run_in_process, [(fn, task) for task in tasks])
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+
+class _RayWorker:
+    """The body of one Ray actor: builds the context from the object store, runs tasks.
+
+    Ray resolves the arguments' reference before the constructor runs, also when it restarts
+    the actor; the pool holds the reference, so the object stays in the store meanwhile (Ray
+    logs a reminder of that when the actors are created)."""
+
+    def __init__(self, setup: Callable, args: tuple):
+        self.context = setup(*args)
+
+    def pid(self) -> int:
+        """The actor's process id (a test kills it to check that Ray replaces it)."""
+        return os.getpid()
+
+    def run(self, fn, task):
+        return fn(self.context, task)
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(f"a Ray address was given but Ray is not installed: {RAY_INSTALL}"
+                          ) from None
+    return ray
+
+
+def connect(address: str):
+    """The ``ray`` module, connected: the running connection if this process has one, else
+    ``ray.init(address=address)``. ConfigError when Ray is missing or the address fails."""
+    check_ray_address(address)
+    ray = _import_ray()
+    if not ray.is_initialized():
+        try:
+            ray.init(address=None if address == "local" else address,
+                     logging_level="warning", log_to_driver=False)
+        except (ConnectionError, ValueError, RuntimeError) as e:
+            raise ConfigError(f"cannot connect to Ray at ray_address={address!r}: {e}") from e
+    return ray
+
+
+def cluster_cpus(address: str) -> int:
+    """CPUs of the Ray cluster at ``address`` (connecting to it, see :func:`connect`)."""
+    return int(connect(address).cluster_resources().get("CPU", 0))
+
+
+class RayPool(WorkerPool):
+    """``workers`` Ray actors (see the module doc). ``actors`` are their handles."""
+
+    backend = "ray"
+
+    def __init__(self, setup: Callable, args: tuple, workers: int, address: str, *,
+                 start_timeout_s: float = 300.0):
+        ray = connect(address)
+        self._ray = ray
+        cpus = ray.cluster_resources().get("CPU", 0)
+        if workers > cpus:
+            raise ConfigError(f"workers={workers} Ray actors need one CPU each, but the Ray "
+                              f"cluster at {address!r} has {cpus:g} CPUs")
+        self.size = workers
+        self._args = ray.put(args)  # once: every actor (and every restart) reads this object
+        actor = ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=-1)(_RayWorker)
+        self.actors = [actor.remote(setup, self._args) for _ in range(workers)]
+        ready, _ = ray.wait([a.pid.remote() for a in self.actors], num_returns=workers,
+                            timeout=start_timeout_s)
+        if len(ready) < workers:
+            self.close()
+            raise WorkerError(f"{workers - len(ready)} of {workers} Ray workers did not start "
+                              f"within {start_timeout_s:g} s on the cluster at {address!r}")
+        ray.get(ready)  # a context that failed to build raises here
+
+    def pids(self) -> list[int]:
+        """The process id of each actor now."""
+        return self._ray.get([a.pid.remote() for a in self.actors])
+
+    def imap(self, fn, tasks):
+        """Tasks go to whichever actor is free next (so a slow or restarting actor holds up
+        only its own task); results are yielded in task order."""
+        ray = self._ray
+        done: dict = {}  # task index -> result, until every task before it is yielded
+        pending: dict = {}  # object ref -> (task index, actor)
+        free, k, first = list(self.actors), 0, 0
+        while first < len(tasks):
+            while free and k < len(tasks):
+                actor = free.pop(0)
+                pending[actor.run.remote(fn, tasks[k])] = (k, actor)
+                k += 1
+            (ref,), _ = ray.wait(list(pending), num_returns=1)
+            index, actor = pending.pop(ref)
+            done[index] = ray.get(ref)
+            free.append(actor)
+            while first in done:
+                yield done.pop(first)
+                first += 1
+
+    def close(self) -> None:
+        for a in getattr(self, "actors", []):
+            self._ray.kill(a)
+        self.actors = []
+
+
+def as_given(context):
+    """The setup of a pool whose context is its argument as it is (a module-level function,
+    and a light one: a ``spawn`` worker imports only this module to run it)."""
+    return context
+
+
+def worker_pool(setup: Callable, args: tuple, *, workers: int = 1,
+                ray_address: str | None = None) -> WorkerPool:
+    """The pool the arguments ask for (module doc): Ray actors when ``ray_address`` is set,
+    else local processes when ``workers > 1``, else this process."""
+    if not (isinstance(workers, int) and workers >= 1):
+        raise ConfigError(f"workers must be an int >= 1, got {workers!r}")
+    if ray_address is not None:
+        return RayPool(setup, args, workers, ray_address)
+    if workers > 1:
+        return ProcessPool(setup, args, workers)
+    return InProcessPool(setup, args)
+
+
+def check_ray_address(ray_address) -> None:
+    """ConfigError unless ``ray_address`` is None or a non-empty string (for configs)."""
+    if ray_address is not None and not (isinstance(ray_address, str) and ray_address):
+        raise ConfigError(f"ray_address must be None or a non-empty string ('auto', "
+                          f"'HOST:PORT', 'ray://HOST:PORT' or 'local'), got {ray_address!r}")
