@@ -13,6 +13,7 @@ from tf_autoplace.heuristics import (HEURISTICS, BestHeuristicPlacer, CpuOnlyPla
                                      MemoryAwareETFPlacer, MemoryAwareTopoPlacer, MetisPlacer,
                                      RandomPlacer, SingleDevicePlacer)
 from tf_autoplace.placers.auto import AutoConfig, AutoPlacer
+from tf_autoplace.placers.gdp import GdpConfig, GdpPlacer
 from tf_autoplace.placers.hdp import HDPPlacer
 from tf_autoplace.placers.placeto import PlacetoConfig, PlacetoPlacer
 from tf_autoplace.placers.post import PostPlacer
@@ -36,6 +37,7 @@ PLACERS = {
     "placeto": PlacetoPlacer,
     "post": PostPlacer,
     "hdp": HDPPlacer,
+    "gdp": GdpPlacer,
 }
 assert set(HEURISTICS) <= set(PLACERS)
 
@@ -44,7 +46,7 @@ def get_placer(name_or_placer, *, budget_s: float | None = None) -> Placer:
     """A Placer instance from a registered name (or the instance itself).
 
     ``budget_s`` is the search-time budget of placers that search (``auto``, ``placeto``,
-    ``post``, ``hdp``); placers that return at once ignore it."""
+    ``post``, ``hdp``, ``gdp``); placers that return at once ignore it."""
     if isinstance(name_or_placer, Placer):
         return name_or_placer
     if not isinstance(name_or_placer, str) or name_or_placer not in PLACERS:
@@ -63,8 +65,8 @@ def takes_budget(placer_or_class) -> bool:
 
 
 __all__ = ["DEFAULT_PLACER", "PLACERS", "AutoConfig", "AutoPlacer", "BestHeuristicPlacer",
-           "CpuOnlyPlacer", "ExpertPlacer", "HDPConfig", "HDPPlacer", "MemoryAwareETFPlacer",
-           "MemoryAwareTopoPlacer", "MetisPlacer", "Placement",
+           "CpuOnlyPlacer", "ExpertPlacer", "GdpConfig", "GdpPlacer", "HDPConfig", "HDPPlacer",
+           "MemoryAwareETFPlacer", "MemoryAwareTopoPlacer", "MetisPlacer", "Placement",
            "PlacementProblem", "Placer", "PlacetoConfig", "PlacetoPlacer", "PostConfig",
            "PostPlacer", "RandomPlacer",
            "SingleDevicePlacer", "check_memory", "check_placement", "get_placer", "takes_budget",
