@@ -39,7 +39,9 @@ def test_fine_tuning_runs_its_steps_and_the_same_seed_gives_the_same_placement()
         placer = GdpPlacer(max_steps=3, samples=4, epochs=2, features=SMALL, heuristics=())
         runs.append(placer.place(problem, seed=7).devices)
         assert placer.stats["steps"] == 3 and placer.stats["winner"] == "gdp"
-        assert placer.stats["samples"] == 1 + 3 * 4 + 1  # zero-shot, samples, final greedy
+        # zero-shot, the hint (a policy that reads one), the samples, the final greedy placement
+        hint = placer.load_policy()[0].config["hint"]
+        assert placer.stats["samples"] == 1 + hint + 3 * 4 + 1
     np.testing.assert_array_equal(runs[0], runs[1])
     # The placer's own second run starts again from the saved weights: same answer.
     again = placer.place(problem, seed=7).devices

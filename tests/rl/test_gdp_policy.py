@@ -2,6 +2,8 @@
 device count, checkpoint round trips, and Transformer-XL segment recurrence against a plain
 numpy implementation of the network."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -9,6 +11,7 @@ from tf_autoplace.cost import TableCostModel
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph.opgraph import from_edges
 from tf_autoplace.grouping import Grouping
+from tf_autoplace.heuristics import BestHeuristicPlacer
 from tf_autoplace.problem import PlacementProblem
 from tf_autoplace.rl import gdp_features
 from tf_autoplace.rl.gdp_features import FeatureConfig, graph_features
@@ -62,6 +65,32 @@ def test_relabelling_and_reordering_ops_permutes_the_distribution():
     np.testing.assert_allclose(pb[gb[perm]], pa[ga], rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(fb.node[gb[perm]], fa.node[ga], rtol=1e-5, atol=1e-6)
     assert (la[:, 0] - la[:, 1]).std() > 0.1  # the groups' distributions do differ
+
+
+def test_with_a_hint_the_network_permutes_with_the_ops_too():
+    perm = np.random.default_rng(12).permutation(N)
+    fa, fb = graph_features(_labelled_problem()), graph_features(_labelled_problem(perm))
+    ga, gb = fa.grouping.labels, fb.grouping.labels  # one op per group
+    hint_a = np.eye(2, dtype=np.float32)[np.random.default_rng(0).integers(0, 2, N)][ga]
+    hint_b = np.empty_like(hint_a)
+    hint_b[gb[perm]] = hint_a[ga]
+    policy = _randomize(GdpPolicy(segment=16, hint=True), scale=0.5)
+    la = policy.graph_logits(dataclasses.replace(fa, hint=hint_a))
+    lb = policy.graph_logits(dataclasses.replace(fb, hint=hint_b))
+    np.testing.assert_allclose(lb[gb[perm]], la[ga], rtol=1e-4, atol=1e-5)
+    plain = policy.graph_logits(fa)  # all-zero hint: the logits do read it
+    assert np.abs(plain - la).max() > 0.1
+
+
+def test_the_hint_is_the_best_heuristics_placement_of_groups_that_never_straddle_it():
+    problem = random_problem(400, seed=6, num_gpus=4)
+    heuristic = BestHeuristicPlacer().propose(problem)
+    graph = graph_features(problem, FeatureConfig(max_groups=40), hint=True)
+    assert graph.num_groups <= 40 + 4  # merging stops at device boundaries only
+    copied = graph.op_placement(np.argmax(graph.hint, axis=1))
+    np.testing.assert_array_equal(copied, heuristic)
+    assert (graph.hint.sum(axis=1) == 1).all()
+    assert not graph_features(problem).hint.any()
 
 
 def test_one_policy_places_on_2_4_and_8_devices():
@@ -182,15 +211,21 @@ def _reference_logits(policy, graph, segment):
     y[graph.order] = np.concatenate(outputs)
     node = _dense(policy.node_proj, _norm(policy.norm_out, y), x0)
     device = _dense(policy.device_proj, graph.device.astype(np.float64))
-    return _dense(policy.out, np.maximum(node[:, None, :] + device[None, :, :], 0), x0)[..., 0]
+    pair = node[:, None, :] + device[None, :, :]
+    if not cfg["hint"]:
+        return _dense(policy.out, np.maximum(pair, 0), x0)[..., 0]
+    hint = graph.hint.astype(np.float64)
+    pair = np.maximum(pair + hint[..., None] * policy.hint_u.numpy(), 0)
+    return _dense(policy.out, pair, x0)[..., 0] + policy.keep.numpy() * hint
 
 
-@pytest.mark.parametrize("superposition, attention", [(True, True), (False, True),
-                                                      (True, False)])
-def test_network_matches_the_numpy_reference(superposition, attention):
-    graph = graph_features(random_problem(70, seed=5, num_gpus=4))
+@pytest.mark.parametrize("superposition, attention, hint", [
+    (True, True, False), (False, True, False), (True, False, False), (True, True, True)])
+def test_network_matches_the_numpy_reference(superposition, attention, hint):
+    graph = graph_features(random_problem(70, seed=5, num_gpus=4), hint=hint)
     policy = _randomize(GdpPolicy(hidden=8, heads=2, segment=16, ffn=12,
-                                  superposition=superposition, attention=attention), seed=1)
+                                  superposition=superposition, attention=attention, hint=hint),
+                        seed=1)
     np.testing.assert_allclose(policy.graph_logits(graph),
                                _reference_logits(policy, graph, segment=16),
                                rtol=1e-4, atol=1e-4)

@@ -5,10 +5,11 @@
 
 ``place()`` does:
 
-1. reads the problem as the policy sees it (:func:`tf_autoplace.rl.gdp_features.graph_features`:
-   Merge-and-Colocate groups, their features, the action devices) and loads the policy shipped
-   in ``tf_autoplace/pretrained/gdp`` (or the one in ``policy_dir``). One policy serves every
-   device count; with no policy shipped it starts from a fresh one and says so in the notes;
+1. loads the policy shipped in ``tf_autoplace/pretrained/gdp`` (or the one in ``policy_dir``;
+   with none it starts from a fresh one and says so in the notes) and reads the problem as the
+   policy sees it (:func:`tf_autoplace.rl.gdp_features.graph_features`: Merge-and-Colocate
+   groups, their features, the action devices, and the best fast heuristic's placement when
+   the policy reads that hint). One policy serves every device count;
 2. **zero-shot**: the policy's most likely placement (every group on its argmax device), one
    forward pass and one simulation;
 3. **fine-tuning** (unless ``budget_s`` or ``max_steps`` is 0): PPO on this graph alone
@@ -133,10 +134,10 @@ class GdpPlacer(LearnedPlacer):
         cfg = self.config
         start = time.perf_counter()
         seed = int(rng.integers(2**31 - 1))
-        graph = graph_features(problem, cfg.features)
         with policy_context(), Evaluator(problem, workers=cfg.workers,
                                          memory_penalty=cfg.memory_penalty) as evaluator:
             policy, source = self.load_policy()
+            graph = graph_features(problem, cfg.features, hint=policy.config["hint"])
             best_actions, zero_r = gdp_train.greedy_placement(policy, graph, evaluator)
             best_r, zero_s = zero_r, time.perf_counter() - start
             state = gdp_train.TrainState()
@@ -157,9 +158,11 @@ class GdpPlacer(LearnedPlacer):
         scored = rank_placements(problem, [("gdp", graph.op_placement(best_actions))] + [
             (name, HEURISTICS[name]().propose(problem)) for name in cfg.heuristics])
         _, winner_s, winner, winner_devices = scored[0]
-        learned_ms = next(s for _, s, name, _ in scored if name == "gdp") * 1e3
+        learned_oom, learned_s = next(r[:2] for r in scored if r[2] == "gdp")
+        learned_ms = learned_s * 1e3
         self.stats = dict(zero_shot_R_ms=zero_r * 1e3, zero_shot_s=zero_s, learned_ms=learned_ms,
-                          learned_R_ms=best_r * 1e3, steps=state.step, samples=samples,
+                          learned_oom=learned_oom, learned_R_ms=best_r * 1e3,
+                          steps=state.step, samples=samples,
                           groups=graph.num_groups, winner=winner,
                           policy=source or "fresh", seconds=time.perf_counter() - start)
         summary = (f"gdp: zero-shot R {zero_r * 1e3:.2f} ms in {zero_s:.1f} s, best learned "

@@ -14,9 +14,14 @@ WEIGHTS_FILE = "weights.npz"
 MANIFEST_FILE = "manifest.json"
 
 
+def _plain(value):
+    return value.tolist() if hasattr(value, "tolist") else str(value)
+
+
 def write_manifest(directory: str, manifest: dict) -> None:
-    """Write ``manifest.json`` (sorted keys, so the same content gives the same bytes)."""
+    """Write ``manifest.json`` (sorted keys, so the same content gives the same bytes; numpy
+    numbers and arrays as plain JSON numbers and lists)."""
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, MANIFEST_FILE), "w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=2, sort_keys=True)
+        json.dump(manifest, f, indent=2, sort_keys=True, default=_plain)
         f.write("\n")

@@ -40,7 +40,8 @@ from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph import ingest
 from tf_autoplace.prepare import build_problem
 from tf_autoplace.problem import PlacementProblem
-from tf_autoplace.rl import families
+from tf_autoplace.rl.families import (FAMILIES, FamilyConfig, cache_key, family_graph,
+                                       read_cache, write_cache)
 
 ZOO_GRAPHS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("rnnlm", {"layers": 3, "length": 20}),
@@ -66,15 +67,15 @@ class CorpusConfig:
       zoo: ``(model, knobs)`` pairs of :mod:`tf_autoplace.zoo` models (training graphs).
     """
 
-    families: tuple[str, ...] = families.FAMILIES
-    family: families.FamilyConfig = families.FamilyConfig(
+    families: tuple[str, ...] = FAMILIES
+    family: FamilyConfig = FamilyConfig(
         num_graphs=12, train_fraction=2 / 3, nmt={"length": (6, 12)})
     zoo: tuple[tuple[str, dict], ...] = ZOO_GRAPHS
 
     def __post_init__(self):
         for name in self.families:
-            if name not in families.FAMILIES:
-                raise ConfigError(f"unknown family {name!r}; known: {families.FAMILIES}")
+            if name not in FAMILIES:
+                raise ConfigError(f"unknown family {name!r}; known: {FAMILIES}")
         for name, knobs in self.zoo:
             if name not in zoo.MODELS or not isinstance(knobs, dict):
                 raise ConfigError(f"a zoo entry is (model in {zoo.MODELS}, knobs dict), got "
@@ -108,9 +109,9 @@ def build_corpus(config: CorpusConfig, clusters: Sequence[tuple[str, Cluster]], 
         for i in range(config.family.num_graphs):
             split = "train" if i < config.family.num_train else "validation"
             paths = [_path(cache_dir, f"{family}_{config.family.seed}_{i}_"
-                                      f"{families.cache_key(family, config.family, c)}")
+                                      f"{cache_key(family, config.family, c)}")
                      for _, c in clusters]
-            problems = _problems(lambda f=family, i=i: families.family_graph(f, config.family, i),
+            problems = _problems(lambda f=family, i=i: family_graph(f, config.family, i),
                                  clusters, paths, f"{family}_{i}", progress)
             entries += [Entry(f"{family}_{i}", n, split, p)
                         for (n, _), p in zip(clusters, problems)]
@@ -140,7 +141,7 @@ def _problems(build_model: Callable, clusters, paths, name: str,
     """One graph's problems on every cluster: read from the cache, or built from one graph
     and one cost model (and cached)."""
     t = time.perf_counter()
-    problems = [families.read_cache(p) if p is not None else None for p in paths]
+    problems = [read_cache(p) if p is not None else None for p in paths]
     missing = [j for j, p in enumerate(problems) if p is None]
     if missing:
         model = build_model()
@@ -153,7 +154,7 @@ def _problems(build_model: Callable, clusters, paths, name: str,
             problems[j] = PlacementProblem(graph=built.graph, cluster=built.cluster,
                                            op_time=built.op_time, grouping=built.grouping)
             if paths[j] is not None:
-                families.write_cache(paths[j], problems[j])
+                write_cache(paths[j], problems[j])
     if progress:
         print(f"[corpus] {name}: {problems[0].graph.num_ops} ops, "
               f"{'built' if missing else 'read from cache'} in {time.perf_counter() - t:.1f} s",

@@ -21,7 +21,16 @@ One update (:func:`train`, step i):
    learning rate decays linearly from ``learning_rate`` to ``final_learning_rate``.
 
 The state (:class:`TrainState`) keeps the best placement met on every graph: a search's answer
-is its best sample, not its last policy. Seeds are explicit; with one evaluator process or many
+is its best sample, not its last policy.
+
+**Following the best placement** (``follow_best``, our addition, for policies that read the
+heuristic's placement as a hint; :mod:`tf_autoplace.rl.gdp_features`). Such a policy draws
+placements near its hint. When a sample beats the hint, the graph's hint becomes that sample
+for the next updates: the search then proposes changes of the best placement so far, an
+iterated local search whose proposals the policy learns, rather than changes of the heuristic's
+placement forever. A placement is a placement of groups that never straddle the heuristic's
+devices, so the best one is always exactly a hint. The hint a graph starts with is simulated
+once first, so that only a sample that beats it replaces it. Seeds are explicit; with one evaluator process or many
 the same seed gives the same placements.
 """
 
@@ -59,6 +68,8 @@ class PPOConfig:
         graph's mean |reward| (0.1% by default: steps whose samples all did the same stay quiet).
       max_grad_norm: gradients are clipped to this global norm.
       memory_penalty: c in R = r + c * ReLU(m - M), seconds per GB over capacity.
+      follow_best: for a policy that reads a hint (``GdpPolicy(hint=True)``), a graph's hint
+        becomes the best placement found on it so far, as soon as one beats it (module doc).
       seed: everything random derives from it.
     """
 
@@ -74,6 +85,7 @@ class PPOConfig:
     advantage_floor: float = 1e-3
     max_grad_norm: float = 1.0
     memory_penalty: float = 2.0
+    follow_best: bool = True
     seed: int = 0
 
     def __post_init__(self):
@@ -120,13 +132,23 @@ class TrainState:
     curve: list = dataclasses.field(default_factory=list)
     history: dict = dataclasses.field(default_factory=dict)
 
-    def record(self, graph_id: int, actions: np.ndarray, scores: np.ndarray) -> None:
-        """Keep the best of ``actions`` [B, G] with their R ``scores`` [B]."""
+    def record(self, graph_id: int, actions: np.ndarray, scores: np.ndarray) -> bool:
+        """Keep the best of ``actions`` [B, G] with their R ``scores`` [B]; True if it beats
+        the graph's best so far."""
         self.samples += len(scores)
         i = int(np.argmin(scores))
         if scores[i] < self.best_scores.get(graph_id, np.inf):
             self.best_scores[graph_id] = float(scores[i])
             self.best_actions[graph_id] = actions[i].copy()
+            return True
+        return False
+
+
+def _hinted(graph: GdpGraph, actions: np.ndarray) -> GdpGraph:
+    """``graph`` with the placement ``actions`` [G] as its hint (movable groups only)."""
+    hint = np.zeros_like(graph.hint)
+    hint[np.arange(graph.num_groups), actions] = 1.0
+    return dataclasses.replace(graph, hint=hint * graph.movable[:, None])
 
 
 def greedy_placement(policy: GdpPolicy, graph: GdpGraph, evaluator: Evaluator):
@@ -159,6 +181,15 @@ def train(policy: GdpPolicy, graphs: Sequence[GdpGraph], evaluators: Sequence[Ev
                           f"{len(graphs)} graphs and {len(evaluators)} evaluators")
     state = state or TrainState()
     optimizer = Adam(policy.trainable_variables)
+    graphs = list(graphs)
+    follow = config.follow_best and policy.config["hint"]
+    if follow:
+        for i, g in enumerate(graphs):
+            if i in state.best_actions:  # go on from the best found so far
+                graphs[i] = _hinted(g, state.best_actions[i])
+            else:  # the hint itself is the placement to beat (one simulation)
+                actions = np.argmax(g.hint, axis=1).astype(np.int32)[None]
+                state.record(i, actions, evaluators[i].evaluate(g.op_placement(actions)).scores)
     tensors = [inputs(g) for g in graphs]
     masks = [g.movable.astype(np.float32) for g in graphs]
     t0 = time.perf_counter()
@@ -182,9 +213,12 @@ def train(policy: GdpPolicy, graphs: Sequence[GdpGraph], evaluators: Sequence[Ev
             floor = config.advantage_floor * float(np.abs(rewards).mean())
             adv = ppo.advantages(rewards, past, floor)
             history.extend(rewards.tolist())
-            state.record(gid, actions, scores)
+            improved = state.record(gid, actions, scores)
             batch.append(_Rollout(gid, tensors[gid], actions, old.astype(np.float32), adv,
                                   masks[gid]))
+            if follow and improved:
+                graphs[gid] = _hinted(graph, state.best_actions[gid])
+                tensors[gid] = inputs(graphs[gid])
         for _ in range(config.epochs):
             _ppo_epoch(policy, optimizer, batch, config, config.rate(step))
         state.step += 1
