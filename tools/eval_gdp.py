@@ -1,8 +1,8 @@
 """Measure GDP's own placements on the benchmark pairs: zero-shot, fine-tuned, a long search,
 and ablated policies, beside the expert and the best fast heuristic.
 
-    PYTHONPATH=. python tools/eval_gdp.py --out_md=docs/pending/gdp_eval.md \\
-        --ablations=no_superposition=/tmp/gdp_abl/nosup,no_attention=/tmp/gdp_abl/noattn
+    PYTHONPATH=. python tools/eval_gdp.py --out_md=gdp_eval.md \\
+        --ablations=no_superposition=build/gdp_abl/nosup,no_attention=build/gdp_abl/noattn
 
 Every GDP figure here is the learned placement itself (``GdpPlacer(heuristics=())``), before
 the placer's fallback to the best heuristic, so it shows what the policy does; the placer
@@ -10,9 +10,10 @@ returns the faster of it and the best heuristic. Per pair (``--pairs``, default 
 pairs of ``tf_autoplace.benchmark.FULL_PAIRS``): simulated step time of the expert placement
 (the model's layer scopes) and of the best fast heuristic; of GDP zero-shot (greedy placement
 of the policy in ``--policy_dir``, default the shipped one) and fine-tuned (PPO for at most
-``--steps`` updates and ``--budget_s`` seconds); with ``--long_steps`` > 0, of a long search
-(``--long_steps`` updates within ``--long_budget_s`` s) on ``--long_pairs``; and zero-shot and
-fine-tuned for each ``--ablations`` policy. ``*`` marks a placement that does not fit memory.
+``--steps`` updates and ``--budget_s`` seconds); with ``--long_steps`` > 0, of a long
+search (``--long_steps`` updates within ``--long_budget_s`` s) on ``--long_pairs``; and
+zero-shot and fine-tuned for each ``--ablations`` policy on ``--ablation_pairs``. ``*`` marks a
+placement that does not fit memory.
 Seconds are wall time on this machine (the fine-tuning figure includes loading the policy and
 grouping the graph).
 """
@@ -31,6 +32,7 @@ flags.DEFINE_bool("quick", False, "Small model knobs (tf_autoplace.benchmark.QUI
 flags.DEFINE_string("policy_dir", None, "GDP policy to measure (default: the shipped one).")
 flags.DEFINE_list("ablations", [], "label=policy_dir items: more policies, zero-shot and "
                   "fine-tuned.")
+flags.DEFINE_list("ablation_pairs", None, "Pairs the --ablations run on (default: all).")
 flags.DEFINE_integer("steps", 40, "Fine-tuning updates.", lower_bound=1)
 flags.DEFINE_float("budget_s", 60.0, "Fine-tuning time cap in seconds.")
 flags.DEFINE_integer("long_steps", 0, "Updates of the long search (0: none).", lower_bound=0)
@@ -56,7 +58,9 @@ def main(argv):
     from tf_autoplace.problem import rank_placements
 
     pairs = bench.parse_pairs(FLAGS.pairs or bench.FULL_PAIRS)
-    long_pairs = set(FLAGS.long_pairs or [f"{m}:{c}" for m, c in pairs])
+    all_pairs = [f"{m}:{c}" for m, c in pairs]
+    long_pairs = set(FLAGS.long_pairs or all_pairs)
+    ablation_pairs = set(FLAGS.ablation_pairs or all_pairs)
     policies = [("gdp", FLAGS.policy_dir)] + [tuple(item.split("=", 1))
                                               for item in FLAGS.ablations]
     placers = {}
@@ -83,7 +87,8 @@ def main(argv):
         row = dict(pair=pair, ops=problem.graph.num_ops, expert_s=expert_s,
                    expert_oom=expert_oom, best_heuristic_s=best_s,
                    best_heuristic=heuristic.notes[-1])
-        runs = list(placers.items())
+        runs = [(key, placer) for key, placer in placers.items()
+                if key[0] == "gdp" or pair in ablation_pairs]
         if FLAGS.long_steps and pair in long_pairs:
             runs.append((("gdp", "long"), long_placer))
         for (label, kind), placer in runs:
@@ -117,8 +122,8 @@ def _markdown(rows, policies) -> str:
                  _ms(long["step_s"], long["oom"]) if long else "",
                  f"{long['seconds']:.0f} ({long['steps']})" if long else ""]
         for label, _ in policies[1:]:
-            cells += [_ms(r[f"{label}_zero"]["step_s"], r[f"{label}_zero"]["oom"]),
-                      _ms(r[f"{label}_tuned"]["step_s"], r[f"{label}_tuned"]["oom"])]
+            cells += [_ms(r[f"{label}_{kind}"]["step_s"], r[f"{label}_{kind}"]["oom"])
+                      if f"{label}_{kind}" in r else "" for kind in ("zero", "tuned")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

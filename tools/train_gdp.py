@@ -34,7 +34,8 @@ flags.DEFINE_integer("family_graphs", 12, "Graphs per family; the first two thir
                      "the rest choose the checkpoint.", lower_bound=2)
 flags.DEFINE_bool("zoo", True, "Add the zoo sequence models at unpaired sizes "
                   "(tf_autoplace.rl.gdp_corpus.ZOO_GRAPHS).")
-flags.DEFINE_integer("steps", 3000, "PPO updates.", lower_bound=1)
+flags.DEFINE_integer("steps", 1800, "PPO updates (0: save the fresh policy, scored on the "
+                     "validation graphs).", lower_bound=0)
 flags.DEFINE_integer("graphs_per_step", 4, "Graphs per update (the paper's batch).",
                      lower_bound=1)
 flags.DEFINE_integer("samples", 16, "Placements sampled per graph per update.", lower_bound=1)

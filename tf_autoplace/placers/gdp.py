@@ -52,7 +52,8 @@ SHIPPED_POLICY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__
 @dataclasses.dataclass(frozen=True)
 class GdpConfig:
     """Attributes:
-      budget_s: wall-time cap in seconds for fine-tuning (>= 0; 0: zero-shot only).
+      budget_s: wall-time cap in seconds (>= 0; 0: zero-shot only), counted from the start
+        of the placement: no fine-tuning update starts after it.
       max_steps: PPO updates while fine-tuning (>= 0; 0: zero-shot only).
       samples: placements sampled (and simulated) per update.
       learning_rate, entropy, clip, epochs: PPO's settings while fine-tuning
