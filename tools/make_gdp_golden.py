@@ -10,6 +10,7 @@ test exists to make every other such change fail loudly.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from absl import app, flags
@@ -24,20 +25,32 @@ CASES = ({"n": 600, "seed": 0, "num_gpus": 2}, {"n": 600, "seed": 0, "num_gpus":
 
 def golden(case: dict) -> dict:
     """The shipped policy's greedy placement of ``random_problem(**case)``: per op device,
-    simulated step time, and the group count."""
+    simulated step time, the group count and the log-probability of each movable group's greedy
+    device (``greedy_log_probs``); ``live_greedy`` and ``live_log_probs``: the same with the
+    shipped policy's all-zero weights filled by ``tf_autoplace.testing.policies.live_weights``
+    and the hint withheld (the shipped output layer is zero, so its own logits are the hint's
+    alone and would not see a change of the features, the order or the network)."""
     from tf_autoplace.placers import GdpPlacer
     from tf_autoplace.rl.eager import policy_context
     from tf_autoplace.rl.gdp_features import graph_features
-    from tf_autoplace.rl.policies.gdp import greedy
+    from tf_autoplace.rl.policies.gdp import greedy, greedy_log_probs
+    from tf_autoplace.testing.policies import live_weights
     from tf_autoplace.testing.problems import random_problem
 
     problem = random_problem(**case)
     with policy_context():
         policy, _ = GdpPlacer().load_policy()
         graph = graph_features(problem, hint=policy.config["hint"])
-        devices = graph.op_placement(greedy(policy.graph_logits(graph)))
-    return dict(case=case, groups=graph.num_groups, devices=devices.tolist(),
-                step_s=problem.simulator.run(devices).makespan)
+        logits = policy.graph_logits(graph)
+        devices = graph.op_placement(greedy(logits))
+        shipped = policy.get_weights()
+        policy.set_weights(live_weights(shipped))
+        live = policy.graph_logits(dataclasses.replace(graph, hint=0 * graph.hint))
+        policy.set_weights(shipped)
+    return dict(live_log_probs=greedy_log_probs(live)[graph.movable].tolist(),
+                live_greedy=greedy(live)[graph.movable].tolist(), case=case, groups=graph.num_groups, devices=devices.tolist(),
+                step_s=problem.simulator.run(devices).makespan,
+                greedy_log_probs=greedy_log_probs(logits)[graph.movable].tolist())
 
 
 def main(argv):
