@@ -47,10 +47,11 @@ def golden(case: dict) -> dict:
         policy.set_weights(live_weights(shipped))
         live = policy.graph_logits(dataclasses.replace(graph, hint=0 * graph.hint))
         policy.set_weights(shipped)
-    return dict(live_log_probs=greedy_log_probs(live)[graph.movable].tolist(),
-                live_greedy=greedy(live)[graph.movable].tolist(), case=case, groups=graph.num_groups, devices=devices.tolist(),
+    return dict(case=case, groups=graph.num_groups, devices=devices.tolist(),
                 step_s=problem.simulator.run(devices).makespan,
-                greedy_log_probs=greedy_log_probs(logits)[graph.movable].tolist())
+                greedy_log_probs=greedy_log_probs(logits)[graph.movable].tolist(),
+                live_greedy=greedy(live)[graph.movable].tolist(),
+                live_log_probs=greedy_log_probs(live)[graph.movable].tolist())
 
 
 def main(argv):
