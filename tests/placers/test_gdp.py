@@ -55,7 +55,8 @@ def test_never_worse_than_the_best_heuristic_and_the_notes_say_who_won(short_pla
     stats = short_placer.stats
     assert placement.sim.makespan == pytest.approx(min(heuristic.sim.makespan,
                                                        stats["learned_ms"] / 1e3))
-    assert stats["winner"] == ("gdp" if stats["learned_ms"] / 1e3 < heuristic.sim.makespan
+    # A tie goes to gdp: it is listed first, and problem.rank_placements keeps the given order.
+    assert stats["winner"] == ("gdp" if stats["learned_ms"] / 1e3 <= heuristic.sim.makespan
                                else "best_heuristic")
     assert any(n.startswith("gdp: zero-shot") for n in placement.notes)
 
