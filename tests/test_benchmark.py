@@ -110,6 +110,17 @@ def quick_rnnlm():
     return rows, infos
 
 
+def test_placer_items_name_a_budget_for_placers_that_search():
+    assert bench.parse_placer("m_etf") == ("m_etf", None)
+    assert bench.parse_placer("gdp@0") == ("gdp", 0.0)
+    assert bench.parse_placer("gdp@60") == ("gdp", 60.0)
+    assert bench.make_placer("gdp@0", None).config.zero_shot
+    assert bench.make_placer("gdp@12.5", None).config.budget_s == 12.5
+    for bad in ("nope", "m_etf@5", "gdp@-1", "gdp@soon"):
+        with pytest.raises(ConfigError, match="nope|@SECONDS"):
+            bench.parse_placer(bad)
+
+
 def test_quick_benchmark_end_to_end(quick_rnnlm, tmp_path):
     rows, infos = quick_rnnlm
     assert [r.placer for r in rows] == ["single", "expert", "metis"]

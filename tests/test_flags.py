@@ -39,7 +39,7 @@ RUNS = {
     "bad_placer": ["--autoplace=no_such_placer", f"--autoplace_cluster={CPU2}"],
     "bad_cluster": ["--autoplace=m_etf", "--autoplace_cluster={dir}/bad.pbtxt"],
     "bad_budget": ["--autoplace=m_etf", f"--autoplace_cluster={CPU2}",
-                   "--autoplace_budget_s=0"],
+                   "--autoplace_budget_s=-1"],
 }
 
 
@@ -107,7 +107,7 @@ def test_report_json_is_written_and_valid(runs):
 @pytest.mark.parametrize("name, message", [
     ("bad_placer", "'no_such_placer' is not a placer"),
     ("bad_cluster", "malformed cluster spec"),
-    ("bad_budget", "--autoplace_budget_s must be > 0"),
+    ("bad_budget", "--autoplace_budget_s must be >= 0"),
 ])
 def test_bad_flags_exit_nonzero_with_clear_message(runs, name, message):
     rc, out, err, _ = runs[name]
@@ -246,7 +246,7 @@ def test_uninstall_restores_the_session(hook):
 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(placer="off"), "off"),
-    (dict(placer="m_etf", budget_s=0), "budget_s must be > 0"),
+    (dict(placer="m_etf", budget_s=-1), "budget_s must be >= 0"),
     (dict(placer="auto", ray_address=""), "ray_address must be None or a non-empty string"),
 ])
 def test_settings_are_checked(kwargs, match):

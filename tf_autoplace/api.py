@@ -37,10 +37,11 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
       grouping: Merge-and-Colocate settings.
       cost_model: defaults to Grappler's analytical costs.
       unknown_dim: elements assumed for a dimension whose size is unknown.
-      budget_s: wall-time cap in seconds for placers that search (``auto``, ``placeto``,
-        ``post``, ``hdp``; their default budget is a sample count, which keeps results
-        reproducible; a time cap that cuts the search short makes them depend on the machine's
-        speed).
+      budget_s: wall-time cap in seconds (>= 0) for placers that search (``auto``, ``placeto``,
+        ``post``, ``hdp``, ``gdp``; their default budgets are sample or step counts, which keep
+        results reproducible; a time cap that cuts the search short makes them depend on the
+        machine's speed). 0 asks for no search: ``gdp`` then places zero-shot; the others
+        need more than 0.
       ray_address: simulate on a Ray cluster (placers that farm simulations out: ``auto``,
         ``placeto``, ``post``, ``hdp``): ``"auto"``, ``"HOST:PORT"``, ``"ray://HOST:PORT"``, or
         ``"local"``; None: this machine's processes. The placement does not depend on it.
@@ -85,6 +86,6 @@ def place_cost_graph(cost_graph, cluster=None, placer=DEFAULT_PLACER, seed: int 
 
 def _placer(placer, budget_s, ray_address):
     if budget_s is not None and (isinstance(budget_s, bool) or not (
-            isinstance(budget_s, (int, float)) and budget_s > 0)):
-        raise ConfigError(f"budget_s must be a number > 0, got {budget_s!r}")
+            isinstance(budget_s, (int, float)) and budget_s >= 0)):
+        raise ConfigError(f"budget_s must be a number >= 0, got {budget_s!r}")
     return get_placer(placer, budget_s=budget_s, ray_address=ray_address)

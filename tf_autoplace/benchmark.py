@@ -46,8 +46,8 @@ from tf_autoplace.errors import AutoplaceError, ConfigError
 from tf_autoplace.graph import ingest
 from tf_autoplace.grouping import GroupingConfig
 from tf_autoplace.prepare import build_problem
-from tf_autoplace.placers import (ExpertPlacer, PlacementProblem, RandomPlacer, check_memory,
-                                  check_placement, get_placer)
+from tf_autoplace.placers import (PLACERS, ExpertPlacer, PlacementProblem, RandomPlacer,
+                                  check_memory, check_placement, get_placer, takes_budget)
 from tf_autoplace.rl.pretrain import samples_to_reach
 from tf_autoplace.sim import Simulator, lp_lower_bound
 
@@ -216,9 +216,32 @@ def pair_problem(model: str, cluster: str, *, quick: bool = False,
     return problem
 
 
-def make_placer(name: str, model: zoo.ModelGraph, budget_s: float | None = None):
-    """The expert gets the model's scopes; every other placer comes from the registry, with
-    ``budget_s`` (None: its own default) if it searches."""
+def parse_placer(spec: str) -> tuple[str, float | None]:
+    """A placer item: ``name`` (a registered placer) or ``name@SECONDS`` (one that searches,
+    with that ``budget_s``: ``gdp@0`` is GDP zero-shot, ``gdp@60`` fine-tuned for at most a
+    minute). Returns ``(name, budget_s or None)``; ConfigError on a bad item."""
+    name, sep, budget = spec.partition("@")
+    if name not in PLACERS:
+        raise ConfigError(f"unknown placer {name!r} in {spec!r}; choose one of {sorted(PLACERS)}")
+    if not sep:
+        return name, None
+    try:
+        budget_s = float(budget)
+    except ValueError:
+        budget_s = -1.0
+    if not budget_s >= 0 or not takes_budget(PLACERS[name]):
+        raise ConfigError(f"{spec!r}: name@SECONDS needs a placer that takes a budget "
+                          f"({sorted(n for n, c in PLACERS.items() if takes_budget(c))}) and "
+                          "seconds >= 0")
+    return name, budget_s
+
+
+def make_placer(spec: str, model: zoo.ModelGraph, budget_s: float | None = None):
+    """The placer of a :func:`parse_placer` item. The expert gets the model's scopes; every
+    other placer comes from the registry, with the item's budget, else ``budget_s`` (None: its
+    own default), if it searches."""
+    name, own_budget = parse_placer(spec)
+    budget_s = own_budget if own_budget is not None else budget_s
     if name == "expert":
         return ExpertPlacer.from_pipeline(model.layer_scopes)
     return get_placer(name, budget_s=budget_s)
@@ -337,6 +360,7 @@ def benchmark(pairs, placer_names, *, quick: bool, seed: int = 0, sim_runs: int 
                 row = run_placer(problem, make_placer(name, model, budget_s), seed=seed,
                                  model=model_name, cluster=cluster_name)
                 row.lower_bound_s, row.lp_bound_s = lp.simple_s, lp.value_s
+                row.placer = name  # the item as given: gdp@0 and gdp are two rows
                 rows.append(row)
                 stopped = f", stopped: {row.stopped}" if row.stopped else ""
                 progress(f"  {name}: {row.step_s * 1e3:.1f} ms in {row.search_s:.0f} s, "

@@ -11,9 +11,10 @@ Flags:
                         disables autoplacement and nothing is patched.
   --autoplace_cluster   a shipped cluster name (``k80x4``, ``cpu2``), a cluster spec file (text
                         ``ClusterSpec``) or "local" (default).
-  --autoplace_budget_s  time budget in seconds (> 0, default 60) for placers that search or learn:
-                        passed to the placer's constructor when it takes ``budget_s``
-                        (``auto``, ``placeto``, ``post``, ``hdp``); the heuristic placers take
+  --autoplace_budget_s  time budget in seconds (>= 0, default 60) for placers that search or
+                        learn: passed to the placer's constructor when it takes ``budget_s``
+                        (``auto``, ``placeto``, ``post``, ``hdp``, ``gdp``; 0 makes ``gdp``
+                        place zero-shot, the others need > 0); the heuristic placers take
                         none. Recorded in the JSON report either way.
   --autoplace_report    write the PlacementReport as JSON here (optional).
   --autoplace_ray_address  run the placer's simulations on a Ray cluster: "auto" (the cluster
@@ -70,7 +71,8 @@ flags.DEFINE_string("autoplace_cluster", "local",
                     "Cluster for --autoplace: a shipped cluster name (k80x4, cpu2, ...), a text "
                     "ClusterSpec file or 'local'.")
 flags.DEFINE_float("autoplace_budget_s", 60.0,
-                   "Time budget in seconds (> 0) for placers that search or learn.")
+                   "Time budget in seconds (>= 0) for placers that search or learn "
+                   "(0: no search; gdp places zero-shot).")
 flags.DEFINE_string("autoplace_report", None,
                     "Write the --autoplace PlacementReport as JSON to this path.")
 flags.DEFINE_string("autoplace_ray_address", None,
@@ -82,9 +84,9 @@ def _enabled(name) -> bool:
     return (name or "").strip().lower() not in _OFF
 
 
-@flags.validator("autoplace_budget_s", message="--autoplace_budget_s must be > 0 seconds")
+@flags.validator("autoplace_budget_s", message="--autoplace_budget_s must be >= 0 seconds")
 def _check_budget(value) -> bool:
-    return value is not None and value > 0
+    return value is not None and value >= 0
 
 
 @flags.multi_flags_validator(["autoplace", "autoplace_cluster", "autoplace_ray_address"])
@@ -130,7 +132,7 @@ class AutoplaceSettings:
     Attributes:
       placer: a registered placer name.
       cluster: a shipped cluster name, a cluster spec file path or "local".
-      budget_s: time budget (> 0) for placers whose constructor takes ``budget_s``.
+      budget_s: time budget (>= 0) for placers whose constructor takes ``budget_s``.
       report_path: where to write the JSON report, or None.
       seed: the placement seed.
       ray_address: the Ray cluster the placer simulates on, or None (this machine).
@@ -149,8 +151,8 @@ class AutoplaceSettings:
 
         if not _enabled(self.placer):
             raise ConfigError(f"placer {self.placer!r} means autoplacement is off")
-        if not (isinstance(self.budget_s, (int, float)) and self.budget_s > 0):
-            raise ConfigError(f"budget_s must be > 0 seconds, got {self.budget_s!r}")
+        if not (isinstance(self.budget_s, (int, float)) and self.budget_s >= 0):
+            raise ConfigError(f"budget_s must be >= 0 seconds, got {self.budget_s!r}")
         check_ray_address(self.ray_address)
 
 

@@ -27,7 +27,8 @@ from tf_autoplace.grouping import GroupingConfig
 from tf_autoplace.placers import get_placer
 
 flags.DEFINE_list("placers", list(bench.PLACER_NAMES),
-                  "placers to run (tf_autoplace.placers.PLACERS)")
+                  "placers to run (tf_autoplace.placers.PLACERS); name@SECONDS gives a placer "
+                  "that searches that budget_s (gdp@0: GDP zero-shot)")
 flags.DEFINE_list("pairs", None, "model:cluster pairs; default: the papers' pairs "
                   f"(--quick: {','.join(bench.QUICK_PAIRS)}). Models: {','.join(bench.MODELS)}")
 flags.DEFINE_bool("quick", False, "small model knobs (QUICK_KNOBS), a few minutes on 2 cores")
@@ -54,7 +55,7 @@ def main(argv):
                                  "'tf_autoplace[plot]' (or drop --plot_png)") from None
     try:
         for name in FLAGS.placers:
-            get_placer(name, budget_s=FLAGS.budget_s)
+            get_placer(bench.parse_placer(name)[0], budget_s=FLAGS.budget_s)
         pairs = bench.parse_pairs(FLAGS.pairs or (bench.QUICK_PAIRS if FLAGS.quick
                                                   else bench.FULL_PAIRS))
         for _, cluster in pairs:  # a misspelt cluster fails now, not after building a model

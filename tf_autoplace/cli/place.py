@@ -49,6 +49,7 @@ from tf_autoplace.cluster import resolve_cluster
 from tf_autoplace.errors import AutoplaceError, ConfigError
 from tf_autoplace.graph import costgraph, ingest
 from tf_autoplace.grouping import GroupingConfig
+from tf_autoplace.placers import get_placer
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("input", None, "GraphDef or MetaGraphDef file (binary or text), a "
@@ -62,6 +63,9 @@ flags.DEFINE_list("saved_model_tags", ["serve"], "SavedModel input (TF1): the ta
 flags.DEFINE_string("cluster", "local", "Shipped cluster name (k80x2, cpu2, ...), cluster spec "
                     "file (text ClusterSpec) or 'local'.")
 flags.DEFINE_string("placer", "auto", "Placer name (default: the default placer, auto).")
+flags.DEFINE_float("budget_s", None, "Search budget in seconds (>= 0) for placers that search "
+                   "(auto, placeto, post, hdp, gdp; 0: gdp places zero-shot); default: the "
+                   "placer's own.")
 flags.DEFINE_integer("seed", 0, "Random seed.", lower_bound=0)
 flags.DEFINE_integer("max_groups", 2000, "Merge-and-Colocate: at most this many groups.")
 flags.DEFINE_string("report_json", None, "Also write the report as JSON here.")
@@ -131,11 +135,14 @@ def _check_outputs(output_path: str, saved_model: bool, paths: dict) -> None:
 
 def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: int,
         max_groups: int, report_json: str | None, signature: str = "serving_default",
-        tags=("serve",), **extra_paths) -> int:
+        tags=("serve",), budget_s: float | None = None, **extra_paths) -> int:
     """Place ``input_path`` into ``output_path``; returns a process exit status."""
     saved_model = tf2.is_saved_model(input_path)
     cost_graph = not saved_model and costgraph.is_cost_graph_file(input_path)
     try:
+        if budget_s is not None and budget_s < 0:
+            raise ConfigError(f"--budget_s must be >= 0, got {budget_s!r}")
+        placer = get_placer(placer, budget_s=budget_s)
         _check_outputs(output_path, saved_model, dict(report_json=report_json, **extra_paths))
         options = dict(cluster=resolve_cluster(cluster), placer=placer, seed=seed,
                        grouping=GroupingConfig(max_groups=max_groups))
@@ -173,6 +180,6 @@ def main(argv):
     del argv
     return run(FLAGS.input, FLAGS.output, cluster=FLAGS.cluster, placer=FLAGS.placer,
                seed=FLAGS.seed, max_groups=FLAGS.max_groups, report_json=FLAGS.report_json,
-               signature=FLAGS.signature, tags=FLAGS.saved_model_tags,
+               signature=FLAGS.signature, tags=FLAGS.saved_model_tags, budget_s=FLAGS.budget_s,
                trace_json=FLAGS.trace_json, plot_png=FLAGS.plot_png,
                placement_pb=FLAGS.placement_pb)

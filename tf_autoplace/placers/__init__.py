@@ -13,6 +13,7 @@ from tf_autoplace.heuristics import (HEURISTICS, BestHeuristicPlacer, CpuOnlyPla
                                      MemoryAwareETFPlacer, MemoryAwareTopoPlacer, MetisPlacer,
                                      RandomPlacer, SingleDevicePlacer)
 from tf_autoplace.placers.auto import AutoConfig, AutoPlacer
+from tf_autoplace.placers.gdp import GdpConfig, GdpPlacer
 from tf_autoplace.placers.hdp import HDPPlacer
 from tf_autoplace.placers.placeto import PlacetoConfig, PlacetoPlacer
 from tf_autoplace.placers.post import PostPlacer
@@ -37,6 +38,7 @@ PLACERS = {
     "placeto": PlacetoPlacer,
     "post": PostPlacer,
     "hdp": HDPPlacer,
+    "gdp": GdpPlacer,
 }
 assert set(HEURISTICS) <= set(PLACERS)
 
@@ -46,7 +48,7 @@ def get_placer(name_or_placer, *, budget_s: float | None = None,
     """A Placer instance from a registered name (or the instance itself).
 
     ``budget_s`` is the search-time budget of placers that search (``auto``, ``placeto``,
-    ``post``, ``hdp``); placers that return at once ignore it. ``ray_address`` sends the
+    ``post``, ``hdp``, ``gdp``); placers that return at once ignore it. ``ray_address`` sends the
     simulations of placers that farm them out (``auto``, ``placeto``, ``post``, ``hdp``: their
     constructor takes ``ray_address``) to that Ray cluster; asking it of a placer that
     simulates nothing in parallel is a ConfigError, so a Ray cluster is never silently left
@@ -90,8 +92,8 @@ def _parameters(placer_or_class):
 
 
 __all__ = ["DEFAULT_PLACER", "PLACERS", "AutoConfig", "AutoPlacer", "BestHeuristicPlacer",
-           "CpuOnlyPlacer", "ExpertPlacer", "HDPConfig", "HDPPlacer", "MemoryAwareETFPlacer",
-           "MemoryAwareTopoPlacer", "MetisPlacer", "Placement",
+           "CpuOnlyPlacer", "ExpertPlacer", "GdpConfig", "GdpPlacer", "HDPConfig", "HDPPlacer",
+           "MemoryAwareETFPlacer", "MemoryAwareTopoPlacer", "MetisPlacer", "Placement",
            "PlacementProblem", "Placer", "PlacetoConfig", "PlacetoPlacer", "PostConfig",
            "PostPlacer", "RandomPlacer",
            "SingleDevicePlacer", "check_memory", "check_placement", "get_placer", "takes_budget",

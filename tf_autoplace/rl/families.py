@@ -250,7 +250,7 @@ def family_problems(family: str, config: FamilyConfig, cluster: Cluster, *,
         t = time.perf_counter()
         path = (os.path.join(cache_dir, f"{family}_{config.seed}_{i}_{key}.pkl")
                 if cache_dir is not None else None)
-        problem = _read_cache(path) if path is not None else None
+        problem = read_cache(path) if path is not None else None
         cached = problem is not None
         if not cached:
             model = family_graph(family, config, i)
@@ -262,7 +262,7 @@ def family_problems(family: str, config: FamilyConfig, cluster: Cluster, *,
             problem = PlacementProblem(graph=problem.graph, cluster=problem.cluster,
                                        op_time=problem.op_time, grouping=problem.grouping)
             if path is not None:
-                _write_cache(path, problem)
+                write_cache(path, problem)
         problems.append(problem)
         if progress:
             print(f"[{family} {i + 1}/{config.num_graphs}] {family}_{i}: "
@@ -272,7 +272,9 @@ def family_problems(family: str, config: FamilyConfig, cluster: Cluster, *,
     return problems[:config.num_train], problems[config.num_train:]
 
 
-def _read_cache(path: str) -> PlacementProblem | None:
+def read_cache(path: str) -> PlacementProblem | None:
+    """The problem pickled at ``path``; None when there is none or it cannot be read (then
+    the caller builds it again and overwrites the file)."""
     try:
         with open(path, "rb") as f:
             problem = pickle.load(f)
@@ -283,7 +285,7 @@ def _read_cache(path: str) -> PlacementProblem | None:
     return problem if isinstance(problem, PlacementProblem) else None
 
 
-def _write_cache(path: str, problem: PlacementProblem) -> None:
+def write_cache(path: str, problem: PlacementProblem) -> None:
     """Write atomically, so concurrent runs never read half a file."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp_", suffix=".pkl")
@@ -479,4 +481,4 @@ def _build_nmt(knobs: dict) -> ModelGraph:
 _BUILDERS = {"cifar10": _build_cifar10, "ptb": _build_ptb, "nmt": _build_nmt}
 
 __all__ = ["DEFAULT_KNOBS", "FAMILIES", "FamilyConfig", "cache_key", "family_graph",
-           "family_graphs", "family_problems", "sample_knobs"]
+           "family_graphs", "family_problems", "read_cache", "sample_knobs", "write_cache"]

@@ -72,6 +72,15 @@ def build(name: str, **knobs) -> ModelGraph:
     """Build the training graph of zoo model ``name`` with the given size knobs (the others
     keep their defaults). Unknown names and knobs, and knobs out of range, raise ConfigError.
     """
+    arguments = all_knobs(name, **knobs)
+    model = _BUILDERS[name](**arguments)
+    return dataclasses.replace(model, knobs=arguments)
+
+
+def all_knobs(name: str, **knobs) -> dict:
+    """Every knob :func:`build` would use for these: the given ones and the defaults of the
+    rest (ConfigError for an unknown model or knob). Two knob sets build the same graph when
+    their ``all_knobs`` are equal."""
     if name not in _BUILDERS:
         raise ConfigError(f"unknown model {name!r}; known models: {', '.join(MODELS)}")
     signature = inspect.signature(_BUILDERS[name])
@@ -81,8 +90,7 @@ def build(name: str, **knobs) -> ModelGraph:
                           f"{', '.join(signature.parameters)}")
     bound = signature.bind(**knobs)
     bound.apply_defaults()
-    model = _BUILDERS[name](**bound.arguments)
-    return dataclasses.replace(model, knobs=dict(bound.arguments))
+    return dict(bound.arguments)
 
 
-__all__ = ["MODELS", "ModelGraph", "build"]
+__all__ = ["MODELS", "ModelGraph", "all_knobs", "build"]

@@ -1,0 +1,103 @@
+"""Batch pretraining of GDP's policy over a corpus of graphs, choosing the checkpoint on
+validation graphs (Zhou et al., section 4.3, "GDP-batch" used as pre-training).
+
+:func:`pretrain` trains one policy with PPO on every training problem of a corpus
+(:mod:`tf_autoplace.rl.gdp_corpus`), ``graphs_per_step`` graphs per update
+(:func:`tf_autoplace.rl.gdp_train.train`). Every ``select_every`` updates (and before the first
+and after the last) it scores the policy zero-shot on the validation problems: each one's
+greedy placement against the best fast heuristic's, as the ratio of their memory-penalised
+runtimes R (below 1: the policy's own placement is faster). The policy ends with the weights
+of the best mean ratio, so which checkpoint ships is decided without the held-out graphs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Sequence
+
+import numpy as np
+
+from tf_autoplace.heuristics import BestHeuristicPlacer
+from tf_autoplace.problem import PlacementProblem
+from tf_autoplace.rl import gdp_train
+from tf_autoplace.rl.gdp_features import FeatureConfig, GdpGraph, graph_features
+from tf_autoplace.rl.policies.gdp import GdpPolicy, greedy, sample
+from tf_autoplace.rl.rollouts import Evaluator
+
+
+def heuristic_score(problem: PlacementProblem, evaluator: Evaluator) -> float:
+    """R of the best fast heuristic's placement."""
+    devices = BestHeuristicPlacer().propose(problem)
+    return float(evaluator.evaluate(devices[None]).scores[0])
+
+
+@dataclasses.dataclass
+class Scored:
+    """Problems a policy is scored on zero-shot, with what it is compared to."""
+
+    names: list[str]
+    graphs: list[GdpGraph]
+    evaluators: list[Evaluator]
+    reference: np.ndarray  # [P] the best heuristic's R per problem
+    samples: int = 16
+
+    @classmethod
+    def build(cls, names: Sequence[str], problems: Sequence[PlacementProblem],
+              features: FeatureConfig, memory_penalty: float, *, hint: bool) -> "Scored":
+        evaluators = [Evaluator(p, memory_penalty=memory_penalty) for p in problems]
+        return cls(list(names), [graph_features(p, features, hint=hint) for p in problems],
+                   evaluators,
+                   np.array([heuristic_score(p, e) for p, e in zip(problems, evaluators)]))
+
+    def ratios(self, policy: GdpPolicy) -> np.ndarray:
+        """[P] per problem: the best R of the greedy placement and ``samples`` drawn ones (from
+        ``default_rng([0, problem index])``), over the best heuristic's R."""
+        best = []
+        for i, (graph, evaluator) in enumerate(zip(self.graphs, self.evaluators)):
+            logits = policy.graph_logits(graph)
+            actions = np.concatenate([greedy(logits)[None],
+                                      sample(logits, np.random.default_rng([0, i]),
+                                             self.samples)])
+            best.append(evaluator.evaluate(graph.op_placement(actions)).scores.min())
+        return np.array(best) / self.reference
+
+
+def pretrain(policy: GdpPolicy, train_names: Sequence[str],
+             train_problems: Sequence[PlacementProblem], validation: Scored,
+             config: gdp_train.PPOConfig, features: FeatureConfig, *, select_every: int,
+             progress: bool = False) -> dict:
+    """Train ``policy`` in place (module doc); returns what the manifest records: seconds,
+    updates, samples, the selection curve ``(step, mean validation ratio)``, the chosen step
+    and its per-problem validation ratios, and each training problem's best R against the
+    best heuristic's."""
+    t = time.perf_counter()
+    graphs = [graph_features(p, features, hint=policy.config["hint"]) for p in train_problems]
+    evaluators = [Evaluator(p, memory_penalty=config.memory_penalty) for p in train_problems]
+    reference = [heuristic_score(p, e) for p, e in zip(train_problems, evaluators)]
+    setup_seconds = time.perf_counter() - t
+    curve: list[tuple[int, float]] = []
+    best = {"ratio": np.inf}
+
+    def select(state: gdp_train.TrainState) -> None:
+        if state.step % select_every and state.step != config.steps:
+            return
+        ratios = validation.ratios(policy)
+        curve.append((state.step, float(ratios.mean())))
+        if ratios.mean() < best["ratio"]:
+            best.update(ratio=float(ratios.mean()), step=state.step, ratios=ratios,
+                        weights=policy.get_weights())
+
+    select(gdp_train.TrainState())
+    t = time.perf_counter()
+    state = gdp_train.train(policy, graphs, evaluators, config, on_step=select,
+                            progress=progress)
+    seconds = time.perf_counter() - t
+    policy.set_weights(best["weights"])
+    return dict(
+        setup_seconds=setup_seconds, train_seconds=seconds, steps=state.step,
+        samples=state.samples, selection_curve=curve, chosen_step=best["step"],
+        chosen_mean_ratio=best["ratio"],
+        validation={n: float(r) for n, r in zip(validation.names, best["ratios"])},
+        train_best_ratio={train_names[g]: state.best_scores[g] / reference[g]
+                          for g in sorted(state.best_scores)})
