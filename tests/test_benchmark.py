@@ -156,3 +156,19 @@ def test_make_placer_gives_searching_placers_the_budget_and_others_their_default
     assert bench.make_placer("auto", None).config.budget_s == bench.make_placer(
         "auto", None, None).config.budget_s == 120.0
     assert bench.make_placer("metis", None, budget_s=5.0).name == "metis"
+
+
+def test_summary_marks_the_fastest_fitting_placer_and_compares_the_default(tmp_path):
+    rows = [bench.Row("m", "c", 5, 5, "auto", step_s=0.5, lp_bound_s=0.25, search_s=3.0),
+            bench.Row("m", "c", 5, 5, "expert", step_s=0.625, lp_bound_s=0.25),
+            bench.Row("m", "c", 5, 5, "single", step_s=0.25, lp_bound_s=0.25, oom=True),
+            bench.Row("m", "c", 5, 5, "metis", error="boom", lp_bound_s=0.25)]
+    lines = bench.summary_markdown(rows)
+    assert lines[3] == ("| pair | auto | expert | single | metis | LP bound | auto / expert | "
+                        "auto / best other | auto search (s) |")
+    assert lines[5] == "| m:c | **500.0** | 625.0 | 250.0 OOM | err | 250.0 | 0.8 | 0.8 | 3 |"
+    path = tmp_path / "rows.csv"
+    bench.write_csv(str(path), rows)
+    back = bench.read_csv(str(path))
+    assert bench.summary_markdown(back) == lines
+    assert [(r.placer, r.oom, r.error) for r in back] == [(r.placer, r.oom, r.error) for r in rows]

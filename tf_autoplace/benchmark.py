@@ -46,8 +46,8 @@ from tf_autoplace.errors import AutoplaceError, ConfigError
 from tf_autoplace.graph import ingest
 from tf_autoplace.grouping import GroupingConfig
 from tf_autoplace.prepare import build_problem
-from tf_autoplace.placers import (PLACERS, ExpertPlacer, PlacementProblem, RandomPlacer,
-                                  check_memory, check_placement, get_placer, takes_budget)
+from tf_autoplace.placers import (DEFAULT_PLACER, PLACERS, ExpertPlacer, PlacementProblem,
+                                  RandomPlacer, check_memory, check_placement, get_placer, takes_budget)
 from tf_autoplace.rl.pretrain import samples_to_reach
 from tf_autoplace.sim import Simulator, lp_lower_bound
 
@@ -379,8 +379,48 @@ def _peaks(row: Row) -> str:
     return "/".join(f"{x:.1f}" for x in row.peak_gb)
 
 
+def summary_markdown(rows: list[Row]) -> list[str]:
+    """One line per pair: each placer's simulated step time in ms (bold: the fastest that fits;
+    "OOM": over memory; "err": it raised), the LP bound, and the default placer's ratio to the
+    expert and to the best other placer, with its search time."""
+    placers = list(dict.fromkeys(r.placer for r in rows))
+    pairs = list(dict.fromkeys((r.model, r.cluster) for r in rows))
+    by = {(r.model, r.cluster, r.placer): r for r in rows}
+    default = DEFAULT_PLACER if DEFAULT_PLACER in placers else None
+    head = ["pair", *placers, "LP bound"]
+    if default:
+        head += [f"{default} / expert", f"{default} / best other", f"{default} search (s)"]
+    lines = ["", "Simulated step time (ms) per placer:", "", "| " + " | ".join(head) + " |",
+             "| --- |" + " ---: |" * (len(head) - 1)]
+    for model, cluster in pairs:
+        got = {p: by.get((model, cluster, p)) for p in placers}
+        fits = {p: r.step_s for p, r in got.items()
+                if r is not None and not r.error and not r.oom and math.isfinite(r.step_s)}
+        best = min(fits.values(), default=math.nan)
+
+        def cell(p):
+            r = got[p]
+            if r is None:
+                return ""
+            if r.error:
+                return "err"
+            text = f"{r.step_s * 1e3:.1f}" + (" OOM" if r.oom else "")
+            return f"**{text}**" if p in fits and fits[p] == best else text
+        any_row = next(r for r in got.values() if r is not None)
+        line = [f"{model}:{cluster}", *(cell(p) for p in placers),
+                f"{any_row.lp_bound_s * 1e3:.1f}" if math.isfinite(any_row.lp_bound_s) else ""]
+        if default:
+            mine = fits.get(default, math.nan)
+            others = [v for p, v in fits.items() if p != default]
+            line += [_num(mine / fits["expert"], 3) if "expert" in fits else "",
+                     _num(mine / min(others), 3) if others else "",
+                     _num(got[default].search_s, 3) if got[default] else ""]
+        lines.append("| " + " | ".join(line) + " |")
+    return lines
+
+
 def markdown(rows: list[Row], infos: list[PairInfo], *, title: str) -> str:
-    lines = [f"## {title}", "",
+    lines = [f"## {title}", *summary_markdown(rows), "",
              "| model | cluster | ops | groups | placer | step (s) | lower bound (s) | "
              "step / bound | LP bound (s) | step / LP bound | peak GB per device | OOM | "
              "search (s) | sims |",
@@ -442,6 +482,26 @@ def curve_markdown(rows: list[Row]) -> list[str]:
 CSV_FIELDS = ("model", "cluster", "ops", "groups", "placer", "step_s", "lower_bound_s",
               "ratio", "lp_bound_s", "lp_ratio", "peak_gb", "oom", "search_s", "sims", "stopped",
               "error")
+
+
+def read_csv(path: str) -> list[Row]:
+    """The rows :func:`write_csv` wrote (without the learned placers' curves), so that runs of
+    different placers on the same pairs can be rendered as one report: a row depends only on
+    its pair, placer and seed."""
+    rows = []
+    with open(path, newline="", encoding="utf-8") as f:
+        for item in csv.DictReader(f):
+            rows.append(Row(
+                model=item["model"], cluster=item["cluster"], ops=int(item["ops"]),
+                groups=int(item["groups"]), placer=item["placer"],
+                step_s=float(item["step_s"] or "nan"),
+                lower_bound_s=float(item["lower_bound_s"] or "nan"),
+                lp_bound_s=float(item["lp_bound_s"] or "nan"),
+                peak_gb=tuple(float(x) for x in item["peak_gb"].split("/") if x),
+                oom=item["oom"] == "1", search_s=float(item["search_s"] or "nan"),
+                sims=int(item["sims"] or 0), stopped=item.get("stopped", ""),
+                error=item["error"]))
+    return rows
 
 
 def write_csv(path: str, rows: list[Row]) -> None:

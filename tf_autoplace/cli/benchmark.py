@@ -38,6 +38,8 @@ flags.DEFINE_string("plot_png", None, "write a grouped bar chart of step times h
                     "(needs matplotlib)")
 flags.DEFINE_integer("sim_runs", 20, "simulations timed per pair for the simulator speed")
 flags.DEFINE_integer("seed", 0, "seed given to every placer")
+flags.DEFINE_list("from_csv", None, "render the markdown of earlier runs' CSV files (e.g. one "
+                  "per placer subset on the same pairs) instead of running anything")
 flags.DEFINE_float("budget_s", None, "time budget of every placer that searches (default: "
                    "each its own); a generous one lets sample budgets end the searches, so "
                    "step times do not depend on the machine's load")
@@ -47,6 +49,15 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
+    if FLAGS.from_csv:
+        rows = [row for path in FLAGS.from_csv for row in bench.read_csv(path)]
+        text = bench.markdown(rows, [], title=f"Placer baselines (from {len(FLAGS.from_csv)} "
+                                                "CSV files)")
+        if FLAGS.out_md:
+            with open(FLAGS.out_md, "w", encoding="utf-8") as f:
+                f.write(text)
+        print(text)
+        return 0
     if FLAGS.plot_png:
         try:
             import matplotlib  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
