@@ -47,7 +47,8 @@ from tf_autoplace.graph import ingest
 from tf_autoplace.grouping import GroupingConfig
 from tf_autoplace.prepare import build_problem
 from tf_autoplace.placers import (DEFAULT_PLACER, PLACERS, ExpertPlacer, PlacementProblem,
-                                  RandomPlacer, check_memory, check_placement, get_placer, takes_budget)
+                                  RandomPlacer, check_memory, check_placement, get_placer,
+                                  takes_budget)
 from tf_autoplace.rl.pretrain import samples_to_reach
 from tf_autoplace.sim import Simulator, lp_lower_bound
 
