@@ -168,12 +168,15 @@ class AutoPlacer(Placer):
         if problem.cluster.num_devices == 1:
             self.notes.append("auto: the cluster has one device; every op goes to it")
             return np.zeros(problem.graph.num_ops, dtype=np.int32)
-        starts = self.starts(problem, seed)[:cfg.starts]
+        with self.progress.phase("auto: starting placements", None):
+            starts = self.starts(problem, seed)[:cfg.starts]
+            self.progress.update(len(starts), starts[0][2])
         max_samples = self.samples_for(problem)
         bound = lower_bound(problem.graph, problem.cluster, problem.op_time)
         deadline = began + cfg.budget_s
         with Evaluator(problem, workers=cfg.workers,
-                       memory_penalty=cfg.search.memory_penalty) as evaluator:
+                       memory_penalty=cfg.search.memory_penalty) as evaluator, \
+                self.progress.phase("auto: local search", max_samples, deadline=deadline):
             searches, labels = [], []
             for k, (label, devices, start_s) in enumerate(starts):
                 first = LocalSearch(problem, devices, cfg.search, seed=_seed(seed, k, 0),
@@ -181,7 +184,8 @@ class AutoPlacer(Placer):
                 for j in range(cfg.seeds_per_start):
                     searches.append(first if j == 0 else first.fork(_seed(seed, k, j)))
                     labels.append((label, start_s))
-            winner = race(searches, max_samples, deadline=deadline, lower_bound=bound)
+            winner = race(searches, max_samples, deadline=deadline, lower_bound=bound,
+                          progress=self.progress)
         label, start_s = labels[searches.index(winner)]
         end_s = problem.simulator.run(winner.current).makespan
         samples = sum(s.samples for s in searches)
