@@ -2,6 +2,12 @@
 
 The fast heuristics live in :mod:`tf_autoplace.heuristics`; the learned placers here are thin
 doors over :mod:`tf_autoplace.rl` (config, budget, start, fallback to the best heuristic).
+:class:`SavedPlacement` applies a placement saved by an earlier run; it takes a file, so it has
+no name in :data:`PLACERS`.
+
+What :func:`get_placer` passes to a placer's constructor when the constructor takes it:
+``budget_s`` (the placers that search within a time budget) and ``policy`` (a directory of a
+saved policy, which the learned placers start from instead of the shipped one).
 """
 
 from __future__ import annotations
@@ -16,10 +22,11 @@ from tf_autoplace.placers.auto import AutoConfig, AutoPlacer
 from tf_autoplace.placers.hdp import HDPPlacer
 from tf_autoplace.placers.placeto import PlacetoConfig, PlacetoPlacer
 from tf_autoplace.placers.post import PostPlacer
-from tf_autoplace.rl.post_search import PostConfig
+from tf_autoplace.placers.saved import SavedPlacement
 from tf_autoplace.problem import (Placement, PlacementProblem, Placer, check_memory,
                                   check_placement, validate)
 from tf_autoplace.rl.hdp_search import HDPConfig
+from tf_autoplace.rl.post_search import PostConfig
 
 DEFAULT_PLACER = "auto"
 
@@ -40,32 +47,52 @@ PLACERS = {
 assert set(HEURISTICS) <= set(PLACERS)
 
 
-def get_placer(name_or_placer, *, budget_s: float | None = None) -> Placer:
+def get_placer(name_or_placer, *, budget_s: float | None = None, policy=None) -> Placer:
     """A Placer instance from a registered name (or the instance itself).
 
     ``budget_s`` is the search-time budget of placers that search (``auto``, ``placeto``,
-    ``post``, ``hdp``); placers that return at once ignore it."""
+    ``post``, ``hdp``); placers that return at once ignore it. ``policy`` is a saved policy's
+    directory for a learned placer to start from (``placeto``); ConfigError for a placer that
+    takes none."""
     if isinstance(name_or_placer, Placer):
+        if policy is not None:
+            raise ConfigError("policy= goes with a placer name; give the placer instance its "
+                              "policy when you make it (e.g. PlacetoPlacer(policy=...))")
         return name_or_placer
     if not isinstance(name_or_placer, str) or name_or_placer not in PLACERS:
         raise ConfigError(
             f"unknown placer {name_or_placer!r}; choose one of {sorted(PLACERS)}")
     cls = PLACERS[name_or_placer]
+    kwargs = {}
     if budget_s is not None and takes_budget(cls):
-        return cls(budget_s=budget_s)
-    return cls()
+        kwargs["budget_s"] = budget_s
+    if policy is not None:
+        if not takes_policy(cls):
+            raise ConfigError(f"the {name_or_placer} placer starts from no policy; a saved "
+                              f"policy is for the learned placers "
+                              f"{sorted(n for n, c in PLACERS.items() if takes_policy(c))}")
+        kwargs["policy"] = policy
+    return cls(**kwargs)
+
+
+def _takes(placer_or_class, parameter: str) -> bool:
+    cls = placer_or_class if isinstance(placer_or_class, type) else type(placer_or_class)
+    return parameter in inspect.signature(cls).parameters
 
 
 def takes_budget(placer_or_class) -> bool:
     """Whether a placer searches within a time budget (its constructor takes ``budget_s``)."""
-    cls = placer_or_class if isinstance(placer_or_class, type) else type(placer_or_class)
-    return "budget_s" in inspect.signature(cls).parameters
+    return _takes(placer_or_class, "budget_s")
+
+
+def takes_policy(placer_or_class) -> bool:
+    """Whether a placer starts from a saved policy (its constructor takes ``policy``)."""
+    return _takes(placer_or_class, "policy")
 
 
 __all__ = ["DEFAULT_PLACER", "PLACERS", "AutoConfig", "AutoPlacer", "BestHeuristicPlacer",
            "CpuOnlyPlacer", "ExpertPlacer", "HDPConfig", "HDPPlacer", "MemoryAwareETFPlacer",
            "MemoryAwareTopoPlacer", "MetisPlacer", "Placement",
            "PlacementProblem", "Placer", "PlacetoConfig", "PlacetoPlacer", "PostConfig",
-           "PostPlacer", "RandomPlacer",
-           "SingleDevicePlacer", "check_memory", "check_placement", "get_placer", "takes_budget",
-           "validate"]
+           "PostPlacer", "RandomPlacer", "SavedPlacement", "SingleDevicePlacer", "check_memory",
+           "check_placement", "get_placer", "takes_budget", "takes_policy", "validate"]

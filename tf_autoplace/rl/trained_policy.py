@@ -72,6 +72,15 @@ class TrainedPolicy:
         module.set_weights([np.asarray(w) for w in self.weights])
         return module
 
+    def write(self, directory: str) -> None:
+        """Write ``policy.json``, ``weights.npz`` and ``manifest.json`` into the existing empty
+        ``directory`` (what :meth:`save` renames into place; the offline tool stages it with
+        its other outputs)."""
+        with policy_context():
+            self.build().save(directory)
+        with open(os.path.join(directory, "manifest.json"), "w", encoding="utf-8") as f:
+            json.dump(self.manifest, f, indent=2, sort_keys=True, default=float)
+
     def save(self, directory) -> None:
         """Write ``policy.json``, ``weights.npz`` and ``manifest.json`` into ``directory``
         atomically (module docstring)."""
@@ -87,10 +96,7 @@ class TrainedPolicy:
         tmp = tempfile.mkdtemp(dir=parent, prefix=".tmp_autoplace_")
         old = None
         try:
-            with policy_context():
-                self.build().save(tmp)
-            with open(os.path.join(tmp, "manifest.json"), "w", encoding="utf-8") as f:
-                json.dump(self.manifest, f, indent=2, sort_keys=True, default=float)
+            self.write(tmp)
             mask = os.umask(0)
             os.umask(mask)
             os.chmod(tmp, 0o777 & ~mask)  # mkdtemp makes it private; a policy is ordinary data
