@@ -8,7 +8,7 @@ import pytest
 
 import tf_autoplace
 from tf_autoplace.errors import ConfigError
-from tf_autoplace.placers import AutoPlacer, PlacetoPlacer
+from tf_autoplace.placers import AutoPlacer, PlacetoPlacer, PostPlacer
 from tf_autoplace.progress import QUIET, Progress, SearchProgress, _Phase, as_progress
 from tf_autoplace.testing import problems, small_cnn
 
@@ -69,6 +69,16 @@ def test_placeto_reports_its_fine_tuning():
     assert ("start", "placeto: fine-tuning", 40) in recorder.calls
     assert updates and updates[-1][0] >= 40
     assert min(b for _, b in updates) * 1e3 <= placer.stats["zero_shot_ms"]
+
+
+def test_post_reports_its_search():
+    recorder = Recorder()
+    placer = PostPlacer(max_samples=64, batch=16, ce_period=32, heuristics=("m_etf",))
+    placer.place(problems.random_problem(60, 1, max_groups=30), seed=0, progress=recorder)
+    assert ("start", "post: search", 64) in recorder.calls
+    updates = recorder.phase_updates("post: search")
+    assert [u[0] for u in updates] == [16, 32, 48, 64]
+    assert updates[-1][1] * 1e3 == pytest.approx(placer.stats["curve"][-1][1] * 1e3)
 
 
 def test_log_lines_say_how_far_and_the_best_so_far(caplog):
