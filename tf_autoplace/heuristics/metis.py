@@ -23,8 +23,8 @@ Backends: METIS 5 itself through ``pymetis``, a dependency wherever pymetis publ
 (Linux x86_64 and macOS, every supported Python), or our own multilevel partitioner
 (:mod:`tf_autoplace.heuristics.multilevel`) where it does not: Windows and Linux aarch64, where
 TensorFlow has wheels but pymetis only a source distribution that needs a C compiler and
-meson to build (``pip install 'tf_autoplace[metis]'`` builds it there). On the 16 zoo pairs
-ours cuts slightly worse (docs: the ``metis`` rows). ``backend="auto"`` picks pymetis when it
+meson to build (``pip install 'tf_autoplace[metis]'`` builds it there). The benchmark notes
+compare the two backends' step times on the zoo. ``backend="auto"`` picks pymetis when it
 is importable; force one with ``"pymetis"`` or ``"multilevel"``. For pymetis the weights are
 scaled to integers: vertex weights to about 10^7 in total, edge weights to at most 10^5 (at
 least 1). Both are seeded from the placer's seed.
