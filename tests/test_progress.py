@@ -8,7 +8,7 @@ import pytest
 
 import tf_autoplace
 from tf_autoplace.errors import ConfigError
-from tf_autoplace.placers import AutoPlacer, PlacetoPlacer, PostPlacer
+from tf_autoplace.placers import AutoPlacer, HDPPlacer, PlacetoPlacer, PostPlacer
 from tf_autoplace.progress import QUIET, Progress, SearchProgress, _Phase, as_progress
 from tf_autoplace.testing import problems, small_cnn
 
@@ -79,6 +79,17 @@ def test_post_reports_its_search():
     updates = recorder.phase_updates("post: search")
     assert [u[0] for u in updates] == [16, 32, 48, 64]
     assert updates[-1][1] * 1e3 == pytest.approx(placer.stats["curve"][-1][1] * 1e3)
+
+
+def test_hdp_reports_its_search():
+    recorder = Recorder()
+    placer = HDPPlacer(max_samples=32, samples_per_update=8, heuristics=("m_etf",))
+    placer.place(problems.random_problem(60, 1, num_gpus=2, max_groups=30), seed=0,
+                 progress=recorder)
+    assert ("start", "hdp: search", 32) in recorder.calls and recorder.calls[-1] == ("finish",)
+    updates = recorder.phase_updates("hdp: search")
+    assert [u[0] for u in updates] == [8, 16, 24, 32]
+    assert [u[1] for u in updates] == [best for _, best in placer.stats["curve"]]
 
 
 def test_log_lines_say_how_far_and_the_best_so_far(caplog):
