@@ -18,6 +18,14 @@ absl-py), each because a well-kept library does the job better than code we woul
 - platformdirs: the user's cache directory on every platform (XDG on Linux, ~/Library/Caches on
   macOS, %LOCALAPPDATA% on Windows), where numba's compiled simulator kernels are cached
   (tf_autoplace/sim/jit.py) instead of inside the installed package.
+- pymetis (where it has wheels: Linux x86_64 and macOS): the ``metis`` placer partitions with
+  METIS 5 itself. pymetis publishes no wheel for Windows or Linux aarch64, where TensorFlow has
+  wheels; there pip would have to build it from source with a C compiler, so it is not required
+  there and the placer falls back to our own multilevel partitioner (it cuts slightly worse;
+  ``tf_autoplace/heuristics/metis.py``). The ``metis`` extra builds it anywhere.
+- tqdm: the progress bar of placement searches on a terminal (samples done of the budget, best
+  step time so far, elapsed and remaining time); a well-kept bar that handles terminals, widths
+  and update rates, which we would otherwise write ourselves.
 - protobuf >= 7.35.1: the generated modules in tf_autoplace/proto come from protoc 35.1 (see
   protos/README.md) and check the runtime version.
 
@@ -25,8 +33,8 @@ Optional extras:
 
 - plot (matplotlib): ``report.write_plot`` / ``--plot_png`` draw per-device load and memory as a
   PNG; only people who want the picture need a plotting library.
-- metis (pymetis): the ``metis`` placer partitions with METIS itself when pymetis is importable;
-  without it, it uses our own multilevel partitioner (slightly larger cuts), so it stays optional.
+- metis (pymetis): METIS itself on platforms where pymetis is not a dependency (it has no wheel
+  there; pip builds it with a C compiler).
 - ray: ``ray_address=`` / ``--ray_address`` runs the learned placers' rollouts and the
   pretraining tools' workers as Ray actors on a cluster of machines
   (tf_autoplace/rl/workers.py). Ray gives what a multi-machine pool needs and we would
@@ -63,6 +71,9 @@ setup(
         "highspy>=1.16",
         "platformdirs>=3.0",
         "protobuf>=7.35.1",
+        "pymetis>=2025.1; (sys_platform == 'linux' and platform_machine == 'x86_64') or "
+        "sys_platform == 'darwin'",
+        "tqdm>=4.60",
     ],
     # tf-autoplace COMMAND: the offline tool (place), the zoo placement and benchmark tools and
     # the training tools, on PATH as TF's saved_model_cli is (tf_autoplace/cli).

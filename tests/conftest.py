@@ -1,5 +1,6 @@
-"""Shared fixtures: the repository root, a tiny hand-checkable TF graph, proto writers, and a
-runner for the repository's scripts as subprocesses."""
+"""Shared fixtures: a temporary placement cache directory, the repository root, a tiny
+hand-checkable TF graph, proto writers, and a runner for the repository's scripts as
+subprocesses."""
 
 import os
 import subprocess
@@ -8,6 +9,22 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def user_cache_dir(tmp_path_factory):
+    """The placement cache's default directory (``TF_AUTOPLACE_CACHE_DIR``) of the whole
+    session, and of the scripts it runs, is a temporary one: the cache (on by default in
+    training binaries) never writes into the user's, and no test reads what another run left
+    there. The compiled simulator kernels stay in the user's cache directory."""
+    path = tmp_path_factory.mktemp("placement_cache")
+    old = os.environ.get("TF_AUTOPLACE_CACHE_DIR")
+    os.environ["TF_AUTOPLACE_CACHE_DIR"] = str(path)
+    yield path
+    if old is None:
+        del os.environ["TF_AUTOPLACE_CACHE_DIR"]
+    else:
+        os.environ["TF_AUTOPLACE_CACHE_DIR"] = old
 
 
 @pytest.fixture(scope="session")

@@ -40,6 +40,8 @@ RUNS = {
     "bad_cluster": ["--autoplace=m_etf", "--autoplace_cluster={dir}/bad.pbtxt"],
     "bad_budget": ["--autoplace=m_etf", f"--autoplace_cluster={CPU2}",
                    "--autoplace_budget_s=-1"],
+    "bad_policy": ["--autoplace=m_etf", f"--autoplace_cluster={CPU2}",
+                   "--autoplace_policy={dir}"],
 }
 
 
@@ -101,13 +103,16 @@ def test_report_json_is_written_and_valid(runs):
     assert {d["name"] for d in report["devices"] if d["num_ops"]} == {f"{HOST}CPU:0",
                                                                      f"{HOST}CPU:1"}
     assert report["flags"] == {"autoplace": "m_etf", "autoplace_cluster": CPU2,
-                               "autoplace_budget_s": 60.0, "budget_passed_to_placer": False}
+                               "autoplace_budget_s": 60.0, "budget_passed_to_placer": False,
+                               "autoplace_placement": None, "autoplace_cache": True,
+                               "autoplace_policy": None}
 
 
 @pytest.mark.parametrize("name, message", [
     ("bad_placer", "'no_such_placer' is not a placer"),
     ("bad_cluster", "malformed cluster spec"),
     ("bad_budget", "--autoplace_budget_s must be >= 0"),
+    ("bad_policy", "go with a learned placer"),
 ])
 def test_bad_flags_exit_nonzero_with_clear_message(runs, name, message):
     rc, out, err, _ = runs[name]
@@ -242,6 +247,40 @@ def test_uninstall_restores_the_session(hook):
         s.run(tg.init_op)
     assert ap_flags.report_for(tg.graph) is None
     assert set(_op_devices(tg.graph).values()) == {""}
+
+
+def _run_once(tg):
+    with tf.compat.v1.Session(graph=tg.graph, config=tf.compat.v1.ConfigProto(**CONFIG2)) as s:
+        s.run(tg.init_op)
+    return ap_flags.report_for(tg.graph)
+
+
+def test_a_restarted_binary_gets_its_placement_from_the_cache(hook, tmp_path):
+    cluster = CPU2
+    hook(placer="m_etf", cluster=cluster, cache_dir=str(tmp_path))
+    first_graph = small_cnn()
+    first = _run_once(first_graph)
+    ap_flags.uninstall()  # the process ends; a new one starts with the same flags
+    hook(placer="m_etf", cluster=cluster, cache_dir=str(tmp_path))
+    tg = small_cnn()
+    again = _run_once(tg)
+    assert not first.from_cache and again.from_cache
+    assert _op_devices(tg.graph) == _op_devices(first_graph.graph) == again.assignment
+    ap_flags.uninstall()
+    hook(placer="m_etf", cluster=cluster, cache_dir=str(tmp_path), cache=False)
+    assert not _run_once(small_cnn()).from_cache
+
+
+def test_a_saved_placement_is_applied_instead_of_a_search(hook, tmp_path):
+    cluster = CPU2
+    saved = tf_autoplace.autoplace(small_cnn().graph, cluster=cluster, placer="m_etf", seed=2,
+                                   progress=False)
+    (tmp_path / "placement.pb").write_bytes(saved.to_proto().SerializeToString())
+    hook(placer="off", cluster=cluster, placement=str(tmp_path / "placement.pb"))
+    tg = small_cnn()
+    report = _run_once(tg)
+    assert report.placer == "saved" and _op_devices(tg.graph) == saved.assignment
+    assert "made by m_etf (seed 2) for this graph" in report.notes[0]
 
 
 @pytest.mark.parametrize("kwargs, match", [

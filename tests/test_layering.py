@@ -19,13 +19,13 @@ ROOT = os.path.dirname(tf_autoplace.__file__)
 # Lowest first. A top-level module or subpackage of tf_autoplace per entry, by layer.
 LAYERS = [
     {"errors", "proto"},
-    {"cluster", "files", "graph", "zoo"},
+    {"cluster", "files", "graph", "zoo", "progress"},
     {"cost", "grouping", "sim"},
     {"problem", "timeline", "rewrite"},
-    {"report", "prepare"},
+    {"report", "prepare", "saved_placement"},
     {"heuristics"},
     {"rl"},
-    {"placers"},
+    {"placers", "cache"},
     {"engine", "benchmark"},
     {"tf2"},
     {"api"},

@@ -3,6 +3,9 @@
     import tf_autoplace
     report = tf_autoplace.autoplace(graph, cluster="k80x2")
     print(report)
+    open("placement.pb", "wb").write(report.to_proto().SerializeToString())
+    # later, or in a restarted job: the same placement, without searching
+    tf_autoplace.apply_placement(graph, "placement.pb", cluster="k80x2")
 
 A graph from elsewhere comes as a cost graph (``protos/cost_graph.proto``)::
 
@@ -19,6 +22,7 @@ from tf_autoplace.errors import (AutoplaceError, ClusterSpecError, ConfigError,
 _LAZY = {
     "autoplace": ("tf_autoplace.api", "autoplace"),
     "place_cost_graph": ("tf_autoplace.api", "place_cost_graph"),
+    "apply_placement": ("tf_autoplace.api", "apply_placement"),
     "Placement": ("tf_autoplace.placers", "Placement"),
     "PlacementReport": ("tf_autoplace.report", "PlacementReport"),
 }
@@ -37,4 +41,4 @@ def __getattr__(name):
 
 __all__ = ["AutoplaceError", "Cluster", "ClusterSpecError", "ConfigError", "Device",
            "InfeasiblePlacementError", "InvalidGraphError", "Placement", "PlacementReport",
-           "autoplace", "place_cost_graph"]
+           "apply_placement", "autoplace", "place_cost_graph"]

@@ -1,5 +1,5 @@
 """autoplace(): the one function model code calls; place_cost_graph(): the same for a graph
-that comes as a cost graph rather than from TensorFlow.
+that comes as a cost graph rather than from TensorFlow; apply_placement(): apply a saved one.
 
 ``autoplace`` dispatches on what it is given: a ``tf.function`` or ConcreteFunction goes to the
 TF2 door (:mod:`tf_autoplace.tf2`), anything else is a graph and goes to
@@ -13,13 +13,13 @@ from tf_autoplace import engine, tf2
 from tf_autoplace.cost import CostModel
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.grouping import GroupingConfig
-from tf_autoplace.placers import DEFAULT_PLACER, get_placer
+from tf_autoplace.placers import DEFAULT_PLACER, SavedPlacement, get_placer
 
 
 def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
               grouping: GroupingConfig = GroupingConfig(), cost_model: CostModel | None = None,
               unknown_dim: int = 1, budget_s: float | None = None,
-              ray_address: str | None = None):
+              ray_address: str | None = None, policy=None, cache=False, progress=True):
     """Choose a device for every op of ``graph`` and write it into the graph.
 
     Args:
@@ -45,6 +45,16 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
       ray_address: simulate on a Ray cluster (placers that farm simulations out: ``auto``,
         ``placeto``, ``post``, ``hdp``): ``"auto"``, ``"HOST:PORT"``, ``"ray://HOST:PORT"``, or
         ``"local"``; None: this machine's processes. The placement does not depend on it.
+      policy: with a learned placer's name (``placeto``), the directory of a saved policy to
+        start from instead of the shipped one (``report.save_policy(dir)`` writes one).
+      cache: the placement cache (:mod:`tf_autoplace.cache`): False (default) searches every
+        time; True keeps placements in the user's cache directory, a path in that directory,
+        or a ``tf_autoplace.cache.PlacementCache``. With it, the same graph, cluster, placer
+        and seed get the stored placement at once (``report.from_cache``).
+      progress: True (default) shows a search that takes more than 2 s (a bar on a terminal,
+        absl log lines otherwise), False shows nothing, or a
+        ``tf_autoplace.progress.Progress`` (``SearchProgress(logdir=...)`` also writes the
+        search curve as TensorBoard scalars).
 
     Returns:
       A :class:`PlacementReport`; for a function, the placed callable
@@ -52,25 +62,29 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
       ``.report``). Raises an :class:`AutoplaceError` subclass on bad input or when no valid
       placement is found; the graph is then left as it was.
     """
-    placer = _placer(placer, budget_s, ray_address)
+    placer = _placer(placer, budget_s, ray_address, policy)
     if tf2.is_function(graph):
         return tf2.autoplace_function(graph, cluster=cluster, placer=placer, seed=seed,
                                       grouping=grouping, cost_model=cost_model,
-                                      unknown_dim=unknown_dim)[0]
+                                      unknown_dim=unknown_dim, cache=cache,
+                                      progress=progress)[0]
     return engine.place_graph(graph, cluster=cluster, placer=placer, seed=seed,
-                              grouping=grouping, cost_model=cost_model, unknown_dim=unknown_dim)
+                              grouping=grouping, cost_model=cost_model, unknown_dim=unknown_dim,
+                              cache=cache, progress=progress)
 
 
 def place_cost_graph(cost_graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
                      grouping: GroupingConfig = GroupingConfig(), budget_s: float | None = None,
-                     ray_address: str | None = None):
+                     ray_address: str | None = None, policy=None, cache=False,
+                     progress=True):
     """Choose a device for every op of a cost graph: a graph built or profiled anywhere, with
     its op times per device kind (``protos/cost_graph.proto``, :mod:`tf_autoplace.graph.costgraph`).
 
     Args:
       cost_graph: a :class:`tf_autoplace.graph.costgraph.CostGraph`, or the path of one
         (``*.pbtxt``/``*.txt`` text, ``*.json`` JSON, else binary).
-      cluster, placer, seed, grouping, budget_s, ray_address: as for :func:`autoplace`.
+      cluster, placer, seed, grouping, budget_s, ray_address, policy, cache, progress: as for
+        :func:`autoplace`.
 
     Returns:
       A :class:`PlacementReport` with the same figures as for a TF graph (step time, lower
@@ -80,12 +94,38 @@ def place_cost_graph(cost_graph, cluster=None, placer=DEFAULT_PLACER, seed: int 
       bad input or when no valid placement is found.
     """
     return engine.place_cost_graph(cost_graph, cluster=cluster,
-                                   placer=_placer(placer, budget_s, ray_address), seed=seed,
-                                   grouping=grouping)
+                                   placer=_placer(placer, budget_s, ray_address, policy),
+                                   seed=seed, grouping=grouping, cache=cache, progress=progress)
 
 
-def _placer(placer, budget_s, ray_address):
+def apply_placement(graph, placement, cluster=None, *,
+                    grouping: GroupingConfig = GroupingConfig(),
+                    cost_model: CostModel | None = None, unknown_dim: int = 1):
+    """Write a saved placement into ``graph``, checked as any placement is, without searching.
+
+    Args:
+      graph: as for :func:`autoplace` (a ``tf.Graph`` is rewritten in place, atomically).
+      placement: a ``PlacementResult`` (``report.to_proto()``) or its file, binary or text
+        (``--placement_pb``).
+      cluster: the cluster it was made for (as for :func:`autoplace`); every device it names
+        must be there.
+      grouping, cost_model, unknown_dim: as for :func:`autoplace` (they shape the report's
+        figures and the placement of ops the file does not name).
+
+    Ops are matched by position when the graph's fingerprint is the saved one (the same graph
+    built again), else by name; ops the file does not name (the graph changed a little) are
+    placed next to their neighbours, and the report's notes say how many
+    (:class:`tf_autoplace.placers.SavedPlacement`). A placement for another graph is an
+    :class:`InvalidGraphError` saying what does not match; one that breaks colocation, kernels
+    or memory an :class:`InfeasiblePlacementError`. Either way the graph is left as it was.
+    Returns the :class:`PlacementReport` (for a function, the placed callable).
+    """
+    return autoplace(graph, cluster, placer=SavedPlacement(placement), grouping=grouping,
+                     cost_model=cost_model, unknown_dim=unknown_dim, progress=False)
+
+
+def _placer(placer, budget_s, ray_address=None, policy=None):
     if budget_s is not None and (isinstance(budget_s, bool) or not (
             isinstance(budget_s, (int, float)) and budget_s >= 0)):
         raise ConfigError(f"budget_s must be a number >= 0, got {budget_s!r}")
-    return get_placer(placer, budget_s=budget_s, ray_address=ray_address)
+    return get_placer(placer, budget_s=budget_s, ray_address=ray_address, policy=policy)

@@ -7,11 +7,15 @@ devices (a ``tf.Graph`` in place, atomically; otherwise a placed GraphDef copy).
 :func:`place_cost_graph` is the same pass for a cost graph (:mod:`tf_autoplace.graph.costgraph`),
 which has nothing to rewrite: its report's ``assignment`` is the placement.
 
-:func:`place_problem` is the part they share: run the placer outside the user's default graph,
-simulate the single-device baseline, compute the lower bounds
+:func:`place_problem` is the part they share: take the placement from the placement cache
+when it has one for this graph, cluster, placer and seed (checked like any placement;
+:mod:`tf_autoplace.cache`), else run the placer outside the user's default graph, its search
+reporting to the progress reporter (:mod:`tf_autoplace.progress`), and store the result in the
+cache; simulate the single-device baseline, compute the lower bounds
 (:func:`tf_autoplace.sim.lp_lower_bound`, its LP small enough to run on every call and capped by
-HiGHS's time limit) and return the :class:`PlacementReport` with its timeline. It holds no
-algorithm.
+HiGHS's time limit) and return the :class:`PlacementReport` with its timeline, the graph's
+fingerprint (so the placement can be applied again) and a learned placer's fine-tuned policy.
+It holds no algorithm.
 """
 
 from __future__ import annotations
@@ -22,15 +26,18 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from tf_autoplace.cache import PlacementCache, as_cache
 from tf_autoplace.cluster import resolve_cluster
 from tf_autoplace.cost import CostModel
-from tf_autoplace.errors import ConfigError
+from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
 from tf_autoplace.graph import costgraph, ingest
+from tf_autoplace.graph.fingerprint import fingerprint
 from tf_autoplace.grouping import GroupingConfig
 from tf_autoplace.heuristics import SingleDevicePlacer
 from tf_autoplace.placers import DEFAULT_PLACER, get_placer
 from tf_autoplace.prepare import build_problem, cost_graph_problem
-from tf_autoplace.problem import Placer, PlacementProblem
+from tf_autoplace.problem import Placement, Placer, PlacementProblem, validate
+from tf_autoplace.progress import as_progress
 from tf_autoplace.rl.eager import policy_context
 from tf_autoplace.report import PlacementReport, device_loads
 from tf_autoplace.rewrite import apply_to_graph, apply_to_graph_def
@@ -45,9 +52,12 @@ def _is_int(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
-def check_arguments(*, seed, grouping, cost_model=None, unknown_dim=1) -> None:
+def check_arguments(*, seed, grouping, cost_model=None, unknown_dim=1, cache=None,
+                    progress=None) -> None:
     """Raise ConfigError for an option of :func:`tf_autoplace.autoplace` that is out of range or
     of the wrong type, before any work (each door calls it first)."""
+    as_cache(cache)  # each raises ConfigError for a value it does not take; neither touches disk
+    as_progress(progress)
     if not (_is_int(seed) and 0 <= seed <= MAX_SEED):
         raise ConfigError(f"seed must be an int in [0, 2**63 - 1], got {seed!r}")
     if not isinstance(grouping, GroupingConfig):
@@ -61,12 +71,15 @@ def check_arguments(*, seed, grouping, cost_model=None, unknown_dim=1) -> None:
 
 def place_graph(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
                 grouping: GroupingConfig = GroupingConfig(), cost_model: CostModel | None = None,
-                unknown_dim: int = 1) -> PlacementReport:
+                unknown_dim: int = 1, cache=None, progress=None) -> PlacementReport:
     """Place a ``tf.Graph`` (rewritten in place) or a GraphDef, MetaGraphDef, serialized bytes
     or file path (left alone; the placed copy is ``report.graph_def``); the arguments are
-    :func:`tf_autoplace.autoplace`'s, ``placer`` a registered name or a Placer."""
+    :func:`tf_autoplace.autoplace`'s, ``placer`` a registered name or a Placer (``cache`` and
+    ``progress`` None: none)."""
     placer, cluster = _check(placer, cluster, seed=seed, grouping=grouping,
-                             cost_model=cost_model, unknown_dim=unknown_dim)
+                             cost_model=cost_model, unknown_dim=unknown_dim, cache=cache,
+                             progress=progress)
+    cache, progress = as_cache(cache), as_progress(progress)
     timings: dict[str, float] = {}
     meta_graph = ingest.load_meta_graph(graph)
     problem, cost_model = build_problem(meta_graph, cluster, grouping=grouping,
@@ -82,7 +95,8 @@ def place_graph(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
         notes.append(f"{unknown} ops have outputs of unknown size (counted with "
                      f"{unknown_dim} per unknown dimension): give the inputs static shapes "
                      "for better memory and transfer estimates")
-    report = place_problem(problem, placer, seed, timings=timings, notes=notes)
+    report = place_problem(problem, placer, seed, timings=timings, notes=notes, cache=cache,
+                           progress=progress)
 
     t = time.perf_counter()
     placed_graph_def = None
@@ -95,12 +109,15 @@ def place_graph(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
 
 
 def place_cost_graph(cost_graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
-                     grouping: GroupingConfig = GroupingConfig()) -> PlacementReport:
+                     grouping: GroupingConfig = GroupingConfig(), cache=None,
+                     progress=None) -> PlacementReport:
     """Place a cost graph (a :class:`~tf_autoplace.graph.costgraph.CostGraph`, or the path of
     one in any of its forms); the other arguments are :func:`tf_autoplace.autoplace`'s.
     Returns the same report as for a TF graph, its ``assignment`` (op name -> device) the
     placement; ``graph_def`` is None."""
-    placer, cluster = _check(placer, cluster, seed=seed, grouping=grouping)
+    placer, cluster = _check(placer, cluster, seed=seed, grouping=grouping, cache=cache,
+                             progress=progress)
+    cache, progress = as_cache(cache), as_progress(progress)
     timings: dict[str, float] = {}
     if not isinstance(cost_graph, costgraph.CostGraph):
         t = time.perf_counter()
@@ -112,20 +129,28 @@ def place_cost_graph(cost_graph, cluster=None, placer=DEFAULT_PLACER, seed: int 
     if unknown:
         notes.append(f"{unknown} ops have output sizes the cost graph marks as estimates "
                      "(shape_unknown)")
-    return place_problem(problem, placer, seed, timings=timings, notes=notes)
+    return place_problem(problem, placer, seed, timings=timings, notes=notes, cache=cache,
+                         progress=progress)
 
 
 def place_problem(problem: PlacementProblem, placer: Placer, seed: int, *,
-                  timings: dict | None = None, notes=()) -> PlacementReport:
-    """Place a built problem and report on it: the placement (found outside the user's default
-    graph), its simulated step and memory, the lower bounds, the single-device baseline and the
-    timeline. ``timings`` (seconds per stage so far) gains ``place`` and ``bound``; ``notes``
-    follow the placer's own and the bound's."""
+                  timings: dict | None = None, notes=(), cache: PlacementCache | None = None,
+                  progress=None) -> PlacementReport:
+    """Place a built problem and report on it: the placement (from ``cache`` when it holds a
+    valid one, else found outside the user's default graph, reporting to ``progress``, and
+    stored in ``cache``), its simulated step and memory, the lower bounds, the single-device
+    baseline and the timeline. ``timings`` (seconds per stage so far) gains ``place`` and
+    ``bound``; ``notes`` follow the placer's own and the bound's."""
     timings = {} if timings is None else timings
     cluster = problem.cluster
+    graph_fingerprint = fingerprint(problem.graph)
+    key = cache.key(problem, placer, int(seed), graph_fingerprint) if cache else None
     t = time.perf_counter()
-    with policy_context():  # nothing the placer runs lands in the user's graph
-        placement = placer.place(problem, seed=int(seed))
+    placement = _from_cache(cache, key, problem, placer, graph_fingerprint) if key else None
+    from_cache = placement is not None
+    if not from_cache:
+        with policy_context():  # nothing the placer runs lands in the user's graph
+            placement = placer.place(problem, seed=int(seed), progress=as_progress(progress))
     timings["place"] = time.perf_counter() - t
 
     baseline = SingleDevicePlacer().propose(problem)
@@ -138,7 +163,7 @@ def place_problem(problem: PlacementProblem, placer: Placer, seed: int, *,
     if bound.status != "optimal":
         bound_notes.append(f"the LP lower bound's solve ended with '{bound.status}'; the bound "
                            "reported is the best of the proven ones it has")
-    return PlacementReport(
+    report = PlacementReport(
         placer=placer.name, step_time_s=float(placement.sim.makespan),
         lower_bound_s=bound.simple_s, lp_lower_bound_s=bound.value_s,
         devices=device_loads(cluster, placement.devices, placement.sim),
@@ -148,8 +173,16 @@ def place_problem(problem: PlacementProblem, placer: Placer, seed: int, *,
         num_colocation_groups=int(problem.graph.colocation.max()) + 1,
         ops_with_unknown_shapes=int((~problem.graph.shape_known).sum()), timings_s=timings,
         notes=tuple(placement.notes) + tuple(bound_notes) + tuple(notes), seed=int(seed),
+        graph_fingerprint=graph_fingerprint, from_cache=from_cache,
         assignment=dict(zip(problem.graph.names, placement.device_names(cluster))),
-        timeline=TimelineData(problem.graph, cluster, placement.devices, placement.sim))
+        timeline=TimelineData(problem.graph, cluster, placement.devices, placement.sim),
+        policy=None if from_cache else placer.trained_policy)
+    if key and not from_cache:
+        entry = report.to_proto()
+        del entry.note[:]
+        entry.note.extend(placement.notes)  # the search's own; the rest is said again
+        cache.store(key, entry)
+    return report
 
 
 def _check(placer, cluster, **options):
@@ -157,3 +190,20 @@ def _check(placer, cluster, **options):
     checked with the other ``options`` (:func:`check_arguments`) before any work."""
     check_arguments(**options)
     return get_placer(placer), resolve_cluster(cluster)
+
+
+def _from_cache(cache: PlacementCache, key: str, problem: PlacementProblem, placer: Placer,
+                graph_fingerprint: str) -> Placement | None:
+    """The cached placement under ``key``, checked like any placement (colocation, kernels,
+    memory), or None: no entry, or one that is not trusted (a warning says why)."""
+    hit = cache.load(key, problem, graph_fingerprint)
+    if hit is None:
+        return None
+    note = (f"read from the placement cache ({hit.path}), where {hit.placer} with seed "
+            f"{hit.seed} stored it: nothing was searched")
+    try:
+        return validate(problem, hit.devices, placer_name=f"the cached {placer.name} placement",
+                        notes=hit.notes + (note,))
+    except InfeasiblePlacementError as e:
+        cache.reject(hit, str(e))
+        return None

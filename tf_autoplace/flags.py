@@ -21,6 +21,20 @@ Flags:
                         ``ray start --head`` made on this machine), HOST:PORT, or "local";
                         for placers that take it (``auto``, ``placeto``, ``post``, ``hdp``).
                         Default: local.
+  --autoplace_placement apply this saved placement (a PlacementResult file, from
+                        ``--placement_pb`` or ``report.to_proto()``) instead of searching; it
+                        turns the hook on by itself, and ``--autoplace``'s placer is not run.
+  --autoplace_cache     keep placements in the placement cache (default true), so a restarted
+                        binary gets its placement at once (``tf_autoplace.cache``).
+  --autoplace_cache_dir the cache's directory (default: the user's cache directory,
+                        ``$XDG_CACHE_HOME/tf_autoplace/placements`` or ``~/.cache/...``).
+  --autoplace_policy    a saved policy's directory for a learned placer to start from
+                        (``placeto``), e.g. one ``--autoplace_save_policy`` wrote.
+  --autoplace_save_policy  write the policy the learned placer fine-tuned here.
+  --autoplace_progress  log the search's progress (absl INFO lines every 10 s for a search
+                        longer than 2 s: placements done of the budget, best step time so far,
+                        time left; default true).
+  --autoplace_progress_logdir  also write the search curve as TensorBoard scalars here.
 
 How it works (checked on TF 2.21). A v1 ``Session`` hands its graph to the runtime in
 ``BaseSession._extend_graph``, which every ``run``, ``partial_run_setup``, ``make_callable`` and
@@ -78,6 +92,20 @@ flags.DEFINE_string("autoplace_report", None,
 flags.DEFINE_string("autoplace_ray_address", None,
                     "Simulate on this Ray cluster ('auto', HOST:PORT or 'local'; placers auto, "
                     "placeto, post and hdp); default: this machine's processes.")
+flags.DEFINE_string("autoplace_placement", None,
+                    "Apply this saved placement (PlacementResult file) instead of searching.")
+flags.DEFINE_bool("autoplace_cache", True,
+                  "Keep placements in the placement cache; a restart gets them at once.")
+flags.DEFINE_string("autoplace_cache_dir", None,
+                    "Placement cache directory (default: the user's cache directory).")
+flags.DEFINE_string("autoplace_policy", None,
+                    "Saved policy directory a learned placer (placeto) starts from.")
+flags.DEFINE_string("autoplace_save_policy", None,
+                    "Write the policy the learned placer fine-tuned to this directory.")
+flags.DEFINE_bool("autoplace_progress", True,
+                  "Log the placement search's progress (absl INFO lines).")
+flags.DEFINE_string("autoplace_progress_logdir", None,
+                    "Also write the search curve as TensorBoard scalars here.")
 
 
 def _enabled(name) -> bool:
@@ -89,22 +117,24 @@ def _check_budget(value) -> bool:
     return value is not None and value >= 0
 
 
-@flags.multi_flags_validator(["autoplace", "autoplace_cluster", "autoplace_ray_address"])
+@flags.multi_flags_validator(["autoplace", "autoplace_cluster", "autoplace_ray_address",
+                              "autoplace_placement"])
 def _check_placer_and_cluster(values) -> bool:
-    """Only when enabled: the placer is registered, the cluster spec reads, and a Ray address
-    goes to a placer that takes one."""
-    if not _enabled(values["autoplace"]):
+    """Only when enabled: the placer is registered (unless a saved placement replaces it), the
+    cluster spec reads, and a Ray address goes to a placer that takes one."""
+    if not (_enabled(values["autoplace"]) or values["autoplace_placement"]):
         return True
     from tf_autoplace.cluster import resolve_cluster
     from tf_autoplace.errors import AutoplaceError
     from tf_autoplace.placers import PLACERS, takes_ray_address
 
     name = values["autoplace"].strip()
-    if name not in PLACERS:
+    if not values["autoplace_placement"] and name not in PLACERS:
         raise flags.ValidationError(
             f"--autoplace={name!r} is not a placer; choose one of {sorted(PLACERS)} "
             "(or 'off')")
-    if values["autoplace_ray_address"] and not takes_ray_address(PLACERS[name]):
+    if (values["autoplace_ray_address"] and name in PLACERS
+            and not takes_ray_address(PLACERS[name])):
         raise flags.ValidationError(
             f"--autoplace_ray_address={values['autoplace_ray_address']!r}: placer {name!r} "
             "runs no simulations on workers")
@@ -124,18 +154,60 @@ def _check_report_path(value) -> bool:
                              and os.path.isdir(os.path.dirname(os.path.abspath(value))))
 
 
+@flags.validator("autoplace_placement",
+                 message="--autoplace_placement must be a readable PlacementResult file")
+def _check_placement_file(value) -> bool:
+    if value is None:
+        return True
+    from tf_autoplace.errors import AutoplaceError
+    from tf_autoplace.saved_placement import read_placement
+
+    try:
+        read_placement(value)
+    except AutoplaceError as e:
+        raise flags.ValidationError(f"--autoplace_placement={value!r}: {e}") from e
+    return True
+
+
+@flags.multi_flags_validator(["autoplace", "autoplace_policy", "autoplace_save_policy"])
+def _check_policy_flags(values) -> bool:
+    """A policy to start from exists; both policy flags go with a learned placer."""
+    start, save = values["autoplace_policy"], values["autoplace_save_policy"]
+    if start is None and save is None:
+        return True
+    from tf_autoplace.placers import PLACERS, takes_policy
+
+    name = (values["autoplace"] or "").strip()
+    if name not in PLACERS or not takes_policy(PLACERS[name]):
+        learned = sorted(n for n, c in PLACERS.items() if takes_policy(c))
+        raise flags.ValidationError(f"--autoplace_policy and --autoplace_save_policy go with "
+                                    f"a learned placer ({learned}), not --autoplace={name!r}")
+    if start is not None and not os.path.isfile(os.path.join(start, "policy.json")):
+        raise flags.ValidationError(f"--autoplace_policy={start!r} holds no saved policy "
+                                    "(no policy.json)")
+    if save is not None and not os.path.isdir(os.path.dirname(os.path.abspath(save))):
+        raise flags.ValidationError(f"--autoplace_save_policy={save!r}: its parent directory "
+                                    "does not exist")
+    return True
+
+
 # ------------------------------------------------------------------------------ the hook
 @dataclasses.dataclass(frozen=True)
 class AutoplaceSettings:
     """What the session hook does; built from the flags by :func:`settings_from_flags`.
 
     Attributes:
-      placer: a registered placer name.
+      placer: a registered placer name ("off" when ``placement`` is given).
       cluster: a shipped cluster name, a cluster spec file path or "local".
       budget_s: time budget (>= 0) for placers whose constructor takes ``budget_s``.
       report_path: where to write the JSON report, or None.
       seed: the placement seed.
       ray_address: the Ray cluster the placer simulates on, or None (this machine).
+      placement: a saved placement file to apply instead of running ``placer``, or None.
+      cache: keep placements in the placement cache (in ``cache_dir``; None: the user's).
+      policy: a saved policy's directory for a learned placer to start from, or None.
+      save_policy: where to write the policy a learned placer fine-tuned, or None.
+      progress: log the search's progress; ``progress_logdir``: TensorBoard scalars too.
     """
 
     placer: str
@@ -144,12 +216,19 @@ class AutoplaceSettings:
     report_path: str | None = None
     seed: int = 0
     ray_address: str | None = None
+    placement: str | None = None
+    cache: bool = True
+    cache_dir: str | None = None
+    policy: str | None = None
+    save_policy: str | None = None
+    progress: bool = True
+    progress_logdir: str | None = None
 
     def __post_init__(self):
         from tf_autoplace.errors import ConfigError
         from tf_autoplace.rl.workers import check_ray_address
 
-        if not _enabled(self.placer):
+        if not _enabled(self.placer) and not self.placement:
             raise ConfigError(f"placer {self.placer!r} means autoplacement is off")
         if not (isinstance(self.budget_s, (int, float)) and self.budget_s >= 0):
             raise ConfigError(f"budget_s must be >= 0 seconds, got {self.budget_s!r}")
@@ -157,13 +236,19 @@ class AutoplaceSettings:
 
 
 def settings_from_flags() -> AutoplaceSettings | None:
-    """The settings the parsed flags ask for, or None when ``--autoplace`` is off."""
-    if not _enabled(FLAGS.autoplace):
+    """The settings the parsed flags ask for, or None when ``--autoplace`` is off and no
+    ``--autoplace_placement`` is given."""
+    if not (_enabled(FLAGS.autoplace) or FLAGS.autoplace_placement):
         return None
     return AutoplaceSettings(placer=FLAGS.autoplace.strip(), cluster=FLAGS.autoplace_cluster,
                              budget_s=FLAGS.autoplace_budget_s,
                              report_path=FLAGS.autoplace_report or None,
-                             ray_address=FLAGS.autoplace_ray_address or None)
+                             ray_address=FLAGS.autoplace_ray_address or None,
+                             placement=FLAGS.autoplace_placement, cache=FLAGS.autoplace_cache,
+                             cache_dir=FLAGS.autoplace_cache_dir, policy=FLAGS.autoplace_policy,
+                             save_policy=FLAGS.autoplace_save_policy,
+                             progress=FLAGS.autoplace_progress,
+                             progress_logdir=FLAGS.autoplace_progress_logdir)
 
 
 _lock = threading.RLock()
@@ -173,12 +258,26 @@ _settings: AutoplaceSettings | None = None  # set while installed
 _original_extend = None
 
 
-def make_placer(name: str, budget_s: float, ray_address: str | None = None):
+def make_placer(name: str, budget_s: float, ray_address: str | None = None,
+                policy: str | None = None):
     """The registered placer ``name``, given ``budget_s`` if its constructor takes one (and
-    ``ray_address``, which only placers that take it accept)."""
+    ``ray_address``, which only placers that take it accept), and the saved ``policy`` to start
+    from (learned placers only)."""
     from tf_autoplace.placers import get_placer
 
-    return get_placer(name, budget_s=budget_s, ray_address=ray_address)
+    return get_placer(name, budget_s=budget_s, ray_address=ray_address, policy=policy)
+
+
+def _placer(settings: AutoplaceSettings):
+    from tf_autoplace.placers import SavedPlacement
+
+    if settings.placement:
+        if _enabled(settings.placer):
+            logging.info("autoplace: applying the saved placement %s; the %s placer is not "
+                         "run", settings.placement, settings.placer)
+        return SavedPlacement(settings.placement)
+    return make_placer(settings.placer, settings.budget_s, settings.ray_address,
+                       settings.policy)
 
 
 def report_for(graph):
@@ -212,6 +311,7 @@ def _check_session_devices(session, cluster, spec: str) -> None:
 def _place_graph(session, settings: AutoplaceSettings) -> None:
     import tf_autoplace
     from tf_autoplace.cluster import resolve_cluster
+    from tf_autoplace.progress import SearchProgress
 
     graph = session.graph
     with _lock:
@@ -221,11 +321,22 @@ def _place_graph(session, settings: AutoplaceSettings) -> None:
             return  # nothing to place yet; try again when the session sees ops
         cluster = resolve_cluster(settings.cluster)
         _check_session_devices(session, cluster, settings.cluster)
-        placer = make_placer(settings.placer, settings.budget_s, settings.ray_address)
-        report = tf_autoplace.autoplace(graph, cluster=cluster, placer=placer,
-                                        seed=settings.seed)
+        placer = _placer(settings)
+        progress = (SearchProgress("log", logdir=settings.progress_logdir)
+                    if settings.progress else False)
+        report = tf_autoplace.autoplace(
+            graph, cluster=cluster, placer=placer, seed=settings.seed, progress=progress,
+            cache=(settings.cache_dir or True) if settings.cache else False)
         _placed[graph] = report
     logging.info("autoplace: placed %d ops with %s\n%s", report.num_ops, report.placer, report)
+    if settings.save_policy:
+        if report.policy is None:
+            logging.warning("autoplace: no fine-tuned policy to write to %s (%s)",
+                            settings.save_policy, "the placement came from the placement cache"
+                            if report.from_cache else "the placer kept none")
+        else:
+            report.save_policy(settings.save_policy)
+            logging.info("autoplace: wrote the fine-tuned policy to %s", settings.save_policy)
     if settings.report_path:
         _write_report(settings, report, placer)
 
@@ -239,7 +350,9 @@ def _write_report(settings: AutoplaceSettings, report, placer) -> None:
     out = report.to_dict()
     out["flags"] = {"autoplace": settings.placer, "autoplace_cluster": settings.cluster,
                     "autoplace_budget_s": settings.budget_s,
-                    "budget_passed_to_placer": takes_budget(placer)}
+                    "budget_passed_to_placer": takes_budget(placer),
+                    "autoplace_placement": settings.placement,
+                    "autoplace_cache": settings.cache, "autoplace_policy": settings.policy}
     path = settings.report_path
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
                                prefix=".tmp_autoplace_")
@@ -297,7 +410,8 @@ def install(settings: AutoplaceSettings | None = None) -> bool:
             tf_session.BaseSession._extend_graph = _extend_graph
         _settings = settings
     logging.info("autoplace: sessions will place their graph with %s on %s before the first "
-                 "run", settings.placer, settings.cluster)
+                 "run", f"the saved placement {settings.placement}" if settings.placement
+                 else settings.placer, settings.cluster)
     return True
 
 

@@ -8,6 +8,12 @@ colocation group and never mix incompatible kernels) and a simulator.
 ``_place()``, and validates the answer (shape, colocation, kernels, and memory through one
 simulation) before returning it. During a search an infeasible placement is data (a penalised
 reward); here it is an :class:`InfeasiblePlacementError` that says what broke.
+
+Besides the placement, a placer offers what lets a result last and a search be watched:
+``settings()`` (what its result depends on, which the placement cache keys on), ``progress``
+(where a search reports, :mod:`tf_autoplace.progress`) and, for learned placers,
+``trained_policy`` / ``save_policy()`` (the policy fine-tuned in the last placement, which a
+later placer can start from).
 """
 
 from __future__ import annotations
@@ -19,10 +25,14 @@ import functools
 import numpy as np
 
 from tf_autoplace.cluster import Cluster
-from tf_autoplace.errors import InfeasiblePlacementError
+from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
 from tf_autoplace.graph.opgraph import OpGraph
 from tf_autoplace.grouping import Grouping
+from tf_autoplace.progress import QUIET, Progress
 from tf_autoplace.sim import SimResult, Simulator
+
+# Attributes a placer sets while placing, which its result does not depend on.
+_RUN_STATE = frozenset({"notes", "stats", "progress", "trained_policy"})
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -155,28 +165,64 @@ def rank_placements(problem: PlacementProblem, contenders) -> list[tuple]:
 
 class Placer(abc.ABC):
     """Chooses a device per op. Subclasses implement ``_place`` and may append to ``self.notes``
-    (reset for every placement) what the report should tell the user."""
+    (reset for every placement) what the report should tell the user.
+
+    Attributes:
+      progress: where a search reports while placing (:class:`~tf_autoplace.progress.Progress`;
+        the quiet one unless ``place`` was given another).
+      trained_policy: learned placers set it to the policy they fine-tuned in their last
+        placement (an object with ``save(directory)``); None for every other placer.
+    """
 
     name: str = "placer"
     notes: tuple | list = ()  # replaced by a fresh list in every propose()
+    progress: Progress = QUIET
+    trained_policy = None
 
-    def place(self, problem: PlacementProblem, *, seed: int = 0) -> Placement:
-        """Return a validated placement; the same seed gives the same placement."""
-        devices = self.propose(problem, seed=seed)
+    def place(self, problem: PlacementProblem, *, seed: int = 0,
+              progress: Progress | None = None) -> Placement:
+        """Return a validated placement; the same seed gives the same placement. A search
+        reports to ``progress`` (None: nowhere)."""
+        devices = self.propose(problem, seed=seed, progress=progress)
         return validate(problem, devices, placer_name=f"the {self.name} placement",
                         notes=tuple(self.notes))
 
-    def propose(self, problem: PlacementProblem, *, seed: int = 0) -> np.ndarray:
+    def propose(self, problem: PlacementProblem, *, seed: int = 0,
+                progress: Progress | None = None) -> np.ndarray:
         """The placer's raw answer, [n] int32, not yet checked against memory (baselines that
         may not fit, like a single GPU, are reported with their peak memory rather than
         rejected)."""
         self.notes = []
-        devices = np.asarray(self._place(problem, np.random.default_rng(seed)))
+        self.trained_policy = None
+        self.progress = QUIET if progress is None else progress
+        try:
+            devices = np.asarray(self._place(problem, np.random.default_rng(seed)))
+        finally:
+            self.progress = QUIET
         problems = check_placement(problem, devices)
         if problems:
             raise InfeasiblePlacementError(f"the {self.name} placement is invalid: "
                                            + "; ".join(problems))
         return devices.astype(np.int32)
+
+    def settings(self) -> str | None:
+        """What this placer's placement depends on besides the problem and the seed, as text:
+        the placement cache (:mod:`tf_autoplace.cache`) keys on it. The default is the class
+        and the instance's attributes but the run state (notes, stats, progress, trained
+        policy), e.g. a config dataclass's repr. A placer whose result depends on the contents
+        of files (a policy directory) adds them; None means never cache (nothing is
+        searched)."""
+        state = {k: v for k, v in sorted(vars(self).items()) if k not in _RUN_STATE}
+        return f"{type(self).__module__}.{type(self).__qualname__}{state!r}"
+
+    def save_policy(self, directory) -> None:
+        """Write the policy fine-tuned in the last placement (weights, architecture and a
+        manifest of how it was made) into ``directory``, which a learned placer's
+        ``policy=directory`` starts from. ConfigError if there is none."""
+        if self.trained_policy is None:
+            raise ConfigError(f"the {self.name} placer has no fine-tuned policy to save: only "
+                              "a learned placer has one, after it placed a graph")
+        self.trained_policy.save(directory)
 
     @abc.abstractmethod
     def _place(self, problem: PlacementProblem, rng: np.random.Generator) -> np.ndarray:

@@ -63,12 +63,18 @@ class PlacementReport:
       timings_s: seconds spent in each stage (ingest, cost, group, place, rewrite).
       notes: anything the user should know (fallbacks taken, ...).
       seed: the seed the placer was given (None if unknown).
+      graph_fingerprint: the placed graph's fingerprint (:mod:`tf_autoplace.graph.
+        fingerprint`), which ``to_proto`` records so the placement can be applied again.
+      from_cache: the placement was read from the placement cache, not searched for.
       assignment: op name -> device string (not included in ``to_dict``).
       graph_def: the placed GraphDef copy when the input was not a tf.Graph (else None; not
         included in ``to_dict``).
       timeline: the simulated step of the placement (a ``tf_autoplace.timeline.TimelineData``:
         graph, cluster, placement, simulation) for ``write_chrome_trace`` / ``write_plot``
         (None when not kept; not included in ``to_dict``).
+      policy: the policy a learned placer fine-tuned on this graph, which :meth:`save_policy`
+        writes (None for other placers and for a placement from the cache; not included in
+        ``to_dict``).
     """
 
     placer: str
@@ -85,9 +91,12 @@ class PlacementReport:
     notes: tuple[str, ...] = ()
     seed: int | None = None
     lp_lower_bound_s: float = math.nan
+    graph_fingerprint: str = ""
+    from_cache: bool = False
     assignment: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
     graph_def: object = dataclasses.field(default=None, repr=False, compare=False)
     timeline: object = dataclasses.field(default=None, repr=False, compare=False)
+    policy: object = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def speedup(self) -> float:
@@ -108,7 +117,7 @@ class PlacementReport:
 
     def to_dict(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-               if f.name not in ("assignment", "graph_def", "timeline")}
+               if f.name not in ("assignment", "graph_def", "timeline", "policy")}
         out["devices"] = [dataclasses.asdict(d) for d in self.devices]
         out["baseline_devices"] = [dataclasses.asdict(d) for d in self.baseline_devices]
         out["notes"] = list(self.notes)
@@ -126,7 +135,7 @@ class PlacementReport:
             placer=self.placer, step_time_s=self.step_time_s, lower_bound_s=self.lower_bound_s,
             lp_lower_bound_s=self.lp_lower_bound_s,
             baseline_step_time_s=self.baseline_step_time_s, num_groups=self.num_groups,
-            note=list(self.notes))
+            note=list(self.notes), graph_fingerprint=self.graph_fingerprint)
         if self.seed is not None:
             out.seed = int(self.seed)
         for loads, field in ((self.devices, out.device),
@@ -137,6 +146,26 @@ class PlacementReport:
         for name, device in self.assignment.items():
             out.op.add(name=name, device=device)
         return out
+
+    def save_policy(self, directory) -> None:
+        """Write the policy the learned placer fine-tuned on this graph into ``directory``
+        (weights, architecture and ``manifest.json``, as the shipped policies are), for a later
+        placer to start from (``PlacetoPlacer(policy=directory)``, ``--autoplace_policy``)."""
+        self.kept_policy().save(directory)
+
+    def kept_policy(self):
+        """The fine-tuned policy (a :class:`~tf_autoplace.rl.trained_policy.TrainedPolicy`);
+        ConfigError saying why when there is none."""
+        if self.policy is None and self.from_cache:
+            raise ConfigError("this placement was read from the placement cache, which keeps "
+                              "placements, not policies: place with cache=False to fine-tune "
+                              "a policy and keep it")
+        if self.policy is None:
+            raise ConfigError(f"the {self.placer} placer kept no fine-tuned policy: only a "
+                              "learned placer that fine-tuned on the graph (placeto) has one, "
+                              "and placeto places without a search (so fine-tunes nothing) "
+                              "on one device or a graph with few placements in all")
+        return self.policy
 
     def _timeline(self):
         if self.timeline is None:

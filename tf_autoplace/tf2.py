@@ -324,24 +324,25 @@ def _rebuild(cf, placed: graph_pb2.GraphDef):
 # ---------------------------------------------------------------------------- public doors
 def autoplace_function(fn, *args, cluster=None, placer=DEFAULT_PLACER, seed: int = 0,
                        grouping: GroupingConfig = GroupingConfig(),
-                       cost_model: CostModel | None = None, unknown_dim: int = 1, **kwargs):
+                       cost_model: CostModel | None = None, unknown_dim: int = 1, cache=None,
+                       progress=None, **kwargs):
     """Place a ``tf.function`` (traced with ``*args, **kwargs``) or a ConcreteFunction.
 
     Args:
       fn: a ``tf.function`` or ConcreteFunction. Not modified.
       *args, **kwargs: example arguments or ``tf.TensorSpec``s to trace ``fn`` with (none for a
         ConcreteFunction or a tf.function with an ``input_signature``). The names ``cluster``,
-        ``placer``, ``seed``, ``grouping``, ``cost_model`` and ``unknown_dim`` are taken by this
-        function.
-      cluster, placer, seed, grouping, cost_model, unknown_dim: as for
-        :func:`tf_autoplace.autoplace`.
+        ``placer``, ``seed``, ``grouping``, ``cost_model``, ``unknown_dim``, ``cache`` and
+        ``progress`` are taken by this function.
+      cluster, placer, seed, grouping, cost_model, unknown_dim, cache, progress: as for
+        :func:`tf_autoplace.autoplace` (None: no cache, no progress).
 
     Returns:
       ``(placed, report)``: a :class:`PlacedFunction` (called like ``fn``, running the same
       variables) and its PlacementReport (also ``placed.report``).
     """
     check_arguments(seed=seed, grouping=grouping, cost_model=cost_model,
-                    unknown_dim=unknown_dim)
+                    unknown_dim=unknown_dim, cache=cache, progress=progress)
     cf = _concrete_function(fn, args, kwargs)
     cluster = resolve_cluster(cluster)
     graph_def = cf.graph.as_graph_def()
@@ -366,7 +367,8 @@ def autoplace_function(fn, *args, cluster=None, placer=DEFAULT_PLACER, seed: int
     meta_graph = ingest.load_meta_graph(to_place)
     pinned = PinnedCostModel(cost_model or AnalyticalCostModel(meta_graph), pins)
     report = place_graph(to_place, cluster=cluster, placer=placer, seed=seed, grouping=grouping,
-                         cost_model=pinned, unknown_dim=unknown_dim)
+                         cost_model=pinned, unknown_dim=unknown_dim, cache=cache,
+                         progress=progress)
     placed_def = apply_to_graph_def(graph_def, report.assignment)
 
     notes = list(report.notes)
@@ -427,9 +429,11 @@ class PlacedSavedModel:
 def place_saved_model(input_dir, output_dir, *, cluster=None, placer=DEFAULT_PLACER, seed: int = 0,
                       signature: str = "serving_default", tags=("serve",),
                       grouping: GroupingConfig = GroupingConfig(),
-                      cost_model: CostModel | None = None, unknown_dim: int = 1):
+                      cost_model: CostModel | None = None, unknown_dim: int = 1, cache=None,
+                      progress=None):
     """Place a SavedModel and write the placed SavedModel to ``output_dir`` (see the module
-    docstring for TF2 vs TF1 SavedModels). Returns the PlacementReport.
+    docstring for TF2 vs TF1 SavedModels; ``cache`` and ``progress`` as for
+    :func:`tf_autoplace.autoplace`, None: none). Returns the PlacementReport.
 
     ``output_dir`` must not exist (or be an empty directory) and its parent must exist; both
     are checked before any work. Nothing is written until the placement is done, and the
@@ -437,11 +441,12 @@ def place_saved_model(input_dir, output_dir, *, cluster=None, placer=DEFAULT_PLA
     on bad input, leaving nothing behind.
     """
     check_arguments(seed=seed, grouping=grouping, cost_model=cost_model,
-                    unknown_dim=unknown_dim)
+                    unknown_dim=unknown_dim, cache=cache, progress=progress)
     output_dir = files.check_output_path(output_dir, "output", directory=True)
     placed = load_and_place_saved_model(
         input_dir, cluster=cluster, placer=placer, seed=seed, signature=signature, tags=tags,
-        grouping=grouping, cost_model=cost_model, unknown_dim=unknown_dim)
+        grouping=grouping, cost_model=cost_model, unknown_dim=unknown_dim, cache=cache,
+        progress=progress)
     outputs = files.Outputs()
     outputs.add_directory(output_dir, placed.write)
     outputs.commit()
@@ -452,19 +457,21 @@ def load_and_place_saved_model(input_dir, *, cluster=None, placer=DEFAULT_PLACER
                                signature: str = "serving_default", tags=("serve",),
                                grouping: GroupingConfig = GroupingConfig(),
                                cost_model: CostModel | None = None,
-                               unknown_dim: int = 1) -> PlacedSavedModel:
+                               unknown_dim: int = 1, cache=None,
+                               progress=None) -> PlacedSavedModel:
     """Place the SavedModel in ``input_dir`` without writing anything (the arguments are
     :func:`place_saved_model`'s): a :class:`PlacedSavedModel` to write where the caller
     chooses, e.g. together with other outputs."""
     check_arguments(seed=seed, grouping=grouping, cost_model=cost_model,
-                    unknown_dim=unknown_dim)
+                    unknown_dim=unknown_dim, cache=cache, progress=progress)
     input_dir = os.fspath(input_dir)
     if not is_saved_model(input_dir):
         raise InvalidGraphError(f"{input_dir!r} is not a SavedModel directory (no "
                                 "saved_model.pb)")
     proto = _read_saved_model(input_dir)
     place_kwargs = dict(cluster=cluster, placer=placer, seed=seed, grouping=grouping,
-                        cost_model=cost_model, unknown_dim=unknown_dim)
+                        cost_model=cost_model, unknown_dim=unknown_dim, cache=cache,
+                        progress=progress)
     if any(len(mg.object_graph_def.nodes) for mg in proto.meta_graphs):  # TF2
         return _place_tf2_saved_model(input_dir, signature=signature, tags=tags,
                                       **place_kwargs)

@@ -21,7 +21,6 @@ the expert's step time (if it did) and to come within ``--converged`` of its fin
 from __future__ import annotations
 
 import dataclasses
-import time
 
 from absl import app, flags
 

@@ -16,6 +16,7 @@ from google.protobuf import json_format, text_format
 from tensorflow.core.framework import graph_pb2
 from tensorflow.core.protobuf import meta_graph_pb2
 
+import tf_autoplace
 from tf_autoplace.cli import place
 from tf_autoplace.cluster import resolve_cluster
 from tf_autoplace.graph import costgraph, ingest
@@ -42,6 +43,11 @@ RUNS = {
     # The same input and seed, twice: the same bytes.
     "repeat_1": ("cnn.pb", "repeat_1.pb", ["--placer=m_etf", "--seed=3"]),
     "repeat_2": ("cnn.pb", "repeat_2.pb", ["--placer=m_etf", "--seed=3"]),
+    # A placement saved by an earlier run, applied without searching.
+    "saved_placement": ("cnn.pb", "placed_saved.pb", ["--placement={dir}/saved.pbtxt",
+                                                      "--report_json={dir}/r_saved.json"]),
+    "foreign_placement": ("tiny.pb", "out_foreign.pb", ["--placement={dir}/saved.pbtxt",
+                                                        "--report_json={dir}/r_foreign.json"]),
 }
 
 
@@ -59,13 +65,20 @@ def runs(tmp_path_factory, run_scripts, write_proto):
     costgraph.write(workdir / "cnn.costgraph.pbtxt", export_cost_graph(problem))
     (workdir / "corrupt.pb").write_bytes(b"\x0a\x05\x0a\x03abc\xff\xff truncated")
     (workdir / "bad_cluster.pbtxt").write_text('device { name: "/device:CPU:0" kind: ')
+    saved = tf_autoplace.autoplace(graph_def, cluster="cpu2", placer="m_etf",
+                                   seed=4, progress=False)
+    write_proto(workdir / "saved.pbtxt", saved.to_proto(), text=True)
+    tiny = tf.Graph()
+    with tiny.as_default():
+        tf.identity(tf.constant(1.0, name="one"), name="out")
+    write_proto(workdir / "tiny.pb", tiny.as_graph_def())
 
     results = run_scripts({
         name: ["-m", "tf_autoplace.cli", "place", f"--input={workdir / inp}",
                f"--output={workdir / out}", "--cluster=cpu2",
                *(flag.format(dir=workdir) for flag in extra)]
         for name, (inp, out, extra) in RUNS.items()})
-    return workdir, results, {"graph_def": graph_def, "meta_graph": meta_graph}
+    return workdir, results, {"graph_def": graph_def, "meta_graph": meta_graph, "saved": saved}
 
 
 def _assert_placed(graph_def, reference):
@@ -189,3 +202,57 @@ def test_outputs_get_the_users_umask(runs):
     os.umask(mask)
     for name in ("placed.pb", "report.json"):
         assert stat.S_IMODE(os.stat(workdir / name).st_mode) == 0o666 & ~mask, name
+
+
+def test_a_saved_placement_is_applied_without_searching(runs):
+    workdir, results, inputs = runs
+    rc, out, err = results["saved_placement"]
+    assert rc == 0, err
+    placed = graph_pb2.GraphDef()
+    placed.ParseFromString((workdir / "placed_saved.pb").read_bytes())
+    assert {n.name: n.device for n in placed.node} == inputs["saved"].assignment
+    report = json.loads((workdir / "r_saved.json").read_text())
+    assert report["placer"] == "saved" and "made by m_etf (seed 4)" in report["notes"][0]
+    assert report["step_time_s"] == pytest.approx(inputs["saved"].step_time_s)
+
+
+def test_a_placement_for_another_graph_fails_and_writes_nothing(runs):
+    workdir, results, _ = runs
+    rc, _, err = results["foreign_placement"]
+    assert rc == 1 and "was made for another graph" in err
+    assert not (workdir / "out_foreign.pb").exists() and not (workdir / "r_foreign.json").exists()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (dict(save_policy="nodir/policy"),
+     "--save_policy 'nodir/policy': the directory '.*nodir' does not exist"),
+    (dict(save_policy="full_dir"), "--save_policy 'full_dir' exists; refusing to overwrite"),
+    (dict(save_policy="out.pb"), "--save_policy and --output are the same file 'out.pb'"),
+])
+def test_a_save_policy_that_cannot_be_written_fails_before_the_work(
+        tmp_path, monkeypatch, capsys, flags, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "full_dir").mkdir()
+    (tmp_path / "full_dir" / "keep.txt").write_text("mine")
+    (tmp_path / "in.pb").write_bytes(small_cnn().graph.as_graph_def().SerializeToString())
+    before = sorted(os.listdir(tmp_path))
+    status = place.run("in.pb", "out.pb", cluster="cpu2", placer="m_etf", seed=0,
+                       max_groups=2000, report_json=None, progress=False, **flags)
+    assert status == 1
+    assert re.search(message, capsys.readouterr().err)
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_save_policy_without_a_fine_tuned_policy_writes_nothing_at_all(tmp_path, monkeypatch,
+                                                                         capsys):
+    # The placement succeeds, then there is no policy to keep: the run fails as a whole, so
+    # neither the placed graph nor the report appears (outputs are written together).
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "in.pb").write_bytes(small_cnn().graph.as_graph_def().SerializeToString())
+    before = sorted(os.listdir(tmp_path))
+    status = place.run("in.pb", "out.pb", cluster="cpu2", placer="m_etf", seed=0,
+                       max_groups=2000, report_json="r.json", save_policy="policy",
+                       progress=False)
+    assert status == 1
+    assert "the m_etf placer kept no fine-tuned policy" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == before

@@ -1,6 +1,9 @@
 """The papers' baselines (cpu_only, random, expert, metis, m_topo) on hand-made graphs with
 hand-set costs, and on a small zoo NMT on the K80 x2 cluster."""
 
+import platform
+import sys
+
 import numpy as np
 import pytest
 
@@ -152,8 +155,14 @@ def test_multilevel_cut_is_close_to_metis():
     assert ours <= 1.2 * metis
 
 
-@pytest.mark.skipif(not pymetis_available(), reason="pymetis is not installed")
-def test_metis_auto_uses_pymetis_when_importable():
+# setup.py requires pymetis where it has wheels; elsewhere the multilevel partitioner serves.
+PYMETIS_REQUIRED = sys.platform == "darwin" or (sys.platform == "linux"
+                                                and platform.machine() == "x86_64")
+
+
+@pytest.mark.skipif(not PYMETIS_REQUIRED, reason="pymetis is not a dependency on this platform")
+def test_metis_is_metis_itself_where_pymetis_is_a_dependency():
+    assert pymetis_available()
     assert MetisPlacer().resolved_backend() == "pymetis"
 
 
@@ -168,7 +177,7 @@ def test_metis_falls_back_to_multilevel_and_says_so(monkeypatch):
     placement = placer.place(problem)
     assert any("multilevel partitioner" in note for note in placement.notes)
     assert MetisPlacer(backend="multilevel").place(problem).notes == ()
-    with pytest.raises(ConfigError, match="pymetis is not installed"):
+    with pytest.raises(ConfigError, match="pymetis is not installed .*C compiler"):
         MetisPlacer(backend="pymetis")
 
 

@@ -11,7 +11,7 @@ import functools
 import numpy as np
 import pytest
 
-from tf_autoplace.cluster import Cluster, Device
+from tf_autoplace.cluster import Cluster
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph.opgraph import from_edges
 from tf_autoplace.heuristics import HEURISTICS

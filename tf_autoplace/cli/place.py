@@ -31,6 +31,17 @@ anywhere, with its op times: ``protos/cost_graph.proto``; named ``*.costgraph.pb
 device and the predicted figures), text for ``.pbtxt``/``.txt``, JSON for ``.json``, else binary.
 
     tf-autoplace place --input=model.costgraph.pbtxt --output=placement.pbtxt --cluster=k80x4
+
+A placement found once can be applied again without searching: ``--placement_pb`` writes it,
+``--placement`` applies it (to the same graph, or one changed a little: ops it does not name are
+placed next to their neighbours; see ``tf_autoplace.apply_placement``). ``--cache`` keeps
+placements in the placement cache, so running the tool again on the same graph, cluster, placer
+and seed reads the placement back at once. ``--save_policy`` keeps the policy a learned placer
+(placeto) fine-tuned on this graph, and ``--policy`` starts the next run from it. A search
+longer than 2 s shows a progress bar on a terminal (``--noprogress``: none).
+
+    tf-autoplace place --input=model.pb --output=placed.pb --cluster=k80x2 \
+        --placement=placement.pb
 """
 
 from __future__ import annotations
@@ -40,7 +51,7 @@ import json
 import sys
 
 from absl import flags
-from google.protobuf import json_format, text_format
+from google.protobuf import text_format
 from tensorflow.core.protobuf import meta_graph_pb2
 
 from tf_autoplace import files, tf2, timeline
@@ -49,7 +60,9 @@ from tf_autoplace.cluster import resolve_cluster
 from tf_autoplace.errors import AutoplaceError, ConfigError
 from tf_autoplace.graph import costgraph, ingest
 from tf_autoplace.grouping import GroupingConfig
-from tf_autoplace.placers import get_placer
+from tf_autoplace.placers import SavedPlacement, get_placer
+from tf_autoplace.progress import SearchProgress
+from tf_autoplace.saved_placement import serialize
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("input", None, "GraphDef or MetaGraphDef file (binary or text), a "
@@ -76,6 +89,20 @@ flags.DEFINE_string("plot_png", None, "Also write a PNG of per-device load and p
 flags.DEFINE_string("placement_pb", None, "Also write the placement as a PlacementResult "
                     "proto (protos/placement.proto) here; .pbtxt/.txt = text, .json = JSON, "
                     "else binary.")
+flags.DEFINE_string("placement", None, "Apply this saved placement (a PlacementResult file, "
+                    "as --placement_pb writes it) instead of searching.")
+flags.DEFINE_bool("cache", False, "Keep placements in the placement cache and read them back "
+                  "when the same graph, cluster, placer and seed come again.")
+flags.DEFINE_string("cache_dir", None, "The placement cache's directory (default: the user's "
+                    "cache directory).")
+flags.DEFINE_string("policy", None, "A saved policy's directory for a learned placer "
+                    "(placeto) to start from.")
+flags.DEFINE_string("save_policy", None, "Write the policy the learned placer fine-tuned to "
+                    "this directory (a new or empty one, written with the other outputs).")
+flags.DEFINE_bool("progress", True, "Show the search's progress (a bar on a terminal, log "
+                  "lines otherwise).")
+flags.DEFINE_string("progress_logdir", None, "Also write the search curve as TensorBoard "
+                    "scalars here.")
 flags.mark_flags_as_required(["input", "output"])
 
 
@@ -100,13 +127,7 @@ def _extra_outputs(report, *, trace_json=None, plot_png=None, placement_pb=None)
 
 def _placement_bytes(report, path: str) -> bytes:
     """The report's PlacementResult in the form ``path`` names: text, JSON or binary."""
-    proto = report.to_proto()
-    fmt = costgraph.file_format(path)  # the same naming rule as for cost graphs
-    if fmt == "text":
-        return text_format.MessageToString(proto).encode()
-    if fmt == "json":
-        return json_format.MessageToJson(proto, preserving_proto_field_name=True).encode()
-    return proto.SerializeToString(deterministic=True)  # same input and seed, same bytes
+    return serialize(report.to_proto(), path)  # same input and seed, same bytes
 
 
 def _serialize(report, source, is_meta_graph: bool, output_path: str) -> bytes:
@@ -122,12 +143,14 @@ def _serialize(report, source, is_meta_graph: bool, output_path: str) -> bytes:
     return placed.SerializeToString(deterministic=True)  # same input and seed, same bytes
 
 
-def _check_outputs(output_path: str, saved_model: bool, paths: dict) -> None:
-    """ConfigError unless every output can be written and no two outputs share a path."""
+def _check_outputs(output_path: str, saved_model: bool, paths: dict,
+                   directories=frozenset()) -> None:
+    """ConfigError unless every output can be written and no two outputs share a path;
+    ``paths`` ({flag: path}) are files, but for the flags in ``directories`` (new ones)."""
     seen = {files.check_output_path(output_path, "--output", directory=saved_model): "output"}
     for flag, path in paths.items():
         if path:
-            full = files.check_output_path(path, f"--{flag}")
+            full = files.check_output_path(path, f"--{flag}", directory=flag in directories)
             if full in seen:
                 raise ConfigError(f"--{flag} and --{seen[full]} are the same file {path!r}")
             seen[full] = flag
@@ -135,17 +158,25 @@ def _check_outputs(output_path: str, saved_model: bool, paths: dict) -> None:
 
 def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: int,
         max_groups: int, report_json: str | None, signature: str = "serving_default",
-        tags=("serve",), budget_s: float | None = None, **extra_paths) -> int:
+        tags=("serve",), budget_s: float | None = None, placement: str | None = None,
+        cache: bool = False, cache_dir: str | None = None, policy: str | None = None,
+        save_policy: str | None = None, progress: bool = True,
+        progress_logdir: str | None = None, **extra_paths) -> int:
     """Place ``input_path`` into ``output_path``; returns a process exit status."""
     saved_model = tf2.is_saved_model(input_path)
     cost_graph = not saved_model and costgraph.is_cost_graph_file(input_path)
     try:
         if budget_s is not None and budget_s < 0:
             raise ConfigError(f"--budget_s must be >= 0, got {budget_s!r}")
-        placer = get_placer(placer, budget_s=budget_s)
-        _check_outputs(output_path, saved_model, dict(report_json=report_json, **extra_paths))
-        options = dict(cluster=resolve_cluster(cluster), placer=placer, seed=seed,
-                       grouping=GroupingConfig(max_groups=max_groups))
+        _check_outputs(output_path, saved_model,
+                       dict(report_json=report_json, save_policy=save_policy, **extra_paths),
+                       directories={"save_policy"})
+        chosen = (SavedPlacement(placement) if placement
+                  else get_placer(placer, budget_s=budget_s, policy=policy))
+        options = dict(cluster=resolve_cluster(cluster), placer=chosen, seed=seed,
+                       grouping=GroupingConfig(max_groups=max_groups),
+                       cache=(cache_dir or True) if cache else False,
+                       progress=SearchProgress(logdir=progress_logdir) if progress else False)
         outputs = files.Outputs()
         if saved_model:  # SavedModel in, SavedModel out
             placed = tf2.load_and_place_saved_model(input_path, signature=signature,
@@ -160,6 +191,8 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
             report = autoplace(source, **options)
             outputs.add_file(output_path,
                              _serialize(report, source, is_meta_graph, output_path))
+        if save_policy:  # ConfigError, with nothing written, when no policy was fine-tuned
+            outputs.add_directory(save_policy, report.kept_policy().write)
         if report_json:
             outputs.add_file(report_json, report.to_json().encode())
         for path, data in _extra_outputs(report, **extra_paths).values():
@@ -181,5 +214,7 @@ def main(argv):
     return run(FLAGS.input, FLAGS.output, cluster=FLAGS.cluster, placer=FLAGS.placer,
                seed=FLAGS.seed, max_groups=FLAGS.max_groups, report_json=FLAGS.report_json,
                signature=FLAGS.signature, tags=FLAGS.saved_model_tags, budget_s=FLAGS.budget_s,
-               trace_json=FLAGS.trace_json, plot_png=FLAGS.plot_png,
-               placement_pb=FLAGS.placement_pb)
+               placement=FLAGS.placement, cache=FLAGS.cache, cache_dir=FLAGS.cache_dir,
+               policy=FLAGS.policy, save_policy=FLAGS.save_policy, progress=FLAGS.progress,
+               progress_logdir=FLAGS.progress_logdir, trace_json=FLAGS.trace_json,
+               plot_png=FLAGS.plot_png, placement_pb=FLAGS.placement_pb)

@@ -19,9 +19,13 @@ Setting:
 * Memory is not a constraint, as in the papers' baseline: ``Placer.place`` rejects a partition
   that does not fit, and the benchmark reports it as OOM.
 
-Backends: ``pymetis`` (METIS 5 itself) when it is importable, else our own multilevel
-partitioner (:mod:`tf_autoplace.heuristics.multilevel`). ``backend="auto"`` picks the first
-available; force one with ``"pymetis"`` or ``"multilevel"``. For pymetis the weights are
+Backends: METIS 5 itself through ``pymetis``, a dependency wherever pymetis publishes wheels
+(Linux x86_64 and macOS, every supported Python), or our own multilevel partitioner
+(:mod:`tf_autoplace.heuristics.multilevel`) where it does not: Windows and Linux aarch64, where
+TensorFlow has wheels but pymetis only a source distribution that needs a C compiler and
+meson to build (``pip install 'tf_autoplace[metis]'`` builds it there). The benchmark notes
+compare the two backends' step times on the zoo. ``backend="auto"`` picks pymetis when it
+is importable; force one with ``"pymetis"`` or ``"multilevel"``. For pymetis the weights are
 scaled to integers: vertex weights to about 10^7 in total, edge weights to at most 10^5 (at
 least 1). Both are seeded from the placer's seed.
 """
@@ -88,8 +92,9 @@ class MetisPlacer(Placer):
         if not imbalance >= 0:
             raise ConfigError(f"imbalance must be >= 0, got {imbalance!r}")
         if backend == "pymetis" and not pymetis_available():
-            raise ConfigError("backend='pymetis' but pymetis is not installed "
-                              "(pip install 'tf_autoplace[metis]')")
+            raise ConfigError("backend='pymetis' but pymetis is not installed (it has no wheel "
+                              "for this platform: pip install 'tf_autoplace[metis]' builds it "
+                              "with a C compiler)")
         self.backend = backend
         self.imbalance = imbalance
 
@@ -115,9 +120,10 @@ class MetisPlacer(Placer):
         else:
             parts = partition(csr, len(devices), imbalance=self.imbalance, seed=seed)
             if self.backend == "auto":
-                self.notes.append("metis: pymetis is not installed, so the partition comes "
-                                  "from tf_autoplace's own multilevel partitioner "
-                                  "(pip install 'tf_autoplace[metis]' for METIS itself)")
+                self.notes.append("metis: pymetis is not installed (it has no wheel for this "
+                                  "platform), so the partition comes from tf_autoplace's own "
+                                  "multilevel partitioner (pip install 'tf_autoplace[metis]' "
+                                  "builds METIS itself with a C compiler)")
         group_device = np.empty(num_groups, np.int64)
         group_device[on] = devices[parts]
         for g in np.flatnonzero(~on).tolist():

@@ -1,6 +1,8 @@
 """A multilevel k-way graph partitioner in the style of METIS (Karypis & Kumar, "A fast and
 high quality multilevel scheme for partitioning irregular graphs", SIAM J. Sci. Comput. 1998),
-used by the ``metis`` placer when ``pymetis`` is not installed.
+used by the ``metis`` placer where ``pymetis`` is not installed: pymetis is a dependency of
+tf_autoplace where it has wheels (Linux x86_64, macOS), and this partitioner serves Windows and
+Linux aarch64, where it would have to be built from source.
 
 Problem: split an undirected graph with vertex weights ``w`` and edge weights ``c`` into ``k``
 parts so that every part weighs at most ``(1 + imbalance) * sum(w) / k`` and the total weight

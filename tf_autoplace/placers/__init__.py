@@ -2,6 +2,12 @@
 
 The fast heuristics live in :mod:`tf_autoplace.heuristics`; the learned placers here are thin
 doors over :mod:`tf_autoplace.rl` (config, budget, start, fallback to the best heuristic).
+:class:`SavedPlacement` applies a placement saved by an earlier run; it takes a file, so it has
+no name in :data:`PLACERS`.
+
+What :func:`get_placer` passes to a placer's constructor when the constructor takes it:
+``budget_s`` (the placers that search within a time budget) and ``policy`` (a directory of a
+saved policy, which the learned placers start from instead of the shipped one).
 """
 
 from __future__ import annotations
@@ -17,11 +23,12 @@ from tf_autoplace.placers.gdp import GdpConfig, GdpPlacer
 from tf_autoplace.placers.hdp import HDPPlacer
 from tf_autoplace.placers.placeto import PlacetoConfig, PlacetoPlacer
 from tf_autoplace.placers.post import PostPlacer
-from tf_autoplace.rl.post_search import PostConfig
+from tf_autoplace.placers.saved import SavedPlacement
 from tf_autoplace.problem import (Placement, PlacementProblem, Placer, check_memory,
                                   check_placement, validate)
 from tf_autoplace.rl.hdp_search import HDPConfig
 from tf_autoplace.rl.workers import check_ray_address
+from tf_autoplace.rl.post_search import PostConfig
 
 DEFAULT_PLACER = "auto"
 
@@ -44,7 +51,7 @@ assert set(HEURISTICS) <= set(PLACERS)
 
 
 def get_placer(name_or_placer, *, budget_s: float | None = None,
-               ray_address: str | None = None) -> Placer:
+               ray_address: str | None = None, policy=None) -> Placer:
     """A Placer instance from a registered name (or the instance itself).
 
     ``budget_s`` is the search-time budget of placers that search (``auto``, ``placeto``,
@@ -52,12 +59,16 @@ def get_placer(name_or_placer, *, budget_s: float | None = None,
     simulations of placers that farm them out (``auto``, ``placeto``, ``post``, ``hdp``: their
     constructor takes ``ray_address``) to that Ray cluster; asking it of a placer that
     simulates nothing in parallel is a ConfigError, so a Ray cluster is never silently left
-    unused."""
+    unused. ``policy`` is a saved policy's directory for a learned placer to start from
+    (``placeto``); ConfigError for a placer that takes none."""
     check_ray_address(ray_address)
     if isinstance(name_or_placer, Placer):
         if ray_address is not None:
             raise ConfigError("ray_address goes to the placer's constructor when the placer "
                               f"is given as an instance ({type(name_or_placer).__name__})")
+        if policy is not None:
+            raise ConfigError("policy= goes with a placer name; give the placer instance its "
+                              "policy when you make it (e.g. PlacetoPlacer(policy=...))")
         return name_or_placer
     if not isinstance(name_or_placer, str) or name_or_placer not in PLACERS:
         raise ConfigError(
@@ -73,6 +84,12 @@ def get_placer(name_or_placer, *, budget_s: float | None = None,
                               f"ray_address={ray_address!r} has nothing to do; placers that "
                               f"take it: {able}")
         kwargs["ray_address"] = ray_address
+    if policy is not None:
+        if not takes_policy(cls):
+            raise ConfigError(f"the {name_or_placer} placer starts from no policy; a saved "
+                              f"policy is for the learned placers "
+                              f"{sorted(n for n, c in PLACERS.items() if takes_policy(c))}")
+        kwargs["policy"] = policy
     return cls(**kwargs)
 
 
@@ -86,6 +103,11 @@ def takes_ray_address(placer_or_class) -> bool:
     return "ray_address" in _parameters(placer_or_class)
 
 
+def takes_policy(placer_or_class) -> bool:
+    """Whether a placer starts from a saved policy (its constructor takes ``policy``)."""
+    return "policy" in _parameters(placer_or_class)
+
+
 def _parameters(placer_or_class):
     cls = placer_or_class if isinstance(placer_or_class, type) else type(placer_or_class)
     return inspect.signature(cls).parameters
@@ -95,6 +117,6 @@ __all__ = ["DEFAULT_PLACER", "PLACERS", "AutoConfig", "AutoPlacer", "BestHeurist
            "CpuOnlyPlacer", "ExpertPlacer", "GdpConfig", "GdpPlacer", "HDPConfig", "HDPPlacer",
            "MemoryAwareETFPlacer", "MemoryAwareTopoPlacer", "MetisPlacer", "Placement",
            "PlacementProblem", "Placer", "PlacetoConfig", "PlacetoPlacer", "PostConfig",
-           "PostPlacer", "RandomPlacer",
-           "SingleDevicePlacer", "check_memory", "check_placement", "get_placer", "takes_budget",
-           "takes_ray_address", "validate"]
+           "PostPlacer", "RandomPlacer", "SavedPlacement", "SingleDevicePlacer", "check_memory",
+           "check_placement", "get_placer", "takes_budget", "takes_policy", "takes_ray_address",
+           "validate"]

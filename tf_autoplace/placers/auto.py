@@ -206,15 +206,20 @@ class AutoPlacer(Placer):
             return np.zeros(problem.graph.num_ops, dtype=np.int32)
         max_samples = self.samples_for(problem)
         deadline = began + cfg.budget_s
-        starts, spent = self.starts(problem, seed, max_samples=max_samples, deadline=deadline)
-        starts = starts[:cfg.starts]
+        with self.progress.phase("auto: starting placements", None):
+            starts, spent = self.starts(problem, seed, max_samples=max_samples,
+                                        deadline=deadline)
+            starts = starts[:cfg.starts]
+            self.progress.update(len(starts), starts[0][2])
         bound = lower_bound(problem.graph, problem.cluster, problem.op_time)
         workers = cfg.workers
         if workers is None:
             workers = 1 if cfg.ray_address is None else max(1, min(
                 cfg.search.batch, cluster_cpus(cfg.ray_address)))
         with Evaluator(problem, workers=workers, memory_penalty=cfg.search.memory_penalty,
-                       ray_address=cfg.ray_address) as evaluator:
+                       ray_address=cfg.ray_address) as evaluator, \
+                self.progress.phase("auto: local search", max_samples - spent,
+                                    deadline=deadline):
             searches, labels = [], []
             for k, (label, devices, start_s) in enumerate(starts):
                 first = LocalSearch(problem, devices, cfg.search, seed=_seed(seed, k, 0),
@@ -222,7 +227,8 @@ class AutoPlacer(Placer):
                 for j in range(cfg.seeds_per_start):
                     searches.append(first if j == 0 else first.fork(_seed(seed, k, j)))
                     labels.append((label, start_s))
-            winner = race(searches, max_samples - spent, deadline=deadline, lower_bound=bound)
+            winner = race(searches, max_samples - spent, deadline=deadline, lower_bound=bound,
+                          progress=self.progress)
         label, start_s = labels[searches.index(winner)]
         end_s = problem.simulator.run(winner.current).makespan
         samples = spent + sum(s.samples for s in searches)

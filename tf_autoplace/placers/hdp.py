@@ -55,7 +55,8 @@ class HDPPlacer(LearnedPlacer):
             return devices
         searching = time.perf_counter()
         with policy_context():  # the policy runs eagerly whatever mode the caller is in
-            found = search(problem, cfg, seed, deadline=start + cfg.budget_s)
+            found = search(problem, cfg, seed, deadline=start + cfg.budget_s,
+                           progress=self.progress)
         ranked = rank_placements(problem, [("hdp", found.best_devices)] + heuristics)
         _, makespan, winner, devices = ranked[0]
         learned_oom, learned_s = next((oom, m) for oom, m, n, _ in ranked if n == "hdp")

@@ -6,7 +6,8 @@
 
 1. builds the MDP of the problem (:class:`tf_autoplace.rl.env.PlacementEnv`) and loads the
    policy shipped in ``tf_autoplace/pretrained`` for that number of action devices (or the one
-   in ``policy_dir``); with none for that device count it starts from a fresh policy and says so;
+   in ``policy_dir``, ``policy=`` to the constructor: a policy an earlier placement fine-tuned
+   and saved); with none for that device count it starts from a fresh policy and says so;
 2. **zero-shot**: one greedy episode (argmax actions); the best placement met on the way counts;
 3. **fine-tuning**: REINFORCE on this graph alone (:func:`tf_autoplace.rl.reinforce.train`),
    each episode starting from the best placement found so far, in the MDP that undoes a move
@@ -19,7 +20,12 @@
 4. compares the best learned placement with the fast heuristics (all of them, through
    ``best_heuristic``, by default) in the simulator and returns the faster one that fits
    memory, so the result is never worse than the best heuristic; the report's notes say which
-   won and by how much.
+   won and by how much;
+5. keeps the policy it fine-tuned (:class:`~tf_autoplace.rl.trained_policy.TrainedPolicy`, the
+   weights of the search that found the best learned placement, with a manifest of the graph,
+   the cluster, the settings and the results) in ``trained_policy``: ``save_policy(dir)`` (or
+   ``report.save_policy(dir)``) writes it, and ``PlacetoPlacer(policy=dir)`` starts from it on
+   the next graph.
 
 No search when there is nothing to learn. When the movable groups have few placements in all
 (``D ** G`` for G movable groups on D action devices, at most :data:`EXHAUSTIVE_LIMIT` and at
@@ -28,17 +34,23 @@ than a search would spend. That covers one action device (a CPU-only machine, on
 host, any one-device spec: a single placement, where a policy has nothing to choose between)
 and tiny graphs (a 3-op graph took the search 114 s of policy updates to learn nothing). A start
 placement that already simulates at the lower bound (:func:`tf_autoplace.sim.lower_bound`) is
-not searched either: nothing can beat it. Step 4 runs in every case.
+not searched either: nothing can beat it. Step 4 runs in every case; step 5 does not (no policy
+was fine-tuned, so ``trained_policy`` stays None and ``save_policy`` says so).
 """
 
 from __future__ import annotations
 
 import itertools
+import os
+import platform
+import shlex
+import sys
 import time
 
 import numpy as np
 
 from tf_autoplace.errors import ConfigError
+from tf_autoplace.graph.fingerprint import fingerprint
 from tf_autoplace.heuristics import HEURISTICS
 from tf_autoplace.placers.learned import LearnedPlacer
 from tf_autoplace.problem import PlacementProblem, rank_placements
@@ -46,6 +58,7 @@ from tf_autoplace.rl.eager import policy_context
 from tf_autoplace.rl.env import PlacementEnv
 from tf_autoplace.rl.placeto_search import PlacetoConfig, pretrained_policy_dir, search
 from tf_autoplace.rl.policies.placeto import PlacetoPolicy
+from tf_autoplace.rl.trained_policy import TrainedPolicy, weights_digest
 from tf_autoplace.sim import lower_bound
 
 # Movable groups with at most this many placements in all are enumerated, not searched.
@@ -53,10 +66,33 @@ EXHAUSTIVE_LIMIT = 512
 
 
 class PlacetoPlacer(LearnedPlacer):
-    """Learned placement (see module docstring). ``stats`` holds the last run's figures."""
+    """Learned placement (see module docstring). ``stats`` holds the last run's figures.
+
+    Args:
+      config: the settings (:class:`PlacetoConfig`), or its fields as keywords.
+      budget_s: the wall-time cap (``config.budget_s``).
+      policy: a saved policy's directory to start from (``config.policy_dir``): one a placement
+        fine-tuned and saved (``save_policy``), or a pretrained one.
+    """
 
     name = "placeto"
     config_class = PlacetoConfig
+
+    def __init__(self, config: PlacetoConfig | None = None, *, budget_s: float | None = None,
+                 policy=None, **overrides):
+        if policy is not None:
+            if not (isinstance(policy, (str, os.PathLike)) and os.fspath(policy)):
+                raise ConfigError(f"policy must be a saved policy's directory, got {policy!r}")
+            overrides["policy_dir"] = os.fspath(policy)
+        super().__init__(config, budget_s=budget_s, **overrides)
+
+    def settings(self) -> str:
+        """The config, and the contents of the policy it starts from when that is a directory
+        of the user's (the shipped ones change only with the package's version)."""
+        out = f"{type(self).__module__}.{type(self).__qualname__}({self.config!r})"
+        if self.config.policy_dir:
+            out += f" policy sha256 {weights_digest(self.config.policy_dir)}"
+        return out
 
     def load_policy(self, env: PlacementEnv):
         """The policy to start from, or a fresh one (with a note) if none fits ``env``."""
@@ -80,6 +116,7 @@ class PlacetoPlacer(LearnedPlacer):
         seed = int(rng.integers(2**31 - 1))
         env = PlacementEnv(problem, cfg.env)
         shortcut = self._without_search(env)
+        found = None  # no search, so no fine-tuned policy to keep
         if shortcut is not None:
             learned, score, samples, summary = shortcut
             stats = dict(zero_shot_s=0.0, zero_shot_ms=None, samples=samples, policy=None,
@@ -88,7 +125,7 @@ class PlacetoPlacer(LearnedPlacer):
             with policy_context():  # the policy runs eagerly whatever mode the caller is in
                 policy, source = self.load_policy(env)
                 found = search(policy, env, cfg, seed, pretrained=source is not None,
-                               deadline=start + cfg.budget_s)
+                               deadline=start + cfg.budget_s, progress=self.progress)
             zero, samples = found.zero_shot, found.samples
             learned = env.op_placement(found.best_actions)
             stats = dict(zero_shot_s=found.zero_shot_s, zero_shot_ms=zero.best_score * 1e3,
@@ -111,6 +148,8 @@ class PlacetoPlacer(LearnedPlacer):
         self.stats = dict(stats, learned_ms=learned_ms, winner=winner,
                           seconds=time.perf_counter() - start)
         summary = summary.format(learned_ms=learned_ms)
+        if found is not None:
+            self.trained_policy = self._trained_policy(problem, env, policy.config, found, seed)
         if winner != "placeto":
             summary += (f"; the {winner} heuristic is faster ({makespan * 1e3:.2f} ms) and is "
                         "used instead")
@@ -143,3 +182,28 @@ class PlacetoPlacer(LearnedPlacer):
             return (env.op_placement(start), score, 1, "placeto: the start placement simulates "
                     "at the lower bound, {learned_ms:.2f} ms; nothing can beat it (no search)")
         return None
+
+    def _trained_policy(self, problem: PlacementProblem, env: PlacementEnv, config: dict,
+                        found, seed: int) -> TrainedPolicy:
+        """The policy to keep from ``found`` (module docstring, step 5) and its manifest."""
+        stats = self.stats
+        source = stats["policy"]
+        manifest = dict(
+            what="Placeto policy (tf_autoplace.rl.policies.placeto.PlacetoPolicy) fine-tuned "
+                 "on one graph by the placeto placer",
+            fine_tuned_from=source,
+            fine_tuned_from_sha256=None if source == "fresh" else weights_digest(source),
+            command=" ".join(shlex.quote(a) for a in ["python"] + sys.argv),
+            graph=dict(fingerprint=fingerprint(problem.graph), ops=problem.graph.num_ops,
+                       groups=env.view.num_groups),
+            cluster=list(problem.cluster.names), action_devices=env.view.num_devices,
+            placer_config=repr(self.config), policy_config=dict(config), seed=seed,
+            machine=f"{platform.machine()}, {os.cpu_count()} cores, Python "
+                    f"{platform.python_version()}",
+            results=dict(zero_shot_ms=stats["zero_shot_ms"], learned_ms=stats["learned_ms"],
+                         samples=stats["samples"], winner=stats["winner"],
+                         fine_tune_iterations=stats["fine_tune_iterations"],
+                         restarts=stats["restarts"],
+                         curve=[(int(n), float(r) * 1e3) for n, r in found.curve]))
+        return TrainedPolicy(policy_class=PlacetoPolicy, config=dict(config),
+                             weights=tuple(found.weights), manifest=manifest)

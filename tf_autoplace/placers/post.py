@@ -42,7 +42,8 @@ class PostPlacer(LearnedPlacer):
         contenders = [(name, HEURISTICS[name]().propose(problem)) for name in cfg.heuristics]
         heuristic = dict(contenders).get("best_heuristic")  # None: search() runs it if needed
         searching = time.perf_counter()
-        found = search(problem, cfg, seed, heuristic=heuristic, deadline=start + cfg.budget_s)
+        found = search(problem, cfg, seed, heuristic=heuristic, deadline=start + cfg.budget_s,
+                       progress=self.progress)
         scored = rank_placements(problem, [("post", found.devices)] + contenders)
         _, makespan, winner, devices = scored[0]
         learned_ms = next(m for _, m, n, _ in scored if n == "post") * 1e3

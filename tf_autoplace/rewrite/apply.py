@@ -20,7 +20,9 @@ from tensorflow.core.framework import graph_pb2
 from tf_autoplace.errors import InfeasiblePlacementError, InvalidGraphError
 
 
-def _canonical(device: str) -> str:
+def canonical_device(device: str) -> str:
+    """``device`` as ``tf.DeviceSpec`` writes it; InfeasiblePlacementError if it is not a TF
+    device string or names no device type."""
     try:
         spec = tf.DeviceSpec.from_string(device)
     except (ValueError, TypeError) as e:
@@ -41,7 +43,7 @@ def _checked_mapping(graph_names: Sequence[str], placement: Mapping[str, str]) -
             + ("; " if missing and extra else "")
             + (f"{len(extra)} placed ops not in the graph (e.g. {extra[:3]})" if extra else ""))
     cache: dict[str, str] = {}
-    return {n: cache.setdefault(placement[n], _canonical(placement[n])) for n in graph_names}
+    return {n: cache.setdefault(placement[n], canonical_device(placement[n])) for n in graph_names}
 
 
 def apply_to_graph(graph: tf.Graph, placement: Mapping[str, str]) -> None:

@@ -46,6 +46,7 @@ import tensorflow as tf
 
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.problem import PlacementProblem
+from tf_autoplace.progress import QUIET, Progress
 from tf_autoplace.rl.hdp_view import HDPView, build_view
 from tf_autoplace.rl.policies.hdp import HDPPolicy
 from tf_autoplace.rl.rollouts import Evaluator
@@ -210,10 +211,12 @@ def update(policy: HDPPolicy, optimizer, view: HDPView, batch: Samples,
 
 def search(problem: PlacementProblem, config: HDPConfig, seed: int, *,
            deadline: float | None = None, policy: HDPPolicy | None = None,
-           view: HDPView | None = None) -> HDPSearchResult:
+           view: HDPView | None = None, progress: Progress = QUIET) -> HDPSearchResult:
     """Train a policy on ``problem`` (a fresh one seeded from ``seed``, or ``policy`` in
     place) until ``config.max_samples`` placements or ``deadline`` (a ``time.perf_counter()``
-    value); returns the best placement sampled. Run inside ``rl.eager.policy_context()``."""
+    value); returns the best placement sampled. Run inside ``rl.eager.policy_context()``.
+    After every policy update, ``progress`` is told the placements simulated and the best R
+    so far."""
     start = time.perf_counter()
     view = view or build_view(problem, config.num_groups)
     if policy is None:
@@ -227,7 +230,8 @@ def search(problem: PlacementProblem, config: HDPConfig, seed: int, *,
     baseline = None
     best_score, best_devices, curve, updates = np.inf, None, [], 0
     with Evaluator(problem, workers=config.workers, memory_penalty=config.memory_penalty,
-                   ray_address=config.ray_address) as evaluator:
+                   ray_address=config.ray_address) as evaluator, \
+            progress.phase("hdp: search", config.max_samples, deadline=deadline):
         while best_devices is None or not (
                 (config.max_samples is not None and evaluator.samples >= config.max_samples)
                 or (deadline is not None and time.perf_counter() >= deadline)):
@@ -244,5 +248,6 @@ def search(problem: PlacementProblem, config: HDPConfig, seed: int, *,
                         (1 - config.baseline_decay) * rewards.mean())
             updates += 1
             curve.append((evaluator.samples, best_score, time.perf_counter() - start))
+            progress.update(evaluator.samples, best_score)
     return HDPSearchResult(best_devices=best_devices, best_score=best_score, updates=updates,
                            curve=curve)

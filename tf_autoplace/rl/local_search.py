@@ -49,6 +49,7 @@ import numpy as np
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.grouping import merge_and_colocate_levels
 from tf_autoplace.problem import PlacementProblem
+from tf_autoplace.progress import QUIET, Progress
 from tf_autoplace.rl.rollouts import Evaluator
 
 
@@ -217,11 +218,12 @@ class LocalSearch:
         return [moves[i] for i in self.rng.permutation(len(moves))]
 
     def run(self, until: int, *, deadline: float | None = None, lower_bound: float = 0.0,
-            on_gain: Callable[[int, float], None] | None = None) -> str:
+            on_gain: Callable[[int, float], None] | None = None,
+            on_step: Callable[[], None] | None = None) -> str:
         """Search until ``until`` placements in all have been simulated, the deadline (a
         ``time.perf_counter()`` value), the lower bound or a local optimum; returns why it
         stopped ("samples", "deadline", "bound", "local optimum"). ``on_gain(samples, R)`` is
-        called at every gain."""
+        called at every gain, ``on_step()`` after every batch of simulations."""
         while True:
             if self.samples >= until:
                 self.stopped = "samples"
@@ -236,6 +238,8 @@ class LocalSearch:
                 else:
                     if self._try_moves(moves) and on_gain is not None:
                         on_gain(self.samples, self.best)
+                    if on_step is not None:
+                        on_step()
                     continue
             return self.stopped
 
@@ -298,14 +302,20 @@ def local_search(problem: PlacementProblem, start: np.ndarray, config: LocalSear
 
 
 def race(searches: list[LocalSearch], total: int, *, deadline: float | None = None,
-         lower_bound: float = 0.0) -> LocalSearch:
+         lower_bound: float = 0.0, progress: Progress = QUIET) -> LocalSearch:
     """Successive halving over searches from different starts, within ``total`` simulated
     placements in all (the starts' own included): in each of ``ceil(log2 k) + 1`` rounds of
     equal size the surviving searches share the round's placements equally, then the better
     half (by best R so far) goes on; the last survivor takes what is left. Which local optimum
     a search ends in depends on where it starts more than on how fast the start is, and a
-    short leg already tells the basins apart. Returns the search with the best placement."""
+    short leg already tells the basins apart. Returns the search with the best placement.
+    After every batch, ``progress`` is told the placements simulated by all searches and the
+    best R among them."""
     best = lambda: min(searches, key=lambda s: s.best)  # noqa: E731
+
+    def step():
+        progress.update(sum(s.samples for s in searches), min(s.best for s in searches))
+
     alive = list(searches)
     rounds = int(np.ceil(np.log2(len(alive)))) + 1 if alive else 1
     for _ in range(rounds - 1):
@@ -314,11 +324,11 @@ def race(searches: list[LocalSearch], total: int, *, deadline: float | None = No
         share = (total // rounds) // len(alive)
         for search in alive:
             stopped = search.run(search.samples + share, deadline=deadline,
-                                 lower_bound=lower_bound)
+                                 lower_bound=lower_bound, on_step=step)
             if stopped in ("deadline", "bound"):
                 return best()
         alive = sorted(alive, key=lambda s: s.best)[:(len(alive) + 1) // 2]
     leader = min(alive, key=lambda s: s.best)
     leader.run(leader.samples + max(0, total - sum(s.samples for s in searches)),
-               deadline=deadline, lower_bound=lower_bound)
+               deadline=deadline, lower_bound=lower_bound, on_step=step)
     return best()

@@ -9,6 +9,7 @@ pretraining (:mod:`tf_autoplace.rl.imitation`, which clones what it finds) and
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
@@ -16,6 +17,7 @@ import time
 import numpy as np
 
 from tf_autoplace.errors import ConfigError
+from tf_autoplace.progress import QUIET, Progress
 from tf_autoplace.rl import reinforce
 from tf_autoplace.rl.env import EnvConfig, PlacementEnv
 from tf_autoplace.rl.workers import check_ray_address
@@ -140,6 +142,10 @@ class SearchResult:
     curve: list  # [(placements simulated so far, best R so far)], zero-shot included
     restarts: list = dataclasses.field(default_factory=list)  # placements simulated when
     # each fresh search took over from a stalled one
+    # The policy's weights to keep (``PlacetoPolicy.get_weights()`` order): as the search that
+    # found the best placement ended (the first one, which starts from the given policy, unless
+    # a restart found a better placement); the given policy's if nothing was fine-tuned.
+    weights: list = dataclasses.field(default_factory=list, repr=False)
 
     @property
     def samples(self) -> int:
@@ -153,8 +159,8 @@ def restart_seed(seed: int, k: int) -> int:
 
 
 def search(policy, env: PlacementEnv, config: PlacetoConfig, seed: int, *,
-           pretrained: bool, zero_shot: bool = True, deadline: float | None = None
-           ) -> SearchResult:
+           pretrained: bool, zero_shot: bool = True, deadline: float | None = None,
+           progress: Progress = QUIET) -> SearchResult:
     """The learned part of the placer on ``env``'s graph (the MDP of ``env.config``; the rest
     of ``config`` sets fine-tuning), ``policy`` trained in place: a greedy
     zero-shot episode (unless ``zero_shot`` is False), then, for a ``pretrained`` policy,
@@ -164,8 +170,9 @@ def search(policy, env: PlacementEnv, config: PlacetoConfig, seed: int, *,
     ``config.restart_after`` placements without improving hands the rest of the budget to a
     fresh policy searching from the environment's start placement (``policy`` itself, its
     weights drawn afresh, so nothing is compiled again; policy and search seeded
-    :func:`restart_seed`), which may stall and restart in turn. The placer and the
-    experiments (``tf-autoplace eval-placeto``) all run this."""
+    :func:`restart_seed`), which may stall and restart in turn. Fine-tuning reports the
+    placements simulated and the best R so far to ``progress`` after every update. The placer
+    and the experiments (``tf-autoplace eval-placeto``) all run this."""
     start = time.perf_counter()
     state = reinforce.TrainState()
     zero, curve, restarts = None, [], []
@@ -188,6 +195,10 @@ def search(policy, env: PlacementEnv, config: PlacetoConfig, seed: int, *,
             last_gain = (s.samples, s.best_scores[0])
         return config.restart_after is not None and s.samples - last_gain[0] >= config.restart_after
 
+    def should_stop(s: reinforce.TrainState) -> bool:
+        progress.update(done + s.samples, min(s.best_scores[0], best_score))
+        return out_of_budget(s) or stalled(s)
+
     if config.fine_tune and pretrained and not out_of_budget(state):
         policy.temper(config.temperature)
     train_config = config.train_config(seed)
@@ -195,15 +206,19 @@ def search(policy, env: PlacementEnv, config: PlacetoConfig, seed: int, *,
     if config.fine_tune and (config.workers > 1 or config.ray_address is not None):
         pool = reinforce.training_pool(policy, [env.problem], env.config,
                                        workers=config.workers, ray_address=config.ray_address)
-    try:
+    weights = None  # the policy of the search that holds the best placement, as it ended
+    fine_tuning = progress.phase("placeto: fine-tuning", config.max_samples, deadline=deadline)
+    with (fine_tuning if config.fine_tune else contextlib.nullcontext()), \
+            (contextlib.closing(pool) if pool is not None else contextlib.nullcontext()):
         while config.fine_tune and not out_of_budget(state):
             last_gain = (0, state.best_scores.get(0, np.inf))
             reinforce.train(policy, [env.problem], env.config, train_config, state=state,
-                            should_stop=lambda s: out_of_budget(s) or stalled(s),
-                            envs=None if pool else [env], pool=pool)
+                            should_stop=should_stop, envs=None if pool else [env], pool=pool)
             curve += [(offset + done + samples, min(best, best_score))
                       for samples, _, best in state.curve]
             iterations += state.iteration
+            if weights is None or state.best_scores[0] < best_score:
+                weights = policy.get_weights()
             if state.best_scores[0] < best_score:
                 best_score, best_actions = state.best_scores[0], state.best_placements[0]
             if out_of_budget(state):
@@ -213,11 +228,9 @@ def search(policy, env: PlacementEnv, config: PlacetoConfig, seed: int, *,
             k = restart_seed(seed, len(restarts))
             policy.reinitialize(k)
             state, train_config = reinforce.TrainState(), config.train_config(k)
-    finally:
-        if pool is not None:
-            pool.close()
     if best_actions is None:
         raise ConfigError("search() ran neither the zero-shot episode nor fine-tuning")
     return SearchResult(zero_shot=zero, zero_shot_s=zero_shot_s, iterations=iterations,
                         best_actions=best_actions, best_score=float(best_score), curve=curve,
-                        restarts=restarts)
+                        restarts=restarts,
+                        weights=policy.get_weights() if weights is None else weights)

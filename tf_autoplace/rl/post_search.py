@@ -80,6 +80,7 @@ from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
 from tf_autoplace.grouping import Grouping, GroupingConfig, merge_and_colocate
 from tf_autoplace.heuristics import BestHeuristicPlacer
 from tf_autoplace.problem import PlacementProblem
+from tf_autoplace.progress import QUIET, Progress
 from tf_autoplace.rl.env import heuristic_grouping
 from tf_autoplace.rl.policies.softmax import SoftmaxTables
 from tf_autoplace.rl.post_updates import cross_entropy_update, mix_uniform, ppo_update
@@ -309,12 +310,14 @@ class PostResult:
 
 
 def search(problem: PlacementProblem, config: PostConfig, seed: int, *,
-           heuristic: np.ndarray | None = None, deadline: float | None = None) -> PostResult:
+           heuristic: np.ndarray | None = None, deadline: float | None = None,
+           progress: Progress = QUIET) -> PostResult:
     """Algorithm 1 on ``problem`` (module doc) until ``config.max_samples`` placements or
     ``deadline`` (a ``time.perf_counter()`` value; None: ``config.budget_s`` from now).
     ``heuristic`` is the best heuristic's op placement, which ``init="heuristic"`` and
     ``units="aligned"`` follow (None: :class:`BestHeuristicPlacer` runs here when they need it).
-    Placements are drawn from ``np.random.default_rng(seed)``."""
+    Placements are drawn from ``np.random.default_rng(seed)``. After every batch, ``progress``
+    is told the placements simulated and the best R so far."""
     start = time.perf_counter()
     deadline = start + config.budget_s if deadline is None else deadline
     rng = np.random.default_rng(seed)
@@ -340,7 +343,8 @@ def search(problem: PlacementProblem, config: PostConfig, seed: int, *,
     best = (True, np.inf, None)  # (over memory, R, op placement): fits first, then lowest R
     window_actions, window_scores, recent = [], [], np.zeros(0)
     with Evaluator(problem, workers=config.workers, memory_penalty=config.memory_penalty,
-                   ray_address=config.ray_address) as evaluator:
+                   ray_address=config.ray_address) as evaluator, \
+            progress.phase("post: search", budget, deadline=deadline):
         # The first batch always runs, so there is a result however small the time budget.
         while samples == 0 or ((budget is None or samples < budget) and
                                time.perf_counter() < deadline):
@@ -354,6 +358,7 @@ def search(problem: PlacementProblem, config: PostConfig, seed: int, *,
                 best = (not bool(found.fits[i]), float(found.scores[i]), placements[i])
             curve.append(CurvePoint(samples, time.perf_counter() - start, best[1],
                                     float(found.scores.mean())))
+            progress.update(samples, best[1])
             window_actions.append(actions)
             window_scores.append(found.scores)
             recent = np.concatenate([recent, found.scores])[-config.baseline_window:]

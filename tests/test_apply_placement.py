@@ -1,0 +1,98 @@
+"""apply_placement on real TF training graphs: a saved placement round trip gives the same
+devices and bytes; a changed graph is completed; another graph, a missing device or a broken
+constraint is a typed error that leaves the graph as it was."""
+
+
+import pytest
+import tensorflow as tf
+from google.protobuf import json_format, text_format
+
+import tf_autoplace
+from tf_autoplace.testing import run_training_steps, small_cnn
+
+CPU2 = "cpu2"
+
+
+def _bytes(graph: tf.Graph) -> bytes:
+    return graph.as_graph_def().SerializeToString(deterministic=True)
+
+
+def _devices(graph: tf.Graph) -> dict:
+    return {op.name: op.device for op in graph.get_operations()}
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """small_cnn placed by the default placer within a small sample budget, its placed bytes,
+    and its PlacementResult in a binary, a text and a JSON file."""
+    from tf_autoplace.placers import AutoPlacer
+
+    tg = small_cnn()
+    report = tf_autoplace.autoplace(tg.graph, cluster=CPU2, seed=1, progress=False,
+                                    placer=AutoPlacer(max_samples=200))
+    out = tmp_path_factory.mktemp("saved")
+    proto = report.to_proto()
+    (out / "p.pb").write_bytes(proto.SerializeToString())
+    (out / "p.pbtxt").write_text(text_format.MessageToString(proto))
+    (out / "p.json").write_text(json_format.MessageToJson(proto))
+    return report, _bytes(tg.graph), out
+
+
+@pytest.mark.parametrize("name", ["p.pb", "p.pbtxt", "p.json"])
+def test_round_trip_gives_the_same_assignment_and_bytes(saved, name):
+    report, placed_bytes, out = saved
+    tg = small_cnn()
+    again = tf_autoplace.apply_placement(tg.graph, str(out / name), cluster=CPU2)
+    assert _devices(tg.graph) == report.assignment == again.assignment
+    assert _bytes(tg.graph) == placed_bytes
+    assert again.placer == "saved" and again.step_time_s == report.step_time_s
+    assert "made by auto (seed 1) for this graph" in again.notes[0]
+    assert again.graph_fingerprint == report.graph_fingerprint
+
+
+def test_a_graph_def_copy_is_placed_the_same(saved):
+    report, _, out = saved
+    graph_def = small_cnn().graph.as_graph_def()
+    again = tf_autoplace.apply_placement(graph_def, str(out / "p.pb"), cluster=CPU2)
+    assert {n.name: n.device for n in again.graph_def.node} == report.assignment
+    assert all(not n.device for n in graph_def.node)  # the input is left alone
+
+
+def test_a_graph_changed_a_little_is_completed_and_runs(saved):
+    report, _, out = saved
+    tg = small_cnn()
+    with tg.graph.as_default():
+        loss = tg.graph.get_tensor_by_name(tg.loss)
+        tf.math.square(tf.identity(loss, name="extra/copy"), name="extra/square")
+    again = tf_autoplace.apply_placement(tg.graph, str(out / "p.pb"), cluster=CPU2)
+    devices = _devices(tg.graph)
+    assert devices["extra/copy"] == devices["extra/square"] == devices[tg.loss.split(":")[0]]
+    assert {k: v for k, v in devices.items() if not k.startswith("extra/")} == report.assignment
+    assert "2 ops it does not place were placed next to their neighbours" in again.notes[0]
+    losses, used = run_training_steps(tg, steps=2)
+    assert len(used) == 2 and losses[1] < losses[0]
+
+
+def test_a_placement_for_another_graph_leaves_the_graph_alone(saved, tiny_graph):
+    _, _, out = saved
+    before = _bytes(tiny_graph)
+    with pytest.raises(tf_autoplace.InvalidGraphError, match="made for another graph"):
+        tf_autoplace.apply_placement(tiny_graph, str(out / "p.pb"), cluster=CPU2)
+    assert _bytes(tiny_graph) == before
+
+
+def test_a_device_outside_the_cluster_or_split_colocation_is_refused(saved):
+    report, _, out = saved
+    tg = small_cnn()
+    before = _bytes(tg.graph)
+    with pytest.raises(tf_autoplace.InfeasiblePlacementError, match="which the cluster does "
+                                                                    "not have"):
+        tf_autoplace.apply_placement(tg.graph, str(out / "p.pb"),
+                                     cluster="k80x2")
+    proto = report.to_proto()
+    variable = next(op for op in proto.op if op.name == "left/kernel")
+    # Away from its readers and its Adam slots.
+    variable.device = variable.device[:-1] + ("1" if variable.device.endswith("0") else "0")
+    with pytest.raises(tf_autoplace.InfeasiblePlacementError, match="colocation group"):
+        tf_autoplace.apply_placement(tg.graph, proto, cluster=CPU2)
+    assert _bytes(tg.graph) == before
