@@ -65,7 +65,7 @@ def _positive_int(name: str, value, *, allow_none: bool = False) -> None:
 class HDPConfig:
     """Attributes:
       budget_s: wall-time cap of the search (> 0). 600 s leaves the default sample count in
-        charge on the zoo's graphs on 2 cores (docs/pending/hdp.md has the times).
+        charge on the zoo's graphs on 2 cores (docs/experiments.md has the times).
       max_samples: placements simulated (None: until ``budget_s``), in whole updates (the
         search stops after the update that reaches it). The default stops on this count, so
         the same seed gives the same placement; if the time cap stops the search first, the
@@ -74,10 +74,9 @@ class HDPConfig:
         NMT-2 the best placement stopped improving after about 600.
       num_groups: N, groups the grouper assigns colocation groups to (the paper's M; 256).
       samples_per_update: K, placements sampled and simulated per policy update (module doc).
-      learning_rate: Adam's rate (constant; the budget decides the length). On NMT-2 after
-        1,024 placements (seed 0) 1e-3, 3e-3 and 1e-2 ended at 838.7, 830.8 and 832.9 ms, all
-        three with the topological grouper start the policy module's doc describes (tried,
-        not shipped); under 1% apart from one seed each (docs/pending/hdp.md).
+      learning_rate: Adam's rate (constant; the budget decides the length). On NMT-2, 1e-3,
+        3e-3 and 1e-2 ended within 1% of each other after 1,024 placements (one seed each;
+        docs/experiments.md).
       baseline_decay: the moving-average baseline's decay per update (TF's ``bl_dec``: 0.9).
       entropy: weight beta of an entropy bonus, beta times the entropy of the grouping plus
         the placer's summed per-step entropy (0: the paper's plain REINFORCE).

@@ -43,8 +43,8 @@ class PlacetoConfig:
       fine_tune: False runs the zero-shot episode only.
       policy_dir: a saved policy to start from; None = the shipped one for the device count.
       env: the MDP settings. Moves that make R worse are undone (``EnvConfig.undo_worse``):
-        from scratch on held-out NMT-family graphs that finds 81.01 / 124.08 ms within 2,400
-        samples where the paper's MDP found 82.77 / 128.71 ms in 10,000 (BENCHMARKS.md).
+        from a good placement most single moves are harmful, and in the paper's MDP every
+        later move of an episode is judged on the worse placement (docs/experiments.md).
       learning_rate: Adam's rate while fine-tuning (constant; the budget decides the length).
       entropy: entropy bonus while fine-tuning, against per-step normalised advantages (each
         of order 1). The policy's moves are mostly harmful (a bad one costs up to 20%, a good
@@ -67,7 +67,7 @@ class PlacetoConfig:
         policy shipped before the imitation-pretrained one was nearly deterministic (its moves
         at p ~ 1 or ~ 0). In the paper's MDP its sampled episodes then repeated the greedy one,
         and a temperature of 3 helped a little there; with harmful moves undone, 1 (no
-        tempering) did better than 6 (BENCHMARKS.md).
+        tempering) did better than 6.
       restart_after: fine-tuning placements without improvement after which the search gives
         the rest of the budget to a fresh policy searching from the environment's start
         placement, seeded differently (None: never). A search that improves by single-group

@@ -30,7 +30,7 @@ Choices where the paper is silent, garbled or written for its own testbed:
   99.9% of the compute that needs 16.1 GB at peak, more than a K80 has: every sample was over
   memory). 512 groups, not Placeto's 256: the aligned grouping of NMT-4 into 256 has one
   group with 48% of the compute, which no placement of the groups can balance; into 512 the
-  largest holds 9.5% (docs/pending/post.md has the measurements).
+  largest holds 9.5% (docs/experiments.md has the measurements).
   ``units="groups"`` takes the problem's own Merge-and-Colocate groups (regrouped into
   ``max_groups`` when it has more), ``units="ops"`` gives every TF colocation group its own
   table, the finest split that respects colocation: the paper's per-op model.
@@ -43,7 +43,7 @@ Choices where the paper is silent, garbled or written for its own testbed:
   ``1 - epsilon + epsilon / D_m`` on the device the heuristic gives most of the unit's ops,
   ``epsilon / D_m`` on each other allowed device. ``init="uniform"`` is Algorithm 1's all-zero
   logits; from it the search spends much of the budget finding what the heuristic already
-  knows (docs/pending/post.md).
+  knows (docs/experiments.md).
 * **Exploration.** The paper mixes in the uniform distribution with eps = 0.1 after each
   cross-entropy step; Algorithm 1 as published is ``init="uniform", epsilon=0.1``. From the
   heuristic start over 512 units, 0.1 redraws about 51 units of every sample at random, so
@@ -51,7 +51,7 @@ Choices where the paper is silent, garbled or written for its own testbed:
   the cross-entropy steps drift away from the start faster than they improve on it: on 12 of
   the 16 zoo pairs the best sampled placement stayed slower than the heuristic's. With 0.02
   (about 10 units redrawn per sample) the search improved on the best heuristic on all 16
-  (on NMT-8 by 0.07% only; docs/pending/post.md).
+  (on NMT-8 by 0.07% only; docs/experiments.md).
 * **Score.** The paper gives an out-of-memory placement a large step time (100 s). Here every
   placement is scored with the memory-penalised runtime ``R = r + c * ReLU(m - M)`` (Placeto
   A.7) that all the learned placers here minimise: a constant makes every over-memory

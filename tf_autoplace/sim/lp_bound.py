@@ -35,7 +35,7 @@ ends no later than ``M - q_i``. So the point is feasible and the LP optimum is a
 Rows dropped as unable to bind change nothing once the result is maxed with the other bounds:
 with ``T`` raised to them every dropped row holds.
 
-Measured on the zoo and kept out (``docs/pending/bound.md``): precedence rows with completion
+Measured on the zoo and kept out (``docs/experiments.md``): precedence rows with completion
 times per op (``C_i >= C_j + sum_K t[i, K] x``) add under 0.01% over the path rows above at 10x
 the solve time; per-device variables with linearised transfer terms (``y_e >= x[c(j), d] -
 x[c(i), d]``) add nothing, because averaging an LP solution over permutations of identical

@@ -31,14 +31,14 @@ put nearly everything on one GPU. We tried starting the grouper from runs of the
 order instead (a term linear in the unit's position, which the feed-forward grouper can
 express): after 1,024 placements on NMT-2 it ended at 830.8 ms against the uniform start's
 805.1 ms (one seed, 0; no better), so the paper's plain start stays
-(``docs/pending/hdp.md``).
+(``docs/experiments.md``).
 
 **Sizes.** The paper trains its controller on a GPU and does not give its widths in this
 text. On 2 CPU cores a step of the sampling decoder is a handful of small matrix products whose
 cost is mostly per-op overhead, so width buys little and costs time: we default to ``hidden =
 32`` per encoder direction (decoder 64), type embeddings of 16, a grouper layer of 64, device
 embeddings of 16 and attention of 32; the measured costs per policy update are in
-``docs/pending/hdp.md``.
+``docs/experiments.md``.
 
 **Randomness.** The policy draws nothing itself: the search passes uniform noise from its seeded
 numpy generator (inverse-CDF sampling for the grouper, Gumbel noise for the decoder, whose
