@@ -44,12 +44,17 @@ class PlacementProblem:
       cluster: the devices (D of them).
       op_time: [n, D] seconds per op per device, ``inf`` where there is no kernel.
       grouping: op -> group labels; a placer assigns whole groups.
+      workload: how to run one step of the graph on this machine (a
+        :class:`tf_autoplace.hw.workload.Workload`), for placers that take their reward from
+        measured runs (``reward="measured"``); None when the problem is only simulated. The
+        engine attaches it when a placer's ``needs_workload`` is true.
     """
 
     graph: OpGraph
     cluster: Cluster
     op_time: np.ndarray
     grouping: Grouping
+    workload: object = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self):
         n, d = self.graph.num_ops, self.cluster.num_devices
@@ -80,7 +85,8 @@ class PlacementProblem:
         placement of this problem that leaves the other devices idle."""
         devices = np.asarray(devices, dtype=np.int64)
         return PlacementProblem(graph=self.graph, cluster=self.cluster.subset(devices),
-                                op_time=self.op_time[:, devices], grouping=self.grouping)
+                                op_time=self.op_time[:, devices], grouping=self.grouping,
+                                workload=self.workload)
 
     @functools.cached_property
     def colocation_allowed(self) -> np.ndarray:
@@ -178,6 +184,12 @@ class Placer(abc.ABC):
     notes: tuple | list = ()  # replaced by a fresh list in every propose()
     progress: Progress = QUIET
     trained_policy = None
+
+    @property
+    def needs_workload(self) -> bool:
+        """Whether this placer runs placements on the hardware, so the problem it is given
+        must carry a ``workload`` (placers with ``reward="measured"``)."""
+        return False
 
     def place(self, problem: PlacementProblem, *, seed: int = 0,
               progress: Progress | None = None) -> Placement:
