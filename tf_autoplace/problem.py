@@ -156,15 +156,18 @@ def validate(problem: PlacementProblem, devices: np.ndarray, *,
     return Placement(devices=devices, sim=sim, notes=tuple(notes))
 
 
-def rank_placements(problem: PlacementProblem, contenders) -> list[tuple]:
+def rank_placements(problem: PlacementProblem, contenders, step_time=None) -> list[tuple]:
     """Simulate each ``(name, devices)`` of ``contenders`` once and sort them: the placements
     that fit memory first, then by step time; ties keep the given order. Returns
     ``(over_memory, makespan, name, devices)`` tuples, best first. The learned placers use it
-    to return nothing worse than the fast heuristics, and ``best_heuristic`` to choose one."""
+    to return nothing worse than the fast heuristics, and ``best_heuristic`` to choose one.
+    ``step_time`` (devices -> seconds), when given, replaces the simulated step time (a
+    measured one, for ``reward="measured"``); memory is still the simulator's."""
     scored = []
     for name, devices in contenders:
         sim = problem.simulator.run(devices)
-        scored.append((bool(check_memory(problem, sim)), sim.makespan, name, devices))
+        step = sim.makespan if step_time is None else step_time(devices)
+        scored.append((bool(check_memory(problem, sim)), step, name, devices))
     scored.sort(key=lambda item: item[:2])  # stable: ties keep the given order
     return scored
 
