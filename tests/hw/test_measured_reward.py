@@ -10,6 +10,7 @@ from tf_autoplace.errors import ConfigError, MeasurementError
 from tf_autoplace.hw.runner import canonical_device
 from tf_autoplace.grouping import GroupingConfig
 from tf_autoplace.placers import AutoPlacer, PlacetoPlacer
+from tf_autoplace.placers.post import PostPlacer
 from tf_autoplace.rl import measured
 from tf_autoplace.rl.measured import MeasuredEvaluator
 from tf_autoplace.testing.graphs import small_cnn
@@ -77,14 +78,19 @@ def test_measured_reward_needs_a_workload_and_a_known_name():
         AutoPlacer(reward="real")
     with pytest.raises(ConfigError, match="'real'"):
         PlacetoPlacer(reward="real")
+    with pytest.raises(ConfigError, match="measure_steps must be an int >= 1, got 0"):
+        PostPlacer(reward="measured", measure_steps=0)
+    assert PostPlacer(reward="measured").needs_workload
+    assert not PostPlacer().needs_workload
 
 
 @pytest.mark.parametrize("placer", [
     AutoPlacer(reward="measured", max_samples=6, measure_steps=1, starts=1, seeds_per_start=1),
+    PostPlacer(reward="measured", max_samples=6, batch=3, ce_period=6, measure_steps=1),
     # Placeto scores the placement after every group move (~80 runs here, about a minute).
     pytest.param(PlacetoPlacer(reward="measured", max_samples=4, measure_steps=1),
                  marks=pytest.mark.slow),
-], ids=["auto", "placeto"])
+], ids=["auto", "post", "placeto"])
 def test_learned_placers_search_on_measured_runs(placer, monkeypatch):
     tg = small_cnn()
     runs = []

@@ -42,7 +42,6 @@ import numpy as np
 
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.heuristics import BestHeuristicPlacer
-from tf_autoplace.hw.runner import RunConfig
 from tf_autoplace.problem import Placer, PlacementProblem, check_memory
 from tf_autoplace.rl.eager import policy_context
 from tf_autoplace.rl.env import PlacementEnv
@@ -162,7 +161,7 @@ class AutoPlacer(Placer):
         cfg = self.config
         if cfg.reward == "measured":
             return MeasuredEvaluator(problem, memory_penalty=cfg.search.memory_penalty,
-                                     config=RunConfig(steps=cfg.measure_steps, warmup_steps=2))
+                                     steps=cfg.measure_steps)
         workers = cfg.workers
         if workers is None:
             workers = 1 if cfg.ray_address is None else max(1, min(

@@ -55,7 +55,6 @@ import numpy as np
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph.fingerprint import fingerprint
 from tf_autoplace.heuristics import HEURISTICS
-from tf_autoplace.hw.runner import RunConfig
 from tf_autoplace.placers.learned import LearnedPlacer
 from tf_autoplace.problem import PlacementProblem, rank_placements
 from tf_autoplace.rl.eager import policy_context
@@ -99,10 +98,6 @@ class PlacetoPlacer(LearnedPlacer):
             out += f" policy sha256 {weights_digest(self.config.policy_dir)}"
         return out
 
-    @property
-    def needs_workload(self) -> bool:
-        return self.config.reward == "measured"
-
     def load_policy(self, env: PlacementEnv):
         """The policy to start from, or a fresh one (with a note) if none fits ``env``."""
         path = self.config.policy_dir or pretrained_policy_dir(env.view.num_devices)
@@ -125,9 +120,8 @@ class PlacetoPlacer(LearnedPlacer):
         seed = int(rng.integers(2**31 - 1))
         evaluator = None
         if cfg.reward == "measured":
-            evaluator = MeasuredEvaluator(
-                problem, memory_penalty=cfg.env.memory_penalty,
-                config=RunConfig(steps=cfg.measure_steps, warmup_steps=2))
+            evaluator = MeasuredEvaluator(problem, memory_penalty=cfg.env.memory_penalty,
+                                          steps=cfg.measure_steps)
         env = PlacementEnv(problem, cfg.env, evaluator=evaluator)
         # Measured rewards: no shortcut (its bound is simulated; enumerating would run them all).
         shortcut = None if evaluator is not None else self._without_search(env)

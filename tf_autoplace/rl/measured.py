@@ -2,7 +2,8 @@
 
 HDP (Mirhoseini et al. 2018) and Post (Gao et al. 2018) trained their placers on step times
 measured on the real devices; GDP fine-tuned on them too. :class:`MeasuredEvaluator` gives the
-searches here the same option (``reward="measured"`` on the ``auto`` and ``placeto`` placers):
+searches here the same option (``reward="measured"`` on the ``auto``, ``placeto`` and ``post``
+placers):
 it has :class:`~tf_autoplace.rl.rollouts.Evaluator`'s interface, so a search that scores batches
 through it does not change, but each placement's step time is the median of ``steps`` timed
 steps of the placed graph on this machine (:func:`tf_autoplace.hw.runner.run`, a fresh Session
@@ -33,7 +34,7 @@ from tf_autoplace.problem import PlacementProblem
 from tf_autoplace.rl.rollouts import GB, Evaluation
 
 REWARDS = ("simulated", "measured")
-DEFAULT_RUN = RunConfig(steps=5, warmup_steps=2)
+WARMUP_STEPS = 2  # untimed steps per measured placement (graph optimisation, allocation)
 
 
 def check_reward(reward, measure_steps, workers=1, ray_address=None) -> None:
@@ -58,13 +59,14 @@ class MeasuredEvaluator:
     Args:
       problem: the problem; its ``workload`` says what one step runs.
       memory_penalty: c in R = r + c * ReLU(m - M), seconds per GB over capacity.
-      config: how each placement is run and timed.
+      steps: timed steps per placement; its step time is their median (after
+        :data:`WARMUP_STEPS` untimed ones).
 
     ``samples`` counts the placements scored, ``runs`` those actually run.
     """
 
     def __init__(self, problem: PlacementProblem, *, memory_penalty: float = 2.0,
-                 config: RunConfig = DEFAULT_RUN):
+                 steps: int = 5):
         if problem.workload is None:
             raise ConfigError("reward='measured' runs placements, so the problem needs the "
                               "graph's workload: place through autoplace(), which attaches it")
@@ -72,7 +74,8 @@ class MeasuredEvaluator:
             raise ConfigError(f"memory_penalty must be a number >= 0, got {memory_penalty!r}")
         self.problem = problem
         self.memory_penalty = float(memory_penalty)
-        self.config = config
+        check_reward("measured", steps)
+        self.config = RunConfig(steps=steps, warmup_steps=WARMUP_STEPS)
         self.workers = 1
         self.samples = 0
         self.runs = 0
