@@ -27,7 +27,7 @@ from tf_autoplace.hw.transfers import profile_links
 
 flags.DEFINE_list("graphs", list(fidelity.GRAPHS), f"graphs among {list(fidelity.GRAPHS)}")
 flags.DEFINE_integer("num_logical_cpus", 2, "logical CPU devices (0: the GPUs and the CPU host)")
-flags.DEFINE_integer("random_placements", 6, "uniformly random placements per graph")
+flags.DEFINE_integer("random_placements", 8, "uniformly random placements per graph")
 flags.DEFINE_integer("learned_samples", 2000, "simulated placements per learned placer")
 flags.DEFINE_integer("steps", 15, "timed steps per placement (rounds)")
 flags.DEFINE_integer("warmup_steps", 3, "untimed steps per placement first")
