@@ -110,7 +110,9 @@ class Config:
       learned_samples: simulated placements each learned placer may search.
       run: how each placement is timed (``steps`` rounds after ``warmup_steps``).
       profile: how the ops are profiled (``trace_steps`` traced steps).
-      interleave: placements whose Sessions are open together (the rest run in later batches).
+      interleave: placements whose Sessions are open together (the rest run in later
+        batches). All of them by default: on a shared machine the load differs from one batch
+        to the next, and placements of different batches would be compared across it.
       max_load: wait until the 1-minute load average is at most this before profiling and
         measuring a graph (None: do not wait).
       seed: placer seed.
@@ -121,7 +123,7 @@ class Config:
     learned_samples: int = 2000
     run: RunConfig = RunConfig(steps=15, warmup_steps=3)
     profile: RunConfig = RunConfig(steps=1, warmup_steps=3, trace_steps=10)
-    interleave: int = 12
+    interleave: int = 64
     max_load: float | None = None
     seed: int = 0
 

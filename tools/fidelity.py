@@ -32,7 +32,7 @@ flags.DEFINE_integer("learned_samples", 2000, "simulated placements per learned 
 flags.DEFINE_integer("steps", 15, "timed steps per placement (rounds)")
 flags.DEFINE_integer("warmup_steps", 3, "untimed steps per placement first")
 flags.DEFINE_integer("trace_steps", 10, "traced steps for the op profile")
-flags.DEFINE_integer("interleave", 12, "placements measured together")
+flags.DEFINE_integer("interleave", 64, "placements measured together (at once: all of them)")
 flags.DEFINE_float("max_load", None, "wait until the 1-minute load average is at most this")
 flags.DEFINE_integer("seed", 0, "placer seed")
 flags.DEFINE_string("out_md", None, "write the markdown tables here")
