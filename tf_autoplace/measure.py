@@ -6,8 +6,8 @@ Session with the cluster's devices, soft placement off, warm-up steps, then time
 their median step times beside the predicted ones (``measured_step_time_s``,
 ``measured_baseline_step_time_s``; the text, the JSON and the proto of the report show them), and
 keeps a traced step of the placed graph, which the Chrome trace draws beside the simulated step.
-``autoplace(..., measure_steps=N)``, ``tools/autoplace_graphdef.py --measure_steps=N`` and
-``tools/place_model.py --measure_steps=N`` call it after placing.
+``autoplace(..., measure_steps=N)``, ``tf-autoplace place --measure_steps=N`` and
+``tf-autoplace place-model --measure_steps=N`` call it after placing.
 
 The cluster's devices must be this machine's (``Cluster.local()``, ``testdata/cpu2.pbtxt`` with
 two logical CPUs): a placement for GPUs this machine lacks cannot be timed here. Timings on a

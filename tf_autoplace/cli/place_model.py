@@ -9,7 +9,7 @@ With ``--measure_steps=N`` the placed graph and the single-device baseline also 
 steps on this machine (the cluster must be this machine's: ``--cluster=local`` or
 ``testdata/cpu2.pbtxt``), and the report shows the measured step times beside the predicted ones:
 
-    python tools/place_model.py --model=nmt --knob=layers=2 --knob=batch=16 --knob=length=8 \
+    tf-autoplace place-model --model=nmt --knob=layers=2 --knob=batch=16 --knob=length=8 \
         --knob=hidden=128 --knob=embedding_dim=128 --knob=vocab=1000 --cluster=local \
         --measure_steps=20
 """
