@@ -84,6 +84,18 @@ def test_measured_reward_needs_a_workload_and_a_known_name():
     assert not PostPlacer().needs_workload
 
 
+@pytest.mark.parametrize("placer", [AutoPlacer, PlacetoPlacer, PostPlacer])
+def test_measured_reward_runs_here_not_on_workers(placer):
+    # Measured placements run in this process, one at a time: a worker pool or a Ray cluster
+    # would simulate them instead, so asking for both is an error, not a silent simulation.
+    with pytest.raises(ConfigError, match="ray_address='auto'"):
+        placer(reward="measured", ray_address="auto")
+    with pytest.raises(ConfigError, match="workers=2"):
+        placer(reward="measured", workers=2)
+    assert placer(reward="measured", workers=1).needs_workload
+    assert placer(reward="simulated", workers=2, ray_address="auto").config.workers == 2
+
+
 @pytest.mark.parametrize("placer", [
     AutoPlacer(reward="measured", max_samples=6, measure_steps=1, starts=1, seeds_per_start=1),
     PostPlacer(reward="measured", max_samples=6, batch=3, ce_period=6, measure_steps=1),
