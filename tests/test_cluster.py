@@ -108,6 +108,12 @@ def test_local_with_logical_cpus():
     assert cluster.names == (f"{HOST}CPU:0", f"{HOST}CPU:1")
     assert [d.kind for d in cluster.devices] == ["CPU", "CPU"]
     assert cluster.memory[0] == cluster.memory[1] > 0  # they share the host's memory
+    # ... and its cores: one core group with as many cores as TensorFlow sees.
+    cores = cluster.devices[0].num_cores
+    assert cores >= 1 and cluster.core_groups == (("host", cores),)
+    assert [d.core_group for d in cluster.devices] == ["host", "host"]
+    executor, slots = cluster.executors()
+    assert executor.tolist() == [0, 0] and slots.tolist() == [cores]
     np.testing.assert_allclose(_off_diagonal(cluster.bandwidth), 10e9, rtol=1e-12)
     np.testing.assert_allclose(_off_diagonal(cluster.latency), 5e-6, rtol=1e-12)
     with pytest.raises(ClusterSpecError, match="num_logical_cpus must be >= 0, got -1"):
@@ -279,3 +285,73 @@ def test_resolve_cluster_takes_names_paths_clusters_and_says_what_it_knows(tmp_p
         resolve_cluster("gone/k80x2.pbtxt")
     with pytest.raises(ConfigError, match="shipped cluster name.*got int"):
         resolve_cluster(2)
+
+
+def test_local_gpus_take_their_properties_from_tensorflow(monkeypatch):
+    """With a GPU (faked here: this machine may have none), Cluster.local() reads its name and
+    compute capability, memory limit and TensorFlow's own SM count, clock and bandwidth."""
+    import tensorflow as tf
+    from tensorflow.core.framework import device_attributes_pb2
+    from tensorflow.core.protobuf import device_properties_pb2
+    from tensorflow.python.client import device_lib
+
+    from tf_autoplace import cluster as cluster_module
+
+    props = {"CPU:0": device_properties_pb2.DeviceProperties(type="CPU", num_cores=6,
+                                                             frequency=3000),
+             "GPU:0": device_properties_pb2.DeviceProperties(
+                 type="GPU", num_cores=132, frequency=1980, bandwidth=3_350_000_000)}
+    monkeypatch.setattr(cluster_module, "_tf_device_properties", lambda: props)
+    gpu = tf.config.PhysicalDevice(name="/physical_device:GPU:0", device_type="GPU")
+    real_list = tf.config.list_physical_devices
+    monkeypatch.setattr(tf.config, "list_physical_devices",
+                        lambda kind=None: [gpu] if kind == "GPU" else real_list(kind))
+    monkeypatch.setattr(tf.config.experimental, "get_device_details",
+                        lambda d: {"device_name": "NVIDIA H100 80GB HBM3",
+                                   "compute_capability": (9, 0)})
+    monkeypatch.setattr(device_lib, "list_local_devices", lambda: [
+        device_attributes_pb2.DeviceAttributes(name="/device:GPU:0", device_type="GPU",
+                                               memory_limit=79_000_000_000)])
+    cluster = Cluster.local()
+    assert cluster.names == (f"{HOST}CPU:0", f"{HOST}GPU:0")
+    cpu, gpu = cluster.devices
+    assert (cpu.num_cores, cpu.frequency_mhz, cpu.core_group) == (6, 3000, "host")
+    assert cluster.core_groups == (("host", 6),)
+    assert (gpu.kind, gpu.model, gpu.architecture) == ("GPU", "NVIDIA H100 80GB HBM3", "9.0")
+    assert (gpu.num_cores, gpu.frequency_mhz, gpu.memory_bytes) == (132, 1980, 79_000_000_000)
+    assert gpu.memory_bandwidth_gbps == pytest.approx(3350.0)
+    assert gpu.core_group == ""  # a GPU has cores of its own
+    assert cluster.executors()[1].tolist() == [6, 1]
+    # Written as a spec and read back, nothing is lost.
+    again = Cluster.from_text(text_format.MessageToString(cluster.to_proto()))
+    assert again.devices == cluster.devices and again.core_groups == cluster.core_groups
+
+
+CORE_GROUP_SPEC = CPU0.replace("memory_bytes: 100", 'memory_bytes: 100 core_group: "host"') + \
+    CPU1.replace("memory_bytes: 100", 'memory_bytes: 100 core_group: "host"') + GPU0 + \
+    'core_group { name: "host" cores: 4 }\n'
+
+
+def test_core_groups_from_a_spec_and_back():
+    cluster = Cluster.from_text(CORE_GROUP_SPEC)
+    assert cluster.core_groups == (("host", 4),)
+    executor, cores = cluster.executors()
+    assert executor.tolist() == [0, 0, 1] and cores.tolist() == [4, 1]
+    again = Cluster.from_proto(cluster.to_proto())
+    assert again.core_groups == cluster.core_groups and again.devices == cluster.devices
+    alone = cluster.independent()
+    assert alone.core_groups == () and alone.executors()[1].tolist() == [1, 1, 1]
+    assert cluster.subset([2]).core_groups == ()  # the GPU alone: the group has no device
+    assert cluster.subset([1, 2]).core_groups == (("host", 4),)
+
+
+@pytest.mark.parametrize("text, message", [
+    (CORE_GROUP_SPEC.replace("cores: 4", "cores: 0"), "core group 'host' has cores=0"),
+    (CORE_GROUP_SPEC + 'core_group { name: "host" cores: 2 }\n', "must be unique"),
+    (CORE_GROUP_SPEC + 'core_group { name: "spare" cores: 2 }\n', "'spare' has no device"),
+    (CORE_GROUP_SPEC.replace('core_group { name: "host" cores: 4 }\n', ""),
+     "names core group 'host', which the cluster does not declare"),
+])
+def test_bad_core_groups_are_typed_errors(text, message):
+    with pytest.raises(ClusterSpecError, match=message):
+        Cluster.from_text(text)

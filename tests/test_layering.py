@@ -20,13 +20,16 @@ ROOT = os.path.dirname(tf_autoplace.__file__)
 LAYERS = [
     {"errors", "proto"},
     {"cluster", "files", "graph", "zoo", "progress"},
-    {"cost", "grouping", "sim"},
+    # hw runs graphs on this machine and measures them: it reads clusters and graphs, and what
+    # it writes (profiles, link fits) feeds cost models and the simulator from outside.
+    {"cost", "grouping", "sim", "hw"},
     {"problem", "timeline", "rewrite"},
     {"report", "prepare", "saved_placement"},
+    {"measure"},  # puts hw's measurements into a report; the engine calls it
     {"heuristics"},
     {"rl"},
     {"placers", "cache"},
-    {"engine", "benchmark"},
+    {"engine", "benchmark", "fidelity"},  # fidelity runs placers, the simulator and hw
     {"tf2"},
     {"api"},
     {"flags", "testing"},

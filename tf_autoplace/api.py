@@ -19,7 +19,8 @@ from tf_autoplace.placers import DEFAULT_PLACER, SavedPlacement, get_placer
 def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
               grouping: GroupingConfig = GroupingConfig(), cost_model: CostModel | None = None,
               unknown_dim: int = 1, budget_s: float | None = None,
-              ray_address: str | None = None, policy=None, cache=False, progress=True):
+              ray_address: str | None = None, policy=None, cache=False, progress=True,
+              measure_steps: int = 0, measure_feeds: dict | None = None):
     """Choose a device for every op of ``graph`` and write it into the graph.
 
     Args:
@@ -55,6 +56,11 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
         absl log lines otherwise), False shows nothing, or a
         ``tf_autoplace.progress.Progress`` (``SearchProgress(logdir=...)`` also writes the
         search curve as TensorBoard scalars).
+      measure_steps: when > 0, also run the placed graph and the single-device baseline for
+        this many timed steps on this machine (its devices must be the cluster's) and put the
+        measured step times in the report (:func:`tf_autoplace.measure.measure`); graphs only.
+      measure_feeds: tensor name -> value for the measured steps; placeholders not given get
+        made-up values of their static shape (:class:`tf_autoplace.hw.workload.Workload`).
 
     Returns:
       A :class:`PlacementReport`; for a function, the placed callable
@@ -64,13 +70,17 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
     """
     placer = _placer(placer, budget_s, ray_address, policy)
     if tf2.is_function(graph):
+        if measure_steps:
+            raise ConfigError("measure_steps is for graphs: time a placed function by calling "
+                              "it (placed(...)) or profile it with tools/profile_graph.py")
         return tf2.autoplace_function(graph, cluster=cluster, placer=placer, seed=seed,
                                       grouping=grouping, cost_model=cost_model,
                                       unknown_dim=unknown_dim, cache=cache,
                                       progress=progress)[0]
     return engine.place_graph(graph, cluster=cluster, placer=placer, seed=seed,
                               grouping=grouping, cost_model=cost_model, unknown_dim=unknown_dim,
-                              cache=cache, progress=progress)
+                              cache=cache, progress=progress, measure_steps=measure_steps,
+                              measure_feeds=measure_feeds)
 
 
 def place_cost_graph(cost_graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,

@@ -18,11 +18,20 @@ names ``[A-Za-z][A-Za-z0-9_]*``, indices >= 0) and kept in canonical form (``/gp
 ``kind``. Two names TensorFlow could resolve to the same device (``/device:CPU:0`` and
 ``/job:localhost/replica:0/task:0/device:CPU:0``: every field given by both agrees) are one
 device listed twice. Numbers must be finite and fit the int64 fields Grappler reads them into.
+
+Shared cores. Devices may share processor cores: TensorFlow runs every logical CPU device of a
+process (``ConfigProto(device_count={'CPU': N})``) on the same inter-op and intra-op thread
+pools, so two logical CPUs of a 2-core host are not twice one. A *core group* names devices
+that share ``cores`` cores (``Device.core_group``, ``Cluster.core_groups``); the simulator runs
+the ops of a group's devices on those cores together (:mod:`tf_autoplace.sim.simulator`). A
+device outside any group has cores of its own, as a GPU does. :meth:`Cluster.executors` gives
+the simulator its view: one executor per group, and one per ungrouped device.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.resources
 import math
 import numbers
@@ -47,6 +56,7 @@ _SPECS = importlib.resources.files("tf_autoplace").joinpath("clusters")
 PLACETO_BANDWIDTH_GBPS = 7.6
 PLACETO_LATENCY_US = 25.0
 PLACETO_OP_OVERHEAD_US = 5.7
+HOST_CORE_GROUP = "host"
 
 INT64_MAX = 2**63 - 1
 _JOB = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
@@ -110,6 +120,9 @@ class Device:
       speed: op costs of its kind are divided by this (> 0).
       num_cores, frequency_mhz, memory_bandwidth_gbps, architecture: hardware numbers fed to
         Grappler's analytical cost estimator (SMs for a GPU, cores for a CPU).
+      core_group: the name of the core group whose cores the device shares ("" = none; see
+        the module docstring).
+      model: the hardware as its driver names it (e.g. a GPU's ``device_name``); informational.
     """
 
     name: str
@@ -120,6 +133,8 @@ class Device:
     frequency_mhz: int = 1000
     memory_bandwidth_gbps: float = 10.0
     architecture: str = ""
+    core_group: str = ""
+    model: str = ""
 
     def __post_init__(self):
         spec = device_spec(self.name)
@@ -158,12 +173,15 @@ class Cluster:
       bandwidth: [D, D] bytes per second from device i to device j (diagonal unused).
       latency: [D, D] seconds per transfer from i to j.
       op_overhead_s: fixed cost added to every op's compute time.
+      core_groups: (name, cores) of each core group the devices name, in order (module
+        docstring); every group has at least one device and ``cores >= 1``.
     """
 
     devices: tuple[Device, ...]
     bandwidth: np.ndarray
     latency: np.ndarray
     op_overhead_s: float = PLACETO_OP_OVERHEAD_US * 1e-6
+    core_groups: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self):
         if not self.devices:
@@ -193,6 +211,22 @@ class Cluster:
             arr.setflags(write=False)
             object.__setattr__(self, field, arr)
         _check_number("op_overhead_s", self.op_overhead_s, zero_ok=True)
+        groups = tuple((str(name), cores) for name, cores in self.core_groups)
+        object.__setattr__(self, "core_groups", groups)
+        declared = [name for name, _ in groups]
+        for name, cores in groups:
+            if not name or declared.count(name) > 1:
+                raise ClusterSpecError(f"core group names must be unique and non-empty, got "
+                                       f"{declared}")
+            if isinstance(cores, bool) or not isinstance(cores, (int, np.integer)) or cores < 1:
+                raise ClusterSpecError(f"core group {name!r} has cores={cores!r}; must be an "
+                                       "int >= 1")
+            if not any(d.core_group == name for d in self.devices):
+                raise ClusterSpecError(f"core group {name!r} has no device")
+        for d in self.devices:
+            if d.core_group and d.core_group not in declared:
+                raise ClusterSpecError(f"device {d.name!r} names core group {d.core_group!r}, "
+                                       f"which the cluster does not declare ({declared})")
 
     # --------------------------------------------------------------------------- accessors
     @property
@@ -238,6 +272,27 @@ class Cluster:
                 return i
         return 0
 
+    def executors(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(executor [D], cores [E])``: the executor that runs each device's ops and how many
+        ops each runs at once. Core groups first, in declared order; then every device outside
+        a group, with one core of its own."""
+        index = {name: e for e, (name, _) in enumerate(self.core_groups)}
+        cores = [c for _, c in self.core_groups]
+        executor = np.empty(self.num_devices, np.int64)
+        for i, d in enumerate(self.devices):
+            if d.core_group:
+                executor[i] = index[d.core_group]
+            else:
+                executor[i] = len(cores)
+                cores.append(1)
+        return executor, np.asarray(cores, np.int64)
+
+    def independent(self) -> "Cluster":
+        """The same cluster with no core groups: every device on cores of its own."""
+        return dataclasses.replace(
+            self, devices=tuple(dataclasses.replace(d, core_group="") for d in self.devices),
+            core_groups=())
+
     def subset(self, indices: Sequence[int]) -> "Cluster":
         """The cluster of the devices ``indices`` (in that order) with their links."""
         idx = np.asarray(indices, dtype=np.int64)
@@ -245,29 +300,34 @@ class Cluster:
                 idx.max() >= self.num_devices:
             raise ClusterSpecError(f"a subset needs distinct device indices in "
                                    f"[0, {self.num_devices}), got {idx.tolist()}")
-        return Cluster(devices=tuple(self.devices[i] for i in idx.tolist()),
-                       bandwidth=self.bandwidth[np.ix_(idx, idx)],
-                       latency=self.latency[np.ix_(idx, idx)], op_overhead_s=self.op_overhead_s)
+        devices = tuple(self.devices[i] for i in idx.tolist())
+        kept = {d.core_group for d in devices}
+        return Cluster(devices=devices, bandwidth=self.bandwidth[np.ix_(idx, idx)],
+                       latency=self.latency[np.ix_(idx, idx)], op_overhead_s=self.op_overhead_s,
+                       core_groups=tuple(g for g in self.core_groups if g[0] in kept))
 
     # ------------------------------------------------------------------------- constructors
     @classmethod
     def uniform(cls, devices: Sequence[Device], *, bandwidth_gbps: float = PLACETO_BANDWIDTH_GBPS,
                 latency_us: float = PLACETO_LATENCY_US,
-                op_overhead_us: float = PLACETO_OP_OVERHEAD_US) -> "Cluster":
+                op_overhead_us: float = PLACETO_OP_OVERHEAD_US,
+                core_groups: Sequence[tuple[str, int]] = ()) -> "Cluster":
         """All pairs of devices linked with the same bandwidth and latency."""
         _check_number("bandwidth_gbps", bandwidth_gbps)
         _check_number("latency_us", latency_us, zero_ok=True)
         _check_number("op_overhead_us", op_overhead_us, zero_ok=True)
         d = len(devices)
         return cls(devices=tuple(devices), bandwidth=np.full((d, d), bandwidth_gbps * 1e9),
-                   latency=np.full((d, d), latency_us * 1e-6), op_overhead_s=op_overhead_us * 1e-6)
+                   latency=np.full((d, d), latency_us * 1e-6), op_overhead_s=op_overhead_us * 1e-6,
+                   core_groups=tuple(core_groups))
 
     @classmethod
     def from_proto(cls, spec: cluster_pb2.ClusterSpec) -> "Cluster":
         devices = []
         for ds in spec.device:
             kwargs = dict(name=ds.name, kind=ds.kind, memory_bytes=ds.memory_bytes,
-                          speed=ds.speed or 1.0, architecture=ds.architecture)
+                          speed=ds.speed or 1.0, architecture=ds.architecture,
+                          core_group=ds.core_group, model=ds.model)
             for field in ("num_cores", "frequency_mhz", "memory_bandwidth_gbps"):
                 if getattr(ds, field):
                     kwargs[field] = getattr(ds, field)
@@ -281,7 +341,8 @@ class Cluster:
             devices,
             bandwidth_gbps=given("default_bandwidth_gbps", PLACETO_BANDWIDTH_GBPS),
             latency_us=given("default_latency_us", PLACETO_LATENCY_US),
-            op_overhead_us=given("op_overhead_us", PLACETO_OP_OVERHEAD_US))
+            op_overhead_us=given("op_overhead_us", PLACETO_OP_OVERHEAD_US),
+            core_groups=[(g.name, g.cores) for g in spec.core_group])
         bw, lat = cluster.bandwidth.copy(), cluster.latency.copy()
         for link in spec.link:
             i, j = cluster.index(link.src), cluster.index(link.dst)
@@ -289,8 +350,7 @@ class Cluster:
                 bw[i, j] = link.bandwidth_gbps * 1e9
             if link.HasField("latency_us"):
                 lat[i, j] = link.latency_us * 1e-6
-        return cls(devices=cluster.devices, bandwidth=bw, latency=lat,
-                   op_overhead_s=cluster.op_overhead_s)
+        return dataclasses.replace(cluster, bandwidth=bw, latency=lat)
 
     @classmethod
     def from_text(cls, text: str) -> "Cluster":
@@ -315,33 +375,44 @@ class Cluster:
 
     @classmethod
     def local(cls, num_logical_cpus: int = 0) -> "Cluster":
-        """The devices TensorFlow sees on this machine.
+        """The devices TensorFlow sees on this machine, described as TensorFlow describes them.
 
-        With ``num_logical_cpus > 0`` the host is described as that many logical CPU devices
-        (``/device:CPU:0..N-1``), the way a v1 Session with ``device_count={'CPU': N}`` runs it;
-        each gets the host's memory, since they share it.
+        * **CPU.** With ``num_logical_cpus > 0`` the host is that many logical CPU devices
+          (``/device:CPU:0..N-1``), the way a v1 Session with ``device_count={'CPU': N}`` runs
+          it; otherwise one CPU device. Every CPU device gets the host's memory (they share it)
+          and its cores and clock as TensorFlow reads them (:func:`_tf_device_properties`), and
+          all of them form one core group, ``"host"``, with the host's cores: TensorFlow runs
+          every CPU device of a process on one thread pool of that many threads, so N logical
+          CPUs run no more ops at once than one does (module docstring).
+        * **GPUs** (only with ``num_logical_cpus == 0``): each with its name and compute
+          capability (``tf.config.experimental.get_device_details``), the memory TensorFlow
+          may use on it (``memory_limit``), and its streaming multiprocessors, clock and memory
+          bandwidth as TensorFlow's cost model reads them from the CUDA driver. If TensorFlow
+          does not give those three (its private Grappler API changed), they are a V100's (80
+          SMs, 1400 MHz, 900 GB/s), which only Grappler's analytical op costs use.
+
+        Links: 10 GB/s and 5 us per transfer, a stand-in for host-memory copies until measured
+        (``tools/profile_graph.py`` writes a spec with measured links).
         """
-        total = _host_memory_bytes()
-        cores = os.cpu_count() or 1
         if num_logical_cpus < 0:
             raise ClusterSpecError(f"num_logical_cpus must be >= 0, got {num_logical_cpus}")
+        props = _tf_device_properties()
+        cpu = props.get("CPU:0")
+        cores = int(cpu.num_cores) if cpu is not None and cpu.num_cores > 0 else \
+            (os.cpu_count() or 1)
+        mhz = int(cpu.frequency) if cpu is not None and cpu.frequency > 0 else 2000
+        total = _host_memory_bytes()
         devices = [
             Device(name=f"/job:localhost/replica:0/task:0/device:CPU:{i}", kind="CPU",
-                   memory_bytes=total, num_cores=cores, frequency_mhz=2000,
-                   memory_bandwidth_gbps=20.0)
+                   memory_bytes=total, num_cores=cores, frequency_mhz=mhz,
+                   memory_bandwidth_gbps=20.0, core_group=HOST_CORE_GROUP)
             for i in range(max(num_logical_cpus, 1))
         ]
         if num_logical_cpus == 0:
-            from tensorflow.python.client import device_lib  # TF only at the edge
-
-            for i, dev in enumerate(d for d in device_lib.list_local_devices()
-                                    if d.device_type == "GPU"):
-                devices.append(Device(name=f"/job:localhost/replica:0/task:0/device:GPU:{i}",
-                                      kind="GPU", memory_bytes=int(dev.memory_limit),
-                                      num_cores=80, frequency_mhz=1400,
-                                      memory_bandwidth_gbps=900.0, architecture="7.0"))
+            devices += _local_gpus(props)
         # Logical devices on one host exchange tensors through host memory.
-        return cls.uniform(devices, bandwidth_gbps=10.0, latency_us=5.0)
+        return cls.uniform(devices, bandwidth_gbps=10.0, latency_us=5.0,
+                           core_groups=[(HOST_CORE_GROUP, cores)])
 
     def to_proto(self) -> cluster_pb2.ClusterSpec:
         spec = cluster_pb2.ClusterSpec(op_overhead_us=self.op_overhead_s * 1e6)
@@ -349,7 +420,10 @@ class Cluster:
             spec.device.add(name=d.name, kind=d.kind, memory_bytes=d.memory_bytes, speed=d.speed,
                             num_cores=d.num_cores, frequency_mhz=d.frequency_mhz,
                             memory_bandwidth_gbps=d.memory_bandwidth_gbps,
-                            architecture=d.architecture)
+                            architecture=d.architecture, core_group=d.core_group,
+                            model=d.model)
+        for name, cores in self.core_groups:
+            spec.core_group.add(name=name, cores=int(cores))
         for i, a in enumerate(self.devices):
             for j, b in enumerate(self.devices):
                 if i != j:
@@ -357,6 +431,62 @@ class Cluster:
                                   bandwidth_gbps=self.bandwidth[i, j] / 1e9,
                                   latency_us=self.latency[i, j] * 1e6)
         return spec
+
+
+@functools.lru_cache(maxsize=1)
+def _tf_device_properties() -> dict:
+    """{"CPU:0": DeviceProperties, "GPU:0": ...}: TensorFlow's own description of this
+    machine's devices, the numbers its Grappler cost model uses (cores and clock; for a GPU its
+    multiprocessors, clock, memory bandwidth and compute capability, read from the CUDA driver).
+
+    They come from Grappler's single-machine cluster, a private TensorFlow API. It is called
+    here, not in :mod:`tf_autoplace.graph.grappler` (the module that wraps Grappler otherwise),
+    because the cluster sits below the graph package and cannot import it. Read once per
+    process; if the API fails, the result is empty and the callers keep their defaults.
+    """
+    try:
+        from tensorflow.python.grappler import cluster as gcluster  # TF only at the edge
+
+        machine = gcluster.Cluster(allow_soft_placement=True, disable_detailed_stats=True,
+                                   disable_timeline=True)
+        try:
+            listed = machine.ListDevices()
+        finally:
+            machine.Shutdown()
+    except Exception:  # noqa: BLE001  (a private API: any failure means "not available")
+        return {}
+    out = {}
+    for named in listed:
+        kind, _, index = named.name.rpartition("device:")[2].partition(":")
+        out[f"{kind.upper()}:{index}"] = named.properties
+    return out
+
+
+def _local_gpus(props: dict) -> list[Device]:
+    """This machine's GPUs as devices (see :meth:`Cluster.local`)."""
+    import tensorflow as tf  # TF only at the edge
+    from tensorflow.python.client import device_lib
+
+    memory = {}
+    for dev in device_lib.list_local_devices():
+        if dev.device_type == "GPU":
+            memory[dev.name.rpartition("device:")[2].upper()] = int(dev.memory_limit)
+    out = []
+    for i, physical in enumerate(tf.config.list_physical_devices("GPU")):
+        details = tf.config.experimental.get_device_details(physical)
+        capability = details.get("compute_capability")
+        gpu = props.get(f"GPU:{i}")
+        known = gpu is not None and gpu.num_cores > 0 and gpu.frequency > 0 and gpu.bandwidth > 0
+        out.append(Device(
+            name=f"/job:localhost/replica:0/task:0/device:GPU:{i}", kind="GPU",
+            memory_bytes=memory.get(f"GPU:{i}") or int(gpu.memory_size if gpu else 0) or 2**30,
+            num_cores=int(gpu.num_cores) if known else 80,
+            frequency_mhz=int(gpu.frequency) if known else 1400,
+            memory_bandwidth_gbps=gpu.bandwidth / 1e6 if known else 900.0,  # KB/s -> GB/s
+            architecture=(f"{capability[0]}.{capability[1]}" if capability
+                          else gpu.environment.get("architecture", "") if gpu else ""),
+            model=details.get("device_name", "")))
+    return out
 
 
 def _host_memory_bytes() -> int:

@@ -16,6 +16,10 @@ cache; simulate the single-device baseline, compute the lower bounds
 HiGHS's time limit) and return the :class:`PlacementReport` with its timeline, the graph's
 fingerprint (so the placement can be applied again) and a learned placer's fine-tuned policy.
 It holds no algorithm.
+
+With ``measure_steps``, :func:`place_graph` then times the placed graph and the single-device
+baseline on this machine (:func:`tf_autoplace.measure.measure`) before it rewrites a
+``tf.Graph``, so a graph that cannot be timed is left as it was.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ from tf_autoplace.graph import costgraph, ingest
 from tf_autoplace.graph.fingerprint import fingerprint
 from tf_autoplace.grouping import GroupingConfig
 from tf_autoplace.heuristics import SingleDevicePlacer
+from tf_autoplace.hw.workload import Workload
+from tf_autoplace.measure import measure
 from tf_autoplace.placers import DEFAULT_PLACER, get_placer
 from tf_autoplace.prepare import build_problem, cost_graph_problem
 from tf_autoplace.problem import Placement, Placer, PlacementProblem, validate
@@ -71,7 +77,8 @@ def check_arguments(*, seed, grouping, cost_model=None, unknown_dim=1, cache=Non
 
 def place_graph(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
                 grouping: GroupingConfig = GroupingConfig(), cost_model: CostModel | None = None,
-                unknown_dim: int = 1, cache=None, progress=None) -> PlacementReport:
+                unknown_dim: int = 1, cache=None, progress=None, measure_steps: int = 0,
+                measure_feeds: dict | None = None) -> PlacementReport:
     """Place a ``tf.Graph`` (rewritten in place) or a GraphDef, MetaGraphDef, serialized bytes
     or file path (left alone; the placed copy is ``report.graph_def``); the arguments are
     :func:`tf_autoplace.autoplace`'s, ``placer`` a registered name or a Placer (``cache`` and
@@ -80,11 +87,19 @@ def place_graph(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
                              cost_model=cost_model, unknown_dim=unknown_dim, cache=cache,
                              progress=progress)
     cache, progress = as_cache(cache), as_progress(progress)
+    if not (_is_int(measure_steps) and measure_steps >= 0):
+        raise ConfigError(f"measure_steps must be an int >= 0, got {measure_steps!r}")
     timings: dict[str, float] = {}
     meta_graph = ingest.load_meta_graph(graph)
+    # What a step runs is found before anything is placed, so that a graph we could not time
+    # is an error that leaves it untouched.
+    workload = (Workload.from_graph(meta_graph, feeds=measure_feeds, seed=int(seed))
+                if measure_steps or placer.needs_workload else None)
     problem, cost_model = build_problem(meta_graph, cluster, grouping=grouping,
                                         cost_model=cost_model, unknown_dim=unknown_dim,
                                         timings=timings)
+    if placer.needs_workload:  # its reward comes from running placements here
+        problem = dataclasses.replace(problem, workload=workload)
     notes = []
     fallback = getattr(cost_model, "num_fallback_ops", 0)
     if fallback:
@@ -97,8 +112,12 @@ def place_graph(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
                      "for better memory and transfer estimates")
     report = place_problem(problem, placer, seed, timings=timings, notes=notes, cache=cache,
                            progress=progress)
+    if measure_steps:
+        t = time.perf_counter()
+        report = measure(report, workload, steps=int(measure_steps))
+        timings["measure"] = time.perf_counter() - t
 
-    t = time.perf_counter()
+    t = time.perf_counter()  # last: any error above leaves a tf.Graph as it was
     placed_graph_def = None
     if isinstance(graph, tf.Graph):
         apply_to_graph(graph, report.assignment)
@@ -155,6 +174,7 @@ def place_problem(problem: PlacementProblem, placer: Placer, seed: int, *,
 
     baseline = SingleDevicePlacer().propose(problem)
     baseline_sim = problem.simulator.run(baseline)
+    baseline_assignment = dict(zip(problem.graph.names, [cluster.names[d] for d in baseline]))
 
     t = time.perf_counter()
     bound = lp_lower_bound(problem.graph, cluster, problem.op_time)
@@ -176,7 +196,8 @@ def place_problem(problem: PlacementProblem, placer: Placer, seed: int, *,
         graph_fingerprint=graph_fingerprint, from_cache=from_cache,
         assignment=dict(zip(problem.graph.names, placement.device_names(cluster))),
         timeline=TimelineData(problem.graph, cluster, placement.devices, placement.sim),
-        policy=None if from_cache else placer.trained_policy)
+        policy=None if from_cache else placer.trained_policy,
+        baseline_assignment=baseline_assignment)
     if key and not from_cache:
         entry = report.to_proto()
         del entry.note[:]

@@ -30,3 +30,8 @@ class ConfigError(AutoplaceError, ValueError):
 class WorkerError(AutoplaceError, RuntimeError):
     """The workers a search runs on could not be started (a Ray cluster without room for
     them, actors that never came up)."""
+
+
+class MeasurementError(AutoplaceError, RuntimeError):
+    """TensorFlow could not run a graph this machine was asked to time (a placement its runtime
+    rejects, memory exhausted, ...); the message carries TensorFlow's."""

@@ -44,12 +44,17 @@ class PlacementProblem:
       cluster: the devices (D of them).
       op_time: [n, D] seconds per op per device, ``inf`` where there is no kernel.
       grouping: op -> group labels; a placer assigns whole groups.
+      workload: how to run one step of the graph on this machine (a
+        :class:`tf_autoplace.hw.workload.Workload`), for placers that take their reward from
+        measured runs (``reward="measured"``); None when the problem is only simulated. The
+        engine attaches it when a placer's ``needs_workload`` is true.
     """
 
     graph: OpGraph
     cluster: Cluster
     op_time: np.ndarray
     grouping: Grouping
+    workload: object = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self):
         n, d = self.graph.num_ops, self.cluster.num_devices
@@ -80,7 +85,8 @@ class PlacementProblem:
         placement of this problem that leaves the other devices idle."""
         devices = np.asarray(devices, dtype=np.int64)
         return PlacementProblem(graph=self.graph, cluster=self.cluster.subset(devices),
-                                op_time=self.op_time[:, devices], grouping=self.grouping)
+                                op_time=self.op_time[:, devices], grouping=self.grouping,
+                                workload=self.workload)
 
     @functools.cached_property
     def colocation_allowed(self) -> np.ndarray:
@@ -150,15 +156,18 @@ def validate(problem: PlacementProblem, devices: np.ndarray, *,
     return Placement(devices=devices, sim=sim, notes=tuple(notes))
 
 
-def rank_placements(problem: PlacementProblem, contenders) -> list[tuple]:
+def rank_placements(problem: PlacementProblem, contenders, step_time=None) -> list[tuple]:
     """Simulate each ``(name, devices)`` of ``contenders`` once and sort them: the placements
     that fit memory first, then by step time; ties keep the given order. Returns
     ``(over_memory, makespan, name, devices)`` tuples, best first. The learned placers use it
-    to return nothing worse than the fast heuristics, and ``best_heuristic`` to choose one."""
+    to return nothing worse than the fast heuristics, and ``best_heuristic`` to choose one.
+    ``step_time`` (devices -> seconds), when given, replaces the simulated step time (a
+    measured one, for ``reward="measured"``); memory is still the simulator's."""
     scored = []
     for name, devices in contenders:
         sim = problem.simulator.run(devices)
-        scored.append((bool(check_memory(problem, sim)), sim.makespan, name, devices))
+        step = sim.makespan if step_time is None else step_time(devices)
+        scored.append((bool(check_memory(problem, sim)), step, name, devices))
     scored.sort(key=lambda item: item[:2])  # stable: ties keep the given order
     return scored
 
@@ -178,6 +187,12 @@ class Placer(abc.ABC):
     notes: tuple | list = ()  # replaced by a fresh list in every propose()
     progress: Progress = QUIET
     trained_policy = None
+
+    @property
+    def needs_workload(self) -> bool:
+        """Whether this placer runs placements on the hardware, so the problem it is given
+        must carry a ``workload`` (placers with ``reward="measured"``)."""
+        return False
 
     def place(self, problem: PlacementProblem, *, seed: int = 0,
               progress: Progress | None = None) -> Placement:

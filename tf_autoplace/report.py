@@ -1,9 +1,13 @@
 """PlacementReport: what a placement is predicted to do, read against its limits.
 
-Every figure comes from the simulator with the same cost model: the placed step time, two lower
-bounds no valid placement can beat (the simple one and the tighter LP bound of
+Every predicted figure comes from the simulator with the same cost model: the placed step time,
+two lower bounds no valid placement can beat (the simple one and the tighter LP bound of
 :mod:`tf_autoplace.sim.lp_bound`), and the all-on-one-device baseline (which may not fit in
 memory: ``baseline_fits`` says so).
+
+:func:`tf_autoplace.measure.measure` adds what this machine measures: the median step times of
+the placed graph and of the single-device baseline beside the predicted ones, and the traced
+step of the placed graph beside the simulated one in the Chrome trace.
 """
 
 from __future__ import annotations
@@ -35,6 +39,9 @@ class DeviceLoad:
     @property
     def fits(self) -> bool:
         return self.peak_memory_bytes <= self.memory_bytes
+
+
+_NOT_IN_DICT = ("assignment", "graph_def", "timeline", "policy", "baseline_assignment")
 
 
 def device_loads(cluster: Cluster, devices: np.ndarray, sim: SimResult) -> tuple[DeviceLoad, ...]:
@@ -70,10 +77,16 @@ class PlacementReport:
       graph_def: the placed GraphDef copy when the input was not a tf.Graph (else None; not
         included in ``to_dict``).
       timeline: the simulated step of the placement (a ``tf_autoplace.timeline.TimelineData``:
-        graph, cluster, placement, simulation) for ``write_chrome_trace`` / ``write_plot``
-        (None when not kept; not included in ``to_dict``).
+        graph, cluster, placement, simulation, and a measured step once measured) for
+        ``write_chrome_trace`` / ``write_plot`` (None when not kept; not included in
+        ``to_dict``).
       policy: the policy a learned placer fine-tuned on this graph, which :meth:`save_policy`
         writes (None for other placers and for a placement from the cache; not included in
+        ``to_dict``).
+      measure_steps: timed steps behind each measured figure (0: not measured).
+      measured_step_time_s / measured_baseline_step_time_s: median measured step time of the
+        placement and of the single-device baseline on this machine (NaN: not measured).
+      baseline_assignment: op name -> device of the single-device baseline (not included in
         ``to_dict``).
     """
 
@@ -93,10 +106,20 @@ class PlacementReport:
     lp_lower_bound_s: float = math.nan
     graph_fingerprint: str = ""
     from_cache: bool = False
+    measure_steps: int = 0
+    measured_step_time_s: float = math.nan
+    measured_baseline_step_time_s: float = math.nan
     assignment: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
     graph_def: object = dataclasses.field(default=None, repr=False, compare=False)
     timeline: object = dataclasses.field(default=None, repr=False, compare=False)
     policy: object = dataclasses.field(default=None, repr=False, compare=False)
+    baseline_assignment: dict = dataclasses.field(default_factory=dict, repr=False,
+                                                  compare=False)
+
+    @property
+    def measured_speedup(self) -> float:
+        """Measured baseline step time over measured placed step time (NaN: not measured)."""
+        return self.measured_baseline_step_time_s / self.measured_step_time_s
 
     @property
     def speedup(self) -> float:
@@ -117,13 +140,13 @@ class PlacementReport:
 
     def to_dict(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-               if f.name not in ("assignment", "graph_def", "timeline", "policy")}
+               if f.name not in _NOT_IN_DICT}
         out["devices"] = [dataclasses.asdict(d) for d in self.devices]
         out["baseline_devices"] = [dataclasses.asdict(d) for d in self.baseline_devices]
         out["notes"] = list(self.notes)
         out.update(speedup=self.speedup, ratio_to_lower_bound=self.ratio_to_lower_bound,
                    ratio_to_lp_lower_bound=self.ratio_to_lp_lower_bound,
-                   baseline_fits=self.baseline_fits)
+                   baseline_fits=self.baseline_fits, measured_speedup=self.measured_speedup)
         return out
 
     def to_json(self) -> str:
@@ -135,7 +158,9 @@ class PlacementReport:
             placer=self.placer, step_time_s=self.step_time_s, lower_bound_s=self.lower_bound_s,
             lp_lower_bound_s=self.lp_lower_bound_s,
             baseline_step_time_s=self.baseline_step_time_s, num_groups=self.num_groups,
-            note=list(self.notes), graph_fingerprint=self.graph_fingerprint)
+            note=list(self.notes), graph_fingerprint=self.graph_fingerprint,
+            measure_steps=self.measure_steps, measured_step_time_s=self.measured_step_time_s,
+            measured_baseline_step_time_s=self.measured_baseline_step_time_s)
         if self.seed is not None:
             out.seed = int(self.seed)
         for loads, field in ((self.devices, out.device),
@@ -177,7 +202,8 @@ class PlacementReport:
         """Write the simulated step as a Chrome trace (JSON; open in chrome://tracing or
         ui.perfetto.dev). See :mod:`tf_autoplace.timeline`."""
         t = self._timeline()
-        timeline.write_chrome_trace(path, t.graph, t.cluster, t.placement, t.sim)
+        timeline.write_chrome_trace(path, t.graph, t.cluster, t.placement, t.sim,
+                                    measured=t.measured)
 
     def write_plot(self, path) -> None:
         """Write a PNG of per-device load over the step and peak memory against capacity
@@ -205,6 +231,15 @@ class PlacementReport:
             f"(placed / bound = {self.ratio_to_lp_lower_bound:.2f})",
             f"  single-device step    {self.baseline_step_time_s * 1e3:10.2f} ms "
             f"(speedup {self.speedup:.2f}x{'' if self.baseline_fits else ', baseline does not fit'})",
+        ]
+        if self.measure_steps:
+            lines += [
+                f"  measured step time    {self.measured_step_time_s * 1e3:10.2f} ms "
+                f"(median of {self.measure_steps} steps on this machine)",
+                f"  measured single-device{self.measured_baseline_step_time_s * 1e3:10.2f} ms "
+                f"(measured speedup {self.measured_speedup:.2f}x)",
+            ]
+        lines += [
             "  placement:", table(self.devices),
             "  single-device baseline:", table(self.baseline_devices),
             "  time spent: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.timings_s.items()),

@@ -8,6 +8,13 @@ simulated start to end; ``tid`` 1 "transfers out" holds the tensors the device s
 outgoing bus, Placeto A.5), from the time the transfer takes the bus to its arrival. Times are
 microseconds from the start of the step.
 
+A measured step (:class:`tf_autoplace.hw.TracedStep`, from :func:`tf_autoplace.measure.measure`)
+adds its lanes beside the predicted ones: one more process per device lane of the run's step
+stats, named ``measured <device>`` and sorted after the simulated devices, whose "ops" thread
+holds one event per kernel execution from its start to its end (Send/Recv and ops Grappler
+added included, as the runtime ran them), on the same time axis from the step's first
+execution.
+
 :func:`plot_report` draws a PNG: top, a Gantt chart of each device's ops and outgoing transfers
 over the step; bottom, each device's simulated peak memory (variables and transient tensors)
 against its capacity. It needs matplotlib, an optional extra (``pip install .[plot]``), and
@@ -28,6 +35,7 @@ import numpy as np
 from tf_autoplace.cluster import Cluster
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph.opgraph import OpGraph
+from tf_autoplace.hw.trace import TracedStep
 from tf_autoplace.sim import SimResult
 
 OPS_TID = 0
@@ -37,12 +45,14 @@ TRANSFERS_TID = 1
 @dataclasses.dataclass(frozen=True, eq=False)
 class TimelineData:
     """One simulated step: the graph (n ops), the cluster (D devices), the placement ([n] device
-    index per op) and the simulation of that placement."""
+    index per op) and the simulation of that placement; ``measured``, the traced step of the
+    placement run on this machine (None: not measured)."""
 
     graph: OpGraph
     cluster: Cluster
     placement: np.ndarray
     sim: SimResult
+    measured: TracedStep | None = None
 
 
 def short_device_name(name: str) -> str:
@@ -68,8 +78,9 @@ def _check(graph: OpGraph, cluster: Cluster, placement, sim: SimResult) -> np.nd
 
 
 def chrome_trace(graph: OpGraph, cluster: Cluster, placement: np.ndarray,
-                 sim: SimResult) -> dict:
-    """The simulated step in Chrome trace event format (see module doc)."""
+                 sim: SimResult, measured: TracedStep | None = None) -> dict:
+    """The simulated step (and the ``measured`` one, if given) in Chrome trace event format
+    (see module doc)."""
     placement = _check(graph, cluster, placement, sim)
     events = []
     for d, device in enumerate(cluster.devices):
@@ -102,13 +113,39 @@ def chrome_trace(graph: OpGraph, cluster: Cluster, placement: np.ndarray,
             "args": {"producer": producer, "tensor_index": k,
                      "bytes": int(graph.tensor_bytes[k]) if k >= 0 else 0,
                      "src": cluster.names[src], "dst": cluster.names[dst]}})
+    if measured is not None:
+        events += measured_events(measured, first_pid=cluster.num_devices)
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
+def measured_events(measured: TracedStep, first_pid: int) -> list[dict]:
+    """Chrome trace events of a measured step: process ``first_pid + k`` for its k-th device
+    lane (module doc)."""
+    events = []
+    for k, device in enumerate(measured.devices):
+        pid = first_pid + k
+        events += [
+            {"name": "process_name", "ph": "M", "pid": pid,
+             "args": {"name": f"measured {device}"}},
+            {"name": "process_sort_index", "ph": "M", "pid": pid, "args": {"sort_index": pid}},
+            {"name": "thread_name", "ph": "M", "pid": pid, "tid": OPS_TID,
+             "args": {"name": "ops"}},
+        ]
+    start_us, end_us = measured.start * 1e6, measured.end * 1e6
+    for i in np.argsort(measured.start, kind="stable").tolist():
+        events.append({
+            "name": measured.names[i], "cat": "Measured", "ph": "X",
+            "pid": first_pid + int(measured.device[i]), "tid": OPS_TID,
+            "ts": float(start_us[i]), "dur": float(end_us[i] - start_us[i]),
+            "args": {"name": measured.names[i]}})
+    return events
+
+
 def write_chrome_trace(path: str | os.PathLike, graph: OpGraph, cluster: Cluster,
-                       placement: np.ndarray, sim: SimResult) -> None:
+                       placement: np.ndarray, sim: SimResult,
+                       measured: TracedStep | None = None) -> None:
     """Write :func:`chrome_trace` as JSON to ``path`` (raises OSError if it cannot)."""
-    trace = chrome_trace(graph, cluster, placement, sim)
+    trace = chrome_trace(graph, cluster, placement, sim, measured)
     with open(path, "w", encoding="utf-8") as f:
         json.dump(trace, f, separators=(",", ":"))
 

@@ -34,6 +34,9 @@ RUNS = {
     "meta_graph_text": ("cnn_meta.pbtxt", "placed_meta.pbtxt", ["--placer=m_etf"]),
     # A cost graph in, its placement (a PlacementResult, JSON by the name) out.
     "cost_graph": ("cnn.costgraph.pbtxt", "placement.json", ["--placer=m_etf"]),
+    "measured": ("cnn_meta.pbtxt", "placed_measured.pbtxt",
+                 ["--placer=m_etf", "--measure_steps=3", "--report_json={dir}/r_measured.json",
+                  "--trace_json={dir}/t_measured.json"]),
     "corrupt_input": ("corrupt.pb", "out_corrupt.pb", ["--report_json={dir}/r_corrupt.json"]),
     "missing_input": ("missing.pb", "out_missing.pb", ["--report_json={dir}/r_missing.json"]),
     "bad_cluster": ("cnn.pb", "out_cluster.pb", ["--cluster={dir}/bad_cluster.pbtxt",
@@ -124,6 +127,24 @@ def test_cost_graph_in_placement_out(runs):
     assert [op.name for op in placement.op] == [n.name for n in inputs["graph_def"].node]
     assert {op.device for op in placement.op} == CPU2_DEVICES
     assert placement.placer == "m_etf" and placement.step_time_s > 0
+
+
+def test_measure_steps_put_measured_step_times_in_the_report_and_trace(runs):
+    workdir, results, _ = runs
+    code, stdout, stderr = results["measured"]
+    assert code == 0, stderr
+    report = json.loads((workdir / "r_measured.json").read_text())
+    assert report["measure_steps"] == 3
+    assert report["measured_step_time_s"] > 0 and report["measured_baseline_step_time_s"] > 0
+    assert report["measured_speedup"] == pytest.approx(
+        report["measured_baseline_step_time_s"] / report["measured_step_time_s"])
+    assert "measured step time" in stdout and "measured single-device" in stdout
+    trace = json.loads((workdir / "t_measured.json").read_text())["traceEvents"]
+    lanes = {e["args"]["name"] for e in trace if e["name"] == "process_name"}
+    assert {f"measured {d}" for d in CPU2_DEVICES} <= lanes  # both CPUs ran ops
+    measured = [e for e in trace if e.get("cat") == "Measured"]
+    assert measured and all(e["dur"] >= 0 for e in measured)
+    assert "train" in {e["name"] for e in measured}  # graph ops, by name
 
 
 @pytest.mark.parametrize("name, message", [

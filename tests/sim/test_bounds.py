@@ -6,6 +6,7 @@ bound against the makespan, for random valid placements and every heuristic's pl
 cases pin the values. Links are 1 GB/s with 10 us latency unless a test says otherwise.
 """
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -139,6 +140,51 @@ def test_bounds_hold_for_random_and_heuristic_placements(case):
         assert (head <= r.start + 1e-12).all()
         assert (tail <= r.makespan - r.end + 1e-12).all()
         assert lp.value_s <= r.makespan * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("case", range(0, 24, 2))
+def test_bounds_hold_with_core_groups(case):
+    # The same problems with devices sharing cores at random (a group may have more cores
+    # than devices, so one device may run several ops at once).
+    base = random_cases()[case]
+    rng = np.random.default_rng([case, 7])
+    label = rng.integers(-1, 2, base.cluster.num_devices)
+    groups = tuple((f"g{g}", int(rng.integers(1, 4))) for g in sorted(set(label.tolist()) - {-1}))
+    devices = tuple(dataclasses.replace(d, core_group=f"g{g}" if g >= 0 else "")
+                    for d, g in zip(base.cluster.devices, label.tolist()))
+    c = dataclasses.replace(base.cluster, devices=devices, core_groups=groups)
+    prob = dataclasses.replace(base, cluster=c)
+    g, op_time = prob.graph, prob.op_time
+    head, tail, _ = heads_and_tails(g, c, op_time)
+    lp = lp_lower_bound(g, c, op_time)
+    for p in random_valid_placements(prob, np.random.default_rng(case), 25):
+        r = prob.simulator.run(p)
+        assert (head <= r.start + 1e-12).all()
+        assert (tail <= r.makespan - r.end + 1e-12).all()
+        assert lower_bound(g, c, op_time) <= r.makespan * (1 + 1e-9)
+        assert lp.value_s <= r.makespan * (1 + 1e-9)
+
+
+def test_a_device_with_two_cores_halves_the_load_bound():
+    # Four independent 1 ms ops on one device with 2 cores: 2 ms, and the bounds say so.
+    g = from_edges(4, [])
+    one = cluster(1, host=False)
+    two = dataclasses.replace(
+        one, devices=(dataclasses.replace(one.devices[0], core_group="host"),),
+        core_groups=(("host", 2),))
+    op_time = np.full((4, 1), 1 * MS)
+    assert lower_bound(g, one, op_time) == pytest.approx(4 * MS)
+    assert lower_bound(g, two, op_time) == pytest.approx(2 * MS)
+    assert Simulator(g, two, op_time).makespan(np.zeros(4, int)) == pytest.approx(2 * MS)
+    assert lp_lower_bound(g, two, op_time).value_s == pytest.approx(2 * MS, rel=1e-6)
+    # A join of those four in one colocation group: on one core it starts at 4 ms, on two
+    # cores at 2 ms, and its head must allow that.
+    join = from_edges(5, [(i, 4, 100) for i in range(4)], colocation=np.zeros(5, int))
+    op_time = np.full((5, 1), 1 * MS)
+    assert heads_and_tails(join, one, op_time)[0][4] == pytest.approx(4 * MS)
+    start = Simulator(join, two, op_time).run(np.zeros(5, int)).start[4]
+    assert start == pytest.approx(2 * MS)
+    assert heads_and_tails(join, two, op_time)[0][4] <= start + 1e-12
 
 
 def test_lp_beats_the_simple_bound_on_load_bound_problems():

@@ -6,6 +6,7 @@ Unless a test says otherwise the links are 1 GB/s with 10 us latency, so moving 
 """
 
 import collections
+import dataclasses
 import heapq
 
 import numpy as np
@@ -173,6 +174,57 @@ def test_control_only_ordering_on_remote_device_waits_for_both_inputs():
     # op0 [0, 1], t0 [1, 2.01]; op1 [1, 6], dummy [6, 6.01]; op2 [6.01, 7.01].
     assert r.start[2] == pytest.approx(6.01 * MS)
     assert r.makespan == pytest.approx(7.01 * MS)
+
+
+# ============================================================================ core groups
+def shared_cluster(num_devices, cores, **links):
+    """``num_devices`` devices sharing ``cores`` cores (one core group), links as make_cluster."""
+    base = make_cluster(num_devices, **links)
+    devices = tuple(dataclasses.replace(d, core_group="host") for d in base.devices)
+    return dataclasses.replace(base, devices=devices, core_groups=(("host", cores),))
+
+
+def test_a_core_group_runs_as_many_ops_at_once_as_it_has_cores():
+    # DIAMOND on one device of a 2-core group: op1 and op2 run together.
+    r = simulate(DIAMOND, shared_cluster(1, 2), [1, 4, 4, 1], [0, 0, 0, 0])
+    np.testing.assert_allclose(r.start, np.array([0, 1, 1, 5]) * MS)
+    assert r.makespan == pytest.approx(6 * MS)
+    np.testing.assert_allclose(r.busy, [10 * MS])  # compute, not wall time
+
+
+def test_devices_of_a_one_core_group_do_not_run_at_once():
+    # Split over two devices that share one core: no parallelism, and the transfers
+    # (10 us + 1 ms for 1 MB) are work on that core. op0 [0, 1]; the core takes op1 (queued
+    # first) [1, 5], then t0 -> dev 1 [5, 6.01], op2 [6.01, 10.01], t2 -> dev 0
+    # [10.01, 11.02], op3 [11.02, 12.02].
+    r = simulate(DIAMOND, shared_cluster(2, 1), [1, 4, 4, 1], [0, 0, 1, 0])
+    np.testing.assert_allclose(r.start, np.array([0, 1, 6.01, 11.02]) * MS)
+    assert r.makespan == pytest.approx(12.02 * MS)
+    np.testing.assert_allclose(r.transfer_start, np.array([5, 10.01]) * MS)
+    # With their own cores (the paper's model) the same placement overlaps op1 and op2.
+    assert simulate(DIAMOND, make_cluster(2), [1, 4, 4, 1], [0, 0, 1, 0]).makespan == \
+        pytest.approx(8.02 * MS)
+
+
+def test_two_cores_shared_by_two_devices_are_no_faster_than_one_device_with_two_cores():
+    op_ms = [1, 4, 4, 1]
+    one = simulate(DIAMOND, shared_cluster(1, 2), op_ms, [0, 0, 0, 0]).makespan
+    split = simulate(DIAMOND, shared_cluster(2, 2), op_ms, [0, 0, 1, 0])
+    # op1 and op2 still overlap, but op2 waits for t0 [1, 2.01] and op3 for t2 [6.01, 7.02].
+    assert split.makespan == pytest.approx(8.02 * MS) and split.makespan > one
+
+
+def test_transfers_to_a_device_outside_the_group_use_the_bus():
+    # Devices 0 and 1 share a core, device 2 has its own: t0 0 -> 2 goes over dev 0's bus
+    # while the core runs op1.
+    base = make_cluster(3)
+    devices = tuple(dataclasses.replace(d, core_group="host" if i < 2 else "")
+                    for i, d in enumerate(base.devices))
+    cluster = dataclasses.replace(base, devices=devices, core_groups=(("host", 1),))
+    r = simulate(DIAMOND, cluster, [1, 4, 4, 1], [0, 0, 2, 0])
+    # op0 [0, 1]; op1 [1, 5] and t0 on the bus [1, 2.01] at once; op2 on dev 2 [2.01, 6.01];
+    # t2 -> dev 0 over dev 2's bus [6.01, 7.02]; op3 [7.02, 8.02].
+    np.testing.assert_allclose(r.start, np.array([0, 1, 2.01, 7.02]) * MS)
 
 
 # ==================================================================================== memory
@@ -348,6 +400,8 @@ def reference_simulate(graph, cluster, op_time, placement):
     Returns (start, end, peak_memory, transfer_bytes, transfers as (key, src, dst, t0, t1))."""
     n, D, T = graph.num_ops, cluster.num_devices, len(graph.tensor_op)
     placement = [int(x) for x in placement]
+    executor, cores = cluster.executors()
+    executor = executor.tolist()
     src_of = graph.tensor_op.tolist()
     data_pairs = {(src_of[t], d) for t, d in zip(graph.edge_tensor.tolist(),
                                                   graph.edge_dst.tolist())}
@@ -367,9 +421,10 @@ def reference_simulate(graph, cluster, op_time, placement):
         outputs[producer(key)].append(key)
 
     start, end = [None] * n, [None] * n
-    op_q = [collections.deque() for _ in range(D)]
+    core_q = [collections.deque() for _ in cores]  # ("op", i) or ("x", key, src, dst)
     bus_q = [collections.deque() for _ in range(D)]
-    running, on_bus = [None] * D, [None] * D
+    on_core = [[None] * int(c) for c in cores]
+    on_bus = [None] * D
     live, peak = [0] * D, [0] * D
     holders = {}  # (key, device) -> what still needs that copy
     sent, transfers, events, seq = set(), [], [], [0]
@@ -383,65 +438,88 @@ def reference_simulate(graph, cluster, op_time, placement):
         if not holders[(key, dev)]:
             live[dev] -= size(key)
 
-    def wakeup(now, devs, buses):
-        for d in devs:
-            if running[d] is None and op_q[d]:
-                i = running[d] = op_q[d].popleft()
-                start[i] = now
-                for key in outputs[i]:
-                    live[d] += size(key)
-                peak[d] = max(peak[d], live[d])
-                heapq.heappush(events, (now + op_time[i, d], seq[0], "op", d))
-                seq[0] += 1
+    def start_transfer(now, key, src, dst, where):
+        alloc(dst, size(key))
+        transfers.append([key, src, dst, now, None])
+        t = now + cluster.latency[src, dst] + size(key) / cluster.bandwidth[src, dst]
+        heapq.heappush(events, (t, seq[0], where))
+        seq[0] += 1
+
+    def wakeup(now, execs, buses):
+        for e in execs:
+            for k in range(len(on_core[e])):
+                if on_core[e][k] is None and core_q[e]:
+                    item = on_core[e][k] = core_q[e].popleft()
+                    if item[0] == "op":
+                        i, d = item[1], placement[item[1]]
+                        start[i] = now
+                        for key in outputs[i]:
+                            live[d] += size(key)
+                        peak[d] = max(peak[d], live[d])
+                        heapq.heappush(events, (now + op_time[i, d], seq[0], ("core", e, k)))
+                        seq[0] += 1
+                    else:
+                        start_transfer(now, item[1], item[2], item[3], ("core", e, k))
         for s in buses:
             if on_bus[s] is None and bus_q[s]:
                 key, dst = on_bus[s] = bus_q[s].popleft()
-                alloc(dst, size(key))
-                transfers.append([key, s, dst, now, None])
-                t = now + cluster.latency[s, dst] + size(key) / cluster.bandwidth[s, dst]
-                heapq.heappush(events, (t, seq[0], "xfer", s))
-                seq[0] += 1
+                start_transfer(now, key, s, dst, ("bus", s))
+
+    def transfer_done(now, key, s, dst):
+        next(x for x in transfers if x[0] == key and x[2] == dst)[4] = now
+        for j in consumers[key]:
+            if placement[j] == dst:
+                missing[j].discard(key)
+                if not missing[j]:
+                    core_q[executor[dst]].append(("op", j))
+        release(key, s, ("to", dst))
 
     for i in range(n):
         if not missing[i]:
-            op_q[placement[i]].append(i)
-    wakeup(0.0, range(D), range(D))
+            core_q[executor[placement[i]]].append(("op", i))
+    wakeup(0.0, range(len(cores)), range(D))
     while events:
-        now, _, kind, who = heapq.heappop(events)
-        if kind == "op":
-            d, i = who, running[who]
-            running[d], end[i] = None, now
-            for key in outputs[i]:
-                holders[(key, d)] = set()
-                for j in consumers[key]:
-                    if placement[j] == d:
-                        holders[(key, d)].add(j)
-                        missing[j].discard(key)
-                        if not missing[j]:
-                            op_q[d].append(j)
-                    else:
-                        holders[(key, d)].add(("to", placement[j]))
-                        if (key, placement[j]) not in sent:
-                            sent.add((key, placement[j]))
-                            bus_q[d].append((key, placement[j]))
-                            holders[(key, placement[j])] = set()
-                        holders[(key, placement[j])].add(j)
-                if not holders[(key, d)]:
-                    live[d] -= size(key)
-            for key in {k for k, op in deps if op == i}:
-                release(key, d, i)
-            wakeup(now, [d], [d])
-        else:
-            s = who
+        now, _, where = heapq.heappop(events)
+        if where[0] == "bus":
+            s = where[1]
             (key, dst), on_bus[s] = on_bus[s], None
-            next(x for x in transfers if x[0] == key and x[2] == dst)[4] = now
+            transfer_done(now, key, s, dst)
+            wakeup(now, [executor[dst]], [s])
+            continue
+        _, e, k = where
+        item, on_core[e][k] = on_core[e][k], None
+        if item[0] == "x":
+            _, key, s, dst = item
+            transfer_done(now, key, s, dst)
+            wakeup(now, [executor[dst]], [])
+            continue
+        i = item[1]
+        d = placement[i]
+        end[i] = now
+        for key in outputs[i]:
+            holders[(key, d)] = set()
             for j in consumers[key]:
-                if placement[j] == dst:
+                dj = placement[j]
+                if dj == d:
+                    holders[(key, d)].add(j)
                     missing[j].discard(key)
                     if not missing[j]:
-                        op_q[dst].append(j)
-            release(key, s, ("to", dst))
-            wakeup(now, [dst], [s])
+                        core_q[e].append(("op", j))
+                else:
+                    holders[(key, d)].add(("to", dj))
+                    if (key, dj) not in sent:
+                        sent.add((key, dj))
+                        if executor[dj] == e:
+                            core_q[e].append(("x", key, d, dj))
+                        else:
+                            bus_q[d].append((key, dj))
+                        holders[(key, dj)] = set()
+                    holders[(key, dj)].add(j)
+            if not holders[(key, d)]:
+                live[d] -= size(key)
+        for key in {k for k, op in deps if op == i}:
+            release(key, d, i)
+        wakeup(now, [e], [d])
     assert None not in end
     persistent = np.bincount(placement, weights=graph.persistent_bytes, minlength=D)
     return (np.array(start), np.array(end), np.array(peak) + persistent.astype(np.int64),
@@ -468,28 +546,45 @@ def _assert_matches_reference(sim, graph, cluster, op_time, placement):
     np.testing.assert_allclose(r.busy, busy)
 
 
+def random_core_groups(rng, cluster):
+    """``cluster`` with its devices split at random into core groups of 1 to 3 cores (some
+    devices left on their own)."""
+    label = rng.integers(-1, 2, cluster.num_devices)  # -1: no group
+    groups = [(f"g{g}", int(rng.integers(1, 4))) for g in sorted(set(label.tolist()) - {-1})]
+    devices = tuple(dataclasses.replace(d, core_group=f"g{g}" if g >= 0 else "")
+                    for d, g in zip(cluster.devices, label.tolist()))
+    return dataclasses.replace(cluster, devices=devices, core_groups=tuple(groups))
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["own_cores", "core_groups"])
 @pytest.mark.parametrize("seed", range(8))
-def test_matches_reference_on_random_graphs(seed):
+def test_matches_reference_on_random_graphs(seed, shared):
     rng = np.random.default_rng(seed)
     for trial in range(10):
         n, d = int(rng.integers(1, 30)), int(rng.integers(1, 5))
         g = random_graph(rng, n)
         cluster = make_cluster(d, bandwidth_gbps=float(rng.uniform(0.5, 10)),
                                latency_us=float(rng.choice([0.0, 25.0])))
+        if shared:
+            cluster = random_core_groups(rng, cluster)
         op_time = random_times(rng, n, d, ties=trial % 2 == 0)
         sim = Simulator(g, cluster, op_time)
         for _ in range(3):
             _assert_matches_reference(sim, g, cluster, op_time, rng.integers(0, d, n))
 
 
+@pytest.mark.parametrize("shared", [False, True], ids=["own_cores", "core_groups"])
 @pytest.mark.parametrize("seed", range(4))
-def test_matches_reference_with_many_devices_and_simultaneous_events(seed):
-    # Eight devices (16 event slots, most of them pending at once) and many events at the
-    # same instant: ops of whole ms, tensors of 0 bytes (a transfer takes the latency, 0 or
-    # 1 ms). The order of equal-time events (by creation) decides the timeline here.
+def test_matches_reference_with_many_devices_and_simultaneous_events(seed, shared):
+    # Eight devices (16 event slots or more, most of them pending at once) and many events at
+    # the same instant: ops of whole ms, tensors of 0 bytes (a transfer takes the latency, 0
+    # or 1 ms). The order of equal-time events (by creation) decides the timeline here; with
+    # core groups, also the order in which an executor's idle cores are filled.
     rng = np.random.default_rng(100 + seed)
     g = random_graph(rng, 80, max_bytes=1)
     cluster = make_cluster(8, latency_us=float([0.0, 1000.0][seed % 2]))
+    if shared:
+        cluster = random_core_groups(rng, cluster)
     op_time = random_times(rng, 80, 8, ties=True)
     sim = Simulator(g, cluster, op_time)
     for _ in range(5):

@@ -42,6 +42,18 @@ longer than 2 s shows a progress bar on a terminal (``--noprogress``: none).
 
     tf-autoplace place --input=model.pb --output=placed.pb --cluster=k80x2 \
         --placement=placement.pb
+
+Measured step times: with ``--measure_steps=N`` (GraphDef and MetaGraphDef input) the placed
+graph and the single-device baseline also run N timed steps on this machine before anything is
+written, and the report (printed, ``--report_json``, ``--placement_pb``) has their median step
+times beside the predicted ones; ``--trace_json`` then holds the measured step's lanes beside
+the simulated ones. The cluster must be this machine's (``local`` or ``cpu2``); one step runs
+the graph's train op (its ``train_op`` collection, or an op named ``train_op`` or ``train``)
+after its initializer, fed made-up values of each placeholder's static shape
+(``tf_autoplace.hw.workload``).
+
+    tf-autoplace place --input=model.pb --output=placed.pb --cluster=local \
+        --measure_steps=20 --trace_json=step.json
 """
 
 from __future__ import annotations
@@ -103,6 +115,8 @@ flags.DEFINE_bool("progress", True, "Show the search's progress (a bar on a term
                   "lines otherwise).")
 flags.DEFINE_string("progress_logdir", None, "Also write the search curve as TensorBoard "
                     "scalars here.")
+flags.DEFINE_integer("measure_steps", 0, "Also time this many steps of the placed graph and of "
+                     "the single-device baseline on this machine (0: do not).")
 flags.mark_flags_as_required(["input", "output"])
 
 
@@ -114,7 +128,7 @@ def _extra_outputs(report, *, trace_json=None, plot_png=None, placement_pb=None)
     if (trace_json or plot_png) and t is None:
         raise ConfigError("the report keeps no timeline; cannot write --trace_json/--plot_png")
     if trace_json:
-        trace = timeline.chrome_trace(t.graph, t.cluster, t.placement, t.sim)
+        trace = timeline.chrome_trace(t.graph, t.cluster, t.placement, t.sim, t.measured)
         out["trace_json"] = (trace_json, json.dumps(trace, separators=(",", ":")).encode())
     if plot_png:
         buf = io.BytesIO()
@@ -161,7 +175,7 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
         tags=("serve",), budget_s: float | None = None, placement: str | None = None,
         cache: bool = False, cache_dir: str | None = None, policy: str | None = None,
         save_policy: str | None = None, progress: bool = True,
-        progress_logdir: str | None = None, **extra_paths) -> int:
+        progress_logdir: str | None = None, measure_steps: int = 0, **extra_paths) -> int:
     """Place ``input_path`` into ``output_path``; returns a process exit status."""
     saved_model = tf2.is_saved_model(input_path)
     cost_graph = not saved_model and costgraph.is_cost_graph_file(input_path)
@@ -177,6 +191,9 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
                        grouping=GroupingConfig(max_groups=max_groups),
                        cache=(cache_dir or True) if cache else False,
                        progress=SearchProgress(logdir=progress_logdir) if progress else False)
+        if (saved_model or cost_graph) and measure_steps:
+            raise ConfigError("--measure_steps times GraphDef and MetaGraphDef input; a "
+                              "SavedModel or a cost graph is placed without it")
         outputs = files.Outputs()
         if saved_model:  # SavedModel in, SavedModel out
             placed = tf2.load_and_place_saved_model(input_path, signature=signature,
@@ -188,7 +205,7 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
             outputs.add_file(output_path, _placement_bytes(report, output_path))
         else:
             source, is_meta_graph = ingest.read_graph_file(input_path)
-            report = autoplace(source, **options)
+            report = autoplace(source, measure_steps=measure_steps, **options)
             outputs.add_file(output_path,
                              _serialize(report, source, is_meta_graph, output_path))
         if save_policy:  # ConfigError, with nothing written, when no policy was fine-tuned
@@ -217,4 +234,5 @@ def main(argv):
                placement=FLAGS.placement, cache=FLAGS.cache, cache_dir=FLAGS.cache_dir,
                policy=FLAGS.policy, save_policy=FLAGS.save_policy, progress=FLAGS.progress,
                progress_logdir=FLAGS.progress_logdir, trace_json=FLAGS.trace_json,
-               plot_png=FLAGS.plot_png, placement_pb=FLAGS.placement_pb)
+               plot_png=FLAGS.plot_png, placement_pb=FLAGS.placement_pb,
+               measure_steps=FLAGS.measure_steps)

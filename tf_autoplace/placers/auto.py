@@ -47,6 +47,7 @@ from tf_autoplace.rl.eager import policy_context
 from tf_autoplace.rl.env import PlacementEnv
 from tf_autoplace.rl import post_search
 from tf_autoplace.rl.local_search import LocalSearch, LocalSearchConfig, race
+from tf_autoplace.rl.measured import MeasuredEvaluator, check_reward
 from tf_autoplace.rl.placeto_search import PlacetoConfig, pretrained_policy_dir, search
 from tf_autoplace.rl.policies.placeto import PlacetoPolicy
 from tf_autoplace.rl.post_search import PostConfig
@@ -92,6 +93,12 @@ class AutoConfig:
         the sample budget is at least ``POST_BUDGET_SHARE`` times that).
       post: the settings of that Post search (its ``budget_s`` is replaced by what is left).
       search: the local search's settings.
+      reward: "simulated" (default) or "measured": the search's candidates are run on this
+        machine and scored by their measured step time
+        (:class:`~tf_autoplace.rl.measured.MeasuredEvaluator`; the starts are still ranked by
+        the simulator, the lower-bound stop is off, and one run costs about a second on a small
+        graph, so set ``max_samples`` to tens or hundreds).
+      measure_steps: timed steps per measured placement (>= 1; with ``reward="measured"``).
     """
 
     max_samples: int | None = None
@@ -104,6 +111,8 @@ class AutoConfig:
     learned: tuple[str, ...] = LEARNED
     post: PostConfig = PostConfig()
     search: LocalSearchConfig = LocalSearchConfig()
+    reward: str = "simulated"
+    measure_steps: int = 5
 
     def __post_init__(self):
         if self.max_samples is not None and not (isinstance(self.max_samples, int)
@@ -117,6 +126,7 @@ class AutoConfig:
         if self.workers is not None and not (isinstance(self.workers, int) and self.workers >= 1):
             raise ConfigError(f"workers must be None or an int >= 1, got {self.workers!r}")
         check_ray_address(self.ray_address)
+        check_reward(self.reward, self.measure_steps, self.workers, self.ray_address)
         if not (isinstance(self.starts, int) and self.starts >= 1):
             raise ConfigError(f"starts must be an int >= 1, got {self.starts!r}")
         if not (isinstance(self.seeds_per_start, int) and self.seeds_per_start >= 1):
@@ -140,6 +150,24 @@ class AutoPlacer(Placer):
             overrides["ray_address"] = ray_address
         self.config = dataclasses.replace(config or AutoConfig(), **overrides)
         self.stats: dict = {}
+
+    @property
+    def needs_workload(self) -> bool:
+        return self.config.reward == "measured"
+
+    def _evaluator(self, problem: PlacementProblem):
+        """What scores the search's candidates: runs on this machine for measured rewards,
+        else simulations on the configured workers (this process, local ones or Ray's)."""
+        cfg = self.config
+        if cfg.reward == "measured":
+            return MeasuredEvaluator(problem, memory_penalty=cfg.search.memory_penalty,
+                                     steps=cfg.measure_steps)
+        workers = cfg.workers
+        if workers is None:
+            workers = 1 if cfg.ray_address is None else max(1, min(
+                cfg.search.batch, cluster_cpus(cfg.ray_address)))
+        return Evaluator(problem, workers=workers, memory_penalty=cfg.search.memory_penalty,
+                         ray_address=cfg.ray_address)
 
     def samples_for(self, problem: PlacementProblem) -> int:
         """The search's placement budget on ``problem`` (see ``AutoConfig.max_samples``)."""
@@ -211,13 +239,10 @@ class AutoPlacer(Placer):
                                         deadline=deadline)
             starts = starts[:cfg.starts]
             self.progress.update(len(starts), starts[0][2])
-        bound = lower_bound(problem.graph, problem.cluster, problem.op_time)
-        workers = cfg.workers
-        if workers is None:
-            workers = 1 if cfg.ray_address is None else max(1, min(
-                cfg.search.batch, cluster_cpus(cfg.ray_address)))
-        with Evaluator(problem, workers=workers, memory_penalty=cfg.search.memory_penalty,
-                       ray_address=cfg.ray_address) as evaluator, \
+        measured = cfg.reward == "measured"
+        # A simulated bound says nothing about measured times: no early stop on it then.
+        bound = 0.0 if measured else lower_bound(problem.graph, problem.cluster, problem.op_time)
+        with self._evaluator(problem) as evaluator, \
                 self.progress.phase("auto: local search", max_samples - spent,
                                     deadline=deadline):
             searches, labels = [], []
@@ -226,21 +251,26 @@ class AutoPlacer(Placer):
                                     evaluator=evaluator)
                 for j in range(cfg.seeds_per_start):
                     searches.append(first if j == 0 else first.fork(_seed(seed, k, j)))
-                    labels.append((label, start_s))
+                    labels.append((label, start_s, devices))
             winner = race(searches, max_samples - spent, deadline=deadline, lower_bound=bound,
                           progress=self.progress)
-        label, start_s = labels[searches.index(winner)]
-        end_s = problem.simulator.run(winner.current).makespan
+            label, start_s, start = labels[searches.index(winner)]
+            if measured:  # both ends as measured here, not simulated
+                start_s = evaluator.step_time(start)
+                end_s = evaluator.step_time(winner.current)
+            else:
+                end_s = problem.simulator.run(winner.current).makespan
         samples = spent + sum(s.samples for s in searches)
         self.stats = dict(start=label, start_ms=start_s * 1e3, end_ms=end_s * 1e3,
                           samples=samples, stopped=winner.stopped, curve=winner.curve,
                           searches=[(lab, s.curve[0][1] * 1e3, s.best * 1e3, s.samples)
-                                    for (lab, _), s in zip(labels, searches)],
+                                    for (lab, _, _), s in zip(labels, searches)],
                           seconds=time.perf_counter() - began)
         tried = ", ".join(f"{lab} {s.curve[0][1] * 1e3:.1f} -> {s.best * 1e3:.1f} ms"
-                          for (lab, _), s in zip(labels, searches))
+                          for (lab, _, _), s in zip(labels, searches))
         summary = (f"auto: {len(searches)} local searches from {len(starts)} start(s) in "
-                   f"{samples} simulated placements ({tried}); the best started from {label} "
+                   f"{samples} {'measured' if measured else 'simulated'} placements ({tried}); "
+                   f"the best started from {label} "
                    f"({start_s * 1e3:.2f} "
                    f"ms) and reached {end_s * 1e3:.2f} ms ({(1 - end_s / start_s) * 100:.1f}% "
                    f"faster; stopped: {winner.stopped})")

@@ -29,3 +29,8 @@ class LearnedPlacer(Placer):
             overrides["ray_address"] = ray_address
         self.config = dataclasses.replace(config or self.config_class(), **overrides)
         self.stats: dict = {}
+
+    @property
+    def needs_workload(self) -> bool:
+        """A config with ``reward="measured"`` runs placements here (rl.measured)."""
+        return getattr(self.config, "reward", "simulated") == "measured"

@@ -36,6 +36,9 @@ and tiny graphs (a 3-op graph took the search 114 s of policy updates to learn n
 placement that already simulates at the lower bound (:func:`tf_autoplace.sim.lower_bound`) is
 not searched either: nothing can beat it. Step 4 runs in every case; step 5 does not (no policy
 was fine-tuned, so ``trained_policy`` stays None and ``save_policy`` says so).
+
+With ``reward="measured"`` every placement the search scores, and the final comparison, is
+timed on this machine instead of simulated (:mod:`tf_autoplace.rl.measured`).
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from tf_autoplace.placers.learned import LearnedPlacer
 from tf_autoplace.problem import PlacementProblem, rank_placements
 from tf_autoplace.rl.eager import policy_context
 from tf_autoplace.rl.env import PlacementEnv
+from tf_autoplace.rl.measured import MeasuredEvaluator
 from tf_autoplace.rl.placeto_search import PlacetoConfig, pretrained_policy_dir, search
 from tf_autoplace.rl.policies.placeto import PlacetoPolicy
 from tf_autoplace.rl.trained_policy import TrainedPolicy, weights_digest
@@ -114,8 +118,13 @@ class PlacetoPlacer(LearnedPlacer):
         cfg = self.config
         start = time.perf_counter()
         seed = int(rng.integers(2**31 - 1))
-        env = PlacementEnv(problem, cfg.env)
-        shortcut = self._without_search(env)
+        evaluator = None
+        if cfg.reward == "measured":
+            evaluator = MeasuredEvaluator(problem, memory_penalty=cfg.env.memory_penalty,
+                                          steps=cfg.measure_steps)
+        env = PlacementEnv(problem, cfg.env, evaluator=evaluator)
+        # Measured rewards: no shortcut (its bound is simulated; enumerating would run them all).
+        shortcut = None if evaluator is not None else self._without_search(env)
         found = None  # no search, so no fine-tuned policy to keep
         if shortcut is not None:
             learned, score, samples, summary = shortcut
@@ -134,7 +143,8 @@ class PlacetoPlacer(LearnedPlacer):
                          restarts=found.restarts)
             summary = (f"placeto: zero-shot {zero.best_score * 1e3:.2f} ms in "
                        f"{found.zero_shot_s:.1f} s, best learned {{learned_ms:.2f}} ms after "
-                       f"{samples} simulated placements")
+                       f"{samples} {'simulated' if evaluator is None else 'measured'} "
+                       "placements")
             if found.restarts:
                 summary += (f" (restarted {len(found.restarts)} time(s) from the start "
                             "placement with a fresh policy, when the search stalled)")
@@ -142,7 +152,8 @@ class PlacetoPlacer(LearnedPlacer):
         contenders = [("placeto", learned)]
         for name in cfg.heuristics:
             contenders.append((name, HEURISTICS[name]().propose(problem)))
-        scored = rank_placements(problem, contenders)
+        scored = rank_placements(problem, contenders,
+                                 None if evaluator is None else evaluator.step_time)
         _, makespan, winner, devices = scored[0]
         learned_ms = next(m for _, m, n, _ in scored if n == "placeto") * 1e3
         self.stats = dict(stats, learned_ms=learned_ms, winner=winner,

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\rcluster.proto\x12\x0ctf_autoplace\"\xac\x01\n\nDeviceSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x14\n\x0cmemory_bytes\x18\x03 \x01(\x03\x12\r\n\x05speed\x18\x04 \x01(\x01\x12\x11\n\tnum_cores\x18\x05 \x01(\x03\x12\x15\n\rfrequency_mhz\x18\x06 \x01(\x03\x12\x1d\n\x15memory_bandwidth_gbps\x18\x07 \x01(\x01\x12\x14\n\x0c\x61rchitecture\x18\x08 \x01(\t\"|\n\x08LinkSpec\x12\x0b\n\x03src\x18\x01 \x01(\t\x12\x0b\n\x03\x64st\x18\x02 \x01(\t\x12\x1b\n\x0e\x62\x61ndwidth_gbps\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12\x17\n\nlatency_us\x18\x04 \x01(\x01H\x01\x88\x01\x01\x42\x11\n\x0f_bandwidth_gbpsB\r\n\x0b_latency_us\"\x85\x02\n\x0b\x43lusterSpec\x12(\n\x06\x64\x65vice\x18\x01 \x03(\x0b\x32\x18.tf_autoplace.DeviceSpec\x12#\n\x16\x64\x65\x66\x61ult_bandwidth_gbps\x18\x02 \x01(\x01H\x00\x88\x01\x01\x12\x1f\n\x12\x64\x65\x66\x61ult_latency_us\x18\x03 \x01(\x01H\x01\x88\x01\x01\x12$\n\x04link\x18\x04 \x03(\x0b\x32\x16.tf_autoplace.LinkSpec\x12\x1b\n\x0eop_overhead_us\x18\x05 \x01(\x01H\x02\x88\x01\x01\x42\x19\n\x17_default_bandwidth_gbpsB\x15\n\x13_default_latency_usB\x11\n\x0f_op_overhead_usb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\rcluster.proto\x12\x0ctf_autoplace\"\xcf\x01\n\nDeviceSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x14\n\x0cmemory_bytes\x18\x03 \x01(\x03\x12\r\n\x05speed\x18\x04 \x01(\x01\x12\x11\n\tnum_cores\x18\x05 \x01(\x03\x12\x15\n\rfrequency_mhz\x18\x06 \x01(\x03\x12\x1d\n\x15memory_bandwidth_gbps\x18\x07 \x01(\x01\x12\x14\n\x0c\x61rchitecture\x18\x08 \x01(\t\x12\x12\n\ncore_group\x18\t \x01(\t\x12\r\n\x05model\x18\n \x01(\t\"(\n\tCoreGroup\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x63ores\x18\x02 \x01(\x03\"|\n\x08LinkSpec\x12\x0b\n\x03src\x18\x01 \x01(\t\x12\x0b\n\x03\x64st\x18\x02 \x01(\t\x12\x1b\n\x0e\x62\x61ndwidth_gbps\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12\x17\n\nlatency_us\x18\x04 \x01(\x01H\x01\x88\x01\x01\x42\x11\n\x0f_bandwidth_gbpsB\r\n\x0b_latency_us\"\xb2\x02\n\x0b\x43lusterSpec\x12(\n\x06\x64\x65vice\x18\x01 \x03(\x0b\x32\x18.tf_autoplace.DeviceSpec\x12#\n\x16\x64\x65\x66\x61ult_bandwidth_gbps\x18\x02 \x01(\x01H\x00\x88\x01\x01\x12\x1f\n\x12\x64\x65\x66\x61ult_latency_us\x18\x03 \x01(\x01H\x01\x88\x01\x01\x12$\n\x04link\x18\x04 \x03(\x0b\x32\x16.tf_autoplace.LinkSpec\x12\x1b\n\x0eop_overhead_us\x18\x05 \x01(\x01H\x02\x88\x01\x01\x12+\n\ncore_group\x18\x06 \x03(\x0b\x32\x17.tf_autoplace.CoreGroupB\x19\n\x17_default_bandwidth_gbpsB\x15\n\x13_default_latency_usB\x11\n\x0f_op_overhead_usb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,9 +32,11 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'cluster_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_DEVICESPEC']._serialized_start=32
-  _globals['_DEVICESPEC']._serialized_end=204
-  _globals['_LINKSPEC']._serialized_start=206
-  _globals['_LINKSPEC']._serialized_end=330
-  _globals['_CLUSTERSPEC']._serialized_start=333
-  _globals['_CLUSTERSPEC']._serialized_end=594
+  _globals['_DEVICESPEC']._serialized_end=239
+  _globals['_COREGROUP']._serialized_start=241
+  _globals['_COREGROUP']._serialized_end=281
+  _globals['_LINKSPEC']._serialized_start=283
+  _globals['_LINKSPEC']._serialized_end=407
+  _globals['_CLUSTERSPEC']._serialized_start=410
+  _globals['_CLUSTERSPEC']._serialized_end=716
 # @@protoc_insertion_point(module_scope)

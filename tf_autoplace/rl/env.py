@@ -189,11 +189,15 @@ class PlacementEnv:
     """One problem's MDP. Numpy only; the policy network lives elsewhere."""
 
     def __init__(self, problem: PlacementProblem, config: EnvConfig = EnvConfig(), *,
-                 start_devices: np.ndarray | None = None):
+                 start_devices: np.ndarray | None = None, evaluator=None):
         """``start_devices``: with ``config.start == "heuristic"``, the [n] placement to start
-        from instead of running the best heuristic again (a caller that has it already)."""
+        from instead of running the best heuristic again (a caller that has it already).
+        ``evaluator``: scores placements instead of the simulator (anything with
+        :class:`~tf_autoplace.rl.rollouts.Evaluator`'s ``evaluate``, e.g. a
+        :class:`~tf_autoplace.rl.measured.MeasuredEvaluator` for measured rewards)."""
         self.problem = problem
         self.config = config
+        self.evaluator = evaluator
         cluster, graph = problem.cluster, problem.graph
         self.action_devices = cluster.compute_devices().astype(np.int32)
 
@@ -249,7 +253,10 @@ class PlacementEnv:
         return devices[self.grouping.labels].astype(np.int32)
 
     def score(self, actions: np.ndarray) -> float:
-        """Memory-penalised simulated runtime R of a group placement."""
+        """Memory-penalised runtime R of a group placement: simulated, or from the evaluator
+        when the environment has one."""
+        if self.evaluator is not None:
+            return float(self.evaluator.evaluate(self.op_placement(actions)[None]).scores[0])
         sim = self.problem.simulator.run(self.op_placement(actions))
         return memory_penalized_runtime(sim, self.problem.cluster, self.config.memory_penalty)
 

@@ -20,6 +20,7 @@ from tf_autoplace.errors import ConfigError
 from tf_autoplace.progress import QUIET, Progress
 from tf_autoplace.rl import reinforce
 from tf_autoplace.rl.env import EnvConfig, PlacementEnv
+from tf_autoplace.rl.measured import check_reward
 from tf_autoplace.rl.workers import check_ray_address
 
 PRETRAINED_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -84,6 +85,11 @@ class PlacetoConfig:
         this process. The placement depends on ``workers``, not on where they run.
       ray_address: roll out on a Ray cluster (``"auto"``, ``"HOST:PORT"``, ``"local"``;
         :mod:`tf_autoplace.rl.workers`); None: local processes.
+      reward: "simulated" (default) or "measured": every placement an episode scores is run on
+        this machine (:class:`~tf_autoplace.rl.measured.MeasuredEvaluator`, about a second
+        each on a small graph: keep ``max_samples`` to tens or hundreds), and the heuristics'
+        placements are compared by measured step time too.
+      measure_steps: timed steps per measured placement (>= 1; with ``reward="measured"``).
     """
 
     budget_s: float = 120.0
@@ -103,6 +109,8 @@ class PlacetoConfig:
     heuristics: tuple[str, ...] = ("best_heuristic",)
     workers: int = 1
     ray_address: str | None = None
+    reward: str = "simulated"
+    measure_steps: int = 5
 
     def __post_init__(self):
         if not (isinstance(self.budget_s, (int, float)) and self.budget_s > 0):
@@ -118,6 +126,7 @@ class PlacetoConfig:
                 f"restart_after must be None or an int > 0, got {self.restart_after!r}")
         check_ray_address(self.ray_address)
         self.train_config(0)  # the fine-tuning settings, checked by reinforce.TrainConfig
+        check_reward(self.reward, self.measure_steps, self.workers, self.ray_address)
 
     def train_config(self, seed: int):
         """REINFORCE settings for fine-tuning on one graph (constant rate and bonus; the

@@ -71,6 +71,7 @@ Choices where the paper is silent, garbled or written for its own testbed:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 
@@ -82,6 +83,7 @@ from tf_autoplace.heuristics import BestHeuristicPlacer
 from tf_autoplace.problem import PlacementProblem
 from tf_autoplace.progress import QUIET, Progress
 from tf_autoplace.rl.env import heuristic_grouping
+from tf_autoplace.rl.measured import check_reward
 from tf_autoplace.rl.policies.softmax import SoftmaxTables
 from tf_autoplace.rl.post_updates import cross_entropy_update, mix_uniform, ppo_update
 from tf_autoplace.rl.rollouts import Evaluator
@@ -126,6 +128,11 @@ class PostConfig:
         None: local processes. The placement does not depend on it.
       heuristics: placers the result must not be worse than (``best_heuristic`` runs all the
         fast ones); used by :class:`tf_autoplace.placers.PostPlacer`.
+      reward: "simulated" (default) or "measured": every sampled placement is run on this
+        machine (:class:`~tf_autoplace.rl.measured.MeasuredEvaluator`, the paper's own
+        setting; about a second each on a small graph, so ``max_samples`` of tens or hundreds),
+        and the heuristics' placements are compared by measured step time too.
+      measure_steps: timed steps per measured placement (>= 1; with ``reward="measured"``).
     """
 
     budget_s: float = 120.0
@@ -146,6 +153,8 @@ class PostConfig:
     workers: int = 1
     ray_address: str | None = None
     heuristics: tuple[str, ...] = ("best_heuristic",)
+    reward: str = "simulated"
+    measure_steps: int = 5
 
     def __post_init__(self):
         if not _positive(self.budget_s, (int, float)):
@@ -161,6 +170,7 @@ class PostConfig:
             if not _positive(getattr(self, name), int):
                 raise ConfigError(f"{name} must be an int > 0, got {getattr(self, name)!r}")
         check_ray_address(self.ray_address)
+        check_reward(self.reward, self.measure_steps, self.workers, self.ray_address)
         if self.ce_period % self.batch:
             raise ConfigError(f"ce_period must be a multiple of batch ({self.batch}), "
                               f"got {self.ce_period!r}")
@@ -309,15 +319,31 @@ class PostResult:
         return self.curve[-1].samples if self.curve else 0
 
 
+def _evaluator(problem: PlacementProblem, config: PostConfig, given, *, pool: bool = True):
+    """``given`` as a context manager that leaves it open, or a new simulating Evaluator: on
+    the config's workers (local processes or Ray's) when ``pool``, else in this process (for a
+    single placement, where starting workers would cost more than simulating it)."""
+    if given is not None:
+        return contextlib.nullcontext(given)
+    if not pool:
+        return Evaluator(problem, memory_penalty=config.memory_penalty)
+    return Evaluator(problem, workers=config.workers, memory_penalty=config.memory_penalty,
+                     ray_address=config.ray_address)
+
+
 def search(problem: PlacementProblem, config: PostConfig, seed: int, *,
            heuristic: np.ndarray | None = None, deadline: float | None = None,
-           progress: Progress = QUIET) -> PostResult:
+           evaluator=None, progress: Progress = QUIET) -> PostResult:
     """Algorithm 1 on ``problem`` (module doc) until ``config.max_samples`` placements or
     ``deadline`` (a ``time.perf_counter()`` value; None: ``config.budget_s`` from now).
     ``heuristic`` is the best heuristic's op placement, which ``init="heuristic"`` and
     ``units="aligned"`` follow (None: :class:`BestHeuristicPlacer` runs here when they need it).
-    Placements are drawn from ``np.random.default_rng(seed)``. After every batch, ``progress``
-    is told the placements simulated and the best R so far."""
+    Placements are drawn from ``np.random.default_rng(seed)``. ``evaluator`` scores the
+    batches (None: an :class:`Evaluator` simulating on ``config.workers`` workers, on
+    ``config.ray_address``'s Ray cluster if set; a
+    :class:`~tf_autoplace.rl.measured.MeasuredEvaluator` for measured rewards); the caller
+    closes one it gives. After every batch, ``progress`` is told the placements scored and
+    the best R so far."""
     start = time.perf_counter()
     deadline = start + config.budget_s if deadline is None else deadline
     rng = np.random.default_rng(seed)
@@ -326,8 +352,8 @@ def search(problem: PlacementProblem, config: PostConfig, seed: int, *,
     units = units_for(problem, config, heuristic)
     if units.num_units == 0:  # nothing to choose: every group is fixed
         devices = units.op_placements(np.zeros((1, 0), np.int64))[0]
-        with Evaluator(problem, memory_penalty=config.memory_penalty) as evaluator:
-            found = evaluator.evaluate(devices[None])
+        with _evaluator(problem, config, evaluator, pool=False) as scorer:
+            found = scorer.evaluate(devices[None])
         return PostResult(devices, float(found.scores[0]), bool(found.fits[0]), units, None,
                           (CurvePoint(1, time.perf_counter() - start, float(found.scores[0]),
                                       float(found.scores[0])),), 0, 0)
@@ -342,8 +368,7 @@ def search(problem: PlacementProblem, config: PostConfig, seed: int, *,
     samples, curve, ppo_updates, ce_updates = 0, [], 0, 0
     best = (True, np.inf, None)  # (over memory, R, op placement): fits first, then lowest R
     window_actions, window_scores, recent = [], [], np.zeros(0)
-    with Evaluator(problem, workers=config.workers, memory_penalty=config.memory_penalty,
-                   ray_address=config.ray_address) as evaluator, \
+    with _evaluator(problem, config, evaluator) as evaluator, \
             progress.phase("post: search", budget, deadline=deadline):
         # The first batch always runs, so there is a result however small the time budget.
         while samples == 0 or ((budget is None or samples < budget) and

@@ -12,16 +12,17 @@ The simple bound
 
 * ``L_path`` is the longest path through the graph (data and control edges) weighted by
   ``t_i``, with every transfer free;
-* ``L_load = sum_i t_i / D``.
+* ``L_load = sum_i t_i / C``, with ``C`` the cores of the cluster: ``D`` when every device
+  runs one op at a time, more or fewer with core groups (``Cluster.executors``).
 
 Why it is valid for every placement ``p`` (valid or not):
 
 * Along any path ``o_1 -> o_2 -> ... -> o_m`` an op cannot start before its parent has ended
   (a transfer, if any, only adds time), and op ``o`` runs for ``op_time[o, p[o]] >= t_o``. So
   the last op of the path ends no earlier than ``sum t_{o_k}``, hence makespan >= ``L_path``.
-* A device runs one op at a time, and every op runs inside ``[0, makespan]``, so device ``d``
-  is busy for at most ``makespan`` seconds: ``sum_i op_time[i, p[i]] <= D * makespan``. The
-  left side is at least ``sum_i t_i``, hence makespan >= ``L_load``.
+* A core runs one op at a time, and every op runs inside ``[0, makespan]``, so the ``C`` cores
+  are busy for at most ``C * makespan`` seconds together: ``sum_i op_time[i, p[i]] <= C *
+  makespan``. The left side is at least ``sum_i t_i``, hence makespan >= ``L_load``.
 
 The path with transfers
 -----------------------
@@ -52,7 +53,10 @@ placement puts on k's device (so the subsets the minimum ranges over include it)
 * A parent ``j`` in ``A`` ends before ``k`` starts: ``start_k >= h_j + f_j``.
 * The parents in any ``A' subset of A`` run on k's device one at a time, none starts before
   ``min_{A'} h_j``, each runs at least ``f_j`` and all end before ``start_k``; so ``start_k >=
-  min_{A'} h_j + sum_{A'} f_j``.
+  min_{A'} h_j + sum_{A'} f_j``. With core groups a device may run up to ``c`` ops at once
+  (``c`` the most cores of any executor), and the sum is divided by ``c``: those parents still
+  need ``sum_{A'} f_j / c`` of wall time. Transfers that run on a group's cores only take
+  cores from the ops, so leaving them out keeps every term a bound.
 
 The right-hand side is monotone in every ``h_j``, so replacing the true start times by the
 heads keeps it a lower bound, and the minimum over ``A`` is at most its value at the true
@@ -120,16 +124,19 @@ def lower_bound(graph: OpGraph, cluster: Cluster, op_time: np.ndarray) -> float:
     """
     op_time = check_op_time(graph, cluster, op_time)
     fastest = op_time.min(axis=1)
-    return max(critical_path(graph, fastest), float(fastest.sum()) / cluster.num_devices)
+    cores = int(cluster.executors()[1].sum())
+    return max(critical_path(graph, fastest), float(fastest.sum()) / cores)
 
 
 # ====================================================== heads and tails with transfers
 @cached_njit
-def _heads(order, ptr, nbr, gap, forced, weight):
+def _heads(order, ptr, nbr, gap, forced, weight, shared_weight):
     """The recursion of :func:`heads_and_tails` in one direction. For op ``k`` (in ``order``)
     its neighbours ``nbr[ptr[k]:ptr[k+1]]`` (parents for heads, children for tails), the
     shortest transfer ``gap`` on each of those edges and ``forced``: 1 if the neighbour shares
-    ``k``'s device in every valid placement, -1 if it never can, 0 otherwise."""
+    ``k``'s device in every valid placement, -1 if it never can, 0 otherwise.
+    ``shared_weight``: ``weight`` divided by the most ops a device runs at once, what an op
+    adds to the serial term of its siblings on one device."""
     n = weight.shape[0]
     head = np.zeros(n)
     for k in order:
@@ -158,24 +165,24 @@ def _heads(order, ptr, nbr, gap, forced, weight):
         # serial[m]: head of member m plus the weight of every member whose head is >= it.
         serial = np.empty(num_free)
         member_head = np.empty(num_free)
-        member_weight = np.empty(num_free)
+        member_share = np.empty(num_free)
         on_end = 0.0    # max over members of head + weight
         on_serial = 0.0  # max over members of serial
         best = np.inf
         for r in range(num_free + 1):  # the r candidates with the largest key are "on"
             if r > 0:
                 j = nbr[cand[rank[r - 1]]]
-                hn, wn = head[j], weight[j]
-                s = hn + wn
+                hn, wn, sn = head[j], weight[j], shared_weight[j]
+                s = hn + sn
                 for m in range(r - 1):
                     if member_head[m] >= hn:
-                        s += member_weight[m]
+                        s += member_share[m]
                     if member_head[m] <= hn:
-                        serial[m] += wn
+                        serial[m] += sn
                         on_serial = max(on_serial, serial[m])
                 serial[r - 1] = s
                 member_head[r - 1] = hn
-                member_weight[r - 1] = wn
+                member_share[r - 1] = sn
                 on_serial = max(on_serial, s)
                 on_end = max(on_end, hn + wn)
             off = fixed_off
@@ -232,11 +239,12 @@ def heads_and_tails(graph: OpGraph, cluster: Cluster, op_time: np.ndarray):
     op_time = check_op_time(graph, cluster, op_time)
     src, dst, gap, forced, fastest = _edge_gaps(graph, cluster, op_time)
     order = graph.topological_order().astype(np.int64)
+    shared = fastest / float(cluster.executors()[1].max())
     out = []
     for node, other, walk in ((dst, src, order), (src, dst, order[::-1].copy())):
         by = np.argsort(node, kind="stable")
         ptr = np.searchsorted(node[by], np.arange(graph.num_ops + 1)).astype(np.int64)
-        out.append(_heads(walk, ptr, other[by], gap[by], forced[by], fastest))
+        out.append(_heads(walk, ptr, other[by], gap[by], forced[by], fastest, shared))
     return out[0], out[1], fastest
 
 

@@ -18,7 +18,10 @@ class where group ``c`` has a kernel for all its ops and whose largest device ho
 and ``T``. Minimise ``T`` subject to
 
 * assignment: ``sum_K x[c, K] = 1`` for every group ``c``;
-* load: ``sum_c W[c, K] x[c, K] <= |K| T`` for every class;
+* load: ``sum_c W[c, K] x[c, K] <= |K| T`` for every class, where ``|K|`` counts the cores
+  that can run ops of ``K``'s devices: one per device, or with core groups the cores of every
+  executor holding a device of ``K`` (``Cluster.executors``; a group shared by two classes is
+  counted in both, which only loosens the row);
 * memory: ``sum_c P[c] x[c, K] <= sum_{d in K} memory[d]`` for every class (kept only where all
   persistent bytes together exceed the class's memory, else it cannot bind);
 * path: ``h_i + sum_K t[i, K] x[c(i), K] + q_i <= T`` for every op i (kept only where
@@ -27,8 +30,8 @@ and ``T``. Minimise ``T`` subject to
 Validity: take any valid placement ``p`` with makespan ``M`` and set ``x[c, K] = 1`` for the
 class holding c's device, ``T = M``. Assignment holds since a group sits on one device with its
 kernels, and that device holds at least the group's persistent bytes. The devices of ``K`` are
-each busy at most ``M`` (one op at a time inside ``[0, M]``), so their total busy time
-``sum_c W[c, K] x[c, K] <= |K| M``. Persistent bytes count for the whole step on their device,
+each busy at most ``M`` (one op at a time per core inside ``[0, M]``), so their total busy
+time ``sum_c W[c, K] x[c, K] <= |K| M``. Persistent bytes count for the whole step on their device,
 and each device of a valid placement fits its peak, so the class total fits the class's
 memory. Op ``i`` starts no earlier than ``h_i``, runs ``t[i, K] = sum_K t[i, K] x[c(i), K]`` and
 ends no later than ``M - q_i``. So the point is feasible and the LP optimum is at most ``M``.
@@ -177,7 +180,9 @@ def _build(graph, cluster, op_time, head, tail, *, scale):
     classes = device_classes(op_time)
     num_classes = int(classes.max()) + 1
     first = np.array([np.flatnonzero(classes == k)[0] for k in range(num_classes)])
-    size = np.bincount(classes, minlength=num_classes).astype(np.float64)
+    executor, cores = cluster.executors()
+    size = np.array([cores[np.unique(executor[classes == k])].sum()
+                     for k in range(num_classes)], np.float64)  # cores per class
     t = op_time[:, first] / scale                                     # [n, K]
     coloc = graph.colocation.astype(np.int64)
     num_groups = int(coloc.max()) + 1

@@ -8,33 +8,55 @@ turns a result into Placeto's reward quantity ``R = r + c * ReLU(m - M)`` (appen
 
 The model (Placeto A.5, which was checked against TensorFlow's executor)
 ------------------------------------------------------------------------
-Every device ``d`` has two FIFO queues:
+A device's ops run on its *executor*. A device outside any core group (a GPU; every device of
+the shipped K80 and V100 specs) is its own executor with one core: it runs one op at a time,
+Placeto's model. The devices of a core group (``Cluster.core_groups``: the logical CPU devices
+of one host, which TensorFlow runs on one thread pool) share one executor with the group's
+``cores`` cores: up to that many of their ops run at once, whichever device they are on
+(see "Core groups" below). Each executor ``e`` and each device ``d`` has a FIFO queue:
 
-* ``Q_op[d]``: ops placed on ``d`` that are runnable. An op is *runnable* once every parent has
-  finished and every input produced on another device has been transferred to ``d``. A device
-  runs one op at a time, taking ``op_time[i, d]`` seconds (the cost model already added any
-  per-op overhead).
-* ``Q_transfer[d]``: tensors waiting to leave ``d`` (one outgoing bus per device). Sending
-  ``b`` bytes from ``d`` to ``d'`` takes ``latency[d, d'] + b / bandwidth[d, d']`` seconds;
-  transfers overlap compute; one transfer at a time per source device, any number may arrive
-  at one destination at once (there is no incoming-bus model, as in the paper).
+* ``Q_core[e]``: runnable ops placed on the executor's devices. An op is *runnable* once every
+  parent has finished and every input produced on another device has been transferred to its
+  device. An idle core takes the head of the queue; op ``i`` on ``d`` takes ``op_time[i, d]``
+  seconds (the cost model already added any per-op overhead).
+* ``Q_transfer[d]``: tensors waiting to leave ``d`` for a device of another executor (one
+  outgoing bus per device). Sending ``b`` bytes from ``d`` to ``d'`` takes
+  ``latency[d, d'] + b / bandwidth[d, d']`` seconds; transfers overlap compute; one transfer at
+  a time per source device, any number may arrive at one destination at once (there is no
+  incoming-bus model, as in the paper).
 
 There are two kinds of events, each with a time stamp; the next event is the earliest, ties
 broken by a sequence number given when the event is created, so the simulation is deterministic.
 
 * **Op-done** (op ``o`` on ``d``): for every consumer ``o'`` of an output of ``o`` placed on
-  ``d' != d``, the tensor joins ``Q_transfer[d]``; for every consumer on ``d`` itself, one
-  dependency is satisfied and ``o'`` joins ``Q_op[d]`` when it becomes runnable. Then ``d``
-  is free and takes the head of ``Q_op[d]``.
+  ``d' != d``, the tensor joins ``Q_transfer[d]`` (or ``Q_core`` of ``d``'s executor, see
+  below); for every consumer on ``d`` itself, one dependency is satisfied and ``o'`` joins
+  ``Q_core`` of ``d``'s executor when it becomes runnable. Then the core is free and takes the
+  head of that queue.
 * **Transfer-done** (tensor from ``d`` to ``d'``): every consumer on ``d'`` gets that input;
-  those that become runnable join ``Q_op[d']``. Then the bus of ``d`` takes its next transfer.
+  those that become runnable join ``Q_core`` of ``d'``'s executor. Then the bus (or core) that
+  carried it takes its next item.
 * **Wakeup**: the paper schedules a Wakeup event when work lands in the queue of an idle
   device or bus. Here the wakeup happens at once, at the same time stamp: after each event the
-  device and the bus it touched start the head of their queue if they are idle.
+  executor and the bus it touched start the heads of their queues on their idle cores and bus.
 
 The simulation starts with the ops without dependencies queued in op-index order, and ends
 when no event is left; the makespan is the end time of the last op. Ops left unrun at that
 point would mean a cycle: that raises rather than returning a wrong time.
+
+Core groups (our extension; the paper's devices are GPUs with their own cores)
+------------------------------------------------------------------------------
+TensorFlow runs every logical CPU device of a process, and a CPU device's own ops, on one
+inter-op thread pool with as many threads as cores: N logical CPUs of one host run no more ops
+at once than the host has cores, and one of them alone already runs several at once. A cluster
+says so with a core group (``Cluster.local`` puts its CPU devices in one, with the host's
+cores); without one, two logical CPUs would be simulated as two independent processors and a
+placement that splits work between them as up to twice as fast, which they are not. A tensor
+sent between two devices of one group is not copied by a bus: TensorFlow hands it from a Send
+to a Recv kernel, work the executor's threads do, so it joins ``Q_core`` (in the order it is
+visited, among the runnable ops) and occupies a core for ``latency + bytes / bandwidth``, the
+link's figures for that pair (measured by ``tools/profile_graph.py``). With one-core executors
+of one device each (no core groups) the model is exactly the paper's.
 
 Modelling choices the paper leaves open (what this module does)
 ----------------------------------------------------------------
@@ -51,7 +73,8 @@ Modelling choices the paper leaves open (what this module does)
   then its control dummy; the consumers of one tensor in op-index order. Runnable consumers and
   outgoing transfers join their FIFO queues in that order.
 * **Events at the same time** are handled in creation order; an op or transfer that becomes
-  ready at time ``t`` on an idle device or bus starts at ``t``.
+  ready at time ``t`` on an idle core or bus starts at ``t``; an executor's idle cores are
+  filled in slot order.
 * **``inf`` op times** ("no kernel on this device") are simulated, not rejected: the op and
   everything after it ends at ``inf``, so the makespan (and the reward) is ``inf``. A caller
   that wants an error checks kernels before simulating.
@@ -70,14 +93,15 @@ Implementation
 Everything that does not depend on the placement (dependency lists in CSR form, output lists)
 is built once in :class:`Simulator`'s constructor. The event loop, :func:`_simulate`, is one
 ``numba.njit`` function over flat arrays, with the three handlers marked in it: FIFO queues
-are linked lists in arrays (``head[q]``, ``tail[q]``, ``next[item]``); since at most one op
-per device and one transfer per bus are in flight, pending events live in ``2 * D`` slots
-(slot ``d``: Op-done on device ``d``; slot ``D + d``: Transfer-done on the bus of ``d``),
-ordered by a binary heap of the pending slots. On a graph of thousands of ops the loop waits
-on memory more than it computes, so it reads small arrays: int32 indices, and each op's time
-on its device gathered once, in order, rather than read from the ``[n, D]`` table when the
-op starts; and it returns the result ready-made (peak memory with the persistent bytes, the
-transfers' producers and bytes), leaving no numpy pass over the transfers to the caller.
+are linked lists in arrays (``head[q]``, ``tail[q]``, ``next[item]``); since at most one item
+per core and one transfer per bus are in flight, pending events live in ``S + D`` slots (``S``
+cores in all; slot ``k``: the item on core ``k`` is done; slot ``S + d``: Transfer-done on the
+bus of ``d``), ordered by a binary heap of the pending slots. On a graph of thousands of ops
+the loop waits on memory more than it computes, so it reads small arrays: int32 indices, and
+each op's time on its device gathered once, in order, rather than read from the ``[n, D]``
+table when the op starts; and it returns the result ready-made (peak memory with the
+persistent bytes, the transfers' producers and bytes), leaving no numpy pass over the
+transfers to the caller.
 Speed: ``tools/bench_sim.py`` (a synthetic 8,000-op graph, and random placements of zoo
 graphs with ``--pairs``; figures in BENCHMARKS.md). The first call in a fresh environment
 compiles the kernel (a few seconds; then cached on disk by numba, in the user's cache directory:
@@ -141,10 +165,10 @@ class SimResult:
 @cached_njit
 def _simulate(placement, op_time, num_devices, bandwidth, latency, tensor_bytes,
               out_tensor_ptr, out_tensors, dep_tensor, dep_op,
-              cons_ptr, in_ptr, in_dep, persistent, num_graph_tensors):
+              cons_ptr, in_ptr, in_dep, persistent, num_graph_tensors, executor, exec_base):
     """The event loop (module docstring). Arrays built by :class:`Simulator`, with T tensors
-    (the ``num_graph_tensors`` graph tensors, then one control dummy per op) and P dependency
-    pairs:
+    (the ``num_graph_tensors`` graph tensors, then one control dummy per op), P dependency
+    pairs and E executors:
 
       out_tensor_ptr[n+1], out_tensors: tensors produced by op i (CSR), its dummy last.
       dep_tensor[P], dep_op[P]: dependency pair p, "op dep_op[p] reads tensor dep_tensor[p]",
@@ -152,6 +176,8 @@ def _simulate(placement, op_time, num_devices, bandwidth, latency, tensor_bytes,
       cons_ptr[T+1]: pairs cons_ptr[k]..cons_ptr[k+1]-1 are tensor k's consumers (CSR).
       in_ptr[n+1], in_dep: pairs of each op (its inputs) (CSR).
       persistent[n]: bytes op i keeps for the whole step (variables).
+      executor[D]: the executor that runs device d's ops (its core group's, or its own).
+      exec_base[E+1]: executor e owns the core slots exec_base[e]..exec_base[e+1]-1.
 
     Returns what :class:`SimResult` holds (peak memory with the persistent bytes, transfers
     with -1 for a dummy), and the number of ops that ran, so that nothing is left for numpy
@@ -166,6 +192,8 @@ def _simulate(placement, op_time, num_devices, bandwidth, latency, tensor_bytes,
     D = num_devices
     P = dep_tensor.shape[0]
     T = tensor_bytes.shape[0]
+    E = exec_base.shape[0] - 1
+    S = exec_base[E]  # core slots in all
 
     # Each op's time on its device, gathered in one sequential pass: reading op_time[i, d]
     # when op i starts would touch a random row of the [n, D] table for every op.
@@ -186,11 +214,13 @@ def _simulate(placement, op_time, num_devices, bandwidth, latency, tensor_bytes,
     for i in range(n):
         pending[i] = in_ptr[i + 1] - in_ptr[i]
 
-    # Q_op per device as linked lists (head, tail, next), and the op each device runs (-1: idle).
-    op_head = np.full(D, -1, np.int32)
-    op_tail = np.full(D, -1, np.int32)
-    op_next = np.full(n, -1, np.int32)
-    running = np.full(D, -1, np.int32)
+    # Q_core per executor as linked lists (head, tail, next) of items: op i is item i, the
+    # transfer record x that runs on cores (both ends in one core group) is item n + x.
+    # slot_item[k]: the item core slot k runs (-1: idle).
+    q_head = np.full(E, -1, np.int32)
+    q_tail = np.full(E, -1, np.int32)
+    q_next = np.full(n + P, -1, np.int32)
+    slot_item = np.full(S, -1, np.int32)
 
     # Transfers: one record per (tensor, destination), so at most one per dependency pair.
     x_tensor = np.empty(P, np.int32)
@@ -212,29 +242,30 @@ def _simulate(placement, op_time, num_devices, bandwidth, latency, tensor_bytes,
     sent_tensor = np.full(D, -1, np.int32)  # scratch for dedup: tensor last sent to each device
     sent_x = np.full(D, -1, np.int32)       # ... and that transfer
 
-    # Pending events: at most one Op-done per device (slot d) and one Transfer-done per bus
-    # (slot D + d), with its time and sequence number; the next event is the smallest
-    # (time, seq). The pending slots form a binary min-heap (``heap[:heap_n]``); the slots an
-    # event's wakeups filled (``fresh``) join it before the next one is taken.
-    ev_time = np.zeros(2 * D)
-    ev_seq = np.full(2 * D, -1, np.int32)
+    # Pending events: at most one per core slot (slot k: the item on it is done) and one
+    # Transfer-done per bus (slot S + d), with its time and sequence number; the next event is
+    # the smallest (time, seq). The pending slots form a binary min-heap (``heap[:heap_n]``);
+    # the slots an event's wakeups filled (``fresh``) join it before the next one is taken.
+    ev_time = np.zeros(S + D)
+    ev_seq = np.full(S + D, -1, np.int32)
     next_seq = 0
-    heap = np.empty(2 * D, np.int32)
+    heap = np.empty(S + D, np.int32)
     heap_n = 0
-    fresh = np.empty(2 * D, np.int32)
+    fresh = np.empty(S + D, np.int32)
 
-    # Initial queues: ops without dependencies, in op-index order; then wake every device.
+    # Initial queues: ops without dependencies, in op-index order; then wake everything.
     for i in range(n):
         if pending[i] == 0:
-            d = placement[i]
-            if op_tail[d] == -1:
-                op_head[d] = i
+            e = executor[placement[i]]
+            if q_tail[e] == -1:
+                q_head[e] = i
             else:
-                op_next[op_tail[d]] = i
-            op_tail[d] = i
-    wake_dev = np.arange(D)  # devices and buses the last event may have given work to
+                q_next[q_tail[e]] = i
+            q_tail[e] = i
+    wake_exec = np.arange(E)  # executors and buses the last event may have given work to
     wake_bus = np.arange(D)
-    num_wake = D
+    num_wake_exec = E
+    num_wake_bus = D
 
     num_done = 0
     makespan = 0.0
@@ -242,29 +273,45 @@ def _simulate(placement, op_time, num_devices, bandwidth, latency, tensor_bytes,
     while True:
         num_fresh = 0
         # ------------------------------------------------------------------- Wakeup
-        # An idle device starts the head of its Q_op; outputs are allocated at the start.
-        for w in range(num_wake):
-            d = wake_dev[w]
-            if running[d] != -1 or op_head[d] == -1:
-                continue
-            i = op_head[d]
-            op_head[d] = op_next[i]
-            if op_head[d] == -1:
-                op_tail[d] = -1
-            running[d] = i
-            start[i] = now
-            busy[d] += dur[i]
-            for p in range(out_tensor_ptr[i], out_tensor_ptr[i + 1]):
-                live[d] += tensor_bytes[out_tensors[p]]
-            if live[d] > peak[d]:
-                peak[d] = live[d]
-            ev_time[d] = now + dur[i]
-            ev_seq[d] = next_seq
-            next_seq += 1
-            fresh[num_fresh] = d
-            num_fresh += 1
+        # An executor with an idle core starts the head of its Q_core, as long as both last.
+        # An op's outputs are allocated at its start; a transfer's copy on its destination.
+        for w in range(num_wake_exec):
+            e = wake_exec[w]
+            for k in range(exec_base[e], exec_base[e + 1]):
+                if q_head[e] == -1:
+                    break
+                if slot_item[k] != -1:
+                    continue
+                item = q_head[e]
+                q_head[e] = q_next[item]
+                if q_head[e] == -1:
+                    q_tail[e] = -1
+                slot_item[k] = item
+                if item < n:
+                    d = placement[item]
+                    start[item] = now
+                    busy[d] += dur[item]
+                    for p in range(out_tensor_ptr[item], out_tensor_ptr[item + 1]):
+                        live[d] += tensor_bytes[out_tensors[p]]
+                    if live[d] > peak[d]:
+                        peak[d] = live[d]
+                    ev_time[k] = now + dur[item]
+                else:
+                    x = item - n
+                    x_start[x] = now
+                    s = x_src[x]
+                    dst = x_dst[x]
+                    nbytes = tensor_bytes[x_tensor[x]]
+                    live[dst] += nbytes
+                    if live[dst] > peak[dst]:
+                        peak[dst] = live[dst]
+                    ev_time[k] = now + latency[s, dst] + nbytes / bandwidth[s, dst]
+                ev_seq[k] = next_seq
+                next_seq += 1
+                fresh[num_fresh] = k
+                num_fresh += 1
         # An idle bus starts the head of its Q_transfer; the copy is allocated on arrival side.
-        for w in range(num_wake):
+        for w in range(num_wake_bus):
             s = wake_bus[w]
             if bus_running[s] != -1 or bus_head[s] == -1:
                 continue
@@ -279,10 +326,10 @@ def _simulate(placement, op_time, num_devices, bandwidth, latency, tensor_bytes,
             live[dst] += nbytes
             if live[dst] > peak[dst]:
                 peak[dst] = live[dst]
-            ev_time[D + s] = now + latency[s, dst] + nbytes / bandwidth[s, dst]
-            ev_seq[D + s] = next_seq
+            ev_time[S + s] = now + latency[s, dst] + nbytes / bandwidth[s, dst]
+            ev_seq[S + s] = next_seq
             next_seq += 1
-            fresh[num_fresh] = D + s
+            fresh[num_fresh] = S + s
             num_fresh += 1
 
         # ------------------------------------------------------------ next event
@@ -323,13 +370,28 @@ def _simulate(placement, op_time, num_devices, bandwidth, latency, tensor_bytes,
                 c = child
             heap[c] = e
         now = ev_time[slot]
-        num_wake = 1
+        num_wake_exec = 1
+        num_wake_bus = 0
 
-        if slot < D:
+        x = -1  # the transfer this event completes, if any
+        item = -1
+        if slot < S:
+            item = slot_item[slot]
+            slot_item[slot] = -1
+            if item >= n:
+                x = item - n
+        else:
+            s = slot - S  # the bus: slot S + s
+            x = bus_running[s]
+            bus_running[s] = -1
+            wake_bus[0] = s
+            num_wake_bus = 1
+
+        if x == -1:
             # ------------------------------------------------ Op-done: op i on device d
-            d = slot
-            i = running[d]
-            running[d] = -1
+            i = item
+            d = placement[i]
+            e = executor[d]
             end[i] = now
             num_done += 1
             makespan = now
@@ -342,12 +404,12 @@ def _simulate(placement, op_time, num_devices, bandwidth, latency, tensor_bytes,
                     if dj == d:  # consumer on this device: one dependency satisfied
                         holds += 1
                         pending[j] -= 1
-                        if pending[j] == 0:  # runnable: join Q_op[d]
-                            if op_tail[d] == -1:
-                                op_head[d] = j
+                        if pending[j] == 0:  # runnable: join Q_core of d's executor
+                            if q_tail[e] == -1:
+                                q_head[e] = j
                             else:
-                                op_next[op_tail[d]] = j
-                            op_tail[d] = j
+                                q_next[q_tail[e]] = j
+                            q_tail[e] = j
                         continue
                     if sent_tensor[dj] != k:  # consumer elsewhere: send k to dj, once
                         sent_tensor[dj] = k
@@ -356,16 +418,23 @@ def _simulate(placement, op_time, num_devices, bandwidth, latency, tensor_bytes,
                         x_op[num_x] = i
                         x_src[num_x] = d
                         x_dst[num_x] = dj
-                        if bus_tail[d] == -1:  # join Q_transfer[d]
-                            bus_head[d] = num_x
-                        else:
-                            x_next[bus_tail[d]] = num_x
-                        bus_tail[d] = num_x
+                        if executor[dj] == e:  # within a core group: work on its cores
+                            if q_tail[e] == -1:
+                                q_head[e] = n + num_x
+                            else:
+                                q_next[q_tail[e]] = n + num_x
+                            q_tail[e] = n + num_x
+                        else:  # join Q_transfer[d]
+                            if bus_tail[d] == -1:
+                                bus_head[d] = num_x
+                            else:
+                                x_next[bus_tail[d]] = num_x
+                            bus_tail[d] = num_x
                         num_x += 1
                         holds += 1  # the source copy lives until the transfer is done
-                    x = sent_x[dj]
-                    dep_xfer[q] = x
-                    x_refs[x] += 1
+                    xx = sent_x[dj]
+                    dep_xfer[q] = xx
+                    x_refs[xx] += 1
                 src_refs[k] = holds
                 if holds == 0:  # nobody reads it: freed when its producer ends
                     live[d] -= tensor_bytes[k]
@@ -373,40 +442,39 @@ def _simulate(placement, op_time, num_devices, bandwidth, latency, tensor_bytes,
             for c in range(in_ptr[i], in_ptr[i + 1]):
                 q = in_dep[c]
                 k = dep_tensor[q]
-                x = dep_xfer[q]
-                if x == -1:
+                xx = dep_xfer[q]
+                if xx == -1:
                     src_refs[k] -= 1
                     if src_refs[k] == 0:
                         live[d] -= tensor_bytes[k]
                 else:
-                    x_refs[x] -= 1
-                    if x_refs[x] == 0:
+                    x_refs[xx] -= 1
+                    if x_refs[xx] == 0:
                         live[d] -= tensor_bytes[k]
-            wake_dev[0] = d
+            wake_exec[0] = e
             wake_bus[0] = d
+            num_wake_bus = 1
         else:
             # --------------------------------------- Transfer-done: tensor k from s to dst
-            s = slot - D
-            x = bus_running[s]
-            bus_running[s] = -1
+            s = x_src[x]
+            dst = x_dst[x]
             x_end[x] = now
             k = x_tensor[x]
-            dst = x_dst[x]
+            e = executor[dst]
             for q in range(cons_ptr[k], cons_ptr[k + 1]):
                 j = dep_op[q]
                 if placement[j] == dst:
                     pending[j] -= 1
-                    if pending[j] == 0:  # runnable: join Q_op[dst]
-                        if op_tail[dst] == -1:
-                            op_head[dst] = j
+                    if pending[j] == 0:  # runnable: join Q_core of dst's executor
+                        if q_tail[e] == -1:
+                            q_head[e] = j
                         else:
-                            op_next[op_tail[dst]] = j
-                        op_tail[dst] = j
+                            q_next[q_tail[e]] = j
+                        q_tail[e] = j
             src_refs[k] -= 1
             if src_refs[k] == 0:
                 live[s] -= tensor_bytes[k]
-            wake_dev[0] = dst
-            wake_bus[0] = s
+            wake_exec[0] = e
 
     transfer_bytes = 0
     for x in range(num_x):
@@ -466,6 +534,9 @@ class Simulator:
         self._num_devices = cluster.num_devices
         self._bandwidth = np.array(cluster.bandwidth, dtype=np.float64, order="C")
         self._latency = np.array(cluster.latency, dtype=np.float64, order="C")
+        executor, cores = cluster.executors()
+        self._executor = executor.astype(np.int32)
+        self._exec_base = np.concatenate([[0], np.cumsum(cores)]).astype(np.int32)
 
         # Tensor ids: graph tensors 0..t-1, then the control dummy of op s as t + s (0 bytes).
         edge_src = graph.edge_src.astype(np.int64)
@@ -513,7 +584,8 @@ class Simulator:
         seconds."""
         _readonly(self._bandwidth, self._latency, self._tensor_bytes, self._out_tensor_ptr,
                   self._out_tensors, self._dep_tensor, self._dep_op, self._cons_ptr,
-                  self._in_ptr, self._in_dep, self._persistent)
+                  self._in_ptr, self._in_dep, self._persistent, self._executor,
+                  self._exec_base)
         self.op_time.setflags(write=False)
 
     def __setstate__(self, state: dict) -> None:
@@ -548,7 +620,7 @@ class Simulator:
                         self._tensor_bytes, self._out_tensor_ptr, self._out_tensors,
                         self._dep_tensor, self._dep_op, self._cons_ptr,
                         self._in_ptr, self._in_dep, self._persistent,
-                        len(self.graph.tensor_op))
+                        len(self.graph.tensor_op), self._executor, self._exec_base)
         num_done = out[0]
         if num_done != self.graph.num_ops:
             raise InvalidGraphError(

@@ -68,6 +68,21 @@ _BUILDERS = {
 MODELS = tuple(_BUILDERS)
 
 
+def parse_knobs(pairs) -> dict[str, int]:
+    """``["layers=2", "batch=16"]`` -> ``{"layers": 2, "batch": 16}`` (the tools' ``--knob``
+    flags); a malformed pair or a value that is not an integer is a ConfigError naming it."""
+    knobs = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise ConfigError(f"--knob wants name=value, got {pair!r}")
+        try:
+            knobs[name] = int(value)
+        except ValueError:
+            raise ConfigError(f"--knob {name} wants an integer, got {value!r}") from None
+    return knobs
+
+
 def build(name: str, **knobs) -> ModelGraph:
     """Build the training graph of zoo model ``name`` with the given size knobs (the others
     keep their defaults). Unknown names and knobs, and knobs out of range, raise ConfigError.
@@ -93,4 +108,4 @@ def all_knobs(name: str, **knobs) -> dict:
     return dict(bound.arguments)
 
 
-__all__ = ["MODELS", "ModelGraph", "all_knobs", "build"]
+__all__ = ["MODELS", "ModelGraph", "all_knobs", "build", "parse_knobs"]

@@ -1,0 +1,59 @@
+"""The fidelity tool's statistics on hand cases, and the placements it collects."""
+
+import math
+
+import numpy as np
+import pytest
+
+from tf_autoplace import fidelity
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.testing.problems import random_problem
+
+
+def test_spearman_on_a_hand_case():
+    # Ranks of x: 1 2 3 4 5; of y: 2 1 4 3 5. d^2 sums to 4: rho = 1 - 6 * 4 / (5 * 24) = 0.8.
+    assert fidelity.spearman([1, 2, 3, 4, 5], [20, 10, 40, 30, 50]) == pytest.approx(0.8)
+    assert fidelity.spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    # Monotone but not linear: rank correlation 1 where Pearson's would not be.
+    assert fidelity.spearman([1, 2, 3, 4], [1, 10, 100, 1000]) == pytest.approx(1.0)
+
+
+def test_spearman_gives_ties_their_mean_rank():
+    # x ranks 1.5 1.5 3 4; y ranks 1 2 3 4: Pearson of the ranks.
+    rx, ry = np.array([1.5, 1.5, 3, 4]), np.array([1, 2, 3, 4.0])
+    expected = np.corrcoef(rx, ry)[0, 1]
+    assert fidelity.spearman([7, 7, 8, 9], [1, 2, 3, 4]) == pytest.approx(expected)
+    assert expected < 1
+
+
+def test_spearman_degenerate_cases():
+    assert math.isnan(fidelity.spearman([1, 1, 1], [1, 2, 3]))  # a constant sample
+    assert math.isnan(fidelity.spearman([1], [2]))
+    with pytest.raises(ConfigError, match="one length"):
+        fidelity.spearman([1, 2], [1, 2, 3])
+
+
+def test_median_relative_error():
+    # |sim / measured - 1| = 1, 0.5, 0.1 -> median 0.5.
+    assert fidelity.median_relative_error([2, 1.5, 0.9], [1, 1, 1]) == pytest.approx(0.5)
+
+
+def test_moved_share_moves_whole_colocation_groups_more_as_the_share_grows():
+    problem = random_problem(60, 3, num_gpus=2, host=False)
+    rng = np.random.default_rng(0)
+    none = fidelity.moved_share(problem, 0.0, rng)
+    assert (none == 0).all()
+    everything = fidelity.moved_share(problem, 1.0, rng)
+    assert (everything == 1).all()
+    half = fidelity.moved_share(problem, 0.5, np.random.default_rng(1))
+    colocation = problem.graph.colocation
+    for c in np.unique(colocation):  # a colocation group stays together
+        assert len(set(half[colocation == c].tolist())) == 1
+    assert 0 < half.mean() < 1
+
+
+def test_config_is_validated():
+    with pytest.raises(ConfigError, match="-1"):
+        fidelity.Config(num_logical_cpus=-1)
+    with pytest.raises(ConfigError, match="max_load"):
+        fidelity.Config(max_load=0)

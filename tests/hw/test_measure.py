@@ -1,0 +1,119 @@
+"""Measured step times of a placed graph come back in the report (text, JSON, proto, Chrome
+trace), and a graph that cannot be timed here is left exactly as it was."""
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_autoplace
+from tf_autoplace import timeline
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.hw.runner import RunConfig, canonical_device, run, run_interleaved
+from tf_autoplace.hw.workload import Workload
+from tf_autoplace.testing.graphs import small_cnn
+
+CPU2 = "testdata/cpu2.pbtxt"
+
+
+def _devices(graph):
+    return {op.name: op.device for op in graph.get_operations()}
+
+
+def test_measured_step_times_come_back_in_the_report():
+    tg = small_cnn()
+    report = tf_autoplace.autoplace(tg.graph, cluster=CPU2, placer="m_etf",
+                                    measure_steps=3, measure_feeds=tg.feed)
+    assert report.measure_steps == 3
+    assert report.measured_step_time_s > 0 and report.measured_baseline_step_time_s > 0
+    assert report.measured_speedup == pytest.approx(
+        report.measured_baseline_step_time_s / report.measured_step_time_s)
+    assert "measured step time" in str(report)
+    proto = report.to_proto()
+    assert proto.measure_steps == 3
+    assert proto.measured_step_time_s == report.measured_step_time_s
+    assert report.to_dict()["measured_baseline_step_time_s"] == \
+        report.measured_baseline_step_time_s
+    # The placement was written after measuring, and it used both devices.
+    assert {canonical_device(d) for d in _devices(tg.graph).values()} == {"CPU:0", "CPU:1"}
+    t = report.timeline
+    trace = timeline.chrome_trace(t.graph, t.cluster, t.placement, t.sim, t.measured)
+    lanes = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"}
+    assert "measured /job:localhost/replica:0/task:0/device:CPU:1" in lanes
+    measured = [e for e in trace["traceEvents"] if e.get("cat") == "Measured"]
+    assert "left/Relu" in {e["name"] for e in measured}  # the fused convolution
+    assert min(e["pid"] for e in measured) >= t.cluster.num_devices  # beside, not on top
+
+
+def test_a_report_without_measurement_says_nan():
+    tg = small_cnn()
+    report = tf_autoplace.autoplace(tg.graph, cluster=CPU2, placer="m_etf")
+    assert report.measure_steps == 0 and math.isnan(report.measured_step_time_s)
+    assert "measured" not in str(report)
+
+
+def test_a_cluster_this_machine_lacks_leaves_the_graph_untouched():
+    tg = small_cnn()
+    before = _devices(tg.graph)
+    with pytest.raises(ConfigError, match="this machine does not have"):
+        tf_autoplace.autoplace(tg.graph, cluster="testdata/k80x2.pbtxt", placer="m_etf",
+                               measure_steps=2, measure_feeds=tg.feed)
+    assert _devices(tg.graph) == before
+
+
+def test_bad_measure_steps_are_config_errors():
+    tg = small_cnn()
+    with pytest.raises(ConfigError, match="-1"):
+        tf_autoplace.autoplace(tg.graph, cluster=CPU2, placer="m_etf", measure_steps=-1)
+
+
+def test_workload_finds_the_train_op_and_makes_up_feeds():
+    tg = small_cnn()
+    workload = Workload.from_graph(tg.graph)
+    assert workload.fetches == ("train",)
+    assert workload.init == ("init",)
+    assert workload.feeds["images:0"].shape == (8, 16, 16, 3)
+    assert workload.feeds["labels:0"].dtype == np.int32 and not workload.feeds["labels:0"].any()
+    m = run(workload, None, RunConfig(steps=2, warmup_steps=1, trace_steps=1))
+    assert m.step_times_s.shape == (2,) and m.step_time_s > 0
+    assert "left/Relu" in m.traces[0].names
+
+
+def test_interleaved_runs_time_each_placement():
+    tg = small_cnn()
+    workload = Workload.from_graph(tg.graph, feeds=tg.feed)
+    names = [op.name for op in tg.graph.get_operations()]
+    on = [{n: f"/device:CPU:{k}" for n in names} for k in (0, 1)]
+    a, b = run_interleaved(workload, on, RunConfig(steps=2, warmup_steps=1, trace_steps=1))
+    assert a.step_times_s.shape == b.step_times_s.shape == (2,)
+    trace = b.traces[0]
+    ran_on = {canonical_device(trace.devices[d]) for d, name in zip(trace.device.tolist(),
+                                                                    trace.names) if name in names}
+    assert ran_on == {"CPU:1"}  # the graph's ops; feeds and fetches pass through CPU:0
+
+
+def test_workload_of_a_tf_function_runs_in_a_session():
+    v = tf.Variable(tf.ones([4, 4]), name="w")
+
+    @tf.function
+    def step(x):
+        v.assign_sub(0.1 * tf.matmul(x, v))
+        return tf.reduce_sum(v)
+
+    workload = Workload.from_function(step, tf.ones([4, 4]))
+    assert workload.init and workload.feeds
+    m = run(workload, None, RunConfig(steps=1, warmup_steps=1))
+    assert m.step_time_s > 0
+    assert float(v.numpy().sum()) == 16.0  # the eager variable is not touched
+
+
+def test_workload_errors_name_the_problem():
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
+        tf.reduce_sum(x, name="train")
+    with pytest.raises(ConfigError, match="'x' has no fully known static shape"):
+        Workload.from_graph(g)
+    with pytest.raises(ConfigError, match="'nope' is not a node"):
+        Workload.from_graph(g, fetches=["nope"], feeds={"x": np.zeros([2, 3], np.float32)})

@@ -1,0 +1,256 @@
+"""Run a :class:`~tf_autoplace.hw.workload.Workload` on this machine's devices and time its steps.
+
+:func:`run` imports the workload's graph into a fresh ``tf.Graph`` with the devices of an
+assignment (op name -> device string), opens a v1 ``Session`` that has those devices (logical
+CPU devices ``/device:CPU:0..N-1`` through ``ConfigProto.device_count``, every visible GPU) with
+soft placement off, so a placement runs exactly as given or fails, initialises the variables,
+runs ``warmup_steps`` steps (the first runs partition and optimise the graph, and allocate), then
+times ``steps`` steps one by one (wall time of ``Session.run`` around the fetches, feeds
+included) and finally runs ``trace_steps`` more with full tracing, whose step stats give every
+op's start and end on its device (:class:`TracedStep`). Tracing slows a step down, so the timed
+steps are never traced.
+
+The step time reported is the median of the timed steps: a shared machine has outliers, and the
+median ignores a few. Nothing here depends on the machine being quiet, but the figures do:
+report the load with them.
+
+Session settings are TensorFlow's defaults unless :class:`RunConfig` says otherwise: as many
+inter-op and intra-op threads as cores, and the Grappler optimisations of the session on, since
+that is how a user's training step runs. Grappler folds constants and fuses ops (e.g. MatMul
+and BiasAdd into one ``_FusedMatMul`` named after the BiasAdd), so a traced step has fewer
+nodes than the graph: an op that does not appear did not run as its own kernel.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from typing import Mapping
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.core.framework import graph_pb2
+
+from tf_autoplace.errors import ConfigError, MeasurementError
+from tf_autoplace.hw.trace import TracedStep
+from tf_autoplace.hw.workload import Workload
+
+_DEVICE = re.compile(r"device:(CPU|GPU):(\d+)$", re.IGNORECASE)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """How a workload is run.
+
+    Attributes:
+      steps: timed steps (>= 1); the step time is their median.
+      warmup_steps: untimed steps before them (>= 0).
+      trace_steps: steps run afterwards with full tracing (>= 0), for per-op times.
+      inter_op_threads, intra_op_threads: the Session's thread pools (0: TF's default, as many
+        threads as cores).
+      grappler: keep the Session's Grappler optimisations on (TF's default).
+      soft_placement: let TF move ops whose device cannot run them (off: a placement runs as
+        given or fails; the profiler turns it on to time a graph on a GPU whose ops are not all
+        GPU ops).
+    """
+
+    steps: int = 10
+    warmup_steps: int = 3
+    trace_steps: int = 0
+    inter_op_threads: int = 0
+    intra_op_threads: int = 0
+    grappler: bool = True
+    soft_placement: bool = False
+
+    def __post_init__(self):
+        for field, low in (("steps", 1), ("warmup_steps", 0), ("trace_steps", 0),
+                           ("inter_op_threads", 0), ("intra_op_threads", 0)):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ConfigError(f"{field} must be an int >= {low}, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Measurement:
+    """What running a workload measured.
+
+    Attributes:
+      step_times_s: [steps] wall time of each timed step (s).
+      traces: the traced steps, in order.
+      devices: the devices the Session had.
+    """
+
+    step_times_s: np.ndarray
+    traces: tuple[TracedStep, ...]
+    devices: tuple[str, ...]
+
+    @property
+    def step_time_s(self) -> float:
+        """Median of the timed steps (s)."""
+        return float(np.median(self.step_times_s))
+
+
+def canonical_device(name: str) -> str:
+    """``/job:localhost/replica:0/task:0/device:CPU:0`` and ``/device:CPU:0`` -> ``CPU:0``
+    (raises ConfigError for a device string that names no CPU or GPU)."""
+    match = _DEVICE.search(name or "")
+    if match is None:
+        raise ConfigError(f"{name!r} is not a local CPU or GPU device string")
+    return f"{match.group(1).upper()}:{match.group(2)}"
+
+
+def session_device_counts(device_names) -> dict[str, int]:
+    """``ConfigProto.device_count`` for a session that has every device of ``device_names``:
+    as many logical CPUs as the highest CPU index needs (at least one)."""
+    cpus = [int(canonical_device(d).split(":")[1]) for d in device_names
+            if canonical_device(d).startswith("CPU")]
+    return {"CPU": max(cpus, default=0) + 1}
+
+
+def session_config(config: RunConfig, device_names=()) -> tf.compat.v1.ConfigProto:
+    """The Session's ConfigProto for ``config``, with the devices of ``device_names``."""
+    proto = tf.compat.v1.ConfigProto(
+        device_count=session_device_counts(device_names),
+        allow_soft_placement=config.soft_placement,
+        inter_op_parallelism_threads=config.inter_op_threads,
+        intra_op_parallelism_threads=config.intra_op_threads)
+    if not config.grappler:
+        proto.graph_options.rewrite_options.disable_meta_optimizer = True
+    return proto
+
+
+def placed_graph_def(graph_def: graph_pb2.GraphDef,
+                     assignment: Mapping[str, str] | None) -> graph_pb2.GraphDef:
+    """A copy of ``graph_def`` with ``assignment``'s devices (other nodes keep theirs).
+    Colocation attributes stay: a valid placement keeps colocated ops together anyway."""
+    out = graph_pb2.GraphDef()
+    out.CopyFrom(graph_def)
+    if assignment:
+        for node in out.node:
+            device = assignment.get(node.name)
+            if device is not None:
+                node.device = device
+    return out
+
+
+class PlacedSession:
+    """One placement of a workload, imported and initialised in its own Session, ready to
+    step. Use as a context manager (the Session is closed on exit).
+
+    Raises ConfigError if the placement names a device this machine does not have, and
+    MeasurementError (with TF's message) if TensorFlow cannot run the placed graph.
+    """
+
+    def __init__(self, workload: Workload, assignment: Mapping[str, str] | None,
+                 config: RunConfig):
+        self.config = config
+        graph_def = placed_graph_def(workload.graph_def, assignment)
+        used = sorted({n.device for n in graph_def.node if n.device})
+        graph = tf.Graph()
+        try:
+            with graph.as_default():
+                tf.graph_util.import_graph_def(graph_def, name="")
+        except (ValueError, tf.errors.OpError) as e:
+            raise MeasurementError(f"TensorFlow cannot import the graph to run it: {e}") from e
+        self._fetches = list(workload.fetches)
+        self._feeds = dict(workload.feeds)
+        self.session = tf.compat.v1.Session(graph=graph, config=session_config(config, used))
+        try:
+            self.devices = tuple(d.name for d in self.session.list_devices())
+            have = {canonical_device(d) for d in self.devices if _DEVICE.search(d)}
+            missing = [d for d in used if canonical_device(d) not in have]
+            if missing:
+                raise ConfigError(f"the placement uses {missing}, which this machine does not "
+                                  f"have (it has {sorted(have)}); a measured run needs the "
+                                  "cluster's devices to be local")
+            with _tf_errors():
+                if workload.init:
+                    self.session.run(list(workload.init), self._feeds)
+                self._step = self.session.make_callable(self._fetches,
+                                                        feed_list=list(self._feeds))
+        except BaseException:
+            self.session.close()
+            raise
+        self._values = list(self._feeds.values())
+
+    def step(self) -> float:
+        """Run one step; its wall time in seconds."""
+        with _tf_errors():
+            began = time.perf_counter()
+            self._step(*self._values)
+            return time.perf_counter() - began
+
+    def traced_step(self) -> TracedStep:
+        """Run one step with full tracing."""
+        options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+        metadata = tf.compat.v1.RunMetadata()
+        with _tf_errors():
+            self.session.run(self._fetches, self._feeds, options=options, run_metadata=metadata)
+        return TracedStep.from_step_stats(metadata.step_stats)
+
+    def close(self) -> None:
+        self.session.close()
+
+    def __enter__(self) -> "PlacedSession":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class _tf_errors:
+    """Turn TensorFlow's runtime errors into MeasurementError."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, tb):
+        if error is not None and isinstance(error, tf.errors.OpError):
+            raise MeasurementError(f"TensorFlow could not run the placed graph: "
+                                   f"{type(error).__name__}: {error.message}") from error
+        return False
+
+
+def run(workload: Workload, assignment: Mapping[str, str] | None = None,
+        config: RunConfig = RunConfig()) -> Measurement:
+    """Run ``workload`` with the devices of ``assignment`` (op name -> device string; ops it
+    does not name keep the graph's device) and time it (module docstring). Errors as
+    :class:`PlacedSession`'s."""
+    with PlacedSession(workload, assignment, config) as placed:
+        for _ in range(config.warmup_steps):
+            placed.step()
+        times = np.array([placed.step() for _ in range(config.steps)])
+        traces = tuple(placed.traced_step() for _ in range(config.trace_steps))
+    return Measurement(step_times_s=times, traces=traces, devices=placed.devices)
+
+
+def run_interleaved(workload: Workload, assignments, config: RunConfig = RunConfig(), *,
+                    seed: int = 0) -> list[Measurement]:
+    """Time several placements of ``workload`` together: every placement gets its own Session
+    (all open at once), its warm-up steps, then ``config.steps`` rounds in which each placement
+    runs one timed step, in an order shuffled per round with ``seed``. A load that comes and
+    goes on a shared machine then falls on every placement alike instead of on whichever ran
+    at that moment. Traced steps (``config.trace_steps``) follow the rounds. Errors as
+    :class:`PlacedSession`'s."""
+    assignments = list(assignments)
+    rng = np.random.default_rng(seed)
+    sessions = []
+    try:
+        for assignment in assignments:
+            sessions.append(PlacedSession(workload, assignment, config))
+        for placed in sessions:
+            for _ in range(config.warmup_steps):
+                placed.step()
+        times = np.empty((len(sessions), config.steps))
+        for r in range(config.steps):
+            for k in rng.permutation(len(sessions)).tolist():
+                times[k, r] = sessions[k].step()
+        return [Measurement(step_times_s=times[k],
+                            traces=tuple(placed.traced_step()
+                                         for _ in range(config.trace_steps)),
+                            devices=placed.devices)
+                for k, placed in enumerate(sessions)]
+    finally:
+        for placed in sessions:
+            placed.close()

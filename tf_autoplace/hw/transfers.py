@@ -1,0 +1,161 @@
+"""Transfer cost between this machine's devices, fitted from timed copies (the simulator's
+``latency + bytes / bandwidth``, Placeto A.5).
+
+For two devices ``a`` and ``b`` and each of several sizes ``s``, :func:`time_copies` builds a
+chain: a float32 variable of ``s`` bytes on ``a`` is read, then passed through ``hops``
+``Identity`` ops alternately on ``b`` and ``a``, so each hop is one cross-device edge (one
+Send/Recv pair, as TF's partitioner makes) and the next hop waits for it. A step of that chain
+is timed (median of ``steps``) against the same chain with every identity on ``a``; the
+difference divided by ``hops`` is the time one transfer of ``s`` bytes adds to a dependency
+path, which is what the simulator charges per transfer. A chain, not many independent copies:
+independent ones overlap each other on several threads, and their mean cost would be a
+throughput, not the duration the simulator needs. Hops alternate direction, so the figure is
+the mean of ``a -> b`` and ``b -> a``, and both directions get it. The session's Grappler
+passes are off for these graphs, so nothing is folded away.
+
+:func:`fit_transfer` fits ``t(s) = latency + s / bandwidth`` to those points by non-negative
+least squares (neither term may be negative: with two terms that is the unconstrained fit when
+both come out >= 0, else the better of the two one-term fits, so no solver is needed). When the
+per-byte term comes out zero, copies cost no more as they grow: logical CPU devices of one
+process hand a tensor over by reference, without copying. The bandwidth is then
+:data:`NO_COPY_BANDWIDTH_GBPS`, which stands for "no per-byte cost" (the cluster needs a finite
+number).
+
+:func:`profile_links` does this for every pair of a cluster's devices and returns the cluster
+with the fitted links (and the fits, to print).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from tf_autoplace.cluster import Cluster
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.hw.runner import RunConfig, session_config
+
+NO_COPY_BANDWIDTH_GBPS = 1e6
+DEFAULT_SIZES = (1 << 10, 1 << 16, 1 << 20, 1 << 23)  # 1 KiB .. 8 MiB
+DEFAULT_CONFIG = RunConfig(steps=30, warmup_steps=5, grappler=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class LinkFit:
+    """A fitted link: ``latency_s + bytes / bandwidth_bps`` seconds per transfer.
+
+    Attributes:
+      latency_s: fixed cost per transfer (s, >= 0).
+      bandwidth_bps: bytes per second (> 0; ``NO_COPY_BANDWIDTH_GBPS * 1e9`` when the per-byte
+        cost was not measurable).
+      nbytes, seconds: the points it was fitted to.
+      rms_error_s: root-mean-square residual of the fit (s).
+    """
+
+    latency_s: float
+    bandwidth_bps: float
+    nbytes: tuple[float, ...] = ()
+    seconds: tuple[float, ...] = ()
+    rms_error_s: float = 0.0
+
+    def time(self, nbytes) -> np.ndarray:
+        return self.latency_s + np.asarray(nbytes, np.float64) / self.bandwidth_bps
+
+
+def fit_transfer(nbytes, seconds) -> LinkFit:
+    """Fit ``seconds = latency + nbytes / bandwidth`` (module docstring). Needs at least two
+    distinct sizes."""
+    b = np.asarray(nbytes, np.float64)
+    t = np.asarray(seconds, np.float64)
+    if b.shape != t.shape or b.ndim != 1 or len(np.unique(b)) < 2:
+        raise ConfigError(f"a link fit needs times for at least two distinct sizes, got sizes "
+                          f"{b.tolist()} and {t.size} times")
+    if not (np.isfinite(t).all() and np.isfinite(b).all() and (b >= 0).all()):
+        raise ConfigError(f"link timings must be finite with sizes >= 0, got {t.tolist()}")
+    latency, per_byte = _nonnegative_line(b, t)
+    bandwidth = 1.0 / per_byte if per_byte > 0 else NO_COPY_BANDWIDTH_GBPS * 1e9
+    bandwidth = min(bandwidth, NO_COPY_BANDWIDTH_GBPS * 1e9)
+    fit = LinkFit(latency_s=float(latency), bandwidth_bps=float(bandwidth))
+    residual = t - fit.time(b)
+    return dataclasses.replace(fit, nbytes=tuple(b.tolist()), seconds=tuple(t.tolist()),
+                               rms_error_s=float(np.sqrt(np.mean(residual ** 2))))
+
+
+def _nonnegative_line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """(a, c) >= 0 minimising ``sum((a + c * x - y) ** 2)``."""
+    c, a = np.polyfit(x, y, 1)
+    if a >= 0 and c >= 0:
+        return float(a), float(c)
+    candidates = [(max(float(y.mean()), 0.0), 0.0)]  # intercept only
+    candidates.append((0.0, max(float(x @ y / (x @ x)), 0.0) if x @ x > 0 else 0.0))  # slope only
+    return min(candidates, key=lambda ac: float(np.sum((ac[0] + ac[1] * x - y) ** 2)))
+
+
+def _chain_graph(a: str, b: str, nbytes: int, hops: int):
+    """A variable of ``nbytes`` on ``a``, read and passed through ``hops`` identities
+    alternately on ``b`` and ``a``; returns (graph, step op, init op)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        with tf.device(a):
+            value = tf.Variable(tf.zeros([max(nbytes // 4, 1)]), name="value")
+            x = value.read_value()
+        for k in range(hops):
+            with tf.device(b if k % 2 == 0 else a):
+                x = tf.identity(x, name=f"hop{k}")
+        with tf.device(x.device):
+            step = tf.group(x, name="step")
+        init = tf.compat.v1.global_variables_initializer()
+    return graph, step, init
+
+
+def time_copies(a: str, b: str, nbytes: int, *, hops: int = 16,
+                config: RunConfig = DEFAULT_CONFIG) -> float:
+    """Median seconds of one step of the chain of ``hops`` copies of ``nbytes`` between ``a``
+    and ``b`` (``a == b``: the same chain without a transfer)."""
+    graph, step, init = _chain_graph(a, b, nbytes, hops)
+    with tf.compat.v1.Session(graph=graph, config=session_config(config, [a, b])) as session:
+        session.run(init)
+        call = session.make_callable(step)
+        for _ in range(config.warmup_steps):
+            call()
+        times = []
+        for _ in range(config.steps):
+            began = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - began)
+    return float(np.median(times))
+
+
+def measure_link(a: str, b: str, *, sizes=DEFAULT_SIZES, hops: int = 16,
+                 config: RunConfig = DEFAULT_CONFIG) -> LinkFit:
+    """Time chains of copies of each size between ``a`` and ``b`` against none and fit the
+    link (module docstring)."""
+    if a == b:
+        raise ConfigError(f"a link joins two devices; got {a!r} twice")
+    if not (isinstance(hops, int) and hops >= 1):
+        raise ConfigError(f"hops must be an int >= 1, got {hops!r}")
+    per_transfer = []
+    for nbytes in sizes:
+        cross = time_copies(a, b, nbytes, hops=hops, config=config)
+        local = time_copies(a, a, nbytes, hops=hops, config=config)
+        per_transfer.append((cross - local) / hops)
+    return fit_transfer([4 * max(s // 4, 1) for s in sizes], per_transfer)
+
+
+def profile_links(cluster: Cluster, *, sizes=DEFAULT_SIZES, hops: int = 16,
+                  config: RunConfig = DEFAULT_CONFIG) -> tuple[Cluster, dict]:
+    """``cluster`` with every link's latency and bandwidth measured on this machine (one fit
+    per pair of devices, used both ways), and the fits by (i, j) with ``i < j``. Its devices
+    must be local."""
+    bandwidth, latency = cluster.bandwidth.copy(), cluster.latency.copy()
+    fits = {}
+    for i in range(cluster.num_devices):
+        for j in range(i + 1, cluster.num_devices):
+            fit = measure_link(cluster.names[i], cluster.names[j], sizes=sizes, hops=hops,
+                               config=config)
+            fits[(i, j)] = fit
+            bandwidth[i, j] = bandwidth[j, i] = fit.bandwidth_bps
+            latency[i, j] = latency[j, i] = fit.latency_s
+    return dataclasses.replace(cluster, bandwidth=bandwidth, latency=latency), fits

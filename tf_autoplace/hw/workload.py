@@ -1,0 +1,231 @@
+"""Workload: one training step of a graph, as something that can be run on real devices.
+
+A placed graph can only be timed when we know what a step runs (the fetches: the train op),
+what it is fed, and how its variables get their first values. A :class:`Workload` holds those
+with the GraphDef; :mod:`tf_autoplace.hw.runner` runs it under any device assignment.
+
+Defaults, when the caller does not say (:meth:`Workload.from_graph`):
+
+* **fetches**: a MetaGraphDef's ``train_op`` collection; else an op named ``train_op`` or
+  ``train``; else every sink (an op nobody reads) that is not an initializer, a Saver op
+  (``save/``) or a dead end of the initializer's fan-in.
+* **init**: an op named ``init`` (what ``tf.compat.v1.global_variables_initializer`` makes);
+  else every variable's initializer, the ``<variable>/Assign`` op that assigns it.
+* **feeds**: every ``Placeholder`` in the fan-in of the fetches and init gets a value of its
+  static shape, drawn from ``numpy.random.default_rng(seed)``: standard normal floats, zero
+  integers (a valid index for every embedding table and class count) and ``False`` booleans.
+  A needed placeholder whose shape is not fully known is a :class:`ConfigError` naming it: give
+  its value in ``feeds``. Step times do not depend on the values of these ops' inputs, only on
+  their shapes, with the exception of data-dependent ops (e.g. ``Unique``), which would need the
+  real data: feed it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.core.framework import graph_pb2, types_pb2
+
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.graph import grappler, ingest
+
+_VARIABLE_OPS = ingest.VARIABLE_OPS
+
+
+def _node_name(tensor_or_op: str) -> str:
+    return tensor_or_op.lstrip("^").split(":")[0]
+
+
+def fan_in(graph_def: graph_pb2.GraphDef, roots) -> set[str]:
+    """Names of the nodes ``roots`` (op or tensor names) depend on, the roots included."""
+    inputs = {n.name: [_node_name(i) for i in n.input] for n in graph_def.node}
+    seen, stack = set(), [_node_name(r) for r in roots]
+    while stack:
+        name = stack.pop()
+        if name in seen or name not in inputs:
+            continue
+        seen.add(name)
+        stack.extend(inputs[name])
+    return seen
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Workload:
+    """One training step of a graph (see the module docstring).
+
+    Attributes:
+      graph_def: the graph; its nodes' ``device`` fields are what a run uses unless it is
+        given an assignment.
+      fetches: op or tensor names one step runs (the train op).
+      init: op names run once before the first step (variable initializers).
+      feeds: tensor name -> value fed to every step (and to init).
+    """
+
+    graph_def: graph_pb2.GraphDef
+    fetches: tuple[str, ...]
+    init: tuple[str, ...] = ()
+    feeds: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        names = {n.name for n in self.graph_def.node}
+        if not self.fetches:
+            raise ConfigError("a workload needs at least one fetch (the train op)")
+        for what, items in (("fetch", self.fetches), ("init op", self.init),
+                            ("feed", tuple(self.feeds))):
+            missing = [x for x in items if _node_name(x) not in names]
+            if missing:
+                raise ConfigError(f"{what} {missing[0]!r} is not a node of the graph "
+                                  f"({len(missing)} missing)")
+
+    @classmethod
+    def from_graph(cls, source, *, fetches=None, init=None, feeds: Mapping | None = None,
+                   seed: int = 0) -> "Workload":
+        """A workload of ``source`` (tf.Graph, GraphDef, MetaGraphDef, bytes or file path), its
+        fetches, init ops and missing feeds found as the module docstring says."""
+        meta_graph = ingest.load_meta_graph(source)
+        graph_def = meta_graph.graph_def
+        by_name = {n.name: n for n in graph_def.node}
+        init = tuple(init) if init is not None else _default_init(graph_def, by_name)
+        if fetches is None:
+            fetches = _default_fetches(meta_graph, by_name, init)
+        fetches = (fetches,) if isinstance(fetches, str) else tuple(fetches)
+        given = {k if ":" in k else f"{k}:0": np.asarray(v) for k, v in (feeds or {}).items()}
+        rng = np.random.default_rng(seed)
+        needed = fan_in(graph_def, fetches + init)
+        for node in graph_def.node:  # graph order: the draws do not depend on dict order
+            name = f"{node.name}:0"
+            if node.op != "Placeholder" or node.name not in needed or name in given:
+                continue
+            given[name] = _synthetic_value(node, rng)
+        return cls(graph_def=graph_def, fetches=fetches, init=init, feeds=given)
+
+    @classmethod
+    def from_function(cls, fn, *args, **kwargs) -> "Workload":
+        """The workload of a ``tf.function`` (traced with ``args``) or a ConcreteFunction: its
+        graph, run in a Session. Each captured variable becomes a variable of that graph of the
+        same name, initialised with the variable's current value (the function's op names stay
+        as they are, so a profile of them fits the function's graph); other captured tensors
+        become constants; the arguments are fed and every output and stateful op is fetched.
+        A captured resource that is not a variable (a table, a dataset) is a ConfigError."""
+        if isinstance(fn, tf.types.experimental.ConcreteFunction):
+            concrete = fn
+        elif isinstance(fn, tf.types.experimental.GenericFunction):
+            concrete = fn.get_concrete_function(*args, **kwargs)
+        else:
+            raise ConfigError(f"expected a tf.function or ConcreteFunction, got "
+                              f"{type(fn).__name__}")
+        graph_def = graph_pb2.GraphDef()
+        graph_def.CopyFrom(concrete.graph.as_graph_def())
+        by_name = {n.name: n for n in graph_def.node}
+        init = []
+        captured = set()
+        for external, internal in concrete.graph.captures:
+            node = by_name[internal.op.name]
+            captured.add(internal.name)
+            if internal.dtype == tf.resource:
+                try:
+                    value = _variable_value(external, internal)
+                except (tf.errors.OpError, TypeError, ValueError, AssertionError) as e:
+                    raise ConfigError(f"the function captures {internal.op.name!r}, a resource "
+                                      f"that is not a readable variable ({e}); only variables "
+                                      "can be run in a Session of their own") from e
+                node.op = "VarHandleOp"
+                node.ClearField("attr")
+                node.attr["dtype"].type = value.dtype.as_datatype_enum
+                node.attr["shape"].shape.CopyFrom(value.shape.as_proto())
+                node.attr["container"].s = b""
+                node.attr["shared_name"].s = node.name.encode()
+                const = graph_def.node.add(name=f"{node.name}/_autoplace_initial_value",
+                                           op="Const", device=node.device)
+                const.attr["dtype"].type = value.dtype.as_datatype_enum
+                const.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value.numpy()))
+                assign = graph_def.node.add(name=f"{node.name}/_autoplace_init",
+                                            op="AssignVariableOp", device=node.device,
+                                            input=[node.name, const.name])
+                assign.attr["dtype"].type = value.dtype.as_datatype_enum
+                init.append(assign.name)
+            else:
+                node.op = "Const"
+                node.ClearField("attr")
+                node.attr["dtype"].type = internal.dtype.as_datatype_enum
+                node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(external.numpy()))
+        inputs = [t for t in concrete.inputs if t.name not in captured]
+        values = tf.nest.flatten((args, kwargs), expand_composites=True)
+        values = [v for v in values if isinstance(v, (tf.Tensor, np.ndarray, tf.Variable))]
+        if len(values) != len(inputs):
+            raise ConfigError(f"the function takes {len(inputs)} tensor inputs; pass example "
+                              f"arguments for them (got {len(values)} tensors)")
+        feeds = {t.name: np.asarray(v) for t, v in zip(inputs, values)}
+        fetches = [t.name for t in concrete.outputs if t.dtype != tf.resource]
+        fetches += [op.name for op in concrete.graph.control_outputs]
+        return cls(graph_def=graph_def, fetches=tuple(dict.fromkeys(fetches)), init=tuple(init),
+                   feeds=feeds)
+
+    @classmethod
+    def from_model(cls, model, seed: int = 0) -> "Workload":
+        """The workload of a :class:`tf_autoplace.zoo.ModelGraph` (its train op, initializer
+        and ``sample_feed(seed)``)."""
+        return cls(graph_def=model.graph.as_graph_def(), fetches=(model.train_op,),
+                   init=(model.init_op,), feeds=model.sample_feed(seed))
+
+
+def _default_init(graph_def, by_name) -> tuple[str, ...]:
+    node = by_name.get("init")
+    if node is not None and node.op == "NoOp":
+        return ("init",)
+    out = []
+    for n in graph_def.node:
+        if n.op in ("Assign", "AssignVariableOp") and n.name.endswith("/Assign") and n.input:
+            source = by_name.get(_node_name(n.input[0]))
+            if source is not None and source.op in _VARIABLE_OPS:
+                out.append(n.name)
+    return tuple(out)
+
+
+def _default_fetches(meta_graph, by_name, init) -> tuple[str, ...]:
+    collection = meta_graph.collection_def.get("train_op")
+    if collection is not None and collection.node_list.value:
+        return tuple(collection.node_list.value)
+    for name in ("train_op", "train"):
+        if name in by_name:
+            return (name,)
+    init_side = fan_in(meta_graph.graph_def, init)
+    sinks = [s for s in grappler.sink_nodes(meta_graph.graph_def)
+             if s not in init_side and not s.startswith("save/")]
+    if not sinks:
+        raise ConfigError("cannot tell what one step of this graph runs (no train_op collection, "
+                          "no op named train_op or train, no sink outside the initializers); "
+                          "give fetches=")
+    return tuple(sinks)
+
+
+def _variable_value(handle, placeholder) -> tf.Tensor:
+    """The current value of the variable behind the eager resource ``handle``, captured by the
+    function graph's ``placeholder`` (whose handle data names the variable's dtype)."""
+    from tensorflow.python.ops import handle_data_util  # tf.__internal__ export
+
+    data = handle_data_util.get_resource_handle_data(placeholder)
+    if not data.is_set or len(data.shape_and_type) != 1:
+        raise ValueError("its handle says nothing of a variable's dtype")
+    dtype = tf.dtypes.as_dtype(data.shape_and_type[0].dtype)
+    return tf.raw_ops.ReadVariableOp(resource=handle, dtype=dtype)
+
+
+def _synthetic_value(node, rng: np.random.Generator) -> np.ndarray:
+    shape = node.attr["shape"].shape if "shape" in node.attr else None
+    dims = None if shape is None or shape.unknown_rank else [d.size for d in shape.dim]
+    if dims is None or any(d < 0 for d in dims):
+        raise ConfigError(f"placeholder {node.name!r} has no fully known static shape, so no "
+                          "input can be made up for it; give its value in feeds=")
+    dtype = tf.dtypes.as_dtype(node.attr["dtype"].type)
+    if dtype.is_floating:
+        return rng.standard_normal(dims).astype(dtype.as_numpy_dtype)
+    if dtype.is_integer or dtype == tf.bool:
+        return np.zeros(dims, dtype=dtype.as_numpy_dtype)
+    if node.attr["dtype"].type == types_pb2.DT_STRING:
+        return np.full(dims, b"", dtype=object)
+    raise ConfigError(f"placeholder {node.name!r} has dtype {dtype.name}; give its value in "
+                      "feeds=")
