@@ -95,7 +95,7 @@ def test_hdp_reports_its_search():
 def test_log_lines_say_how_far_and_the_best_so_far(caplog):
     progress = SearchProgress("log", delay_s=0, every_s=0)
     placer = AutoPlacer(max_samples=200)
-    with caplog.at_level(logging.INFO):
+    with caplog.at_level(logging.INFO, logger="absl"):
         placer.place(_problem(), seed=0, progress=progress)
     lines = [r.getMessage() for r in caplog.records if "auto: local search" in r.getMessage()]
     assert len(lines) > 20
@@ -116,7 +116,7 @@ def test_a_bar_on_a_stream():
 
 
 def test_nothing_shows_before_the_delay_or_when_quiet(caplog, capsys):
-    with caplog.at_level(logging.INFO):
+    with caplog.at_level(logging.INFO, logger="absl"):
         slow = SearchProgress("log", delay_s=3600)
         AutoPlacer(max_samples=100).place(_problem(), seed=0, progress=slow)
         tf_autoplace.autoplace(small_cnn().graph, cluster=CPU2,

@@ -83,12 +83,12 @@ class PlacetoPlacer(LearnedPlacer):
     config_class = PlacetoConfig
 
     def __init__(self, config: PlacetoConfig | None = None, *, budget_s: float | None = None,
-                 policy=None, **overrides):
+                 ray_address: str | None = None, policy=None, **overrides):
         if policy is not None:
             if not (isinstance(policy, (str, os.PathLike)) and os.fspath(policy)):
                 raise ConfigError(f"policy must be a saved policy's directory, got {policy!r}")
             overrides["policy_dir"] = os.fspath(policy)
-        super().__init__(config, budget_s=budget_s, **overrides)
+        super().__init__(config, budget_s=budget_s, ray_address=ray_address, **overrides)
 
     def settings(self) -> str:
         """The config, and the contents of the policy it starts from when that is a directory
