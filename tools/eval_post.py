@@ -26,7 +26,7 @@ import time
 from absl import app, flags
 
 from tf_autoplace import benchmark as bench
-from tf_autoplace.cluster import Cluster
+from tf_autoplace.cluster import resolve_cluster
 from tf_autoplace.errors import AutoplaceError
 from tf_autoplace.heuristics import BestHeuristicPlacer
 from tf_autoplace.prepare import build_problem
@@ -85,7 +85,7 @@ def main(argv):
                "mean / expert |", "| --- | --- | --- | --- | ---: | ---: | ---: | ---: |"]
     for model_name, cluster_name in pairs:
         model, meta_graph = bench.load_model(model_name, quick=False)
-        cluster = Cluster.from_file(bench.cluster_path(cluster_name))
+        cluster = resolve_cluster(cluster_name)
         problem, _ = build_problem(meta_graph, cluster)
         expert = problem.simulator.run(
             bench.make_placer("expert", model).propose(problem)).makespan
