@@ -43,7 +43,8 @@ Optional extras:
   people with a cluster need it; the local process pool stays the default.
 - test (pytest; grpcio-tools pinned to the version that generated tf_autoplace/proto, so
   tests/test_protos.py can regenerate the modules and compare them byte for byte; matplotlib
-  and ray, so the plot and Ray-backend tests run rather than skip).
+  ray and tensorboard, so the plot, Ray-backend and TensorBoard-scalar tests run rather than
+  skip).
 """
 
 from setuptools import find_packages, setup
@@ -83,6 +84,7 @@ setup(
         "ray": ["ray>=2.40"],
         "plot": ["matplotlib>=3.6"],
         "train": ["tensorboard>=2.16"],
-        "test": ["pytest>=7", "grpcio-tools==1.85.1", "matplotlib>=3.6", "ray>=2.40"],
+        "test": ["pytest>=7", "grpcio-tools==1.85.1", "matplotlib>=3.6", "ray>=2.40",
+                 "tensorboard>=2.16"],
     },
 )

@@ -144,9 +144,11 @@ def test_ray_address_goes_only_to_placers_that_take_one():
         ap_flags.make_placer("m_etf", 60.0, "auto")
     with pytest.raises(flags.ValidationError, match="--autoplace_ray_address='auto'"):
         ap_flags._check_placer_and_cluster({"autoplace": "m_etf", "autoplace_cluster": "local",
-                                            "autoplace_ray_address": "auto"})
+                                            "autoplace_ray_address": "auto",
+                                            "autoplace_placement": None})
     assert ap_flags._check_placer_and_cluster({"autoplace": "auto", "autoplace_cluster": "local",
-                                               "autoplace_ray_address": "auto"})
+                                               "autoplace_ray_address": "auto",
+                                               "autoplace_placement": None})
 
 
 @pytest.mark.parametrize("soft", [False, True])

@@ -80,9 +80,11 @@ def test_the_tool_would_train_with_the_recorded_settings(settings, manifest, sou
     assert "restart_after" not in recorded["target_search"]
     assert "restart_after=None, " in train["target_search"]
     train["target_search"] = train["target_search"].replace("restart_after=None, ", "")
-    # It also predates the fine-tuning workers: its searches ran one worker in this process.
+    # It also predates the fine-tuning workers (its searches ran one worker in this process)
+    # and measured rewards (its searches were simulated).
     assert "workers" not in recorded["target_search"]
-    assert train["target_search"].endswith(", workers=1, ray_address=None)")
-    train["target_search"] = train["target_search"].replace(", workers=1, ray_address=None)",
-                                                            ")")
+    assert "measure_steps" not in recorded["target_search"]
+    later = ", workers=1, ray_address=None, reward='simulated', measure_steps=5)"
+    assert train["target_search"].endswith(later)
+    train["target_search"] = train["target_search"].replace(later, ")")
     assert train == recorded

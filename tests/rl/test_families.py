@@ -96,6 +96,7 @@ def test_knobs_in_range_and_trains(family):
         assert np.isfinite(loss) and loss > 0
 
 
+@pytest.mark.slow
 def test_problems_split_and_cache(tmp_path, monkeypatch, capsys):
     cluster = resolve_cluster("k80x2")
     gpus = cluster.kind_mask(["GPU"])[0]

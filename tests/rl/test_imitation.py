@@ -67,6 +67,7 @@ def test_search_targets_do_not_depend_on_the_workers(targets):
         assert (a.score, a.samples, a.moves.tolist()) == (b.score, b.samples, b.moves.tolist())
 
 
+@pytest.mark.slow
 def test_with_several_searches_the_target_is_the_best_of_them():
     problem = _problems()[1]
     best = imitation.search_targets([problem], SEARCH, samples=20, seed=5, searches=3)[0]
@@ -143,6 +144,7 @@ def _clones(workers: int):
     return problems, envs, targets, config, policy, clones
 
 
+@pytest.mark.slow
 def test_of_several_clones_the_one_that_gains_most_on_the_training_graphs_is_kept():
     problems, envs, targets, config, policy, clones = _clones(workers=1)
     assert [made.seed for made in clones] == [4, 0, 7]

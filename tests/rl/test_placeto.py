@@ -583,6 +583,7 @@ def test_search_curve_starts_with_the_zero_shot_episode_and_fine_tunes_from_it(m
     assert scratch.samples >= 60 and scratch.iterations > 0
 
 
+@pytest.mark.slow
 def test_a_stalled_search_hands_the_rest_of_the_budget_to_a_fresh_search():
     from tf_autoplace.rl.placeto_search import PlacetoConfig, restart_seed, search
 
