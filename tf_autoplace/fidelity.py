@@ -45,7 +45,6 @@ from tf_autoplace.graph import ingest
 from tf_autoplace.heuristics import HEURISTICS
 from tf_autoplace.hw.profiler import profile_ops
 from tf_autoplace.hw.runner import RunConfig, run_interleaved
-from tf_autoplace.hw.transfers import profile_links
 from tf_autoplace.hw.workload import Workload
 from tf_autoplace.placers import PLACERS, PlacementProblem, get_placer
 from tf_autoplace.prepare import build_problem
