@@ -72,7 +72,7 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
     if tf2.is_function(graph):
         if measure_steps:
             raise ConfigError("measure_steps is for graphs: time a placed function by calling "
-                              "it (placed(...)) or profile it with tools/profile_graph.py")
+                              "it (placed(...)) or profile it with tf-autoplace profile")
         return tf2.autoplace_function(graph, cluster=cluster, placer=placer, seed=seed,
                                       grouping=grouping, cost_model=cost_model,
                                       unknown_dim=unknown_dim, cache=cache,

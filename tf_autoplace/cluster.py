@@ -392,7 +392,7 @@ class Cluster:
           SMs, 1400 MHz, 900 GB/s), which only Grappler's analytical op costs use.
 
         Links: 10 GB/s and 5 us per transfer, a stand-in for host-memory copies until measured
-        (``tools/profile_graph.py`` writes a spec with measured links).
+        (``tf-autoplace profile`` writes a spec with measured links).
         """
         if num_logical_cpus < 0:
             raise ClusterSpecError(f"num_logical_cpus must be >= 0, got {num_logical_cpus}")

@@ -1,6 +1,6 @@
 """Simulator fidelity: does the simulator rank placements as this machine's hardware does?
 
-The library behind ``tools/fidelity.py``. For each graph (:data:`GRAPHS`: a CNN, an LSTM
+The library behind ``tf-autoplace fidelity``. For each graph (:data:`GRAPHS`: a CNN, an LSTM
 seq2seq and a Transformer from the zoo, at sizes whose steps take tens of milliseconds on two
 cores), :func:`evaluate_graph`
 

@@ -38,6 +38,9 @@ COMMANDS = {
                                        "manifest"),
     "eval-placeto": ("eval_placeto", "measure Placeto as the paper does (scratch, transfer, "
                                      "zero-shot, ...)"),
+    "train-gdp": ("train_gdp", "pretrain a GDP policy for 2, 4 and 8 GPUs, with its manifest"),
+    "profile": ("profile", "profile a training graph's ops and this machine's links"),
+    "fidelity": ("fidelity", "how well the simulator ranks placements against measured runs"),
 }
 
 

@@ -55,7 +55,7 @@ placement that splits work between them as up to twice as fast, which they are n
 sent between two devices of one group is not copied by a bus: TensorFlow hands it from a Send
 to a Recv kernel, work the executor's threads do, so it joins ``Q_core`` (in the order it is
 visited, among the runnable ops) and occupies a core for ``latency + bytes / bandwidth``, the
-link's figures for that pair (measured by ``tools/profile_graph.py``). With one-core executors
+link's figures for that pair (measured by ``tf-autoplace profile``). With one-core executors
 of one device each (no core groups) the model is exactly the paper's.
 
 Modelling choices the paper leaves open (what this module does)

@@ -1,0 +1,83 @@
+r"""Simulator fidelity on this machine: simulated vs measured step times of many placements.
+
+    tf-autoplace fidelity --out_md=/tmp/fidelity.md --out_json=/tmp/fidelity.json
+    tf-autoplace fidelity --graphs=lstm --max_load=2.5   # wait for a quiet machine
+
+For each graph (``--graphs``: cnn, lstm, transformer; see ``tf_autoplace.fidelity.GRAPHS``),
+at least 20 distinct placements on the local cluster (``--num_logical_cpus`` logical CPUs, or
+0: this machine's GPUs and its CPU host) are simulated with Grappler's analytical costs and
+with costs profiled here, and measured; the tool prints per graph the Spearman rank correlation
+and the median absolute relative error of each cost variant, then every placement's figures.
+The links are profiled once per run (timed copies, ``tf_autoplace.hw.transfers``). Progress
+goes to stderr. See :mod:`tf_autoplace.fidelity`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+from absl import app, flags
+
+from tf_autoplace import fidelity
+from tf_autoplace.errors import AutoplaceError
+from tf_autoplace.hw.runner import RunConfig
+from tf_autoplace.hw.transfers import profile_links
+
+flags.DEFINE_list("graphs", list(fidelity.GRAPHS), f"graphs among {list(fidelity.GRAPHS)}")
+flags.DEFINE_integer("num_logical_cpus", 2, "logical CPU devices (0: the GPUs and the CPU host)")
+flags.DEFINE_integer("random_placements", 8, "uniformly random placements per graph")
+flags.DEFINE_integer("learned_samples", 2000, "simulated placements per learned placer")
+flags.DEFINE_integer("steps", 15, "timed steps per placement (rounds)")
+flags.DEFINE_integer("warmup_steps", 3, "untimed steps per placement first")
+flags.DEFINE_integer("trace_steps", 10, "traced steps for the op profile")
+flags.DEFINE_integer("interleave", 64, "placements measured together (at once: all of them)")
+flags.DEFINE_float("max_load", None, "wait until the 1-minute load average is at most this")
+flags.DEFINE_integer("seed", 0, "placer seed")
+flags.DEFINE_string("out_md", None, "write the markdown tables here")
+flags.DEFINE_string("out_json", None, "write every figure as JSON here")
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+    del argv
+    try:
+        config = fidelity.Config(
+            num_logical_cpus=FLAGS.num_logical_cpus, random_placements=FLAGS.random_placements,
+            learned_samples=FLAGS.learned_samples,
+            run=RunConfig(steps=FLAGS.steps, warmup_steps=FLAGS.warmup_steps),
+            profile=RunConfig(steps=1, warmup_steps=FLAGS.warmup_steps,
+                              trace_steps=FLAGS.trace_steps),
+            interleave=FLAGS.interleave, max_load=FLAGS.max_load, seed=FLAGS.seed)
+        unknown = sorted(set(FLAGS.graphs) - set(fidelity.GRAPHS))
+        if unknown:
+            raise app.UsageError(f"unknown graphs {unknown}; choose among {list(fidelity.GRAPHS)}")
+    except AutoplaceError as e:
+        raise app.UsageError(str(e)) from None
+    began = time.perf_counter()
+    log = fidelity.progress
+    cluster = fidelity.local_cluster(config.num_logical_cpus)
+    fidelity.wait_for_quiet(config.max_load, log)
+    profiled_cluster, fits = profile_links(cluster)
+    for (i, j), fit in fits.items():
+        log(f"link {cluster.names[i]} -> {cluster.names[j]}: {fit.latency_s * 1e6:.1f} us + "
+            f"bytes / {fit.bandwidth_bps / 1e9:.3g} GB/s (rms {fit.rms_error_s * 1e6:.1f} us)")
+    results = []
+    title = (f"Simulated vs measured step times on this machine "
+             f"({config.num_logical_cpus or 'GPUs +'} logical CPUs, seed {config.seed})")
+    for name in FLAGS.graphs:
+        results.append(fidelity.evaluate_graph(name, config, profiled_cluster, log))
+        text = fidelity.markdown(results, title=title)
+        if FLAGS.out_md:
+            with open(FLAGS.out_md, "w", encoding="utf-8") as f:
+                f.write(text)
+        if FLAGS.out_json:
+            with open(FLAGS.out_json, "w", encoding="utf-8") as f:
+                json.dump({"config": repr(config), "links": {
+                    f"{i}->{j}": dataclasses.asdict(fit) for (i, j), fit in fits.items()},
+                    "results": [dataclasses.asdict(r) for r in results]}, f, indent=1)
+    print(fidelity.markdown(results, title=title))
+    log(f"done in {time.perf_counter() - began:.0f} s")
+    return 0
+

@@ -1,0 +1,141 @@
+"""Pretrain the GDP policy that ships in tf_autoplace/pretrained/gdp, and write its manifest.
+
+    tf-autoplace train-gdp --out_dir=tf_autoplace/pretrained/gdp \\
+        --cache_dir=/tmp/gdp_corpus
+
+Builds the corpus (tf_autoplace.rl.gdp_corpus: the cifar10 / ptb / nmt families and zoo
+sequence models at sizes the benchmark does not pair, each on 2, 4 and 8 K80s; cached in
+``--cache_dir``), refuses any zoo graph that is one of the benchmark's 16 held-out pairs at
+paper size, trains one GDP policy with PPO on the training problems, ``--graphs_per_step``
+graphs per update (tf_autoplace.rl.gdp_pretrain), keeps the checkpoint whose greedy placements
+are best on the validation graphs (the families' last graphs, on every cluster), and writes
+``policy.json``, ``weights.npz`` and ``manifest.json`` (the data, the configs, the seed, this
+command, the measured results). ``--superposition=false`` / ``--attention=false`` train the
+paper's ablations. Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import sys
+import time
+
+from absl import app, flags
+
+from tf_autoplace import benchmark, zoo
+from tf_autoplace.cluster import Cluster
+from tf_autoplace.rl import families, gdp_corpus, gdp_pretrain, gdp_train
+from tf_autoplace.rl.checkpoints import write_manifest
+from tf_autoplace.rl.eager import policy_context
+from tf_autoplace.rl.gdp_features import FeatureConfig
+from tf_autoplace.rl.policies.gdp import GdpPolicy
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("out_dir", None, "Where to write the policy and its manifest.")
+flags.DEFINE_string("cache_dir", None, "Cache the corpus's problems here.")
+flags.DEFINE_list("clusters", ["testdata/k80x2.pbtxt", "testdata/k80x4.pbtxt",
+                               "testdata/k80x8.pbtxt"], "Cluster specs every graph is placed on.")
+flags.DEFINE_list("families", ["cifar10", "ptb", "nmt"], "Graph families in the corpus.")
+flags.DEFINE_integer("family_graphs", 12, "Graphs per family; the first two thirds train, "
+                     "the rest choose the checkpoint.", lower_bound=2)
+flags.DEFINE_bool("zoo", True, "Add the zoo sequence models at unpaired sizes "
+                  "(tf_autoplace.rl.gdp_corpus.ZOO_GRAPHS).")
+flags.DEFINE_integer("steps", 1800, "PPO updates (0: save the fresh policy, scored on the "
+                     "validation graphs).", lower_bound=0)
+flags.DEFINE_integer("graphs_per_step", 4, "Graphs per update (the paper's batch).",
+                     lower_bound=1)
+flags.DEFINE_integer("samples", 16, "Placements sampled per graph per update.", lower_bound=1)
+flags.DEFINE_integer("epochs", 4, "PPO epochs per update.", lower_bound=1)
+flags.DEFINE_float("learning_rate", 1e-3, "Adam's initial learning rate.")
+flags.DEFINE_float("final_learning_rate", 1e-4, "Adam's rate at the last update (linear).")
+flags.DEFINE_float("entropy", 0.01, "Entropy bonus.")
+flags.DEFINE_float("clip", 0.2, "PPO's clip epsilon.")
+flags.DEFINE_integer("select_every", 100, "Score the validation graphs every N updates.",
+                     lower_bound=1)
+flags.DEFINE_integer("max_groups", 512, "Merge-and-Colocate groups the policy places.",
+                     lower_bound=1)
+flags.DEFINE_integer("hidden", 32, "Policy width.", lower_bound=1)
+flags.DEFINE_integer("gnn_layers", 2, "GraphSAGE rounds.", lower_bound=1)
+flags.DEFINE_integer("attention_layers", 2, "Transformer-XL blocks.", lower_bound=1)
+flags.DEFINE_integer("heads", 2, "Attention heads.", lower_bound=1)
+flags.DEFINE_integer("segment", 128, "Groups per Transformer-XL segment.", lower_bound=1)
+flags.DEFINE_integer("ffn", 64, "Feed-forward width of each block.", lower_bound=1)
+flags.DEFINE_bool("superposition", True, "Parameter superposition (false: the ablation).")
+flags.DEFINE_bool("attention", True, "Attention sub-layers (false: the ablation).")
+flags.DEFINE_bool("hint", True, "The policy reads the best fast heuristic's placement (our "
+                  "addition; false: the paper's model, which places from nothing).")
+flags.DEFINE_integer("seed", 0, "Seed of the policy's weights and of training.")
+flags.mark_flags_as_required(["out_dir"])
+
+
+def held_out_check(zoo_entries) -> None:
+    """Refuse a zoo training graph that is one of the benchmark's pairs at paper size."""
+
+    paper = set()
+    for pair in benchmark.FULL_PAIRS:
+        name, knobs = benchmark.model_knobs(pair.partition(":")[0], quick=False)
+        paper.add((name, tuple(sorted(zoo.all_knobs(name, **knobs).items()))))
+    for name, knobs in zoo_entries:
+        if (name, tuple(sorted(zoo.all_knobs(name, **knobs).items()))) in paper:
+            raise app.UsageError(f"zoo graph {name} {knobs} is a held-out benchmark pair")
+
+
+def main(argv):
+    del argv
+
+    config = gdp_corpus.CorpusConfig(
+        families=tuple(FLAGS.families),
+        family=families.FamilyConfig(num_graphs=FLAGS.family_graphs, train_fraction=2 / 3,
+                                     nmt={"length": (6, 12)}),
+        zoo=gdp_corpus.ZOO_GRAPHS if FLAGS.zoo else ())
+    held_out_check(config.zoo)
+    clusters = [(os.path.splitext(os.path.basename(p))[0], Cluster.from_file(p))
+                for p in FLAGS.clusters]
+    t = time.perf_counter()
+    entries = gdp_corpus.build_corpus(config, clusters, cache_dir=FLAGS.cache_dir,
+                                      progress=True)
+    build_s = time.perf_counter() - t
+    train = [e for e in entries if e.split == "train"]
+    validation = [e for e in entries if e.split == "validation"]
+    features = FeatureConfig(max_groups=FLAGS.max_groups)
+    ppo_config = gdp_train.PPOConfig(
+        steps=FLAGS.steps, samples=FLAGS.samples, graphs_per_step=FLAGS.graphs_per_step,
+        epochs=FLAGS.epochs, clip=FLAGS.clip, learning_rate=FLAGS.learning_rate,
+        final_learning_rate=FLAGS.final_learning_rate, entropy=FLAGS.entropy, seed=FLAGS.seed)
+    with policy_context():
+        policy = GdpPolicy(hidden=FLAGS.hidden, gnn_layers=FLAGS.gnn_layers,
+                           attention_layers=FLAGS.attention_layers, heads=FLAGS.heads,
+                           segment=FLAGS.segment, ffn=FLAGS.ffn,
+                           superposition=FLAGS.superposition, attention=FLAGS.attention,
+                           hint=FLAGS.hint, seed=FLAGS.seed)
+        scored = gdp_pretrain.Scored.build([f"{e.name}@{e.cluster}" for e in validation],
+                                           [e.problem for e in validation], features,
+                                           ppo_config.memory_penalty, hint=FLAGS.hint)
+        results = gdp_pretrain.pretrain(
+            policy, [f"{e.name}@{e.cluster}" for e in train], [e.problem for e in train],
+            scored, ppo_config, features, select_every=FLAGS.select_every, progress=True)
+        policy.save(FLAGS.out_dir)
+    manifest = dict(
+        what="GDP policy (tf_autoplace.rl.policies.gdp.GdpPolicy), one policy for every "
+             "device count",
+        command=" ".join(shlex.quote(a) for a in ["python"] + sys.argv),
+        data=dict(
+            corpus_config=repr(config), clusters=list(FLAGS.clusters),
+            held_out="the 16 pairs of tf_autoplace.benchmark.FULL_PAIRS at paper size: no zoo "
+                     "CNN is trained on, the zoo sequence models only at other layer counts",
+            train=[dict(graph=e.name, cluster=e.cluster, ops=e.problem.graph.num_ops)
+                   for e in train],
+            validation=[dict(graph=e.name, cluster=e.cluster, ops=e.problem.graph.num_ops)
+                        for e in validation]),
+        policy_config=policy.config, ppo_config=repr(ppo_config),
+        feature_config=repr(features), seed=FLAGS.seed, build_seconds=build_s,
+        machine=f"{platform.machine()}, {os.cpu_count()} cores (shared), "
+                f"Python {platform.python_version()}",
+        results=results)
+    write_manifest(FLAGS.out_dir, manifest)
+    print(f"wrote {FLAGS.out_dir}: {results['steps']} updates, {results['samples']} samples in "
+          f"{results['train_seconds']:.0f} s; chosen step {results['chosen_step']}, mean "
+          f"validation ratio to the best heuristic {results['chosen_mean_ratio']:.3f}")
+
