@@ -1,6 +1,6 @@
 r"""Simulator fidelity on this machine: simulated vs measured step times of many placements.
 
-    tf-autoplace fidelity --out_md=/tmp/fidelity.md --out_json=/tmp/fidelity.json
+    tf-autoplace fidelity --out_md=fidelity.md --out_json=fidelity.json
     tf-autoplace fidelity --graphs=lstm --max_load=2.5   # wait for a quiet machine
 
 For each graph (``--graphs``: cnn, lstm, transformer; see ``tf_autoplace.fidelity.GRAPHS``),

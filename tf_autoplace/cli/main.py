@@ -4,7 +4,7 @@
     tf-autoplace place --input=model.pb --output=placed.pb --cluster=testdata/k80x2.pbtxt
     tf-autoplace place-model --model=inception_v3 --cluster=testdata/k80x2.pbtxt
     tf-autoplace benchmark --quick
-    tf-autoplace train-placeto --out_dir=/tmp/policy --families=nmt
+    tf-autoplace train-placeto --out_dir=my_policy --families=nmt
     tf-autoplace eval-placeto --experiment=scratch --model=nmt
     tf-autoplace --help              # the commands;  tf-autoplace COMMAND --help: its flags
 

@@ -1,7 +1,7 @@
 """Pretrain the GDP policy that ships in tf_autoplace/pretrained/gdp, and write its manifest.
 
     tf-autoplace train-gdp --out_dir=tf_autoplace/pretrained/gdp \\
-        --cache_dir=/tmp/gdp_corpus
+        --cache_dir=build/gdp_corpus
 
 Builds the corpus (tf_autoplace.rl.gdp_corpus: the cifar10 / ptb / nmt families and zoo
 sequence models at sizes the benchmark does not pair, each on 2, 4 and 8 K80s; cached in
