@@ -175,13 +175,13 @@ def _check_policy_flags(values) -> bool:
     start, save = values["autoplace_policy"], values["autoplace_save_policy"]
     if start is None and save is None:
         return True
-    from tf_autoplace.placers import PLACERS, takes_policy
+    from tf_autoplace.placers import PLACERS, policy_placers, takes_policy
 
     name = (values["autoplace"] or "").strip()
     if name not in PLACERS or not takes_policy(PLACERS[name]):
-        learned = sorted(n for n, c in PLACERS.items() if takes_policy(c))
         raise flags.ValidationError(f"--autoplace_policy and --autoplace_save_policy go with "
-                                    f"a learned placer ({learned}), not --autoplace={name!r}")
+                                    f"a learned placer that keeps a policy "
+                                    f"({policy_placers()}), not --autoplace={name!r}")
     if start is not None and not os.path.isfile(os.path.join(start, "policy.json")):
         raise flags.ValidationError(f"--autoplace_policy={start!r} holds no saved policy "
                                     "(no policy.json)")

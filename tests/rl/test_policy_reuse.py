@@ -9,7 +9,8 @@ import pytest
 
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph.fingerprint import fingerprint
-from tf_autoplace.placers import MemoryAwareETFPlacer, PlacetoPlacer, get_placer
+from tf_autoplace.placers import (MemoryAwareETFPlacer, PlacetoPlacer, PostPlacer, get_placer,
+                                  policy_placers)
 from tf_autoplace.rl import reinforce
 from tf_autoplace.rl.eager import policy_context
 from tf_autoplace.rl.env import PlacementEnv
@@ -105,3 +106,10 @@ def test_placers_without_a_policy_say_so():
         get_placer("m_etf", policy="somewhere")
     with pytest.raises(ConfigError, match="policy must be"):
         PlacetoPlacer(policy="")
+    # Post's tables belong to one graph's units: it says why it takes no policy, at every door.
+    with pytest.raises(ConfigError, match=r"post placer starts from no policy \(its policy is "
+                                          r"one softmax table per placement unit"):
+        get_placer("post", policy="somewhere")
+    with pytest.raises(ConfigError, match="post placer starts from no saved policy: its policy"):
+        PostPlacer(policy="somewhere")
+    assert policy_placers() == ["placeto"]

@@ -7,7 +7,8 @@ no name in :data:`PLACERS`.
 
 What :func:`get_placer` passes to a placer's constructor when the constructor takes it:
 ``budget_s`` (the placers that search within a time budget) and ``policy`` (a directory of a
-saved policy, which the learned placers start from instead of the shipped one).
+saved policy, which the learned placers that keep one start from instead of the shipped or a
+fresh one: :func:`policy_placers`).
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ def get_placer(name_or_placer, *, budget_s: float | None = None,
     constructor takes ``ray_address``) to that Ray cluster; asking it of a placer that
     simulates nothing in parallel is a ConfigError, so a Ray cluster is never silently left
     unused. ``policy`` is a saved policy's directory for a learned placer to start from
-    (``placeto``); ConfigError for a placer that takes none."""
+    (``placeto``, ``hdp``, ``gdp``: :func:`policy_placers`); ConfigError for a placer that
+    takes none."""
     check_ray_address(ray_address)
     if isinstance(name_or_placer, Placer):
         if ray_address is not None:
@@ -86,9 +88,10 @@ def get_placer(name_or_placer, *, budget_s: float | None = None,
         kwargs["ray_address"] = ray_address
     if policy is not None:
         if not takes_policy(cls):
-            raise ConfigError(f"the {name_or_placer} placer starts from no policy; a saved "
-                              f"policy is for the learned placers "
-                              f"{sorted(n for n, c in PLACERS.items() if takes_policy(c))}")
+            why = getattr(cls, "no_policy_reason", None)
+            raise ConfigError(f"the {name_or_placer} placer starts from no policy"
+                              f"{f' ({why})' if why else ''}; a saved policy is for the "
+                              f"learned placers {policy_placers()}")
         kwargs["policy"] = policy
     return cls(**kwargs)
 
@@ -104,8 +107,16 @@ def takes_ray_address(placer_or_class) -> bool:
 
 
 def takes_policy(placer_or_class) -> bool:
-    """Whether a placer starts from a saved policy (its constructor takes ``policy``)."""
-    return "policy" in _parameters(placer_or_class)
+    """Whether a placer starts from a saved policy (``policy=``) and keeps the one it
+    fine-tuned (:attr:`LearnedPlacer.keeps_policy`)."""
+    cls = placer_or_class if isinstance(placer_or_class, type) else type(placer_or_class)
+    return bool(getattr(cls, "keeps_policy", False))
+
+
+def policy_placers() -> list[str]:
+    """The names of the placers that start from a saved policy and keep the one they
+    fine-tuned."""
+    return sorted(n for n, c in PLACERS.items() if takes_policy(c))
 
 
 def _parameters(placer_or_class):
@@ -118,5 +129,5 @@ __all__ = ["DEFAULT_PLACER", "PLACERS", "AutoConfig", "AutoPlacer", "BestHeurist
            "MemoryAwareETFPlacer", "MemoryAwareTopoPlacer", "MetisPlacer", "Placement",
            "PlacementProblem", "Placer", "PlacetoConfig", "PlacetoPlacer", "PostConfig",
            "PostPlacer", "RandomPlacer", "SavedPlacement", "SingleDevicePlacer", "check_memory",
-           "check_placement", "get_placer", "takes_budget", "takes_policy", "takes_ray_address",
-           "validate"]
+           "check_placement", "get_placer", "policy_placers", "takes_budget", "takes_policy",
+           "takes_ray_address", "validate"]

@@ -44,16 +44,11 @@ timed on this machine instead of simulated (:mod:`tf_autoplace.rl.measured`).
 from __future__ import annotations
 
 import itertools
-import os
-import platform
-import shlex
-import sys
 import time
 
 import numpy as np
 
 from tf_autoplace.errors import ConfigError
-from tf_autoplace.graph.fingerprint import fingerprint
 from tf_autoplace.heuristics import HEURISTICS
 from tf_autoplace.placers.learned import LearnedPlacer
 from tf_autoplace.problem import PlacementProblem, rank_placements
@@ -62,11 +57,12 @@ from tf_autoplace.rl.env import PlacementEnv
 from tf_autoplace.rl.measured import MeasuredEvaluator
 from tf_autoplace.rl.placeto_search import PlacetoConfig, pretrained_policy_dir, search
 from tf_autoplace.rl.policies.placeto import PlacetoPolicy
-from tf_autoplace.rl.trained_policy import TrainedPolicy, weights_digest
 from tf_autoplace.sim import lower_bound
 
 # Movable groups with at most this many placements in all are enumerated, not searched.
 EXHAUSTIVE_LIMIT = 512
+# The figures of ``stats`` a kept policy's manifest records.
+RESULTS = ("zero_shot_ms", "learned_ms", "samples", "winner", "fine_tune_iterations", "restarts")
 
 
 class PlacetoPlacer(LearnedPlacer):
@@ -81,22 +77,7 @@ class PlacetoPlacer(LearnedPlacer):
 
     name = "placeto"
     config_class = PlacetoConfig
-
-    def __init__(self, config: PlacetoConfig | None = None, *, budget_s: float | None = None,
-                 ray_address: str | None = None, policy=None, **overrides):
-        if policy is not None:
-            if not (isinstance(policy, (str, os.PathLike)) and os.fspath(policy)):
-                raise ConfigError(f"policy must be a saved policy's directory, got {policy!r}")
-            overrides["policy_dir"] = os.fspath(policy)
-        super().__init__(config, budget_s=budget_s, ray_address=ray_address, **overrides)
-
-    def settings(self) -> str:
-        """The config, and the contents of the policy it starts from when that is a directory
-        of the user's (the shipped ones change only with the package's version)."""
-        out = f"{type(self).__module__}.{type(self).__qualname__}({self.config!r})"
-        if self.config.policy_dir:
-            out += f" policy sha256 {weights_digest(self.config.policy_dir)}"
-        return out
+    keeps_policy = True
 
     def load_policy(self, env: PlacementEnv):
         """The policy to start from, or a fresh one (with a note) if none fits ``env``."""
@@ -160,7 +141,10 @@ class PlacetoPlacer(LearnedPlacer):
                           seconds=time.perf_counter() - start)
         summary = summary.format(learned_ms=learned_ms)
         if found is not None:
-            self.trained_policy = self._trained_policy(problem, env, policy.config, found, seed)
+            self._keep_policy(problem, PlacetoPolicy, policy.config, found.weights,
+                              source=source, seed=seed, groups=env.view.num_groups,
+                              action_devices=env.view.num_devices, curve=found.curve,
+                              **{k: self.stats[k] for k in RESULTS})
         if winner != "placeto":
             summary += (f"; the {winner} heuristic is faster ({makespan * 1e3:.2f} ms) and is "
                         "used instead")
@@ -193,28 +177,3 @@ class PlacetoPlacer(LearnedPlacer):
             return (env.op_placement(start), score, 1, "placeto: the start placement simulates "
                     "at the lower bound, {learned_ms:.2f} ms; nothing can beat it (no search)")
         return None
-
-    def _trained_policy(self, problem: PlacementProblem, env: PlacementEnv, config: dict,
-                        found, seed: int) -> TrainedPolicy:
-        """The policy to keep from ``found`` (module docstring, step 5) and its manifest."""
-        stats = self.stats
-        source = stats["policy"]
-        manifest = dict(
-            what="Placeto policy (tf_autoplace.rl.policies.placeto.PlacetoPolicy) fine-tuned "
-                 "on one graph by the placeto placer",
-            fine_tuned_from=source,
-            fine_tuned_from_sha256=None if source == "fresh" else weights_digest(source),
-            command=" ".join(shlex.quote(a) for a in ["python"] + sys.argv),
-            graph=dict(fingerprint=fingerprint(problem.graph), ops=problem.graph.num_ops,
-                       groups=env.view.num_groups),
-            cluster=list(problem.cluster.names), action_devices=env.view.num_devices,
-            placer_config=repr(self.config), policy_config=dict(config), seed=seed,
-            machine=f"{platform.machine()}, {os.cpu_count()} cores, Python "
-                    f"{platform.python_version()}",
-            results=dict(zero_shot_ms=stats["zero_shot_ms"], learned_ms=stats["learned_ms"],
-                         samples=stats["samples"], winner=stats["winner"],
-                         fine_tune_iterations=stats["fine_tune_iterations"],
-                         restarts=stats["restarts"],
-                         curve=[(int(n), float(r) * 1e3) for n, r in found.curve]))
-        return TrainedPolicy(policy_class=PlacetoPolicy, config=dict(config),
-                             weights=tuple(found.weights), manifest=manifest)

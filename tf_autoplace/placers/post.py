@@ -38,6 +38,9 @@ class PostPlacer(LearnedPlacer):
 
     name = "post"
     config_class = PostConfig
+    no_policy_reason = ("its policy is one softmax table per placement unit of this graph's "
+                        "grouping, which does not carry over to another graph; for the same "
+                        "graph the placement cache gives its result back")
 
     def _place(self, problem: PlacementProblem, rng: np.random.Generator) -> np.ndarray:
         cfg = self.config

@@ -10,6 +10,7 @@ module from the JSON and sets its weights, with no network access and no TF chec
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 
@@ -47,14 +48,36 @@ class Checkpointable:
 
     @classmethod
     def load(cls, directory: str):
-        """The policy saved in ``directory``; ConfigError if it cannot be read or built."""
+        """The policy saved in ``directory``; ConfigError if it cannot be read or built, or
+        if ``policy.json`` describes another kind of network (another placer's policy)."""
         try:
             with open(os.path.join(directory, "policy.json"), encoding="utf-8") as f:
                 config = json.load(f)
             with np.load(os.path.join(directory, "weights.npz")) as data:
                 weights = [data[k] for k in sorted(data.files)]
-            policy = cls(**config)
         except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ConfigError(f"cannot load {cls.kind} from {directory!r}: {e}") from e
+        cls._check_config(directory, config)
+        try:
+            policy = cls(**config)
+        except (ValueError, KeyError, TypeError) as e:
             raise ConfigError(f"cannot load {cls.kind} from {directory!r}: {e}") from e
         policy.set_weights(weights)
         return policy
+
+    @classmethod
+    def _check_config(cls, directory: str, config) -> None:
+        """ConfigError naming the settings ``config`` has that the constructor does not take,
+        and those it lacks that the constructor needs."""
+        if not isinstance(config, dict):
+            raise ConfigError(f"cannot load {cls.kind} from {directory!r}: policy.json holds "
+                              f"{type(config).__name__}, not the network's settings")
+        params = inspect.signature(cls).parameters
+        unknown = sorted(set(config) - set(params))
+        missing = sorted(n for n, p in params.items() if p.default is p.empty and n not in config
+                         and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+        if unknown or missing:
+            what = [f"settings {cls.__name__} does not take: {unknown}"] if unknown else []
+            what += [f"no {missing}, which it needs"] if missing else []
+            raise ConfigError(f"the policy in {directory!r} is not {cls.kind} (another "
+                              f"placer's?): its policy.json has {'; '.join(what)}")
