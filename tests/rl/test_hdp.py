@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import tf_autoplace
+from tf_autoplace import flags as ap_flags
 from tf_autoplace.cluster import Cluster, Device
 from tf_autoplace.cost import TableCostModel
 from tf_autoplace.errors import ConfigError
@@ -16,6 +18,7 @@ from tf_autoplace.graph.opgraph import from_edges
 from tf_autoplace.grouping import Grouping
 from tf_autoplace.placers import HDPConfig, HDPPlacer, PlacementProblem, check_placement, \
     get_placer
+from tf_autoplace.placers.gdp import SHIPPED_POLICY as SHIPPED_GDP_POLICY
 from tf_autoplace.rl.eager import policy_context
 from tf_autoplace.benchmark import search_curve
 from tf_autoplace.rl.hdp_search import gumbel, sample, sample_groupings, search, update
@@ -251,6 +254,7 @@ def test_one_gpu_leaves_nothing_to_learn_and_gives_the_heuristic_placement():
     np.testing.assert_array_equal(placement.devices,
                                   get_placer("best_heuristic").place(problem).devices)
     assert placer.stats["samples"] == 0 and "nothing to learn" in placement.notes[0]
+    assert placer.trained_policy is None  # nothing was trained, so nothing to keep
 
 
 def test_the_policy_runs_inside_a_users_graph_without_touching_it():
@@ -274,3 +278,97 @@ def test_the_policy_runs_inside_a_users_graph_without_touching_it():
 def test_config_errors_repeat_the_value(field, value, message):
     with pytest.raises(ConfigError, match=message):
         HDPConfig(**{field: value})
+
+
+# ------------------------------------------------------------ keeping and reusing a policy
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """An HDPPlacer with the default networks trained on a random problem for one update of 16
+    placements, its policy saved."""
+    problem = random_problem(60, seed=6)
+    placer = HDPPlacer(max_samples=16)
+    placer.place(problem, seed=0)
+    directory = str(tmp_path_factory.mktemp("hdp_policy") / "trained")
+    placer.save_policy(directory)
+    return problem, placer, directory
+
+
+def test_a_saved_trained_policy_reloads_with_identical_outputs(trained):
+    problem, placer, directory = trained
+    assert sorted(os.listdir(directory)) == ["manifest.json", "policy.json", "weights.npz"]
+    with policy_context():
+        loaded = HDPPolicy.load(directory)
+        kept = placer.trained_policy.build()
+        for a, b in zip(loaded.get_weights(), placer.trained_policy.weights):
+            np.testing.assert_array_equal(a, b)
+        view = build_view(problem, loaded.num_groups, loaded.type_vocab)
+        batch = sample(loaded, view, 3, np.random.default_rng(1))
+        noise = gumbel(np.random.default_rng(2), (3, view.num_groups, view.num_devices))
+        for policy in (loaded, kept):
+            np.testing.assert_array_equal(policy.group_probabilities(view.unit_features),
+                                          loaded.group_probabilities(view.unit_features))
+            np.testing.assert_array_equal(policy.sample_devices(batch.group_features, noise),
+                                          loaded.sample_devices(batch.group_features, noise))
+        # The update trained the fresh policy: this is not the one it started from.
+        fresh = HDPPolicy(**loaded.config)
+        assert not np.allclose(fresh.group_probabilities(view.unit_features),
+                               loaded.group_probabilities(view.unit_features))
+    with open(os.path.join(directory, "manifest.json"), encoding="utf-8") as f:
+        manifest = json.load(f)
+    assert manifest["placer"] == "hdp" and manifest["fine_tuned_from"] == "fresh"
+    assert manifest["graph"]["ops"] == 60 and manifest["action_devices"] == 2
+    assert manifest["policy_config"]["num_groups"] == 256 and "HDPConfig(" in \
+        manifest["placer_config"]
+    assert manifest["results"]["samples"] == 16 and manifest["results"]["updates"] == 1
+    assert manifest["results"]["learned_ms"] == pytest.approx(placer.stats["learned_ms"])
+
+
+def test_a_later_placer_starts_from_the_saved_policy_with_the_same_seed_semantics(trained):
+    problem, _, directory = trained
+    runs = []
+    for _ in range(2):
+        again = HDPPlacer(max_samples=16, policy=directory)
+        runs.append(again.place(problem, seed=5))
+        assert again.stats["policy"] == directory
+        assert again.trained_policy.manifest["fine_tuned_from"] == directory
+    np.testing.assert_array_equal(runs[0].devices, runs[1].devices)
+    assert f"from the policy in {directory}" in runs[0].notes[0]
+    # It searched from the saved weights: the same search on the loaded policy by hand.
+    with policy_context():
+        by_hand = search(problem, again.config, _search_seed(5), policy=HDPPolicy.load(directory))
+    assert again.stats["curve"] == [(n, best) for n, best, _ in by_hand.curve]
+    assert get_placer("hdp", policy=directory).config.policy_dir == directory
+
+
+def _search_seed(seed):
+    """The search seed a placer draws from the placement seed (``Placer.propose``)."""
+    return int(np.random.default_rng(seed).integers(2**31 - 1))
+
+
+def test_the_doors_start_hdp_from_a_saved_policy(trained, tiny_graph):
+    _, _, directory = trained
+    # budget_s below any update's time: exactly one update (at least one always runs).
+    report = tf_autoplace.autoplace(tiny_graph, cluster="testdata/k80x2.pbtxt", placer="hdp",
+                                    policy=directory, budget_s=1e-6, progress=False)
+    assert any(f"from the policy in {directory}" in n for n in report.notes)
+    assert report.policy.manifest["fine_tuned_from"] == directory
+    assert all(op.device for op in tiny_graph.get_operations())
+    assert ap_flags.make_placer("hdp", 60.0, policy=directory).config.policy_dir == directory
+
+
+def test_a_saved_policy_that_does_not_fit_is_a_config_error_naming_what_differs(trained):
+    problem, _, directory = trained
+    with pytest.raises(ConfigError, match=r"does not fit the placer's settings: it was made with "
+                                          r"num_groups=256 \(the placer's num_groups=6\), "
+                                          r"type_embed=16 \(the placer's type_embed=4\)"):
+        _placer(policy=directory).place(problem, seed=0)
+    with pytest.raises(ConfigError, match=r"the HDP policy in .* places on 2 devices; this "
+                                          r"cluster has 4 action devices"):
+        HDPPlacer(max_samples=16, policy=directory).place(random_problem(40, num_gpus=4))
+    with pytest.raises(ConfigError, match=r"the policy in .*gdp' is not an HDP policy .another "
+                                          r"placer's.*no \['num_devices', 'num_groups', "
+                                          r"'type_vocab'\]"):
+        HDPPlacer(policy=SHIPPED_GDP_POLICY).place(problem, seed=0)
+    with pytest.raises(ConfigError, match="policy_dir must be None or a directory, got 3"):
+        HDPConfig(policy_dir=3)
+

@@ -9,12 +9,22 @@ user's graph with REINFORCE.
    are the units the grouper assigns, so no placement can split one; units that cannot run on
    every action device (GPU) are fixed to a device that can;
 2. trains a fresh policy (:mod:`tf_autoplace.rl.policies.hdp`) on this graph, as the paper
-   does for each model: REINFORCE on reward ``-sqrt(R)`` with a moving-average baseline, K
-   placements sampled and simulated per update (:mod:`tf_autoplace.rl.hdp_search`), keeping
-   the best placement sampled;
+   does for each model, or the one saved in ``policy_dir`` (``policy=`` to the constructor: a
+   policy an earlier placement trained and saved, whose ``num_groups`` and widths must be the
+   config's and whose device count must be the cluster's; a ConfigError says what differs):
+   REINFORCE on reward ``-sqrt(R)`` with a moving-average baseline, K placements sampled and
+   simulated per update (:mod:`tf_autoplace.rl.hdp_search`), keeping the best placement
+   sampled;
 3. compares it with the fast heuristics (all of them, through ``best_heuristic``, by default)
    in the simulator and returns the faster one that fits memory, so the result is never worse
-   than the best heuristic; the report's notes say which won and by how much.
+   than the best heuristic; the report's notes say which won and by how much;
+4. keeps the policy it trained (:class:`~tf_autoplace.rl.trained_policy.TrainedPolicy`: the
+   weights as the search ended, with a manifest of the graph, the cluster, the settings and the
+   results) in ``trained_policy``: ``save_policy(dir)`` (or ``report.save_policy(dir)``)
+   writes it, and ``HDPPlacer(policy=dir)`` starts from it on the next graph.
+
+With one action device there is nothing to learn: the heuristic placement is used, no policy
+is trained, and ``trained_policy`` stays None.
 """
 
 from __future__ import annotations
@@ -28,18 +38,21 @@ from tf_autoplace.placers.learned import LearnedPlacer
 from tf_autoplace.problem import PlacementProblem, rank_placements
 from tf_autoplace.rl.eager import policy_context
 from tf_autoplace.rl.hdp_search import HDPConfig, search
+from tf_autoplace.rl.policies.hdp import HDPPolicy
 
 
 class HDPPlacer(LearnedPlacer):
     """Learned placement (see module docstring). ``stats`` holds the last run's figures:
     ``learned_ms`` (the best sampled placement's step time), ``samples``, ``updates``,
-    ``winner``, ``seconds``, ``stopped`` (what ended the search: ``samples``, ``deadline``, or
+    ``winner``, ``policy`` (the directory it started from, or ``fresh``), ``seconds``,
+    ``stopped`` (what ended the search: ``samples``, ``deadline``, or
     ``one device``), and the search's ``curve`` (placements, best R so far) with
     ``curve_s``, the seconds of each point since ``place`` began: the shape the benchmark's
     search table reads (:func:`tf_autoplace.benchmark.search_curve`)."""
 
     name = "hdp"
     config_class = HDPConfig
+    keeps_policy = True
 
     def _place(self, problem: PlacementProblem, rng: np.random.Generator) -> np.ndarray:
         cfg = self.config
@@ -62,15 +75,22 @@ class HDPPlacer(LearnedPlacer):
         learned_oom, learned_s = next((oom, m) for oom, m, n, _ in ranked if n == "hdp")
         self.stats = dict(learned_ms=learned_s * 1e3, learned_fits=not learned_oom,
                           samples=found.samples, updates=found.updates, winner=winner,
+                          policy=cfg.policy_dir or "fresh",
                           stopped=("samples" if cfg.max_samples is not None
                                    and found.samples >= cfg.max_samples else "deadline"),
                           seconds=time.perf_counter() - start,
                           curve=[(n, best) for n, best, _ in found.curve],
                           # seconds since place() began, the heuristics' runs included
                           curve_s=[searching - start + t for _, _, t in found.curve])
+        self._keep_policy(problem, HDPPolicy, found.policy_config, found.weights,
+                          source=cfg.policy_dir, seed=seed, groups=found.units,
+                          action_devices=found.policy_config["num_devices"],
+                          curve=self.stats["curve"],
+                          results=("learned_ms", "samples", "updates", "winner"))
         summary = (f"hdp: best learned {learned_s * 1e3:.2f} ms"
                    f"{' (out of memory)' if learned_oom else ''} after {found.samples} "
-                   f"simulated placements in {found.updates} policy updates")
+                   f"simulated placements in {found.updates} policy updates"
+                   f"{f' from the policy in {cfg.policy_dir}' if cfg.policy_dir else ''}")
         if winner != "hdp":
             summary += (f"; the {winner} heuristic is faster ({makespan * 1e3:.2f} ms) "
                         "and is used instead")

@@ -78,13 +78,13 @@ class LearnedPlacer(Placer):
 
     def _keep_policy(self, problem: PlacementProblem, policy_class: type, config: dict,
                      weights, *, source: str | None, seed: int, groups: int,
-                     action_devices: int, curve, **results) -> None:
+                     action_devices: int, curve, results: tuple[str, ...]) -> None:
         """Set ``trained_policy`` to the network ``policy_class(**config)`` with ``weights``,
         fine-tuned on ``problem`` from the policy in ``source`` (None: a fresh one) with the
         search seed ``seed``; the manifest records the graph (``groups``: the units the
         policy placed), the cluster (``action_devices``: those it chose among), this placer's
-        settings, the machine, and the results: ``results`` and the search's ``curve``
-        ((placements, best R in s) pairs), in ms."""
+        settings, the machine, and the results: the ``results`` named in ``stats`` and the
+        search's ``curve`` ((placements, best R in s) pairs, R in ms)."""
         manifest = dict(
             what=f"{policy_class.__module__}.{policy_class.__qualname__} fine-tuned on one "
                  f"graph by the {self.name} placer",
@@ -98,6 +98,7 @@ class LearnedPlacer(Placer):
             placer_config=repr(self.config), policy_config=dict(config), seed=seed,
             machine=f"{platform.machine()}, {os.cpu_count()} cores, Python "
                     f"{platform.python_version()}",
-            results=dict(results, curve=[(int(n), float(r) * 1e3) for n, r in curve]))
+            results=dict({k: self.stats[k] for k in results},
+                         curve=[(int(n), float(r) * 1e3) for n, r in curve]))
         self.trained_policy = TrainedPolicy(policy_class=policy_class, config=dict(config),
                                             weights=tuple(weights), manifest=manifest)

@@ -144,7 +144,7 @@ class PlacetoPlacer(LearnedPlacer):
             self._keep_policy(problem, PlacetoPolicy, policy.config, found.weights,
                               source=source, seed=seed, groups=env.view.num_groups,
                               action_devices=env.view.num_devices, curve=found.curve,
-                              **{k: self.stats[k] for k in RESULTS})
+                              results=RESULTS)
         if winner != "placeto":
             summary += (f"; the {winner} heuristic is faster ({makespan * 1e3:.2f} ms) and is "
                         "used instead")

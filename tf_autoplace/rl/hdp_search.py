@@ -91,6 +91,10 @@ class HDPConfig:
         (:class:`HDPPolicy`; why these sizes: its module doc).
       heuristics: placers the result must not be worse than (``best_heuristic`` runs all the
         fast ones).
+      policy_dir: a saved HDP policy to start from instead of a fresh one (one a placement
+        trained and saved: ``HDPPlacer.save_policy``); None: a fresh policy, as the paper
+        does. Its ``num_groups`` and widths must be this config's (:func:`load_policy`), its
+        device count the cluster's; op types it never saw share its "other" column.
     """
 
     budget_s: float = 600.0
@@ -110,6 +114,7 @@ class HDPConfig:
     device_embed: int = 16
     attention: int = 32
     heuristics: tuple[str, ...] = ("best_heuristic",)
+    policy_dir: str | None = None
 
     def __post_init__(self):
         if not (isinstance(self.budget_s, (int, float)) and self.budget_s > 0):
@@ -134,6 +139,9 @@ class HDPConfig:
                 f"memory_penalty must be a number >= 0, got {self.memory_penalty!r}")
         for name in POLICY_WIDTHS:
             _positive_int(name, getattr(self, name))
+        if self.policy_dir is not None and not (isinstance(self.policy_dir, str)
+                                                and self.policy_dir):
+            raise ConfigError(f"policy_dir must be None or a directory, got {self.policy_dir!r}")
 
     def make_policy(self, view: HDPView, seed: int) -> HDPPolicy:
         """A fresh policy for ``view`` with this config's widths."""
@@ -142,6 +150,20 @@ class HDPConfig:
 
 
 POLICY_WIDTHS = ("type_embed", "grouper_hidden", "hidden", "device_embed", "attention")
+
+
+def load_policy(config: HDPConfig) -> HDPPolicy:
+    """The policy saved in ``config.policy_dir``; ConfigError naming each of its architecture's
+    settings (``num_groups`` and the widths) that differs from the config's."""
+    policy = HDPPolicy.load(config.policy_dir)
+    wrong = [f"{name}={policy.config[name]!r} (the placer's {name}={getattr(config, name)!r})"
+             for name in ("num_groups",) + POLICY_WIDTHS
+             if policy.config[name] != getattr(config, name)]
+    if wrong:
+        raise ConfigError(f"the HDP policy in {config.policy_dir!r} does not fit the placer's "
+                          f"settings: it was made with {', '.join(wrong)}; give the placer the "
+                          "policy's settings")
+    return policy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,6 +175,11 @@ class HDPSearchResult:
     best_score: float  # its memory-penalised simulated runtime R
     updates: int
     curve: list
+    units: int = 0  # the learned units (colocation groups) the grouper assigned
+    # The trained policy: its ``config`` (what rebuilds it) and its weights as the search ended
+    # (``HDPPolicy.get_weights()`` order).
+    policy_config: dict = dataclasses.field(default_factory=dict, repr=False)
+    weights: list = dataclasses.field(default_factory=list, repr=False)
 
     @property
     def samples(self) -> int:
@@ -211,20 +238,32 @@ def update(policy: HDPPolicy, optimizer, view: HDPView, batch: Samples,
 def search(problem: PlacementProblem, config: HDPConfig, seed: int, *,
            deadline: float | None = None, policy: HDPPolicy | None = None,
            view: HDPView | None = None, progress: Progress = QUIET) -> HDPSearchResult:
-    """Train a policy on ``problem`` (a fresh one seeded from ``seed``, or ``policy`` in
-    place) until ``config.max_samples`` placements or ``deadline`` (a ``time.perf_counter()``
-    value); returns the best placement sampled. Run inside ``rl.eager.policy_context()``.
-    After every policy update, ``progress`` is told the placements simulated and the best R
-    so far."""
+    """Train a policy on ``problem`` (``policy`` in place; else the one saved in
+    ``config.policy_dir``; else a fresh one seeded from ``seed``) until ``config.max_samples``
+    placements or ``deadline`` (a ``time.perf_counter()`` value); returns the best placement
+    sampled and the policy's weights as the search ended. Run inside
+    ``rl.eager.policy_context()``. After every policy update, ``progress`` is told the
+    placements simulated and the best R so far."""
     start = time.perf_counter()
-    view = view or build_view(problem, config.num_groups)
+    where = "the policy"
+    if policy is None and config.policy_dir:
+        policy, where = load_policy(config), f"the HDP policy in {config.policy_dir!r}"
+    # A policy reads the op types it was made with; the graph's others go to "other".
+    view = view or build_view(problem, config.num_groups,
+                              None if policy is None else policy.type_vocab)
     if policy is None:
         policy = config.make_policy(view, int(np.random.SeedSequence([seed, 0])
                                                .generate_state(1)[0] >> 1))
-    elif (policy.num_groups, policy.num_devices) != (view.num_groups, view.num_devices):
-        raise ConfigError(f"the policy places {policy.num_groups} groups on "
-                          f"{policy.num_devices} devices; this search has {view.num_groups} "
-                          f"groups and {view.num_devices} action devices")
+    elif policy.num_devices != view.num_devices:
+        raise ConfigError(f"{where} places on {policy.num_devices} devices; this cluster has "
+                          f"{view.num_devices} action devices")
+    elif policy.num_groups != view.num_groups:
+        raise ConfigError(f"{where} places {policy.num_groups} groups; this search has "
+                          f"{view.num_groups}")
+    elif policy.type_vocab != view.type_vocab:
+        raise ConfigError(f"{where} reads the {len(policy.type_vocab)} op types it was made "
+                          f"with; the view given has {len(view.type_vocab)} other ones (build "
+                          "it with the policy's type_vocab)")
     optimizer = tf.keras.optimizers.Adam(learning_rate=config.learning_rate)
     baseline = None
     best_score, best_devices, curve, updates = np.inf, None, [], 0
@@ -249,4 +288,5 @@ def search(problem: PlacementProblem, config: HDPConfig, seed: int, *,
             curve.append((evaluator.samples, best_score, time.perf_counter() - start))
             progress.update(evaluator.samples, best_score)
     return HDPSearchResult(best_devices=best_devices, best_score=best_score, updates=updates,
-                           curve=curve)
+                           curve=curve, units=view.num_learned,
+                           policy_config=dict(policy.config), weights=policy.get_weights())
