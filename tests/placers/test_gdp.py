@@ -1,5 +1,9 @@
 """The GDP placer: zero-shot and fine-tuned placement, budgets, determinism, the doors, the
-fallback to the best heuristic, and graphs from 100 to 45,000 ops."""
+fallback to the best heuristic, keeping and reusing a fine-tuned policy, and graphs from 100 to
+45,000 ops."""
+
+import json
+import os
 
 import numpy as np
 import pytest
@@ -9,7 +13,13 @@ from tf_autoplace import flags as ap_flags
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.heuristics import BestHeuristicPlacer
 from tf_autoplace.placers import GdpConfig, GdpPlacer, get_placer
-from tf_autoplace.rl.gdp_features import FeatureConfig
+from tf_autoplace.placers.gdp import SHIPPED_POLICY
+from tf_autoplace.rl.eager import policy_context
+from tf_autoplace.rl.gdp_features import NUM_NODE_FEATURES, FeatureConfig, graph_features
+from tf_autoplace.rl.gdp_train import greedy_placement
+from tf_autoplace.rl.placeto_search import pretrained_policy_dir
+from tf_autoplace.rl.policies.gdp import GdpPolicy
+from tf_autoplace.rl.rollouts import Evaluator
 from tf_autoplace.testing.graphs import small_cnn
 from tf_autoplace.testing.problems import random_problem
 
@@ -28,6 +38,10 @@ def test_zero_shot_when_the_budget_or_the_step_budget_is_zero():
     placement = placer.place(problem, seed=0)
     assert placer.stats["steps"] == 0 and placer.stats["samples"] == 1
     assert placement.devices.shape == (300,)
+    # Zero-shot tuned nothing: there is no policy to keep.
+    assert placer.trained_policy is None
+    with pytest.raises(ConfigError, match="the gdp placer has no fine-tuned policy"):
+        placer.save_policy("unused")
     assert GdpConfig(max_steps=0).zero_shot and get_placer("gdp", budget_s=0).config.zero_shot
     assert not GdpConfig(budget_s=0.5).zero_shot
 
@@ -102,3 +116,87 @@ def test_places_a_45000_op_graph(short_placer):
     placement = short_placer.place(problem, seed=0)
     assert placement.devices.shape == (45000,)
     assert short_placer.stats["groups"] == 512
+
+
+# ------------------------------------------------------------ keeping and reusing a policy
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """A GdpPlacer fine-tuned from the shipped policy for two steps, its policy saved."""
+    problem = random_problem(200, seed=2, num_gpus=2)
+    placer = GdpPlacer(max_steps=2, samples=4, epochs=1, features=SMALL, heuristics=())
+    placer.place(problem, seed=0)
+    directory = str(tmp_path_factory.mktemp("gdp_policy") / "tuned")
+    placer.save_policy(directory)
+    return problem, placer, directory
+
+
+def _logits(policy, problem):
+    return policy.graph_logits(graph_features(problem, SMALL, hint=policy.config["hint"]))
+
+
+def test_a_saved_fine_tuned_policy_reloads_with_identical_outputs(tuned):
+    problem, placer, directory = tuned
+    assert sorted(os.listdir(directory)) == ["manifest.json", "policy.json", "weights.npz"]
+    with policy_context():
+        loaded = GdpPolicy.load(directory)
+        for a, b in zip(loaded.get_weights(), placer.trained_policy.weights):
+            np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(_logits(loaded, problem),
+                                      _logits(placer.trained_policy.build(), problem))
+        # Fine-tuning changed the shipped policy: this is not the shipped one again.
+        assert not np.allclose(_logits(loaded, problem),
+                               _logits(GdpPolicy.load(SHIPPED_POLICY), problem))
+    with open(os.path.join(directory, "manifest.json"), encoding="utf-8") as f:
+        manifest = json.load(f)
+    assert manifest["placer"] == "gdp" and manifest["fine_tuned_from"] == SHIPPED_POLICY
+    assert manifest["graph"]["ops"] == 200 and manifest["action_devices"] == 2
+    assert manifest["results"]["steps"] == 2
+    assert manifest["results"]["samples"] == placer.stats["samples"]
+    assert len(manifest["results"]["curve"]) == 2 and "GdpConfig(" in manifest["placer_config"]
+
+
+def test_a_later_placer_starts_from_the_saved_policy(tuned):
+    problem, _, directory = tuned
+    zero = GdpPlacer(max_steps=0, features=SMALL, heuristics=(), policy=directory)
+    zero.place(problem, seed=0)
+    assert zero.stats["policy"] == directory and zero.trained_policy is None
+    with policy_context(), Evaluator(problem) as evaluator:
+        loaded = GdpPolicy.load(directory)
+        graph = graph_features(problem, SMALL, hint=loaded.config["hint"])
+        _, greedy_r = greedy_placement(loaded, graph, evaluator)
+    assert zero.stats["zero_shot_R_ms"] == pytest.approx(greedy_r * 1e3)
+    # Fine-tuned again from it: the same seed gives the same placement, and it keeps a policy.
+    runs = []
+    for _ in range(2):
+        again = GdpPlacer(max_steps=1, samples=4, epochs=1, features=SMALL, policy=directory)
+        runs.append(again.place(problem, seed=3).devices)
+        assert again.trained_policy.manifest["fine_tuned_from"] == directory
+    np.testing.assert_array_equal(runs[0], runs[1])
+    assert get_placer("gdp", policy=directory).config.policy_dir == directory
+
+
+def test_the_doors_start_gdp_from_a_saved_policy(tuned, tiny_graph):
+    _, _, directory = tuned
+    report = tf_autoplace.autoplace(tiny_graph, cluster="testdata/k80x2.pbtxt", placer="gdp",
+                                    policy=directory, budget_s=0, progress=False)
+    assert any(f"from the policy in {directory}" in n for n in report.notes)
+    with pytest.raises(ConfigError, match="the gdp placer kept no fine-tuned policy"):
+        report.save_policy("unused")  # zero-shot
+    assert all(op.device for op in tiny_graph.get_operations())
+    assert ap_flags.make_placer("gdp", 0.0, policy=directory).config.policy_dir == directory
+
+
+def test_a_saved_policy_that_does_not_fit_is_a_config_error_naming_what_differs(tmp_path):
+    problem = random_problem(50)
+    with policy_context():
+        GdpPolicy(num_features=5).save(str(tmp_path / "narrow"))
+    with pytest.raises(ConfigError, match=r"reads other features than this version makes: "
+                                          rf"num_features=5 \(this version's features: "
+                                          rf"{NUM_NODE_FEATURES}\)"):
+        GdpPlacer(policy=tmp_path / "narrow", max_steps=0).place(problem, seed=0)
+    with pytest.raises(ConfigError, match=r"is not a GDP policy .another placer's.*settings "
+                                          r"GdpPolicy does not take: \['embed', 'head', "
+                                          r"'num_devices', 'rounds'\]"):
+        GdpPlacer(policy=pretrained_policy_dir(2), max_steps=0).place(problem, seed=0)
+    with pytest.raises(ConfigError, match="policy_dir must be None or a directory, got ''"):
+        GdpConfig(policy_dir="")

@@ -112,4 +112,4 @@ def test_placers_without_a_policy_say_so():
         get_placer("post", policy="somewhere")
     with pytest.raises(ConfigError, match="post placer starts from no saved policy: its policy"):
         PostPlacer(policy="somewhere")
-    assert policy_placers() == ["placeto"]
+    assert policy_placers() == ["gdp", "hdp", "placeto"]

@@ -5,8 +5,10 @@
 
 ``place()`` does:
 
-1. loads the policy shipped in ``tf_autoplace/pretrained/gdp`` (or the one in ``policy_dir``;
-   with none it starts from a fresh one and says so in the notes) and reads the problem as the
+1. loads the policy shipped in ``tf_autoplace/pretrained/gdp`` (or the one in ``policy_dir``,
+   ``policy=`` to the constructor: a pretrained one, or one an earlier placement fine-tuned and
+   saved, which must read the features this version makes; with none it starts from a fresh
+   one and says so in the notes) and reads the problem as the
    policy sees it (:func:`tf_autoplace.rl.gdp_features.graph_features`: Merge-and-Colocate
    groups, their features, the action devices, and the best fast heuristic's placement when
    the policy reads that hint). One policy serves every device count;
@@ -19,7 +21,13 @@
    placement met (a sample, or the greedy placement before or after);
 4. compares it with the fast heuristics (``best_heuristic`` runs them all) in the simulator and
    returns the faster one that fits memory, so the result is never worse than the best
-   heuristic; the notes say which won and by how much.
+   heuristic; the notes say which won and by how much;
+5. after fine-tuning, keeps the policy it fine-tuned
+   (:class:`~tf_autoplace.rl.trained_policy.TrainedPolicy`: the weights as the last update left
+   them, with a manifest of the graph, the cluster, the settings and the results) in
+   ``trained_policy``: ``save_policy(dir)`` (or ``report.save_policy(dir)``) writes it, and
+   ``GdpPlacer(policy=dir)`` starts from it on the next graph. Zero-shot fine-tunes nothing,
+   so ``trained_policy`` stays None and ``save_policy`` says so.
 
 The step budget is what keeps results reproducible: the same seed gives the same placement
 when ``max_steps`` stops the search; a ``budget_s`` that stops it first makes the result depend
@@ -41,12 +49,18 @@ from tf_autoplace.problem import PlacementProblem, rank_placements
 from tf_autoplace.rl import gdp_train
 from tf_autoplace.rl.checkpoints import CONFIG_FILE, WEIGHTS_FILE
 from tf_autoplace.rl.eager import policy_context
-from tf_autoplace.rl.gdp_features import FeatureConfig, graph_features
+from tf_autoplace.rl.gdp_features import (NUM_DEVICE_FEATURES, NUM_GRAPH_FEATURES,
+                                           NUM_NODE_FEATURES, FeatureConfig, graph_features)
 from tf_autoplace.rl.policies.gdp import GdpPolicy
 from tf_autoplace.rl.rollouts import Evaluator
 
 SHIPPED_POLICY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                               "pretrained", "gdp")
+# The input widths a policy must read: the features this version makes.
+FEATURE_WIDTHS = dict(num_features=NUM_NODE_FEATURES, device_features=NUM_DEVICE_FEATURES,
+                      graph_features=NUM_GRAPH_FEATURES)
+# The figures of ``stats`` a kept policy's manifest records.
+RESULTS = ("zero_shot_R_ms", "learned_ms", "learned_R_ms", "steps", "samples", "winner")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +105,9 @@ class GdpConfig:
             raise ConfigError(f"heuristics must be among {sorted(HEURISTICS)}, got {unknown}")
         if not (isinstance(self.workers, int) and self.workers >= 1):
             raise ConfigError(f"workers must be an int >= 1, got {self.workers!r}")
+        if self.policy_dir is not None and not (isinstance(self.policy_dir, str)
+                                                and self.policy_dir):
+            raise ConfigError(f"policy_dir must be None or a directory, got {self.policy_dir!r}")
         self.ppo_config(0)  # the fine-tuning settings, checked by PPOConfig
 
     @property
@@ -105,14 +122,21 @@ class GdpConfig:
 
 
 class GdpPlacer(LearnedPlacer):
-    """Learned placement with GDP (module doc). ``stats`` holds the last run's figures."""
+    """Learned placement with GDP (module doc). ``stats`` holds the last run's figures.
+
+    Args:
+      config: the settings (:class:`GdpConfig`), or its fields as keywords.
+      budget_s: the wall-time cap (``config.budget_s``; 0: zero-shot).
+      policy: a saved GDP policy's directory to start from (``config.policy_dir``).
+    """
 
     name = "gdp"
     config_class = GdpConfig
+    keeps_policy = True
 
     def __init__(self, config: GdpConfig | None = None, *, budget_s: float | None = None,
-                 **overrides):
-        super().__init__(config, budget_s=budget_s, **overrides)
+                 policy=None, **overrides):
+        super().__init__(config, budget_s=budget_s, policy=policy, **overrides)
         self._policy: GdpPolicy | None = None  # built once, its weights reset for every graph
         self._initial: list | None = None
 
@@ -125,8 +149,13 @@ class GdpPlacer(LearnedPlacer):
             raise ConfigError(f"no GDP policy in {path!r} (expected {CONFIG_FILE} and "
                               f"{WEIGHTS_FILE})")
         if self._policy is None:
-            self._policy = GdpPolicy.load(path) if found else GdpPolicy(seed=0)
-            self._initial = self._policy.get_weights()
+            policy = GdpPolicy.load(path) if found else GdpPolicy(seed=0)
+            wrong = [f"{name}={policy.config[name]} (this version's features: {width})"
+                     for name, width in FEATURE_WIDTHS.items() if policy.config[name] != width]
+            if wrong:
+                raise ConfigError(f"the GDP policy in {path!r} reads other features than this "
+                                  f"version makes: {', '.join(wrong)}")
+            self._policy, self._initial = policy, policy.get_weights()
         else:
             self._policy.set_weights(self._initial)  # undo the last graph's fine-tuning
         return self._policy, path if found else None
@@ -141,7 +170,7 @@ class GdpPlacer(LearnedPlacer):
             graph = graph_features(problem, cfg.features, hint=policy.config["hint"])
             best_actions, zero_r = gdp_train.greedy_placement(policy, graph, evaluator)
             best_r, zero_s = zero_r, time.perf_counter() - start
-            state = gdp_train.TrainState()
+            state, tuned = gdp_train.TrainState(), None
             if not cfg.zero_shot:
                 deadline = start + cfg.budget_s
                 state = gdp_train.train(policy, [graph], [evaluator], cfg.ppo_config(seed),
@@ -152,6 +181,7 @@ class GdpPlacer(LearnedPlacer):
                     actions, r = gdp_train.greedy_placement(policy, graph, evaluator)
                     if r < best_r:
                         best_actions, best_r = actions, r
+                    tuned = policy.get_weights()  # read in eager mode, whatever the caller's
             samples = evaluator.samples
         if source is None:
             self.notes.append("gdp: no pretrained policy found; started from a fresh one")
@@ -166,9 +196,15 @@ class GdpPlacer(LearnedPlacer):
                           steps=state.step, samples=samples,
                           groups=graph.num_groups, winner=winner,
                           policy=source or "fresh", seconds=time.perf_counter() - start)
+        if tuned is not None:  # zero-shot (or no update within the budget) tuned nothing
+            self._keep_policy(problem, GdpPolicy, policy.config, tuned,
+                              source=source, seed=seed, groups=graph.num_groups,
+                              action_devices=graph.num_devices, results=RESULTS,
+                              curve=[(n, best) for n, _, best in state.curve])
         summary = (f"gdp: zero-shot R {zero_r * 1e3:.2f} ms in {zero_s:.1f} s, best learned "
                    f"{learned_ms:.2f} ms after {state.step} fine-tuning steps "
-                   f"({samples} simulated placements)")
+                   f"({samples} simulated placements)"
+                   f"{f' from the policy in {cfg.policy_dir}' if cfg.policy_dir else ''}")
         if winner != "gdp":
             summary += (f"; the {winner} heuristic is faster ({winner_s * 1e3:.2f} "
                         "ms) and is used instead")
