@@ -46,8 +46,10 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
       ray_address: simulate on a Ray cluster (placers that farm simulations out: ``auto``,
         ``placeto``, ``post``, ``hdp``): ``"auto"``, ``"HOST:PORT"``, ``"ray://HOST:PORT"``, or
         ``"local"``; None: this machine's processes. The placement does not depend on it.
-      policy: with a learned placer's name (``placeto``), the directory of a saved policy to
-        start from instead of the shipped one (``report.save_policy(dir)`` writes one).
+      policy: with the name of a learned placer that keeps a policy (``placeto``, ``hdp``,
+        ``gdp``; ``tf_autoplace.placers.policy_placers()``), the directory of a saved policy
+        of that placer to start from instead of the shipped (or, for ``hdp``, a fresh) one
+        (``report.save_policy(dir)`` writes one).
       cache: the placement cache (:mod:`tf_autoplace.cache`): False (default) searches every
         time; True keeps placements in the user's cache directory, a path in that directory,
         or a ``tf_autoplace.cache.PlacementCache``. With it, the same graph, cluster, placer

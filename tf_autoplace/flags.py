@@ -29,7 +29,8 @@ Flags:
   --autoplace_cache_dir the cache's directory (default: the user's cache directory,
                         ``$XDG_CACHE_HOME/tf_autoplace/placements`` or ``~/.cache/...``).
   --autoplace_policy    a saved policy's directory for a learned placer to start from
-                        (``placeto``), e.g. one ``--autoplace_save_policy`` wrote.
+                        (``placeto``, ``hdp``, ``gdp``), e.g. one ``--autoplace_save_policy``
+                        wrote.
   --autoplace_save_policy  write the policy the learned placer fine-tuned here.
   --autoplace_progress  log the search's progress (absl INFO lines every 10 s for a search
                         longer than 2 s: placements done of the budget, best step time so far,
@@ -99,7 +100,8 @@ flags.DEFINE_bool("autoplace_cache", True,
 flags.DEFINE_string("autoplace_cache_dir", None,
                     "Placement cache directory (default: the user's cache directory).")
 flags.DEFINE_string("autoplace_policy", None,
-                    "Saved policy directory a learned placer (placeto) starts from.")
+                    "Saved policy directory a learned placer (placeto, hdp, gdp) starts "
+                    "from.")
 flags.DEFINE_string("autoplace_save_policy", None,
                     "Write the policy the learned placer fine-tuned to this directory.")
 flags.DEFINE_bool("autoplace_progress", True,

@@ -175,7 +175,8 @@ class PlacementReport:
     def save_policy(self, directory) -> None:
         """Write the policy the learned placer fine-tuned on this graph into ``directory``
         (weights, architecture and ``manifest.json``, as the shipped policies are), for a later
-        placer to start from (``PlacetoPlacer(policy=directory)``, ``--autoplace_policy``)."""
+        placer of the same kind to start from (``PlacetoPlacer(policy=directory)``, likewise
+        ``HDPPlacer`` and ``GdpPlacer``; ``--autoplace_policy``)."""
         self.kept_policy().save(directory)
 
     def kept_policy(self):
@@ -187,9 +188,9 @@ class PlacementReport:
                               "a policy and keep it")
         if self.policy is None:
             raise ConfigError(f"the {self.placer} placer kept no fine-tuned policy: only a "
-                              "learned placer that fine-tuned on the graph (placeto) has one, "
-                              "and placeto places without a search (so fine-tunes nothing) "
-                              "on one device or a graph with few placements in all")
+                              "learned placer that fine-tuned on the graph (placeto, hdp, "
+                              "gdp) has one; none fine-tunes on one device, gdp not "
+                              "zero-shot, placeto not on a graph with few placements in all")
         return self.policy
 
     def _timeline(self):

@@ -37,7 +37,7 @@ A placement found once can be applied again without searching: ``--placement_pb`
 placed next to their neighbours; see ``tf_autoplace.apply_placement``). ``--cache`` keeps
 placements in the placement cache, so running the tool again on the same graph, cluster, placer
 and seed reads the placement back at once. ``--save_policy`` keeps the policy a learned placer
-(placeto) fine-tuned on this graph, and ``--policy`` starts the next run from it. A search
+(placeto, hdp, gdp) fine-tuned on this graph, and ``--policy`` starts the next run from it. A search
 longer than 2 s shows a progress bar on a terminal (``--noprogress``: none).
 
     tf-autoplace place --input=model.pb --output=placed.pb --cluster=k80x2 \
@@ -108,7 +108,7 @@ flags.DEFINE_bool("cache", False, "Keep placements in the placement cache and re
 flags.DEFINE_string("cache_dir", None, "The placement cache's directory (default: the user's "
                     "cache directory).")
 flags.DEFINE_string("policy", None, "A saved policy's directory for a learned placer "
-                    "(placeto) to start from.")
+                    "(placeto, hdp, gdp) to start from.")
 flags.DEFINE_string("save_policy", None, "Write the policy the learned placer fine-tuned to "
                     "this directory (a new or empty one, written with the other outputs).")
 flags.DEFINE_bool("progress", True, "Show the search's progress (a bar on a terminal, log "

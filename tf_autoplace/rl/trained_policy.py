@@ -8,7 +8,9 @@ report carries it as ``report.policy``), and ``save(directory)`` writes it as th
 policies are written: ``policy.json`` (architecture) and ``weights.npz`` by the policy class's
 own ``save``, which its ``load`` reads back bit for bit, plus ``manifest.json`` saying what it
 was fine-tuned on and from what, and how that went. A later placer starts from it with
-``policy=directory`` (``PlacetoPlacer(policy=...)``, ``--autoplace_policy``).
+``policy=directory`` (``PlacetoPlacer``, ``HDPPlacer`` or ``GdpPlacer(policy=...)``,
+``--autoplace_policy``); the placers build the manifest in one place,
+:meth:`tf_autoplace.placers.learned.LearnedPlacer._keep_policy`.
 
 A TrainedPolicy is a snapshot: numpy weights and the config that rebuilds the network, no
 TensorFlow state, so it can be saved at any time after the search, in whatever TF mode the
