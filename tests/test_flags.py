@@ -151,6 +151,19 @@ def test_ray_address_goes_only_to_placers_that_take_one():
                                                "autoplace_placement": None})
 
 
+def test_the_policy_flags_go_with_every_placer_that_keeps_a_policy(tmp_path):
+    (tmp_path / "policy.json").write_text("{}")
+    for name in ("placeto", "hdp", "gdp"):
+        assert ap_flags._check_policy_flags({"autoplace": name, "autoplace_policy": str(tmp_path),
+                                             "autoplace_save_policy": None})
+        assert ap_flags.make_placer(name, 60.0, policy=str(tmp_path)).config.policy_dir == \
+            str(tmp_path)
+    with pytest.raises(flags.ValidationError, match=r"\['gdp', 'hdp', 'placeto'\]\), not "
+                                                    r"--autoplace='post'"):
+        ap_flags._check_policy_flags({"autoplace": "post", "autoplace_policy": None,
+                                      "autoplace_save_policy": str(tmp_path / "out")})
+
+
 @pytest.mark.parametrize("soft", [False, True])
 def test_session_without_the_cluster_devices(soft):
     cluster = resolve_cluster(CPU2)
