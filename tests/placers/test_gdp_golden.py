@@ -1,9 +1,9 @@
 """The shipped GDP policy, pinned: its greedy placement, simulated step time and the
 log-probability of each greedy choice on fixed generated graphs (2, 4 and 8 GPUs) must stay what
 ``testdata/gdp_golden.json`` recorded; so must the greedy choices and their log-probabilities
-of the same network with its all-zero weights filled (``testing.policies.live_weights``) and the
-hint withheld: the shipped output layer is zero, so the shipped logits are the heuristic hint's
-alone, and only the live copy sees the features, the reading order and the network.
+of the same network with any all-zero weights filled (``testing.policies.live_weights``) and the
+hint withheld: the shipped policy's greedy placement follows the hint on most groups, so the
+live copy without it is what shows the features, the reading order and the network.
 
 A change of the features, the grouping, the reading order, the network or the weights changes
 them and fails here; if the change is meant, regenerate the file with

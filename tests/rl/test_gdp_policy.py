@@ -175,7 +175,11 @@ def _reference_logits(policy, graph, segment):
     other, each layer's input of the previous segment cached as that layer's memory
     (Transformer-XL as written)."""
     cfg = policy.config
-    h = np.maximum(_dense(policy.embed, graph.node.astype(np.float64)), 0)
+    node = graph.node.astype(np.float64)
+    hint = graph.hint.astype(np.float64)
+    if cfg["hint"]:  # each group also reads its hint device's features and whether it has one
+        node = np.concatenate([node, hint @ graph.device, hint.sum(1, keepdims=True)], 1)
+    h = np.maximum(_dense(policy.embed, node), 0)
     for sage in policy.sage:
         m_in, m_out = _sigmoid(_dense(sage.msg_in, h)), _sigmoid(_dense(sage.msg_out, h))
         agg_in, agg_out = np.zeros_like(h), np.zeros_like(h)
@@ -209,14 +213,15 @@ def _reference_logits(policy, graph, segment):
         outputs.append(x)
     y = np.empty_like(seq)
     y[graph.order] = np.concatenate(outputs)
-    node = _dense(policy.node_proj, _norm(policy.norm_out, y), x0)
+    y = _norm(policy.norm_out, y)
+    node = _dense(policy.node_proj, y, x0)
     device = _dense(policy.device_proj, graph.device.astype(np.float64))
     pair = node[:, None, :] + device[None, :, :]
+    match = _dense(policy.node_key, y, x0) @ _dense(policy.device_key, graph.device).T
     if not cfg["hint"]:
-        return _dense(policy.out, np.maximum(pair, 0), x0)[..., 0]
-    hint = graph.hint.astype(np.float64)
+        return _dense(policy.out, np.maximum(pair, 0), x0)[..., 0] + match
     pair = np.maximum(pair + hint[..., None] * policy.hint_u.numpy(), 0)
-    return _dense(policy.out, pair, x0)[..., 0] + policy.keep.numpy() * hint
+    return _dense(policy.out, pair, x0)[..., 0] + match + policy.keep.numpy() * hint
 
 
 @pytest.mark.parametrize("superposition, attention, hint", [

@@ -6,9 +6,11 @@
 Builds the corpus (tf_autoplace.rl.gdp_corpus: the cifar10 / ptb / nmt families and zoo
 sequence models at sizes the benchmark does not pair, each on 2, 4 and 8 K80s; cached in
 ``--cache_dir``), refuses any zoo graph that is one of the benchmark's 16 held-out pairs at
-paper size, trains one GDP policy with PPO on the training problems, ``--graphs_per_step``
-graphs per update (tf_autoplace.rl.gdp_pretrain), keeps the checkpoint whose greedy placements
-are best on the validation graphs (the families' last graphs, on every cluster), and writes
+paper size, warm-starts one GDP policy by imitating Post's searches on the training problems
+(``--clone_epochs`` > 0; tf_autoplace.rl.gdp_imitation), then trains it with PPO,
+``--graphs_per_step`` graphs per update (tf_autoplace.rl.gdp_pretrain), keeps after each phase
+the checkpoint whose zero-shot placements are best on the validation graphs (the families'
+last graphs, on every cluster), and writes
 ``policy.json``, ``weights.npz`` and ``manifest.json`` (the data, the configs, the seed, this
 command, the measured results). ``--superposition=false`` / ``--attention=false`` train the
 paper's ablations. Progress goes to stderr.
@@ -26,7 +28,8 @@ from absl import app, flags
 
 from tf_autoplace import benchmark, zoo
 from tf_autoplace.cluster import Cluster
-from tf_autoplace.rl import families, gdp_corpus, gdp_pretrain, gdp_train
+from tf_autoplace.rl import (families, gdp_corpus, gdp_imitation, gdp_pretrain, gdp_train,
+                             post_search)
 from tf_autoplace.rl.checkpoints import write_manifest
 from tf_autoplace.rl.eager import policy_context
 from tf_autoplace.rl.gdp_features import FeatureConfig
@@ -42,7 +45,7 @@ flags.DEFINE_integer("family_graphs", 12, "Graphs per family; the first two thir
                      "the rest choose the checkpoint.", lower_bound=2)
 flags.DEFINE_bool("zoo", True, "Add the zoo sequence models at unpaired sizes "
                   "(tf_autoplace.rl.gdp_corpus.ZOO_GRAPHS).")
-flags.DEFINE_integer("steps", 1800, "PPO updates (0: save the fresh policy, scored on the "
+flags.DEFINE_integer("steps", 150, "PPO updates (0: save the fresh policy, scored on the "
                      "validation graphs).", lower_bound=0)
 flags.DEFINE_integer("graphs_per_step", 4, "Graphs per update (the paper's batch).",
                      lower_bound=1)
@@ -52,7 +55,7 @@ flags.DEFINE_float("learning_rate", 1e-3, "Adam's initial learning rate.")
 flags.DEFINE_float("final_learning_rate", 1e-4, "Adam's rate at the last update (linear).")
 flags.DEFINE_float("entropy", 0.01, "Entropy bonus.")
 flags.DEFINE_float("clip", 0.2, "PPO's clip epsilon.")
-flags.DEFINE_integer("select_every", 100, "Score the validation graphs every N updates.",
+flags.DEFINE_integer("select_every", 25, "Score the validation graphs every N updates.",
                      lower_bound=1)
 flags.DEFINE_integer("max_groups", 512, "Merge-and-Colocate groups the policy places.",
                      lower_bound=1)
@@ -67,6 +70,14 @@ flags.DEFINE_bool("attention", True, "Attention sub-layers (false: the ablation)
 flags.DEFINE_bool("hint", True, "The policy reads the best fast heuristic's placement (our "
                   "addition; false: the paper's model, which places from nothing).")
 flags.DEFINE_integer("seed", 0, "Seed of the policy's weights and of training.")
+flags.DEFINE_integer("clone_epochs", 60, "Epochs of imitating Post's searches before PPO "
+                     "(0: PPO from the fresh policy).", lower_bound=0)
+flags.DEFINE_integer("post_samples", 2400, "Placements of each Post search the policy "
+                     "imitates.", lower_bound=1)
+flags.DEFINE_float("clone_learning_rate", 3e-4, "Adam's rate while imitating.")
+flags.DEFINE_float("move_weight", 5.0, "Weight of a group Post moves off the hint's device.")
+flags.DEFINE_integer("clone_select_every", 5, "Score the validation graphs every N imitation "
+                     "epochs.", lower_bound=1)
 flags.mark_flags_as_required(["out_dir"])
 
 
@@ -104,6 +115,12 @@ def main(argv):
         steps=FLAGS.steps, samples=FLAGS.samples, graphs_per_step=FLAGS.graphs_per_step,
         epochs=FLAGS.epochs, clip=FLAGS.clip, learning_rate=FLAGS.learning_rate,
         final_learning_rate=FLAGS.final_learning_rate, entropy=FLAGS.entropy, seed=FLAGS.seed)
+    imitation = None if FLAGS.clone_epochs == 0 else gdp_pretrain.Imitation(
+        post=post_search.PostConfig(max_samples=FLAGS.post_samples),
+        clone=gdp_imitation.CloneConfig(epochs=FLAGS.clone_epochs,
+                                        learning_rate=FLAGS.clone_learning_rate,
+                                        move_weight=FLAGS.move_weight, seed=FLAGS.seed),
+        select_every=FLAGS.clone_select_every, seed=FLAGS.seed)
     with policy_context():
         policy = GdpPolicy(hidden=FLAGS.hidden, gnn_layers=FLAGS.gnn_layers,
                            attention_layers=FLAGS.attention_layers, heads=FLAGS.heads,
@@ -115,12 +132,13 @@ def main(argv):
                                            ppo_config.memory_penalty, hint=FLAGS.hint)
         results = gdp_pretrain.pretrain(
             policy, [f"{e.name}@{e.cluster}" for e in train], [e.problem for e in train],
-            scored, ppo_config, features, select_every=FLAGS.select_every, progress=True)
+            scored, ppo_config, features, select_every=FLAGS.select_every,
+            imitation=imitation, progress=True)
         policy.save(FLAGS.out_dir)
     manifest = dict(
         what="GDP policy (tf_autoplace.rl.policies.gdp.GdpPolicy), one policy for every "
              "device count",
-        command=" ".join(shlex.quote(a) for a in ["python"] + sys.argv),
+        command=" ".join([*sys.argv[0].split(), *map(shlex.quote, sys.argv[1:])]),
         data=dict(
             corpus_config=repr(config), clusters=list(FLAGS.clusters),
             held_out="the 16 pairs of tf_autoplace.benchmark.FULL_PAIRS at paper size: no zoo "

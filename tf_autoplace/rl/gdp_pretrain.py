@@ -1,13 +1,20 @@
 """Batch pretraining of GDP's policy over a corpus of graphs, choosing the checkpoint on
 validation graphs (Zhou et al., section 4.3, "GDP-batch" used as pre-training).
 
-:func:`pretrain` trains one policy with PPO on every training problem of a corpus
-(:mod:`tf_autoplace.rl.gdp_corpus`), ``graphs_per_step`` graphs per update
-(:func:`tf_autoplace.rl.gdp_train.train`). Every ``select_every`` updates (and before the first
-and after the last) it scores the policy zero-shot on the validation problems: each one's
-greedy placement against the best fast heuristic's, as the ratio of their memory-penalised
-runtimes R (below 1: the policy's own placement is faster). The policy ends with the weights
-of the best mean ratio, so which checkpoint ships is decided without the held-out graphs.
+:func:`pretrain` trains one policy on every training problem of a corpus
+(:mod:`tf_autoplace.rl.gdp_corpus`) in two phases, each followed by a choice of checkpoint:
+
+1. with an :class:`Imitation`, the policy first imitates Post's searches on the training
+   problems (:mod:`tf_autoplace.rl.gdp_imitation`), and keeps the epoch that scored best;
+2. then PPO, ``graphs_per_step`` graphs per update (:func:`tf_autoplace.rl.gdp_train.train`,
+   the paper's batch training).
+
+The score is zero-shot on the validation problems: each one's best of the greedy placement
+and a few sampled ones, against the best fast heuristic's, as the ratio of their
+memory-penalised runtimes R (below 1: the policy's own placement is faster). PPO is scored
+every ``select_every`` updates and before the first (the policy as phase 1 left it) and after
+the last; the policy ends with the weights of the best mean ratio, so which checkpoint ships is
+decided without the held-out graphs.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import numpy as np
 
 from tf_autoplace.heuristics import BestHeuristicPlacer
 from tf_autoplace.problem import PlacementProblem
-from tf_autoplace.rl import gdp_train
+from tf_autoplace.rl import gdp_imitation, gdp_train, post_search
 from tf_autoplace.rl.gdp_features import FeatureConfig, GdpGraph, graph_features
 from tf_autoplace.rl.policies.gdp import GdpPolicy, greedy, sample
 from tf_autoplace.rl.rollouts import Evaluator
@@ -63,19 +70,66 @@ class Scored:
         return np.array(best) / self.reference
 
 
+@dataclasses.dataclass(frozen=True)
+class Imitation:
+    """Phase 1 of :func:`pretrain`: Post's search (``post``) on every training problem, seeded
+    from ``seed``, then ``clone.epochs`` epochs of imitation, scored every ``select_every``."""
+
+    post: post_search.PostConfig = post_search.PostConfig()
+    clone: gdp_imitation.CloneConfig = gdp_imitation.CloneConfig()
+    select_every: int = 5
+    seed: int = 0
+
+
+def imitate(policy: GdpPolicy, graphs: Sequence[GdpGraph],
+            problems: Sequence[PlacementProblem], validation: Scored, imitation: Imitation, *,
+            progress: bool = False) -> dict:
+    """Phase 1 of :func:`pretrain` on ``policy`` in place: it ends with the weights of the
+    epoch (0: as it started) whose mean validation ratio is lowest. Returns what the manifest
+    records of it."""
+    t = time.perf_counter()
+    targets = gdp_imitation.search_targets(problems, graphs, imitation.post,
+                                           seed=imitation.seed, progress=progress)
+    search_seconds = time.perf_counter() - t
+    curve: list[tuple[int, float]] = []
+    best = {"ratio": np.inf}
+
+    def select(epoch: int) -> None:
+        if epoch % imitation.select_every and epoch != imitation.clone.epochs:
+            return
+        ratio = float(validation.ratios(policy).mean())
+        curve.append((epoch, ratio))
+        if ratio < best["ratio"]:
+            best.update(ratio=ratio, epoch=epoch, weights=policy.get_weights())
+
+    select(0)
+    t = time.perf_counter()
+    losses = gdp_imitation.clone(policy, graphs, targets, imitation.clone, on_epoch=select,
+                                 progress=progress)
+    policy.set_weights(best["weights"])
+    return dict(search_seconds=search_seconds, clone_seconds=time.perf_counter() - t,
+                post_config=repr(imitation.post), clone_config=repr(imitation.clone),
+                target_ratio_to_hint=float(np.mean([x.score / x.hint_score for x in targets])),
+                groups_moved=float(np.mean([x.moved for x in targets])), losses=losses,
+                selection_curve=curve, chosen_epoch=best["epoch"],
+                chosen_mean_ratio=best["ratio"])
+
+
 def pretrain(policy: GdpPolicy, train_names: Sequence[str],
              train_problems: Sequence[PlacementProblem], validation: Scored,
              config: gdp_train.PPOConfig, features: FeatureConfig, *, select_every: int,
-             progress: bool = False) -> dict:
+             imitation: Imitation | None = None, progress: bool = False) -> dict:
     """Train ``policy`` in place (module doc); returns what the manifest records: seconds,
     updates, samples, the selection curve ``(step, mean validation ratio)``, the chosen step
-    and its per-problem validation ratios, and each training problem's best R against the
-    best heuristic's."""
+    and its per-problem validation ratios, each training problem's best R against the best
+    heuristic's, and with ``imitation``, phase 1's figures (:func:`imitate`)."""
     t = time.perf_counter()
     graphs = [graph_features(p, features, hint=policy.config["hint"]) for p in train_problems]
     evaluators = [Evaluator(p, memory_penalty=config.memory_penalty) for p in train_problems]
     reference = [heuristic_score(p, e) for p, e in zip(train_problems, evaluators)]
     setup_seconds = time.perf_counter() - t
+    phase1 = None if imitation is None else imitate(policy, graphs, train_problems, validation,
+                                                    imitation, progress=progress)
     curve: list[tuple[int, float]] = []
     best = {"ratio": np.inf}
 
@@ -100,4 +154,5 @@ def pretrain(policy: GdpPolicy, train_names: Sequence[str],
         chosen_mean_ratio=best["ratio"],
         validation={n: float(r) for n, r in zip(validation.names, best["ratios"])},
         train_best_ratio={train_names[g]: state.best_scores[g] / reference[g]
-                          for g in sorted(state.best_scores)})
+                          for g in sorted(state.best_scores)},
+        imitation=phase1)

@@ -41,17 +41,25 @@ whole graph placement at once", section 2).
    c = 1: a fresh policy is the unconditioned one). The paper implements ``c`` "by adding an
    additional transformer layer"; it does not say more, and one small dense layer per
    conditioned layer is the least that makes each layer's weights a function of the graph.
-5. **Head, one policy for any device count**: ``logits[v, d] = w . relu(A y_v + B f_d) + b``
-   with ``y_v`` the placement network's output and ``f_d`` device d's features (the device
-   count enters through them; see :mod:`tf_autoplace.rl.gdp_features` for why device features
-   rather than one output layer per count). The output layer starts at zero: a fresh policy
-   draws every device with equal probability. With ``hint=True`` the head also reads the
+5. **Head, one policy for any device count**: ``logits[v, d] = w . relu(A y_v + B f_d) + b +
+   (K y_v) . (Q f_d)`` with ``y_v`` the placement network's output and ``f_d`` device d's
+   features (the device count enters through them; see :mod:`tf_autoplace.rl.gdp_features` for
+   why device features rather than one output layer per count). The bilinear term is what lets
+   the network learn which device a group prefers: where ``A y_v`` outweighs ``B f_d``, every
+   device of group v shares one ReLU pattern, the first term adds the same amount to all of
+   v's logits, the softmax ignores it, and no gradient reaches the layers below (imitation
+   training stalled exactly there). ``w`` and ``K`` start at zero: a fresh policy draws every
+   device with equal probability. With ``hint=True`` the head also reads the
    heuristic's placement ``hint[v, d]`` (1 where the best fast heuristic puts group v; our
    addition, see the feature module): ``w . relu(A y_v + B f_d + hint[v, d] u) + b +
    keep * hint[v, d]``, with ``u`` and ``keep`` learned and ``keep`` starting at
    :data:`KEEP_INIT`: a fresh policy draws placements close to the heuristic's (a policy that
    started uniform spent its first hundred updates learning to copy the hint, while its samples
-   were 1.2-7x slower than the heuristic).
+   were 1.2-7x slower than the heuristic). The embedding reads the hint too: each group's
+   input features get the features of its hint device (``hint @ device``) and a 1 if it has
+   one, so after message passing a group knows where its producers and consumers are placed.
+   Without that the network cannot tell a group at the border of two devices' parts from one
+   deep inside a part, and the moves a search makes (mostly at such borders) cannot be learned.
 
 ``superposition=False`` and ``attention=False`` build the paper's ablations (section 4.4):
 c = 1 everywhere, and blocks without their attention sub-layer.
@@ -227,7 +235,8 @@ class GdpPolicy(Checkpointable, tf.Module):
                            seed=seed)
         rng = np.random.default_rng(seed)
         condition = hidden if superposition else 0
-        self.embed = _Dense(num_features, hidden, rng, "embed")
+        self.embed = _Dense(num_features + (device_features + 1 if hint else 0), hidden, rng,
+                            "embed")
         self.sage = [_Sage(hidden, rng, f"sage_{i}") for i in range(gnn_layers)]
         self.graph_embed = _Dense(2 * hidden + graph_features, hidden, rng, "graph_embed")
         self.blocks = [_Block(hidden, heads, ffn, rng, f"block_{i}", condition=condition,
@@ -236,6 +245,8 @@ class GdpPolicy(Checkpointable, tf.Module):
         self.node_proj = _Dense(hidden, hidden, rng, "node_proj", condition=condition)
         self.device_proj = _Dense(device_features, hidden, rng, "device_proj")
         self.out = _Dense(hidden, 1, rng, "out", condition=condition, zero=True)
+        self.node_key = _Dense(hidden, hidden, rng, "node_key", condition=condition, zero=True)
+        self.device_key = _Dense(device_features, hidden, rng, "device_key")
         self.hint_u = self.keep = None
         if hint:
             self.hint_u = tf.Variable(_glorot(rng, 1, hidden)[0], name="hint_u")
@@ -258,6 +269,9 @@ class GdpPolicy(Checkpointable, tf.Module):
         """[G, D] logits of each group's device (module doc), rows in group order. ``hint`` is
         read only by a policy built with ``hint=True``."""
         num_groups = tf.shape(node)[0]
+        if self.hint_u is not None:  # the hint device's features, and whether there is one
+            node = tf.concat([node, tf.matmul(hint, device),
+                              tf.reduce_sum(hint, axis=1, keepdims=True)], axis=1)
         h = tf.nn.relu(self.embed(node, None))
         for sage in self.sage:
             h = sage(h, edge_src, edge_dst, num_groups)
@@ -277,13 +291,16 @@ class GdpPolicy(Checkpointable, tf.Module):
         y = tf.reshape(x, [padded, self.config["hidden"]])[:num_groups]
         y = tf.scatter_nd(order[:, None], y, tf.shape(y))  # back to group order
 
-        node_part = self.node_proj(self.norm_out(y), x0)  # [G, H]
+        y = self.norm_out(y)
+        node_part = self.node_proj(y, x0)  # [G, H]
         device_part = self.device_proj(device, None)  # [D, H]
         pair = node_part[:, None, :] + device_part[None, :, :]  # [G, D, H]
+        match = tf.matmul(self.node_key(y, x0), self.device_key(device, None),
+                          transpose_b=True)  # [G, D]
         if self.hint_u is None:
-            return tf.squeeze(self.out(tf.nn.relu(pair), x0), axis=-1)
+            return tf.squeeze(self.out(tf.nn.relu(pair), x0), axis=-1) + match
         pair = tf.nn.relu(pair + hint[:, :, None] * self.hint_u)
-        return tf.squeeze(self.out(pair, x0), axis=-1) + self.keep * hint
+        return tf.squeeze(self.out(pair, x0), axis=-1) + match + self.keep * hint
 
     def graph_logits(self, graph: GdpGraph) -> np.ndarray:
         """[G, D] float64 logits for a :class:`GdpGraph` (one forward pass)."""
