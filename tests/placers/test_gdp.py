@@ -37,6 +37,7 @@ def test_zero_shot_when_the_budget_or_the_step_budget_is_zero():
     placer = GdpPlacer(budget_s=0, features=SMALL)
     placement = placer.place(problem, seed=0)
     assert placer.stats["steps"] == 0 and placer.stats["samples"] == 1
+    assert placer.stats["curve"] == [(1, pytest.approx(placer.stats["zero_shot_R_ms"] / 1e3))]
     assert placement.devices.shape == (300,)
     # Zero-shot tuned nothing: there is no policy to keep.
     assert placer.trained_policy is None
@@ -56,6 +57,13 @@ def test_fine_tuning_runs_its_steps_and_the_same_seed_gives_the_same_placement()
         # zero-shot, the hint (a policy that reads one), the samples, the final greedy placement
         hint = placer.load_policy()[0].config["hint"]
         assert placer.stats["samples"] == 1 + hint + 3 * 4 + 1
+        # The curve: zero-shot, after each update, after the final greedy placement.
+        curve, stats = placer.stats["curve"], placer.stats
+        assert [n for n, _ in curve] == [1] + [1 + hint + 4 * k for k in (1, 2, 3)] + [
+            stats["samples"]]
+        assert curve[0][1] == pytest.approx(stats["zero_shot_R_ms"] / 1e3)
+        assert curve[-1][1] == pytest.approx(stats["learned_R_ms"] / 1e3)
+        assert all(a[1] >= b[1] for a, b in zip(curve, curve[1:]))
     np.testing.assert_array_equal(runs[0], runs[1])
     # The placer's own second run starts again from the saved weights: same answer.
     again = placer.place(problem, seed=7).devices

@@ -122,7 +122,10 @@ class GdpConfig:
 
 
 class GdpPlacer(LearnedPlacer):
-    """Learned placement with GDP (module doc). ``stats`` holds the last run's figures.
+    """Learned placement with GDP (module doc). ``stats`` holds the last run's figures, with
+    the search's ``curve``: (placements simulated, best R so far) after the zero-shot
+    placement, after every update, and at the end (the final greedy placement): the shape of
+    Placeto's and HDP's, which the benchmark's search table and the reuse tool read.
 
     Args:
       config: the settings (:class:`GdpConfig`), or its fields as keywords.
@@ -183,6 +186,9 @@ class GdpPlacer(LearnedPlacer):
                         best_actions, best_r = actions, r
                     tuned = policy.get_weights()  # read in eager mode, whatever the caller's
             samples = evaluator.samples
+        curve = [(1, zero_r)] + [(1 + n, min(zero_r, best)) for n, _, best in state.curve]
+        if samples > curve[-1][0]:  # the final greedy placement (or the hint alone)
+            curve.append((samples, best_r))
         if source is None:
             self.notes.append("gdp: no pretrained policy found; started from a fresh one")
 
@@ -193,7 +199,7 @@ class GdpPlacer(LearnedPlacer):
         learned_ms = learned_s * 1e3
         self.stats = dict(zero_shot_R_ms=zero_r * 1e3, zero_shot_s=zero_s, learned_ms=learned_ms,
                           learned_oom=learned_oom, learned_R_ms=best_r * 1e3,
-                          steps=state.step, samples=samples,
+                          steps=state.step, samples=samples, curve=curve,
                           groups=graph.num_groups, winner=winner,
                           policy=source or "fresh", seconds=time.perf_counter() - start)
         if tuned is not None:  # zero-shot (or no update within the budget) tuned nothing
