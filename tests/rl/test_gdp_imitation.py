@@ -97,3 +97,20 @@ def test_pretraining_keeps_the_imitation_epoch_that_scored_best_then_runs_ppo_fr
     # PPO's step 0 is the policy as imitation left it
     assert results["selection_curve"][0] == (0, pytest.approx(min(ratios)))
     assert dataclasses.asdict(imitation.clone)["epochs"] == len(phase1["losses"])
+
+
+def test_calibration_keeps_the_hint_weight_offset_that_scored_best_on_validation():
+    problems = [random_problem(120, seed=s, num_gpus=2) for s in range(2)]
+    validation = gdp_pretrain.Scored.build(["a", "b"], problems, FEATURES, 2.0, hint=True)
+    policy = GdpPolicy(hidden=16, segment=16, hint=True)
+    rng = np.random.default_rng(0)  # a policy whose own opinion competes with the hint
+    policy.set_weights([rng.normal(0.0, 0.5, w.shape).astype(np.float32)
+                        for w in policy.get_weights()])
+    start = float(policy.keep.numpy())
+    result = gdp_pretrain.calibrate_keep(policy, validation, [-3.0, 0.0, 4.0])
+    offsets, means = zip(*result["curve"])
+    assert offsets == (-3.0, 0.0, 4.0)
+    assert result["offset"] == offsets[int(np.argmin(means))]
+    assert float(policy.keep.numpy()) == pytest.approx(start + result["offset"])
+    np.testing.assert_allclose(validation.ratios(policy), result["ratios"])
+    assert len(set(np.round(means, 9))) > 1  # the offsets did change what the policy places

@@ -14,7 +14,8 @@ and a few sampled ones, against the best fast heuristic's, as the ratio of their
 memory-penalised runtimes R (below 1: the policy's own placement is faster). PPO is scored
 every ``select_every`` updates and before the first (the policy as phase 1 left it) and after
 the last; the policy ends with the weights of the best mean ratio, so which checkpoint ships is
-decided without the held-out graphs.
+decided without the held-out graphs. Last, the weight the policy gives the hint is calibrated
+on the same validation graphs (:func:`calibrate_keep`).
 """
 
 from __future__ import annotations
@@ -118,11 +119,13 @@ def imitate(policy: GdpPolicy, graphs: Sequence[GdpGraph],
 def pretrain(policy: GdpPolicy, train_names: Sequence[str],
              train_problems: Sequence[PlacementProblem], validation: Scored,
              config: gdp_train.PPOConfig, features: FeatureConfig, *, select_every: int,
-             imitation: Imitation | None = None, progress: bool = False) -> dict:
+             imitation: Imitation | None = None, keep_offsets: Sequence[float] = (),
+             progress: bool = False) -> dict:
     """Train ``policy`` in place (module doc); returns what the manifest records: seconds,
-    updates, samples, the selection curve ``(step, mean validation ratio)``, the chosen step
-    and its per-problem validation ratios, each training problem's best R against the best
-    heuristic's, and with ``imitation``, phase 1's figures (:func:`imitate`)."""
+    updates, samples, the selection curve ``(step, mean validation ratio)``, the chosen step,
+    each training problem's best R against the best heuristic's, with ``imitation`` phase 1's
+    figures (:func:`imitate`), with ``keep_offsets`` the calibration's (:func:`calibrate_keep`),
+    and the final policy's per-problem validation ratios."""
     t = time.perf_counter()
     graphs = [graph_features(p, features, hint=policy.config["hint"]) for p in train_problems]
     evaluators = [Evaluator(p, memory_penalty=config.memory_penalty) for p in train_problems]
@@ -148,11 +151,40 @@ def pretrain(policy: GdpPolicy, train_names: Sequence[str],
                             progress=progress)
     seconds = time.perf_counter() - t
     policy.set_weights(best["weights"])
+    final = best["ratios"]
+    calibration = None
+    if keep_offsets and policy.keep is not None:
+        calibration = calibrate_keep(policy, validation, keep_offsets)
+        final = calibration.pop("ratios")
     return dict(
         setup_seconds=setup_seconds, train_seconds=seconds, steps=state.step,
         samples=state.samples, selection_curve=curve, chosen_step=best["step"],
         chosen_mean_ratio=best["ratio"],
-        validation={n: float(r) for n, r in zip(validation.names, best["ratios"])},
+        validation={n: float(r) for n, r in zip(validation.names, final)},
+        final_mean_ratio=float(np.mean(final)),
         train_best_ratio={train_names[g]: state.best_scores[g] / reference[g]
                           for g in sorted(state.best_scores)},
-        imitation=phase1)
+        imitation=phase1, keep_calibration=calibration)
+
+
+def calibrate_keep(policy: GdpPolicy, validation: Scored, offsets: Sequence[float]) -> dict:
+    """Add to the policy's ``keep`` (the hint's logit weight) the offset among ``offsets``
+    whose mean validation ratio is lowest (ties: the first listed), and return the curve
+    ``(offset, mean ratio)``, the offset chosen and its per-problem ``ratios``.
+
+    Imitation leaves a policy unsure of many groups (which groups a search moves is only
+    partly predictable from the features), so its samples move a fifth of the groups at once
+    and its greedy placement takes moves it is barely sure of. A larger ``keep`` is a
+    confidence threshold: the greedy placement keeps only the moves the network is sure of,
+    and samples stay near it, a local search around the learned placement, which is what
+    fine-tuning needs. One scalar, chosen on the validation graphs."""
+    start = float(policy.keep.numpy())
+    curve, best = [], None
+    for offset in offsets:
+        policy.keep.assign(start + offset)
+        ratios = validation.ratios(policy)
+        curve.append((float(offset), float(ratios.mean())))
+        if best is None or ratios.mean() < best[1].mean():
+            best = (float(offset), ratios)
+    policy.keep.assign(start + best[0])
+    return dict(curve=curve, offset=best[0], keep=start + best[0], ratios=best[1])
