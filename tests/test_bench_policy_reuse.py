@@ -7,6 +7,9 @@ import json
 
 import pytest
 
+# A developer tool run in subprocesses (about 15 s): behind -m slow with the other heavy checks.
+pytestmark = pytest.mark.slow
+
 TOOL = "tools/bench_policy_reuse.py"
 
 # Imports the tool as a module and prints what its functions make of fixed inputs.

@@ -81,6 +81,7 @@ def test_with_several_searches_the_target_is_the_best_of_them():
         imitation.search_targets([problem], SEARCH, samples=20, seed=5, searches=0)
 
 
+@pytest.mark.slow
 def test_cloning_teaches_the_greedy_episode_to_reach_the_target(targets):
     problem = _problems()[0]
     target = targets[0].actions  # graph 0's search is seeded [3, 0] in a list of one, too

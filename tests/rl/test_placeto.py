@@ -314,7 +314,7 @@ def test_pretraining_keeps_the_weights_that_did_best_on_the_training_graphs():
     assert np.mean([pretrain.greedy_gain(policy, e) for e in envs]) == pytest.approx(max(gains))
 
 
-@pytest.mark.parametrize("episodes", [1, 3])
+@pytest.mark.parametrize("episodes", [1, pytest.param(3, marks=pytest.mark.slow)])
 def test_training_with_a_fixed_seed_is_deterministic(episodes):
     rng = np.random.default_rng(4)
     problem = _problem(16, _random_dag(rng, 16))
@@ -555,6 +555,7 @@ def test_episodes_start_from_the_incumbent_when_asked(episode_start):
         reinforce.TrainConfig(episode_start="incumbent")
 
 
+@pytest.mark.slow
 def test_search_curve_starts_with_the_zero_shot_episode_and_fine_tunes_from_it(monkeypatch):
     from tf_autoplace.rl.placeto_search import PlacetoConfig, search
 
