@@ -665,6 +665,7 @@ def test_harmful_moves_are_undone_and_keep_their_negative_reward():
         PlacetoPlacer(temperature=0)
 
 
+@pytest.mark.slow  # the same property through the public door: tests/test_api.py
 def test_placer_with_the_same_seed_gives_the_same_placement():
     rng = np.random.default_rng(14)
     problem = _problem(40, _random_dag(rng, 40), speeds=(1.0, 1.3))
