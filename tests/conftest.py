@@ -1,12 +1,15 @@
 """Shared fixtures: a temporary placement cache directory, the repository root, a tiny
-hand-checkable TF graph, proto writers, and a runner for the repository's scripts as
-subprocesses."""
+hand-checkable TF graph, proto writers, a runner for the repository's scripts as
+subprocesses, and an ``hdp`` registered with a one-update sample budget."""
 
+import dataclasses
 import os
 import subprocess
 import sys
 
 import pytest
+
+from tf_autoplace.placers import PLACERS, HDPConfig, HDPPlacer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -93,3 +96,20 @@ def run_scripts():
         return results
 
     return run
+
+
+@dataclasses.dataclass(frozen=True)
+class _OneUpdateHDPConfig(HDPConfig):
+    max_samples: int | None = 16  # one update of 16 placements
+
+
+class _OneUpdateHDP(HDPPlacer):
+    config_class = _OneUpdateHDPConfig
+
+
+@pytest.fixture
+def one_update_hdp(monkeypatch):
+    """``hdp`` by name (``autoplace``, the flags, the offline tool) searches one policy update:
+    the doors pass no sample budget, and a sample budget, not the clock, must end a test's
+    search."""
+    monkeypatch.setitem(PLACERS, "hdp", _OneUpdateHDP)

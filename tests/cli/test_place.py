@@ -279,12 +279,12 @@ def test_save_policy_without_a_fine_tuned_policy_writes_nothing_at_all(tmp_path,
     assert sorted(os.listdir(tmp_path)) == before
 
 
-def test_hdp_saves_its_policy_and_the_next_run_starts_from_it(tmp_path, monkeypatch):
-    # budget_s below any update's time: one policy update each (at least one always runs).
+def test_hdp_saves_its_policy_and_the_next_run_starts_from_it(tmp_path, monkeypatch,
+                                                             one_update_hdp):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "in.pb").write_bytes(small_cnn().graph.as_graph_def().SerializeToString())
     options = dict(cluster="k80x2", placer="hdp", seed=0, max_groups=2000, report_json=None,
-                   budget_s=1e-6, progress=False)
+                   progress=False)
     assert place.run("in.pb", "out1.pb", save_policy="first", **options) == 0
     assert place.run("in.pb", "out2.pb", policy="first", save_policy="second", **options) == 0
     with open(os.path.join("second", "manifest.json"), encoding="utf-8") as f:
