@@ -40,6 +40,8 @@ def test_a_target_is_never_slower_than_the_hint_and_counts_its_moves():
     graph = graph_features(problem, FEATURES, hint=True)
     target = gdp_imitation.search_target(problem, graph, SHORT_POST, seed=0)
     assert target.score <= target.hint_score
+    # on this problem Post finds a faster placement, and the target is it, not the hint
+    assert target.score < target.hint_score and target.moved > 0
     hint = gdp_imitation.hint_actions(graph)
     assert target.moved == int(((target.actions != hint) & graph.movable).sum())
     assert target.samples == 120
