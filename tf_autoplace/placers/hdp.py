@@ -33,7 +33,6 @@ import time
 
 import numpy as np
 
-from tf_autoplace.heuristics import HEURISTICS
 from tf_autoplace.placers.learned import LearnedPlacer
 from tf_autoplace.problem import PlacementProblem, rank_placements
 from tf_autoplace.rl.eager import policy_context
@@ -58,7 +57,7 @@ class HDPPlacer(LearnedPlacer):
         cfg = self.config
         start = time.perf_counter()
         seed = int(rng.integers(2**31 - 1))
-        heuristics = [(name, HEURISTICS[name]().propose(problem)) for name in cfg.heuristics]
+        heuristics = self._heuristics(problem)
         if len(problem.cluster.compute_devices()) < 2:
             self.notes.append("hdp: one action device, nothing to learn; the heuristic "
                               "placement is used")
@@ -70,11 +69,10 @@ class HDPPlacer(LearnedPlacer):
         with policy_context():  # the policy runs eagerly whatever mode the caller is in
             found = search(problem, cfg, seed, deadline=start + cfg.budget_s,
                            progress=self.progress)
-        ranked = rank_placements(problem, [("hdp", found.best_devices)] + heuristics)
-        _, makespan, winner, devices = ranked[0]
-        learned_oom, learned_s = next((oom, m) for oom, m, n, _ in ranked if n == "hdp")
+        choice = self._choose(problem, found.best_devices, heuristics)
+        learned_s, learned_oom = choice.learned_s, choice.learned_oom
         self.stats = dict(learned_ms=learned_s * 1e3, learned_fits=not learned_oom,
-                          samples=found.samples, updates=found.updates, winner=winner,
+                          samples=found.samples, updates=found.updates, winner=choice.winner,
                           policy=cfg.policy_dir or "fresh",
                           stopped=("samples" if cfg.max_samples is not None
                                    and found.samples >= cfg.max_samples else "deadline"),
@@ -91,8 +89,5 @@ class HDPPlacer(LearnedPlacer):
                    f"{' (out of memory)' if learned_oom else ''} after {found.samples} "
                    f"simulated placements in {found.updates} policy updates"
                    f"{f' from the policy in {cfg.policy_dir}' if cfg.policy_dir else ''}")
-        if winner != "hdp":
-            summary += (f"; the {winner} heuristic is faster ({makespan * 1e3:.2f} ms) "
-                        "and is used instead")
-        self.notes.append(summary)
-        return devices
+        self.notes.append(summary + choice.note)
+        return choice.devices

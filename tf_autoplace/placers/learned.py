@@ -16,6 +16,12 @@ also takes as ``policy=``; after a placement that fine-tuned a policy it sets
 on, from what, with which settings and how that went), which ``save_policy(dir)`` writes.
 Post keeps none: its policy is one softmax table per placement unit of this graph's grouping,
 which does not carry over to another graph (``no_policy_reason``).
+
+**Never worse than the heuristics.** Every learned placer's config names the fast heuristics
+its result must not be worse than (``heuristics``: ``best_heuristic``, which runs them all, by
+default). :meth:`LearnedPlacer._heuristics` runs them and :meth:`LearnedPlacer._choose`
+simulates the learned placement beside them and returns the fastest that fits memory, with the
+sentence the placer's note ends with when a heuristic won.
 """
 
 from __future__ import annotations
@@ -26,10 +32,36 @@ import platform
 import shlex
 import sys
 
+import numpy as np
+
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph.fingerprint import fingerprint
-from tf_autoplace.problem import PlacementProblem, Placer
+from tf_autoplace.heuristics import HEURISTICS
+from tf_autoplace.problem import PlacementProblem, Placer, rank_placements
 from tf_autoplace.rl.trained_policy import TrainedPolicy, weights_digest
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Choice:
+    """The placement a learned placer returns, chosen by :meth:`LearnedPlacer._choose`:
+    ``devices`` [n] from ``winner`` (``learner``, the placer's name, or a heuristic's) with
+    step time ``step_s``; the learned placement's own step time ``learned_s`` and whether it
+    overflows memory (``learned_oom``)."""
+
+    learner: str
+    devices: np.ndarray
+    winner: str
+    step_s: float
+    learned_s: float
+    learned_oom: bool
+
+    @property
+    def note(self) -> str:
+        """What the placer's note ends with: which heuristic won instead, if one did."""
+        if self.winner == self.learner:
+            return ""
+        return (f"; the {self.winner} heuristic is faster ({self.step_s * 1e3:.2f} ms) and is "
+                "used instead")
 
 
 class LearnedPlacer(Placer):
@@ -75,6 +107,21 @@ class LearnedPlacer(Placer):
         if getattr(self.config, "policy_dir", None):
             out += f" policy sha256 {weights_digest(self.config.policy_dir)}"
         return out
+
+    def _heuristics(self, problem: PlacementProblem) -> list[tuple[str, np.ndarray]]:
+        """``(name, devices)`` of each heuristic the config compares the result with."""
+        return [(name, HEURISTICS[name]().propose(problem)) for name in self.config.heuristics]
+
+    def _choose(self, problem: PlacementProblem, learned: np.ndarray, heuristics,
+                step_time=None) -> Choice:
+        """The fastest of the learned placement ``learned`` and ``heuristics`` (from
+        :meth:`_heuristics`) that fits memory (:func:`rank_placements`; ties go to the learned
+        one); ``step_time`` replaces the simulated step time (a measured one)."""
+        ranked = rank_placements(problem, [(self.name, learned)] + list(heuristics), step_time)
+        _, step_s, winner, devices = ranked[0]
+        learned_oom, learned_s = next((oom, s) for oom, s, n, _ in ranked if n == self.name)
+        return Choice(learner=self.name, devices=devices, winner=winner, step_s=step_s,
+                      learned_s=learned_s, learned_oom=learned_oom)
 
     def _keep_policy(self, problem: PlacementProblem, policy_class: type, config: dict,
                      weights, *, source: str | None, seed: int, groups: int,

@@ -49,9 +49,8 @@ import time
 import numpy as np
 
 from tf_autoplace.errors import ConfigError
-from tf_autoplace.heuristics import HEURISTICS
 from tf_autoplace.placers.learned import LearnedPlacer
-from tf_autoplace.problem import PlacementProblem, rank_placements
+from tf_autoplace.problem import PlacementProblem
 from tf_autoplace.rl.eager import policy_context
 from tf_autoplace.rl.env import PlacementEnv
 from tf_autoplace.rl.measured import MeasuredEvaluator
@@ -130,14 +129,10 @@ class PlacetoPlacer(LearnedPlacer):
                 summary += (f" (restarted {len(found.restarts)} time(s) from the start "
                             "placement with a fresh policy, when the search stalled)")
 
-        contenders = [("placeto", learned)]
-        for name in cfg.heuristics:
-            contenders.append((name, HEURISTICS[name]().propose(problem)))
-        scored = rank_placements(problem, contenders,
-                                 None if evaluator is None else evaluator.step_time)
-        _, makespan, winner, devices = scored[0]
-        learned_ms = next(m for _, m, n, _ in scored if n == "placeto") * 1e3
-        self.stats = dict(stats, learned_ms=learned_ms, winner=winner,
+        choice = self._choose(problem, learned, self._heuristics(problem),
+                              None if evaluator is None else evaluator.step_time)
+        learned_ms = choice.learned_s * 1e3
+        self.stats = dict(stats, learned_ms=learned_ms, winner=choice.winner,
                           seconds=time.perf_counter() - start)
         summary = summary.format(learned_ms=learned_ms)
         if found is not None:
@@ -145,11 +140,8 @@ class PlacetoPlacer(LearnedPlacer):
                               source=source, seed=seed, groups=env.view.num_groups,
                               action_devices=env.view.num_devices, curve=found.curve,
                               results=RESULTS)
-        if winner != "placeto":
-            summary += (f"; the {winner} heuristic is faster ({makespan * 1e3:.2f} ms) and is "
-                        "used instead")
-        self.notes.append(summary)
-        return devices
+        self.notes.append(summary + choice.note)
+        return choice.devices
 
     def _without_search(self, env: PlacementEnv):
         """``(op placement, its R, placements simulated, note)`` when a search cannot pay

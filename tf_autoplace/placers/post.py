@@ -26,9 +26,8 @@ import time
 
 import numpy as np
 
-from tf_autoplace.heuristics import HEURISTICS
 from tf_autoplace.placers.learned import LearnedPlacer
-from tf_autoplace.problem import PlacementProblem, rank_placements
+from tf_autoplace.problem import PlacementProblem
 from tf_autoplace.rl.measured import MeasuredEvaluator
 from tf_autoplace.rl.post_search import PostConfig, search
 
@@ -46,7 +45,7 @@ class PostPlacer(LearnedPlacer):
         cfg = self.config
         start = time.perf_counter()
         seed = int(rng.integers(2**31 - 1))
-        contenders = [(name, HEURISTICS[name]().propose(problem)) for name in cfg.heuristics]
+        contenders = self._heuristics(problem)
         heuristic = dict(contenders).get("best_heuristic")  # None: search() runs it if needed
         searching = time.perf_counter()
         measured = None
@@ -55,11 +54,10 @@ class PostPlacer(LearnedPlacer):
                                          steps=cfg.measure_steps)
         found = search(problem, cfg, seed, heuristic=heuristic, deadline=start + cfg.budget_s,
                        evaluator=measured, progress=self.progress)
-        scored = rank_placements(problem, [("post", found.devices)] + contenders,
-                                 None if measured is None else measured.step_time)
-        _, makespan, winner, devices = scored[0]
-        learned_ms = next(m for _, m, n, _ in scored if n == "post") * 1e3
-        self.stats = dict(learned_ms=learned_ms, samples=found.samples, winner=winner,
+        choice = self._choose(problem, found.devices, contenders,
+                              None if measured is None else measured.step_time)
+        learned_ms = choice.learned_s * 1e3
+        self.stats = dict(learned_ms=learned_ms, samples=found.samples, winner=choice.winner,
                           seconds=time.perf_counter() - start, units=found.units.num_units,
                           ppo_updates=found.ppo_updates, ce_updates=found.ce_updates,
                           curve=[(p.samples, p.best_score) for p in found.curve],
@@ -73,8 +71,5 @@ class PostPlacer(LearnedPlacer):
                    f"{found.ppo_updates} PPO updates)")
         if not found.fits:
             summary += " (it does not fit in memory)"
-        if winner != "post":
-            summary += (f"; the {winner} heuristic is faster ({makespan * 1e3:.2f} ms) and is "
-                        "used instead")
-        self.notes.append(summary)
-        return devices
+        self.notes.append(summary + choice.note)
+        return choice.devices
