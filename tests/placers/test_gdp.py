@@ -160,7 +160,12 @@ def test_a_saved_fine_tuned_policy_reloads_with_identical_outputs(tuned):
     assert manifest["graph"]["ops"] == 200 and manifest["action_devices"] == 2
     assert manifest["results"]["steps"] == 2
     assert manifest["results"]["samples"] == placer.stats["samples"]
-    assert len(manifest["results"]["curve"]) == 2 and "GdpConfig(" in manifest["placer_config"]
+    # The search's curve as stats gives it: the zero-shot placement first, then each update.
+    assert manifest["results"]["curve"] == [[n, pytest.approx(r * 1e3)]
+                                            for n, r in placer.stats["curve"]]
+    assert manifest["results"]["curve"][0][1] == pytest.approx(
+        placer.stats["zero_shot_R_ms"])
+    assert "GdpConfig(" in manifest["placer_config"]
 
 
 def test_a_later_placer_starts_from_the_saved_policy(tuned):

@@ -45,7 +45,7 @@ import numpy as np
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.heuristics import HEURISTICS
 from tf_autoplace.placers.learned import LearnedPlacer
-from tf_autoplace.problem import PlacementProblem, rank_placements
+from tf_autoplace.problem import PlacementProblem
 from tf_autoplace.rl import gdp_train
 from tf_autoplace.rl.checkpoints import CONFIG_FILE, WEIGHTS_FILE
 from tf_autoplace.rl.eager import policy_context
@@ -192,27 +192,22 @@ class GdpPlacer(LearnedPlacer):
         if source is None:
             self.notes.append("gdp: no pretrained policy found; started from a fresh one")
 
-        scored = rank_placements(problem, [("gdp", graph.op_placement(best_actions))] + [
-            (name, HEURISTICS[name]().propose(problem)) for name in cfg.heuristics])
-        _, winner_s, winner, winner_devices = scored[0]
-        learned_oom, learned_s = next(r[:2] for r in scored if r[2] == "gdp")
-        learned_ms = learned_s * 1e3
+        choice = self._choose(problem, graph.op_placement(best_actions),
+                              self._heuristics(problem))
+        learned_oom, learned_ms = choice.learned_oom, choice.learned_s * 1e3
         self.stats = dict(zero_shot_R_ms=zero_r * 1e3, zero_shot_s=zero_s, learned_ms=learned_ms,
                           learned_oom=learned_oom, learned_R_ms=best_r * 1e3,
                           steps=state.step, samples=samples, curve=curve,
-                          groups=graph.num_groups, winner=winner,
+                          groups=graph.num_groups, winner=choice.winner,
                           policy=source or "fresh", seconds=time.perf_counter() - start)
         if tuned is not None:  # zero-shot (or no update within the budget) tuned nothing
             self._keep_policy(problem, GdpPolicy, policy.config, tuned,
                               source=source, seed=seed, groups=graph.num_groups,
                               action_devices=graph.num_devices, results=RESULTS,
-                              curve=[(n, best) for n, _, best in state.curve])
+                              curve=curve)
         summary = (f"gdp: zero-shot R {zero_r * 1e3:.2f} ms in {zero_s:.1f} s, best learned "
                    f"{learned_ms:.2f} ms after {state.step} fine-tuning steps "
                    f"({samples} simulated placements)"
                    f"{f' from the policy in {cfg.policy_dir}' if cfg.policy_dir else ''}")
-        if winner != "gdp":
-            summary += (f"; the {winner} heuristic is faster ({winner_s * 1e3:.2f} "
-                        "ms) and is used instead")
-        self.notes.append(summary)
-        return winner_devices
+        self.notes.append(summary + choice.note)
+        return choice.devices
