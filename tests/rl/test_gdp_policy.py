@@ -147,6 +147,22 @@ def test_checkpoint_round_trip_gives_identical_outputs(tmp_path):
         GdpPolicy.load(str(tmp_path / "missing"))
 
 
+def test_weights_of_another_network_name_the_version(tmp_path):
+    """A policy whose weights are not the ones its policy.json's network has (saved before a
+    layer changed) is refused with a message that says so, not only a shape."""
+    policy = GdpPolicy(hidden=16, heads=4, segment=8, superposition=True)
+    policy.save(str(tmp_path))
+    weights = dict(np.load(tmp_path / "weights.npz"))
+    np.savez(tmp_path / "weights.npz", **{k: w[..., :-1] if i == 3 else w
+                                         for i, (k, w) in enumerate(sorted(weights.items()))})
+    with pytest.raises(ConfigError, match=r"do not fit a GDP policy as its policy.json "
+                                          r"describes it .*has shape.*another version"):
+        GdpPolicy.load(str(tmp_path))
+    np.savez(tmp_path / "weights.npz", **dict(sorted(weights.items())[:-1]))
+    with pytest.raises(ConfigError, match=r"expected \d+ weight arrays.*another version"):
+        GdpPolicy.load(str(tmp_path))
+
+
 @pytest.mark.parametrize("kwargs", [dict(hidden=0), dict(hidden=30, heads=4),
                                     dict(segment=1.5), dict(attention="yes")])
 def test_bad_architecture_is_a_config_error(kwargs):

@@ -48,8 +48,10 @@ class Checkpointable:
 
     @classmethod
     def load(cls, directory: str):
-        """The policy saved in ``directory``; ConfigError if it cannot be read or built, or
-        if ``policy.json`` describes another kind of network (another placer's policy)."""
+        """The policy saved in ``directory``; ConfigError if it cannot be read or built, if
+        ``policy.json`` describes another kind of network (another placer's policy), or if the
+        weights do not fit the network it describes (a policy saved by a version of
+        tf_autoplace whose network had other layers)."""
         try:
             with open(os.path.join(directory, "policy.json"), encoding="utf-8") as f:
                 config = json.load(f)
@@ -62,7 +64,12 @@ class Checkpointable:
             policy = cls(**config)
         except (ValueError, KeyError, TypeError) as e:
             raise ConfigError(f"cannot load {cls.kind} from {directory!r}: {e}") from e
-        policy.set_weights(weights)
+        try:
+            policy.set_weights(weights)
+        except ConfigError as e:
+            raise ConfigError(f"the weights in {directory!r} do not fit {cls.kind} as its "
+                              f"policy.json describes it ({e}): was it saved by another version "
+                              "of tf_autoplace? Fine-tune or train it again with this one") from e
         return policy
 
     @classmethod
