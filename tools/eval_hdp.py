@@ -15,7 +15,9 @@ placement the guard returned, and from the search's curve (read as the benchmark
 :func:`tf_autoplace.benchmark.search_curve` and :func:`~tf_autoplace.benchmark.reach`) the
 placements and seconds it took to reach
 the expert's step time (if it did) and to come within ``--converged`` of its final best R.
-``--set=name=value`` overrides an ``HDPConfig`` field (numbers only).
+``--set=name=value`` overrides an ``HDPConfig`` field (numbers only); ``--policy_dir``
+starts every pair's search from a saved HDP policy (``tf-autoplace place --placer=hdp
+--save_policy=DIR`` or ``HDPPlacer.save_policy``) instead of a fresh one.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from tf_autoplace.graph import ingest
 from tf_autoplace.heuristics import BestHeuristicPlacer, SingleDevicePlacer
 from tf_autoplace.prepare import build_problem
 from tf_autoplace.placers import HDPPlacer
-from tf_autoplace.rl.hdp_search import HDPConfig
+from tf_autoplace.rl.hdp_search import HDPConfig, load_policy
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("pairs", ["nmt2:k80x2"], "model:cluster pairs (tools/benchmark.py's names)")
@@ -42,6 +44,8 @@ flags.DEFINE_float("converged", 0.01, "a curve has converged once its best is wi
                    "fraction of its final best", lower_bound=0.0)
 flags.DEFINE_integer("seed", 0, "the placer's seed (tools/benchmark.py's --seed)")
 flags.DEFINE_multi_string("set", [], "HDPConfig field override, name=value (a number)")
+flags.DEFINE_string("policy_dir", None, "start from this saved HDP policy (default: a fresh "
+                    "one, as the benchmark does)")
 flags.DEFINE_string("out_md", None, "also write the markdown here (rewritten after each pair)")
 
 
@@ -92,7 +96,9 @@ def main(argv):
     try:
         pairs = bench.parse_pairs(FLAGS.pairs)
         config = HDPConfig(max_samples=FLAGS.max_samples, budget_s=1e6,
-                           **parse_overrides(FLAGS.set))
+                           policy_dir=FLAGS.policy_dir, **parse_overrides(FLAGS.set))
+        if config.policy_dir:
+            load_policy(config)  # a bad directory fails here, before any graph is built
     except AutoplaceError as e:
         raise app.UsageError(str(e)) from None
     lines = [f"HDP search cost, {'quick' if FLAGS.quick else 'paper'} sizes, seed {FLAGS.seed}, "
