@@ -160,6 +160,29 @@ def check_control_flow_with_nested_call():
     }
 
 
+def check_specialized_call():
+    """A call Grappler specializes instead of inlining (an ``api_implements`` function, as
+    tf_keras' LSTM and GRU are, called with a constant) names a function that only the placed
+    GraphDef's library holds; the placed function must still find it when called."""
+    v = tf.Variable(tf.ones((4, 4)))
+
+    @tf.function(experimental_attributes={"api_implements": "tf_autoplace_test_matmul_tanh"})
+    def inner(x, w):
+        return tf.tanh(x @ w)
+
+    @tf.function
+    def outer(x):
+        return inner(x, tf.ones((4, 4))) @ v
+
+    x = tf.constant(np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4))
+    placed, report = tf2.autoplace_function(outer, x, cluster=CPU2, placer="m_etf")
+    return {
+        "equal": bool(np.allclose(outer(x), placed(x), rtol=1e-6)),
+        "called": sorted(n.attr["f"].func.name for n in report.graph_def.node
+                         if n.op in tf2.CALL_OPS),
+    }
+
+
 def errors():
     out = {}
 
@@ -195,6 +218,7 @@ def main():
     for name, check in [("keras", check_keras_training_step),
                         ("dispatch", check_dispatch_nested_and_kwargs),
                         ("control_flow", check_control_flow_with_nested_call),
+                        ("specialized_call", check_specialized_call),
                         ("errors", errors)]:
         try:
             results[name] = check()
