@@ -75,6 +75,7 @@ def test_a_call_grappler_specialized_runs_in_the_placed_function(child):
     r = _result(child, "specialized_call")
     assert len(r["called"]) == 1 and "_specialized_for_" in r["called"][0]
     assert r["equal"]
+    assert r["saved_equal"]
 
 
 @pytest.mark.parametrize("case, error, message", [

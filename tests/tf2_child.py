@@ -7,6 +7,7 @@ interpreter, and print one JSON object (check name -> result) on the last line o
 
 import json
 import sys
+import tempfile
 
 import numpy as np
 import tensorflow as tf
@@ -163,7 +164,8 @@ def check_control_flow_with_nested_call():
 def check_specialized_call():
     """A call Grappler specializes instead of inlining (an ``api_implements`` function, as
     tf_keras' LSTM and GRU are, called with a constant) names a function that only the placed
-    GraphDef's library holds; the placed function must still find it when called."""
+    GraphDef's library holds; the placed function must still find it when called, and a
+    SavedModel of it must load."""
     v = tf.Variable(tf.ones((4, 4)))
 
     @tf.function(experimental_attributes={"api_implements": "tf_autoplace_test_matmul_tanh"})
@@ -176,8 +178,15 @@ def check_specialized_call():
 
     x = tf.constant(np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4))
     placed, report = tf2.autoplace_function(outer, x, cluster=CPU2, placer="m_etf")
+    module = tf.Module()
+    module.v = v
+    with tempfile.TemporaryDirectory() as directory:  # saved, it loads and gives the same
+        tf.saved_model.save(module, directory, signatures=placed.concrete_function)
+        loaded = tf.saved_model.load(directory).signatures["serving_default"]
+        from_saved = list(loaded(x=x).values())[0]
     return {
         "equal": bool(np.allclose(outer(x), placed(x), rtol=1e-6)),
+        "saved_equal": bool(np.allclose(outer(x), from_saved, rtol=1e-6)),
         "called": sorted(n.attr["f"].func.name for n in report.graph_def.node
                          if n.op in tf2.CALL_OPS),
     }

@@ -73,6 +73,7 @@ CONTROL_FLOW_OPS = frozenset({"If", "StatelessIf", "While", "StatelessWhile", "C
                               "StatelessCase"})
 _LOWERING = "_lower_using_switch_merge"
 _MARKER = "_tf_autoplace_lowering"
+_SPECIALIZED = "_GrapplerSpecializedFunc"
 _PINNED_DTYPES = (tf.resource, tf.variant)
 _IMPORT_SCOPE = "placed"
 
@@ -207,6 +208,11 @@ def _inline_calls(cf, graph_def: graph_pb2.GraphDef) -> graph_pb2.GraphDef:
         if _MARKER in node.attr:
             del node.attr[_MARKER]
             node.attr[_LOWERING].b = True
+    for function in out.library.function:
+        # Grappler marks the functions it specialized; TF's SavedModel loader refuses function
+        # attrs outside its allowlist, so a placed function saved with it would not load.
+        if _SPECIALIZED in function.attr:
+            del function.attr[_SPECIALIZED]
     return out
 
 
