@@ -56,6 +56,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2, types_pb2
 from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
+from tensorflow.python.eager import context  # private; TF's SavedModel loader uses it so
 
 from tf_autoplace import files
 from tf_autoplace.cluster import Cluster, resolve_cluster
@@ -340,8 +341,6 @@ def _register_functions(graph_def: graph_pb2.GraphDef) -> None:
     an eager call looks functions up in the context, where only functions created by tracing
     were registered: the placed function would fail with "Can't find a function" on its first
     call. Functions already registered (the original's) are left as they are."""
-    from tensorflow.python.eager import context  # private; as TF's own SavedModel loader does
-
     ctx = context.context()
     for fdef in graph_def.library.function:
         if not ctx.has_function(fdef.signature.name):
