@@ -71,6 +71,18 @@ def test_functional_control_flow_stays_single_ops_next_to_an_inlined_call(child)
     assert any("placed as single ops" in n for n in r["notes"])
 
 
+def test_a_keras_lstm_training_step_placed_trains_identically(child):
+    r = _result(child, "keras_lstm")
+    np.testing.assert_allclose(r["losses"], r["reference"], rtol=1e-6)
+
+
+def test_a_call_grappler_specialized_runs_in_the_placed_function(child):
+    r = _result(child, "specialized_call")
+    assert len(r["called"]) == 1 and "_specialized_for_" in r["called"][0]
+    assert r["equal"]
+    assert r["saved_equal"]
+
+
 @pytest.mark.parametrize("case, error, message", [
     ("xla", "ConfigError", "jit_compile=True"),
     ("no_args", "ConfigError", "input_signature"),

@@ -7,6 +7,7 @@ interpreter, and print one JSON object (check name -> result) on the last line o
 
 import json
 import sys
+import tempfile
 
 import numpy as np
 import tensorflow as tf
@@ -96,6 +97,41 @@ def check_keras_training_step():
     }
 
 
+def check_keras_lstm_training_step():
+    """A tf_keras LSTM trained by a tf.function step: Grappler specializes its
+    ``api_implements`` call (and the gradient's forward function) instead of inlining it, so
+    the placed step calls functions that only the placed library holds."""
+    import tf_keras
+
+    tf.keras.utils.set_random_seed(0)
+    init = tf_keras.initializers.GlorotUniform(seed=0)
+    model = tf_keras.Sequential([
+        tf_keras.Input((3, 2)),
+        tf_keras.layers.LSTM(4, kernel_initializer=init, recurrent_initializer=init),
+        tf_keras.layers.Dense(1, kernel_initializer=init)])
+    opt = tf_keras.optimizers.SGD(0.1)
+
+    @tf.function
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((model(x) - y) ** 2)
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.normal(size=(4, 3, 2)).astype(np.float32))
+    y = tf.constant(rng.normal(size=(4, 1)).astype(np.float32))
+    step.get_concrete_function(x, y)
+    variables = model.variables + opt.variables()
+    start = [v.numpy() for v in variables]
+    placed, _ = tf2.autoplace_function(step, x, y, cluster=CPU2, placer="m_etf", seed=0)
+    reference = [float(step(x, y)) for _ in range(2)]
+    for v, w in zip(variables, start):
+        v.assign(w)
+    return {"reference": reference, "losses": [float(placed(x, y)) for _ in range(2)]}
+
+
 def check_dispatch_nested_and_kwargs():
     w1 = tf.Variable(tf.random.stateless_normal((16, 64), seed=(0, 1)))
     w2 = tf.Variable(tf.random.stateless_normal((16, 64), seed=(0, 2)))
@@ -160,6 +196,38 @@ def check_control_flow_with_nested_call():
     }
 
 
+def check_specialized_call():
+    """A call Grappler specializes instead of inlining (an ``api_implements`` function, as
+    tf_keras' LSTM and GRU are, called with a constant) names a function that only the placed
+    GraphDef's library holds; the placed function must still find it when called, and a
+    SavedModel of it must load."""
+    v = tf.Variable(tf.ones((4, 4)))
+
+    @tf.function(experimental_attributes={"api_implements": "tf_autoplace_test_matmul_tanh"})
+    def inner(x, w):
+        return tf.tanh(x @ w)
+
+    @tf.function
+    def outer(x):
+        return inner(x, tf.ones((4, 4))) @ v
+
+    x = tf.constant(np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4))
+    placed, report = tf2.autoplace_function(outer, x, cluster=CPU2, placer="m_etf")
+    out = placed(x)  # first, before saving it (which registers the library's functions)
+    module = tf.Module()
+    module.v = v
+    with tempfile.TemporaryDirectory() as directory:  # saved, it loads and gives the same
+        tf.saved_model.save(module, directory, signatures=placed.concrete_function)
+        loaded = tf.saved_model.load(directory).signatures["serving_default"]
+        from_saved = list(loaded(x=x).values())[0]
+    return {
+        "equal": bool(np.allclose(outer(x), out, rtol=1e-6)),
+        "saved_equal": bool(np.allclose(outer(x), from_saved, rtol=1e-6)),
+        "called": sorted(n.attr["f"].func.name for n in report.graph_def.node
+                         if n.op in tf2.CALL_OPS),
+    }
+
+
 def errors():
     out = {}
 
@@ -195,6 +263,8 @@ def main():
     for name, check in [("keras", check_keras_training_step),
                         ("dispatch", check_dispatch_nested_and_kwargs),
                         ("control_flow", check_control_flow_with_nested_call),
+                        ("specialized_call", check_specialized_call),
+                        ("keras_lstm", check_keras_lstm_training_step),
                         ("errors", errors)]:
         try:
             results[name] = check()

@@ -8,7 +8,9 @@ How a function is placed (one engine: :func:`tf_autoplace.engine.place_graph` on
    inlined first with Grappler's function optimizer (private ``tf_optimizer`` API, the same call
    TF's own ``convert_to_constants`` makes), so their ops are placed one by one. Calls Grappler
    does not inline (XLA-compiled or ``_noinline`` functions) and functional control flow
-   (``If``/``While``) stay single ops; the report's notes count them.
+   (``If``/``While``) stay single ops; the report's notes count them. A call Grappler
+   specializes instead (tf_keras' LSTM and GRU) names a new function of the GraphDef's library,
+   which is registered with the eager runtime before the placed function is built.
 3. Captured resources (variables, optimizer slots, ...) enter the function graph as ``Placeholder``
    ops of dtype ``resource``. Their resource lives on a fixed device, and TF requires readers and
    updaters to sit with it, so each is pinned to that device: every other device gets ``inf``
@@ -54,6 +56,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2, types_pb2
 from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
+from tensorflow.python.eager import context  # private; TF's SavedModel loader uses it so
 
 from tf_autoplace import files
 from tf_autoplace.cluster import Cluster, resolve_cluster
@@ -71,6 +74,7 @@ CONTROL_FLOW_OPS = frozenset({"If", "StatelessIf", "While", "StatelessWhile", "C
                               "StatelessCase"})
 _LOWERING = "_lower_using_switch_merge"
 _MARKER = "_tf_autoplace_lowering"
+_SPECIALIZED = "_GrapplerSpecializedFunc"
 _PINNED_DTYPES = (tf.resource, tf.variant)
 _IMPORT_SCOPE = "placed"
 
@@ -205,6 +209,11 @@ def _inline_calls(cf, graph_def: graph_pb2.GraphDef) -> graph_pb2.GraphDef:
         if _MARKER in node.attr:
             del node.attr[_MARKER]
             node.attr[_LOWERING].b = True
+    for function in out.library.function:
+        # Grappler marks the functions it specialized; TF's SavedModel loader refuses function
+        # attrs outside its allowlist, so a placed function saved with it would not load.
+        if _SPECIALIZED in function.attr:
+            del function.attr[_SPECIALIZED]
     return out
 
 
@@ -318,7 +327,24 @@ def _rebuild(cf, placed: graph_pb2.GraphDef):
             expand_composites=True)
 
     body.__name__ = f"placed_{cf.name.decode() if isinstance(cf.name, bytes) else cf.name}"
+    _register_functions(placed)
     return tf.function(body, autograph=False).get_concrete_function(*args_sig, **kwargs_sig)
+
+
+def _register_functions(graph_def: graph_pb2.GraphDef) -> None:
+    """Register the functions of ``graph_def``'s library that the eager runtime does not know.
+
+    A call Grappler does not inline but specializes (a ``_noinline`` or ``api_implements``
+    function such as tf_keras' LSTM and GRU, called with a constant argument) names a new
+    function, ``<f>_specialized_for_<node>_at_graph_to_optimize``, that exists only in the
+    placed GraphDef's library. ``import_graph_def`` adds it to the placed function's graph, but
+    an eager call looks functions up in the context, where only functions created by tracing
+    were registered: the placed function would fail with "Can't find a function" on its first
+    call. Functions already registered (the original's) are left as they are."""
+    ctx = context.context()
+    for fdef in graph_def.library.function:
+        if not ctx.has_function(fdef.signature.name):
+            ctx.add_function_def(fdef)
 
 
 # ---------------------------------------------------------------------------- public doors
