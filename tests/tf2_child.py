@@ -42,6 +42,20 @@ def executed_devices(fn, *args, **kwargs):
     return out, counts
 
 
+def train_step(model, opt):
+    """A tf.function that takes one optimizer step on the mean squared error of ``model``."""
+
+    @tf.function
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((model(x) - y) ** 2)
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    return step
+
+
 def keras_train_step():
     """A two-branch Keras (tf_keras) regression model trained by a tf.function step."""
     import tf_keras
@@ -55,15 +69,7 @@ def keras_train_step():
         tf_keras.layers.Concatenate()([a, b]))
     model = tf_keras.Model(inp, out)
     opt = tf_keras.optimizers.Adam(1e-2)
-
-    @tf.function
-    def step(x, y):
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean((model(x) - y) ** 2)
-        grads = tape.gradient(loss, model.trainable_variables)
-        opt.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
-
+    step = train_step(model, opt)
     rng = np.random.default_rng(0)
     x = tf.constant(rng.normal(size=(8, 16)).astype(np.float32))
     y = tf.constant(rng.normal(size=(8, 1)).astype(np.float32))
@@ -110,15 +116,7 @@ def check_keras_lstm_training_step():
         tf_keras.layers.LSTM(4, kernel_initializer=init, recurrent_initializer=init),
         tf_keras.layers.Dense(1, kernel_initializer=init)])
     opt = tf_keras.optimizers.SGD(0.1)
-
-    @tf.function
-    def step(x, y):
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean((model(x) - y) ** 2)
-        grads = tape.gradient(loss, model.trainable_variables)
-        opt.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
-
+    step = train_step(model, opt)
     rng = np.random.default_rng(0)
     x = tf.constant(rng.normal(size=(4, 3, 2)).astype(np.float32))
     y = tf.constant(rng.normal(size=(4, 1)).astype(np.float32))
