@@ -71,6 +71,24 @@ def test_graph_def_input_returns_placed_copy_and_keeps_input():
     assert {n.name: n.device for n in report.graph_def.node} == report.assignment
 
 
+def test_device_annotations_the_placement_overrides_are_named_in_the_notes():
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.constant(np.ones((8, 8), np.float32), name="x")
+        with tf.device("/device:CPU:1"):
+            y = tf.matmul(x, x, name="pinned")
+        with tf.device("/CPU:0"):
+            tf.matmul(y, y, name="kept")
+    report = tf_autoplace.autoplace(graph, cluster=CPU2, placer="single")
+    assert graph.get_operation_by_name("pinned").device.endswith("CPU:0")
+    replaced = [n for n in report.notes if "device annotation" in n]
+    assert len(replaced) == 1 and "replaced 1 device annotation" in replaced[0]
+    assert "'pinned' asked for '/device:CPU:1'" in replaced[0]
+    # Placed again as it is now, nothing is overridden and nothing is said.
+    again = tf_autoplace.autoplace(graph, cluster=CPU2, placer="single")
+    assert not [n for n in again.notes if "device annotation" in n]
+
+
 def test_graph_too_big_for_cluster_is_an_error_and_graph_untouched():
     tg = small_cnn()
     before = _devices(tg.graph)

@@ -46,7 +46,7 @@ from tf_autoplace.problem import Placement, Placer, PlacementProblem, validate
 from tf_autoplace.progress import as_progress
 from tf_autoplace.rl.eager import policy_context
 from tf_autoplace.report import PlacementReport, device_loads
-from tf_autoplace.rewrite import apply_to_graph, apply_to_graph_def
+from tf_autoplace.rewrite import apply_to_graph, apply_to_graph_def, replaced_devices
 from tf_autoplace.sim import lp_lower_bound
 from tf_autoplace.timeline import TimelineData
 
@@ -112,6 +112,13 @@ def place_graph(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
                      "for better memory and transfer estimates")
     report = place_problem(problem, placer, seed, timings=timings, notes=notes, cache=cache,
                            progress=progress)
+    replaced = replaced_devices(meta_graph.graph_def, report.assignment)
+    if replaced:
+        name, asked, placed = replaced[0]
+        report = dataclasses.replace(report, notes=report.notes + (
+            f"the placement replaced {len(replaced)} device annotation(s) the graph had (e.g. "
+            f"{name!r} asked for {asked!r} and is placed on {placed!r}): every op's device is "
+            "the placer's choice, within kernel and colocation constraints",))
     if measure_steps:
         t = time.perf_counter()
         report = measure(report, workload, steps=int(measure_steps))

@@ -4,6 +4,8 @@
   first op is touched, and if setting a device fails half-way the old devices are restored, so the
   graph is either fully placed or exactly as it was.
 - :func:`apply_to_graph_def` returns a placed copy of a ``GraphDef`` (the input is not modified).
+- :func:`replaced_devices` lists the device annotations the graph had that the placement
+  overrides (every op's device is the placer's choice; the report's notes say which it changed).
 
 Device strings are full TF names (``/job:localhost/replica:0/task:0/device:GPU:1``), checked with
 ``tf.DeviceSpec``; the mapping is by op name, so the graph must hold exactly the ops that were
@@ -44,6 +46,27 @@ def _checked_mapping(graph_names: Sequence[str], placement: Mapping[str, str]) -
             + (f"{len(extra)} placed ops not in the graph (e.g. {extra[:3]})" if extra else ""))
     cache: dict[str, str] = {}
     return {n: cache.setdefault(placement[n], canonical_device(placement[n])) for n in graph_names}
+
+
+def replaced_devices(graph_def: graph_pb2.GraphDef,
+                     placement: Mapping[str, str]) -> list[tuple[str, str, str]]:
+    """``(op, the device its annotation asks for, the device placed)`` for each node of
+    ``graph_def`` that has a device annotation the placement does not satisfy: one that sets a
+    field (job, replica, task, device type, device index) in which the placed device differs.
+    ``/CPU:0`` is satisfied by ``/job:localhost/replica:0/task:0/device:CPU:0``, ``/GPU:1`` is
+    not by GPU 0. The placement replaces every annotation; this says which it overrode."""
+    out = []
+    for node in graph_def.node:
+        if not node.device or node.name not in placement:
+            continue
+        asked = tf.DeviceSpec.from_string(node.device)
+        got = tf.DeviceSpec.from_string(placement[node.name])
+        if any(getattr(asked, field) is not None and getattr(asked, field) != getattr(got, field)
+               for field in ("job", "replica", "task", "device_index")) or (
+                asked.device_type is not None
+                and asked.device_type.upper() != (got.device_type or "").upper()):
+            out.append((node.name, node.device, placement[node.name]))
+    return out
 
 
 def apply_to_graph(graph: tf.Graph, placement: Mapping[str, str]) -> None:
