@@ -8,6 +8,8 @@ import re
 
 import numpy as np
 import pytest
+from tensorflow.core.framework import cost_graph_pb2
+from tensorflow.core.protobuf import config_pb2
 
 import tf_autoplace
 from tf_autoplace import zoo
@@ -209,6 +211,18 @@ def test_a_cost_graph_whose_ops_all_take_no_time_is_placed_and_reported():
         assert report.speedup == report.ratio_to_lower_bound == 1.0
         assert "(speedup 1.00x)" in str(report)
         assert json.loads(report.to_json())["ratio_to_lower_bound"] == 1.0
+
+
+def test_a_cost_graph_proto_is_placed_and_any_other_object_is_a_config_error():
+    """place_cost_graph read anything that is not a CostGraph as a path: its own proto, or
+    TensorFlow's RunMetadata.cost_graph (a CostGraphDef, another format), raised TypeError."""
+    proto = costgraph.to_proto(costgraph.decode(HAND.encode(), "text"))
+    report = tf_autoplace.place_cost_graph(proto, cluster=_cluster(), placer="m_etf")
+    assert report.assignment == tf_autoplace.place_cost_graph(
+        costgraph.from_proto(proto), cluster=_cluster(), placer="m_etf").assignment
+    for other in (cost_graph_pb2.CostGraphDef(), config_pb2.RunMetadata(), 3):
+        with pytest.raises(ConfigError, match=f"got a .*{type(other).__name__}"):
+            tf_autoplace.place_cost_graph(other, cluster=_cluster(), placer="m_etf")
 
 
 def test_export_needs_one_time_per_device_kind():
