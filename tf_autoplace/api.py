@@ -93,8 +93,9 @@ def place_cost_graph(cost_graph, cluster=None, placer=DEFAULT_PLACER, seed: int 
     its op times per device kind (``protos/cost_graph.proto``, :mod:`tf_autoplace.graph.costgraph`).
 
     Args:
-      cost_graph: a :class:`tf_autoplace.graph.costgraph.CostGraph`, or the path of one
-        (``*.pbtxt``/``*.txt`` text, ``*.json`` JSON, else binary).
+      cost_graph: a :class:`tf_autoplace.graph.costgraph.CostGraph`, its
+        ``tf_autoplace.CostGraph`` proto, or the path of one (``*.pbtxt``/``*.txt`` text,
+        ``*.json`` JSON, else binary).
       cluster, placer, seed, grouping, budget_s, ray_address, policy, cache, progress: as for
         :func:`autoplace`.
 

@@ -25,6 +25,7 @@ baseline on this machine (:func:`tf_autoplace.measure.measure`) before it rewrit
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 
 import numpy as np
@@ -44,6 +45,7 @@ from tf_autoplace.placers import DEFAULT_PLACER, get_placer
 from tf_autoplace.prepare import build_problem, cost_graph_problem
 from tf_autoplace.problem import Placement, Placer, PlacementProblem, validate
 from tf_autoplace.progress import as_progress
+from tf_autoplace.proto import cost_graph_pb2
 from tf_autoplace.rl.eager import policy_context
 from tf_autoplace.report import PlacementReport, device_loads
 from tf_autoplace.rewrite import apply_to_graph, apply_to_graph_def, replaced_devices
@@ -137,17 +139,27 @@ def place_graph(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
 def place_cost_graph(cost_graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
                      grouping: GroupingConfig = GroupingConfig(), cache=None,
                      progress=None) -> PlacementReport:
-    """Place a cost graph (a :class:`~tf_autoplace.graph.costgraph.CostGraph`, or the path of
-    one in any of its forms); the other arguments are :func:`tf_autoplace.autoplace`'s.
-    Returns the same report as for a TF graph, its ``assignment`` (op name -> device) the
-    placement; ``graph_def`` is None."""
+    """Place a cost graph (a :class:`~tf_autoplace.graph.costgraph.CostGraph`, its
+    ``tf_autoplace.CostGraph`` proto, or the path of one in any of its forms); the other
+    arguments are :func:`tf_autoplace.autoplace`'s. Returns the same report as for a TF graph,
+    its ``assignment`` (op name -> device) the placement; ``graph_def`` is None. Anything else
+    (TensorFlow's own ``CostGraphDef`` or ``RunMetadata`` among them: another format) is a
+    ConfigError naming its type."""
     placer, cluster = _check(placer, cluster, seed=seed, grouping=grouping, cache=cache,
                              progress=progress)
     cache, progress = as_cache(cache), as_progress(progress)
     timings: dict[str, float] = {}
     if not isinstance(cost_graph, costgraph.CostGraph):
         t = time.perf_counter()
-        cost_graph = costgraph.read(cost_graph)
+        if isinstance(cost_graph, cost_graph_pb2.CostGraph):
+            cost_graph = costgraph.from_proto(cost_graph)
+        elif isinstance(cost_graph, (str, bytes, os.PathLike)):
+            cost_graph = costgraph.read(cost_graph)
+        else:
+            raise ConfigError(
+                "cost_graph must be a CostGraph, a tf_autoplace.CostGraph proto "
+                "(protos/cost_graph.proto) or the path of one, got a "
+                f"{type(cost_graph).__module__}.{type(cost_graph).__qualname__}")
         timings["read"] = time.perf_counter() - t
     problem = cost_graph_problem(cost_graph, cluster, grouping=grouping, timings=timings)
     notes = []

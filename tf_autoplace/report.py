@@ -52,6 +52,14 @@ def device_loads(cluster: Cluster, devices: np.ndarray, sim: SimResult) -> tuple
         for i, d in enumerate(cluster.devices))
 
 
+def _ratio(num: float, den: float) -> float:
+    """``num / den`` for the report's ratios, where a step can take 0 s (a cost graph or profile
+    whose ops all take 0 s): two equal zeros are a ratio of 1, a positive time over 0 is inf."""
+    if den == 0:
+        return 1.0 if num == 0 else math.inf
+    return num / den
+
+
 @dataclasses.dataclass(frozen=True)
 class PlacementReport:
     """The result of :func:`tf_autoplace.autoplace`.
@@ -119,20 +127,20 @@ class PlacementReport:
     @property
     def measured_speedup(self) -> float:
         """Measured baseline step time over measured placed step time (NaN: not measured)."""
-        return self.measured_baseline_step_time_s / self.measured_step_time_s
+        return _ratio(self.measured_baseline_step_time_s, self.measured_step_time_s)
 
     @property
     def speedup(self) -> float:
         """Baseline step time over placed step time."""
-        return self.baseline_step_time_s / self.step_time_s
+        return _ratio(self.baseline_step_time_s, self.step_time_s)
 
     @property
     def ratio_to_lower_bound(self) -> float:
-        return self.step_time_s / self.lower_bound_s
+        return _ratio(self.step_time_s, self.lower_bound_s)
 
     @property
     def ratio_to_lp_lower_bound(self) -> float:
-        return self.step_time_s / self.lp_lower_bound_s
+        return _ratio(self.step_time_s, self.lp_lower_bound_s)
 
     @property
     def baseline_fits(self) -> bool:

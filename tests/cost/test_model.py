@@ -1,5 +1,6 @@
 """Cost models: Grappler's analytical per-op times on the K80 spec, speed scaling, the
-memory-bound fallback, kernel masking, and the transfer-time formula."""
+memory-bound fallback, kernel masking, the transfer-time formula, and a placeholder too big to
+allocate costed without allocating it."""
 
 import dataclasses
 
@@ -8,7 +9,7 @@ import pytest
 
 from tf_autoplace.cluster import Cluster, Device, resolve_cluster
 from tf_autoplace.cost import AnalyticalCostModel, CostModel, TableCostModel
-from tf_autoplace.graph import ingest
+from tf_autoplace.graph import grappler, ingest
 from tf_autoplace.graph.opgraph import from_edges
 from tf_autoplace.testing import small_cnn
 
@@ -123,3 +124,38 @@ def test_transfer_time_is_latency_plus_bytes_over_bandwidth(k80x2):
         'link { src: "/device:CPU:0" dst: "/device:CPU:1" bandwidth_gbps: 20 latency_us: 1 }\n')
     assert CostModel.transfer_time(cluster, 2e9, 0, 1) == pytest.approx(1e-6 + 0.1, rel=1e-12)
     assert CostModel.transfer_time(cluster, 2e9, 1, 0) == pytest.approx(5e-6 + 0.2, rel=1e-12)
+
+
+def test_a_placeholder_is_costed_as_before_without_a_made_up_feed():
+    """Grappler costs a Placeholder like a Const; the Empty that stands in for it (so nothing
+    allocates a made-up feed) keeps that time, not the memory traffic of writing its output."""
+    meta_graph = ingest.load_meta_graph(small_cnn().graph)
+    props = grappler.device_properties("CPU", num_cores=4, frequency_mhz=2000,
+                                       memory_bandwidth_gbps=20.0)
+    times = grappler.measure_costs(meta_graph, "CPU", props)
+    images = next(n.name for n in meta_graph.graph_def.node if n.op == "Placeholder")
+    const = next(n.name for n in meta_graph.graph_def.node if n.op == "Const")
+    assert times[images] == times[const] < 1e-8  # not [8, 32, 32, 3] floats at 20 GB/s
+    assert set(times) <= {n.name for n in meta_graph.graph_def.node}  # no stand-in's Const
+
+
+def test_a_placeholder_too_big_to_allocate_is_infeasible_and_the_process_lives(run_scripts):
+    """A [10**9, 4096] float placeholder made Grappler allocate a 16 TB made-up feed while
+    costing, and the process died (SIGSEGV); it must be an InfeasiblePlacementError."""
+    code = (
+        "import tensorflow as tf, tf_autoplace\n"
+        "g = tf.Graph()\n"
+        "with g.as_default():\n"
+        "    x = tf.compat.v1.placeholder(tf.float32, [10**9, 4096], name='x')\n"
+        "    tf.reduce_sum(x * 2.0, name='y')\n"
+        "try:\n"
+        "    tf_autoplace.autoplace(g, cluster='testdata/cpu2.pbtxt', placer='m_etf',\n"
+        "                           progress=False)\n"
+        "except tf_autoplace.InfeasiblePlacementError as e:\n"
+        "    print('InfeasiblePlacementError:', e)\n"
+        "print('alive')\n")
+    returncode, stdout, stderr = run_scripts({"big": ["-c", code]})["big"]
+    assert returncode == 0, stderr[-2000:]
+    lines = stdout.splitlines()
+    assert lines[-1] == "alive"
+    assert lines[0].startswith("InfeasiblePlacementError: "), stdout

@@ -4,9 +4,12 @@ placed exactly as the TF path places it."""
 
 import dataclasses
 import json
+import re
 
 import numpy as np
 import pytest
+from tensorflow.core.framework import cost_graph_pb2
+from tensorflow.core.protobuf import config_pb2
 
 import tf_autoplace
 from tf_autoplace import zoo
@@ -14,7 +17,7 @@ from tf_autoplace.cluster import Cluster, Device, resolve_cluster
 from tf_autoplace.errors import ConfigError, InvalidGraphError
 from tf_autoplace.graph import costgraph, ingest
 from tf_autoplace.graph.opgraph import KERNEL_KINDS, OpGraph
-from tf_autoplace.placers import PlacetoPlacer
+from tf_autoplace.placers import AutoPlacer, PlacetoPlacer, PostPlacer
 from tf_autoplace.prepare import build_problem, cost_graph_problem, export_cost_graph
 from tf_autoplace.rl.env import EnvConfig
 from tf_autoplace.testing import problems
@@ -193,6 +196,33 @@ def test_file_errors_name_the_file(tmp_path):
     with pytest.raises(tf_autoplace.ClusterSpecError, match="k80x3"):
         tf_autoplace.place_cost_graph(tmp_path / "missing.json", cluster="k80x3")
     assert not costgraph.is_cost_graph_file("model.pbtxt")  # a GraphDef stays a GraphDef
+
+
+def test_a_cost_graph_whose_ops_all_take_no_time_is_placed_and_reported():
+    """Every op at 0 s (a step whose ops a profile saw as no kernel of their own): the report's
+    ratios divided by the 0 s step and the auto placer's summary by its 0 s start
+    (ZeroDivisionError), Post's update made NaN logits (ConfigError). Now it is placed, and
+    every ratio of two 0 s steps is 1."""
+    zero = costgraph.decode(re.sub(r"seconds: [0-9.e-]+", "seconds: 0", HAND).encode(), "text")
+    for placer in (AutoPlacer(max_samples=8), PostPlacer(max_samples=8), "m_etf"):
+        report = tf_autoplace.place_cost_graph(zero, cluster="cpu2", placer=placer,
+                                               progress=False)
+        assert report.step_time_s == report.baseline_step_time_s == report.lower_bound_s == 0
+        assert report.speedup == report.ratio_to_lower_bound == 1.0
+        assert "(speedup 1.00x)" in str(report)
+        assert json.loads(report.to_json())["ratio_to_lower_bound"] == 1.0
+
+
+def test_a_cost_graph_proto_is_placed_and_any_other_object_is_a_config_error():
+    """place_cost_graph read anything that is not a CostGraph as a path: its own proto, or
+    TensorFlow's RunMetadata.cost_graph (a CostGraphDef, another format), raised TypeError."""
+    proto = costgraph.to_proto(costgraph.decode(HAND.encode(), "text"))
+    report = tf_autoplace.place_cost_graph(proto, cluster=_cluster(), placer="m_etf")
+    assert report.assignment == tf_autoplace.place_cost_graph(
+        costgraph.from_proto(proto), cluster=_cluster(), placer="m_etf").assignment
+    for other in (cost_graph_pb2.CostGraphDef(), config_pb2.RunMetadata(), 3):
+        with pytest.raises(ConfigError, match=f"got a .*{type(other).__name__}"):
+            tf_autoplace.place_cost_graph(other, cluster=_cluster(), placer="m_etf")
 
 
 def test_export_needs_one_time_per_device_kind():

@@ -18,6 +18,12 @@ Facts this module relies on (checked on TF 2.21):
   comes back with an unknown first dimension. For shape inference we therefore stand in an
   ``Empty`` op of the placeholder's static shape (not a feed, value unknown) for each
   placeholder whose shape is fully known.
+- ``Item`` also allocates a made-up value of its static shape for every ``Placeholder`` it feeds
+  (``GrapplerItemFromMetaGraphDef``): a ``[10**9, 4096]`` float placeholder is a 16 TB
+  allocation, and the process dies with a segfault (1.6 GB for ``[10**5, 4096]``). Costing
+  therefore reads the same ``Empty`` stand-ins, which nothing allocates. Grappler costs a
+  Placeholder like a Const (nothing to compute), and an ``Empty`` by the bytes it writes, so each
+  stand-in gets the time Grappler gives its shape's Const: the placeholder's own.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from tensorflow.python.grappler import item as gitem
 from tf_autoplace.errors import InvalidGraphError
 
 _VIRTUAL_DEVICE = {"GPU": "/device:GPU:0", "CPU": "/device:CPU:0"}
+_STATIC_SHAPE = "_autoplace_static_shape"  # a placeholder's shape Const: <placeholder>/<this>
 
 
 @contextlib.contextmanager
@@ -92,7 +99,7 @@ def _unfeed_static_placeholders(meta_graph: meta_graph_pb2.MetaGraphDef):
                 or any(d.size < 0 for d in shape.dim)
                 or dtype in (types_pb2.DT_RESOURCE, types_pb2.DT_VARIANT, types_pb2.DT_INVALID)):
             continue
-        dims_name = f"{node.name}/_autoplace_static_shape"
+        dims_name = f"{node.name}/{_STATIC_SHAPE}"
         if dims_name in names:
             continue
         dims = mg.graph_def.node.add(name=dims_name, op="Const", device=node.device)
@@ -133,8 +140,7 @@ def measure_costs(meta_graph: meta_graph_pb2.MetaGraphDef, kind: str,
     """Node name -> analytical compute time in seconds with every node on one device ``props``.
 
     Nodes Grappler does not report are absent from the result (the caller falls back)."""
-    mg = meta_graph_pb2.MetaGraphDef()
-    mg.CopyFrom(meta_graph)
+    mg = _unfeed_static_placeholders(meta_graph)  # no made-up feeds (module docstring)
     device = _VIRTUAL_DEVICE[kind]
     for node in mg.graph_def.node:
         node.device = device
@@ -155,6 +161,13 @@ def measure_costs(meta_graph: meta_graph_pb2.MetaGraphDef, kind: str,
         for ns in dev_stats.node_stats:
             if ns.node_name in times:
                 times[ns.node_name] = (ns.op_end_rel_nanos - ns.op_start_rel_nanos) * 1e-9
+    placeholders = {n.name for n in meta_graph.graph_def.node if n.op == "Placeholder"}
+    for node in mg.graph_def.node:  # a stand-in Empty costs what its placeholder does
+        if node.op == "Empty" and node.name in placeholders:
+            times.pop(node.name, None)
+            shape_time = times.pop(f"{node.name}/{_STATIC_SHAPE}", None)
+            if shape_time is not None:
+                times[node.name] = shape_time
     return times
 
 

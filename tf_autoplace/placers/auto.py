@@ -272,7 +272,8 @@ class AutoPlacer(Placer):
                    f"{samples} {'measured' if measured else 'simulated'} placements ({tried}); "
                    f"the best started from {label} "
                    f"({start_s * 1e3:.2f} "
-                   f"ms) and reached {end_s * 1e3:.2f} ms ({(1 - end_s / start_s) * 100:.1f}% "
+                   f"ms) and reached {end_s * 1e3:.2f} ms "
+                   f"({(1 - end_s / start_s) * 100 if start_s else 0.0:.1f}% "  # 0 s ops: no gain
                    f"faster; stopped: {winner.stopped})")
         if winner.stopped == "deadline":
             summary += (f"; the {cfg.budget_s:g} s budget ended the search before "

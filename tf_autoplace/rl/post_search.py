@@ -397,7 +397,8 @@ def search(problem: PlacementProblem, config: PostConfig, seed: int, *,
                 ce_updates += 1
             elif use_ppo:
                 baseline = float(recent.mean())
-                advantages = (baseline - found.scores) / baseline
+                advantages = ((baseline - found.scores) / baseline if baseline > 0  # 0 s: all
+                              else np.zeros_like(found.scores))          # equal, nothing to learn
                 tables = ppo_update(tables, actions, advantages, beta=config.kl_penalty,
                                     learning_rate=config.learning_rate,
                                     steps=config.ppo_steps)
