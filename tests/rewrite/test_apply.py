@@ -1,11 +1,12 @@
 """Rewrite: a placement sets every op's device in canonical form, all or nothing on a tf.Graph,
-and on a copy of a GraphDef."""
+and on a copy of a GraphDef; which annotations it overrides."""
 
 import pytest
 import tensorflow as tf
+from tensorflow.core.framework import graph_pb2
 
 from tf_autoplace.errors import InfeasiblePlacementError, InvalidGraphError
-from tf_autoplace.rewrite import apply_to_graph, apply_to_graph_def
+from tf_autoplace.rewrite import apply_to_graph, apply_to_graph_def, replaced_devices
 
 HOST = "/job:localhost/replica:0/task:0/device:"
 USER_DEVICE = "/device:CPU:7"
@@ -106,3 +107,17 @@ def test_apply_to_graph_def_returns_a_placed_copy(placed_by_user):
         with pytest.raises(error, match=message):
             apply_to_graph_def(graph_def, bad)
         assert graph_def.SerializeToString(deterministic=True) == before
+
+
+def test_replaced_devices_lists_the_annotations_a_placement_does_not_satisfy():
+    graph_def = graph_pb2.GraphDef()
+    asked = {"none": "", "type": "/device:GPU:*", "cpu0": "/CPU:0", "gpu1": "/device:GPU:1",
+             "job": "/job:worker/device:GPU:0", "lower": "/cpu:0"}
+    for name, device in asked.items():
+        graph_def.node.add(name=name, op="NoOp", device=device)
+    gpu0 = "/job:localhost/replica:0/task:0/device:GPU:0"
+    cpu0 = "/job:localhost/replica:0/task:0/device:CPU:0"
+    placement = {"none": gpu0, "type": gpu0, "cpu0": cpu0, "gpu1": gpu0, "job": gpu0,
+                 "lower": cpu0}
+    assert replaced_devices(graph_def, placement) == [
+        ("gpu1", "/device:GPU:1", gpu0), ("job", "/job:worker/device:GPU:0", gpu0)]

@@ -55,17 +55,20 @@ def replaced_devices(graph_def: graph_pb2.GraphDef,
     field (job, replica, task, device type, device index) in which the placed device differs.
     ``/CPU:0`` is satisfied by ``/job:localhost/replica:0/task:0/device:CPU:0``, ``/GPU:1`` is
     not by GPU 0. The placement replaces every annotation; this says which it overrode."""
-    out = []
+    out, kept = [], {}  # (annotation, placed device) -> whether the placement satisfies it
     for node in graph_def.node:
         if not node.device or node.name not in placement:
             continue
-        asked = tf.DeviceSpec.from_string(node.device)
-        got = tf.DeviceSpec.from_string(placement[node.name])
-        if any(getattr(asked, field) is not None and getattr(asked, field) != getattr(got, field)
-               for field in ("job", "replica", "task", "device_index")) or (
-                asked.device_type is not None
-                and asked.device_type.upper() != (got.device_type or "").upper()):
-            out.append((node.name, node.device, placement[node.name]))
+        pair = (node.device, placement[node.name])
+        if pair not in kept:  # a graph has few distinct device strings
+            asked, got = (tf.DeviceSpec.from_string(d) for d in pair)
+            differs = [getattr(asked, f) is not None and getattr(asked, f) != getattr(got, f)
+                       for f in ("job", "replica", "task", "device_index")]
+            differs.append(asked.device_type is not None
+                           and asked.device_type.upper() != (got.device_type or "").upper())
+            kept[pair] = not any(differs)
+        if not kept[pair]:
+            out.append((node.name, *pair))
     return out
 
 
