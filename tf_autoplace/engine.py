@@ -199,7 +199,7 @@ def place_problem(problem: PlacementProblem, placer: Placer, seed: int, *,
     bound = lp_lower_bound(problem.graph, cluster, problem.op_time)
     timings["bound"] = time.perf_counter() - t
     bound_notes = []
-    if bound.status != "optimal":
+    if bound.status not in ("optimal", "not needed"):  # "not needed": nothing to solve
         bound_notes.append(f"the LP lower bound's solve ended with '{bound.status}'; the bound "
                            "reported is the best of the proven ones it has")
     report = PlacementReport(

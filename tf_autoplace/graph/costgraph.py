@@ -95,7 +95,10 @@ def from_proto(proto: cost_graph_pb2.CostGraph) -> CostGraph:
         raise InvalidGraphError(
             f"cost graph format_version is {proto.format_version}"
             f"{' (unset)' if proto.format_version == 0 else ''}; this reader knows version "
-            f"{FORMAT_VERSION}")
+            f"{FORMAT_VERSION}"
+            + ("; TensorFlow's own CostGraphDef (RunMetadata.cost_graph) is another format: "
+               "profile the graph with `tf-autoplace profile`, or export a costed graph with "
+               "tf_autoplace.prepare.export_cost_graph" if proto.format_version == 0 else ""))
     ops = list(proto.op)
     if not ops:
         raise InvalidGraphError("the cost graph has no ops")
