@@ -27,6 +27,9 @@ def test_advantages_use_the_previous_trials_as_baseline_and_a_floor():
     np.testing.assert_allclose(later, (rewards + 1.0) / np.concatenate([history, rewards]).std())
     same = ppo.advantages(np.full(4, -1.0), None, floor=0.5)
     np.testing.assert_allclose(same, 0.0)
+    # Every placement 0 s (a graph whose ops take no time): the floor is 0 too, no NaN.
+    with np.errstate(all="raise"):
+        np.testing.assert_array_equal(ppo.advantages(np.zeros(4), np.zeros(2), floor=0.0), 0.0)
 
 
 def test_clipped_loss_is_reinforce_at_ratio_one_and_stops_past_the_clip():

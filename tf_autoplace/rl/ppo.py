@@ -53,8 +53,10 @@ def advantages(rewards: np.ndarray, history: np.ndarray | None, floor: float) ->
     yet. The spread they are divided by is the standard deviation over the history and the
     batch together, at least ``floor``: every graph of a batch then moves the policy by steps of
     the same size, whatever its step time, and a batch of identical placements (nothing to
-    learn) gives advantages near 0 rather than noise blown up."""
+    learn) gives advantages near 0 rather than noise blown up; exactly 0 when the spread and the
+    floor are both 0 (every placement scored 0 s: a graph whose ops take no time)."""
     rewards = np.asarray(rewards, np.float64)
     baseline = rewards.mean() if history is None or not len(history) else history.mean()
     seen = rewards if history is None else np.concatenate([history, rewards])
-    return (rewards - baseline) / max(float(seen.std()), floor)
+    spread = max(float(seen.std()), floor)
+    return (rewards - baseline) / spread if spread > 0 else np.zeros_like(rewards)
