@@ -19,6 +19,7 @@ from typing import Mapping, Sequence
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
+from tf_autoplace.cluster import same_device
 from tf_autoplace.errors import InfeasiblePlacementError, InvalidGraphError
 
 
@@ -61,12 +62,7 @@ def replaced_devices(graph_def: graph_pb2.GraphDef,
             continue
         pair = (node.device, placement[node.name])
         if pair not in kept:  # a graph has few distinct device strings
-            asked, got = (tf.DeviceSpec.from_string(d) for d in pair)
-            differs = [getattr(asked, f) is not None and getattr(asked, f) != getattr(got, f)
-                       for f in ("job", "replica", "task", "device_index")]
-            differs.append(asked.device_type is not None
-                           and asked.device_type.upper() != (got.device_type or "").upper())
-            kept[pair] = not any(differs)
+            kept[pair] = same_device(*(tf.DeviceSpec.from_string(d) for d in pair))
         if not kept[pair]:
             out.append((node.name, *pair))
     return out
