@@ -318,7 +318,16 @@ def test_expert_places_layer_i_on_gpu_i_for_a_small_nmt(small_nmt):
         assert by_prefix["encoder/layer_1/"] == by_prefix["decoder/layer_1/"] == {1}
         assert by_prefix["gradients/encoder/layer_1/"] == {1}
         assert by_prefix["gradients/decoder/layer_0/"] == {0}
-    devices = ExpertPlacer.from_pipeline(model.layer_scopes).place(problem).devices
-    for prefix, gpu in (("encoder/embedding/", 0), ("attention/", 1), ("softmax/", 1)):
-        ops = [i for i, name in enumerate(names) if name.startswith(prefix)]
-        assert set(devices[ops].tolist()) == {gpu}, prefix
+    # Heads and tails: from the model's scopes, and derived from the graph without them (the
+    # attention and the softmax read the top layers; the embeddings feed the bottom ones). Ops
+    # with no edge at all (dead constants) go to the first GPU either way.
+    graph = problem.graph
+    connected = np.zeros(graph.num_ops, bool)
+    connected[np.concatenate([graph.edge_src, graph.edge_dst])] = True
+    for expert in (ExpertPlacer.from_pipeline(model.layer_scopes), ExpertPlacer()):
+        devices = expert.place(problem).devices
+        for prefix, gpu in (("encoder/embedding/", 0), ("decoder/embedding/", 0),
+                            ("attention/", 1), ("softmax/", 1), ("gradients/attention/", 1),
+                            ("gradients/softmax/", 1)):
+            ops = [i for i, name in enumerate(names) if name.startswith(prefix) and connected[i]]
+            assert ops and set(devices[ops].tolist()) == {gpu}, prefix

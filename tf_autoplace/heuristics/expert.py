@@ -48,7 +48,22 @@ Scopes come from the constructor, from :meth:`ExpertPlacer.from_pipeline` (a zoo
 ``gradients`` and not an optimizer update) whose name has a path component ``layer_<i>``
 defines the stage prefix up to that component; prefixes with the same numbers
 (``encoder/layer_0/`` and ``decoder/layer_0/``; ``stack_1/layer_3/``) form one stage, and
-stages are ordered by first appearance in the graph. Heads and tails are then found by step 3.
+stages are ordered by first appearance in the graph.
+
+**Heads and tails without scopes.** When neither head nor tail scopes are given (and there are
+at least two stages), they are read off the forward pass, so that a user's graph gets the
+papers' expert and not a split of its attention and softmax between the GPUs of the layers they
+read. The forward ops are those not under ``gradients``/``gradient_tape`` and not an optimizer
+update; only data edges between forward ops count (a control edge would make ``init`` a tail):
+
+* **tails**: forward ops outside every stage that the *last* stage's forward ops feed,
+  directly or through other such ops (attention reading the top encoder layer, the output
+  projection, softmax and loss), then, repeatedly, forward ops outside every stage whose
+  forward consumers are all tails (the reads of the tails' weights, their constants);
+* **heads**: the remaining forward ops outside every stage that feed the first stage's forward
+  ops and that no stage feeds (embeddings, input pipelines).
+
+Glue between two inner stages is neither, and goes by step 3 to the stage next to it.
 
 Deterministic: the seed is ignored.
 """
@@ -69,6 +84,13 @@ _LAYER = re.compile(r"^((?:[^/]+/)*?layer_\d+/)")
 _NUMBERS = re.compile(r"_(\d+)/")
 _GRADIENT = re.compile(r"^gradients(?:_\d+)?/(.+?)_grad(?:/|$)")
 _UPDATE = re.compile(r"update_(.+)$")
+_BACKWARD = re.compile(r"^(?:gradients(?:_\d+)?|gradient_tape)/|update_")
+
+
+def _is_forward(name: str) -> bool:
+    """Whether op ``name`` belongs to the forward pass: not a gradient (TF1's ``gradients/``,
+    TF2's ``gradient_tape/``) and not an optimizer update (``.../update_V/...``)."""
+    return _BACKWARD.search(name) is None
 
 
 def _stage_key(prefix: str) -> tuple[int, ...]:
@@ -141,7 +163,7 @@ class ExpertPlacer(Placer):
             return self.layer_scopes
         prefixes = []
         for name in names:
-            if name.startswith("gradients") or "update_" in name:
+            if not _is_forward(name):
                 continue
             match = _LAYER.match(name)
             if match:
@@ -155,16 +177,22 @@ class ExpertPlacer(Placer):
             return SingleDevicePlacer()._place(problem, rng)  # pylint: disable=protected-access
         gpus = compute_devices(problem)
         stage_device = [int(gpus[i * len(gpus) // len(stages)]) for i in range(len(stages))]
-        rules = [(scope, stage_device[i]) for i, stage in enumerate(stages) for scope in stage]
-        rules += [(scope, stage_device[0]) for scope in self.head_scopes]
-        rules += [(scope, stage_device[-1]) for scope in self.tail_scopes]
+        # (scope, device, stage): heads and tails are on a stage's device but of no stage.
+        rules = [(scope, stage_device[i], i) for i, stage in enumerate(stages)
+                 for scope in stage]
+        rules += [(scope, stage_device[0], -1) for scope in self.head_scopes]
+        rules += [(scope, stage_device[-1], -1) for scope in self.tail_scopes]
 
         op_device = np.full(graph.num_ops, -1, np.int64)
+        op_stage = np.full(graph.num_ops, -1, np.int64)
         for i, name in enumerate(graph.names):
-            for scope, device in rules:
+            for scope, device, stage in rules:
                 if in_scope(name, scope):
-                    op_device[i] = device
+                    op_device[i], op_stage[i] = device, stage
                     break
+        if not self.head_scopes and not self.tail_scopes and len(stages) > 1:
+            heads, tails = derive_heads_and_tails(graph, op_stage, len(stages))
+            op_device[heads], op_device[tails] = stage_device[0], stage_device[-1]
         coloc = graph.colocation.astype(np.int64)
         unit_device = _vote(graph, coloc, op_device, problem.cluster.num_devices)
         _follow_forward_ops(graph, coloc, op_device, unit_device)
@@ -177,6 +205,50 @@ class ExpertPlacer(Placer):
             ok = gpus[allowed[c, gpus]]
             unit_device[c] = ok[0] if len(ok) else int(np.argmax(allowed[c]))
         return unit_device[coloc].astype(np.int32)
+
+
+def derive_heads_and_tails(graph, op_stage: np.ndarray,
+                           num_stages: int) -> tuple[np.ndarray, np.ndarray]:
+    """The head and tail ops of a graph whose stages are known (module docstring): ``op_stage``
+    [n] is each op's stage (-1: none). Returns (heads, tails), op index arrays."""
+    n = graph.num_ops
+    forward = np.fromiter((_is_forward(name) for name in graph.names), bool, count=n)
+    free = forward & (op_stage < 0)  # forward ops of no stage: the candidates
+    src, dst = graph.edge_src.astype(np.int64), graph.edge_dst.astype(np.int64)
+    keep = forward[src] & forward[dst] & (src != dst)
+    src, dst = src[keep], dst[keep]
+    # Consumers (out) and producers (in) of each op, as CSR lists over forward data edges.
+    out_start = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=n))])
+    out_list = dst[np.argsort(src, kind="stable")]
+    in_start = np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=n))])
+    in_list = src[np.argsort(dst, kind="stable")]
+
+    def reach(seeds: np.ndarray, start: np.ndarray, neighbours: np.ndarray) -> np.ndarray:
+        """[n] bool: free ops reached from ``seeds`` through free ops."""
+        reached = np.zeros(n, bool)
+        frontier = np.asarray(seeds, np.int64)
+        while len(frontier):
+            nxt = np.concatenate([neighbours[start[i]:start[i + 1]] for i in frontier]
+                                 + [np.zeros(0, np.int64)])
+            nxt = np.unique(nxt[free[nxt] & ~reached[nxt]])
+            reached[nxt] = True
+            frontier = nxt
+        return reached
+
+    staged = forward & (op_stage >= 0)
+    tail = reach(np.flatnonzero(staged & (op_stage == num_stages - 1)), out_start, out_list)
+    # Free ops whose forward consumers are all tails join them (weights' reads, constants).
+    consumers = np.bincount(src, minlength=n)
+    while True:
+        to_tail = np.bincount(src[tail[dst]], minlength=n)
+        grow = free & ~tail & (consumers > 0) & (to_tail == consumers)
+        if not grow.any():
+            break
+        tail |= grow
+    fed_by_stage = reach(np.flatnonzero(staged), out_start, out_list)
+    head = reach(np.flatnonzero(staged & (op_stage == 0)), in_start, in_list)
+    head &= ~tail & ~fed_by_stage
+    return np.flatnonzero(head), np.flatnonzero(tail)
 
 
 def _vote(graph, coloc: np.ndarray, op_device: np.ndarray, num_devices: int) -> np.ndarray:
