@@ -257,6 +257,38 @@ def test_expert_follows_scopes_gradients_updates_and_neighbours():
     assert derived["emb/lookup"] == 0 and derived["head/logits"] == 1
 
 
+def test_expert_derives_heads_and_tails_from_the_forward_pass():
+    # Three stages on three GPUs. "attn" reads the last stage and, with more bytes, the first,
+    # as NMT's attention reads the top encoder and the bottom decoder layer: a tail (with its
+    # weight's read and its constant, whose only consumer it is) where the nearest neighbour
+    # would pick the first stage. "emb" feeds the first stage and no stage feeds it (a head);
+    # "glue" sits between stages 0 and 1 (neither: nearest neighbour). Backward ops (TF1
+    # "gradients/", TF2 "gradient_tape/") and control edges do not make tails.
+    names = ["ids", "emb", "layer_0/mm", "glue", "layer_1/mm", "layer_2/mm", "attn/w",
+             "attn/read", "attn/scale", "attn", "softmax", "loss",
+             "gradient_tape/attn/grad", "gradients/softmax_grad/x", "init"]
+    index = {name: i for i, name in enumerate(names)}
+    data = [("ids", "emb"), ("emb", "layer_0/mm"), ("layer_0/mm", "glue"),
+            ("glue", "layer_1/mm"), ("layer_1/mm", "layer_2/mm"), ("layer_2/mm", "attn"),
+            ("layer_0/mm", "attn"),
+            ("attn/w", "attn/read"), ("attn/read", "attn"), ("attn/scale", "attn"),
+            ("attn", "softmax"), ("softmax", "loss"), ("loss", "gradient_tape/attn/grad"),
+            ("gradient_tape/attn/grad", "gradients/softmax_grad/x")]
+    size = {"layer_0/mm": 10**7}
+    graph = from_edges(len(names), [(index[a], index[b], size.get(a, 10**6)) for a, b in data],
+                       names=names, control=[(index["layer_2/mm"], index["init"])])
+    problem = _problem(graph, _cluster(num_gpus=3), gpu_s=1e-3)
+    derived = dict(zip(names, ExpertPlacer().place(problem).devices.tolist()))
+    assert [derived[f"layer_{i}/mm"] for i in range(3)] == [0, 1, 2]
+    for name in ("attn/w", "attn/read", "attn/scale", "attn", "softmax", "loss"):
+        assert derived[name] == 2, name
+    assert derived["ids"] == derived["emb"] == 0
+    assert derived["glue"] in (0, 1)
+    # A head scope given: nothing is derived, and the unscoped attention goes by neighbours.
+    given = dict(zip(names, ExpertPlacer(head_scopes=["emb"]).place(problem).devices.tolist()))
+    assert given["emb"] == 0 and given["attn"] == 0
+
+
 def test_expert_without_layers_is_the_single_gpu_placement():
     graph, _ = _random_dag(30, seed=1)
     problem = _problem(graph, _cluster(num_gpus=2), gpu_s=1e-3)
