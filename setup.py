@@ -44,7 +44,8 @@ Optional extras:
 - test (pytest; grpcio-tools pinned to the version that generated tf_autoplace/proto, so
   tests/test_protos.py can regenerate the modules and compare them byte for byte; matplotlib
   ray and tensorboard, so the plot, Ray-backend and TensorBoard-scalar tests run rather than
-  skip).
+  skip; pytest-xdist, so the suite runs its test files in two processes: most tests are
+  single-threaded Python or numba, and on 2 cores one process left the other core idle).
 """
 
 from setuptools import find_packages, setup
@@ -84,7 +85,7 @@ setup(
         "ray": ["ray>=2.40"],
         "plot": ["matplotlib>=3.6"],
         "train": ["tensorboard>=2.16"],
-        "test": ["pytest>=7", "grpcio-tools==1.85.1", "matplotlib>=3.6", "ray>=2.40",
-                 "tensorboard>=2.16"],
+        "test": ["pytest>=7", "pytest-xdist>=3.0", "grpcio-tools==1.85.1", "matplotlib>=3.6",
+                 "ray>=2.40", "tensorboard>=2.16"],
     },
 )

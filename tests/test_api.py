@@ -47,6 +47,7 @@ def test_report_figures_are_consistent():
     assert '"step_time_s"' in report.to_json()
 
 
+@pytest.mark.slow
 def test_same_seed_same_placement_with_the_default_learned_placer():
     from tf_autoplace.placers import PlacetoPlacer
 

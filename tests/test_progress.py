@@ -61,6 +61,7 @@ def test_the_default_placer_reports_its_whole_search():
     assert placer.progress is QUIET  # not kept after the placement
 
 
+@pytest.mark.slow
 def test_placeto_reports_its_fine_tuning():
     recorder = Recorder()
     placer = PlacetoPlacer(max_samples=40)

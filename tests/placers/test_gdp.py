@@ -168,6 +168,7 @@ def test_a_saved_fine_tuned_policy_reloads_with_identical_outputs(tuned):
     assert "GdpConfig(" in manifest["placer_config"]
 
 
+@pytest.mark.slow
 def test_a_later_placer_starts_from_the_saved_policy(tuned):
     problem, _, directory = tuned
     zero = GdpPlacer(max_steps=0, features=SMALL, heuristics=(), policy=directory)

@@ -49,6 +49,7 @@ def test_a_target_is_never_slower_than_the_hint_and_counts_its_moves():
     np.testing.assert_array_equal(target.actions, again.actions)
 
 
+@pytest.mark.slow
 def test_cloning_learns_which_groups_to_move_not_just_to_copy_the_hint():
     """Targets that move every group in the later half of the graph to another device than
     the hint's: a policy whose head lets no gradient reach the embedding (every device of a

@@ -92,6 +92,7 @@ def test_a_search_that_follows_its_best_placement_keeps_it_as_the_hint():
     assert more.step == 5 and more.samples == 1 + 5 * 8
 
 
+@pytest.mark.slow
 def test_batch_training_is_seeded_and_takes_distinct_graphs_per_step():
     results = []
     for _ in range(2):

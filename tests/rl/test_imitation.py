@@ -105,6 +105,7 @@ def test_cloning_teaches_the_greedy_episode_to_reach_the_target(targets):
     np.testing.assert_array_equal(greedy_result(policy), target)
 
 
+@pytest.mark.slow
 def test_the_loss_is_the_target_devices_cross_entropy_with_moving_steps_weighted(targets):
     problem = _problems()[0]
     env = PlacementEnv(problem, ENV)

@@ -180,7 +180,8 @@ def _prob_of_device(policy, env, device):
     return float(np.mean(probs))
 
 
-@pytest.mark.parametrize("estimator,discount", [("reinforce", 1.0), ("all_actions", 0.0)])
+@pytest.mark.parametrize("estimator,discount", [
+    ("reinforce", 1.0), pytest.param("all_actions", 0.0, marks=pytest.mark.slow)])
 def test_untrained_policy_only_prefers_keeping_and_training_moves_towards_the_faster_device(
         estimator, discount):
     # Device 1 runs every op 4x faster: moving any op there shortens the step.
@@ -293,6 +294,7 @@ def test_all_action_estimator_needs_each_actions_own_improvement():
                         reinforce.TrainConfig(estimator="all_actions", discount=0.0))
 
 
+@pytest.mark.slow
 def test_pretraining_keeps_the_weights_that_did_best_on_the_training_graphs():
     rng = np.random.default_rng(9)
     problems = [_problem(12, _random_dag(rng, 12), speeds=(1.0, 1.5)) for _ in range(3)]
@@ -425,6 +427,7 @@ def test_autoplace_with_placeto_inside_the_users_graph_adds_no_ops_to_it():
         tf_autoplace.autoplace(tg.graph, placer="placeto", budget_s=-1)
 
 
+@pytest.mark.slow
 def test_reinitialized_policy_is_a_fresh_one_and_compiles_nothing_again():
     rng = np.random.default_rng(12)
     env = PlacementEnv(_problem(12, _random_dag(rng, 12)), EnvConfig(max_groups=12))
@@ -444,6 +447,7 @@ def test_reinitialized_policy_is_a_fresh_one_and_compiles_nothing_again():
     assert policy.logits.experimental_get_tracing_count() == traced
 
 
+@pytest.mark.slow
 def test_training_with_one_worker_uses_the_callers_policy_and_environments(monkeypatch):
     rng = np.random.default_rng(14)
     problem, other = (_problem(8, _random_dag(rng, 8)) for _ in range(2))
@@ -525,7 +529,7 @@ def test_tempering_divides_the_logits_and_keeps_the_greedy_episode():
         PlacetoPlacer(temperature=-1.0)
 
 
-@pytest.mark.parametrize("episode_start", ["env", "best"])
+@pytest.mark.parametrize("episode_start", ["env", pytest.param("best", marks=pytest.mark.slow)])
 def test_episodes_start_from_the_incumbent_when_asked(episode_start):
     # A policy that never moves a group, with every action scored: every device of every group
     # is scored from the episode's start placement, so the best placement after one iteration
