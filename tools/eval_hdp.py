@@ -15,9 +15,9 @@ placement the guard returned, and from the search's curve (read as the benchmark
 :func:`tf_autoplace.benchmark.search_curve` and :func:`~tf_autoplace.benchmark.reach`) the
 placements and seconds it took to reach
 the expert's step time (if it did) and to come within ``--converged`` of its final best R.
-``--set=name=value`` overrides an ``HDPConfig`` field (numbers only); ``--policy_dir``
-starts every pair's search from a saved HDP policy (``tf-autoplace place --placer=hdp
---save_policy=DIR`` or ``HDPPlacer.save_policy``) instead of a fresh one.
+``--set=name=value`` overrides an ``HDPConfig`` field (``--set=start=heuristic``);
+``--policy_dir`` starts every pair's search from a saved HDP policy (``tf-autoplace place
+--placer=hdp --save_policy=DIR`` or ``HDPPlacer.save_policy``) instead of a fresh one.
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ flags.DEFINE_integer("max_samples", 4096, "placements HDP samples per pair", low
 flags.DEFINE_float("converged", 0.01, "a curve has converged once its best is within this "
                    "fraction of its final best", lower_bound=0.0)
 flags.DEFINE_integer("seed", 0, "the placer's seed (tools/benchmark.py's --seed)")
-flags.DEFINE_multi_string("set", [], "HDPConfig field override, name=value (a number)")
+flags.DEFINE_multi_string("set", [], "HDPConfig field override, name=value (a number, or the "
+                          "text of a text field: --set=start=heuristic)")
 flags.DEFINE_string("policy_dir", None, "start from this saved HDP policy (default: a fresh "
                     "one, as the benchmark does)")
 flags.DEFINE_string("out_md", None, "also write the markdown here (rewritten after each pair)")
@@ -60,7 +61,9 @@ def parse_overrides(items) -> dict:
         try:
             out[name] = int(value) if value.lstrip("-").isdigit() else float(value)
         except ValueError:
-            raise app.UsageError(f"--set {name} wants a number, got {value!r}") from None
+            if fields[name] != "str":  # a text setting (start) takes the text as it is
+                raise app.UsageError(f"--set {name} wants a number, got {value!r}") from None
+            out[name] = value
     return out
 
 

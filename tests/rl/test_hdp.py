@@ -21,7 +21,8 @@ from tf_autoplace.placers import HDPConfig, HDPPlacer, PlacementProblem, check_p
 from tf_autoplace.placers.gdp import SHIPPED_POLICY as SHIPPED_GDP_POLICY
 from tf_autoplace.rl.eager import policy_context
 from tf_autoplace.benchmark import search_curve
-from tf_autoplace.rl.hdp_search import gumbel, sample, sample_groupings, search, update
+from tf_autoplace.rl.hdp_search import fit_placer_to_hint, gumbel, sample, sample_groupings, \
+    search, update
 from tf_autoplace.rl.hdp_view import build_view
 from tf_autoplace.rl.policies.hdp import HDPPolicy
 from tf_autoplace.rl.rollouts import Evaluator
@@ -371,3 +372,95 @@ def test_a_saved_policy_that_does_not_fit_is_a_config_error_naming_what_differs(
     with pytest.raises(ConfigError, match="policy_dir must be None or a directory, got 3"):
         HDPConfig(policy_dir=3)
 
+
+
+def test_hint_order_runs_through_each_device_in_topological_order():
+    # A chain of 8 ops; the hint puts ops 0-2 and 6-7 on GPU 1, ops 3-5 on GPU 0.
+    problem = make_problem(from_edges(8, [(i, i + 1, 100) for i in range(7)]), cluster(2), 1e-3)
+    hint = np.array([1, 1, 1, 0, 0, 0, 1, 1])
+    view = build_view(problem, 4, hint=hint)
+    plain = build_view(problem, 4)
+    assert view.hinted and not plain.hinted
+    np.testing.assert_array_equal(view.hint_device, hint)
+    # Device 0's three units fill [0, 1/2) in order, device 1's five fill [1/2, 1).
+    np.testing.assert_allclose(view.hint_order, [(1 + (r + .5) / 5) / 2 for r in range(3)]
+                               + [(r + .5) / 3 / 2 for r in range(3)]
+                               + [(1 + (r + .5) / 5) / 2 for r in range(3, 5)])
+    np.testing.assert_allclose(view.unit_features[:, -1], 2 * view.hint_order - 1, rtol=1e-6)
+    assert view.unit_features.shape[1] == plain.unit_features.shape[1] + 1
+    labels = np.array([[0, 0, 0, 1, 1, 1, 2, 2]])
+    features = view.group_features(labels)[0]
+    assert features.shape[-1] == view.num_group_features == plain.num_group_features + 1
+    v = view.num_types
+    # The groups' mean place in the hint order, as 2 q - 1, after the plain numeric columns.
+    np.testing.assert_allclose(features[:3, v + 6],
+                               [2 * view.hint_order[i].mean() - 1
+                                for i in (slice(0, 3), slice(3, 6), slice(6, 8))], rtol=1e-6)
+    np.testing.assert_array_equal(np.delete(features, v + 6, axis=-1),
+                                  plain.group_features(labels)[0])
+
+
+def test_the_heuristic_start_places_as_the_hint_before_any_reinforce_step():
+    problem = random_problem(80, num_gpus=2, seed=3)
+    hint = np.where(np.arange(80) < 35, 0, 1).astype(np.int32)
+    config = HDPConfig(**dict(SMALL, num_groups=8), start="heuristic", start_sharpness=3.0,
+                       start_steps=150)
+    view = build_view(problem, 8, hint=hint)
+    with policy_context():
+        policy = config.make_policy(view, seed=0)
+        assert policy.hinted
+        uniform = policy.group_probabilities(view.unit_features).numpy()
+        policy.start_grouper_from_hint(config.start_sharpness)
+        probabilities = policy.group_probabilities(view.unit_features).numpy()
+        # Each unit's likeliest group is one whose centre is nearest its hint order (a unit
+        # exactly between two centres may take either).
+        distance = np.abs((np.arange(8) + 0.5) / 8 - view.hint_order[:, None])
+        np.testing.assert_allclose(distance[np.arange(80), probabilities.argmax(axis=1)],
+                                   distance.min(axis=1), atol=1e-6)
+        assert probabilities.max(axis=1).mean() > 0.7 and np.allclose(uniform, 1 / 8)
+        loss = fit_placer_to_hint(policy, view, config, np.random.default_rng(0))
+        labels = probabilities.argmax(axis=1)[None].astype(np.int32)
+        greedy = policy.sample_devices(view.group_features(labels),
+                                       np.zeros((1, 8, 2), np.float32)).numpy()
+    assert loss < 1.0
+    np.testing.assert_array_equal(view.op_placement(labels, greedy)[0],
+                                  problem.cluster.compute_devices()[hint])
+
+
+def test_the_heuristic_start_needs_a_hint_and_a_policy_trained_with_the_same_start(tmp_path):
+    problem = random_problem(40, num_gpus=2, seed=1)
+    config = HDPConfig(**SMALL, start="heuristic")
+    with policy_context():
+        with pytest.raises(ConfigError, match="heuristic start needs a hint"):
+            search(problem, config, 0)
+        plain = HDPConfig(**SMALL).make_policy(build_view(problem, 6), seed=0)
+        with pytest.raises(ConfigError, match="trained with start='uniform'"):
+            search(problem, config, 0, policy=plain, hint=np.zeros(40, np.int32))
+    for field, value in [("start", "expert"), ("start_sharpness", 0), ("start_steps", 0),
+                         ("learning_rate", 0)]:
+        with pytest.raises(ConfigError, match=field):
+            HDPConfig(**{field: value})
+    assert HDPConfig().rate == 3e-3 and HDPConfig(start="heuristic").rate == 1e-3
+    assert HDPConfig(start="heuristic", learning_rate=0.01).rate == 0.01
+
+
+def test_hdp_from_the_heuristic_start_is_seeded_never_worse_and_keeps_a_hinted_policy(tmp_path):
+    problem = random_problem(60, num_gpus=2, seed=2)
+    overrides = dict(SMALL, max_samples=16, start="heuristic", start_steps=20)
+    placers = [HDPPlacer(**overrides) for _ in range(2)]
+    a, b = (p.place(problem, seed=4) for p in placers)
+    np.testing.assert_array_equal(a.devices, b.devices)
+    assert placers[0].stats["curve"] == placers[1].stats["curve"]
+    assert check_placement(problem, a.devices) == []
+    best = min(problem.simulator.run(HDPPlacer()._heuristics(problem)[0][1]).makespan,
+               placers[0].stats["learned_ms"] / 1e3)
+    assert problem.simulator.run(a.devices).makespan == pytest.approx(best)
+    placers[0].save_policy(str(tmp_path))
+    with policy_context():
+        loaded = HDPPolicy.load(str(tmp_path))
+    assert loaded.hinted and loaded.config["hinted"] is True
+    # A policy saved by the heuristic start goes on from where it stopped, with the same start.
+    again = HDPPlacer(**overrides, policy=str(tmp_path)).place(problem, seed=4)
+    assert check_placement(problem, again.devices) == []
+    with pytest.raises(ConfigError, match="trained with start='heuristic'"):
+        HDPPlacer(**dict(SMALL, max_samples=4), policy=str(tmp_path)).place(problem, seed=0)

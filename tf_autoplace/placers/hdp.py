@@ -9,7 +9,9 @@ user's graph with REINFORCE.
    are the units the grouper assigns, so no placement can split one; units that cannot run on
    every action device (GPU) are fixed to a device that can;
 2. trains a fresh policy (:mod:`tf_autoplace.rl.policies.hdp`) on this graph, as the paper
-   does for each model, or the one saved in ``policy_dir`` (``policy=`` to the constructor: a
+   does for each model (from the paper's uniform start, or with ``start="heuristic"`` from the
+   fastest of the heuristics below: :mod:`tf_autoplace.rl.hdp_search`), or the one saved in
+   ``policy_dir`` (``policy=`` to the constructor: a
    policy an earlier placement trained and saved, whose ``num_groups`` and widths must be the
    config's and whose device count must be the cluster's; a ConfigError says what differs):
    REINFORCE on reward ``-sqrt(R)`` with a moving-average baseline, K placements sampled and
@@ -66,8 +68,10 @@ class HDPPlacer(LearnedPlacer):
                               stopped="one device", seconds=time.perf_counter() - start)
             return devices
         searching = time.perf_counter()
+        # The heuristic start begins from the best of the heuristics it is compared with.
+        hint = rank_placements(problem, heuristics)[0][3] if cfg.start == "heuristic" else None
         with policy_context():  # the policy runs eagerly whatever mode the caller is in
-            found = search(problem, cfg, seed, deadline=start + cfg.budget_s,
+            found = search(problem, cfg, seed, deadline=start + cfg.budget_s, hint=hint,
                            progress=self.progress)
         choice = self._choose(problem, found.best_devices, heuristics)
         learned_s, learned_oom = choice.learned_s, choice.learned_oom

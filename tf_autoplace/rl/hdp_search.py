@@ -28,9 +28,22 @@ Where the paper is silent or its setting does not carry over, we chose:
   every first sample's probability down together).
 - **Gradient clipping** to a global norm of 1, as TF's hierarchical controller did
   (``grad_bound``), and an optional entropy bonus (0 by default: the paper has none).
-- **Adam** at a constant rate of 3e-3 (the paper names no optimiser settings in this text).
+- **Adam** at a constant rate, 3e-3 from the paper's start (the paper names no optimiser
+  settings in this text).
 - **Failures**: an out-of-memory placement is scored by the memory penalty, as in every
   learned placer here, rather than by a fixed failing runtime.
+
+**Start.** ``start="uniform"`` (the default) is the paper's: fresh networks whose heads start
+uniform. ``start="heuristic"`` (ours) starts from a hint placement, the best heuristic's when
+:class:`~tf_autoplace.placers.HDPPlacer` runs it, as the other learned placers here do: the view
+and both networks read the hint order (:mod:`tf_autoplace.rl.hdp_view`), the grouper is set to
+group units in runs of that order (:meth:`HDPPolicy.start_grouper_from_hint`), and the placer is
+fitted to put each group on its run's device (``start_steps`` Adam steps of cross-entropy on
+groupings sampled from that grouper) before REINFORCE begins. From the paper's start the
+placer settles on one GPU before the grouper forms groups (docs/experiments.md); from the
+heuristic's, samples differ from the hint at the runs' ends and wherever the grouper or the
+placer strays, so the search explores around it. Its REINFORCE rate defaults to 1e-3, the
+only one measured with this start (docs/experiments.md).
 
 The search stops after ``max_samples`` placements (the default; reproducible) or at the
 deadline, whichever comes first, and returns the best placement sampled.
@@ -74,9 +87,15 @@ class HDPConfig:
         NMT-2 the best placement stopped improving after about 600.
       num_groups: N, groups the grouper assigns colocation groups to (the paper's M; 256).
       samples_per_update: K, placements sampled and simulated per policy update (module doc).
-      learning_rate: Adam's rate (constant; the budget decides the length). On NMT-2, 1e-3,
-        3e-3 and 1e-2 ended within 1% of each other after 1,024 placements (one seed each;
-        docs/experiments.md).
+      learning_rate: Adam's rate (constant; the budget decides the length); None: 3e-3 from
+        the uniform start (on NMT-2, 1e-3, 3e-3 and 1e-2 ended within 1% of each other after
+        1,024 placements; one seed each; docs/experiments.md), 1e-3 from the heuristic start
+        (module doc).
+      start: ``"uniform"`` (the paper's fresh networks) or ``"heuristic"`` (module doc).
+      start_sharpness: with the heuristic start, how much a unit prefers the group of its
+        place in the hint order over the neighbouring ones (a logit difference at the group's
+        centre; 0.3: about 3% of units start outside their hint device's runs on NMT-2).
+      start_steps: with the heuristic start, the Adam steps that fit the placer to the hint.
       baseline_decay: the moving-average baseline's decay per update (TF's ``bl_dec``: 0.9).
       entropy: weight beta of an entropy bonus, beta times the entropy of the grouping plus
         the placer's summed per-step entropy (0: the paper's plain REINFORCE).
@@ -101,7 +120,7 @@ class HDPConfig:
     max_samples: int | None = 1024
     num_groups: int = 256
     samples_per_update: int = 16
-    learning_rate: float = 3e-3
+    learning_rate: float | None = None
     baseline_decay: float = 0.9
     entropy: float = 0.0
     grad_clip: float | None = 1.0
@@ -115,6 +134,9 @@ class HDPConfig:
     attention: int = 32
     heuristics: tuple[str, ...] = ("best_heuristic",)
     policy_dir: str | None = None
+    start: str = "uniform"
+    start_sharpness: float = 0.3
+    start_steps: int = 300
 
     def __post_init__(self):
         if not (isinstance(self.budget_s, (int, float)) and self.budget_s > 0):
@@ -124,8 +146,16 @@ class HDPConfig:
         _positive_int("samples_per_update", self.samples_per_update)
         _positive_int("workers", self.workers)
         check_ray_address(self.ray_address)
-        if not (isinstance(self.learning_rate, (int, float)) and self.learning_rate > 0):
-            raise ConfigError(f"learning_rate must be a number > 0, got {self.learning_rate!r}")
+        if self.learning_rate is not None and not (
+                isinstance(self.learning_rate, (int, float)) and self.learning_rate > 0):
+            raise ConfigError(
+                f"learning_rate must be None or a number > 0, got {self.learning_rate!r}")
+        if self.start not in STARTS:
+            raise ConfigError(f"start must be one of {STARTS}, got {self.start!r}")
+        if not (isinstance(self.start_sharpness, (int, float)) and self.start_sharpness > 0):
+            raise ConfigError(
+                f"start_sharpness must be a number > 0, got {self.start_sharpness!r}")
+        _positive_int("start_steps", self.start_steps)
         if not (isinstance(self.baseline_decay, (int, float)) and 0 <= self.baseline_decay < 1):
             raise ConfigError(
                 f"baseline_decay must be a number in [0, 1), got {self.baseline_decay!r}")
@@ -143,12 +173,21 @@ class HDPConfig:
                                                 and self.policy_dir):
             raise ConfigError(f"policy_dir must be None or a directory, got {self.policy_dir!r}")
 
+    @property
+    def rate(self) -> float:
+        """Adam's rate: ``learning_rate``, or the start's default when it is None."""
+        if self.learning_rate is not None:
+            return float(self.learning_rate)
+        return 1e-3 if self.start == "heuristic" else 3e-3
+
     def make_policy(self, view: HDPView, seed: int) -> HDPPolicy:
         """A fresh policy for ``view`` with this config's widths."""
         return HDPPolicy(self.num_groups, view.num_devices, view.type_vocab, seed=seed,
+                         hinted=view.hinted,
                          **{name: getattr(self, name) for name in POLICY_WIDTHS})
 
 
+STARTS = ("uniform", "heuristic")
 POLICY_WIDTHS = ("type_embed", "grouper_hidden", "hidden", "device_embed", "attention")
 
 
@@ -235,25 +274,61 @@ def update(policy: HDPPolicy, optimizer, view: HDPView, batch: Samples,
     return float(loss)
 
 
+def fit_placer_to_hint(policy: HDPPolicy, view: HDPView, config: HDPConfig,
+                      rng: np.random.Generator) -> float:
+    """The heuristic start's placer fit (module doc): ``config.start_steps`` Adam steps
+    (rate 3e-3) of the placer's cross-entropy towards putting group g on the action device
+    whose runs of the hint order hold g's centre, on 8 groupings per step sampled from the
+    policy's grouper; the last step's loss."""
+    n, d = view.num_groups, view.num_devices
+    targets = np.tile(np.minimum(np.arange(n) * d // n, d - 1).astype(np.int32), (8, 1))
+    probabilities = policy.group_probabilities(view.unit_features).numpy()
+    optimizer = tf.keras.optimizers.Adam(learning_rate=3e-3)
+    variables = policy.placer_variables()
+    loss = np.nan
+    for _ in range(config.start_steps):
+        features = view.group_features(sample_groupings(probabilities, 8, rng))
+        loss, grads = policy.placer_imitation_gradients(features, targets)
+        optimizer.apply_gradients(zip(grads, variables))
+    return float(loss)
+
+
 def search(problem: PlacementProblem, config: HDPConfig, seed: int, *,
            deadline: float | None = None, policy: HDPPolicy | None = None,
-           view: HDPView | None = None, progress: Progress = QUIET) -> HDPSearchResult:
+           view: HDPView | None = None, hint: np.ndarray | None = None,
+           progress: Progress = QUIET) -> HDPSearchResult:
     """Train a policy on ``problem`` (``policy`` in place; else the one saved in
-    ``config.policy_dir``; else a fresh one seeded from ``seed``) until ``config.max_samples``
-    placements or ``deadline`` (a ``time.perf_counter()`` value); returns the best placement
-    sampled and the policy's weights as the search ended. Run inside
-    ``rl.eager.policy_context()``. After every policy update, ``progress`` is told the
+    ``config.policy_dir``; else a fresh one seeded from ``seed``, started as ``config.start``
+    says from ``hint``, [n] cluster device per op, which the heuristic start needs) until
+    ``config.max_samples`` placements or ``deadline`` (a ``time.perf_counter()`` value);
+    returns the best placement sampled and the policy's weights as the search ended. Run
+    inside ``rl.eager.policy_context()``. After every policy update, ``progress`` is told the
     placements simulated and the best R so far."""
     start = time.perf_counter()
     where = "the policy"
+    hinted = config.start == "heuristic"
+    if hinted and hint is None and (view is None or not view.hinted):
+        raise ConfigError("HDP's heuristic start needs a hint placement (the HDP placer gives "
+                          "it the best heuristic's)")
     if policy is None and config.policy_dir:
         policy, where = load_policy(config), f"the HDP policy in {config.policy_dir!r}"
+    if policy is not None and policy.hinted != hinted:
+        raise ConfigError(f"{where} was trained with start="
+                          f"{'heuristic' if policy.hinted else 'uniform'!r}; the search has "
+                          f"start={config.start!r}")
     # A policy reads the op types it was made with; the graph's others go to "other".
     view = view or build_view(problem, config.num_groups,
-                              None if policy is None else policy.type_vocab)
+                              None if policy is None else policy.type_vocab,
+                              hint if hinted else None)
+    if view.hinted != hinted:
+        raise ConfigError(f"the view given was built {'with' if view.hinted else 'without'} a "
+                          f"hint; the search has start={config.start!r}")
     if policy is None:
         policy = config.make_policy(view, int(np.random.SeedSequence([seed, 0])
                                                .generate_state(1)[0] >> 1))
+        if hinted:
+            policy.start_grouper_from_hint(config.start_sharpness)
+            fit_placer_to_hint(policy, view, config, np.random.default_rng([seed, 1]))
     elif policy.num_devices != view.num_devices:
         raise ConfigError(f"{where} places on {policy.num_devices} devices; this cluster has "
                           f"{view.num_devices} action devices")
@@ -264,7 +339,7 @@ def search(problem: PlacementProblem, config: HDPConfig, seed: int, *,
         raise ConfigError(f"{where} reads the {len(policy.type_vocab)} op types it was made "
                           f"with; the view given has {len(view.type_vocab)} other ones (build "
                           "it with the policy's type_vocab)")
-    optimizer = tf.keras.optimizers.Adam(learning_rate=config.learning_rate)
+    optimizer = tf.keras.optimizers.Adam(learning_rate=config.rate)
     baseline = None
     best_score, best_devices, curve, updates = np.inf, None, [], 0
     with Evaluator(problem, workers=config.workers, memory_penalty=config.memory_penalty,

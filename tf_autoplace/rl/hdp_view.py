@@ -58,6 +58,16 @@ connectivity information encoded as an adjacency matrix"):
   matrix row, with both directions so the placer can tell producers from consumers.
 
 An empty group (no unit sampled into it) has all-zero features.
+
+**The heuristic's order** (only in a view built with ``hint``, for HDP's heuristic start;
+:mod:`tf_autoplace.rl.hdp_search`): each learned unit gets one more feature, its place ``q``
+in a hint placement read device by device (the units on action device 0 in topological order,
+then those on device 1, ..., scaled so that device d's units fill ``[d / D, (d + 1) / D)``),
+and each group the mean ``q`` of its ops; both as ``2 q - 1``. Groups that are runs of ``q``
+are then runs of one device's share of the graph in order, which a placer can put back on that
+device. A unit the hint puts off the action devices (the CPU host) counts as device 0's. The
+paper's grouper reads no placement; the other learned placers here start from the best
+heuristic's, and this is how HDP's networks can express it.
 """
 
 from __future__ import annotations
@@ -110,6 +120,10 @@ class HDPView:
       edge_src, edge_dst, edge_bytes: [E] unit-level edges between learned units (indices
         into ``learned``) and the bytes sent along them, self-loops included (bytes kept inside
         a unit, for the diagonal of the group adjacency).
+      hint_order: [M] float64 each learned unit's place ``q`` in [0, 1) in the hint placement
+        (module doc), or None for a view built without one; with it, ``unit_features`` and the
+        group features have one more column.
+      hint_device: [M] int32 the hint's action device of each learned unit (None likewise).
     """
 
     problem: PlacementProblem
@@ -133,6 +147,12 @@ class HDPView:
     edge_src: np.ndarray
     edge_dst: np.ndarray
     edge_bytes: np.ndarray
+    hint_order: np.ndarray | None = None
+    hint_device: np.ndarray | None = None
+
+    @property
+    def hinted(self) -> bool:
+        return self.hint_order is not None
 
     @property
     def num_learned(self) -> int:
@@ -148,7 +168,7 @@ class HDPView:
 
     @property
     def num_group_features(self) -> int:
-        return self.num_types + GROUP_NUMERIC + 2 * self.num_groups
+        return self.num_types + GROUP_NUMERIC + self.hinted + 2 * self.num_groups
 
     def op_placement(self, labels: np.ndarray, devices: np.ndarray) -> np.ndarray:
         """[K, n] int32 cluster device per op from K samples: ``labels`` [K, M] group of each
@@ -181,6 +201,9 @@ class HDPView:
             _log_share(per_group(self.unit_output_bytes), g),
             _log_share(per_group(self.unit_persistent), g),
             _log_share(ops, g)], axis=-1)
+        if self.hinted:  # the ops' mean place in the hint's order, as 2 q - 1
+            order = per_group(self.unit_ops * self.hint_order) / np.maximum(ops, 1.0)
+            numeric = np.concatenate([numeric, (2.0 * order - 1.0)[..., None]], axis=-1)
         pair = (flat[:, self.edge_src] * g + labels[:, self.edge_dst]).ravel()
         adjacency = np.bincount(pair, weights=np.tile(self.edge_bytes, k),
                                 minlength=k * g * g).reshape(k, g, g)
@@ -192,9 +215,12 @@ class HDPView:
 
 
 def build_view(problem: PlacementProblem, num_groups: int,
-               type_vocab: tuple[str, ...] | None = None) -> HDPView:
+               type_vocab: tuple[str, ...] | None = None,
+               hint: np.ndarray | None = None) -> HDPView:
     """The HDP view of ``problem`` with ``num_groups`` groups; ``type_vocab`` (a loaded
-    policy's) fixes the type columns, None takes the graph's own op types, sorted."""
+    policy's) fixes the type columns, None takes the graph's own op types, sorted; ``hint``
+    ([n] cluster device per op, e.g. the best heuristic's placement) adds the hint-order
+    features (module doc)."""
     if not (isinstance(num_groups, int) and num_groups >= 1):
         raise ConfigError(f"num_groups must be an int >= 1, got {num_groups!r}")
     graph, cluster = problem.graph, problem.cluster
@@ -263,7 +289,12 @@ def build_view(problem: PlacementProblem, num_groups: int,
                         np.log1p(in_degree), np.log1p(out_degree)], axis=1)
     numeric = np.concatenate([_standardise(numeric),
                               (2.0 * per_unit(topo) / ops - 1.0)[:, None]], axis=1)
-    features = np.concatenate([fractions, *neighbours, numeric], axis=1).astype(np.float32)
+    columns = [fractions, *neighbours, numeric]
+    hint_order = hint_device = None
+    if hint is not None:
+        hint_order, hint_device = _hint_order(hint, units, learned, action, numeric[:, -1])
+        columns.append((2.0 * hint_order - 1.0)[:, None])
+    features = np.concatenate(columns, axis=1).astype(np.float32)
 
     inner = (src >= 0) & (dst >= 0)
     # Bytes that stay inside a unit: every op edge whose two ends share the unit.
@@ -283,4 +314,27 @@ def build_view(problem: PlacementProblem, num_groups: int,
         edge_src=np.concatenate([src[inner], loops]).astype(np.int64),
         edge_dst=np.concatenate([dst[inner], loops]).astype(np.int64),
         edge_bytes=np.concatenate([grouped.edge_bytes[inner], self_bytes[loops]]
-                                  ).astype(np.float64))
+                                  ).astype(np.float64),
+        hint_order=hint_order, hint_device=hint_device)
+
+
+def _hint_order(hint: np.ndarray, units: Grouping, learned: np.ndarray, action: np.ndarray,
+                position: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(q [M], device [M])``: each learned unit's place in ``hint`` read device by device
+    (module doc), ordered within a device by ``position`` (its mean topological rank), and its
+    action device there (device 0 for a unit the hint puts off the action devices)."""
+    hint = np.asarray(hint)
+    if hint.shape != units.labels.shape:
+        raise ConfigError(f"the hint placement has {hint.size} devices for "
+                          f"{units.labels.size} ops")
+    unit_device = np.empty(units.num_groups, np.int64)
+    unit_device[units.labels] = hint  # a colocation group's ops share one device
+    index = np.full(int(max(hint.max(), action.max())) + 1, 0, np.int64)
+    index[action] = np.arange(len(action))
+    device = index[unit_device[learned]]
+    order = np.empty(len(learned))
+    for d in range(len(action)):
+        mine = np.flatnonzero(device == d)
+        rank = np.argsort(np.argsort(position[mine], kind="stable"), kind="stable")
+        order[mine] = (d + (rank + 0.5) / max(len(mine), 1)) / len(action)
+    return order, device.astype(np.int32)

@@ -33,6 +33,19 @@ express): after 1,024 placements on NMT-2 it ended at 830.8 ms against the unifo
 805.1 ms (one seed, 0; no better), so the paper's plain start stays
 (``docs/experiments.md``).
 
+**Heuristic start** (``hinted=True``, a view built with a hint; the search's
+``start="heuristic"``). The grouper and the placer read one more feature each, the hint order
+``q`` (:mod:`tf_autoplace.rl.hdp_view`), and :meth:`HDPPolicy.start_grouper_from_hint` sets the
+grouper so that a unit prefers the group whose centre ``c_g = (g + 1/2) / N`` is nearest its
+``q``: logits ``-s (q - c_g)^2`` up to a constant per unit, which one ReLU unit (``A q``, as
+``q >= 0``) and the output layer (``2 s c_g / A`` from it, bias ``-s c_g^2``) express exactly.
+The scale is split evenly between the two layers (``A = sqrt(2 s)``) so that an Adam step on
+either moves a logit by at most about ``sqrt(2 s)`` times the rate: with the whole scale in
+the output layer, one step of 3e-3 on the hidden weight moved every logit by about 100 and
+regrouped the whole graph. ``s = sharpness N^2``: neighbouring groups' logits differ by
+``sharpness`` at a group's centre. The search then fits the placer to the heuristic's devices
+(:mod:`tf_autoplace.rl.hdp_search`).
+
 **Sizes.** The paper trains its controller on a GPU and does not give its widths in this
 text. On 2 CPU cores a step of the sampling decoder is a handful of small matrix products whose
 cost is mostly per-op overhead, so width buys little and costs time: we default to ``hidden =
@@ -136,6 +149,7 @@ class HDPPolicy(Checkpointable, tf.Module):
       num_devices: D, the action devices.
       type_vocab: the op-type names of the type columns (the view's; "other" is implicit).
       type_embed, grouper_hidden, hidden, device_embed, attention: widths (module doc).
+      hinted: read the hint-order feature of a view built with a hint (module doc).
       seed: initial weights are drawn from numpy's generator with this seed.
     """
 
@@ -143,7 +157,7 @@ class HDPPolicy(Checkpointable, tf.Module):
 
     def __init__(self, num_groups: int, num_devices: int, type_vocab, *, type_embed: int = 16,
                  grouper_hidden: int = 64, hidden: int = 32, device_embed: int = 16,
-                 attention: int = 32, seed: int = 0):
+                 attention: int = 32, hinted: bool = False, seed: int = 0):
         super().__init__(name="hdp_policy")
         if not (isinstance(num_groups, int) and num_groups >= 1):
             raise ConfigError(f"num_groups must be an int >= 1, got {num_groups!r}")
@@ -155,19 +169,22 @@ class HDPPolicy(Checkpointable, tf.Module):
         for name, width in widths.items():
             if not (isinstance(width, int) and width >= 1):
                 raise ConfigError(f"{name} must be an int >= 1, got {width!r}")
+        if not isinstance(hinted, bool):
+            raise ConfigError(f"hinted must be a bool, got {hinted!r}")
         self.config = dict(num_groups=num_groups, num_devices=num_devices,
-                           type_vocab=list(type_vocab), seed=seed, **widths)
+                           type_vocab=list(type_vocab), seed=seed, hinted=hinted, **widths)
         rng = np.random.default_rng(seed)
         v, n, d, h = len(type_vocab) + 1, num_groups, num_devices, hidden
         self.num_types = v
         # Grouper.
         self.grouper_types = tf.Variable(_glorot(rng, v, type_embed), name="grouper_types")
-        self.grouper_hidden = _Dense(3 * type_embed + UNIT_NUMERIC, grouper_hidden, rng,
-                                     "grouper_hidden")
+        self.grouper_hidden = _Dense(3 * type_embed + UNIT_NUMERIC + hinted, grouper_hidden,
+                                     rng, "grouper_hidden")
         self.grouper_out = _Dense(grouper_hidden, n, rng, "grouper_out", zero=True)
         # Placer: encoder.
         self.placer_types = tf.Variable(_glorot(rng, v, type_embed), name="placer_types")
-        self.group_embed = _Dense(type_embed + GROUP_NUMERIC + 2 * n, h, rng, "group_embed")
+        self.group_embed = _Dense(type_embed + GROUP_NUMERIC + hinted + 2 * n, h, rng,
+                                  "group_embed")
         self.encoder_fw = _LSTMCell(h, h, rng, "encoder_fw")
         self.encoder_bw = _LSTMCell(h, h, rng, "encoder_bw")
         # Placer: decoder.
@@ -189,6 +206,29 @@ class HDPPolicy(Checkpointable, tf.Module):
     @property
     def type_vocab(self) -> tuple[str, ...]:
         return tuple(self.config["type_vocab"])
+
+    @property
+    def hinted(self) -> bool:
+        return self.config["hinted"]
+
+    def start_grouper_from_hint(self, sharpness: float) -> None:
+        """Set the grouper to prefer, for each unit, the group whose centre is nearest its
+        hint order ``q`` (module doc; the hint order is the last unit feature, ``2 q - 1``):
+        the first hidden unit becomes ``A q`` and the output layer reads only it."""
+        if not self.hinted:
+            raise ConfigError("only a policy made with hinted=True reads the hint order")
+        n = self.num_groups
+        scale = sharpness * n * n
+        a = np.sqrt(2.0 * scale)
+        centre = (np.arange(n) + 0.5) / n
+        w, b = self.grouper_hidden.w.numpy(), self.grouper_hidden.b.numpy()
+        w[:, 0], w[-1, 0], b[0] = 0.0, a / 2, a / 2  # (A / 2)(2 q - 1) + A / 2 = A q
+        self.grouper_hidden.w.assign(w)
+        self.grouper_hidden.b.assign(b)
+        out = np.zeros(self.grouper_out.w.shape, np.float32)
+        out[0] = 2.0 * scale * centre / a
+        self.grouper_out.w.assign(out)
+        self.grouper_out.b.assign((-scale * centre ** 2).astype(np.float32))
 
     # ------------------------------------------------------------------------------ grouper
     def _group_logits(self, unit_features):
@@ -292,6 +332,26 @@ class HDPPolicy(Checkpointable, tf.Module):
         grouping (the sum over units) and the placer's summed per-step entropy along the
         samples (their mean), on the scale of the log-probabilities they regularise."""
         return self._log_probs(unit_features, labels, group_features, actions)
+
+    @tf.function(input_signature=[
+        tf.TensorSpec([None, None, None], tf.float32),  # group features [K, N, F]
+        tf.TensorSpec([None, None], tf.int32),  # target devices [K, N]
+    ])
+    def placer_imitation_gradients(self, group_features, targets):
+        """The placer's cross-entropy towards ``targets`` (summed over the groups, averaged
+        over the K groupings) and its gradients with respect to the placer's variables
+        (:meth:`placer_variables` order): the heuristic start's fit (module doc)."""
+        with tf.GradientTape() as tape:
+            log_q = tf.nn.log_softmax(self._teacher_forced_logits(group_features, targets))
+            loss = -tf.reduce_mean(tf.reduce_sum(
+                tf.one_hot(targets, self.num_devices) * log_q, axis=[1, 2]))
+        return loss, tape.gradient(loss, self.placer_variables())
+
+    def placer_variables(self) -> list[tf.Variable]:
+        """The placer's trainable variables (every one outside the grouper)."""
+        grouper = {id(v) for v in (self.grouper_types, *self.grouper_hidden.trainable_variables,
+                                   *self.grouper_out.trainable_variables)}
+        return [v for v in self.trainable_variables if id(v) not in grouper]
 
     @tf.function(input_signature=_SAMPLES + [
         tf.TensorSpec([None], tf.float32),  # advantages [K]
