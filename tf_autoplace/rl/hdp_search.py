@@ -94,7 +94,7 @@ class HDPConfig:
       start: ``"uniform"`` (the paper's fresh networks) or ``"heuristic"`` (module doc).
       start_sharpness: with the heuristic start, how much a unit prefers the group of its
         place in the hint order over the neighbouring ones (a logit difference at the group's
-        centre; 0.3: about 3% of units start outside their hint device's runs on NMT-2).
+        centre; 0.3, the value measured on NMT: docs/experiments.md).
       start_steps: with the heuristic start, the Adam steps that fit the placer to the hint.
       baseline_decay: the moving-average baseline's decay per update (TF's ``bl_dec``: 0.9).
       entropy: weight beta of an entropy bonus, beta times the entropy of the grouping plus
