@@ -422,6 +422,12 @@ def test_the_heuristic_start_places_as_the_hint_before_any_reinforce_step():
         labels = probabilities.argmax(axis=1)[None].astype(np.int32)
         greedy = policy.sample_devices(view.group_features(labels),
                                        np.zeros((1, 8, 2), np.float32)).numpy()
+        # A deadline already passed leaves the placer as it was: no step is taken.
+        before = policy.get_weights()
+        assert np.isnan(fit_placer_to_hint(policy, view, config, np.random.default_rng(0),
+                                           deadline=0.0))
+        for a, b in zip(before, policy.get_weights()):
+            np.testing.assert_array_equal(a, b)
     assert loss < 1.0
     np.testing.assert_array_equal(view.op_placement(labels, greedy)[0],
                                   problem.cluster.compute_devices()[hint])

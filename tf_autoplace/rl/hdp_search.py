@@ -275,11 +275,12 @@ def update(policy: HDPPolicy, optimizer, view: HDPView, batch: Samples,
 
 
 def fit_placer_to_hint(policy: HDPPolicy, view: HDPView, config: HDPConfig,
-                      rng: np.random.Generator) -> float:
+                      rng: np.random.Generator, deadline: float | None = None) -> float:
     """The heuristic start's placer fit (module doc): ``config.start_steps`` Adam steps
     (rate 3e-3) of the placer's cross-entropy towards putting group g on the action device
     whose runs of the hint order hold g's centre, on 8 groupings per step sampled from the
-    policy's grouper; the last step's loss."""
+    policy's grouper, fewer if ``deadline`` (a ``time.perf_counter()`` value) passes first (it
+    counts against the search's ``budget_s``); the last step's loss."""
     n, d = view.num_groups, view.num_devices
     targets = np.tile(np.minimum(np.arange(n) * d // n, d - 1).astype(np.int32), (8, 1))
     probabilities = policy.group_probabilities(view.unit_features).numpy()
@@ -287,6 +288,8 @@ def fit_placer_to_hint(policy: HDPPolicy, view: HDPView, config: HDPConfig,
     variables = policy.placer_variables()
     loss = np.nan
     for _ in range(config.start_steps):
+        if deadline is not None and time.perf_counter() >= deadline:
+            break
         features = view.group_features(sample_groupings(probabilities, 8, rng))
         loss, grads = policy.placer_imitation_gradients(features, targets)
         optimizer.apply_gradients(zip(grads, variables))
@@ -328,7 +331,8 @@ def search(problem: PlacementProblem, config: HDPConfig, seed: int, *,
                                                .generate_state(1)[0] >> 1))
         if hinted:
             policy.start_grouper_from_hint(config.start_sharpness)
-            fit_placer_to_hint(policy, view, config, np.random.default_rng([seed, 1]))
+            fit_placer_to_hint(policy, view, config, np.random.default_rng([seed, 1]),
+                               deadline)
     elif policy.num_devices != view.num_devices:
         raise ConfigError(f"{where} places on {policy.num_devices} devices; this cluster has "
                           f"{view.num_devices} action devices")
