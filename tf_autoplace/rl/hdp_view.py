@@ -123,7 +123,6 @@ class HDPView:
       hint_order: [M] float64 each learned unit's place ``q`` in [0, 1) in the hint placement
         (module doc), or None for a view built without one; with it, ``unit_features`` and the
         group features have one more column.
-      hint_device: [M] int32 the hint's action device of each learned unit (None likewise).
     """
 
     problem: PlacementProblem
@@ -148,7 +147,6 @@ class HDPView:
     edge_dst: np.ndarray
     edge_bytes: np.ndarray
     hint_order: np.ndarray | None = None
-    hint_device: np.ndarray | None = None
 
     @property
     def hinted(self) -> bool:
@@ -290,9 +288,9 @@ def build_view(problem: PlacementProblem, num_groups: int,
     numeric = np.concatenate([_standardise(numeric),
                               (2.0 * per_unit(topo) / ops - 1.0)[:, None]], axis=1)
     columns = [fractions, *neighbours, numeric]
-    hint_order = hint_device = None
+    hint_order = None
     if hint is not None:
-        hint_order, hint_device = _hint_order(hint, units, learned, action, numeric[:, -1])
+        hint_order = _hint_order(hint, units, learned, action, numeric[:, -1])
         columns.append((2.0 * hint_order - 1.0)[:, None])
     features = np.concatenate(columns, axis=1).astype(np.float32)
 
@@ -315,14 +313,14 @@ def build_view(problem: PlacementProblem, num_groups: int,
         edge_dst=np.concatenate([dst[inner], loops]).astype(np.int64),
         edge_bytes=np.concatenate([grouped.edge_bytes[inner], self_bytes[loops]]
                                   ).astype(np.float64),
-        hint_order=hint_order, hint_device=hint_device)
+        hint_order=hint_order)
 
 
 def _hint_order(hint: np.ndarray, units: Grouping, learned: np.ndarray, action: np.ndarray,
-                position: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(q [M], device [M])``: each learned unit's place in ``hint`` read device by device
-    (module doc), ordered within a device by ``position`` (its mean topological rank), and its
-    action device there (device 0 for a unit the hint puts off the action devices)."""
+                position: np.ndarray) -> np.ndarray:
+    """[M] each learned unit's place ``q`` in ``hint`` read device by device (module doc),
+    ordered within a device by ``position`` (its mean topological rank); a unit the hint puts
+    off the action devices counts as device 0's."""
     hint = np.asarray(hint)
     if hint.shape != units.labels.shape:
         raise ConfigError(f"the hint placement has {hint.size} devices for "
@@ -337,4 +335,4 @@ def _hint_order(hint: np.ndarray, units: Grouping, learned: np.ndarray, action: 
         mine = np.flatnonzero(device == d)
         rank = np.argsort(np.argsort(position[mine], kind="stable"), kind="stable")
         order[mine] = (d + (rank + 0.5) / max(len(mine), 1)) / len(action)
-    return order, device.astype(np.int32)
+    return order

@@ -314,14 +314,19 @@ class HDPPolicy(Checkpointable, tf.Module):
                                 initializer=(h0, c0, start))
         return tf.transpose(actions)
 
+    def _placer_log_probs(self, group_features, actions):
+        """``(log_q [K, N, D], log p(actions) [K])``: the decoder's log-softmax at every step
+        given the earlier ``actions``, and each sample's summed log-probability of them."""
+        log_q = tf.nn.log_softmax(self._teacher_forced_logits(group_features, actions))
+        return log_q, tf.reduce_sum(tf.one_hot(actions, self.num_devices) * log_q, axis=[1, 2])
+
     def _log_probs(self, unit_features, labels, group_features, actions):
         log_p = tf.nn.log_softmax(self._group_logits(unit_features))  # [M, N]
         num_units, n = tf.shape(log_p)[0], tf.shape(log_p)[1]
         flat = tf.range(num_units)[None, :] * n + labels
         grouper = tf.reduce_sum(tf.gather(tf.reshape(log_p, [-1]), flat), axis=1)
         grouper_entropy = -tf.reduce_sum(tf.exp(log_p) * log_p)
-        log_q = tf.nn.log_softmax(self._teacher_forced_logits(group_features, actions))
-        placer = tf.reduce_sum(tf.one_hot(actions, self.num_devices) * log_q, axis=[1, 2])
+        log_q, placer = self._placer_log_probs(group_features, actions)
         placer_entropy = -tf.reduce_mean(tf.reduce_sum(tf.exp(log_q) * log_q, axis=[1, 2]))
         return grouper, placer, grouper_entropy, placer_entropy
 
@@ -342,9 +347,7 @@ class HDPPolicy(Checkpointable, tf.Module):
         over the K groupings) and its gradients with respect to the placer's variables
         (:meth:`placer_variables` order): the heuristic start's fit (module doc)."""
         with tf.GradientTape() as tape:
-            log_q = tf.nn.log_softmax(self._teacher_forced_logits(group_features, targets))
-            loss = -tf.reduce_mean(tf.reduce_sum(
-                tf.one_hot(targets, self.num_devices) * log_q, axis=[1, 2]))
+            loss = -tf.reduce_mean(self._placer_log_probs(group_features, targets)[1])
         return loss, tape.gradient(loss, self.placer_variables())
 
     def placer_variables(self) -> list[tf.Variable]:
