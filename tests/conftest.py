@@ -101,6 +101,7 @@ def run_scripts():
 @dataclasses.dataclass(frozen=True)
 class _OneUpdateHDPConfig(HDPConfig):
     max_samples: int | None = 16  # one update of 16 placements
+    start_steps: int = 20  # a short fit of the heuristic start's placer
 
 
 class _OneUpdateHDP(HDPPlacer):

@@ -15,7 +15,7 @@ placement the guard returned, and from the search's curve (read as the benchmark
 :func:`tf_autoplace.benchmark.search_curve` and :func:`~tf_autoplace.benchmark.reach`) the
 placements and seconds it took to reach
 the expert's step time (if it did) and to come within ``--converged`` of its final best R.
-``--set=name=value`` overrides an ``HDPConfig`` field (``--set=start=heuristic``);
+``--set=name=value`` overrides an ``HDPConfig`` field (``--set=start=uniform``);
 ``--policy_dir`` starts every pair's search from a saved HDP policy (``tf-autoplace place
 --placer=hdp --save_policy=DIR`` or ``HDPPlacer.save_policy``) instead of a fresh one.
 """
@@ -44,7 +44,7 @@ flags.DEFINE_float("converged", 0.01, "a curve has converged once its best is wi
                    "fraction of its final best", lower_bound=0.0)
 flags.DEFINE_integer("seed", 0, "the placer's seed (tools/benchmark.py's --seed)")
 flags.DEFINE_multi_string("set", [], "HDPConfig field override, name=value (a number, or the "
-                          "text of a text field: --set=start=heuristic)")
+                          "text of a text field: --set=start=uniform)")
 flags.DEFINE_string("policy_dir", None, "start from this saved HDP policy (default: a fresh "
                     "one, as the benchmark does)")
 flags.DEFINE_string("out_md", None, "also write the markdown here (rewritten after each pair)")

@@ -9,8 +9,9 @@ user's graph with REINFORCE.
    are the units the grouper assigns, so no placement can split one; units that cannot run on
    every action device (GPU) are fixed to a device that can;
 2. trains a fresh policy (:mod:`tf_autoplace.rl.policies.hdp`) on this graph, as the paper
-   does for each model (from the paper's uniform start, or with ``start="heuristic"`` from the
-   fastest of the heuristics below: :mod:`tf_autoplace.rl.hdp_search`), or the one saved in
+   does for each model (by default started from the fastest of the heuristics below; with
+   ``start="uniform"`` from the paper's uniform start: :mod:`tf_autoplace.rl.hdp_search` says
+   why the default differs from the paper), or the one saved in
    ``policy_dir`` (``policy=`` to the constructor: a
    policy an earlier placement trained and saved, whose ``num_groups`` and widths must be the
    config's and whose device count must be the cluster's; a ConfigError says what differs):

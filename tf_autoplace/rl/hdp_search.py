@@ -28,22 +28,40 @@ Where the paper is silent or its setting does not carry over, we chose:
   every first sample's probability down together).
 - **Gradient clipping** to a global norm of 1, as TF's hierarchical controller did
   (``grad_bound``), and an optional entropy bonus (0 by default: the paper has none).
-- **Adam** at a constant rate, 3e-3 from the paper's start (the paper names no optimiser
-  settings in this text).
+- **Adam** at a constant rate, 1e-3 from the heuristic start and 3e-3 from the paper's (the
+  paper names no optimiser settings in this text).
 - **Failures**: an out-of-memory placement is scored by the memory penalty, as in every
   learned placer here, rather than by a fixed failing runtime.
 
-**Start.** ``start="uniform"`` (the default) is the paper's: fresh networks whose heads start
-uniform. ``start="heuristic"`` (ours) starts from a hint placement, the best heuristic's when
-:class:`~tf_autoplace.placers.HDPPlacer` runs it, as the other learned placers here do: the view
-and both networks read the hint order (:mod:`tf_autoplace.rl.hdp_view`), the grouper is set to
-group units in runs of that order (:meth:`HDPPolicy.start_grouper_from_hint`), and the placer is
-fitted to put each group on its run's device (``start_steps`` Adam steps of cross-entropy on
-groupings sampled from that grouper) before REINFORCE begins. From the paper's start the
-placer settles on one GPU before the grouper forms groups (docs/experiments.md); from the
-heuristic's, samples differ from the hint at the runs' ends and wherever the grouper or the
-placer strays, so the search explores around it. Its REINFORCE rate defaults to 1e-3, the
-only one measured with this start (docs/experiments.md).
+**Start.** ``start="heuristic"`` (the default; ours) starts from a hint placement, the best
+heuristic's when :class:`~tf_autoplace.placers.HDPPlacer` runs it, as the other learned placers
+here do: the view and both networks read the hint order (:mod:`tf_autoplace.rl.hdp_view`), the
+grouper is set to group units in runs of that order (:meth:`HDPPolicy.start_grouper_from_hint`),
+and the placer is fitted to put each group on its run's device (``start_steps`` Adam steps of
+cross-entropy on groupings sampled from that grouper) before REINFORCE begins. Samples then
+differ from the hint where the placer or the grouper strays, so the search explores around the
+heuristic, and its best sample is one or a few moves better. ``start="uniform"`` is the
+paper's: fresh networks whose heads start uniform. It is not the default because within this
+search's budget it does not recover from its first placements: on NMT the placer settles on one
+GPU before the grouper forms groups, and its best placement ends 2.1-4.4x the expert's step
+time, where the paper's NMT-2 and NMT-4 end below the expert after 1,000 updates on real
+hardware (docs/experiments.md).
+
+Three settings keep the samples near the hint, so that a move that helps is not drowned by
+others that hurt (measured on NMT, docs/experiments.md):
+
+- ``start_sharpness`` (10): a unit whose hint order lies near the end of its device's run may
+  be drawn into the next group, which the placer puts on the next device. With a logit
+  difference of 2 at the group's centre, NMT-8's samples that kept every group on its run's
+  device still moved about 300 such ops each and ran 1-4% slower than the hint; at 5, about
+  130 ops (the search ended 1.0% below the expert); at 10, 2.2% below.
+- ``start_noise`` (0.05): during the fit the decoder reads the devices chosen before each step
+  with this fraction of them redrawn at random. Fitted on the runs alone, a decoder that
+  sampled one unexpected device sometimes followed it with dozens more (on NMT-4, 4 samples in
+  32 moved 14-55 of the 256 groups and ran 11-34% slower than the hint; with the redraws, none
+  moved more than 3), and those samples then
+  dominate REINFORCE's gradient.
+- the fit's rate, ``FIT_RATE``, and REINFORCE's rate of 1e-3 (``learning_rate=None``).
 
 The search stops after ``max_samples`` placements (the default; reproducible) or at the
 deadline, whichever comes first, and returns the best placement sampled.
@@ -91,11 +109,14 @@ class HDPConfig:
         the uniform start (on NMT-2, 1e-3, 3e-3 and 1e-2 ended within 1% of each other after
         1,024 placements; one seed each; docs/experiments.md), 1e-3 from the heuristic start
         (module doc).
-      start: ``"uniform"`` (the paper's fresh networks) or ``"heuristic"`` (module doc).
+      start: ``"heuristic"`` (from the best heuristic's placement) or ``"uniform"`` (the
+        paper's fresh networks; module doc).
       start_sharpness: with the heuristic start, how much a unit prefers the group of its
         place in the hint order over the neighbouring ones (a logit difference at the group's
-        centre; 0.3, the value measured on NMT: docs/experiments.md).
+        centre; module doc).
       start_steps: with the heuristic start, the Adam steps that fit the placer to the hint.
+      start_noise: with the heuristic start, the fraction of the decoder's previous devices
+        redrawn at random while it is fitted (module doc), in [0, 1).
       baseline_decay: the moving-average baseline's decay per update (TF's ``bl_dec``: 0.9).
       entropy: weight beta of an entropy bonus, beta times the entropy of the grouping plus
         the placer's summed per-step entropy (0: the paper's plain REINFORCE).
@@ -134,9 +155,10 @@ class HDPConfig:
     attention: int = 32
     heuristics: tuple[str, ...] = ("best_heuristic",)
     policy_dir: str | None = None
-    start: str = "uniform"
-    start_sharpness: float = 0.3
+    start: str = "heuristic"
+    start_sharpness: float = 10.0
     start_steps: int = 300
+    start_noise: float = 0.05
 
     def __post_init__(self):
         if not (isinstance(self.budget_s, (int, float)) and self.budget_s > 0):
@@ -156,6 +178,8 @@ class HDPConfig:
             raise ConfigError(
                 f"start_sharpness must be a number > 0, got {self.start_sharpness!r}")
         _positive_int("start_steps", self.start_steps)
+        if not (isinstance(self.start_noise, (int, float)) and 0 <= self.start_noise < 1):
+            raise ConfigError(f"start_noise must be a number in [0, 1), got {self.start_noise!r}")
         if not (isinstance(self.baseline_decay, (int, float)) and 0 <= self.baseline_decay < 1):
             raise ConfigError(
                 f"baseline_decay must be a number in [0, 1), got {self.baseline_decay!r}")
@@ -274,24 +298,33 @@ def update(policy: HDPPolicy, optimizer, view: HDPView, batch: Samples,
     return float(loss)
 
 
+# Adam's rate while the placer is fitted to the hint. On NMT-8 (256 groups on 8 GPUs) 300 steps
+# at 3e-3 left a cross-entropy of 17 nats per placement (every sample put 2-7 groups off their
+# run's device and ran slower than the hint); at 1e-2 it reached 0.24.
+FIT_RATE = 1e-2
+FIT_PHASE = "hdp: fitting the placer to the heuristic"  # the fit's progress label
+
+
 def fit_placer_to_hint(policy: HDPPolicy, view: HDPView, config: HDPConfig,
                       rng: np.random.Generator, deadline: float | None = None) -> float:
     """The heuristic start's placer fit (module doc): ``config.start_steps`` Adam steps
-    (rate 3e-3) of the placer's cross-entropy towards putting group g on the action device
+    (rate ``FIT_RATE``) of the placer's cross-entropy towards putting group g on the action device
     whose runs of the hint order hold g's centre, on 8 groupings per step sampled from the
     policy's grouper, fewer if ``deadline`` (a ``time.perf_counter()`` value) passes first (it
     counts against the search's ``budget_s``); the last step's loss."""
     n, d = view.num_groups, view.num_devices
     targets = np.tile(np.minimum(np.arange(n) * d // n, d - 1).astype(np.int32), (8, 1))
     probabilities = policy.group_probabilities(view.unit_features).numpy()
-    optimizer = tf.keras.optimizers.Adam(learning_rate=3e-3)
+    optimizer = tf.keras.optimizers.Adam(learning_rate=FIT_RATE)
     variables = policy.placer_variables()
     loss = np.nan
     for _ in range(config.start_steps):
         if deadline is not None and time.perf_counter() >= deadline:
             break
         features = view.group_features(sample_groupings(probabilities, 8, rng))
-        loss, grads = policy.placer_imitation_gradients(features, targets)
+        redraw = rng.random(targets.shape) < config.start_noise
+        fed = np.where(redraw, rng.integers(0, d, targets.shape), targets).astype(np.int32)
+        loss, grads = policy.placer_imitation_gradients(features, targets, fed)
         optimizer.apply_gradients(zip(grads, variables))
     return float(loss)
 
@@ -331,8 +364,10 @@ def search(problem: PlacementProblem, config: HDPConfig, seed: int, *,
                                                .generate_state(1)[0] >> 1))
         if hinted:
             policy.start_grouper_from_hint(config.start_sharpness)
-            fit_placer_to_hint(policy, view, config, np.random.default_rng([seed, 1]),
-                               deadline)
+            # A minute or more on a large graph: say what the wait is for.
+            with progress.phase(FIT_PHASE, None, deadline=deadline):
+                fit_placer_to_hint(policy, view, config, np.random.default_rng([seed, 1]),
+                                   deadline)
     elif policy.num_devices != view.num_devices:
         raise ConfigError(f"{where} places on {policy.num_devices} devices; this cluster has "
                           f"{view.num_devices} action devices")

@@ -30,10 +30,10 @@ placements that use two devices scatter ops at random, and what the search learn
 put nearly everything on one GPU. We tried starting the grouper from runs of the topological
 order instead (a term linear in the unit's position, which the feed-forward grouper can
 express): after 1,024 placements on NMT-2 it ended at 830.8 ms against the uniform start's
-805.1 ms (one seed, 0; no better), so the paper's plain start stays
-(``docs/experiments.md``).
+805.1 ms (one seed, 0; no better), so that start was dropped (``docs/experiments.md``). The
+uniform start is the search's ``start="uniform"``; its default starts from a heuristic (below).
 
-**Heuristic start** (``hinted=True``, a view built with a hint; the search's
+**Heuristic start** (``hinted=True``, a view built with a hint; the search's default,
 ``start="heuristic"``). The grouper and the placer read one more feature each, the hint order
 ``q`` (:mod:`tf_autoplace.rl.hdp_view`), and :meth:`HDPPolicy.start_grouper_from_hint` sets the
 grouper so that a unit prefers the group whose centre ``c_g = (g + 1/2) / N`` is nearest its
@@ -271,8 +271,9 @@ class HDPPolicy(Checkpointable, tf.Module):
 
     def _teacher_forced_logits(self, group_features, actions):
         """[K, N, D] the decoder's logits at every step when it chose ``actions`` [K, N]
-        before: the LSTM's inputs are then all known, so it runs as one fused sequence and the
-        attention of every step as one batched product."""
+        before (its input at step t is ``actions[:, t - 1]``): the LSTM's inputs are then all
+        known, so it runs as one fused sequence and the attention of every step as one batched
+        product."""
         states, h0, c0 = self._encode(group_features)
         memory = tf.transpose(states, [1, 0, 2])  # [K, N, 2 H]
         start = tf.fill([tf.shape(actions)[0], 1], self.num_devices)
@@ -314,10 +315,13 @@ class HDPPolicy(Checkpointable, tf.Module):
                                 initializer=(h0, c0, start))
         return tf.transpose(actions)
 
-    def _placer_log_probs(self, group_features, actions):
+    def _placer_log_probs(self, group_features, actions, fed=None):
         """``(log_q [K, N, D], log p(actions) [K])``: the decoder's log-softmax at every step
-        given the earlier ``actions``, and each sample's summed log-probability of them."""
-        log_q = tf.nn.log_softmax(self._teacher_forced_logits(group_features, actions))
+        given the earlier ``actions`` (or, when given, the earlier ``fed`` [K, N]: what the
+        decoder read may differ from what is scored), and each sample's summed
+        log-probability of ``actions``."""
+        log_q = tf.nn.log_softmax(self._teacher_forced_logits(
+            group_features, actions if fed is None else fed))
         return log_q, tf.reduce_sum(tf.one_hot(actions, self.num_devices) * log_q, axis=[1, 2])
 
     def _log_probs(self, unit_features, labels, group_features, actions):
@@ -341,13 +345,18 @@ class HDPPolicy(Checkpointable, tf.Module):
     @tf.function(input_signature=[
         tf.TensorSpec([None, None, None], tf.float32),  # group features [K, N, F]
         tf.TensorSpec([None, None], tf.int32),  # target devices [K, N]
+        tf.TensorSpec([None, None], tf.int32),  # devices the decoder reads [K, N]
     ])
-    def placer_imitation_gradients(self, group_features, targets):
+    def placer_imitation_gradients(self, group_features, targets, fed):
         """The placer's cross-entropy towards ``targets`` (summed over the groups, averaged
-        over the K groupings) and its gradients with respect to the placer's variables
-        (:meth:`placer_variables` order): the heuristic start's fit (module doc)."""
+        over the K groupings) when the decoder reads ``fed`` as the devices chosen before each
+        step, and its gradients with respect to the placer's variables
+        (:meth:`placer_variables` order): the heuristic start's fit (module doc). ``fed``
+        equal to ``targets`` is plain teacher forcing; ``fed`` with some devices redrawn
+        teaches the decoder to return to the targets after a device it did not expect (what
+        sampling produces)."""
         with tf.GradientTape() as tape:
-            loss = -tf.reduce_mean(self._placer_log_probs(group_features, targets)[1])
+            loss = -tf.reduce_mean(self._placer_log_probs(group_features, targets, fed)[1])
         return loss, tape.gradient(loss, self.placer_variables())
 
     def placer_variables(self) -> list[tf.Variable]:
