@@ -454,6 +454,24 @@ def test_the_heuristic_start_places_as_the_hint_before_any_reinforce_step():
                                   problem.cluster.compute_devices()[hint])
 
 
+def test_the_placer_fit_redraws_the_devices_its_decoder_reads():
+    problem = random_problem(40, num_gpus=2, seed=1)
+    view = build_view(problem, 6, hint=np.where(np.arange(40) < 20, 0, 1).astype(np.int32))
+    fitted = []
+    with policy_context():
+        for noise in (0.0, 0.0, 0.5):
+            config = HDPConfig(**dict(SMALL, start="heuristic"), start_steps=1,
+                               start_noise=noise)
+            policy = config.make_policy(view, seed=0)
+            policy.start_grouper_from_hint(config.start_sharpness)
+            fit_placer_to_hint(policy, view, config, np.random.default_rng(0))
+            fitted.append(policy.get_weights())
+    # The same noise gives the same step; redrawn devices give another.
+    for a, b in zip(fitted[0], fitted[1]):
+        np.testing.assert_array_equal(a, b)
+    assert any(not np.array_equal(a, c) for a, c in zip(fitted[0], fitted[2]))
+
+
 def test_the_heuristic_start_needs_a_hint_and_a_policy_trained_with_the_same_start(tmp_path):
     problem = random_problem(40, num_gpus=2, seed=1)
     config = HDPConfig(**dict(SMALL, start="heuristic"))

@@ -59,8 +59,7 @@ others that hurt (measured on NMT, docs/experiments.md):
   with this fraction of them redrawn at random. Fitted on the runs alone, a decoder that
   sampled one unexpected device sometimes followed it with dozens more (on NMT-4, 4 samples in
   32 moved 14-55 of the 256 groups and ran 11-34% slower than the hint; with the redraws, none
-  moved more than 3), and those samples then
-  dominate REINFORCE's gradient.
+  moved more than 3), and those samples then dominate REINFORCE's gradient.
 - the fit's rate, ``FIT_RATE``, and REINFORCE's rate of 1e-3 (``learning_rate=None``).
 
 The search stops after ``max_samples`` placements (the default; reproducible) or at the
@@ -308,10 +307,11 @@ FIT_PHASE = "hdp: fitting the placer to the heuristic"  # the fit's progress lab
 def fit_placer_to_hint(policy: HDPPolicy, view: HDPView, config: HDPConfig,
                       rng: np.random.Generator, deadline: float | None = None) -> float:
     """The heuristic start's placer fit (module doc): ``config.start_steps`` Adam steps
-    (rate ``FIT_RATE``) of the placer's cross-entropy towards putting group g on the action device
-    whose runs of the hint order hold g's centre, on 8 groupings per step sampled from the
-    policy's grouper, fewer if ``deadline`` (a ``time.perf_counter()`` value) passes first (it
-    counts against the search's ``budget_s``); the last step's loss."""
+    (rate ``FIT_RATE``) of the placer's cross-entropy towards putting group g on the action
+    device whose runs of the hint order hold g's centre, on 8 groupings per step sampled from
+    the policy's grouper, the decoder reading those devices with ``config.start_noise`` of
+    them redrawn; fewer steps if ``deadline`` (a ``time.perf_counter()`` value) passes first
+    (it counts against the search's ``budget_s``). Returns the last step's loss."""
     n, d = view.num_groups, view.num_devices
     targets = np.tile(np.minimum(np.arange(n) * d // n, d - 1).astype(np.int32), (8, 1))
     probabilities = policy.group_probabilities(view.unit_features).numpy()
