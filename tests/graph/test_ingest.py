@@ -165,6 +165,26 @@ def test_class_attr_and_colocate_with_are_honoured():
     assert groups == [["a", "c", "d"], ["b"], ["e"]]
 
 
+@pytest.mark.parametrize("iterator", ["one_shot", "initializable"])
+def test_a_tf_data_pipeline_and_its_iterator_are_one_group(iterator):
+    g = tf.Graph()
+    with g.as_default():
+        ds = tf.data.Dataset.from_tensor_slices(tf.zeros([8])).map(lambda x: x + 1.0)
+        ds = ds.batch(4).repeat()
+        if iterator == "one_shot":  # joined to the pipeline by its _class only
+            it = tf.compat.v1.data.make_one_shot_iterator(ds)
+        else:  # joined through MakeIterator's variant and resource inputs
+            it = tf.compat.v1.data.make_initializable_iterator(ds)
+        tf.reduce_sum(it.get_next(), name="total")
+    og = _opgraph(g)
+    label = _by_name(og, og.colocation)
+    pipeline = [name for name, op in zip(og.names, og.op_types)
+                if "Dataset" in op or "Iterator" in op]
+    assert {"TensorSliceDataset", "MapDataset", "RepeatDataset"} <= set(pipeline)
+    assert len({label[name] for name in pipeline}) == 1
+    assert label["total"] != label["TensorSliceDataset"]  # what reads the batch stays free
+
+
 def test_kernel_kinds_come_from_the_kernel_registry():
     g = tf.Graph()
     with g.as_default():

@@ -26,7 +26,14 @@ counted in int64: an :class:`InfeasiblePlacementError`.
 Colocation (what TF's placer enforces and we must not split):
 - ``_class`` attrs ``loc:@name`` put a node in ``name``'s group;
 - an edge carrying a resource handle or a reference (variables and their readers, assigners and
-  optimizer updates) joins producer and consumer.
+  optimizer updates) joins producer and consumer;
+- a ``tf.data`` pipeline is one group: a variant edge out of a dataset op (an op type with
+  ``Dataset`` in its name) joins producer and consumer, and the iterator joins it through its
+  ``_class`` (``make_one_shot_iterator``) or its ``MakeIterator``. TF's placer refuses some
+  splits of a pipeline from its iterator (a source dataset on another device than the iterator
+  fails at the session's first run with "Cannot colocate nodes"), and an input pipeline is
+  host work too small to be worth splitting, so it is kept whole rather than split where TF
+  happens to allow it.
 
 v1 while loops: the ``NextIteration -> Merge`` back edge is dropped, so the rest is a DAG.
 """
@@ -329,7 +336,8 @@ def to_opgraph(meta_graph: meta_graph_pb2.MetaGraphDef, *, unknown_dim: int = 1)
             if t is None:
                 shape_known[src] = False
                 t = add_tensor(src, port, 0, 0)
-            if grappler.is_handle_or_ref(tensor_dtype[t]):
+            if grappler.is_handle_or_ref(tensor_dtype[t]) or (
+                    tensor_dtype[t] == types_pb2.DT_VARIANT and "Dataset" in nodes[src].op):
                 uf.union(src, i)
             edge_tensor.append(t)
             edge_dst.append(i)
