@@ -59,9 +59,10 @@ setup(
     python_requires=">=3.11",
     packages=find_packages(include=["tf_autoplace", "tf_autoplace.*"]),
     # Data inside the package: the shipped Placeto policy (weights, architecture, manifest) and
-    # the cluster specs that every door names by their stem (cluster="k80x4").
+    # the cluster specs that every door names by their stem (cluster="k80x4"); the GPU kernel
+    # registry snapshot read where TensorFlow has no GPU kernels (tf_autoplace/graph/kernels.py).
     package_data={"tf_autoplace": ["pretrained/*/*.json", "pretrained/*/*.npz",
-                                   "clusters/*.pbtxt"]},
+                                   "clusters/*.pbtxt", "graph/gpu_kernels.json"]},
     install_requires=[
         "tensorflow>=2.16",
         "tensorflow-probability>=0.24",

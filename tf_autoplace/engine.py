@@ -35,7 +35,7 @@ from tf_autoplace.cache import PlacementCache, as_cache
 from tf_autoplace.cluster import resolve_cluster
 from tf_autoplace.cost import CostModel
 from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
-from tf_autoplace.graph import costgraph, ingest
+from tf_autoplace.graph import costgraph, ingest, kernels
 from tf_autoplace.graph.fingerprint import fingerprint
 from tf_autoplace.grouping import GroupingConfig
 from tf_autoplace.heuristics import SingleDevicePlacer
@@ -103,6 +103,8 @@ def place_graph(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
     if placer.needs_workload:  # its reward comes from running placements here
         problem = dataclasses.replace(problem, workload=workload)
     notes = []
+    if kernels.gpu_kernel_note() and any(d.kind == "GPU" for d in problem.cluster.devices):
+        notes.append(kernels.gpu_kernel_note())
     fallback = getattr(cost_model, "num_fallback_ops", 0)
     if fallback:
         notes.append(f"{fallback} ops were not costed by Grappler; their time is a "

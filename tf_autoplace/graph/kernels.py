@@ -4,24 +4,64 @@ A kind qualifies when some registered kernel for the node's op is for that devic
 ``DEFAULT``, which TF registers for every device) and every type constraint of that kernel is met
 by the node's attrs (``MatMul`` on ``int32`` has no GPU kernel, on ``float`` it has). Function
 call nodes (op = a function of the graph's library) run anywhere.
+
+A TensorFlow without GPU support (``tensorflow-cpu``, the macOS and Linux aarch64 wheels)
+registers no GPU kernel at all, and read alone its registry would keep every op off the GPUs of
+a cluster planned on such a machine. There the GPU kernels come from a snapshot of a GPU build's
+registry shipped beside this module (``gpu_kernels.json``, written by
+``tools/snapshot_gpu_kernels.py``, which records its TF version): the same op types and type
+constraints, as of that version. The engine says so in the report when the cluster has GPUs.
 """
 
 from __future__ import annotations
 
 import functools
+import json
+import os
 
 from tensorflow.python.framework import kernels as tf_kernels
 
 from tf_autoplace.graph.opgraph import KERNEL_KINDS
 
 
+GPU_SNAPSHOT = os.path.join(os.path.dirname(__file__), "gpu_kernels.json")
+
+
+@functools.lru_cache(maxsize=None)
+def gpu_kernels_registered() -> bool:
+    """Whether the running TensorFlow registers any GPU kernel (module doc)."""
+    return any(k.device_type == "GPU" for k in tf_kernels.get_all_registered_kernels().kernel)
+
+
+@functools.lru_cache(maxsize=None)
+def gpu_snapshot() -> dict:
+    """The shipped snapshot: ``{"tensorflow": version, "kernels": {op type: [constraints of
+    each GPU kernel as [[attr, [allowed types]], ...]]}}``."""
+    with open(GPU_SNAPSHOT) as f:
+        return json.load(f)
+
+
+def gpu_kernel_note() -> str | None:
+    """None when this TensorFlow's registry says which ops have GPU kernels; otherwise the
+    sentence a report on a GPU cluster carries."""
+    if gpu_kernels_registered():
+        return None
+    return ("this TensorFlow has no GPU kernels: which ops can run on a GPU comes from the "
+            f"registry of TensorFlow {gpu_snapshot()['tensorflow']} with GPU support "
+            "(tf_autoplace/graph/gpu_kernels.json)")
+
+
 @functools.lru_cache(maxsize=None)
 def _registered(op_type: str) -> tuple:
-    """(device_type, ((attr, allowed types), ...)) for every kernel registered for op_type."""
+    """(device_type, ((attr, allowed types), ...)) for every kernel registered for op_type,
+    with the snapshot's GPU kernels where TF registers none (module doc)."""
     out = []
     for k in tf_kernels.get_registered_kernels_for_op(op_type).kernel:
         constraints = tuple((c.name, frozenset(c.allowed_values.list.type)) for c in k.constraint)
         out.append((k.device_type, constraints))
+    if not gpu_kernels_registered():
+        for kernel in gpu_snapshot()["kernels"].get(op_type, ()):
+            out.append(("GPU", tuple((name, frozenset(types)) for name, types in kernel)))
     return tuple(out)
 
 
