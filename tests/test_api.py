@@ -6,6 +6,7 @@ import tensorflow as tf
 
 import tf_autoplace
 from tf_autoplace import Cluster, Device
+from tf_autoplace.cost import TableCostModel
 from tf_autoplace.placers import DEFAULT_PLACER
 from tf_autoplace.testing import TrainingGraph, run_training_steps, small_cnn
 
@@ -146,6 +147,10 @@ def test_transient_memory_too_big_is_an_error_and_graph_untouched():
     (dict(seed=2**63), "seed must be an int .*got 9223372036854775808"),
     (dict(seed=True), "seed must be an int .*got True"),
     (dict(cost_model="analytical"), "cost_model must be None .* got 'analytical'"),
+    (dict(cost_profile=3), "cost_profile must be the path of a CostProfile file, got 3"),
+    (dict(cost_profile="missing_profile.pbtxt"), "cannot read cost profile"),
+    (dict(cost_profile="p.pbtxt", cost_model=TableCostModel({})),
+     "give cost_model or cost_profile, not both"),
     (dict(unknown_dim="8"), "unknown_dim must be an int >= 1, got '8'"),
     (dict(unknown_dim=-5), "unknown_dim must be an int >= 1, got -5"),
     (dict(unknown_dim=0), "unknown_dim must be an int >= 1, got 0"),
@@ -199,3 +204,12 @@ def test_every_default_on_this_machine_places_a_tiny_graph():
     assert all(op.device for op in g.get_operations())
     assert any(note.startswith("placeto:") and "(no search)" in note
                for note in learned.notes), learned.notes
+
+
+def test_a_cost_profile_is_for_graphs_not_functions():
+    @tf.function(input_signature=[tf.TensorSpec([2], tf.float32)])
+    def double(x):
+        return 2.0 * x
+
+    with pytest.raises(tf_autoplace.ConfigError, match="cost_profile is for graphs"):
+        tf_autoplace.autoplace(double, cluster=CPU2, placer="m_etf", cost_profile="p.pbtxt")

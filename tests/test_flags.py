@@ -42,6 +42,12 @@ RUNS = {
                    "--autoplace_budget_s=-1"],
     "bad_policy": ["--autoplace=m_etf", f"--autoplace_cluster={CPU2}",
                    "--autoplace_policy={dir}"],
+    "bad_profile": ["--autoplace=m_etf", f"--autoplace_cluster={CPU2}",
+                    "--autoplace_cost_profile={dir}/missing_profile.pbtxt"],
+    # A profile of other ops: every op keeps its analytical time, and the report says so.
+    "profiled": ["--autoplace=m_etf", f"--autoplace_cluster={CPU2}",
+                 "--autoplace_cost_profile={dir}/profile.pbtxt",
+                 "--autoplace_report={dir}/r_profiled.json"],
 }
 
 
@@ -49,6 +55,8 @@ RUNS = {
 def runs(tmp_path_factory, repo_root):
     workdir = tmp_path_factory.mktemp("example_train")
     (workdir / "bad.pbtxt").write_text('device { name: "/device:CPU:0" kind: ')
+    (workdir / "profile.pbtxt").write_text(
+        'op { name: "not_in_the_graph" device_kind: "CPU" compute_time_us: 5 }')
     pythonpath = os.pathsep.join(p for p in (repo_root, os.environ.get("PYTHONPATH")) if p)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=pythonpath)
     procs = {}
@@ -105,7 +113,7 @@ def test_report_json_is_written_and_valid(runs):
     assert report["flags"] == {"autoplace": "m_etf", "autoplace_cluster": CPU2,
                                "autoplace_budget_s": 60.0, "budget_passed_to_placer": False,
                                "autoplace_placement": None, "autoplace_cache": True,
-                               "autoplace_policy": None}
+                               "autoplace_policy": None, "autoplace_cost_profile": None}
 
 
 @pytest.mark.parametrize("name, message", [
@@ -113,12 +121,24 @@ def test_report_json_is_written_and_valid(runs):
     ("bad_cluster", "malformed cluster spec"),
     ("bad_budget", "--autoplace_budget_s must be >= 0"),
     ("bad_policy", "go with a learned placer"),
+    ("bad_profile", "cannot read cost profile"),
 ])
 def test_bad_flags_exit_nonzero_with_clear_message(runs, name, message):
     rc, out, err, _ = runs[name]
     assert rc != 0
     assert message in err
     assert "step " not in out
+
+
+def test_the_cost_profile_flag_reaches_the_placement(runs):
+    rc, out, err, workdir = runs["profiled"]
+    assert rc == 0, err
+    report = json.loads((workdir / "r_profiled.json").read_text())
+    assert report["flags"]["autoplace_cost_profile"].endswith("profile.pbtxt")
+    notes = " ".join(report["notes"])
+    assert "1 ops of the cost profile are not in this graph" in notes
+    assert f"{report['num_ops']} ops are not in the cost profile" in notes
+    assert _losses(out) == _losses(runs["plain"][1])
 
 
 # ----------------------------------------------------------------------------- in process

@@ -18,7 +18,7 @@ from tf_autoplace.placers import DEFAULT_PLACER, SavedPlacement, get_placer
 
 def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
               grouping: GroupingConfig = GroupingConfig(), cost_model: CostModel | None = None,
-              unknown_dim: int = 1, budget_s: float | None = None,
+              cost_profile=None, unknown_dim: int = 1, budget_s: float | None = None,
               ray_address: str | None = None, policy=None, cache=False, progress=True,
               measure_steps: int = 0, measure_feeds: dict | None = None):
     """Choose a device for every op of ``graph`` and write it into the graph.
@@ -37,6 +37,11 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
       seed: makes the placement reproducible.
       grouping: Merge-and-Colocate settings.
       cost_model: defaults to Grappler's analytical costs.
+      cost_profile: graphs only, instead of ``cost_model``: the path of a text ``CostProfile``
+        (``protos/cost_profile.proto``; ``tf-autoplace profile`` writes one, on this machine or
+        on the one the graph will train on) whose measured op times replace the analytical
+        estimates; ops it lacks keep the analytical estimate, and the report's notes count
+        them and the profile's ops the graph lacks.
       unknown_dim: elements assumed for a dimension whose size is unknown.
       budget_s: wall-time cap in seconds (>= 0) for placers that search (``auto``, ``placeto``,
         ``post``, ``hdp``, ``gdp``; their default budgets are sample or step counts, which keep
@@ -75,12 +80,16 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
         if measure_steps:
             raise ConfigError("measure_steps is for graphs: time a placed function by calling "
                               "it (placed(...)) or profile it with tf-autoplace profile")
+        if cost_profile is not None:
+            raise ConfigError("cost_profile is for graphs (a profile names the ops of one "
+                              "graph); give a function a cost_model")
         return tf2.autoplace_function(graph, cluster=cluster, placer=placer, seed=seed,
                                       grouping=grouping, cost_model=cost_model,
                                       unknown_dim=unknown_dim, cache=cache,
                                       progress=progress)[0]
     return engine.place_graph(graph, cluster=cluster, placer=placer, seed=seed,
-                              grouping=grouping, cost_model=cost_model, unknown_dim=unknown_dim,
+                              grouping=grouping, cost_model=cost_model,
+                              cost_profile=cost_profile, unknown_dim=unknown_dim,
                               cache=cache, progress=progress, measure_steps=measure_steps,
                               measure_feeds=measure_feeds)
 

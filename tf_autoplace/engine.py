@@ -33,7 +33,8 @@ import tensorflow as tf
 
 from tf_autoplace.cache import PlacementCache, as_cache
 from tf_autoplace.cluster import resolve_cluster
-from tf_autoplace.cost import CostModel
+from tf_autoplace.cost import AnalyticalCostModel, CostModel
+from tf_autoplace.cost.profile import ProfileCostModel
 from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
 from tf_autoplace.graph import costgraph, ingest, kernels
 from tf_autoplace.graph.fingerprint import fingerprint
@@ -77,9 +78,22 @@ def check_arguments(*, seed, grouping, cost_model=None, unknown_dim=1, cache=Non
         raise ConfigError(f"unknown_dim must be an int >= 1, got {unknown_dim!r}")
 
 
+def _profile_notes(profile: ProfileCostModel, path) -> list[str]:
+    """What the report says of a cost profile that does not cover the graph exactly."""
+    notes = []
+    if profile.num_unprofiled_ops:
+        notes.append(f"{profile.num_unprofiled_ops} ops are not in the cost profile "
+                     f"{os.fspath(path)!r}; their times are Grappler's analytical estimates")
+    if profile.num_unused:
+        notes.append(f"{profile.num_unused} ops of the cost profile are not in this graph "
+                     "and were ignored")
+    return notes
+
+
 def place_graph(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
                 grouping: GroupingConfig = GroupingConfig(), cost_model: CostModel | None = None,
-                unknown_dim: int = 1, cache=None, progress=None, measure_steps: int = 0,
+                cost_profile: str | os.PathLike | None = None, unknown_dim: int = 1,
+                cache=None, progress=None, measure_steps: int = 0,
                 measure_feeds: dict | None = None) -> PlacementReport:
     """Place a ``tf.Graph`` (rewritten in place) or a GraphDef, MetaGraphDef, serialized bytes
     or file path (left alone; the placed copy is ``report.graph_def``); the arguments are
@@ -89,10 +103,18 @@ def place_graph(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
                              cost_model=cost_model, unknown_dim=unknown_dim, cache=cache,
                              progress=progress)
     cache, progress = as_cache(cache), as_progress(progress)
+    if cost_profile is not None and not isinstance(cost_profile, (str, os.PathLike)):
+        raise ConfigError(f"cost_profile must be the path of a CostProfile file, got "
+                          f"{cost_profile!r}")
+    if cost_profile is not None and cost_model is not None:
+        raise ConfigError("give cost_model or cost_profile, not both")
     if not (_is_int(measure_steps) and measure_steps >= 0):
         raise ConfigError(f"measure_steps must be an int >= 0, got {measure_steps!r}")
     timings: dict[str, float] = {}
     meta_graph = ingest.load_meta_graph(graph)
+    if cost_profile is not None:  # measured times; what the profile lacks is estimated
+        cost_model = ProfileCostModel.from_file(cost_profile,
+                                                fallback=AnalyticalCostModel(meta_graph))
     # What a step runs is found before anything is placed, so that a graph we could not time
     # is an error that leaves it untouched.
     workload = (Workload.from_graph(meta_graph, feeds=measure_feeds, seed=int(seed))
@@ -105,6 +127,8 @@ def place_graph(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
     notes = []
     if kernels.gpu_kernel_note() and any(d.kind == "GPU" for d in problem.cluster.devices):
         notes.append(kernels.gpu_kernel_note())
+    if cost_profile is not None:
+        notes += _profile_notes(cost_model, cost_profile)
     fallback = getattr(cost_model, "num_fallback_ops", 0)
     if fallback:
         notes.append(f"{fallback} ops were not costed by Grappler; their time is a "

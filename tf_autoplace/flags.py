@@ -104,6 +104,9 @@ flags.DEFINE_string("autoplace_policy", None,
                     "from.")
 flags.DEFINE_string("autoplace_save_policy", None,
                     "Write the policy the learned placer fine-tuned to this directory.")
+flags.DEFINE_string("autoplace_cost_profile", None,
+                    "A text CostProfile (tf-autoplace profile writes one) whose measured op "
+                    "times replace the analytical estimates; ops it lacks keep them.")
 flags.DEFINE_bool("autoplace_progress", True,
                   "Log the placement search's progress (absl INFO lines).")
 flags.DEFINE_string("autoplace_progress_logdir", None,
@@ -146,6 +149,22 @@ def _check_placer_and_cluster(values) -> bool:
             resolve_cluster(spec)
         except AutoplaceError as e:
             raise flags.ValidationError(f"--autoplace_cluster={spec!r}: {e}") from e
+    return True
+
+
+@flags.validator("autoplace_cost_profile")
+def _check_cost_profile(value) -> bool:
+    """A given profile must read as a CostProfile (checked at flag parsing, not at the first
+    session run)."""
+    if not value:
+        return True
+    from tf_autoplace.cost.profile import ProfileCostModel
+    from tf_autoplace.errors import AutoplaceError
+
+    try:
+        ProfileCostModel.from_file(value)
+    except AutoplaceError as e:
+        raise flags.ValidationError(f"--autoplace_cost_profile={value!r}: {e}") from e
     return True
 
 
@@ -210,6 +229,7 @@ class AutoplaceSettings:
       policy: a saved policy's directory for a learned placer to start from, or None.
       save_policy: where to write the policy a learned placer fine-tuned, or None.
       progress: log the search's progress; ``progress_logdir``: TensorBoard scalars too.
+      cost_profile: a CostProfile file whose op times the placement uses, or None.
     """
 
     placer: str
@@ -225,6 +245,7 @@ class AutoplaceSettings:
     save_policy: str | None = None
     progress: bool = True
     progress_logdir: str | None = None
+    cost_profile: str | None = None
 
     def __post_init__(self):
         from tf_autoplace.errors import ConfigError
@@ -250,7 +271,8 @@ def settings_from_flags() -> AutoplaceSettings | None:
                              cache_dir=FLAGS.autoplace_cache_dir, policy=FLAGS.autoplace_policy,
                              save_policy=FLAGS.autoplace_save_policy,
                              progress=FLAGS.autoplace_progress,
-                             progress_logdir=FLAGS.autoplace_progress_logdir)
+                             progress_logdir=FLAGS.autoplace_progress_logdir,
+                             cost_profile=FLAGS.autoplace_cost_profile or None)
 
 
 _lock = threading.RLock()
@@ -328,7 +350,8 @@ def _place_graph(session, settings: AutoplaceSettings) -> None:
                     if settings.progress else False)
         report = tf_autoplace.autoplace(
             graph, cluster=cluster, placer=placer, seed=settings.seed, progress=progress,
-            cache=(settings.cache_dir or True) if settings.cache else False)
+            cache=(settings.cache_dir or True) if settings.cache else False,
+            cost_profile=settings.cost_profile)
         _placed[graph] = report
     logging.info("autoplace: placed %d ops with %s\n%s", report.num_ops, report.placer, report)
     if settings.save_policy:
@@ -354,7 +377,8 @@ def _write_report(settings: AutoplaceSettings, report, placer) -> None:
                     "autoplace_budget_s": settings.budget_s,
                     "budget_passed_to_placer": takes_budget(placer),
                     "autoplace_placement": settings.placement,
-                    "autoplace_cache": settings.cache, "autoplace_policy": settings.policy}
+                    "autoplace_cache": settings.cache, "autoplace_policy": settings.policy,
+                    "autoplace_cost_profile": settings.cost_profile}
     path = settings.report_path
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
                                prefix=".tmp_autoplace_")

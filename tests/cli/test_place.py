@@ -51,6 +51,13 @@ RUNS = {
                                                       "--report_json={dir}/r_saved.json"]),
     "foreign_placement": ("tiny.pb", "out_foreign.pb", ["--placement={dir}/saved.pbtxt",
                                                         "--report_json={dir}/r_foreign.json"]),
+    # Measured op times (one op made very slow) instead of the analytical estimates.
+    "profiled": ("cnn.pb", "placed_profiled.pb", ["--placer=m_etf",
+                                                  "--cost_profile={dir}/cnn_profile.pbtxt",
+                                                  "--report_json={dir}/r_profiled.json"]),
+    "profiled_cost_graph": ("cnn.costgraph.pbtxt", "out_profiled.json",
+                            ["--cost_profile={dir}/cnn_profile.pbtxt",
+                             "--report_json={dir}/r_profiled_cost_graph.json"]),
 }
 
 
@@ -75,6 +82,10 @@ def runs(tmp_path_factory, run_scripts, write_proto):
     with tiny.as_default():
         tf.identity(tf.constant(1.0, name="one"), name="out")
     write_proto(workdir / "tiny.pb", tiny.as_graph_def())
+    slow_op = next(n.name for n in graph_def.node if n.op == "Conv2D")
+    (workdir / "cnn_profile.pbtxt").write_text(
+        f'op {{ name: "{slow_op}" device_kind: "CPU" compute_time_us: 2000000 }}\n'
+        'op { name: "not_in_the_graph" device_kind: "CPU" compute_time_us: 5 }\n')
 
     results = run_scripts({
         name: ["-m", "tf_autoplace.cli", "place", f"--input={workdir / inp}",
@@ -147,7 +158,21 @@ def test_measure_steps_put_measured_step_times_in_the_report_and_trace(runs):
     assert "train" in {e["name"] for e in measured}  # graph ops, by name
 
 
+def test_a_cost_profile_replaces_the_estimates_of_the_ops_it_names(runs):
+    workdir, results, inputs = runs
+    code, stdout, stderr = results["profiled"]
+    assert code == 0, stderr
+    report = json.loads((workdir / "r_profiled.json").read_text())
+    assert report["step_time_s"] >= 2.0  # the profiled 2 s convolution is on the path
+    notes = " ".join(report["notes"])
+    assert f"{report['num_ops'] - 1} ops are not in the cost profile" in notes
+    assert "1 ops of the cost profile are not in this graph" in notes
+    _assert_placed(graph_pb2.GraphDef.FromString((workdir / "placed_profiled.pb").read_bytes()),
+                   inputs["graph_def"])
+
+
 @pytest.mark.parametrize("name, message", [
+    ("profiled_cost_graph", "a cost graph carries its own times"),
     ("corrupt_input", "corrupt.pb' is not a GraphDef or MetaGraphDef"),
     ("missing_input", "cannot read graph file '.*missing.pb'"),
     ("bad_cluster", "bad_cluster.pbtxt: malformed cluster spec"),

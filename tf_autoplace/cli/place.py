@@ -115,6 +115,10 @@ flags.DEFINE_bool("progress", True, "Show the search's progress (a bar on a term
                   "lines otherwise).")
 flags.DEFINE_string("progress_logdir", None, "Also write the search curve as TensorBoard "
                     "scalars here.")
+flags.DEFINE_string("cost_profile", None, "GraphDef/MetaGraphDef input: a text CostProfile "
+                    "(tf-autoplace profile writes one, here or on the training machine) whose "
+                    "measured op times replace the analytical estimates; ops it lacks keep "
+                    "them, and the report's notes count them.")
 flags.DEFINE_integer("measure_steps", 0, "Also time this many steps of the placed graph and of "
                      "the single-device baseline on this machine (0: do not).")
 flags.mark_flags_as_required(["input", "output"])
@@ -175,7 +179,8 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
         tags=("serve",), budget_s: float | None = None, placement: str | None = None,
         cache: bool = False, cache_dir: str | None = None, policy: str | None = None,
         save_policy: str | None = None, progress: bool = True,
-        progress_logdir: str | None = None, measure_steps: int = 0, **extra_paths) -> int:
+        progress_logdir: str | None = None, measure_steps: int = 0,
+        cost_profile: str | None = None, **extra_paths) -> int:
     """Place ``input_path`` into ``output_path``; returns a process exit status."""
     saved_model = tf2.is_saved_model(input_path)
     cost_graph = not saved_model and costgraph.is_cost_graph_file(input_path)
@@ -194,6 +199,10 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
         if (saved_model or cost_graph) and measure_steps:
             raise ConfigError("--measure_steps times GraphDef and MetaGraphDef input; a "
                               "SavedModel or a cost graph is placed without it")
+        if (saved_model or cost_graph) and cost_profile:
+            raise ConfigError("--cost_profile times the ops of GraphDef and MetaGraphDef input; "
+                              "a cost graph carries its own times, and a SavedModel's "
+                              "function graph has other op names")
         outputs = files.Outputs()
         if saved_model:  # SavedModel in, SavedModel out
             placed = tf2.load_and_place_saved_model(input_path, signature=signature,
@@ -205,7 +214,8 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
             outputs.add_file(output_path, _placement_bytes(report, output_path))
         else:
             source, is_meta_graph = ingest.read_graph_file(input_path)
-            report = autoplace(source, measure_steps=measure_steps, **options)
+            report = autoplace(source, measure_steps=measure_steps, cost_profile=cost_profile,
+                               **options)
             outputs.add_file(output_path,
                              _serialize(report, source, is_meta_graph, output_path))
         if save_policy:  # ConfigError, with nothing written, when no policy was fine-tuned
@@ -235,4 +245,4 @@ def main(argv):
                policy=FLAGS.policy, save_policy=FLAGS.save_policy, progress=FLAGS.progress,
                progress_logdir=FLAGS.progress_logdir, trace_json=FLAGS.trace_json,
                plot_png=FLAGS.plot_png, placement_pb=FLAGS.placement_pb,
-               measure_steps=FLAGS.measure_steps)
+               measure_steps=FLAGS.measure_steps, cost_profile=FLAGS.cost_profile)

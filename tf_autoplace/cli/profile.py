@@ -11,8 +11,9 @@ made-up values of their static shape, see ``tf_autoplace.hw.workload``) or a zoo
 (``--model`` and ``--knob=name=value``). It runs ``--warmup_steps`` steps and then
 ``--trace_steps`` traced steps with all ops on each kind of device this machine has, and writes
 per op and device kind the median measured time as a text ``CostProfile``
-(``protos/cost_profile.proto``; ``tf_autoplace.hw.profiler``). Use it with
-``ProfileCostModel.from_file(path, fallback=AnalyticalCostModel(meta_graph))``.
+(``protos/cost_profile.proto``; ``tf_autoplace.hw.profiler``). Place with it through
+``tf-autoplace place --cost_profile``, ``autoplace(..., cost_profile=)`` or
+``--autoplace_cost_profile``.
 
 With ``--out_cluster`` it also times chains of copies of several sizes between every pair of the
 local cluster's devices (``--num_logical_cpus`` logical CPUs, or 0: the GPUs and the CPU host),
