@@ -8,6 +8,9 @@ cases pin the values. Links are 1 GB/s with 10 us latency unless a test says oth
 
 import dataclasses
 import functools
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -197,6 +200,21 @@ def test_lp_beats_the_simple_bound_on_load_bound_problems():
         best = min(prob.simulator.makespan(h().propose(prob, seed=0))
                    for name, h in HEURISTICS.items() if name != "expert")
         assert lp.value_s <= best
+
+
+def test_solving_the_lp_prints_nothing(tmp_path, repo_root):
+    # HiGHS's Python wrapper prints a banner on stdout the first time a process builds a
+    # solver: a line in every user's program output. A fresh process, so that it is the first.
+    script = ("from tf_autoplace.sim import lp_lower_bound\n"
+              "from tf_autoplace.testing.problems import random_problem\n"
+              "p = random_problem(n=50, seed=0)\n"
+              "assert lp_lower_bound(p.graph, p.cluster, p.op_time).status == 'optimal'\n")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""
 
 
 # ======================================================================== the LP by hand

@@ -252,8 +252,12 @@ def _solve(model: _Model, num_x: int, time_limit_s: float) -> tuple[float, str]:
     lp.a_matrix_.start_ = np.searchsorted(cols, np.arange(ncol + 1)).astype(np.int32)
     lp.a_matrix_.index_ = rows.astype(np.int32)
     lp.a_matrix_.value_ = vals
-    solver = highspy.Highs()
-    solver.silent()
+    # highspy.Highs, the Python wrapper, prints HiGHS's banner on stdout the first time a process
+    # builds one, before silent() can act: a line in the user's program output. The core class
+    # it wraps prints nothing and has every method used here (the wrapper is the fallback
+    # should a later highspy rename it).
+    solver = getattr(highspy, "_Highs", highspy.Highs)()
+    solver.setOptionValue("output_flag", False)
     solver.setOptionValue("time_limit", float(time_limit_s))
     solver.setOptionValue("threads", 1)
     solver.passModel(lp)
