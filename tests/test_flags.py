@@ -8,6 +8,7 @@ MonitoredSession, a second session, uninstall), budget pass-through, the session
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -42,6 +43,14 @@ RUNS = {
                    "--autoplace_budget_s=-1"],
     "bad_policy": ["--autoplace=m_etf", f"--autoplace_cluster={CPU2}",
                    "--autoplace_policy={dir}"],
+    "bad_option": ["--autoplace=m_etf", f"--autoplace_cluster={CPU2}",
+                   "--autoplace_placer_option=max_samples=8"],
+    "bad_option_value": ["--autoplace=hdp", f"--autoplace_cluster={CPU2}",
+                         "--autoplace_placer_option=start=sideways"],
+    # A placer's setting from the command line: a Post search of 24 placements.
+    "post_option": ["--autoplace=post", f"--autoplace_cluster={CPU2}",
+                    "--autoplace_placer_option=max_samples=24",
+                    "--autoplace_report={dir}/r_post.json"],
     "bad_profile": ["--autoplace=m_etf", f"--autoplace_cluster={CPU2}",
                     "--autoplace_cost_profile={dir}/missing_profile.pbtxt"],
     # A profile of other ops: every op keeps its analytical time, and the report says so.
@@ -113,7 +122,8 @@ def test_report_json_is_written_and_valid(runs):
     assert report["flags"] == {"autoplace": "m_etf", "autoplace_cluster": CPU2,
                                "autoplace_budget_s": 60.0, "budget_passed_to_placer": False,
                                "autoplace_placement": None, "autoplace_cache": True,
-                               "autoplace_policy": None, "autoplace_cost_profile": None}
+                               "autoplace_policy": None, "autoplace_cost_profile": None,
+                               "autoplace_placer_option": []}
 
 
 @pytest.mark.parametrize("name, message", [
@@ -122,12 +132,25 @@ def test_report_json_is_written_and_valid(runs):
     ("bad_budget", "--autoplace_budget_s must be >= 0"),
     ("bad_policy", "go with a learned placer"),
     ("bad_profile", "cannot read cost profile"),
+    ("bad_option", "the m_etf placer has no settings to set"),
+    ("bad_option_value", "start must be one of"),
 ])
 def test_bad_flags_exit_nonzero_with_clear_message(runs, name, message):
     rc, out, err, _ = runs[name]
     assert rc != 0
     assert message in err
     assert "step " not in out
+
+
+def test_a_placer_option_reaches_the_placer(runs):
+    rc, out, err, workdir = runs["post_option"]
+    assert rc == 0, err
+    report = json.loads((workdir / "r_post.json").read_text())
+    assert report["flags"]["autoplace_placer_option"] == ["max_samples=24"]
+    samples = [int(n) for n in re.findall(r"post: .* after (\d+) simulated placements",
+                                          " ".join(report["notes"]))]
+    assert samples and samples[0] <= 24  # the default search simulates 2,400
+    assert _losses(out) == _losses(runs["plain"][1])
 
 
 def test_the_cost_profile_flag_reaches_the_placement(runs):

@@ -104,6 +104,10 @@ flags.DEFINE_string("autoplace_policy", None,
                     "from.")
 flags.DEFINE_string("autoplace_save_policy", None,
                     "Write the policy the learned placer fine-tuned to this directory.")
+flags.DEFINE_multi_string("autoplace_placer_option", [],
+                          "NAME=VALUE: a setting of the --autoplace placer's config (e.g. "
+                          "--autoplace=hdp --autoplace_placer_option=start=uniform); "
+                          "repeatable.")
 flags.DEFINE_string("autoplace_cost_profile", None,
                     "A text CostProfile (tf-autoplace profile writes one) whose measured op "
                     "times replace the analytical estimates; ops it lacks keep them.")
@@ -123,15 +127,16 @@ def _check_budget(value) -> bool:
 
 
 @flags.multi_flags_validator(["autoplace", "autoplace_cluster", "autoplace_ray_address",
-                              "autoplace_placement"])
+                              "autoplace_placement", "autoplace_placer_option"])
 def _check_placer_and_cluster(values) -> bool:
     """Only when enabled: the placer is registered (unless a saved placement replaces it), the
-    cluster spec reads, and a Ray address goes to a placer that takes one."""
+    cluster spec reads, a Ray address goes to a placer that takes one, and the placer options
+    are settings of the placer."""
     if not (_enabled(values["autoplace"]) or values["autoplace_placement"]):
         return True
     from tf_autoplace.cluster import resolve_cluster
     from tf_autoplace.errors import AutoplaceError
-    from tf_autoplace.placers import PLACERS, takes_ray_address
+    from tf_autoplace.placers import PLACERS, get_placer, takes_ray_address
 
     name = values["autoplace"].strip()
     if not values["autoplace_placement"] and name not in PLACERS:
@@ -143,6 +148,15 @@ def _check_placer_and_cluster(values) -> bool:
         raise flags.ValidationError(
             f"--autoplace_ray_address={values['autoplace_ray_address']!r}: placer {name!r} "
             "runs no simulations on workers")
+    options = values.get("autoplace_placer_option") or []
+    if options and values["autoplace_placement"]:
+        raise flags.ValidationError("--autoplace_placer_option sets a placer's search; "
+                                    "--autoplace_placement applies a saved placement")
+    try:
+        if options:  # built once here so that the config checks the values at parsing
+            get_placer(name, options=options)
+    except AutoplaceError as e:
+        raise flags.ValidationError(f"--autoplace_placer_option: {e}") from e
     spec = values["autoplace_cluster"]
     if spec != "local":
         try:
@@ -230,6 +244,7 @@ class AutoplaceSettings:
       save_policy: where to write the policy a learned placer fine-tuned, or None.
       progress: log the search's progress; ``progress_logdir``: TensorBoard scalars too.
       cost_profile: a CostProfile file whose op times the placement uses, or None.
+      placer_options: ``name=value`` settings of the placer's config.
     """
 
     placer: str
@@ -246,6 +261,7 @@ class AutoplaceSettings:
     progress: bool = True
     progress_logdir: str | None = None
     cost_profile: str | None = None
+    placer_options: tuple = ()
 
     def __post_init__(self):
         from tf_autoplace.errors import ConfigError
@@ -272,7 +288,8 @@ def settings_from_flags() -> AutoplaceSettings | None:
                              save_policy=FLAGS.autoplace_save_policy,
                              progress=FLAGS.autoplace_progress,
                              progress_logdir=FLAGS.autoplace_progress_logdir,
-                             cost_profile=FLAGS.autoplace_cost_profile or None)
+                             cost_profile=FLAGS.autoplace_cost_profile or None,
+                             placer_options=tuple(FLAGS.autoplace_placer_option or ()))
 
 
 _lock = threading.RLock()
@@ -283,13 +300,14 @@ _original_extend = None
 
 
 def make_placer(name: str, budget_s: float, ray_address: str | None = None,
-                policy: str | None = None):
+                policy: str | None = None, options=()):
     """The registered placer ``name``, given ``budget_s`` if its constructor takes one (and
-    ``ray_address``, which only placers that take it accept), and the saved ``policy`` to start
-    from (learned placers only)."""
+    ``ray_address``, which only placers that take it accept), the saved ``policy`` to start
+    from (learned placers only) and its config ``options`` (``name=value``)."""
     from tf_autoplace.placers import get_placer
 
-    return get_placer(name, budget_s=budget_s, ray_address=ray_address, policy=policy)
+    return get_placer(name, budget_s=budget_s, ray_address=ray_address, policy=policy,
+                      options=options)
 
 
 def _placer(settings: AutoplaceSettings):
@@ -301,7 +319,7 @@ def _placer(settings: AutoplaceSettings):
                          "run", settings.placement, settings.placer)
         return SavedPlacement(settings.placement)
     return make_placer(settings.placer, settings.budget_s, settings.ray_address,
-                       settings.policy)
+                       settings.policy, settings.placer_options)
 
 
 def report_for(graph):
@@ -378,7 +396,8 @@ def _write_report(settings: AutoplaceSettings, report, placer) -> None:
                     "budget_passed_to_placer": takes_budget(placer),
                     "autoplace_placement": settings.placement,
                     "autoplace_cache": settings.cache, "autoplace_policy": settings.policy,
-                    "autoplace_cost_profile": settings.cost_profile}
+                    "autoplace_cost_profile": settings.cost_profile,
+                    "autoplace_placer_option": list(settings.placer_options)}
     path = settings.report_path
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
                                prefix=".tmp_autoplace_")

@@ -22,18 +22,16 @@ the expert's step time (if it did) and to come within ``--converged`` of its fin
 
 from __future__ import annotations
 
-import dataclasses
-
 from absl import app, flags
 
 from tf_autoplace import benchmark as bench
 from tf_autoplace import zoo
 from tf_autoplace.cluster import resolve_cluster
-from tf_autoplace.errors import AutoplaceError
+from tf_autoplace.errors import AutoplaceError, ConfigError
 from tf_autoplace.graph import ingest
 from tf_autoplace.heuristics import BestHeuristicPlacer, SingleDevicePlacer
 from tf_autoplace.prepare import build_problem
-from tf_autoplace.placers import HDPPlacer
+from tf_autoplace.placers import HDPPlacer, parse_options
 from tf_autoplace.rl.hdp_search import HDPConfig, load_policy
 
 FLAGS = flags.FLAGS
@@ -51,20 +49,10 @@ flags.DEFINE_string("out_md", None, "also write the markdown here (rewritten aft
 
 
 def parse_overrides(items) -> dict:
-    fields = {f.name: f.type for f in dataclasses.fields(HDPConfig)}
-    out = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or name not in fields:
-            raise app.UsageError(f"--set wants name=value with a name among "
-                                 f"{sorted(fields)}, got {item!r}")
-        try:
-            out[name] = int(value) if value.lstrip("-").isdigit() else float(value)
-        except ValueError:
-            if fields[name] != "str":  # a text setting (start) takes the text as it is
-                raise app.UsageError(f"--set {name} wants a number, got {value!r}") from None
-            out[name] = value
-    return out
+    try:
+        return parse_options("hdp", items)
+    except ConfigError as e:
+        raise app.UsageError(f"--set: {e}") from None
 
 
 def measure(model_name: str, cluster_name: str, config: HDPConfig) -> str:

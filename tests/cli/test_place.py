@@ -55,6 +55,13 @@ RUNS = {
     "profiled": ("cnn.pb", "placed_profiled.pb", ["--placer=m_etf",
                                                   "--cost_profile={dir}/cnn_profile.pbtxt",
                                                   "--report_json={dir}/r_profiled.json"]),
+    # A placer's setting from the command line: a Post search of 24 placements.
+    "placer_option": ("cnn.pb", "placed_option.pb", ["--placer=post",
+                                                     "--placer_option=max_samples=24",
+                                                     "--report_json={dir}/r_option.json"]),
+    "bad_placer_option": ("cnn.pb", "out_bad_option.pb",
+                          ["--placer=hdp", "--placer_option=bogus=1",
+                           "--report_json={dir}/r_bad_option.json"]),
     "profiled_cost_graph": ("cnn.costgraph.pbtxt", "out_profiled.json",
                             ["--cost_profile={dir}/cnn_profile.pbtxt",
                              "--report_json={dir}/r_profiled_cost_graph.json"]),
@@ -158,6 +165,15 @@ def test_measure_steps_put_measured_step_times_in_the_report_and_trace(runs):
     assert "train" in {e["name"] for e in measured}  # graph ops, by name
 
 
+def test_a_placer_option_sets_the_placers_search(runs):
+    workdir, results, _ = runs
+    code, stdout, stderr = results["placer_option"]
+    assert code == 0, stderr
+    notes = " ".join(json.loads((workdir / "r_option.json").read_text())["notes"])
+    samples = [int(n) for n in re.findall(r"post: .* after (\d+) simulated placements", notes)]
+    assert samples and samples[0] <= 24  # the default search simulates 2,400
+
+
 def test_a_cost_profile_replaces_the_estimates_of_the_ops_it_names(runs):
     workdir, results, inputs = runs
     code, stdout, stderr = results["profiled"]
@@ -173,6 +189,7 @@ def test_a_cost_profile_replaces_the_estimates_of_the_ops_it_names(runs):
 
 @pytest.mark.parametrize("name, message", [
     ("profiled_cost_graph", "a cost graph carries its own times"),
+    ("bad_placer_option", "the hdp placer has no setting 'bogus'"),
     ("corrupt_input", "corrupt.pb' is not a GraphDef or MetaGraphDef"),
     ("missing_input", "cannot read graph file '.*missing.pb'"),
     ("bad_cluster", "bad_cluster.pbtxt: malformed cluster spec"),

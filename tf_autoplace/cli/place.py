@@ -88,6 +88,8 @@ flags.DEFINE_list("saved_model_tags", ["serve"], "SavedModel input (TF1): the ta
 flags.DEFINE_string("cluster", "local", "Shipped cluster name (k80x2, cpu2, ...), cluster spec "
                     "file (text ClusterSpec) or 'local'.")
 flags.DEFINE_string("placer", "auto", "Placer name (default: the default placer, auto).")
+flags.DEFINE_multi_string("placer_option", [], "NAME=VALUE: a setting of the placer's config "
+                          "(e.g. --placer=hdp --placer_option=start=uniform); repeatable.")
 flags.DEFINE_float("budget_s", None, "Search budget in seconds (>= 0) for placers that search "
                    "(auto, placeto, post, hdp, gdp; 0: gdp places zero-shot); default: the "
                    "placer's own.")
@@ -180,7 +182,7 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
         cache: bool = False, cache_dir: str | None = None, policy: str | None = None,
         save_policy: str | None = None, progress: bool = True,
         progress_logdir: str | None = None, measure_steps: int = 0,
-        cost_profile: str | None = None, **extra_paths) -> int:
+        cost_profile: str | None = None, placer_options=(), **extra_paths) -> int:
     """Place ``input_path`` into ``output_path``; returns a process exit status."""
     saved_model = tf2.is_saved_model(input_path)
     cost_graph = not saved_model and costgraph.is_cost_graph_file(input_path)
@@ -190,8 +192,12 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
         _check_outputs(output_path, saved_model,
                        dict(report_json=report_json, save_policy=save_policy, **extra_paths),
                        directories={"save_policy"})
+        if placement and placer_options:
+            raise ConfigError("--placer_option sets a placer's search; --placement applies a "
+                              "saved placement without one")
         chosen = (SavedPlacement(placement) if placement
-                  else get_placer(placer, budget_s=budget_s, policy=policy))
+                  else get_placer(placer, budget_s=budget_s, policy=policy,
+                                  options=placer_options))
         options = dict(cluster=resolve_cluster(cluster), placer=chosen, seed=seed,
                        grouping=GroupingConfig(max_groups=max_groups),
                        cache=(cache_dir or True) if cache else False,
@@ -245,4 +251,5 @@ def main(argv):
                policy=FLAGS.policy, save_policy=FLAGS.save_policy, progress=FLAGS.progress,
                progress_logdir=FLAGS.progress_logdir, trace_json=FLAGS.trace_json,
                plot_png=FLAGS.plot_png, placement_pb=FLAGS.placement_pb,
-               measure_steps=FLAGS.measure_steps, cost_profile=FLAGS.cost_profile)
+               measure_steps=FLAGS.measure_steps, cost_profile=FLAGS.cost_profile,
+               placer_options=FLAGS.placer_option)

@@ -25,12 +25,15 @@ from absl import flags
 from tf_autoplace import files, zoo
 from tf_autoplace.api import autoplace
 from tf_autoplace.errors import AutoplaceError
+from tf_autoplace.placers import get_placer
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model", "inception_v3", "Model zoo name (tf_autoplace.zoo.MODELS).")
 flags.DEFINE_multi_string("knob", [], "Model size knob as name=value (int), repeatable.")
 flags.DEFINE_string("cluster", "k80x2", "Shipped cluster name, cluster spec file or 'local'.")
 flags.DEFINE_string("placer", "auto", "Placer name (default: the default placer, auto).")
+flags.DEFINE_multi_string("placer_option", [], "NAME=VALUE: a setting of the placer's config "
+                          "(e.g. --placer=hdp --placer_option=start=uniform); repeatable.")
 flags.DEFINE_integer("seed", 0, "Random seed.")
 flags.DEFINE_string("report_json", None, "Also write the report as JSON here.")
 flags.DEFINE_string("ray_address", None, "Simulate on this Ray cluster ('auto', HOST:PORT or "
@@ -45,11 +48,12 @@ def main(argv):
         if FLAGS.report_json:  # before the work: a path that cannot be written fails at once
             files.check_output_path(FLAGS.report_json, "--report_json")
         began = time.perf_counter()
+        placer = get_placer(FLAGS.placer, ray_address=FLAGS.ray_address,
+                            options=FLAGS.placer_option)
         model = zoo.build(FLAGS.model, **zoo.parse_knobs(FLAGS.knob))
         build_s = time.perf_counter() - began
-        report = autoplace(model.graph, cluster=FLAGS.cluster, placer=FLAGS.placer,
-                           seed=FLAGS.seed, ray_address=FLAGS.ray_address,
-                           measure_steps=FLAGS.measure_steps,
+        report = autoplace(model.graph, cluster=FLAGS.cluster, placer=placer,
+                           seed=FLAGS.seed, measure_steps=FLAGS.measure_steps,
                            measure_feeds=model.sample_feed(FLAGS.seed))
     except AutoplaceError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -8,12 +8,15 @@ no name in :data:`PLACERS`.
 What :func:`get_placer` passes to a placer's constructor when the constructor takes it:
 ``budget_s`` (the placers that search within a time budget) and ``policy`` (a directory of a
 saved policy, which the learned placers that keep one start from instead of the shipped or a
-fresh one: :func:`policy_placers`).
+fresh one: :func:`policy_placers`). ``options`` are the command line's settings of a placer
+that has a config dataclass (``--placer_option=start=uniform``), typed by :func:`parse_options`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+from typing import Sequence
 
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.heuristics import (HEURISTICS, BestHeuristicPlacer, CpuOnlyPlacer, ExpertPlacer,
@@ -52,7 +55,8 @@ assert set(HEURISTICS) <= set(PLACERS)
 
 
 def get_placer(name_or_placer, *, budget_s: float | None = None,
-               ray_address: str | None = None, policy=None) -> Placer:
+               ray_address: str | None = None, policy=None,
+               options: Sequence[str] = ()) -> Placer:
     """A Placer instance from a registered name (or the instance itself).
 
     ``budget_s`` is the search-time budget of placers that search (``auto``, ``placeto``,
@@ -62,9 +66,13 @@ def get_placer(name_or_placer, *, budget_s: float | None = None,
     simulates nothing in parallel is a ConfigError, so a Ray cluster is never silently left
     unused. ``policy`` is a saved policy's directory for a learned placer to start from
     (``placeto``, ``hdp``, ``gdp``: :func:`policy_placers`); ConfigError for a placer that
-    takes none."""
+    takes none. ``options``: ``name=value`` settings of the placer's config
+    (:func:`parse_options`)."""
     check_ray_address(ray_address)
     if isinstance(name_or_placer, Placer):
+        if options:
+            raise ConfigError("options go with a placer name; give the placer instance its "
+                              "settings when you make it")
         if ray_address is not None:
             raise ConfigError("ray_address goes to the placer's constructor when the placer "
                               f"is given as an instance ({type(name_or_placer).__name__})")
@@ -93,7 +101,65 @@ def get_placer(name_or_placer, *, budget_s: float | None = None,
                               f"{f' ({why})' if why else ''}; a saved policy is for the "
                               f"learned placers {policy_placers()}")
         kwargs["policy"] = policy
+    kwargs.update(parse_options(name_or_placer, options))
     return cls(**kwargs)
+
+
+# Settings the doors give through their own arguments (--budget_s, --ray_address, --policy).
+_OWN_ARGUMENTS = {"budget_s": "budget_s", "ray_address": "ray_address", "policy_dir": "policy"}
+
+
+def parse_options(name: str, items: Sequence[str]) -> dict:
+    """``["start=uniform", "max_samples=512"]`` -> keyword settings of placer ``name``'s config
+    dataclass, each typed like the field (bool: true/false; int; float; text); the config then
+    checks the values. ConfigError for a malformed item, a placer without settings, an unknown
+    field, a value of the wrong type, or a field that takes a structure (set those from Python)
+    or has its own argument."""
+    if not items:
+        return {}
+    cls = PLACERS[name]
+    config_class = getattr(cls, "config_class", None)
+    if config_class is None:
+        raise ConfigError(f"the {name} placer has no settings to set; placers with settings: "
+                          f"{sorted(n for n, c in PLACERS.items() if hasattr(c, 'config_class'))}")
+    fields = {f.name: f for f in dataclasses.fields(config_class)}
+    out = {}
+    for item in items:
+        field, sep, text = str(item).partition("=")
+        if not sep or not field:
+            raise ConfigError(f"a placer option is name=value, got {item!r}")
+        if field in _OWN_ARGUMENTS:
+            raise ConfigError(f"{field} has its own argument ({_OWN_ARGUMENTS[field]}); not a "
+                              "placer option")
+        if field not in fields:
+            raise ConfigError(f"the {name} placer has no setting {field!r}; its settings: "
+                              f"{sorted(set(fields) - set(_OWN_ARGUMENTS))}")
+        out[field] = _typed(name, fields[field], text)
+    return out
+
+
+def _typed(placer: str, field: dataclasses.Field, text: str):
+    """``text`` as the type of ``field`` (its annotation, as a string under postponed
+    evaluation)."""
+    kinds = str(field.type).replace(" ", "").split("|")
+    try:
+        if "bool" in kinds:
+            if text.lower() not in ("true", "false"):
+                raise ValueError
+            return text.lower() == "true"
+        if "int" in kinds and text.lstrip("-").isdigit():
+            return int(text)
+        if "float" in kinds:
+            return float(text)
+        if "int" in kinds:
+            raise ValueError
+        if "str" in kinds:
+            return text
+    except ValueError:
+        raise ConfigError(f"the {placer} placer's {field.name} is {field.type}; got "
+                          f"{text!r}") from None
+    raise ConfigError(f"the {placer} placer's {field.name} is {field.type}, which the command "
+                      "line cannot give; set it from Python (the placer's config)")
 
 
 def takes_budget(placer_or_class) -> bool:
@@ -129,5 +195,5 @@ __all__ = ["DEFAULT_PLACER", "PLACERS", "AutoConfig", "AutoPlacer", "BestHeurist
            "MemoryAwareETFPlacer", "MemoryAwareTopoPlacer", "MetisPlacer", "Placement",
            "PlacementProblem", "Placer", "PlacetoConfig", "PlacetoPlacer", "PostConfig",
            "PostPlacer", "RandomPlacer", "SavedPlacement", "SingleDevicePlacer", "check_memory",
-           "check_placement", "get_placer", "policy_placers", "takes_budget", "takes_policy",
+           "check_placement", "get_placer", "parse_options", "policy_placers", "takes_budget", "takes_policy",
            "takes_ray_address", "validate"]

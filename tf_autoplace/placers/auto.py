@@ -141,6 +141,7 @@ class AutoPlacer(Placer):
     """The default placer (module docstring). ``stats`` holds the last run's figures."""
 
     name = "auto"
+    config_class = AutoConfig
 
     def __init__(self, config: AutoConfig | None = None, *, budget_s: float | None = None,
                  ray_address: str | None = None, **overrides):
