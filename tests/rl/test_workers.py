@@ -108,7 +108,8 @@ def test_ray_search_matches_the_local_one_and_survives_a_killed_worker(local_ray
 @pytest.mark.slow
 def test_the_default_placer_places_the_same_on_ray_as_in_process(local_ray):
     problem = random_problem(300, seed=2, num_gpus=2, max_groups=300)
-    local, remote = AutoPlacer(max_samples=150), AutoPlacer(max_samples=150, ray_address="auto")
+    local = AutoPlacer(max_samples=150, budget_s=3600)  # samples, not the time cap, end it
+    remote = AutoPlacer(max_samples=150, budget_s=3600, ray_address="auto")
     here, there = local.place(problem, seed=4), remote.place(problem, seed=4)
     np.testing.assert_array_equal(here.devices, there.devices)
     assert remote.stats["curve"] == local.stats["curve"]
@@ -120,8 +121,10 @@ def test_post_places_the_same_on_ray_as_in_process(local_ray):
     problem = random_problem(80, seed=1, max_groups=20)
     runs = []
     for workers, ray_address in ((1, None), (2, "auto")):  # this process; two Ray actors
-        placer = PostPlacer(max_samples=120, workers=workers, ray_address=ray_address,
-                            heuristics=())
+        # The sample budget ends both searches; the time cap, which a loaded machine could
+        # reach first (Ray's start counts in it), must not.
+        placer = PostPlacer(max_samples=120, budget_s=3600, workers=workers,
+                            ray_address=ray_address, heuristics=())
         runs.append((placer.place(problem, seed=0).devices.tolist(), placer.stats["curve"]))
     assert runs[0] == runs[1] and len(runs[0][1]) > 1
 
