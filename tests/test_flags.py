@@ -43,16 +43,10 @@ RUNS = {
                    "--autoplace_budget_s=-1"],
     "bad_policy": ["--autoplace=m_etf", f"--autoplace_cluster={CPU2}",
                    "--autoplace_policy={dir}"],
-    "bad_option": ["--autoplace=m_etf", f"--autoplace_cluster={CPU2}",
-                   "--autoplace_placer_option=max_samples=8"],
-    "bad_option_value": ["--autoplace=hdp", f"--autoplace_cluster={CPU2}",
-                         "--autoplace_placer_option=start=sideways"],
     # A placer's setting from the command line: a Post search of 24 placements.
     "post_option": ["--autoplace=post", f"--autoplace_cluster={CPU2}",
                     "--autoplace_placer_option=max_samples=24",
                     "--autoplace_report={dir}/r_post.json"],
-    "bad_profile": ["--autoplace=m_etf", f"--autoplace_cluster={CPU2}",
-                    "--autoplace_cost_profile={dir}/missing_profile.pbtxt"],
     # A profile of other ops: every op keeps its analytical time, and the report says so.
     "profiled": ["--autoplace=m_etf", f"--autoplace_cluster={CPU2}",
                  "--autoplace_cost_profile={dir}/profile.pbtxt",
@@ -131,9 +125,6 @@ def test_report_json_is_written_and_valid(runs):
     ("bad_cluster", "malformed cluster spec"),
     ("bad_budget", "--autoplace_budget_s must be >= 0"),
     ("bad_policy", "go with a learned placer"),
-    ("bad_profile", "cannot read cost profile"),
-    ("bad_option", "the m_etf placer has no settings to set"),
-    ("bad_option_value", "start must be one of"),
 ])
 def test_bad_flags_exit_nonzero_with_clear_message(runs, name, message):
     rc, out, err, _ = runs[name]
@@ -192,6 +183,23 @@ def test_ray_address_goes_only_to_placers_that_take_one():
     assert ap_flags._check_placer_and_cluster({"autoplace": "auto", "autoplace_cluster": "local",
                                                "autoplace_ray_address": "auto",
                                                "autoplace_placement": None})
+
+
+def test_placer_options_and_the_cost_profile_are_checked_at_parsing(tmp_path):
+    base = {"autoplace_cluster": "local", "autoplace_ray_address": None,
+            "autoplace_placement": None}
+    check = ap_flags._check_placer_and_cluster
+    assert check({**base, "autoplace": "hdp", "autoplace_placer_option": ["start=uniform"]})
+    with pytest.raises(flags.ValidationError, match="the m_etf placer has no settings to set"):
+        check({**base, "autoplace": "m_etf", "autoplace_placer_option": ["max_samples=8"]})
+    with pytest.raises(flags.ValidationError, match="start must be one of"):  # the config's
+        check({**base, "autoplace": "hdp", "autoplace_placer_option": ["start=sideways"]})
+    with pytest.raises(flags.ValidationError, match="applies a saved placement"):
+        check({**base, "autoplace": "off", "autoplace_placement": "saved.pbtxt",
+               "autoplace_placer_option": ["start=uniform"]})
+    assert ap_flags._check_cost_profile(None)
+    with pytest.raises(flags.ValidationError, match="cannot read cost profile"):
+        ap_flags._check_cost_profile(str(tmp_path / "missing.pbtxt"))
 
 
 def test_the_policy_flags_go_with_every_placer_that_keeps_a_policy(tmp_path):

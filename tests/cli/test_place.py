@@ -59,12 +59,6 @@ RUNS = {
     "placer_option": ("cnn.pb", "placed_option.pb", ["--placer=post",
                                                      "--placer_option=max_samples=24",
                                                      "--report_json={dir}/r_option.json"]),
-    "bad_placer_option": ("cnn.pb", "out_bad_option.pb",
-                          ["--placer=hdp", "--placer_option=bogus=1",
-                           "--report_json={dir}/r_bad_option.json"]),
-    "profiled_cost_graph": ("cnn.costgraph.pbtxt", "out_profiled.json",
-                            ["--cost_profile={dir}/cnn_profile.pbtxt",
-                             "--report_json={dir}/r_profiled_cost_graph.json"]),
 }
 
 
@@ -188,8 +182,6 @@ def test_a_cost_profile_replaces_the_estimates_of_the_ops_it_names(runs):
 
 
 @pytest.mark.parametrize("name, message", [
-    ("profiled_cost_graph", "a cost graph carries its own times"),
-    ("bad_placer_option", "the hdp placer has no setting 'bogus'"),
     ("corrupt_input", "corrupt.pb' is not a GraphDef or MetaGraphDef"),
     ("missing_input", "cannot read graph file '.*missing.pb'"),
     ("bad_cluster", "bad_cluster.pbtxt: malformed cluster spec"),
@@ -221,18 +213,23 @@ def test_errors_exit_non_zero_with_a_message_and_write_nothing(runs, name, messa
     (dict(report_json="same.json", trace_json="same.json"),
      "--trace_json and --report_json are the same file 'same.json'"),
     (dict(output="a_dir"), "--output 'a_dir' is a directory"),
+    (dict(placer_options=["bogus=1"]), "the m_etf placer has no settings to set"),
+    (dict(input="g.costgraph.pbtxt", cost_profile="p.pbtxt"),
+     "a cost graph carries its own times"),
 ])
 def test_unwritable_outputs_fail_before_the_work_and_nothing_is_written(
         tmp_path, monkeypatch, capsys, flags, message):
-    # In this process (TF is loaded already): run() checks the paths before anything else.
+    # In this process (TF is loaded already): run() checks the paths and the options before
+    # anything else.
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a_dir").mkdir()
     (tmp_path / "bad_cluster.pbtxt").write_text('device { name: "/device:CPU:0" kind: ')
     (tmp_path / "in.pb").write_bytes(small_cnn().graph.as_graph_def().SerializeToString())
     before = sorted(os.listdir(tmp_path))
-    args = {"output": "out.pb", "cluster": "cpu2", "report_json": None, **flags}
-    status = place.run("in.pb", args.pop("output"), placer="m_etf", seed=0, max_groups=2000,
-                       **args)
+    args = {"input": "in.pb", "output": "out.pb", "cluster": "cpu2", "report_json": None,
+            **flags}
+    status = place.run(args.pop("input"), args.pop("output"), placer="m_etf", seed=0,
+                       max_groups=2000, **args)
     assert status == 1
     error_lines = [line for line in capsys.readouterr().err.splitlines()
                    if line.startswith("error: ")]
