@@ -62,7 +62,7 @@ def _is_int(value) -> bool:
 
 
 def check_arguments(*, seed, grouping, cost_model=None, unknown_dim=1, cache=None,
-                    progress=None) -> None:
+                    progress=None, cost_profile=None) -> None:
     """Raise ConfigError for an option of :func:`tf_autoplace.autoplace` that is out of range or
     of the wrong type, before any work (each door calls it first)."""
     as_cache(cache)  # each raises ConfigError for a value it does not take; neither touches disk
@@ -74,6 +74,11 @@ def check_arguments(*, seed, grouping, cost_model=None, unknown_dim=1, cache=Non
     if cost_model is not None and not isinstance(cost_model, CostModel):
         raise ConfigError(f"cost_model must be None (Grappler's analytical costs) or a "
                           f"tf_autoplace.cost.CostModel, got {cost_model!r}")
+    if cost_profile is not None and not isinstance(cost_profile, (str, os.PathLike)):
+        raise ConfigError(f"cost_profile must be the path of a CostProfile file, got "
+                          f"{cost_profile!r}")
+    if cost_profile is not None and cost_model is not None:
+        raise ConfigError("give cost_model or cost_profile, not both")
     if not (_is_int(unknown_dim) and unknown_dim >= 1):
         raise ConfigError(f"unknown_dim must be an int >= 1, got {unknown_dim!r}")
 
@@ -100,14 +105,9 @@ def place_graph(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
     :func:`tf_autoplace.autoplace`'s, ``placer`` a registered name or a Placer (``cache`` and
     ``progress`` None: none)."""
     placer, cluster = _check(placer, cluster, seed=seed, grouping=grouping,
-                             cost_model=cost_model, unknown_dim=unknown_dim, cache=cache,
-                             progress=progress)
+                             cost_model=cost_model, cost_profile=cost_profile,
+                             unknown_dim=unknown_dim, cache=cache, progress=progress)
     cache, progress = as_cache(cache), as_progress(progress)
-    if cost_profile is not None and not isinstance(cost_profile, (str, os.PathLike)):
-        raise ConfigError(f"cost_profile must be the path of a CostProfile file, got "
-                          f"{cost_profile!r}")
-    if cost_profile is not None and cost_model is not None:
-        raise ConfigError("give cost_model or cost_profile, not both")
     if not (_is_int(measure_steps) and measure_steps >= 0):
         raise ConfigError(f"measure_steps must be an int >= 0, got {measure_steps!r}")
     timings: dict[str, float] = {}
