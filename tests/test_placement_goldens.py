@@ -1,0 +1,46 @@
+"""Refactoring moves no placement: every placer's placement on the golden problems, for seed 0,
+hashes to what ``testdata/placement_goldens.json`` recorded (``tools/make_placement_goldens.py``
+writes it; ``tf_autoplace/testing/goldens.py`` says which problems and settings).
+
+The learned placers on the zoo graph take most of the time and run with ``-m slow``; the
+default suite checks every placer on the random DAGs and the fast ones on the zoo graph.
+"""
+
+import functools
+import json
+import os
+
+import pytest
+
+from tf_autoplace.testing import goldens
+
+from tests.conftest import REPO
+
+GOLDENS = json.load(open(os.path.join(REPO, "testdata", "placement_goldens.json"),
+                         encoding="utf-8"))
+PROBLEMS = dict(goldens.problems())
+LEARNED = {"placeto", "post", "hdp", "gdp"}
+
+
+@functools.lru_cache(maxsize=None)
+def _problem(name):
+    return PROBLEMS[name]()
+
+
+def _cases():
+    for key in sorted(GOLDENS):
+        problem_name, placer_name = key.rsplit("/", 1)
+        slow = not problem_name.startswith("random") and placer_name in LEARNED
+        yield pytest.param(problem_name, placer_name, id=key,
+                           marks=[pytest.mark.slow] if slow else [])
+
+
+def test_the_goldens_cover_every_placer_and_problem():
+    assert {k.rsplit("/", 1)[1] for k in GOLDENS} == set(goldens.placer_names())
+    assert {k.rsplit("/", 1)[0] for k in GOLDENS} == set(PROBLEMS)
+
+
+@pytest.mark.parametrize("problem_name,placer_name", _cases())
+def test_placement_is_the_recorded_one(problem_name, placer_name):
+    devices = goldens.make_placer(placer_name).propose(_problem(problem_name), seed=0)
+    assert goldens.placement_digest(devices) == GOLDENS[f"{problem_name}/{placer_name}"]
