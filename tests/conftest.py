@@ -1,9 +1,16 @@
 """Shared fixtures: a temporary placement cache directory, the repository root, a tiny
 hand-checkable TF graph, proto writers, a runner for the repository's scripts as
-subprocesses, and an ``hdp`` registered with a one-update sample budget."""
+subprocesses, and an ``hdp`` registered with a one-update sample budget.
+
+The suite leaves the environment it runs in as it found it: the session records which
+``tf_autoplace`` is installed in the interpreter before the first test and fails if it differs
+after the last (:func:`installed_tf_autoplace`)."""
 
 import dataclasses
+import hashlib
+import importlib.metadata
 import os
+import site
 import subprocess
 import sys
 
@@ -12,6 +19,40 @@ import pytest
 from tf_autoplace.placers import PLACERS, HDPConfig, HDPPlacer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def installed_tf_autoplace():
+    """What the running interpreter has installed as ``tf_autoplace`` in its site-packages
+    (not a checkout's ``*.egg-info`` on the path): (version, the distribution's metadata
+    directory, SHA-256 of its file list and install origin), or None when it is not
+    installed."""
+    places = site.getsitepackages() + [site.getusersitepackages()]
+    for dist in importlib.metadata.distributions(path=places):
+        if dist.metadata["Name"] and dist.metadata["Name"].replace("-", "_") == "tf_autoplace":
+            listing = (dist.read_text("RECORD") or "") + (dist.read_text("direct_url.json")
+                                                          or "")
+            return (dist.version, str(getattr(dist, "_path", "")),
+                    hashlib.sha256(listing.encode()).hexdigest())
+    return None
+
+
+def pytest_sessionstart(session):
+    if not hasattr(session.config, "workerinput"):  # the controller, not an xdist worker
+        session.config.stash[_INSTALLED] = installed_tf_autoplace()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if hasattr(session.config, "workerinput") or _INSTALLED not in session.config.stash:
+        return
+    before, after = session.config.stash[_INSTALLED], installed_tf_autoplace()
+    if before != after:
+        session.config.get_terminal_writer().line(
+            f"ERROR: the test session changed the installed tf_autoplace: {before} -> {after}",
+            red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_INSTALLED = pytest.StashKey()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,5 +1,8 @@
 """``tf-autoplace`` as a user gets it: installed by pip from the package's entry point, run from
-a directory outside the repository, importing the installed copy (not this checkout)."""
+a directory outside the repository, importing the installed copy (not this checkout).
+
+pip installs into a ``--target`` directory of its own: with ``--prefix`` it first uninstalls
+the ``tf_autoplace`` of the interpreter running the tests, the user's own install."""
 
 import os
 import shutil
@@ -12,6 +15,8 @@ from tensorflow.core.framework import graph_pb2
 from tf_autoplace.cli.main import COMMANDS
 from tf_autoplace.testing import small_cnn
 
+from tests.conftest import installed_tf_autoplace
+
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory, repo_root):
@@ -23,17 +28,18 @@ def installed(tmp_path_factory, repo_root):
         shutil.copy(os.path.join(repo_root, name), source)
     shutil.copytree(os.path.join(repo_root, "tf_autoplace"), source / "tf_autoplace",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    prefix = work / "prefix"
+    target = work / "site"
+    before = installed_tf_autoplace()
     pip = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation",
-         "--no-index", "--quiet", "--no-warn-script-location", f"--prefix={prefix}",
+         "--no-index", "--quiet", "--no-warn-script-location", f"--target={target}",
          str(source)], capture_output=True, text=True, timeout=600)
     assert pip.returncode == 0, pip.stderr[-3000:]
-    site = prefix / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
-    env = dict(os.environ, PYTHONPATH=str(site / "site-packages"), TF_CPP_MIN_LOG_LEVEL="3")
+    assert installed_tf_autoplace() == before, "pip changed the running interpreter's install"
+    env = dict(os.environ, PYTHONPATH=str(target), TF_CPP_MIN_LOG_LEVEL="3")
     outside = work / "elsewhere"
     outside.mkdir()
-    return prefix / "bin" / "tf-autoplace", env, outside
+    return target / "bin" / "tf-autoplace", env, outside
 
 
 def _run(installed, *args):
