@@ -37,7 +37,7 @@ Optional extras:
   there; pip builds it with a C compiler).
 - ray: ``ray_address=`` / ``--ray_address`` runs the learned placers' rollouts and the
   pretraining tools' workers as Ray actors on a cluster of machines
-  (tf_autoplace/rl/workers.py). Ray gives what a multi-machine pool needs and we would
+  (tf_autoplace/learning/workers.py). Ray gives what a multi-machine pool needs and we would
   otherwise write: an object store that ships a problem to each node once, scheduling, and
   actors that are restarted, their work retried, when a worker process or node dies. Only
   people with a cluster need it; the local process pool stays the default.

@@ -19,7 +19,7 @@ from absl import flags
 
 import tf_autoplace
 from tf_autoplace import flags as ap_flags  # defines the flags on absl's global FLAGS; harmless
-from tf_autoplace.cluster import resolve_cluster
+from tf_autoplace.core.cluster import resolve_cluster
 from tf_autoplace.placers import PLACERS, SingleDevicePlacer
 from tf_autoplace.testing import small_cnn
 

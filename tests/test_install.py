@@ -24,7 +24,7 @@ CHILD = """
 import os, sys
 import numpy as np
 import tf_autoplace
-from tf_autoplace.cluster import resolve_cluster
+from tf_autoplace.core.cluster import resolve_cluster
 from tf_autoplace.graph.opgraph import from_edges
 from tf_autoplace.sim import lower_bound
 

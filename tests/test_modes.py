@@ -16,7 +16,8 @@ import tensorflow as tf
 import tf_autoplace
 from tf_autoplace.testing import run_training_steps, small_cnn
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.conftest import REPO
+
 CPU2 = "cpu2"
 BOTH = ["/job:localhost/replica:0/task:0/device:CPU:0", "/job:localhost/replica:0/task:0/device:CPU:1"]
 

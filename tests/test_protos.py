@@ -9,9 +9,10 @@ import sys
 
 import pytest
 
-from tf_autoplace.report import DeviceLoad, PlacementReport
+from tf_autoplace.outputs.report import DeviceLoad, PlacementReport
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.conftest import REPO
+
 PROTO_DIR = os.path.join(REPO, "protos")
 PB2_DIR = os.path.join(REPO, "tf_autoplace", "proto")
 PINNED_GRPCIO_TOOLS = "1.85.1"  # as in setup.py's test extra and tools/gen_protos.py

@@ -15,16 +15,21 @@ The core (OpGraph, grouping, simulator, placers) is plain numpy; TensorFlow is i
 an entry point that needs it (``autoplace``) is first used.
 """
 
-from tf_autoplace.cluster import Cluster, Device
-from tf_autoplace.errors import (AutoplaceError, ClusterSpecError, ConfigError,
-                                 InfeasiblePlacementError, InvalidGraphError)
+from tf_autoplace.core.cluster import Cluster, Device
+from tf_autoplace.errors import (
+    AutoplaceError,
+    ClusterSpecError,
+    ConfigError,
+    InfeasiblePlacementError,
+    InvalidGraphError,
+)
 
 _LAZY = {
     "autoplace": ("tf_autoplace.api", "autoplace"),
     "place_cost_graph": ("tf_autoplace.api", "place_cost_graph"),
     "apply_placement": ("tf_autoplace.api", "apply_placement"),
     "Placement": ("tf_autoplace.placers", "Placement"),
-    "PlacementReport": ("tf_autoplace.report", "PlacementReport"),
+    "PlacementReport": ("tf_autoplace.outputs.report", "PlacementReport"),
 }
 
 

@@ -3,16 +3,17 @@ that comes as a cost graph rather than from TensorFlow; apply_placement(): apply
 
 ``autoplace`` dispatches on what it is given: a ``tf.function`` or ConcreteFunction goes to the
 TF2 door (:mod:`tf_autoplace.tf2`), anything else is a graph and goes to
-:func:`tf_autoplace.engine.place_graph`. ``place_cost_graph`` goes to
-:func:`tf_autoplace.engine.place_cost_graph`.
+:func:`tf_autoplace.pipeline.engine.place_graph`. ``place_cost_graph`` goes to
+:func:`tf_autoplace.pipeline.engine.place_cost_graph`.
 """
 
 from __future__ import annotations
 
-from tf_autoplace import engine, tf2
+from tf_autoplace import tf2
 from tf_autoplace.cost import CostModel
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.grouping import GroupingConfig
+from tf_autoplace.pipeline import engine
 from tf_autoplace.placers import DEFAULT_PLACER, SavedPlacement, get_placer
 
 
@@ -29,7 +30,7 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
         ``tf.function`` with an ``input_signature`` / a ConcreteFunction (left alone; see
         Returns and :func:`tf_autoplace.tf2.autoplace_function`).
       cluster: a :class:`Cluster`, the name of a shipped spec (``"k80x4"``,
-        :func:`tf_autoplace.cluster.shipped_clusters`), the path of a text ``ClusterSpec``, or
+        :func:`tf_autoplace.core.cluster.shipped_clusters`), the path of a text ``ClusterSpec``, or
         ``"local"``/None for this machine's devices.
       placer: a registered placer name (``tf_autoplace.placers.PLACERS``) or a Placer. The
         default, ``auto``, starts from the best fast heuristic (and the learned policies'
@@ -55,17 +56,17 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
         ``gdp``; ``tf_autoplace.placers.policy_placers()``), the directory of a saved policy
         of that placer to start from instead of the shipped (or, for ``hdp``, a fresh) one
         (``report.save_policy(dir)`` writes one).
-      cache: the placement cache (:mod:`tf_autoplace.cache`): False (default) searches every
+      cache: the placement cache (:mod:`tf_autoplace.pipeline.cache`): False (default) searches every
         time; True keeps placements in the user's cache directory, a path in that directory,
-        or a ``tf_autoplace.cache.PlacementCache``. With it, the same graph, cluster, placer
+        or a ``tf_autoplace.pipeline.cache.PlacementCache``. With it, the same graph, cluster, placer
         and seed get the stored placement at once (``report.from_cache``).
       progress: True (default) shows a search that takes more than 2 s (a bar on a terminal,
         absl log lines otherwise), False shows nothing, or a
-        ``tf_autoplace.progress.Progress`` (``SearchProgress(logdir=...)`` also writes the
+        ``tf_autoplace.outputs.progress.Progress`` (``SearchProgress(logdir=...)`` also writes the
         search curve as TensorBoard scalars).
       measure_steps: when > 0, also run the placed graph and the single-device baseline for
         this many timed steps on this machine (its devices must be the cluster's) and put the
-        measured step times in the report (:func:`tf_autoplace.measure.measure`); graphs only.
+        measured step times in the report (:func:`tf_autoplace.hw.measure.measure`); graphs only.
       measure_feeds: tensor name -> value for the measured steps; placeholders not given get
         made-up values of their static shape (:class:`tf_autoplace.hw.workload.Workload`).
 

@@ -25,7 +25,7 @@ Flags:
                         ``--placement_pb`` or ``report.to_proto()``) instead of searching; it
                         turns the hook on by itself, and ``--autoplace``'s placer is not run.
   --autoplace_cache     keep placements in the placement cache (default true), so a restarted
-                        binary gets its placement at once (``tf_autoplace.cache``).
+                        binary gets its placement at once (``tf_autoplace.pipeline.cache``).
   --autoplace_cache_dir the cache's directory (default: the user's cache directory,
                         ``$XDG_CACHE_HOME/tf_autoplace/placements`` or ``~/.cache/...``).
   --autoplace_policy    a saved policy's directory for a learned placer to start from
@@ -73,8 +73,7 @@ import os
 import threading
 import weakref
 
-from absl import flags
-from absl import logging
+from absl import flags, logging
 
 FLAGS = flags.FLAGS
 _OFF = ("", "off")
@@ -134,7 +133,7 @@ def _check_placer_and_cluster(values) -> bool:
     are settings of the placer."""
     if not (_enabled(values["autoplace"]) or values["autoplace_placement"]):
         return True
-    from tf_autoplace.cluster import resolve_cluster
+    from tf_autoplace.core.cluster import resolve_cluster
     from tf_autoplace.errors import AutoplaceError
     from tf_autoplace.placers import PLACERS, get_placer, takes_ray_address
 
@@ -195,7 +194,7 @@ def _check_placement_file(value) -> bool:
     if value is None:
         return True
     from tf_autoplace.errors import AutoplaceError
-    from tf_autoplace.saved_placement import read_placement
+    from tf_autoplace.outputs.saved_placement import read_placement
 
     try:
         read_placement(value)
@@ -265,7 +264,7 @@ class AutoplaceSettings:
 
     def __post_init__(self):
         from tf_autoplace.errors import ConfigError
-        from tf_autoplace.rl.workers import check_ray_address
+        from tf_autoplace.learning.workers import check_ray_address
 
         if not _enabled(self.placer) and not self.placement:
             raise ConfigError(f"placer {self.placer!r} means autoplacement is off")
@@ -352,8 +351,8 @@ def _check_session_devices(session, cluster, spec: str) -> None:
 
 def _place_graph(session, settings: AutoplaceSettings) -> None:
     import tf_autoplace
-    from tf_autoplace.cluster import resolve_cluster
-    from tf_autoplace.progress import SearchProgress
+    from tf_autoplace.core.cluster import resolve_cluster
+    from tf_autoplace.outputs.progress import SearchProgress
 
     graph = session.graph
     with _lock:

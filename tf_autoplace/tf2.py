@@ -1,6 +1,6 @@
 """TF2 front door: place a ``tf.function`` / ``ConcreteFunction``; SavedModel in, SavedModel out.
 
-How a function is placed (one engine: :func:`tf_autoplace.engine.place_graph` on a GraphDef):
+How a function is placed (one engine: :func:`tf_autoplace.pipeline.engine.place_graph` on a GraphDef):
 
 1. Trace: ``fn.get_concrete_function(*args, **kwargs)`` (a ConcreteFunction is used as is).
 2. ``graph_def = cf.graph.as_graph_def()``. Nested function calls (``PartitionedCall`` /
@@ -42,7 +42,7 @@ functions come along unchanged). A TF1 SavedModel (no object graph) has the Meta
 given tags placed as a whole (all its signatures share that graph) and is written back with its
 ``variables/`` and ``assets/`` copied. The placement is done in memory first; only then is the
 output written to a temporary directory beside ``output_dir`` and renamed into place
-(:mod:`tf_autoplace.files`), so an error or an interrupt leaves nothing behind.
+(:mod:`tf_autoplace.outputs.files`), so an error or an interrupt leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -58,14 +58,14 @@ from tensorflow.core.framework import graph_pb2, types_pb2
 from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
 from tensorflow.python.eager import context  # private; TF's SavedModel loader uses it so
 
-from tf_autoplace import files
-from tf_autoplace.cluster import Cluster, resolve_cluster
+from tf_autoplace.core.cluster import Cluster, resolve_cluster
 from tf_autoplace.cost import AnalyticalCostModel, CostModel
-from tf_autoplace.engine import check_arguments, place_graph
 from tf_autoplace.errors import ConfigError, InvalidGraphError
 from tf_autoplace.graph import ingest
 from tf_autoplace.graph.opgraph import OpGraph
 from tf_autoplace.grouping import GroupingConfig
+from tf_autoplace.outputs import files
+from tf_autoplace.pipeline.engine import check_arguments, place_graph
 from tf_autoplace.placers import DEFAULT_PLACER
 from tf_autoplace.rewrite import apply_to_graph_def
 
@@ -463,7 +463,7 @@ def place_saved_model(input_dir, output_dir, *, cluster=None, placer=DEFAULT_PLA
 
     ``output_dir`` must not exist (or be an empty directory) and its parent must exist; both
     are checked before any work. Nothing is written until the placement is done, and the
-    directory then appears whole (:mod:`tf_autoplace.files`). Raises an :class:`AutoplaceError`
+    directory then appears whole (:mod:`tf_autoplace.outputs.files`). Raises an :class:`AutoplaceError`
     on bad input, leaving nothing behind.
     """
     check_arguments(seed=seed, grouping=grouping, cost_model=cost_model,

@@ -1,5 +1,5 @@
 """Write testdata/gdp_golden.json: the shipped GDP policy's greedy placement and its simulated
-step time on fixed generated graphs, which tests/placers/test_gdp_golden.py pins.
+step time on fixed generated graphs, which tests/placers/gdp/test_gdp_golden.py pins.
 
     PYTHONPATH=. python tools/make_gdp_golden.py --out=testdata/gdp_golden.json
 
@@ -30,10 +30,10 @@ def golden(case: dict) -> dict:
     shipped policy's all-zero weights filled by ``tf_autoplace.testing.policies.live_weights``
     and the hint withheld (the shipped output layer is zero, so its own logits are the hint's
     alone and would not see a change of the features, the order or the network)."""
+    from tf_autoplace.learning.eager import policy_context
     from tf_autoplace.placers import GdpPlacer
-    from tf_autoplace.rl.eager import policy_context
-    from tf_autoplace.rl.gdp_features import graph_features
-    from tf_autoplace.rl.policies.gdp import greedy, greedy_log_probs
+    from tf_autoplace.placers.gdp.features import graph_features
+    from tf_autoplace.placers.gdp.policy import greedy, greedy_log_probs
     from tf_autoplace.testing.policies import live_weights
     from tf_autoplace.testing.problems import random_problem
 

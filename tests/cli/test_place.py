@@ -18,9 +18,9 @@ from tensorflow.core.protobuf import meta_graph_pb2
 
 import tf_autoplace
 from tf_autoplace.cli import place
-from tf_autoplace.cluster import resolve_cluster
+from tf_autoplace.core.cluster import resolve_cluster
 from tf_autoplace.graph import costgraph, ingest
-from tf_autoplace.prepare import build_problem, export_cost_graph
+from tf_autoplace.pipeline.prepare import build_problem, export_cost_graph
 from tf_autoplace.proto import placement_pb2
 from tf_autoplace.testing import small_cnn
 

@@ -10,8 +10,8 @@ import shlex
 
 import pytest
 
-from tf_autoplace.cluster import resolve_cluster
-from tf_autoplace.rl.placeto_search import pretrained_policy_dir
+from tf_autoplace.core.cluster import resolve_cluster
+from tf_autoplace.placers.placeto.search import pretrained_policy_dir
 
 # For each argv: parse the flags as the tool does, and print the settings as its manifest
 # writes them.

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tf_autoplace.cluster import Cluster, Device, resolve_cluster
+from tf_autoplace.core.cluster import Cluster, Device, resolve_cluster
 from tf_autoplace.cost import AnalyticalCostModel, CostModel, TableCostModel
 from tf_autoplace.graph import grappler, ingest
 from tf_autoplace.graph.opgraph import from_edges

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tf_autoplace.cluster import Cluster, Device
+from tf_autoplace.core.cluster import Cluster, Device
 from tf_autoplace.cost import TableCostModel
 from tf_autoplace.cost.profile import ProfileCostModel
 from tf_autoplace.errors import ConfigError

@@ -13,13 +13,13 @@ from tensorflow.core.protobuf import config_pb2
 
 import tf_autoplace
 from tf_autoplace import zoo
-from tf_autoplace.cluster import Cluster, Device, resolve_cluster
+from tf_autoplace.core.cluster import Cluster, Device, resolve_cluster
 from tf_autoplace.errors import ConfigError, InvalidGraphError
 from tf_autoplace.graph import costgraph, ingest
 from tf_autoplace.graph.opgraph import KERNEL_KINDS, OpGraph
+from tf_autoplace.pipeline.prepare import build_problem, cost_graph_problem, export_cost_graph
 from tf_autoplace.placers import AutoPlacer, PlacetoPlacer, PostPlacer
-from tf_autoplace.prepare import build_problem, cost_graph_problem, export_cost_graph
-from tf_autoplace.rl.env import EnvConfig
+from tf_autoplace.placers.placeto.env import EnvConfig
 from tf_autoplace.testing import problems
 
 # x (input, CPU only) and w (a 4 MB variable) feed matmul; w/read sits with w; loss reads

@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from tf_autoplace import fidelity
 from tf_autoplace.errors import ConfigError
+from tf_autoplace.hw import fidelity
 from tf_autoplace.testing.problems import random_problem
 
 

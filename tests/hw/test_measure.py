@@ -8,10 +8,10 @@ import pytest
 import tensorflow as tf
 
 import tf_autoplace
-from tf_autoplace import timeline
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.hw.runner import RunConfig, canonical_device, run, run_interleaved
 from tf_autoplace.hw.workload import Workload
+from tf_autoplace.outputs import timeline
 from tf_autoplace.testing.graphs import small_cnn
 
 CPU2 = "testdata/cpu2.pbtxt"

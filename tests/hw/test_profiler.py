@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from google.protobuf import text_format
 
-from tf_autoplace.cluster import Cluster
+from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.cost import AnalyticalCostModel
 from tf_autoplace.cost.profile import ProfileCostModel
 from tf_autoplace.errors import ConfigError
@@ -14,7 +14,7 @@ from tf_autoplace.hw.profiler import op_times, profile_ops
 from tf_autoplace.hw.runner import RunConfig
 from tf_autoplace.hw.trace import TracedStep
 from tf_autoplace.hw.workload import Workload
-from tf_autoplace.prepare import build_problem
+from tf_autoplace.pipeline.prepare import build_problem
 from tf_autoplace.proto import cost_profile_pb2
 from tf_autoplace.testing.graphs import small_cnn
 

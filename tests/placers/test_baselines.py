@@ -7,15 +7,22 @@ import sys
 import numpy as np
 import pytest
 
-from tf_autoplace.cluster import resolve_cluster
+from tf_autoplace.core.cluster import resolve_cluster
 from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
 from tf_autoplace.graph.opgraph import from_edges
 from tf_autoplace.grouping import group_graph
-from tf_autoplace.placers import (PLACERS, CpuOnlyPlacer, ExpertPlacer, MemoryAwareTopoPlacer,
-                                  MetisPlacer, RandomPlacer, check_placement,
-                                  get_placer)
 from tf_autoplace.heuristics.metis import pymetis_available
 from tf_autoplace.heuristics.multilevel import csr_from_edges, edge_cut, partition
+from tf_autoplace.placers import (
+    PLACERS,
+    CpuOnlyPlacer,
+    ExpertPlacer,
+    MemoryAwareTopoPlacer,
+    MetisPlacer,
+    RandomPlacer,
+    check_placement,
+    get_placer,
+)
 from tf_autoplace.testing import problems
 
 GB = problems.GB
@@ -316,8 +323,8 @@ def test_expert_pipeline_splits_heads_and_tails():
 @pytest.fixture(scope="module")
 def small_nmt():
     from tf_autoplace import zoo
-    from tf_autoplace.prepare import build_problem
     from tf_autoplace.graph import ingest
+    from tf_autoplace.pipeline.prepare import build_problem
 
     model = zoo.build("nmt", layers=2, length=4, batch=4, hidden=32, embedding_dim=32,
                       vocab=100)

@@ -3,13 +3,18 @@
 import numpy as np
 import pytest
 
-from tf_autoplace.cluster import Cluster, Device
+from tf_autoplace.core.cluster import Cluster, Device
 from tf_autoplace.cost import TableCostModel
 from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
 from tf_autoplace.graph.opgraph import from_edges
 from tf_autoplace.grouping import Grouping, GroupingConfig, merge_and_colocate
-from tf_autoplace.placers import (MemoryAwareETFPlacer, PlacementProblem, SingleDevicePlacer,
-                                  get_placer, validate)
+from tf_autoplace.placers import (
+    MemoryAwareETFPlacer,
+    PlacementProblem,
+    SingleDevicePlacer,
+    get_placer,
+    validate,
+)
 
 GB = 10**9
 

@@ -8,9 +8,9 @@ from tf_autoplace.errors import ConfigError, InfeasiblePlacementError, InvalidGr
 from tf_autoplace.graph.fingerprint import fingerprint
 from tf_autoplace.graph.opgraph import from_edges
 from tf_autoplace.heuristics.neighbours import place_next_to_neighbours
+from tf_autoplace.outputs.saved_placement import read_placement, serialize
 from tf_autoplace.placers import SavedPlacement
 from tf_autoplace.proto import placement_pb2
-from tf_autoplace.saved_placement import read_placement, serialize
 from tf_autoplace.testing import problems
 
 

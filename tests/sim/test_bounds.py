@@ -15,13 +15,18 @@ import sys
 import numpy as np
 import pytest
 
-from tf_autoplace.cluster import Cluster
+from tf_autoplace.core.cluster import Cluster
+from tf_autoplace.core.problem import PlacementProblem
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph.opgraph import from_edges
 from tf_autoplace.heuristics import HEURISTICS
-from tf_autoplace.problem import PlacementProblem
-from tf_autoplace.sim import (Simulator, heads_and_tails, lower_bound, lp_lower_bound,
-                              transfer_path_bound)
+from tf_autoplace.sim import (
+    Simulator,
+    heads_and_tails,
+    lower_bound,
+    lp_lower_bound,
+    transfer_path_bound,
+)
 from tf_autoplace.sim.lp_bound import device_classes, lagrangian_bound
 from tf_autoplace.testing.problems import GB, cluster, problem, random_dag, random_problem
 

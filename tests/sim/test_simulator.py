@@ -12,11 +12,16 @@ import heapq
 import numpy as np
 import pytest
 
-from tf_autoplace.cluster import Cluster, Device
+from tf_autoplace.core.cluster import Cluster, Device
 from tf_autoplace.errors import InfeasiblePlacementError, InvalidGraphError
 from tf_autoplace.graph.opgraph import OpGraph, from_edges
-from tf_autoplace.sim import (SimResult, Simulator, critical_path, lower_bound,
-                              memory_penalized_runtime)
+from tf_autoplace.sim import (
+    SimResult,
+    Simulator,
+    critical_path,
+    lower_bound,
+    memory_penalized_runtime,
+)
 
 MS = 1e-3
 MB = 10**6

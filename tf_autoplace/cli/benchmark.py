@@ -8,10 +8,10 @@ them with.
 Per pair and placer: simulated step time, lower bound and their ratio, peak memory per device,
 an OOM flag, placement search time and the simulations the search ran; per pair, the
 simulator's speed on the whole graph. ``--pairs`` takes ``model:cluster`` items (models:
-``tf_autoplace.benchmark.MODELS``; clusters: shipped names such as ``k80x4``, or spec paths);
+``tf_autoplace.zoo.benchmark.MODELS``; clusters: shipped names such as ``k80x4``, or spec paths);
 the default is the papers' pairings, or a few-minute subset with ``--quick``, which also
 shrinks the models' tensors. The markdown and CSV files are rewritten after every pair, so a
-long run can be watched; progress goes to stderr. See :mod:`tf_autoplace.benchmark`.
+long run can be watched; progress goes to stderr. See :mod:`tf_autoplace.zoo.benchmark`.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ import time
 
 from absl import app, flags
 
-from tf_autoplace import benchmark as bench
-from tf_autoplace.cluster import resolve_cluster
+from tf_autoplace.core.cluster import resolve_cluster
 from tf_autoplace.errors import AutoplaceError
 from tf_autoplace.grouping import GroupingConfig
 from tf_autoplace.placers import get_placer
+from tf_autoplace.zoo import benchmark as bench
 
 flags.DEFINE_list("placers", list(bench.PLACER_NAMES),
                   "placers to run (tf_autoplace.placers.PLACERS); name@SECONDS gives a placer "

@@ -3,13 +3,13 @@ r"""Simulator fidelity on this machine: simulated vs measured step times of many
     tf-autoplace fidelity --out_md=fidelity.md --out_json=fidelity.json
     tf-autoplace fidelity --graphs=lstm --max_load=2.5   # wait for a quiet machine
 
-For each graph (``--graphs``: cnn, lstm, transformer; see ``tf_autoplace.fidelity.GRAPHS``),
+For each graph (``--graphs``: cnn, lstm, transformer; see ``tf_autoplace.hw.fidelity.GRAPHS``),
 at least 20 distinct placements on the local cluster (``--num_logical_cpus`` logical CPUs, or
 0: this machine's GPUs and its CPU host) are simulated with Grappler's analytical costs and
 with costs profiled here, and measured; the tool prints per graph the Spearman rank correlation
 and the median absolute relative error of each cost variant, then every placement's figures.
 The links are profiled once per run (timed copies, ``tf_autoplace.hw.transfers``). Progress
-goes to stderr. See :mod:`tf_autoplace.fidelity`.
+goes to stderr. See :mod:`tf_autoplace.hw.fidelity`.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import time
 
 from absl import app, flags
 
-from tf_autoplace import fidelity
 from tf_autoplace.errors import AutoplaceError
+from tf_autoplace.hw import fidelity
 from tf_autoplace.hw.runner import RunConfig
 from tf_autoplace.hw.transfers import profile_links
 

@@ -5,7 +5,6 @@
     tf-autoplace place-model --model=inception_v3 --cluster=testdata/k80x2.pbtxt
     tf-autoplace benchmark --quick
     tf-autoplace train-placeto --out_dir=my_policy --families=nmt
-    tf-autoplace eval-placeto --experiment=scratch --model=nmt
     tf-autoplace --help              # the commands;  tf-autoplace COMMAND --help: its flags
 
 ``pip install .`` installs it (setup.py ``entry_points``); from a checkout,
@@ -14,7 +13,7 @@
 Each subcommand is a module of absl flags defined when it is imported, and several define the
 same names (``--cluster``, ``--seed``), so only the chosen one is imported, by name, after the
 command line is read (no cycle is involved). SIGTERM ends a command as Ctrl-C does, through
-the cleanup that leaves no partial output (:mod:`tf_autoplace.files`).
+the cleanup that leaves no partial output (:mod:`tf_autoplace.outputs.files`).
 """
 
 from __future__ import annotations
@@ -36,8 +35,6 @@ COMMANDS = {
     "benchmark": ("benchmark", "placers x zoo models x clusters: step times, bounds, memory"),
     "train-placeto": ("train_placeto", "pretrain a Placeto policy on graph families, with its "
                                        "manifest"),
-    "eval-placeto": ("eval_placeto", "measure Placeto as the paper does (scratch, transfer, "
-                                     "zero-shot, ...)"),
     "train-gdp": ("train_gdp", "pretrain a GDP policy for 2, 4 and 8 GPUs, with its manifest"),
     "profile": ("profile", "profile a training graph's ops and this machine's links"),
     "fidelity": ("fidelity", "how well the simulator ranks placements against measured runs"),

@@ -10,7 +10,7 @@ stays a MetaGraphDef). The report is printed. The same input and seed give the s
 Every output path is checked before any work (its directory must exist: none is created).
 Nothing is written unless placement succeeds; then all outputs (the graph, ``--report_json``,
 ``--trace_json``, ...) are written beside their final paths and renamed into place together,
-with the permissions of the user's umask (:mod:`tf_autoplace.files`). Ctrl-C or SIGTERM before
+with the permissions of the user's umask (:mod:`tf_autoplace.outputs.files`). Ctrl-C or SIGTERM before
 that leaves nothing behind; SIGKILL during the final write can leave a ``.tmp_autoplace_*``.
 
 SavedModel in, SavedModel out: when ``--input`` is a SavedModel directory (it holds
@@ -66,15 +66,16 @@ from absl import flags
 from google.protobuf import text_format
 from tensorflow.core.protobuf import meta_graph_pb2
 
-from tf_autoplace import files, tf2, timeline
+from tf_autoplace import tf2
 from tf_autoplace.api import autoplace, place_cost_graph
-from tf_autoplace.cluster import resolve_cluster
+from tf_autoplace.core.cluster import resolve_cluster
 from tf_autoplace.errors import AutoplaceError, ConfigError
 from tf_autoplace.graph import costgraph, ingest
 from tf_autoplace.grouping import GroupingConfig
+from tf_autoplace.outputs import files, timeline
+from tf_autoplace.outputs.progress import SearchProgress
+from tf_autoplace.outputs.saved_placement import serialize
 from tf_autoplace.placers import SavedPlacement, get_placer
-from tf_autoplace.progress import SearchProgress
-from tf_autoplace.saved_placement import serialize
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("input", None, "GraphDef or MetaGraphDef file (binary or text), a "

@@ -22,9 +22,10 @@ import time
 
 from absl import flags
 
-from tf_autoplace import files, zoo
+from tf_autoplace import zoo
 from tf_autoplace.api import autoplace
 from tf_autoplace.errors import AutoplaceError
+from tf_autoplace.outputs import files
 from tf_autoplace.placers import get_placer
 
 FLAGS = flags.FLAGS

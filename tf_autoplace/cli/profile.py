@@ -33,7 +33,7 @@ from absl import app, flags
 from google.protobuf import text_format
 
 from tf_autoplace import zoo
-from tf_autoplace.cluster import Cluster
+from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.errors import AutoplaceError
 from tf_autoplace.hw.profiler import profile_ops
 from tf_autoplace.hw.runner import RunConfig

@@ -3,12 +3,12 @@
     tf-autoplace train-gdp --out_dir=tf_autoplace/pretrained/gdp \\
         --cache_dir=build/gdp_corpus
 
-Builds the corpus (tf_autoplace.rl.gdp_corpus: the cifar10 / ptb / nmt families and zoo
+Builds the corpus (tf_autoplace.zoo.corpora.gdp: the cifar10 / ptb / nmt families and zoo
 sequence models at sizes the benchmark does not pair, each on 2, 4 and 8 K80s; cached in
 ``--cache_dir``), refuses any zoo graph that is one of the benchmark's 16 held-out pairs at
 paper size, warm-starts one GDP policy by imitating Post's searches on the training problems
-(``--clone_epochs`` > 0; tf_autoplace.rl.gdp_imitation), then trains it with PPO,
-``--graphs_per_step`` graphs per update (tf_autoplace.rl.gdp_pretrain), keeps after each phase
+(``--clone_epochs`` > 0; tf_autoplace.placers.gdp.imitation), then trains it with PPO,
+``--graphs_per_step`` graphs per update (tf_autoplace.placers.gdp.pretrain), keeps after each phase
 the checkpoint whose zero-shot placements are best on the validation graphs (the families'
 last graphs, on every cluster), calibrates the weight it gives the hint on them
 (``--keep_offsets``), and writes
@@ -27,14 +27,19 @@ import time
 
 from absl import app, flags
 
-from tf_autoplace import benchmark, zoo
-from tf_autoplace.cluster import Cluster
-from tf_autoplace.rl import (families, gdp_corpus, gdp_imitation, gdp_pretrain, gdp_train,
-                             post_search)
-from tf_autoplace.rl.checkpoints import write_manifest
-from tf_autoplace.rl.eager import policy_context
-from tf_autoplace.rl.gdp_features import FeatureConfig
-from tf_autoplace.rl.policies.gdp import GdpPolicy
+from tf_autoplace import zoo
+from tf_autoplace.core.cluster import Cluster
+from tf_autoplace.learning.checkpoints import write_manifest
+from tf_autoplace.learning.eager import policy_context
+from tf_autoplace.placers.gdp import imitation as gdp_imitation
+from tf_autoplace.placers.gdp import pretrain as gdp_pretrain
+from tf_autoplace.placers.gdp import train as gdp_train
+from tf_autoplace.placers.gdp.features import FeatureConfig
+from tf_autoplace.placers.gdp.policy import GdpPolicy
+from tf_autoplace.placers.post import search as post_search
+from tf_autoplace.zoo import benchmark
+from tf_autoplace.zoo.corpora import families
+from tf_autoplace.zoo.corpora import gdp as gdp_corpus
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out_dir", None, "Where to write the policy and its manifest.")
@@ -45,7 +50,7 @@ flags.DEFINE_list("families", ["cifar10", "ptb", "nmt"], "Graph families in the 
 flags.DEFINE_integer("family_graphs", 12, "Graphs per family; the first two thirds train, "
                      "the rest choose the checkpoint.", lower_bound=2)
 flags.DEFINE_bool("zoo", True, "Add the zoo sequence models at unpaired sizes "
-                  "(tf_autoplace.rl.gdp_corpus.ZOO_GRAPHS).")
+                  "(tf_autoplace.zoo.corpora.gdp.ZOO_GRAPHS).")
 flags.DEFINE_integer("steps", 150, "PPO updates (0: save the fresh policy, scored on the "
                      "validation graphs).", lower_bound=0)
 flags.DEFINE_integer("graphs_per_step", 4, "Graphs per update (the paper's batch).",
@@ -141,12 +146,12 @@ def main(argv):
             progress=True)
         policy.save(FLAGS.out_dir)
     manifest = dict(
-        what="GDP policy (tf_autoplace.rl.policies.gdp.GdpPolicy), one policy for every "
+        what="GDP policy (tf_autoplace.placers.gdp.policy.GdpPolicy), one policy for every "
              "device count",
         command=" ".join([*sys.argv[0].split(), *map(shlex.quote, sys.argv[1:])]),
         data=dict(
             corpus_config=repr(config), clusters=list(FLAGS.clusters),
-            held_out="the 16 pairs of tf_autoplace.benchmark.FULL_PAIRS at paper size: no zoo "
+            held_out="the 16 pairs of tf_autoplace.zoo.benchmark.FULL_PAIRS at paper size: no zoo "
                      "CNN is trained on, the zoo sequence models only at other layer counts",
             train=[dict(graph=e.name, cluster=e.cluster, ops=e.problem.graph.num_ops)
                    for e in train],

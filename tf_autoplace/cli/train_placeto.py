@@ -11,12 +11,12 @@ defaults and the manifest's command both give those settings). Add ``--cache_dir
 the built graphs for the next run. Builds the graph families (Placeto A.3; the first half of
 each family trains, the rest is held out) and trains with one of two objectives:
 
-- ``imitation`` (tf_autoplace.rl.imitation, the default): the placer's own search from scratch
+- ``imitation`` (tf_autoplace.placers.placeto.imitation, the default): the placer's own search from scratch
   runs on every training graph (``--target_samples`` placements each, ``--workers``
   processes), and the policy learns to reach the best placement found in one greedy episode
   (``--epochs`` passes; with ``--clone_inits`` > 1, that many policies from differently seeded
   initial weights, and the one that gains most on the training graphs is kept);
-- ``policy_gradient`` (tf_autoplace.rl.reinforce): sampled REINFORCE as in the paper, or the
+- ``policy_gradient`` (tf_autoplace.placers.placeto.reinforce): sampled REINFORCE as in the paper, or the
   all-action estimator; the iteration, estimator, entropy and episode flags apply to it.
 
 ``--ray_address=auto`` (or ``HOST:PORT``) runs the ``--workers`` on a Ray cluster instead of
@@ -40,12 +40,13 @@ import time
 
 from absl import flags
 
-from tf_autoplace.cluster import resolve_cluster
-from tf_autoplace.rl import families, imitation, reinforce
-from tf_autoplace.rl.env import EnvConfig, PlacementEnv
-from tf_autoplace.rl.placeto_search import PlacetoConfig
-from tf_autoplace.rl.policies.placeto import PlacetoPolicy
-from tf_autoplace.rl.pretrain import held_out, pretrain
+from tf_autoplace.core.cluster import resolve_cluster
+from tf_autoplace.placers.placeto import imitation, reinforce
+from tf_autoplace.placers.placeto.env import EnvConfig, PlacementEnv
+from tf_autoplace.placers.placeto.policy import PlacetoPolicy
+from tf_autoplace.placers.placeto.pretrain import held_out, pretrain
+from tf_autoplace.placers.placeto.search import PlacetoConfig
+from tf_autoplace.zoo.corpora import families
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out_dir", "tf_autoplace/pretrained/placeto_d2",
@@ -91,13 +92,13 @@ flags.DEFINE_float("entropy", 3e-4, "Initial entropy bonus (see --final_entropy_
 flags.DEFINE_bool("normalize_advantages", False,
                   "Divide each step's advantage by the spread of that step's returns.")
 flags.DEFINE_enum("estimator", "reinforce", ["reinforce", "all_actions"],
-                  "Policy-gradient estimator (tf_autoplace.rl.reinforce): sampled actions, or "
+                  "Policy-gradient estimator (tf_autoplace.placers.placeto.reinforce): sampled actions, or "
                   "the expectation over every action of each step (needs --discount=0).")
 flags.DEFINE_enum("episode_start", "env", ["env", "best"],
                   "Where a graph's episodes start: the environment's start placement, or the "
                   "best placement found on that graph so far.")
 flags.DEFINE_bool("undo_worse", False, "Undo a move that makes the runtime worse (its negative "
-                  "reward stays; tf_autoplace.rl.env).")
+                  "reward stays; tf_autoplace.placers.placeto.env).")
 flags.DEFINE_integer("select_every", 0, "Every N iterations score greedy episodes on "
                      "--select_graphs training graphs and keep the best weights (0: last).")
 flags.DEFINE_integer("select_graphs", 12, "Training graphs the selection scores.")
@@ -217,7 +218,7 @@ def main(argv):
     policy.save(FLAGS.out_dir)
     written = recorded(settings)
     manifest = dict(
-        what="Placeto policy (tf_autoplace.rl.policies.placeto.PlacetoPolicy)",
+        what="Placeto policy (tf_autoplace.placers.placeto.policy.PlacetoPolicy)",
         command=" ".join([*sys.argv[0].split(), *map(shlex.quote, sys.argv[1:])]),
         cluster=written["cluster"], action_devices=policy.num_devices,
         trained_on=dict(families=made, family_config=written["family_config"]),

@@ -22,7 +22,7 @@ import abc
 
 import numpy as np
 
-from tf_autoplace.cluster import Cluster
+from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.graph.opgraph import OpGraph
 
 

@@ -34,7 +34,7 @@ import numpy as np
 from google.protobuf import message as _pb_message
 from google.protobuf import text_format
 
-from tf_autoplace.cluster import Cluster
+from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.cost.model import CostModel
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph.opgraph import OpGraph

@@ -40,9 +40,8 @@ import dataclasses
 import os
 
 import numpy as np
-from google.protobuf import json_format
+from google.protobuf import json_format, text_format
 from google.protobuf import message as _pb_message
-from google.protobuf import text_format
 
 from tf_autoplace.errors import InvalidGraphError
 from tf_autoplace.graph.opgraph import KERNEL_KINDS, OpGraph
@@ -98,7 +97,7 @@ def from_proto(proto: cost_graph_pb2.CostGraph) -> CostGraph:
             f"{FORMAT_VERSION}"
             + ("; TensorFlow's own CostGraphDef (RunMetadata.cost_graph) is another format: "
                "profile the graph with `tf-autoplace profile`, or export a costed graph with "
-               "tf_autoplace.prepare.export_cost_graph" if proto.format_version == 0 else ""))
+               "tf_autoplace.pipeline.prepare.export_cost_graph" if proto.format_version == 0 else ""))
     ops = list(proto.op)
     if not ops:
         raise InvalidGraphError("the cost graph has no ops")

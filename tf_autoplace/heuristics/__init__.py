@@ -1,6 +1,6 @@
 """The fast heuristic placers: each places an 8k-op graph in about a second, without learning.
 
-They sit below the learned machinery (:mod:`tf_autoplace.rl`), which starts its searches from
+They sit below the learned machinery (:mod:`tf_autoplace.placers`), which starts its searches from
 them and falls back to them, and below the registry of every placer
 (:mod:`tf_autoplace.placers`).
 """

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tf_autoplace.core.problem import PlacementProblem
 from tf_autoplace.errors import InfeasiblePlacementError
-from tf_autoplace.problem import PlacementProblem
 
 
 def compute_devices(problem: PlacementProblem) -> np.ndarray:

@@ -29,6 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
+from tf_autoplace.core.problem import PlacementProblem, Placer, check_memory
 from tf_autoplace.errors import AutoplaceError, ConfigError, InfeasiblePlacementError
 from tf_autoplace.heuristics._common import compute_devices
 from tf_autoplace.heuristics.expert import ExpertPlacer
@@ -37,7 +38,6 @@ from tf_autoplace.heuristics.metis import MetisPlacer
 from tf_autoplace.heuristics.offload import memory_need, offload
 from tf_autoplace.heuristics.single import SingleDevicePlacer
 from tf_autoplace.heuristics.topo import MemoryAwareTopoPlacer
-from tf_autoplace.problem import Placer, PlacementProblem, check_memory
 
 # The fast heuristics best_heuristic chooses among, by registered name, in tie-break order.
 FAST_HEURISTICS = {

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tf_autoplace.core.problem import PlacementProblem, Placer
 from tf_autoplace.errors import InfeasiblePlacementError
-from tf_autoplace.problem import Placer, PlacementProblem
 from tf_autoplace.heuristics.single import SingleDevicePlacer
 
 

@@ -75,9 +75,9 @@ from typing import Sequence
 
 import numpy as np
 
+from tf_autoplace.core.problem import PlacementProblem, Placer
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.heuristics._common import compute_devices
-from tf_autoplace.problem import Placer, PlacementProblem
 from tf_autoplace.heuristics.single import SingleDevicePlacer
 
 _LAYER = re.compile(r"^((?:[^/]+/)*?layer_\d+/)")

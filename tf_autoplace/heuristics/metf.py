@@ -36,9 +36,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from tf_autoplace.core.problem import PlacementProblem, Placer, check_memory
 from tf_autoplace.errors import InfeasiblePlacementError
 from tf_autoplace.heuristics._common import compute_devices
-from tf_autoplace.problem import Placer, PlacementProblem, check_memory
 
 
 def _in_edges(graph):

@@ -34,11 +34,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from tf_autoplace.core.problem import PlacementProblem, Placer
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.grouping import group_graph
-from tf_autoplace.heuristics._common import (compute_devices, fallback_device, fix_kernels,
-                                          group_compute_time)
-from tf_autoplace.problem import Placer, PlacementProblem
+from tf_autoplace.heuristics._common import (
+    compute_devices,
+    fallback_device,
+    fix_kernels,
+    group_compute_time,
+)
 from tf_autoplace.heuristics.multilevel import CSRGraph, csr_from_edges, partition
 
 BACKENDS = ("auto", "pymetis", "multilevel")

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tf_autoplace.core.problem import PlacementProblem
 from tf_autoplace.heuristics._common import compute_devices
-from tf_autoplace.problem import PlacementProblem
 
 
 def place_next_to_neighbours(problem: PlacementProblem, devices) -> np.ndarray:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tf_autoplace.problem import Placer, PlacementProblem
+from tf_autoplace.core.problem import PlacementProblem, Placer
 
 
 class RandomPlacer(Placer):

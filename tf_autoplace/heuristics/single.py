@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tf_autoplace.core.problem import PlacementProblem, Placer
 from tf_autoplace.errors import InfeasiblePlacementError
-from tf_autoplace.problem import Placer, PlacementProblem
 
 
 class SingleDevicePlacer(Placer):

@@ -41,11 +41,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from tf_autoplace.core.problem import PlacementProblem, Placer
 from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
-from tf_autoplace.heuristics._common import (compute_devices, fallback_device,
-                                          group_compute_time, group_memory)
-from tf_autoplace.problem import Placer, PlacementProblem
-
+from tf_autoplace.heuristics._common import (
+    compute_devices,
+    fallback_device,
+    group_compute_time,
+    group_memory,
+)
 
 BALANCES = ("compute", "memory")
 

@@ -33,7 +33,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from tf_autoplace.cluster import Cluster
+from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.hw.runner import RunConfig, session_config
 

@@ -1,7 +1,7 @@
-"""Every placer behind one interface (:class:`~tf_autoplace.problem.Placer`), by name.
+"""Every placer behind one interface (:class:`~tf_autoplace.core.problem.Placer`), by name.
 
 The fast heuristics live in :mod:`tf_autoplace.heuristics`; the learned placers here are thin
-doors over :mod:`tf_autoplace.rl` (config, budget, start, fallback to the best heuristic).
+doors over their own folders (``placers/<name>/``) and the shared machinery of :mod:`tf_autoplace.learning` (config, budget, start, fallback to the best heuristic).
 :class:`SavedPlacement` applies a placement saved by an earlier run; it takes a file, so it has
 no name in :data:`PLACERS`.
 
@@ -18,21 +18,35 @@ import dataclasses
 import inspect
 from typing import Sequence
 
+from tf_autoplace.core.problem import (
+    Placement,
+    PlacementProblem,
+    Placer,
+    check_memory,
+    check_placement,
+    validate,
+)
 from tf_autoplace.errors import ConfigError
-from tf_autoplace.heuristics import (HEURISTICS, BestHeuristicPlacer, CpuOnlyPlacer, ExpertPlacer,
-                                     MemoryAwareETFPlacer, MemoryAwareTopoPlacer, MetisPlacer,
-                                     RandomPlacer, SingleDevicePlacer)
-from tf_autoplace.placers.auto import AutoConfig, AutoPlacer
-from tf_autoplace.placers.gdp import GdpConfig, GdpPlacer
-from tf_autoplace.placers.hdp import HDPPlacer
-from tf_autoplace.placers.placeto import PlacetoConfig, PlacetoPlacer
-from tf_autoplace.placers.post import PostPlacer
+from tf_autoplace.heuristics import (
+    HEURISTICS,
+    BestHeuristicPlacer,
+    CpuOnlyPlacer,
+    ExpertPlacer,
+    MemoryAwareETFPlacer,
+    MemoryAwareTopoPlacer,
+    MetisPlacer,
+    RandomPlacer,
+    SingleDevicePlacer,
+)
+from tf_autoplace.learning.workers import check_ray_address
+from tf_autoplace.placers.auto.placer import AutoConfig, AutoPlacer
+from tf_autoplace.placers.gdp.placer import GdpConfig, GdpPlacer
+from tf_autoplace.placers.hdp.placer import HDPPlacer
+from tf_autoplace.placers.hdp.search import HDPConfig
+from tf_autoplace.placers.placeto.placer import PlacetoConfig, PlacetoPlacer
+from tf_autoplace.placers.post.placer import PostPlacer
+from tf_autoplace.placers.post.search import PostConfig
 from tf_autoplace.placers.saved import SavedPlacement
-from tf_autoplace.problem import (Placement, PlacementProblem, Placer, check_memory,
-                                  check_placement, validate)
-from tf_autoplace.rl.hdp_search import HDPConfig
-from tf_autoplace.rl.workers import check_ray_address
-from tf_autoplace.rl.post_search import PostConfig
 
 DEFAULT_PLACER = "auto"
 

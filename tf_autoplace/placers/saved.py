@@ -7,7 +7,7 @@ does (tf.Graph in place, GraphDef copy, tf.function, SavedModel) and is checked 
 
 ``place()``:
 
-1. reads the ``PlacementResult`` (:mod:`tf_autoplace.saved_placement`) against the graph: op by
+1. reads the ``PlacementResult`` (:mod:`tf_autoplace.outputs.saved_placement`) against the graph: op by
    op in graph order where the saved graph fingerprint equals this graph's (the same graph
    built again, whatever counters TF put in its names), else by name;
 2. refuses a placement made for another graph: if it names less than ``min_match`` of this
@@ -31,11 +31,11 @@ import os
 
 import numpy as np
 
+from tf_autoplace.core.problem import PlacementProblem, Placer
 from tf_autoplace.errors import ConfigError, InvalidGraphError
 from tf_autoplace.graph.fingerprint import fingerprint
 from tf_autoplace.heuristics.neighbours import place_next_to_neighbours
-from tf_autoplace.problem import Placer, PlacementProblem
-from tf_autoplace.saved_placement import match, read_placement
+from tf_autoplace.outputs.saved_placement import match, read_placement
 
 # A graph "changed a little" still has most of its ops named by the file, and most of the
 # file's ops are still in it; below half on either side it is another graph.

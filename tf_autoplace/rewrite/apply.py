@@ -19,7 +19,7 @@ from typing import Mapping, Sequence
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
-from tf_autoplace.cluster import same_device
+from tf_autoplace.core.cluster import same_device
 from tf_autoplace.errors import InfeasiblePlacementError, InvalidGraphError
 
 

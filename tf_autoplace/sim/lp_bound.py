@@ -68,7 +68,7 @@ import time
 import highspy
 import numpy as np
 
-from tf_autoplace.cluster import Cluster
+from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph.opgraph import OpGraph
 from tf_autoplace.sim.bounds import heads_and_tails, lower_bound

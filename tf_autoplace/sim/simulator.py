@@ -1,6 +1,6 @@
 """Event-based simulator of one training step of a placed graph (Placeto, appendix A.5).
 
-Given an :class:`~tf_autoplace.graph.opgraph.OpGraph`, a :class:`~tf_autoplace.cluster.Cluster`,
+Given an :class:`~tf_autoplace.graph.opgraph.OpGraph`, a :class:`~tf_autoplace.core.cluster.Cluster`,
 each op's compute time on each device (``op_time[n, D]``, from the cost model) and a placement
 (``placement[n]``, a device index per op), :meth:`Simulator.run` predicts the step time
 (makespan), each device's peak memory and an execution timeline. :func:`memory_penalized_runtime`
@@ -102,7 +102,7 @@ each op's time on its device gathered once, in order, rather than read from the 
 table when the op starts; and it returns the result ready-made (peak memory with the
 persistent bytes, the transfers' producers and bytes), leaving no numpy pass over the
 transfers to the caller.
-Speed: ``tools/bench_sim.py`` (a synthetic 8,000-op graph, and random placements of zoo
+Speed: ``experiments/bench_sim.py`` (a synthetic 8,000-op graph, and random placements of zoo
 graphs with ``--pairs``; figures in BENCHMARKS.md). The first call in a fresh environment
 compiles the kernel (a few seconds; then cached on disk by numba, in the user's cache directory:
 :mod:`tf_autoplace.sim.jit`; the arrays it reads are read-only in every process, so that one
@@ -115,7 +115,7 @@ import dataclasses
 
 import numpy as np
 
-from tf_autoplace.cluster import Cluster
+from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.errors import InfeasiblePlacementError, InvalidGraphError
 from tf_autoplace.graph.opgraph import OpGraph
 from tf_autoplace.sim.jit import cached_njit

@@ -30,7 +30,7 @@ import tensorflow as tf
 from tensorflow.core.framework import graph_pb2, types_pb2
 
 from tf_autoplace.api import autoplace
-from tf_autoplace.cluster import Cluster, device_spec
+from tf_autoplace.core.cluster import Cluster, device_spec
 from tf_autoplace.errors import AutoplaceError
 from tf_autoplace.graph import grappler, ingest
 from tf_autoplace.placers import PlacetoPlacer, get_placer

@@ -16,9 +16,9 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from tf_autoplace import benchmark
 from tf_autoplace.placers import PLACERS, get_placer
 from tf_autoplace.testing.problems import random_problem
+from tf_autoplace.zoo import benchmark
 
 # Settings that make every search end on its sample budget, small enough for the default suite.
 PLACER_OPTIONS = {

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from tf_autoplace.cluster import Cluster, Device
+from tf_autoplace.core.cluster import Cluster, Device
+from tf_autoplace.core.problem import PlacementProblem
 from tf_autoplace.cost import TableCostModel
 from tf_autoplace.graph.opgraph import OpGraph, from_edges
 from tf_autoplace.grouping import Grouping, GroupingConfig, merge_and_colocate
-from tf_autoplace.problem import PlacementProblem
 
 GB = 10**9
 

@@ -1,0 +1,165 @@
+"""tf_autoplace.outputs.files: outputs checked before the work, written only after it, all or nothing,
+with the user's umask; and the SavedModel door, which writes through it."""
+
+import os
+import stat
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_autoplace import tf2
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.heuristics import SingleDevicePlacer
+from tf_autoplace.outputs import files
+
+from tests.conftest import REPO
+
+TESTDATA = os.path.join(REPO, "testdata")
+CPU2 = os.path.join(TESTDATA, "cpu2.pbtxt")
+
+
+def _listing(directory):
+    return sorted(os.listdir(directory))
+
+
+def _mode(path):
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+@pytest.mark.parametrize("name, directory, message", [
+    ("", False, "must be a non-empty path, got ''"),
+    ("a\0b", False, "'a\\\\x00b' holds a NUL character"),
+    ("missing/out.pb", False,
+     "'missing/out.pb': the directory '.*missing' does not exist \\(it is not created\\)"),
+    ("new/a/b/placed", True, "'new/a/b/placed': the directory '.*new/a/b' does not exist"),
+    ("a_dir", False, "'a_dir' is a directory; expected a file path"),
+    ("full_dir", True, "'full_dir' exists; refusing to overwrite it"),
+    ("a_file", True, "'a_file' exists; refusing to overwrite it"),
+])
+def test_unwritable_output_paths_are_config_errors_before_any_work(tmp_path, monkeypatch, name,
+                                                                   directory, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a_dir").mkdir()
+    (tmp_path / "full_dir").mkdir()
+    (tmp_path / "full_dir" / "keep").write_text("x")
+    (tmp_path / "a_file").write_text("x")
+    before = _listing(tmp_path)
+    with pytest.raises(ConfigError, match="--out " + message):
+        files.check_output_path(name, "--out", directory=directory)
+    assert _listing(tmp_path) == before
+
+
+def test_writable_output_paths_come_back_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "old.pb").write_bytes(b"old")
+    assert files.check_output_path("new.pb", "--out") == str(tmp_path / "new.pb")
+    assert files.check_output_path("old.pb", "--out") == str(tmp_path / "old.pb")  # replaced
+    assert files.check_output_path("empty", "--out", directory=True) == str(tmp_path / "empty")
+
+
+def test_outputs_appear_together_with_the_umask_and_replace_old_ones(tmp_path):
+    (tmp_path / "old.pb").write_bytes(b"old")
+    (tmp_path / "model").mkdir()  # an empty directory may be replaced
+    previous = os.umask(0o027)
+    try:
+        assert files.umask() == 0o027
+        outputs = files.Outputs()
+        outputs.add_file(tmp_path / "old.pb", b"new")
+        outputs.add_file(tmp_path / "report.json", b"{}")
+        outputs.add_directory(tmp_path / "model",
+                              lambda d: open(os.path.join(d, "saved_model.pb"), "wb").close())
+        assert _listing(tmp_path) == ["model", "old.pb"]  # nothing until commit
+        outputs.commit()
+    finally:
+        os.umask(previous)
+    assert _listing(tmp_path) == ["model", "old.pb", "report.json"]
+    assert (tmp_path / "old.pb").read_bytes() == b"new"
+    assert _listing(tmp_path / "model") == ["saved_model.pb"]
+    # What open() and mkdir() give under umask 027, not mkstemp's 0600 / mkdtemp's 0700.
+    assert _mode(tmp_path / "report.json") == _mode(tmp_path / "old.pb") == 0o640
+    assert _mode(tmp_path / "model") == 0o750
+
+
+@pytest.mark.parametrize("interrupt", [OSError("disk full"), KeyboardInterrupt(),
+                                       SystemExit(143)])
+def test_an_error_or_interrupt_while_writing_leaves_nothing(tmp_path, interrupt):
+    def write(directory):
+        open(os.path.join(directory, "half"), "wb").close()
+        raise interrupt
+
+    outputs = files.Outputs()
+    outputs.add_file(tmp_path / "placed.pb", b"graph")
+    outputs.add_directory(tmp_path / "model", write)
+    outputs.add_file(tmp_path / "report.json", b"{}")
+    with pytest.raises(type(interrupt)):
+        outputs.commit()
+    assert _listing(tmp_path) == []  # not even the first output's temporary
+
+
+# ------------------------------------------------------------------------------ SavedModel
+def _tf1_saved_model(path):
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [2, 4], name="x")
+        w = tf.compat.v1.get_variable("w", [4, 3],
+                                      initializer=tf.compat.v1.ones_initializer())
+        y = tf.matmul(x, w, name="y")
+        with tf.compat.v1.Session(graph=graph) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            builder = tf.compat.v1.saved_model.Builder(str(path))
+            builder.add_meta_graph_and_variables(
+                sess, ["serve"], signature_def_map={
+                    "serving_default": tf.compat.v1.saved_model.predict_signature_def(
+                        {"x": x}, {"y": y})})
+            builder.save()
+
+
+class _Watching(SingleDevicePlacer):
+    """Records what the output's directory holds while it places, then may interrupt."""
+
+    def __init__(self, directory, interrupt=None):
+        super().__init__()
+        self.directory, self.interrupt, self.seen = directory, interrupt, None
+
+    def _place(self, problem, rng):
+        self.seen = _listing(self.directory)
+        if self.interrupt:
+            raise self.interrupt
+        return super()._place(problem, rng)
+
+
+def test_saved_model_output_is_written_only_after_placing_and_whole(tmp_path):
+    _tf1_saved_model(tmp_path / "in")
+    out = tmp_path / "out"
+    out.mkdir()
+    watch = _Watching(out)
+    tf2.place_saved_model(tmp_path / "in", tmp_path / "out" / "placed", cluster=CPU2,
+                          placer=watch)
+    assert watch.seen == []  # no temporary while placing: SIGKILL then leaves nothing
+    assert _listing(out) == ["placed"]
+    assert {"saved_model.pb", "variables"} <= set(_listing(out / "placed"))
+    assert _mode(out / "placed") == 0o777 & ~files.umask()
+    # The same input and seed give the same bytes.
+    again = tmp_path / "again"
+    again.mkdir()
+    tf2.place_saved_model(tmp_path / "in", again / "placed", cluster=CPU2, placer="single")
+    assert ((out / "placed" / "saved_model.pb").read_bytes()
+            == (again / "placed" / "saved_model.pb").read_bytes())
+
+
+def test_saved_model_interrupted_or_failing_leaves_nothing(tmp_path):
+    _tf1_saved_model(tmp_path / "in")
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(KeyboardInterrupt):
+        tf2.place_saved_model(tmp_path / "in", out / "placed", cluster=CPU2,
+                              placer=_Watching(out, KeyboardInterrupt()))
+    with pytest.raises(ConfigError, match="does not exist"):  # before any work
+        tf2.place_saved_model(tmp_path / "in", out / "new" / "a" / "placed", cluster=CPU2,
+                              placer=_Watching(out, AssertionError("placed anyway")))
+    with pytest.raises(ConfigError, match="seed must be"):
+        tf2.place_saved_model(tmp_path / "in", out / "placed", cluster=CPU2, seed=-1)
+    assert _listing(out) == []
+    assert np.all([not name.startswith(files.TEMP_PREFIX) for name in _listing(tmp_path)])

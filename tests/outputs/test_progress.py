@@ -1,0 +1,178 @@
+"""Search progress: every search reports through one interface; a bar, log lines or TensorBoard
+scalars show it; nothing shows when the user asks for quiet."""
+
+import io
+import logging
+
+import pytest
+
+import tf_autoplace
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.outputs.progress import QUIET, Progress, SearchProgress, _Phase, as_progress
+from tf_autoplace.placers import AutoPlacer, HDPPlacer, PlacetoPlacer, PostPlacer
+from tf_autoplace.testing import problems, small_cnn
+
+CPU2 = "cpu2"
+
+
+class Recorder(Progress):
+    """Keeps every call."""
+
+    def __init__(self):
+        self.calls = []
+
+    def start(self, label, total, *, deadline=None):
+        self.calls.append(("start", label, total))
+
+    def update(self, done, best_s):
+        self.calls.append(("update", done, best_s))
+
+    def finish(self):
+        self.calls.append(("finish",))
+
+    def phase_updates(self, label):
+        out, inside = [], False
+        for call in self.calls:
+            if call[0] == "start":
+                inside = call[1] == label
+            elif call[0] == "update" and inside:
+                out.append(call[1:])
+        return out
+
+
+def _problem():
+    return problems.random_problem(300, 0, num_gpus=2, max_groups=100)
+
+
+def test_the_default_placer_reports_its_whole_search():
+    recorder = Recorder()
+    placer = AutoPlacer(max_samples=400)
+    placer.place(_problem(), seed=0, progress=recorder)
+    labels = [c[1] for c in recorder.calls if c[0] == "start"]
+    assert labels == ["auto: starting placements", "auto: local search"]
+    assert ("start", "auto: local search", 400) in recorder.calls
+    assert recorder.calls.count(("finish",)) == 2 and recorder.calls[-1] == ("finish",)
+    updates = recorder.phase_updates("auto: local search")
+    done = [u[0] for u in updates]
+    best = [u[1] for u in updates]
+    assert len(updates) > 50 and done == sorted(done) and best == sorted(best, reverse=True)
+    assert done[-1] == placer.stats["samples"]
+    assert best[-1] * 1e3 == pytest.approx(placer.stats["end_ms"])
+    assert placer.progress is QUIET  # not kept after the placement
+
+
+@pytest.mark.slow
+def test_placeto_reports_its_fine_tuning():
+    recorder = Recorder()
+    placer = PlacetoPlacer(max_samples=40)
+    placer.place(problems.random_problem(60, 1, max_groups=30), seed=0, progress=recorder)
+    updates = recorder.phase_updates("placeto: fine-tuning")
+    assert ("start", "placeto: fine-tuning", 40) in recorder.calls
+    assert updates and updates[-1][0] >= 40
+    assert min(b for _, b in updates) * 1e3 <= placer.stats["zero_shot_ms"]
+
+
+def test_post_reports_its_search():
+    recorder = Recorder()
+    placer = PostPlacer(max_samples=64, batch=16, ce_period=32, heuristics=("m_etf",))
+    placer.place(problems.random_problem(60, 1, max_groups=30), seed=0, progress=recorder)
+    assert ("start", "post: search", 64) in recorder.calls
+    updates = recorder.phase_updates("post: search")
+    assert [u[0] for u in updates] == [16, 32, 48, 64]
+    assert updates[-1][1] * 1e3 == pytest.approx(placer.stats["curve"][-1][1] * 1e3)
+
+
+def test_hdp_reports_its_search():
+    recorder = Recorder()
+    placer = HDPPlacer(max_samples=32, samples_per_update=8, heuristics=("m_etf",),
+                       start_steps=20)
+    placer.place(problems.random_problem(60, 1, num_gpus=2, max_groups=30), seed=0,
+                 progress=recorder)
+    # The heuristic start's fit is a phase of its own (its length is not in placements).
+    fit = recorder.calls.index(("start", "hdp: fitting the placer to the heuristic", None))
+    assert recorder.calls[fit + 1] == ("finish",)
+    assert ("start", "hdp: search", 32) in recorder.calls[fit:]
+    assert recorder.calls[-1] == ("finish",)
+    updates = recorder.phase_updates("hdp: search")
+    assert [u[0] for u in updates] == [8, 16, 24, 32]
+    assert [u[1] for u in updates] == [best for _, best in placer.stats["curve"]]
+
+
+def test_log_lines_say_how_far_and_the_best_so_far(caplog):
+    progress = SearchProgress("log", delay_s=0, every_s=0)
+    placer = AutoPlacer(max_samples=200)
+    with caplog.at_level(logging.INFO, logger="absl"):
+        placer.place(_problem(), seed=0, progress=progress)
+    lines = [r.getMessage() for r in caplog.records if "auto: local search" in r.getMessage()]
+    assert len(lines) > 20
+    assert "/200 placements (" in lines[0] and " ms" in lines[0] and "elapsed" in lines[0]
+    assert "left" in lines[1]
+    assert lines[-1].startswith(f"autoplace: auto: local search: done, "
+                                f"{placer.stats['samples']}/")
+    assert f"best {placer.stats['end_ms']:.2f} ms" in lines[-1]
+
+
+def test_a_bar_on_a_stream():
+    stream = io.StringIO()
+    progress = SearchProgress("bar", delay_s=0, stream=stream)
+    AutoPlacer(max_samples=200).place(_problem(), seed=0, progress=progress)
+    text = stream.getvalue()
+    assert "auto: local search:" in text and "/200 placements" in text and "best " in text
+    assert "100%" in text
+
+
+def test_nothing_shows_before_the_delay_or_when_quiet(caplog, capsys):
+    with caplog.at_level(logging.INFO, logger="absl"):
+        slow = SearchProgress("log", delay_s=3600)
+        AutoPlacer(max_samples=100).place(_problem(), seed=0, progress=slow)
+        tf_autoplace.autoplace(small_cnn().graph, cluster=CPU2,
+                               placer=AutoPlacer(max_samples=100), progress=False)
+    assert not [r for r in caplog.records if r.getMessage().startswith("autoplace: auto")]
+    assert "placements" not in capsys.readouterr().err
+
+
+def test_autoplace_passes_progress_to_the_placer():
+    recorder = Recorder()
+    tf_autoplace.autoplace(small_cnn().graph, cluster=CPU2, placer=AutoPlacer(max_samples=100),
+                           progress=recorder)
+    assert recorder.phase_updates("auto: local search")
+
+
+def test_tensorboard_scalars_of_the_search_curve(tmp_path):
+    import tensorflow as tf
+
+    progress = SearchProgress("log", delay_s=0, logdir=str(tmp_path))
+    placer = AutoPlacer(max_samples=300)
+    placer.place(_problem(), seed=0, progress=progress)
+    events = [e for f in tmp_path.iterdir() for e in tf.compat.v1.train.summary_iterator(str(f))]
+    points = [(e.step, tf.make_ndarray(v.tensor)) for e in events for v in e.summary.value
+              if v.tag == "auto_local_search/best_step_time_ms"]
+    steps = [s for s, _ in points]
+    assert len(points) >= 3 and steps == sorted(steps) and steps[-1] == placer.stats["samples"]
+    assert float(points[-1][1]) == pytest.approx(placer.stats["end_ms"], rel=1e-6)
+
+
+def test_time_left_is_the_rate_so_far_or_the_deadline():
+    phase = _Phase(label="x", total=100, deadline=None, start=0.0, bar=None)
+    phase.done = 25
+    assert phase.left_s(10.0) == pytest.approx(30.0)  # 25 in 10 s: 75 more in 30 s
+    phase.deadline = 20.0
+    assert phase.left_s(10.0) == pytest.approx(10.0)
+    phase.deadline, phase.total = None, None
+    assert phase.left_s(10.0) is None
+
+
+def test_progress_arguments_are_checked():
+    assert as_progress(False) is QUIET and as_progress(None) is QUIET
+    assert isinstance(as_progress(True), SearchProgress)
+    recorder = Recorder()
+    assert as_progress(recorder) is recorder
+    for bad in (1, "bar"):
+        with pytest.raises(ConfigError, match="progress must be"):
+            as_progress(bad)
+    with pytest.raises(ConfigError, match="mode must be"):
+        SearchProgress("tty")
+    with pytest.raises(ConfigError, match="delay_s must be"):
+        SearchProgress(delay_s=-1)
+    with pytest.raises(ConfigError, match="progress must be"):
+        tf_autoplace.autoplace(small_cnn().graph, cluster=CPU2, placer="m_etf", progress="yes")

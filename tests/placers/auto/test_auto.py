@@ -1,0 +1,182 @@
+"""The default placer and what it is built from: host offload, a best_heuristic that survives
+failing heuristics, monotonicity in devices, and the local search (numpy core, random DAGs)."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
+from tf_autoplace.heuristics import FAST_HEURISTICS, BestHeuristicPlacer, offload
+from tf_autoplace.heuristics.best import device_counts
+from tf_autoplace.heuristics.single import SingleDevicePlacer
+from tf_autoplace.learning.rollouts import Evaluator
+from tf_autoplace.placers import AutoPlacer, check_memory, check_placement
+from tf_autoplace.placers.auto.local_search import LocalSearchConfig, local_search
+from tf_autoplace.placers.placeto.env import EnvConfig, PlacementEnv
+from tf_autoplace.testing.problems import GB, cluster, problem, random_dag, random_problem
+
+
+class _Raises(SingleDevicePlacer):
+    """A heuristic that always fails, as m_etf does when no device has room for a group."""
+
+    def _place(self, problem, rng):
+        raise InfeasiblePlacementError("no device has room for the variables of a group")
+
+
+def _with_persistent(p, persistent_bytes):
+    graph = dataclasses.replace(p.graph, persistent_bytes=persistent_bytes)
+    return dataclasses.replace(p, graph=graph)
+
+
+def _overfull(seed=0):
+    """Variables of 6 GB in all on two GPUs of 2 GB: nothing fits on the GPUs alone, but the
+    100 GB host can take what they cannot."""
+    p = random_problem(150, seed=seed, num_gpus=2, gpu_memory=2 * GB)
+    persistent = np.zeros(p.graph.num_ops, np.int64)
+    persistent[np.random.default_rng(seed).choice(p.graph.num_ops, 30, replace=False)] = 2 * GB // 10
+    return _with_persistent(p, persistent)
+
+
+def test_over_full_gpus_fit_with_host_offload():
+    p = _overfull()
+    gpus_only = SingleDevicePlacer().propose(p)
+    assert check_memory(p, p.simulator.run(gpus_only))  # one GPU cannot hold it
+    fixed = offload.offload(p, gpus_only)
+    assert fixed is not None and not check_placement(p, fixed)
+    assert not check_memory(p, p.simulator.run(fixed))
+    assert (fixed == 2).any()  # some work went to the host
+    for placer in (BestHeuristicPlacer(), AutoPlacer(max_samples=200)):
+        placement = placer.place(p, seed=0)  # validated: fits, kernels, colocation
+        assert (placement.devices == 2).any()
+
+
+def test_nothing_fits_names_the_total_need():
+    p = _with_persistent(random_problem(40, seed=1, gpu_memory=GB),
+                         np.full(40, 5 * GB, np.int64))  # 200 GB of variables, 102 GB in all
+    with pytest.raises(InfeasiblePlacementError, match=r"variables need 200\.00 GB.*102\.00 GB"):
+        BestHeuristicPlacer().place(p)
+
+
+def test_a_heuristic_that_raises_is_skipped_and_noted(monkeypatch):
+    p = random_problem(120, seed=2)
+    monkeypatch.setitem(FAST_HEURISTICS, "m_etf", _Raises)
+    placer = BestHeuristicPlacer()
+    placement = placer.place(p)
+    assert not any(note.startswith("best_heuristic: m_etf ") for note in placement.notes)
+    assert any("skipped m_etf (no device has room" in note for note in placement.notes)
+    # Placeto's start (its environment's heuristic placement) and the default placer survive
+    # it too.
+    env = PlacementEnv(p, EnvConfig(start="heuristic"))
+    assert not check_placement(p, env.op_placement(env.heuristic_start))
+    assert AutoPlacer(max_samples=50).place(p, seed=0).devices.shape == (p.graph.num_ops,)
+
+
+def test_every_heuristic_failing_is_an_error_naming_them(monkeypatch):
+    for name in FAST_HEURISTICS:
+        monkeypatch.setitem(FAST_HEURISTICS, name, _Raises)
+    with pytest.raises(InfeasiblePlacementError, match="every heuristic failed"):
+        BestHeuristicPlacer().place(random_problem(30, seed=0))
+
+
+def test_device_counts_are_powers_of_two_below_the_whole():
+    assert device_counts(1) == [1]
+    assert device_counts(3) == [3, 2, 1]
+    assert device_counts(8) == [8, 4, 2, 1]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_more_devices_never_end_worse(seed):
+    graph = random_dag(160, seed, fan_in=2)
+    times = np.random.default_rng(seed).lognormal(np.log(1e-3), 1.0, 160)
+    results = {}
+    for gpus in (1, 2, 4):
+        p = problem(graph, cluster(gpus, bandwidth_gbps=0.05), times, max_groups=48)
+        results[gpus] = (BestHeuristicPlacer().place(p).sim.makespan,
+                         AutoPlacer(max_samples=300).place(p, seed=0).sim.makespan)
+    for fewer, more in ((1, 2), (2, 4)):
+        assert results[more][0] <= results[fewer][0] + 1e-12  # heuristics: by construction
+        assert results[more][1] <= results[fewer][0] + 1e-12  # auto starts no worse
+
+
+def test_local_search_never_ends_worse_and_keeps_constraints():
+    p = random_problem(300, seed=5, num_gpus=4, gpu_memory=GB)
+    start = SingleDevicePlacer().propose(p)
+    with Evaluator(p) as evaluator:
+        found = local_search(p, start, LocalSearchConfig(), seed=0, max_samples=400,
+                             evaluator=evaluator)
+    assert found.samples <= 400
+    assert found.score <= found.curve[0][1]
+    assert [s for s, _ in found.curve] == sorted(s for s, _ in found.curve)
+    assert all(b < a for (_, a), (_, b) in zip(found.curve, found.curve[1:]))
+    assert not check_placement(p, found.devices)
+    assert found.score < found.curve[0][1]  # one GPU for 300 ops: it must find better
+
+
+def test_local_search_same_seed_same_result_in_process_or_pool():
+    p = random_problem(250, seed=6, num_gpus=2)
+    start = BestHeuristicPlacer().propose(p)
+    runs = []
+    for workers in (1, 1, 2):
+        with Evaluator(p, workers=workers) as evaluator:
+            runs.append(local_search(p, start, LocalSearchConfig(sweep_below=0), seed=3,
+                                     max_samples=120, evaluator=evaluator))
+    for other in runs[1:]:
+        np.testing.assert_array_equal(runs[0].devices, other.devices)
+        assert runs[0].curve == other.curve
+
+
+def test_sweeps_end_at_a_local_optimum_of_single_moves():
+    p = random_problem(12, seed=7, num_gpus=2, max_groups=12)
+    with Evaluator(p) as evaluator:
+        found = local_search(p, SingleDevicePlacer().propose(p), LocalSearchConfig(), seed=0,
+                             max_samples=10_000, evaluator=evaluator)
+    assert found.stopped in ("local optimum", "bound")
+    if found.stopped == "local optimum":  # no single colocation group move gains
+        for unit in range(int(p.graph.colocation.max()) + 1):
+            for d in range(p.cluster.num_devices):
+                moved = found.devices.copy()
+                moved[p.graph.colocation == unit] = d
+                sim = p.simulator.run(moved)
+                assert check_memory(p, sim) or sim.makespan >= found.score - 1e-12
+
+
+def test_a_fitting_placement_is_never_traded_for_a_faster_overflowing_one():
+    p = _overfull(seed=3)
+    start = BestHeuristicPlacer().propose(p)
+    with Evaluator(p) as evaluator:
+        found = local_search(p, start, LocalSearchConfig(host_share=0.0), seed=1,
+                             max_samples=300, evaluator=evaluator)
+    assert not check_memory(p, p.simulator.run(found.devices))
+
+
+def test_default_placer_beats_the_best_heuristic_and_says_how():
+    p = random_problem(400, seed=8, num_gpus=4)
+    heuristic = BestHeuristicPlacer().place(p)
+    placer = AutoPlacer(max_samples=600)
+    placement = placer.place(p, seed=0)
+    assert placement.sim.makespan < heuristic.sim.makespan
+    assert placer.stats["samples"] <= 600
+    assert any(n.startswith("auto: ") and "local searches from" in n for n in placement.notes)
+
+
+def test_one_device_returns_at_once():
+    p = random_problem(50, seed=0, num_gpus=1, host=False)
+    placer = AutoPlacer()
+    placement = placer.place(p)
+    assert (placement.devices == 0).all()
+    assert any("one device" in n for n in placement.notes)
+
+
+@pytest.mark.parametrize("kwargs", [dict(max_samples=0), dict(budget_s=-1), dict(workers=0),
+                                    dict(learned=("gdp2",))])
+def test_bad_auto_settings_are_config_errors(kwargs):
+    with pytest.raises(ConfigError):
+        AutoPlacer(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [dict(levels=()), dict(batch=0), dict(host_share=2.0),
+                                    dict(realign_after=0), dict(sweep_below=-1)])
+def test_bad_search_settings_are_config_errors(kwargs):
+    with pytest.raises(ConfigError):
+        LocalSearchConfig(**kwargs)

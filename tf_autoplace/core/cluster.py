@@ -1,0 +1,546 @@
+"""Cluster: the devices a graph can be placed on, their memory and speed, and the links between.
+
+A cluster comes from a text-format ``ClusterSpec`` proto (``protos/cluster.proto``), from
+:meth:`Cluster.local` (the devices TensorFlow sees on this machine, with optional logical CPU
+devices) or from Python. Specs for 2, 4 and 8 K80- and V100-class GPUs and for two logical CPUs
+ship inside the package (``tf_autoplace/clusters/*.pbtxt``, package data, so an installed copy
+has them too) and are named by their stem: ``resolve_cluster("k80x4")``, ``--cluster=k80x4``
+(:func:`shipped_clusters` lists them). Every door that takes a cluster takes
+:func:`resolve_cluster`'s forms: a Cluster, a shipped name, a spec file path, or ``"local"``.
+
+Transfer model (Placeto A.5): moving ``b`` bytes from device i to device j takes
+``latency[i, j] + b / bandwidth[i, j]`` seconds; each device has one outgoing transfer queue.
+
+Every device must be one TensorFlow can address, checked before any work: its name is parsed
+with ``tf.DeviceSpec`` (as TF parses it, plus TF's C++ rules that the Python parser skips: job
+names ``[A-Za-z][A-Za-z0-9_]*``, indices >= 0) and kept in canonical form (``/gpu:0`` becomes
+``/device:GPU:0``); it must name a device type and index, and the type must be the device's
+``kind``. Two names TensorFlow could resolve to the same device (``/device:CPU:0`` and
+``/job:localhost/replica:0/task:0/device:CPU:0``: every field given by both agrees) are one
+device listed twice. Numbers must be finite and fit the int64 fields Grappler reads them into.
+
+Shared cores. Devices may share processor cores: TensorFlow runs every logical CPU device of a
+process (``ConfigProto(device_count={'CPU': N})``) on the same inter-op and intra-op thread
+pools, so two logical CPUs of a 2-core host are not twice one. A *core group* names devices
+that share ``cores`` cores (``Device.core_group``, ``Cluster.core_groups``); the simulator runs
+the ops of a group's devices on those cores together (:mod:`tf_autoplace.sim.simulator`). A
+device outside any group has cores of its own, as a GPU does. :meth:`Cluster.executors` gives
+the simulator its view: one executor per group, and one per ungrouped device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.resources
+import math
+import numbers
+import os
+import re
+from typing import Sequence
+
+import numpy as np
+from google.protobuf import message as _pb_message
+from google.protobuf import text_format
+
+from tf_autoplace.errors import ClusterSpecError, ConfigError
+from tf_autoplace.proto import cluster_pb2
+
+DEVICE_KINDS = ("CPU", "GPU")
+
+# The shipped cluster specs: package data, one ``<name>.pbtxt`` per cluster.
+SPEC_SUFFIX = ".pbtxt"
+_SPECS = importlib.resources.files("tf_autoplace").joinpath("clusters")
+
+# Placeto's published setup (appendix A.5 and A.7).
+PLACETO_BANDWIDTH_GBPS = 7.6
+PLACETO_LATENCY_US = 25.0
+PLACETO_OP_OVERHEAD_US = 5.7
+HOST_CORE_GROUP = "host"
+
+INT64_MAX = 2**63 - 1
+_JOB = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+
+def device_spec(name: str):
+    """``tf.DeviceSpec`` of a full device name (type and index given), or ClusterSpecError."""
+    import tensorflow as tf  # TF only when a device is named; the numpy core stays light
+
+    if not isinstance(name, str) or not name.startswith("/"):
+        raise ClusterSpecError(
+            f"device name {name!r} is not a TF device string like '/device:GPU:0'")
+    try:
+        spec = tf.DeviceSpec.from_string(name)
+    except (ValueError, TypeError) as e:
+        raise ClusterSpecError(f"device name {name!r} is not a TF device string: {e}") from e
+    if spec.device_type is None or spec.device_index is None:
+        raise ClusterSpecError(f"device name {name!r} names no device type and index (as in "
+                               "'/device:GPU:0')")
+    if spec.job is not None and not _JOB.fullmatch(spec.job):
+        raise ClusterSpecError(f"device name {name!r} has the job name {spec.job!r}; "
+                               "TensorFlow wants [A-Za-z][A-Za-z0-9_]*")
+    for field in ("replica", "task", "device_index"):
+        if getattr(spec, field) is not None and getattr(spec, field) < 0:
+            raise ClusterSpecError(f"device name {name!r} has a negative {field}")
+    return spec
+
+
+def same_device(a, b) -> bool:
+    """Whether TensorFlow could resolve DeviceSpecs ``a`` and ``b`` to one device: every field
+    that both give agrees."""
+    return all(x is None or y is None or x == y
+               for x, y in ((a.job, b.job), (a.replica, b.replica), (a.task, b.task),
+                            (a.device_type, b.device_type), (a.device_index, b.device_index)))
+
+
+def _check_number(what: str, value, *, integer: bool = False, zero_ok: bool = False,
+                  limit: float = math.inf) -> None:
+    """Raise ClusterSpecError unless ``value`` is a finite number (an int where ``integer``),
+    > 0 (>= 0 where ``zero_ok``) and at most ``limit``; ``what`` names it ("device 'x' has
+    speed")."""
+    low = ">= 0" if zero_ok else "> 0"
+    ok = (not isinstance(value, bool)
+          and isinstance(value, numbers.Integral if integer else numbers.Real)
+          and (value >= 0 if zero_ok else value > 0) and value <= limit
+          and (integer or math.isfinite(value)))
+    if not ok:
+        bound = f" and at most {limit:.4g}" if limit < math.inf else ""
+        raise ClusterSpecError(f"{what}={value!r}; must be {low}, "
+                               f"{'an integer' if integer else 'finite'}{bound}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Device:
+    """One device.
+
+    Attributes:
+      name: full TF device string written into placed graphs.
+      kind: "CPU" or "GPU"; decides which kernels it can run.
+      memory_bytes: memory the graph may use on it (> 0).
+      speed: op costs of its kind are divided by this (> 0).
+      num_cores, frequency_mhz, memory_bandwidth_gbps, architecture: hardware numbers fed to
+        Grappler's analytical cost estimator (SMs for a GPU, cores for a CPU).
+      core_group: the name of the core group whose cores the device shares ("" = none; see
+        the module docstring).
+      model: the hardware as its driver names it (e.g. a GPU's ``device_name``); informational.
+    """
+
+    name: str
+    kind: str
+    memory_bytes: int
+    speed: float = 1.0
+    num_cores: int = 1
+    frequency_mhz: int = 1000
+    memory_bandwidth_gbps: float = 10.0
+    architecture: str = ""
+    core_group: str = ""
+    model: str = ""
+
+    def __post_init__(self):
+        spec = device_spec(self.name)
+        if self.kind not in DEVICE_KINDS:
+            raise ClusterSpecError(
+                f"device {self.name!r} has kind {self.kind!r}; expected one of {DEVICE_KINDS}")
+        if spec.device_type != self.kind:
+            raise ClusterSpecError(f"device {self.name!r} is a {spec.device_type} device but "
+                                   f"has kind {self.kind!r}")
+        object.__setattr__(self, "name", spec.to_string())
+        # Grappler reads num_cores, frequency and bandwidth (KB/s) into int64 fields.
+        for field, integer, limit in (("memory_bytes", True, INT64_MAX),
+                                      ("speed", False, math.inf),
+                                      ("num_cores", True, INT64_MAX),
+                                      ("frequency_mhz", True, INT64_MAX),
+                                      ("memory_bandwidth_gbps", False, INT64_MAX / 1e6)):
+            _check_number(f"device {self.name!r} has {field}", getattr(self, field),
+                          integer=integer, limit=limit)
+        if not isinstance(self.architecture, str):
+            raise ClusterSpecError(f"device {self.name!r} has architecture "
+                                   f"{self.architecture!r}; must be a string like '7.0'")
+
+    @property
+    def hardware_key(self) -> tuple:
+        """Devices with the same key get the same analytical op costs (before ``speed``)."""
+        return (self.kind, self.num_cores, self.frequency_mhz, self.memory_bandwidth_gbps,
+                self.architecture)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Cluster:
+    """A set of devices and the links between them.
+
+    Attributes:
+      devices: the devices, in the order placements index them.
+      bandwidth: [D, D] bytes per second from device i to device j (diagonal unused).
+      latency: [D, D] seconds per transfer from i to j.
+      op_overhead_s: fixed cost added to every op's compute time.
+      core_groups: (name, cores) of each core group the devices name, in order (module
+        docstring); every group has at least one device and ``cores >= 1``.
+    """
+
+    devices: tuple[Device, ...]
+    bandwidth: np.ndarray
+    latency: np.ndarray
+    op_overhead_s: float = PLACETO_OP_OVERHEAD_US * 1e-6
+    core_groups: tuple[tuple[str, int], ...] = ()
+
+    def __post_init__(self):
+        if not self.devices:
+            raise ClusterSpecError("the cluster has no devices")
+        if not all(isinstance(d, Device) for d in self.devices):
+            raise ClusterSpecError(f"devices must be Device objects, got "
+                                   f"{[type(d).__name__ for d in self.devices]}")
+        specs = [device_spec(d.name) for d in self.devices]
+        for j in range(len(specs)):
+            for i in range(j):
+                if same_device(specs[i], specs[j]):
+                    raise ClusterSpecError(
+                        f"devices {self.devices[i].name!r} and {self.devices[j].name!r} are "
+                        "one device to TensorFlow; device names must be unique")
+        d = len(self.devices)
+        for field in ("bandwidth", "latency"):
+            arr = np.array(getattr(self, field), dtype=np.float64)
+            if arr.shape != (d, d):
+                raise ClusterSpecError(f"{field} has shape {arr.shape}; expected {(d, d)}")
+            off = arr[~np.eye(d, dtype=bool)]
+            bad = off[~np.isfinite(off) | ((off <= 0) if field == "bandwidth" else (off < 0))]
+            if len(bad):
+                what = (("bandwidths", "> 0", "bytes/s") if field == "bandwidth"
+                        else ("latencies", ">= 0", "s"))
+                raise ClusterSpecError(f"link {what[0]} must be finite and {what[1]}, got "
+                                       f"{float(bad[0])!r} {what[2]}")
+            arr.setflags(write=False)
+            object.__setattr__(self, field, arr)
+        _check_number("op_overhead_s", self.op_overhead_s, zero_ok=True)
+        groups = tuple((str(name), cores) for name, cores in self.core_groups)
+        object.__setattr__(self, "core_groups", groups)
+        declared = [name for name, _ in groups]
+        for name, cores in groups:
+            if not name or declared.count(name) > 1:
+                raise ClusterSpecError(f"core group names must be unique and non-empty, got "
+                                       f"{declared}")
+            if isinstance(cores, bool) or not isinstance(cores, (int, np.integer)) or cores < 1:
+                raise ClusterSpecError(f"core group {name!r} has cores={cores!r}; must be an "
+                                       "int >= 1")
+            if not any(d.core_group == name for d in self.devices):
+                raise ClusterSpecError(f"core group {name!r} has no device")
+        for d in self.devices:
+            if d.core_group and d.core_group not in declared:
+                raise ClusterSpecError(f"device {d.name!r} names core group {d.core_group!r}, "
+                                       f"which the cluster does not declare ({declared})")
+
+    # --------------------------------------------------------------------------- accessors
+    @property
+    def num_devices(self) -> int:
+        return len(self.devices)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(d.name for d in self.devices)
+
+    @property
+    def memory(self) -> np.ndarray:
+        """[D] int64 memory capacity per device."""
+        return np.array([d.memory_bytes for d in self.devices], dtype=np.int64)
+
+    def kind_mask(self, kinds: Sequence[str]) -> np.ndarray:
+        """[len(kinds), D] bool: device d is of kind ``kinds[k]``."""
+        return np.array([[d.kind == k for d in self.devices] for k in kinds], dtype=bool)
+
+    def compute_devices(self) -> np.ndarray:
+        """[k] int64: the devices placers spread work over, ascending: those of the default
+        device's kind (the GPUs when there are any, else every device)."""
+        kind = self.devices[self.default_device()].kind
+        return np.flatnonzero([d.kind == kind for d in self.devices]).astype(np.int64)
+
+    def index(self, name: str) -> int:
+        """The device ``name`` denotes: the one of that name, else the one TensorFlow would
+        resolve it to (``/device:GPU:1`` for ``/job:localhost/replica:0/task:0/device:GPU:1``;
+        names are canonical and no two devices are one)."""
+        for i, d in enumerate(self.devices):
+            if d.name == name:
+                return i
+        spec = device_spec(name)
+        for i, d in enumerate(self.devices):
+            if same_device(spec, device_spec(d.name)):
+                return i
+        raise ClusterSpecError(f"no device named {name!r}; devices are {list(self.names)}")
+
+    def default_device(self) -> int:
+        """The device a single-device placement uses: the first GPU, else the first device."""
+        for i, d in enumerate(self.devices):
+            if d.kind == "GPU":
+                return i
+        return 0
+
+    def executors(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(executor [D], cores [E])``: the executor that runs each device's ops and how many
+        ops each runs at once. Core groups first, in declared order; then every device outside
+        a group, with one core of its own."""
+        index = {name: e for e, (name, _) in enumerate(self.core_groups)}
+        cores = [c for _, c in self.core_groups]
+        executor = np.empty(self.num_devices, np.int64)
+        for i, d in enumerate(self.devices):
+            if d.core_group:
+                executor[i] = index[d.core_group]
+            else:
+                executor[i] = len(cores)
+                cores.append(1)
+        return executor, np.asarray(cores, np.int64)
+
+    def independent(self) -> "Cluster":
+        """The same cluster with no core groups: every device on cores of its own."""
+        return dataclasses.replace(
+            self, devices=tuple(dataclasses.replace(d, core_group="") for d in self.devices),
+            core_groups=())
+
+    def subset(self, indices: Sequence[int]) -> "Cluster":
+        """The cluster of the devices ``indices`` (in that order) with their links."""
+        idx = np.asarray(indices, dtype=np.int64)
+        if len(idx) == 0 or len(set(idx.tolist())) != len(idx) or idx.min() < 0 or \
+                idx.max() >= self.num_devices:
+            raise ClusterSpecError(f"a subset needs distinct device indices in "
+                                   f"[0, {self.num_devices}), got {idx.tolist()}")
+        devices = tuple(self.devices[i] for i in idx.tolist())
+        kept = {d.core_group for d in devices}
+        return Cluster(devices=devices, bandwidth=self.bandwidth[np.ix_(idx, idx)],
+                       latency=self.latency[np.ix_(idx, idx)], op_overhead_s=self.op_overhead_s,
+                       core_groups=tuple(g for g in self.core_groups if g[0] in kept))
+
+    # ------------------------------------------------------------------------- constructors
+    @classmethod
+    def uniform(cls, devices: Sequence[Device], *, bandwidth_gbps: float = PLACETO_BANDWIDTH_GBPS,
+                latency_us: float = PLACETO_LATENCY_US,
+                op_overhead_us: float = PLACETO_OP_OVERHEAD_US,
+                core_groups: Sequence[tuple[str, int]] = ()) -> "Cluster":
+        """All pairs of devices linked with the same bandwidth and latency."""
+        _check_number("bandwidth_gbps", bandwidth_gbps)
+        _check_number("latency_us", latency_us, zero_ok=True)
+        _check_number("op_overhead_us", op_overhead_us, zero_ok=True)
+        d = len(devices)
+        return cls(devices=tuple(devices), bandwidth=np.full((d, d), bandwidth_gbps * 1e9),
+                   latency=np.full((d, d), latency_us * 1e-6), op_overhead_s=op_overhead_us * 1e-6,
+                   core_groups=tuple(core_groups))
+
+    @classmethod
+    def from_proto(cls, spec: cluster_pb2.ClusterSpec) -> "Cluster":
+        devices = []
+        for ds in spec.device:
+            kwargs = dict(name=ds.name, kind=ds.kind, memory_bytes=ds.memory_bytes,
+                          speed=ds.speed or 1.0, architecture=ds.architecture,
+                          core_group=ds.core_group, model=ds.model)
+            for field in ("num_cores", "frequency_mhz", "memory_bandwidth_gbps"):
+                if getattr(ds, field):
+                    kwargs[field] = getattr(ds, field)
+            devices.append(Device(**kwargs))
+        if not devices:
+            raise ClusterSpecError("the cluster spec lists no devices")
+        def given(field, default):
+            return getattr(spec, field) if spec.HasField(field) else default
+
+        cluster = cls.uniform(
+            devices,
+            bandwidth_gbps=given("default_bandwidth_gbps", PLACETO_BANDWIDTH_GBPS),
+            latency_us=given("default_latency_us", PLACETO_LATENCY_US),
+            op_overhead_us=given("op_overhead_us", PLACETO_OP_OVERHEAD_US),
+            core_groups=[(g.name, g.cores) for g in spec.core_group])
+        bw, lat = cluster.bandwidth.copy(), cluster.latency.copy()
+        for link in spec.link:
+            i, j = cluster.index(link.src), cluster.index(link.dst)
+            if link.HasField("bandwidth_gbps"):
+                bw[i, j] = link.bandwidth_gbps * 1e9
+            if link.HasField("latency_us"):
+                lat[i, j] = link.latency_us * 1e-6
+        return dataclasses.replace(cluster, bandwidth=bw, latency=lat)
+
+    @classmethod
+    def from_text(cls, text: str) -> "Cluster":
+        """Parse a text-format ``ClusterSpec``."""
+        try:
+            spec = text_format.Parse(text, cluster_pb2.ClusterSpec())
+        except (text_format.ParseError, _pb_message.DecodeError) as e:
+            raise ClusterSpecError(f"malformed cluster spec: {e}") from e
+        return cls.from_proto(spec)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> "Cluster":
+        try:
+            with open(path, "r", encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError, ValueError) as e:  # ValueError: a NUL in it
+            raise ClusterSpecError(f"cannot read cluster spec {str(path)!r}: {e}") from e
+        try:
+            return cls.from_text(text)
+        except ClusterSpecError as e:
+            raise ClusterSpecError(f"{path}: {e}") from e
+
+    @classmethod
+    def local(cls, num_logical_cpus: int = 0) -> "Cluster":
+        """The devices TensorFlow sees on this machine, described as TensorFlow describes them.
+
+        * **CPU.** With ``num_logical_cpus > 0`` the host is that many logical CPU devices
+          (``/device:CPU:0..N-1``), the way a v1 Session with ``device_count={'CPU': N}`` runs
+          it; otherwise one CPU device. Every CPU device gets the host's memory (they share it)
+          and its cores and clock as TensorFlow reads them (:func:`_tf_device_properties`), and
+          all of them form one core group, ``"host"``, with the host's cores: TensorFlow runs
+          every CPU device of a process on one thread pool of that many threads, so N logical
+          CPUs run no more ops at once than one does (module docstring).
+        * **GPUs** (only with ``num_logical_cpus == 0``): each with its name and compute
+          capability (``tf.config.experimental.get_device_details``), the memory TensorFlow
+          may use on it (``memory_limit``), and its streaming multiprocessors, clock and memory
+          bandwidth as TensorFlow's cost model reads them from the CUDA driver. If TensorFlow
+          does not give those three (its private Grappler API changed), they are a V100's (80
+          SMs, 1400 MHz, 900 GB/s), which only Grappler's analytical op costs use.
+
+        Links: 10 GB/s and 5 us per transfer, a stand-in for host-memory copies until measured
+        (``tf-autoplace profile`` writes a spec with measured links).
+        """
+        if num_logical_cpus < 0:
+            raise ClusterSpecError(f"num_logical_cpus must be >= 0, got {num_logical_cpus}")
+        props = _tf_device_properties()
+        cpu = props.get("CPU:0")
+        cores = int(cpu.num_cores) if cpu is not None and cpu.num_cores > 0 else \
+            (os.cpu_count() or 1)
+        mhz = int(cpu.frequency) if cpu is not None and cpu.frequency > 0 else 2000
+        total = _host_memory_bytes()
+        devices = [
+            Device(name=f"/job:localhost/replica:0/task:0/device:CPU:{i}", kind="CPU",
+                   memory_bytes=total, num_cores=cores, frequency_mhz=mhz,
+                   memory_bandwidth_gbps=20.0, core_group=HOST_CORE_GROUP)
+            for i in range(max(num_logical_cpus, 1))
+        ]
+        if num_logical_cpus == 0:
+            devices += _local_gpus(props)
+        # Logical devices on one host exchange tensors through host memory.
+        return cls.uniform(devices, bandwidth_gbps=10.0, latency_us=5.0,
+                           core_groups=[(HOST_CORE_GROUP, cores)])
+
+    def to_proto(self) -> cluster_pb2.ClusterSpec:
+        spec = cluster_pb2.ClusterSpec(op_overhead_us=self.op_overhead_s * 1e6)
+        for d in self.devices:
+            spec.device.add(name=d.name, kind=d.kind, memory_bytes=d.memory_bytes, speed=d.speed,
+                            num_cores=d.num_cores, frequency_mhz=d.frequency_mhz,
+                            memory_bandwidth_gbps=d.memory_bandwidth_gbps,
+                            architecture=d.architecture, core_group=d.core_group,
+                            model=d.model)
+        for name, cores in self.core_groups:
+            spec.core_group.add(name=name, cores=int(cores))
+        for i, a in enumerate(self.devices):
+            for j, b in enumerate(self.devices):
+                if i != j:
+                    spec.link.add(src=a.name, dst=b.name,
+                                  bandwidth_gbps=self.bandwidth[i, j] / 1e9,
+                                  latency_us=self.latency[i, j] * 1e6)
+        return spec
+
+
+@functools.lru_cache(maxsize=1)
+def _tf_device_properties() -> dict:
+    """{"CPU:0": DeviceProperties, "GPU:0": ...}: TensorFlow's own description of this
+    machine's devices, the numbers its Grappler cost model uses (cores and clock; for a GPU its
+    multiprocessors, clock, memory bandwidth and compute capability, read from the CUDA driver).
+
+    They come from Grappler's single-machine cluster, a private TensorFlow API. It is called
+    here, not in :mod:`tf_autoplace.graph.grappler` (the module that wraps Grappler otherwise),
+    because the cluster sits below the graph package and cannot import it. Read once per
+    process; if the API fails, the result is empty and the callers keep their defaults.
+    """
+    try:
+        from tensorflow.python.grappler import cluster as gcluster  # TF only at the edge
+
+        machine = gcluster.Cluster(allow_soft_placement=True, disable_detailed_stats=True,
+                                   disable_timeline=True)
+        try:
+            listed = machine.ListDevices()
+        finally:
+            machine.Shutdown()
+    except Exception:  # noqa: BLE001  (a private API: any failure means "not available")
+        return {}
+    out = {}
+    for named in listed:
+        kind, _, index = named.name.rpartition("device:")[2].partition(":")
+        out[f"{kind.upper()}:{index}"] = named.properties
+    return out
+
+
+def _local_gpus(props: dict) -> list[Device]:
+    """This machine's GPUs as devices (see :meth:`Cluster.local`)."""
+    import tensorflow as tf  # TF only at the edge
+    from tensorflow.python.client import device_lib
+
+    memory = {}
+    for dev in device_lib.list_local_devices():
+        if dev.device_type == "GPU":
+            memory[dev.name.rpartition("device:")[2].upper()] = int(dev.memory_limit)
+    out = []
+    for i, physical in enumerate(tf.config.list_physical_devices("GPU")):
+        details = tf.config.experimental.get_device_details(physical)
+        capability = details.get("compute_capability")
+        gpu = props.get(f"GPU:{i}")
+        known = gpu is not None and gpu.num_cores > 0 and gpu.frequency > 0 and gpu.bandwidth > 0
+        out.append(Device(
+            name=f"/job:localhost/replica:0/task:0/device:GPU:{i}", kind="GPU",
+            memory_bytes=memory.get(f"GPU:{i}") or int(gpu.memory_size if gpu else 0) or 2**30,
+            num_cores=int(gpu.num_cores) if known else 80,
+            frequency_mhz=int(gpu.frequency) if known else 1400,
+            memory_bandwidth_gbps=gpu.bandwidth / 1e6 if known else 900.0,  # KB/s -> GB/s
+            architecture=(f"{capability[0]}.{capability[1]}" if capability
+                          else gpu.environment.get("architecture", "") if gpu else ""),
+            model=details.get("device_name", "")))
+    return out
+
+
+def _host_memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 16 * 2**30
+
+
+def shipped_clusters() -> tuple[str, ...]:
+    """The names of the cluster specs shipped in the package (``tf_autoplace/clusters``),
+    sorted: ``("cpu2", "k80x2", ...)``."""
+    return tuple(sorted(entry.name.removesuffix(SPEC_SUFFIX) for entry in _SPECS.iterdir()
+                        if entry.name.endswith(SPEC_SUFFIX)))
+
+
+def shipped_cluster(name: str) -> Cluster:
+    """The shipped cluster spec ``name`` (see :func:`shipped_clusters`)."""
+    if name not in shipped_clusters():
+        raise ClusterSpecError(f"no shipped cluster named {name!r}; shipped: "
+                               f"{', '.join(shipped_clusters())}")
+    spec = _SPECS.joinpath(name + SPEC_SUFFIX)
+    try:
+        return Cluster.from_text(spec.read_text(encoding="utf-8"))
+    except ClusterSpecError as e:
+        raise ClusterSpecError(f"shipped cluster {name!r}: {e}") from e
+
+
+def resolve_cluster(cluster) -> Cluster:
+    """A Cluster from any of the forms the public doors accept:
+
+    - a :class:`Cluster`, returned as is;
+    - ``"local"`` or None: :meth:`Cluster.local`;
+    - the name of a shipped spec (``"k80x4"``, see :func:`shipped_clusters`);
+    - the path of a text ``ClusterSpec`` file (``str`` or ``os.PathLike``).
+
+    A string is a name when it is a shipped name and no file of that name exists here (a file
+    always wins, so a user's own file called ``k80x4`` is read as a file); anything else is a
+    path. A string without directory or extension that is neither a file nor a shipped name
+    is a :class:`ClusterSpecError` that lists the shipped names.
+    """
+    if cluster is None or (isinstance(cluster, str) and cluster == "local"):
+        return Cluster.local()
+    if isinstance(cluster, Cluster):
+        return cluster
+    if isinstance(cluster, str) and not os.path.isfile(cluster):
+        if cluster in shipped_clusters():
+            return shipped_cluster(cluster)
+        if not os.path.splitext(cluster)[1] and not os.path.dirname(cluster):
+            raise ClusterSpecError(  # a name, not a path: say which names there are
+                f"cannot read cluster spec {cluster!r}: it is neither a file nor a shipped "
+                f"cluster ({', '.join(shipped_clusters())}, or 'local')")
+    if isinstance(cluster, (str, os.PathLike)):
+        return Cluster.from_file(cluster)
+    raise ConfigError(f"cluster must be a Cluster, a shipped cluster name, a spec file path or "
+                      f"'local', got {type(cluster).__name__}")
+

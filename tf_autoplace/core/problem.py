@@ -1,0 +1,244 @@
+"""The placement problem, what counts as a solution, and the interface of every placer.
+
+A :class:`PlacementProblem` bundles what is fixed while searching: the OpGraph, the Cluster, the
+op-time matrix from a cost model, the grouping (Merge-and-Colocate groups, which never split a TF
+colocation group and never mix incompatible kernels) and a simulator.
+
+``Placer.place()`` is the public door: it draws a seeded generator, calls the subclass's
+``_place()``, and validates the answer (shape, colocation, kernels, and memory through one
+simulation) before returning it. During a search an infeasible placement is data (a penalised
+reward); here it is an :class:`InfeasiblePlacementError` that says what broke.
+
+Besides the placement, a placer offers what lets a result last and a search be watched:
+``settings()`` (what its result depends on, which the placement cache keys on), ``progress``
+(where a search reports, :mod:`tf_autoplace.outputs.progress`) and, for learned placers,
+``trained_policy`` / ``save_policy()`` (the policy fine-tuned in the last placement, which a
+later placer can start from).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import functools
+
+import numpy as np
+
+from tf_autoplace.core.cluster import Cluster
+from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
+from tf_autoplace.graph.opgraph import OpGraph
+from tf_autoplace.grouping import Grouping
+from tf_autoplace.outputs.progress import QUIET, Progress
+from tf_autoplace.sim import SimResult, Simulator
+
+# Attributes a placer sets while placing, which its result does not depend on.
+_RUN_STATE = frozenset({"notes", "stats", "progress", "trained_policy"})
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PlacementProblem:
+    """Everything a placer may read.
+
+    Attributes:
+      graph: the op graph (n ops).
+      cluster: the devices (D of them).
+      op_time: [n, D] seconds per op per device, ``inf`` where there is no kernel.
+      grouping: op -> group labels; a placer assigns whole groups.
+      workload: how to run one step of the graph on this machine (a
+        :class:`tf_autoplace.hw.workload.Workload`), for placers that take their reward from
+        measured runs (``reward="measured"``); None when the problem is only simulated. The
+        engine attaches it when a placer's ``needs_workload`` is true.
+    """
+
+    graph: OpGraph
+    cluster: Cluster
+    op_time: np.ndarray
+    grouping: Grouping
+    workload: object = dataclasses.field(default=None, repr=False)
+
+    def __post_init__(self):
+        n, d = self.graph.num_ops, self.cluster.num_devices
+        if self.op_time.shape != (n, d):
+            raise ValueError(f"op_time has shape {self.op_time.shape}, expected {(n, d)}")
+        if len(self.grouping.labels) != n:
+            raise ValueError(f"grouping covers {len(self.grouping.labels)} ops, graph has {n}")
+
+    @functools.cached_property
+    def simulator(self) -> Simulator:
+        return Simulator(self.graph, self.cluster, self.op_time)
+
+    @functools.cached_property
+    def allowed(self) -> np.ndarray:
+        """[n, D] bool: op i can run on device d."""
+        return np.isfinite(self.op_time)
+
+    @functools.cached_property
+    def group_allowed(self) -> np.ndarray:
+        """[G, D] bool: every op of group g can run on device d."""
+        out = np.ones((self.grouping.num_groups, self.cluster.num_devices), dtype=bool)
+        np.logical_and.at(out, self.grouping.labels, self.allowed)
+        return out
+
+    def restricted(self, devices) -> "PlacementProblem":
+        """The same graph and grouping on the devices ``devices`` (cluster indices, ascending)
+        only: a placement of it, mapped back with ``np.asarray(devices)[placement]``, is a
+        placement of this problem that leaves the other devices idle."""
+        devices = np.asarray(devices, dtype=np.int64)
+        return PlacementProblem(graph=self.graph, cluster=self.cluster.subset(devices),
+                                op_time=self.op_time[:, devices], grouping=self.grouping,
+                                workload=self.workload)
+
+    @functools.cached_property
+    def colocation_allowed(self) -> np.ndarray:
+        """[C, D] bool: every op of TF colocation group c can run on device d."""
+        num = int(self.graph.colocation.max()) + 1
+        out = np.ones((num, self.cluster.num_devices), dtype=bool)
+        np.logical_and.at(out, self.graph.colocation, self.allowed)
+        return out
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Placement:
+    """A validated placement: ``devices[i]`` is the cluster index of op i's device, ``sim`` the
+    simulation that checked its memory, ``notes`` what the placer wants the user to know."""
+
+    devices: np.ndarray
+    sim: SimResult
+    notes: tuple[str, ...] = ()
+
+    def device_names(self, cluster: Cluster) -> list[str]:
+        names = cluster.names
+        return [names[d] for d in self.devices.tolist()]
+
+
+def check_placement(problem: PlacementProblem, devices: np.ndarray) -> list[str]:
+    """Constraint violations other than memory (an empty list means valid)."""
+    n, num_dev = problem.graph.num_ops, problem.cluster.num_devices
+    devices = np.asarray(devices)
+    if devices.shape != (n,):
+        return [f"placement has shape {devices.shape}, expected ({n},)"]
+    if not np.issubdtype(devices.dtype, np.integer) or devices.min() < 0 or \
+            devices.max() >= num_dev:
+        return [f"placement holds device indices outside [0, {num_dev})"]
+    problems = []
+    names = problem.graph.names
+    bad = np.flatnonzero(~problem.allowed[np.arange(n), devices])
+    for i in bad[:3]:
+        problems.append(f"op {names[i]!r} ({problem.graph.op_types[i]}) has no kernel on "
+                        f"{problem.cluster.names[devices[i]]}")
+    coloc = problem.graph.colocation
+    first = np.full(int(coloc.max()) + 1, -1)
+    first[coloc[::-1]] = devices[::-1]  # device of the first op of each colocation group
+    split = np.flatnonzero(first[coloc] != devices)
+    for i in split[:3]:
+        problems.append(f"op {names[i]!r} is not on the device of its colocation group")
+    return problems
+
+
+def check_memory(problem: PlacementProblem, sim: SimResult) -> list[str]:
+    cap = problem.cluster.memory
+    return [f"{problem.cluster.names[d]} needs {sim.peak_memory[d] / 1e9:.2f} GB at peak but "
+            f"has {cap[d] / 1e9:.2f} GB" for d in np.flatnonzero(sim.peak_memory > cap)]
+
+
+def validate(problem: PlacementProblem, devices: np.ndarray, *,
+             placer_name: str = "placement", notes: tuple[str, ...] = ()) -> Placement:
+    """Check constraints and memory (by simulation); raise InfeasiblePlacementError if broken."""
+    problems = check_placement(problem, devices)
+    if problems:
+        raise InfeasiblePlacementError(f"{placer_name} is invalid: " + "; ".join(problems))
+    devices = np.asarray(devices, dtype=np.int32)
+    sim = problem.simulator.run(devices)
+    problems = check_memory(problem, sim)
+    if problems:
+        raise InfeasiblePlacementError(
+            f"{placer_name} does not fit in memory: " + "; ".join(problems))
+    return Placement(devices=devices, sim=sim, notes=tuple(notes))
+
+
+def rank_placements(problem: PlacementProblem, contenders, step_time=None) -> list[tuple]:
+    """Simulate each ``(name, devices)`` of ``contenders`` once and sort them: the placements
+    that fit memory first, then by step time; ties keep the given order. Returns
+    ``(over_memory, makespan, name, devices)`` tuples, best first. The learned placers use it
+    to return nothing worse than the fast heuristics, and ``best_heuristic`` to choose one.
+    ``step_time`` (devices -> seconds), when given, replaces the simulated step time (a
+    measured one, for ``reward="measured"``); memory is still the simulator's."""
+    scored = []
+    for name, devices in contenders:
+        sim = problem.simulator.run(devices)
+        step = sim.makespan if step_time is None else step_time(devices)
+        scored.append((bool(check_memory(problem, sim)), step, name, devices))
+    scored.sort(key=lambda item: item[:2])  # stable: ties keep the given order
+    return scored
+
+
+class Placer(abc.ABC):
+    """Chooses a device per op. Subclasses implement ``_place`` and may append to ``self.notes``
+    (reset for every placement) what the report should tell the user.
+
+    Attributes:
+      progress: where a search reports while placing (:class:`~tf_autoplace.outputs.progress.Progress`;
+        the quiet one unless ``place`` was given another).
+      trained_policy: learned placers set it to the policy they fine-tuned in their last
+        placement (an object with ``save(directory)``); None for every other placer.
+    """
+
+    name: str = "placer"
+    notes: tuple | list = ()  # replaced by a fresh list in every propose()
+    progress: Progress = QUIET
+    trained_policy = None
+
+    @property
+    def needs_workload(self) -> bool:
+        """Whether this placer runs placements on the hardware, so the problem it is given
+        must carry a ``workload`` (placers with ``reward="measured"``)."""
+        return False
+
+    def place(self, problem: PlacementProblem, *, seed: int = 0,
+              progress: Progress | None = None) -> Placement:
+        """Return a validated placement; the same seed gives the same placement. A search
+        reports to ``progress`` (None: nowhere)."""
+        devices = self.propose(problem, seed=seed, progress=progress)
+        return validate(problem, devices, placer_name=f"the {self.name} placement",
+                        notes=tuple(self.notes))
+
+    def propose(self, problem: PlacementProblem, *, seed: int = 0,
+                progress: Progress | None = None) -> np.ndarray:
+        """The placer's raw answer, [n] int32, not yet checked against memory (baselines that
+        may not fit, like a single GPU, are reported with their peak memory rather than
+        rejected)."""
+        self.notes = []
+        self.trained_policy = None
+        self.progress = QUIET if progress is None else progress
+        try:
+            devices = np.asarray(self._place(problem, np.random.default_rng(seed)))
+        finally:
+            self.progress = QUIET
+        problems = check_placement(problem, devices)
+        if problems:
+            raise InfeasiblePlacementError(f"the {self.name} placement is invalid: "
+                                           + "; ".join(problems))
+        return devices.astype(np.int32)
+
+    def settings(self) -> str | None:
+        """What this placer's placement depends on besides the problem and the seed, as text:
+        the placement cache (:mod:`tf_autoplace.pipeline.cache`) keys on it. The default is the class
+        and the instance's attributes but the run state (notes, stats, progress, trained
+        policy), e.g. a config dataclass's repr. A placer whose result depends on the contents
+        of files (a policy directory) adds them; None means never cache (nothing is
+        searched)."""
+        state = {k: v for k, v in sorted(vars(self).items()) if k not in _RUN_STATE}
+        return f"{type(self).__module__}.{type(self).__qualname__}{state!r}"
+
+    def save_policy(self, directory) -> None:
+        """Write the policy fine-tuned in the last placement (weights, architecture and a
+        manifest of how it was made) into ``directory``, which a learned placer's
+        ``policy=directory`` starts from. ConfigError if there is none."""
+        if self.trained_policy is None:
+            raise ConfigError(f"the {self.name} placer has no fine-tuned policy to save: only "
+                              "a learned placer has one, after it placed a graph")
+        self.trained_policy.save(directory)
+
+    @abc.abstractmethod
+    def _place(self, problem: PlacementProblem, rng: np.random.Generator) -> np.ndarray:
+        """[n] int device index per op."""

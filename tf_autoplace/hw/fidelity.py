@@ -1,0 +1,328 @@
+"""Simulator fidelity: does the simulator rank placements as this machine's hardware does?
+
+The library behind ``tf-autoplace fidelity``. For each graph (:data:`GRAPHS`: a CNN, an LSTM
+seq2seq and a Transformer from the zoo, at sizes whose steps take tens of milliseconds on two
+cores), :func:`evaluate_graph`
+
+1. builds the training graph and its problem on the local cluster (``Cluster.local`` with
+   ``num_logical_cpus`` logical CPUs, or this machine's GPUs and CPU host), with Grappler's
+   analytical costs;
+2. collects placements (:func:`collect_placements`): every device alone, colocation groups
+   moved off the first device with several probabilities (few to many cross-device edges),
+   uniformly random ones, every fast heuristic and the learned placers; identical placements
+   count once;
+3. profiles the graph's ops on this machine (:func:`tf_autoplace.hw.profiler.profile_ops`)
+   and, once per run, the links between its devices
+   (:func:`tf_autoplace.hw.transfers.profile_links`);
+4. simulates every placement under each cost variant (:data:`VARIANTS`): the analytical costs
+   on the local cluster as ``Cluster.local`` describes it, the profiled costs on the profiled
+   cluster, and the profiled costs on that cluster with its shared-core groups removed (the
+   devices taken as independent, the simulator's model before core groups existed);
+5. measures every placement's step time (:func:`tf_autoplace.hw.runner.run_interleaved`:
+   Sessions open together, timed steps in rounds in shuffled order);
+6. reports per variant the Spearman rank correlation between simulated and measured step
+   times and the median absolute relative error ``median |sim / measured - 1|``.
+
+The machine's 1-minute load average is recorded with each graph's figures; ``max_load`` makes
+the tool wait until the machine is at most that busy before it profiles and measures a graph.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+
+import numpy as np
+
+from tf_autoplace import zoo
+from tf_autoplace.core.cluster import Cluster
+from tf_autoplace.cost import AnalyticalCostModel
+from tf_autoplace.cost.profile import ProfileCostModel
+from tf_autoplace.errors import AutoplaceError, ConfigError
+from tf_autoplace.graph import ingest
+from tf_autoplace.heuristics import HEURISTICS
+from tf_autoplace.hw.profiler import profile_ops
+from tf_autoplace.hw.runner import RunConfig, run_interleaved
+from tf_autoplace.hw.workload import Workload
+from tf_autoplace.pipeline.prepare import build_problem
+from tf_autoplace.placers import PLACERS, PlacementProblem, get_placer
+from tf_autoplace.sim import Simulator
+
+# name -> (zoo model, knobs): small enough that a step takes tens of ms on two cores.
+GRAPHS = {
+    "cnn": ("inception_v3", {"image_size": 75, "batch": 2, "num_classes": 10}),
+    "lstm": ("nmt", {"layers": 2, "length": 8, "batch": 16, "hidden": 128,
+                     "embedding_dim": 128, "vocab": 1000}),
+    "transformer": ("transformer", {"layers": 2, "length": 32, "batch": 8, "d_model": 128,
+                                    "heads": 4, "d_ff": 256, "vocab": 1000}),
+}
+VARIANTS = ("analytical", "profiled", "profiled, independent devices")
+LEARNED = ("auto", "placeto", "post", "hdp", "gdp")  # those registered in PLACERS are used
+MOVE_SHARES = (0.02, 0.05, 0.1, 0.2, 0.35, 0.5)
+
+
+def spearman(x, y) -> float:
+    """Spearman's rank correlation of two equal-length samples (ties get their mean rank);
+    NaN when either is constant or shorter than 2."""
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    if x.shape != y.shape or x.ndim != 1:
+        raise ConfigError(f"spearman needs two 1-D samples of one length, got {x.shape} and "
+                          f"{y.shape}")
+    if len(x) < 2:
+        return float("nan")
+    rx, ry = _ranks(x), _ranks(y)
+    rx, ry = rx - rx.mean(), ry - ry.mean()
+    denominator = np.sqrt((rx @ rx) * (ry @ ry))
+    return float(rx @ ry / denominator) if denominator > 0 else float("nan")
+
+
+def _ranks(values: np.ndarray) -> np.ndarray:
+    """1-based ranks, ties sharing the mean of the ranks they span."""
+    order = np.argsort(values, kind="stable")
+    ranks = np.empty(len(values))
+    sorted_values = values[order]
+    i = 0
+    while i < len(values):
+        j = i
+        while j + 1 < len(values) and sorted_values[j + 1] == sorted_values[i]:
+            j += 1
+        ranks[order[i:j + 1]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def median_relative_error(simulated, measured) -> float:
+    """``median |simulated / measured - 1|``."""
+    simulated, measured = np.asarray(simulated, np.float64), np.asarray(measured, np.float64)
+    return float(np.median(np.abs(simulated / measured - 1.0)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Attributes:
+      num_logical_cpus: logical CPU devices of the local cluster (0: this machine's GPUs and
+        its CPU host, as ``Cluster.local()``).
+      random_placements: uniformly random placements per graph (seeds 0..k-1); 8, so that a
+        graph whose heuristics all agree with one device still has 20 distinct placements.
+      learned_samples: simulated placements each learned placer may search.
+      run: how each placement is timed (``steps`` rounds after ``warmup_steps``).
+      profile: how the ops are profiled (``trace_steps`` traced steps).
+      interleave: placements whose Sessions are open together (the rest run in later
+        batches). All of them by default: on a shared machine the load differs from one batch
+        to the next, and placements of different batches would be compared across it.
+      max_load: wait until the 1-minute load average is at most this before profiling and
+        measuring a graph (None: do not wait).
+      seed: placer seed.
+    """
+
+    num_logical_cpus: int = 2
+    random_placements: int = 8
+    learned_samples: int = 2000
+    run: RunConfig = RunConfig(steps=15, warmup_steps=3)
+    profile: RunConfig = RunConfig(steps=1, warmup_steps=3, trace_steps=10)
+    interleave: int = 64
+    max_load: float | None = None
+    seed: int = 0
+
+    def __post_init__(self):
+        if not (isinstance(self.num_logical_cpus, int) and self.num_logical_cpus >= 0):
+            raise ConfigError(f"num_logical_cpus must be an int >= 0, got "
+                              f"{self.num_logical_cpus!r}")
+        for field in ("random_placements", "learned_samples", "interleave"):
+            value = getattr(self, field)
+            if not (isinstance(value, int) and value >= 1):
+                raise ConfigError(f"{field} must be an int >= 1, got {value!r}")
+        if self.max_load is not None and not self.max_load > 0:
+            raise ConfigError(f"max_load must be None or > 0, got {self.max_load!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphResult:
+    """One graph's figures. ``P`` placements.
+
+    Attributes:
+      graph: the name in :data:`GRAPHS`; num_ops: its size.
+      labels: [P] where each placement came from.
+      transfers: [P] cross-device transfers in its analytical simulation.
+      measured_s: [P] median measured step time.
+      simulated_s: variant -> [P] simulated step time.
+      load: 1-minute load average before and after the measurements.
+      profile_note: the profile's description.
+    """
+
+    graph: str
+    num_ops: int
+    labels: tuple[str, ...]
+    transfers: tuple[int, ...]
+    measured_s: tuple[float, ...]
+    simulated_s: dict
+    load: tuple[float, float]
+    profile_note: str = ""
+
+    def spearman(self, variant: str) -> float:
+        return spearman(self.simulated_s[variant], self.measured_s)
+
+    def relative_error(self, variant: str) -> float:
+        return median_relative_error(self.simulated_s[variant], self.measured_s)
+
+
+def local_cluster(num_logical_cpus: int) -> Cluster:
+    return Cluster.local(num_logical_cpus=num_logical_cpus)
+
+
+def moved_share(problem: PlacementProblem, share: float, rng: np.random.Generator,
+                home: int = 0) -> np.ndarray:
+    """All on ``home`` except TF colocation groups moved, each with probability ``share``, to
+    another device that can run them (uniformly)."""
+    allowed = problem.colocation_allowed  # [C, D]
+    num = len(allowed)
+    device = np.where(allowed[:, home], home, np.argmax(allowed, axis=1))
+    move = rng.random(num) < share
+    for c in np.flatnonzero(move).tolist():
+        others = [d for d in np.flatnonzero(allowed[c]).tolist() if d != device[c]]
+        if others:
+            device[c] = others[int(rng.integers(len(others)))]
+    return device[problem.graph.colocation].astype(np.int32)
+
+
+def collect_placements(problem: PlacementProblem, config: Config,
+                       log=None) -> list[tuple[str, np.ndarray]]:
+    """Distinct placements of ``problem`` and where each came from (module docstring)."""
+    log = log or (lambda message: None)
+    rng = np.random.default_rng(config.seed)
+    candidates = [(f"single {d}", np.full(problem.graph.num_ops, d, np.int32))
+                  for d in range(problem.cluster.num_devices)
+                  if problem.allowed[:, d].all()]
+    candidates += [(f"moved {share:g}", moved_share(problem, share, rng))
+                   for share in MOVE_SHARES]
+    candidates += [(f"random {k}", get_placer("random").propose(problem, seed=k))
+                   for k in range(config.random_placements)]
+    for name in sorted(HEURISTICS):
+        if name == "random":
+            continue
+        try:
+            candidates.append((name, get_placer(name).propose(problem, seed=config.seed)))
+        except AutoplaceError as e:
+            log(f"  {name}: {e}")
+    for name in LEARNED:
+        if name not in PLACERS:
+            continue
+        began = time.perf_counter()
+        try:
+            placer = get_placer(name)
+            if hasattr(placer, "config") and hasattr(placer.config, "max_samples"):
+                placer = type(placer)(max_samples=config.learned_samples)
+            candidates.append((name, placer.propose(problem, seed=config.seed)))
+        except AutoplaceError as e:
+            log(f"  {name}: {e}")
+        log(f"  {name} placed in {time.perf_counter() - began:.0f} s")
+    out = []
+    for label, devices in candidates:
+        same = next((k for k, (_, kept) in enumerate(out) if np.array_equal(kept, devices)),
+                    None)
+        if same is None:
+            out.append((label, devices))
+        else:
+            out[same] = (f"{out[same][0]} = {label}", out[same][1])
+    return out
+
+
+def wait_for_quiet(max_load: float | None, log, poll_s: float = 60.0) -> None:
+    """Return once the 1-minute load average is at most ``max_load`` (None: at once)."""
+    if max_load is None:
+        return
+    while True:
+        load = os.getloadavg()[0]
+        if load <= max_load:
+            return
+        log(f"  load {load:.2f} > {max_load:g}; waiting {poll_s:.0f} s")
+        time.sleep(poll_s)
+
+
+def measure_placements(workload: Workload, problem: PlacementProblem, placements,
+                       config: Config) -> np.ndarray:
+    """[P] median measured step time of each placement of ``problem`` (batches of
+    ``config.interleave`` Sessions)."""
+    names, ops = problem.cluster.names, problem.graph.names
+    out = []
+    for start in range(0, len(placements), config.interleave):
+        batch = placements[start:start + config.interleave]
+        assignments = [dict(zip(ops, (names[d] for d in devices.tolist()))) for devices in batch]
+        out += [m.step_time_s for m in run_interleaved(workload, assignments, config.run,
+                                                       seed=config.seed + start)]
+    return np.array(out)
+
+
+def evaluate_graph(name: str, config: Config, profiled_cluster: Cluster,
+                   log=None) -> GraphResult:
+    """The figures of graph ``name`` (module docstring); ``profiled_cluster`` is the local
+    cluster with measured links (:func:`tf_autoplace.hw.transfers.profile_links`)."""
+    log = log or (lambda message: None)
+    if name not in GRAPHS:
+        raise ConfigError(f"unknown graph {name!r}; known: {sorted(GRAPHS)}")
+    model_name, knobs = GRAPHS[name]
+    model = zoo.build(model_name, **knobs)
+    workload = Workload.from_model(model, seed=config.seed)
+    meta_graph = ingest.load_meta_graph(model.graph)
+    cluster = local_cluster(config.num_logical_cpus)
+    analytical = AnalyticalCostModel(meta_graph)
+    problem, _ = build_problem(meta_graph, cluster, cost_model=analytical)
+    log(f"{name}: {model_name} {knobs}, {problem.graph.num_ops} ops; collecting placements")
+    placements = collect_placements(problem, config, log)
+    labels = [label for label, _ in placements]
+    devices = [d for _, d in placements]
+    log(f"  {len(placements)} distinct placements")
+
+    wait_for_quiet(config.max_load, log)
+    load_before = os.getloadavg()[0]
+    profile = profile_ops(workload, config=config.profile, description=f"{name} {knobs}")
+    profiled = ProfileCostModel.from_proto(profile, fallback=analytical)
+    log(f"  profiled: {profile.description}")
+    measured = measure_placements(workload, problem, devices, config)
+    load_after = os.getloadavg()[0]
+
+    independent = profiled_cluster.independent()
+    simulators = {
+        "analytical": problem.simulator,
+        "profiled": Simulator(problem.graph, profiled_cluster,
+                              profiled.op_time(problem.graph, profiled_cluster)),
+        "profiled, independent devices": Simulator(
+            problem.graph, independent, profiled.op_time(problem.graph, independent)),
+    }
+    simulated = {variant: tuple(float(sim.makespan(d)) for d in devices)
+                 for variant, sim in simulators.items()}
+    transfers = tuple(problem.simulator.run(d).num_transfers for d in devices)
+    return GraphResult(graph=name, num_ops=problem.graph.num_ops, labels=tuple(labels),
+                       transfers=transfers, measured_s=tuple(measured.tolist()),
+                       simulated_s=simulated, load=(load_before, load_after),
+                       profile_note=profile.description)
+
+
+def markdown(results: list[GraphResult], *, title: str) -> str:
+    """A summary table (per graph and variant) and one table of placements per graph."""
+    lines = [f"## {title}", "",
+             "| graph | ops | placements | load (1 min) | variant | Spearman | median abs rel "
+             "error |", "| --- | ---: | ---: | --- | --- | ---: | ---: |"]
+    for r in results:
+        for variant in VARIANTS:
+            lines.append(f"| {r.graph} | {r.num_ops} | {len(r.labels)} | "
+                         f"{r.load[0]:.2f} -> {r.load[1]:.2f} | {variant} | "
+                         f"{r.spearman(variant):.3f} | {r.relative_error(variant):.3f} |")
+    for r in results:
+        lines += ["", f"### {r.graph} ({r.num_ops} ops)", "", f"Profile: {r.profile_note}", "",
+                  "Spearman of cross-device transfers (analytical simulation) and measured "
+                  f"step time: {spearman(r.transfers, r.measured_s):.3f}", "",
+                  "| placement | transfers | measured ms | " +
+                  " | ".join(f"{v} ms" for v in VARIANTS) + " |",
+                  "| --- | ---: | ---: | " + " | ".join("---:" for _ in VARIANTS) + " |"]
+        for k in np.argsort(r.measured_s).tolist():
+            lines.append(f"| {r.labels[k]} | {r.transfers[k]} | {r.measured_s[k] * 1e3:.2f} | "
+                         + " | ".join(f"{r.simulated_s[v][k] * 1e3:.2f}" for v in VARIANTS)
+                         + " |")
+    return "\n".join(lines) + "\n"
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)

@@ -1,0 +1,129 @@
+"""Evaluating batches of placements: the worker pool the learned placers' searches share.
+
+A learned placer that samples whole placements (Post's softmax tables, HDP's grouper and
+placer, GDP's attention policy) hands a batch of op placements to an :class:`Evaluator` and
+gets back, for each, what the simulator predicts: the step time, the worst memory overshoot,
+and the memory-penalised runtime ``R = r + c * ReLU(m - M)`` (Placeto A.7, through
+:func:`tf_autoplace.sim.memory_penalized_runtime`) that every learned placer here minimises.
+
+Backends (:mod:`tf_autoplace.learning.workers`):
+
+* ``workers=1``: in the calling process.
+* ``workers > 1``: a pool of ``spawn`` processes. The problem is sent to each worker once,
+  when it starts (pickled into the pool's initializer), not with every batch.
+* ``ray_address`` set: ``workers`` Ray actors. The problem is put in Ray's object store once
+  and each actor builds its simulator from it once; an actor that dies is restarted by Ray and
+  its chunk simulated again.
+
+A batch is cut into one contiguous chunk per worker; a single placement is simulated in the
+calling process (a round trip would cost more than the simulation). The simulator is
+deterministic and results come back in batch order, so a search gives the same placements
+whatever the backend and the number of workers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from tf_autoplace.core.problem import PlacementProblem
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.learning.workers import worker_pool
+from tf_autoplace.sim import memory_penalized_runtime
+
+GB = 1e9
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+    """What the simulator says of a batch of B placements.
+
+    Attributes:
+      scores: [B] memory-penalised runtime R in seconds (lower is better).
+      makespan: [B] simulated step time in seconds.
+      overflow_gb: [B] the largest overshoot of a device's memory, in GB (0 when it fits).
+    """
+
+    scores: np.ndarray
+    makespan: np.ndarray
+    overflow_gb: np.ndarray
+
+    @property
+    def fits(self) -> np.ndarray:
+        """[B] bool: the placement fits every device's memory."""
+        return self.overflow_gb <= 0.0
+
+
+def evaluate_batch(problem: PlacementProblem, placements: np.ndarray,
+                   memory_penalty: float) -> np.ndarray:
+    """[B, 3] (R, makespan, overflow GB) of each row of ``placements`` ([B, n] device index per
+    op), simulated in this process."""
+    out = np.empty((len(placements), 3))
+    capacity = problem.cluster.memory.astype(np.float64)
+    for b, devices in enumerate(placements):
+        sim = problem.simulator.run(devices)
+        over = max(0.0, float((sim.peak_memory.astype(np.float64) - capacity).max()) / GB)
+        out[b] = (memory_penalized_runtime(sim, problem.cluster, memory_penalty),
+                  sim.makespan, over)
+    return out
+
+
+def _problem(problem: PlacementProblem) -> PlacementProblem:
+    """A worker's context: the problem, with its simulator built once."""
+    problem.simulator  # noqa: B018  (a cached property: built here, once per worker)
+    return problem
+
+
+def _run_chunk(problem: PlacementProblem, task) -> np.ndarray:
+    placements, memory_penalty = task
+    return evaluate_batch(problem, placements, memory_penalty)
+
+
+class Evaluator:
+    """Scores batches of placements of one problem (see the module docstring).
+
+    Args:
+      problem: the problem every batch belongs to.
+      workers: workers that simulate (1 without ``ray_address``: this process).
+      memory_penalty: c in R = r + c * ReLU(m - M), seconds per GB over capacity.
+      ray_address: run the workers as Ray actors on this cluster (``"auto"``,
+        ``"HOST:PORT"``, ``"local"``); None: local processes.
+
+    ``samples`` counts the placements evaluated so far. Use as a context manager (or call
+    :meth:`close`) so that workers end with the search.
+    """
+
+    def __init__(self, problem: PlacementProblem, *, workers: int = 1,
+                 memory_penalty: float = 2.0, ray_address: str | None = None):
+        if not (isinstance(memory_penalty, (int, float)) and memory_penalty >= 0):
+            raise ConfigError(f"memory_penalty must be a number >= 0, got {memory_penalty!r}")
+        self.problem = problem
+        self.memory_penalty = float(memory_penalty)
+        self.samples = 0
+        self.pool = worker_pool(_problem, (problem,), workers=workers, ray_address=ray_address)
+        self.workers = self.pool.size
+
+    def evaluate(self, placements: np.ndarray) -> Evaluation:
+        """Simulate each row of ``placements`` ([B, n] int device index per op)."""
+        placements = np.asarray(placements)
+        n = self.problem.graph.num_ops
+        if placements.ndim != 2 or placements.shape[1] != n:
+            raise ConfigError(f"placements must have shape [B, {n}], got {placements.shape}")
+        if self.pool.backend == "in-process" or len(placements) < 2:
+            rows = evaluate_batch(self.problem, placements, self.memory_penalty)
+        else:
+            chunks = [c for c in np.array_split(placements, self.workers) if len(c)]
+            rows = np.concatenate(self.pool.map(
+                _run_chunk, [(c, self.memory_penalty) for c in chunks]))
+        self.samples += len(placements)
+        return Evaluation(scores=rows[:, 0], makespan=rows[:, 1], overflow_gb=rows[:, 2])
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def __enter__(self) -> "Evaluator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,257 @@
+"""PlacementReport: what a placement is predicted to do, read against its limits.
+
+Every predicted figure comes from the simulator with the same cost model: the placed step time,
+two lower bounds no valid placement can beat (the simple one and the tighter LP bound of
+:mod:`tf_autoplace.sim.lp_bound`), and the all-on-one-device baseline (which may not fit in
+memory: ``baseline_fits`` says so).
+
+:func:`tf_autoplace.hw.measure.measure` adds what this machine measures: the median step times of
+the placed graph and of the single-device baseline beside the predicted ones, and the traced
+step of the placed graph beside the simulated one in the Chrome trace.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+
+from tf_autoplace.core.cluster import Cluster
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.outputs import timeline
+from tf_autoplace.proto import placement_pb2
+from tf_autoplace.sim import SimResult
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceLoad:
+    """One device's share of a simulated step."""
+
+    name: str
+    kind: str
+    num_ops: int
+    compute_s: float
+    peak_memory_bytes: int
+    memory_bytes: int
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_memory_bytes <= self.memory_bytes
+
+
+_NOT_IN_DICT = ("assignment", "graph_def", "timeline", "policy", "baseline_assignment")
+
+
+def device_loads(cluster: Cluster, devices: np.ndarray, sim: SimResult) -> tuple[DeviceLoad, ...]:
+    counts = np.bincount(devices, minlength=cluster.num_devices)
+    return tuple(
+        DeviceLoad(name=d.name, kind=d.kind, num_ops=int(counts[i]), compute_s=float(sim.busy[i]),
+                   peak_memory_bytes=int(sim.peak_memory[i]), memory_bytes=d.memory_bytes)
+        for i, d in enumerate(cluster.devices))
+
+
+def _ratio(num: float, den: float) -> float:
+    """``num / den`` for the report's ratios, where a step can take 0 s (a cost graph or profile
+    whose ops all take 0 s): two equal zeros are a ratio of 1, a positive time over 0 is inf."""
+    if den == 0:
+        return 1.0 if num == 0 else math.inf
+    return num / den
+
+
+@dataclasses.dataclass(frozen=True)
+class PlacementReport:
+    """The result of :func:`tf_autoplace.autoplace`.
+
+    Attributes:
+      placer: the placer whose placement was applied.
+      step_time_s: simulated step time of the placement.
+      lower_bound_s: no placement on this cluster can simulate faster (the simple bound:
+        critical path at fastest times, or total work over all devices).
+      lp_lower_bound_s: no valid placement can simulate faster (:func:`tf_autoplace.sim.
+        lp_lower_bound`: the path with transfers and per-device-class load; NaN if unknown).
+      devices: per-device ops, compute seconds and peak memory of the placement.
+      baseline_step_time_s / baseline_devices: the same for all ops on one device.
+      num_ops, num_groups, num_colocation_groups: graph sizes.
+      ops_with_unknown_shapes: ops whose output sizes used the unknown-dimension fallback.
+      timings_s: seconds spent in each stage (ingest, cost, group, place, rewrite).
+      notes: anything the user should know (fallbacks taken, ...).
+      seed: the seed the placer was given (None if unknown).
+      graph_fingerprint: the placed graph's fingerprint (:mod:`tf_autoplace.graph.
+        fingerprint`), which ``to_proto`` records so the placement can be applied again.
+      from_cache: the placement was read from the placement cache, not searched for.
+      assignment: op name -> device string (not included in ``to_dict``).
+      graph_def: the placed GraphDef copy when the input was not a tf.Graph (else None; not
+        included in ``to_dict``).
+      timeline: the simulated step of the placement (a ``tf_autoplace.outputs.timeline.TimelineData``:
+        graph, cluster, placement, simulation, and a measured step once measured) for
+        ``write_chrome_trace`` / ``write_plot`` (None when not kept; not included in
+        ``to_dict``).
+      policy: the policy a learned placer fine-tuned on this graph, which :meth:`save_policy`
+        writes (None for other placers and for a placement from the cache; not included in
+        ``to_dict``).
+      measure_steps: timed steps behind each measured figure (0: not measured).
+      measured_step_time_s / measured_baseline_step_time_s: median measured step time of the
+        placement and of the single-device baseline on this machine (NaN: not measured).
+      baseline_assignment: op name -> device of the single-device baseline (not included in
+        ``to_dict``).
+    """
+
+    placer: str
+    step_time_s: float
+    lower_bound_s: float
+    devices: tuple[DeviceLoad, ...]
+    baseline_step_time_s: float
+    baseline_devices: tuple[DeviceLoad, ...]
+    num_ops: int
+    num_groups: int
+    num_colocation_groups: int
+    ops_with_unknown_shapes: int
+    timings_s: dict
+    notes: tuple[str, ...] = ()
+    seed: int | None = None
+    lp_lower_bound_s: float = math.nan
+    graph_fingerprint: str = ""
+    from_cache: bool = False
+    measure_steps: int = 0
+    measured_step_time_s: float = math.nan
+    measured_baseline_step_time_s: float = math.nan
+    assignment: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+    graph_def: object = dataclasses.field(default=None, repr=False, compare=False)
+    timeline: object = dataclasses.field(default=None, repr=False, compare=False)
+    policy: object = dataclasses.field(default=None, repr=False, compare=False)
+    baseline_assignment: dict = dataclasses.field(default_factory=dict, repr=False,
+                                                  compare=False)
+
+    @property
+    def measured_speedup(self) -> float:
+        """Measured baseline step time over measured placed step time (NaN: not measured)."""
+        return _ratio(self.measured_baseline_step_time_s, self.measured_step_time_s)
+
+    @property
+    def speedup(self) -> float:
+        """Baseline step time over placed step time."""
+        return _ratio(self.baseline_step_time_s, self.step_time_s)
+
+    @property
+    def ratio_to_lower_bound(self) -> float:
+        return _ratio(self.step_time_s, self.lower_bound_s)
+
+    @property
+    def ratio_to_lp_lower_bound(self) -> float:
+        return _ratio(self.step_time_s, self.lp_lower_bound_s)
+
+    @property
+    def baseline_fits(self) -> bool:
+        return all(d.fits for d in self.baseline_devices)
+
+    def to_dict(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+               if f.name not in _NOT_IN_DICT}
+        out["devices"] = [dataclasses.asdict(d) for d in self.devices]
+        out["baseline_devices"] = [dataclasses.asdict(d) for d in self.baseline_devices]
+        out["notes"] = list(self.notes)
+        out.update(speedup=self.speedup, ratio_to_lower_bound=self.ratio_to_lower_bound,
+                   ratio_to_lp_lower_bound=self.ratio_to_lp_lower_bound,
+                   baseline_fits=self.baseline_fits, measured_speedup=self.measured_speedup)
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    def to_proto(self):
+        """The placement as a ``tf_autoplace.PlacementResult`` (``protos/placement.proto``)."""
+        out = placement_pb2.PlacementResult(
+            placer=self.placer, step_time_s=self.step_time_s, lower_bound_s=self.lower_bound_s,
+            lp_lower_bound_s=self.lp_lower_bound_s,
+            baseline_step_time_s=self.baseline_step_time_s, num_groups=self.num_groups,
+            note=list(self.notes), graph_fingerprint=self.graph_fingerprint,
+            measure_steps=self.measure_steps, measured_step_time_s=self.measured_step_time_s,
+            measured_baseline_step_time_s=self.measured_baseline_step_time_s)
+        if self.seed is not None:
+            out.seed = int(self.seed)
+        for loads, field in ((self.devices, out.device),
+                             (self.baseline_devices, out.baseline_device)):
+            for d in loads:
+                field.add(name=d.name, kind=d.kind, num_ops=d.num_ops, compute_s=d.compute_s,
+                          peak_memory_bytes=d.peak_memory_bytes, memory_bytes=d.memory_bytes)
+        for name, device in self.assignment.items():
+            out.op.add(name=name, device=device)
+        return out
+
+    def save_policy(self, directory) -> None:
+        """Write the policy the learned placer fine-tuned on this graph into ``directory``
+        (weights, architecture and ``manifest.json``, as the shipped policies are), for a later
+        placer of the same kind to start from (``PlacetoPlacer(policy=directory)``, likewise
+        ``HDPPlacer`` and ``GdpPlacer``; ``--autoplace_policy``)."""
+        self.kept_policy().save(directory)
+
+    def kept_policy(self):
+        """The fine-tuned policy (a :class:`~tf_autoplace.learning.trained_policy.TrainedPolicy`);
+        ConfigError saying why when there is none."""
+        if self.policy is None and self.from_cache:
+            raise ConfigError("this placement was read from the placement cache, which keeps "
+                              "placements, not policies: place with cache=False to fine-tune "
+                              "a policy and keep it")
+        if self.policy is None:
+            raise ConfigError(f"the {self.placer} placer kept no fine-tuned policy: only a "
+                              "learned placer that fine-tuned on the graph (placeto, hdp, "
+                              "gdp) has one; none fine-tunes on one device, gdp not "
+                              "zero-shot, placeto not on a graph with few placements in all")
+        return self.policy
+
+    def _timeline(self):
+        if self.timeline is None:
+            raise ConfigError("this report keeps no timeline (it was not made by autoplace, or "
+                              "was made without one); nothing to draw")
+        return self.timeline
+
+    def write_chrome_trace(self, path) -> None:
+        """Write the simulated step as a Chrome trace (JSON; open in chrome://tracing or
+        ui.perfetto.dev). See :mod:`tf_autoplace.outputs.timeline`."""
+        t = self._timeline()
+        timeline.write_chrome_trace(path, t.graph, t.cluster, t.placement, t.sim,
+                                    measured=t.measured)
+
+    def write_plot(self, path) -> None:
+        """Write a PNG of per-device load over the step and peak memory against capacity
+        (needs the ``plot`` extra, matplotlib). See :mod:`tf_autoplace.outputs.timeline`."""
+        t = self._timeline()
+        timeline.plot_report(path, t.graph, t.cluster, t.placement, t.sim)
+
+    def __str__(self) -> str:
+        def table(loads):
+            rows = [f"    {'device':<44} {'ops':>6} {'compute ms':>11} {'peak GB':>8} {'cap GB':>7}"]
+            for d in loads:
+                flag = "" if d.fits else "  OUT OF MEMORY"
+                rows.append(f"    {d.name:<44} {d.num_ops:>6} {d.compute_s * 1e3:>11.2f} "
+                            f"{d.peak_memory_bytes / 1e9:>8.3f} {d.memory_bytes / 1e9:>7.2f}{flag}")
+            return "\n".join(rows)
+
+        lines = [
+            f"tf_autoplace report ({self.placer})",
+            f"  ops {self.num_ops}, colocation groups {self.num_colocation_groups}, "
+            f"placement groups {self.num_groups}",
+            f"  predicted step time   {self.step_time_s * 1e3:10.2f} ms",
+            f"  lower bound           {self.lower_bound_s * 1e3:10.2f} ms "
+            f"(placed / bound = {self.ratio_to_lower_bound:.2f})",
+            f"  LP lower bound        {self.lp_lower_bound_s * 1e3:10.2f} ms "
+            f"(placed / bound = {self.ratio_to_lp_lower_bound:.2f})",
+            f"  single-device step    {self.baseline_step_time_s * 1e3:10.2f} ms "
+            f"(speedup {self.speedup:.2f}x{'' if self.baseline_fits else ', baseline does not fit'})",
+        ]
+        if self.measure_steps:
+            lines += [
+                f"  measured step time    {self.measured_step_time_s * 1e3:10.2f} ms "
+                f"(median of {self.measure_steps} steps on this machine)",
+                f"  measured single-device{self.measured_baseline_step_time_s * 1e3:10.2f} ms "
+                f"(measured speedup {self.measured_speedup:.2f}x)",
+            ]
+        lines += [
+            "  placement:", table(self.devices),
+            "  single-device baseline:", table(self.baseline_devices),
+            "  time spent: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.timings_s.items()),
+        ]
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)

@@ -1,0 +1,196 @@
+"""A placement saved as a ``PlacementResult`` proto (``protos/placement.proto``): read it, write
+it, and map it onto a placement problem.
+
+``PlacementReport.to_proto()`` makes one (``--placement_pb`` writes it);
+:class:`tf_autoplace.placers.SavedPlacement` applies one to a graph
+(:func:`tf_autoplace.apply_placement`, ``--placement``, ``--autoplace_placement``), and the
+placement cache (:mod:`tf_autoplace.pipeline.cache`) keeps its entries in the same message.
+
+**Which op is which** (:func:`match`). A saved placement records the fingerprint of the graph it
+was made for (:mod:`tf_autoplace.graph.fingerprint`). Where it equals this graph's and the op
+counts agree, the i-th saved op is this graph's i-th op: the graph is the same one, built
+again, and its names may differ only by TensorFlow's uniquifying counters (``dense_1`` for
+``dense``), so matching by position is exact where matching by name would fail. Otherwise
+(the graph changed) ops are matched by name, and an op the file does not name is left for the
+caller to place (-1).
+
+**Which device is which.** A saved device string matches the cluster device of the same name,
+or else the one cluster device whose ``tf.DeviceSpec`` agrees with it wherever both say
+something (``/device:gpu:0`` is ``/job:localhost/replica:0/task:0/device:GPU:0``, as TensorFlow
+reads it in a local session). A device the cluster lacks, or one that could be several, is an
+:class:`~tf_autoplace.errors.InfeasiblePlacementError` that names it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+
+import numpy as np
+import tensorflow as tf
+from google.protobuf import json_format, message, text_format
+
+from tf_autoplace.core.problem import PlacementProblem
+from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
+from tf_autoplace.graph.costgraph import file_format
+from tf_autoplace.proto import placement_pb2
+from tf_autoplace.rewrite import canonical_device
+
+
+def read_placement(source) -> placement_pb2.PlacementResult:
+    """A ``PlacementResult`` from a message (copied), serialized bytes, or a file (text format
+    when it ends in .pbtxt/.txt, JSON for .json, else binary; the other formats are tried if
+    that fails).
+    ConfigError if it cannot be read or holds no op."""
+    if isinstance(source, placement_pb2.PlacementResult):
+        out = placement_pb2.PlacementResult()
+        out.CopyFrom(source)
+        what, data, first = "the given PlacementResult", None, "binary"
+    elif isinstance(source, (bytes, bytearray)):
+        what, data, first = "the given bytes", bytes(source), "binary"
+    elif isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        what, first = f"placement file {path!r}", file_format(path)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise ConfigError(f"cannot read {what}: {e.strerror or e}") from e
+    else:
+        raise ConfigError(f"a saved placement is a PlacementResult, its bytes or a file path; "
+                          f"got {type(source).__name__}")
+    if data is not None:
+        out = _parse(data, first)
+        if out is None:
+            raise ConfigError(f"{what} is not a PlacementResult in binary, text or JSON format")
+    if not out.op:
+        raise ConfigError(f"{what} places no op (a PlacementResult from "
+                          "PlacementReport.to_proto() or --placement_pb has one entry per op)")
+    return out
+
+
+def _parse(data: bytes, first: str) -> placement_pb2.PlacementResult | None:
+    for form in [first] + [f for f in ("binary", "text", "json") if f != first]:
+        out = placement_pb2.PlacementResult()
+        try:
+            if form == "text":
+                text_format.Parse(data.decode("utf-8"), out)
+            elif form == "json":
+                json_format.Parse(data.decode("utf-8"), out)
+            else:
+                out.ParseFromString(data)
+        except (message.DecodeError, text_format.ParseError, json_format.ParseError,
+                UnicodeDecodeError):
+            continue
+        if out.op and all(op.name and op.device for op in out.op):
+            return out
+    return None
+
+
+def serialize(result: placement_pb2.PlacementResult, path) -> bytes:
+    """``result`` in the format ``path`` asks for: text for .pbtxt/.txt, JSON for .json, else
+    binary."""
+    form = file_format(path)
+    if form == "text":
+        return text_format.MessageToString(result).encode("utf-8")
+    if form == "json":
+        return json_format.MessageToJson(result, preserving_proto_field_name=True).encode("utf-8")
+    return result.SerializeToString(deterministic=True)
+
+
+def write_placement(path, result: placement_pb2.PlacementResult) -> None:
+    """Write ``result`` to ``path`` atomically: into a temporary file beside it, then renamed
+    over it, so a reader (or a concurrent writer) never sees a half-written file."""
+    path = os.fspath(path)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
+                               prefix=".tmp_autoplace_")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(serialize(result, path))
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+@dataclasses.dataclass(frozen=True)
+class Match:
+    """A saved placement read against a problem.
+
+    Attributes:
+      devices: [n] int32 cluster index of each op's saved device, -1 where nothing is saved.
+      by: "position" (same graph fingerprint and op count) or "name".
+      unknown: saved op names this graph lacks (matching by name only), in saved order.
+    """
+
+    devices: np.ndarray
+    by: str
+    unknown: tuple[str, ...]
+
+    @property
+    def num_named(self) -> int:
+        return int((self.devices >= 0).sum())
+
+
+def match(problem: PlacementProblem, result: placement_pb2.PlacementResult,
+          fingerprint: str) -> Match:
+    """Read ``result`` against ``problem``, whose graph has fingerprint ``fingerprint`` (module
+    docstring). Raises InfeasiblePlacementError for a saved device the cluster lacks."""
+    names = problem.graph.names
+    n = len(names)
+    by_position = bool(result.graph_fingerprint) and result.graph_fingerprint == fingerprint \
+        and len(result.op) == n
+    index = _device_index(problem, {op.device for op in result.op})
+    devices = np.full(n, -1, np.int32)
+    unknown = []
+    if by_position:
+        devices[:] = [index[op.device] for op in result.op]
+    else:
+        for op in result.op:
+            try:
+                i = problem.graph.index(op.name)
+            except KeyError:
+                unknown.append(op.name)
+                continue
+            devices[i] = index[op.device]
+    return Match(devices=devices, by="position" if by_position else "name",
+                 unknown=tuple(unknown))
+
+
+def _device_index(problem: PlacementProblem, saved: set[str]) -> dict[str, int]:
+    """Saved device string -> cluster index (module docstring)."""
+    cluster_names = problem.cluster.names
+    exact = {name: i for i, name in enumerate(cluster_names)}
+    specs = None
+    out = {}
+    for device in sorted(saved):
+        if device in exact:
+            out[device] = exact[device]
+            continue
+        if specs is None:
+            specs = [_spec(name) for name in cluster_names]
+        want = _spec(device)
+        found = [i for i, have in enumerate(specs) if _same_device(want, have)]
+        if len(found) != 1:
+            what = "which the cluster does not have" if not found else \
+                f"which could be any of {[cluster_names[i] for i in found]}"
+            raise InfeasiblePlacementError(
+                f"the saved placement puts ops on {device!r}, {what} (its devices are "
+                f"{list(cluster_names)}); give the cluster the placement was made for")
+        out[device] = found[0]
+    return out
+
+
+def _spec(device: str) -> tuple:
+    """(job, replica, task, device type, index) of a device string, None where not given."""
+    spec = tf.DeviceSpec.from_string(canonical_device(device))
+    return (spec.job, spec.replica, spec.task, (spec.device_type or "").upper(),
+            spec.device_index)
+
+
+def _same_device(a: tuple, b: tuple) -> bool:
+    """Whether two device specs name the same device: equal wherever both say something (a
+    spec without a job is the local task's, as TensorFlow reads it)."""
+    return all(x == y for x, y in zip(a, b) if x is not None and y is not None)

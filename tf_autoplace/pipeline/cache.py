@@ -1,0 +1,224 @@
+"""The placement cache: a placement searched for once is found again at once.
+
+A training binary with ``--autoplace`` places its graph before every start; a preempted or
+restarted job would search again (up to two minutes with the default budget, and with a time
+budget the result could differ from one start to the next). With the cache (on for
+``--autoplace`` by default, ``autoplace(..., cache=True)``), the first start stores what it
+found and every later start with the same graph, cluster, placer and seed reads it back.
+
+**Key** (:meth:`PlacementCache.key`): SHA-256 of everything the placement depends on:
+
+- the graph's fingerprint (:mod:`tf_autoplace.graph.fingerprint`: structure, sizes, op types,
+  colocation and kernel constraints, and names without TF's uniquifying counters, so a model
+  built again after another one, ``dense_1`` for ``dense``, still hits);
+- the op-time matrix of the cost model (shapes and the cost model's view of each device);
+- the grouping (Merge-and-Colocate's groups);
+- the cluster (every device's fields, link bandwidths and latencies, per-op overhead);
+- the placer's name and settings (``Placer.settings()``: its config, and for a learned placer
+  the contents of the policy it starts from) and the seed;
+- tf_autoplace's version (another version may search differently).
+
+A placer whose ``settings()`` is None (a saved placement: nothing is searched) is not cached.
+
+**Entries** are ``PlacementResult`` protos (``protos/placement.proto``, the format of a saved
+placement) named ``<key>.pb`` in the cache directory (:func:`default_directory`: the
+``TF_AUTOPLACE_CACHE_DIR`` environment variable when set, else ``tf_autoplace/placements`` in
+the user's cache directory, ``platformdirs.user_cache_dir``: ``$XDG_CACHE_HOME`` or ``~/.cache``
+on Linux, ``~/Library/Caches`` on macOS, ``%LOCALAPPDATA%`` on Windows, beside the compiled
+simulator kernels of :mod:`tf_autoplace.sim.jit`). An entry holds its key, the graph's
+fingerprint, the placer, the seed, the notes of the search, and every op's device in graph
+order; with the same fingerprint the i-th entry is the i-th op, whatever counters its name
+carries.
+
+**Trust nothing read.** :meth:`PlacementCache.load` returns None, with a warning, for an entry
+that cannot be read or parsed (a truncated file), whose key or graph fingerprint is not the
+one asked for, whose op count differs, or that names a device the cluster lacks; the engine
+then checks a loaded placement like any other (colocation, kernels, memory) and treats a
+failure the same way (:meth:`PlacementCache.reject`). The search then runs and its result
+replaces the entry.
+
+**Concurrent writers** cannot corrupt an entry: each writes a temporary file in the cache
+directory and renames it over the entry (``os.replace``, atomic on one file system), so a reader
+sees a whole entry, old or new. The directory keeps at most ``max_entries`` entries; the least
+recently written go first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import hashlib
+import os
+from importlib import metadata
+
+import numpy as np
+import platformdirs
+from absl import logging
+
+from tf_autoplace.core.problem import PlacementProblem, Placer
+from tf_autoplace.errors import AutoplaceError, ConfigError
+from tf_autoplace.outputs.saved_placement import match, write_placement
+from tf_autoplace.proto import placement_pb2
+
+SUFFIX = ".pb"
+CACHE_ENV = "TF_AUTOPLACE_CACHE_DIR"
+# Bumped when the key or the entry format changes, so that old entries are never read.
+FORMAT = 1
+
+
+def package_version() -> str:
+    try:
+        return metadata.version("tf_autoplace")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def default_directory() -> str:
+    """The user's cache directory for placements (module docstring)."""
+    return os.environ.get(CACHE_ENV) or os.path.join(
+        platformdirs.user_cache_dir("tf_autoplace", appauthor=False), "placements")
+
+
+@dataclasses.dataclass(frozen=True)
+class Hit:
+    """A cache entry that matched: ``devices`` [n] int32 per op, what the entry says of its
+    search (``placer``, ``seed``, ``notes``) and where it is (``path``)."""
+
+    devices: np.ndarray
+    placer: str
+    seed: int
+    notes: tuple[str, ...]
+    path: str
+
+
+class PlacementCache:
+    """Placements by key in one directory (module docstring).
+
+    Args:
+      directory: where entries live (created on the first store); None: :func:`default_directory`.
+      max_entries: entries kept (>= 1); the least recently written are removed beyond it.
+    """
+
+    def __init__(self, directory=None, *, max_entries: int = 256):
+        if not (isinstance(max_entries, int) and max_entries >= 1):
+            raise ConfigError(f"max_entries must be an int >= 1, got {max_entries!r}")
+        if directory is not None and not (isinstance(directory, (str, os.PathLike))
+                                          and os.fspath(directory)):
+            raise ConfigError(f"directory must be a non-empty path or None, got {directory!r}")
+        self.directory = os.path.abspath(os.fspath(directory) if directory is not None
+                                         else default_directory())
+        self.max_entries = max_entries
+
+    def __repr__(self) -> str:
+        return f"PlacementCache({self.directory!r}, max_entries={self.max_entries})"
+
+    def path(self, key: str) -> str:
+        return os.path.join(self.directory, key + SUFFIX)
+
+    @staticmethod
+    def key(problem: PlacementProblem, placer: Placer, seed: int,
+            graph_fingerprint: str) -> str | None:
+        """The key of ``placer``'s placement of ``problem`` with ``seed`` (module docstring),
+        or None if the placer is not cached."""
+        settings = placer.settings()
+        if settings is None:
+            return None
+        h = hashlib.sha256()
+        cluster = problem.cluster
+        for part in (f"tf_autoplace.pipeline.cache/{FORMAT}", package_version(), graph_fingerprint,
+                     repr(cluster.devices), repr(cluster.op_overhead_s), placer.name, settings,
+                     str(int(seed))):
+            data = part.encode("utf-8")
+            h.update(len(data).to_bytes(8, "little") + data)
+        for array in (problem.op_time, problem.grouping.labels, cluster.bandwidth,
+                      cluster.latency):
+            array = np.ascontiguousarray(array)
+            h.update(f"{array.dtype.str}{array.shape}".encode() + array.tobytes())
+        return h.hexdigest()
+
+    def load(self, key: str, problem: PlacementProblem, graph_fingerprint: str) -> Hit | None:
+        """The entry stored under ``key`` if it is whole and for this graph and cluster; None
+        (with a warning for an entry that exists but is not trusted) otherwise."""
+        path = self.path(key)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            return self._ignore(path, f"it cannot be read ({e.strerror or e})")
+        entry = placement_pb2.PlacementResult()
+        try:
+            entry.ParseFromString(data)
+        except Exception:  # protobuf raises DecodeError, or others on some damaged inputs
+            return self._ignore(path, "it does not parse (a truncated or damaged file)")
+        if entry.cache_key != key:
+            return self._ignore(path, "it holds another key")
+        if entry.graph_fingerprint != graph_fingerprint:
+            return self._ignore(path, "it was made for another graph")
+        if len(entry.op) != problem.graph.num_ops:
+            return self._ignore(path, f"it places {len(entry.op)} ops, the graph has "
+                                      f"{problem.graph.num_ops}")
+        try:
+            found = match(problem, entry, graph_fingerprint)
+        except AutoplaceError as e:
+            return self._ignore(path, str(e))
+        return Hit(devices=found.devices, placer=entry.placer, seed=int(entry.seed),
+                   notes=tuple(entry.note), path=path)
+
+    def reject(self, hit: Hit, reason: str) -> None:
+        """Say that the entry of ``hit`` is not used because ``reason`` (the engine's check of
+        the placement failed); the search's result will replace it."""
+        self._ignore(hit.path, reason)
+
+    def store(self, key: str, entry: placement_pb2.PlacementResult) -> str | None:
+        """Store ``entry`` (a PlacementResult for the key's graph) under ``key``, atomically;
+        returns its path, or None (with a warning) if the directory cannot be written: a cache
+        that fails never fails the placement."""
+        out = placement_pb2.PlacementResult()
+        out.CopyFrom(entry)
+        out.cache_key = key
+        path = self.path(key)
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            write_placement(path, out)
+        except OSError as e:
+            logging.warning("autoplace: cannot write the placement cache entry %s (%s); the "
+                            "placement is not cached", path, e.strerror or e)
+            return None
+        self._prune()
+        return path
+
+    def _prune(self) -> None:
+        entries = []
+        for p in glob.glob(os.path.join(glob.escape(self.directory), "*" + SUFFIX)):
+            try:
+                entries.append((os.path.getmtime(p), p))
+            except OSError:  # removed by another process meanwhile
+                continue
+        for _, p in sorted(entries)[:max(0, len(entries) - self.max_entries)]:
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
+
+    @staticmethod
+    def _ignore(path: str, reason: str) -> None:
+        logging.warning("autoplace: ignoring the placement cache entry %s: %s; searching again",
+                        path, reason)
+        return None
+
+
+def as_cache(value) -> PlacementCache | None:
+    """A PlacementCache from what ``autoplace(cache=...)`` takes: False or None (no cache),
+    True (the user's cache directory), a directory path, or a PlacementCache."""
+    if isinstance(value, PlacementCache):
+        return value
+    if value is None or value is False:
+        return None
+    if value is True:
+        return PlacementCache()
+    if isinstance(value, (str, os.PathLike)) and os.fspath(value):
+        return PlacementCache(value)
+    raise ConfigError(f"cache must be True, False, a directory or a "
+                      f"tf_autoplace.pipeline.cache.PlacementCache, got {value!r}")

@@ -1,0 +1,100 @@
+"""From a graph to a PlacementProblem: ingest -> cost -> group.
+
+:func:`build_problem` is the first half of every TensorFlow door (``autoplace``, the TF2 and
+SavedModel doors, the benchmark and the training-family builders): it reads a MetaGraphDef into
+an OpGraph, costs every op on every device of the cluster, checks that the graph can be placed
+at all, and groups it with Merge-and-Colocate. :func:`cost_graph_problem` does the same for a
+cost graph (:mod:`tf_autoplace.graph.costgraph`), whose op times come with it, and
+:func:`export_cost_graph` turns a built problem into one, so a graph ingested and costed here
+can be placed again, shared or inspected without TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+from tf_autoplace.core.cluster import Cluster
+from tf_autoplace.core.problem import PlacementProblem
+from tf_autoplace.cost import AnalyticalCostModel, CostModel, TableCostModel
+from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
+from tf_autoplace.graph import ingest
+from tf_autoplace.graph.costgraph import CostGraph
+from tf_autoplace.graph.opgraph import OpGraph
+from tf_autoplace.grouping import GroupingConfig, merge_and_colocate
+
+
+def build_problem(meta_graph, cluster: Cluster, *, grouping: GroupingConfig = GroupingConfig(),
+                  cost_model: CostModel | None = None, unknown_dim: int = 1,
+                  timings: dict | None = None):
+    """Ingest, cost and group a MetaGraphDef: returns ``(problem, cost_model)``."""
+    timings = {} if timings is None else timings
+    t = time.perf_counter()
+    graph = ingest.to_opgraph(meta_graph, unknown_dim=unknown_dim)
+    timings["ingest"] = time.perf_counter() - t
+    cost_model = cost_model or AnalyticalCostModel(meta_graph)
+    return _cost_and_group(graph, cluster, cost_model, grouping, timings), cost_model
+
+
+def cost_graph_problem(cost_graph: CostGraph, cluster: Cluster, *,
+                       grouping: GroupingConfig = GroupingConfig(),
+                       timings: dict | None = None) -> PlacementProblem:
+    """Cost (with the cost graph's own times, :class:`TableCostModel`) and group a cost
+    graph."""
+    timings = {} if timings is None else timings
+    return _cost_and_group(cost_graph.graph, cluster, TableCostModel(cost_graph.times),
+                           grouping, timings)
+
+
+def export_cost_graph(problem: PlacementProblem, description: str = "") -> CostGraph:
+    """The cost graph of a built problem: its graph, and for each device kind of its cluster
+    the op times its devices of that kind share (``op_time`` times the device's speed, so
+    placing the cost graph on the same cluster gives ``op_time`` back, exactly when the speeds
+    are powers of two as in the shipped clusters, else to rounding). A kind the cluster lacks
+    gets no times, and the ops lose their kernels for it: the cost graph describes the graph
+    as costed for this cluster. Raises ConfigError when two devices of one kind have different
+    times beyond their speeds (different hardware: a cost graph holds one time per kind)."""
+    graph, cluster = problem.graph, problem.cluster
+    times = {kind: np.full(graph.num_ops, np.inf) for kind in graph.kernel_kinds}
+    for kind in times:
+        columns = [problem.op_time[:, d] * device.speed
+                   for d, device in enumerate(cluster.devices) if device.kind == kind]
+        if any(not np.array_equal(c, columns[0]) for c in columns[1:]):
+            raise ConfigError(f"the cluster's {kind} devices differ in op times beyond their "
+                              "speeds; a cost graph holds one time per device kind")
+        if columns:
+            times[kind] = columns[0]
+    kernels = np.stack([np.isfinite(times[kind]) for kind in graph.kernel_kinds], axis=1)
+    return CostGraph(graph=dataclasses.replace(graph, kernels=kernels), times=times,
+                     description=description)
+
+
+def _cost_and_group(graph: OpGraph, cluster: Cluster, cost_model: CostModel,
+                    grouping: GroupingConfig, timings: dict) -> PlacementProblem:
+    """Check the graph fits at all, cost every op on every device, group: the problem."""
+    _check_fits_at_all(graph, cluster)
+    t = time.perf_counter()
+    op_time = cost_model.op_time(graph, cluster)
+    timings["cost"] = time.perf_counter() - t
+    unrunnable = ~np.isfinite(op_time).any(axis=1)
+    if unrunnable.any():
+        i = int(np.flatnonzero(unrunnable)[0])
+        kinds = [k for k, ok in zip(graph.kernel_kinds, graph.kernels[i]) if ok]
+        raise InfeasiblePlacementError(
+            f"no device in the cluster can run op {graph.names[i]!r} ({graph.op_types[i]}); "
+            f"its kernels are for {kinds}")
+
+    t = time.perf_counter()
+    groups = merge_and_colocate(graph, grouping)
+    timings["group"] = time.perf_counter() - t
+    return PlacementProblem(graph=graph, cluster=cluster, op_time=op_time, grouping=groups)
+
+
+def _check_fits_at_all(graph, cluster: Cluster) -> None:
+    need, have = int(graph.persistent_bytes.sum()), int(cluster.memory.sum())
+    if need > have:
+        raise InfeasiblePlacementError(
+            f"the graph's variables need {need / 1e9:.2f} GB but the cluster's devices have "
+            f"{have / 1e9:.2f} GB in all")

@@ -1,0 +1,334 @@
+"""Local search over placements: move blocks of colocation groups, keep what simulates faster.
+
+Placeto's MDP improves a placement one group move at a time and undoes moves that slow the
+step down; the learned policy's job there is to choose the moves. On the zoo a simple proposal
+distribution does that job with fewer simulations than a policy that is still learning: most
+moves of a good placement are harmful, a few balance load or shorten the critical path, and
+the simulator tells which at once. :func:`local_search` is that search, shared by the default
+placer (:mod:`tf_autoplace.placers.auto.placer`) to improve the best start it has (a heuristic's
+placement, a learned policy's zero-shot placement):
+
+* **Blocks.** The units moved are whole TF colocation groups, merged into blocks by
+  Merge-and-Colocate on the graph *partitioned by the current placement* (each device is given
+  its own pseudo kernel kind, so no block straddles two devices), at several granularities
+  (``levels``: 32, 128, 512 and 2,048 blocks by default, counted beyond the ops that cannot
+  merge with anything on their device; see ``merge_and_colocate_levels(spare=True)``). A coarse block moves a whole
+  layer or a softmax with its gradients in one step; a fine one adjusts the border between two
+  devices. Blocks are re-aligned to the current placement when the search stalls.
+* **Moves.** A level uniformly at random; a block with probability proportional to its compute
+  time on its current device (big blocks change the load most); a destination among the
+  devices that can run it: an action device (the GPUs) uniformly, or, with probability
+  ``host_share``, another device such as the CPU host. Colocation groups of the block that
+  cannot run on the destination stay where they are.
+* **Acceptance.** Candidates are simulated ``batch`` at a time (in parallel when the
+  :class:`~tf_autoplace.learning.rollouts.Evaluator` has workers); the best one is kept if its
+  memory-penalised runtime R (Placeto A.7) is lower than the current placement's. Once the
+  current placement fits in memory, candidates that overflow are never taken. So the search
+  never ends worse than its start, never trades a fitting placement for a faster one that
+  overflows, and a start that overflows can be repaired by moves that relieve memory.
+* **Small problems** (at most ``sweep_below`` possible moves over all levels) are searched by
+  sweeps instead of draws: every move, in random order, first gain taken, until a whole sweep
+  from the current placement gains nothing. That is a local optimum of every block move, so
+  the search ends there, at once on a graph of a few ops.
+* **Stopping.** At ``max_samples`` simulations, at the deadline, when the step time reaches
+  the lower bound, or at a local optimum (sweeps only).
+
+Everything random comes from one generator seeded by the caller, and candidates are scored in
+batch order, so the same seed gives the same placement whatever the number of workers.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+from typing import Callable
+
+import numpy as np
+
+from tf_autoplace.core.problem import PlacementProblem
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.grouping import merge_and_colocate_levels
+from tf_autoplace.learning.rollouts import Evaluator
+from tf_autoplace.outputs.progress import QUIET, Progress
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalSearchConfig:
+    """Attributes:
+      levels: block granularities, as Merge-and-Colocate's target group counts (each >= 1).
+      batch: candidate moves simulated per step (>= 1); the best is kept if it gains.
+      host_share: probability (in [0, 1]) that a move targets a device outside the action
+        devices (the CPU host) when the block can run there.
+      memory_penalty: c in R = r + c * ReLU(m - M), seconds per GB over capacity.
+      realign_after: simulations without gain after which blocks are re-aligned to the
+        current placement (>= 1).
+      sweep_below: problems with at most this many possible moves are swept exhaustively
+        (module docstring; >= 0).
+    """
+
+    levels: tuple[int, ...] = (32, 128, 512, 2048)
+    batch: int = 4
+    host_share: float = 0.1
+    memory_penalty: float = 2.0
+    realign_after: int = 400
+    sweep_below: int = 1024
+
+    def __post_init__(self):
+        if not self.levels or not all(isinstance(x, int) and x >= 1 for x in self.levels):
+            raise ConfigError(f"levels must be a non-empty tuple of ints >= 1, got "
+                              f"{self.levels!r}")
+        if not (isinstance(self.batch, int) and self.batch >= 1):
+            raise ConfigError(f"batch must be an int >= 1, got {self.batch!r}")
+        if not (isinstance(self.host_share, (int, float)) and 0 <= self.host_share <= 1):
+            raise ConfigError(f"host_share must be in [0, 1], got {self.host_share!r}")
+        if not (isinstance(self.memory_penalty, (int, float)) and self.memory_penalty >= 0):
+            raise ConfigError(f"memory_penalty must be >= 0, got {self.memory_penalty!r}")
+        if not (isinstance(self.realign_after, int) and self.realign_after >= 1):
+            raise ConfigError(f"realign_after must be an int >= 1, got {self.realign_after!r}")
+        if not (isinstance(self.sweep_below, int) and self.sweep_below >= 0):
+            raise ConfigError(f"sweep_below must be an int >= 0, got {self.sweep_below!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalSearchResult:
+    """Attributes:
+      devices: [n] the best placement found (the start if nothing gained).
+      score: its memory-penalised runtime R (seconds).
+      samples: placements simulated.
+      curve: [(samples so far, best R so far)] at every gain, starting with (0, start's R).
+      stopped: why the search ended: "samples", "deadline", "bound" or "local optimum".
+    """
+
+    devices: np.ndarray
+    score: float
+    samples: int
+    curve: list
+    stopped: str
+
+
+class _Blocks:
+    """Blocks of colocation groups at every level, aligned to one placement (module doc)."""
+
+    def __init__(self, problem: PlacementProblem, devices: np.ndarray, levels):
+        graph, cluster = problem.graph, problem.cluster
+        pseudo = np.zeros((graph.num_ops, cluster.num_devices), dtype=bool)
+        pseudo[np.arange(graph.num_ops), devices] = True
+        partitioned = dataclasses.replace(graph, kernels=pseudo, kernel_kinds=cluster.names)
+        self.labels, self.members = [], []
+        seen = set()
+        for grouping in merge_and_colocate_levels(partitioned, sorted(set(levels)), spare=True):
+            if grouping.num_groups in seen:  # a graph smaller than this level: same blocks
+                continue
+            seen.add(grouping.num_groups)
+            labels = grouping.labels
+            order = np.argsort(labels, kind="stable")
+            bounds = np.searchsorted(labels[order], np.arange(grouping.num_groups + 1))
+            self.labels.append(labels)
+            self.members.append([order[bounds[b]:bounds[b + 1]]
+                                 for b in range(grouping.num_groups)])
+
+
+class LocalSearch:
+    """One search from one start, which can be run in several legs (:meth:`run`): a caller can
+    race searches from several starts and give the rest of the budget to the best (see the
+    module docstring for the search itself).
+
+    Attributes:
+      current: [n] the best placement so far; ``best`` its R; ``fits`` whether it fits.
+      samples: placements simulated so far (the start's included); ``curve`` as in
+        :class:`LocalSearchResult`; ``stopped``: why the last leg ended (None before any).
+    """
+
+    def __init__(self, problem: PlacementProblem, start: np.ndarray, config: LocalSearchConfig,
+                 *, seed: int, evaluator: Evaluator):
+        if evaluator.problem is not problem:
+            raise ConfigError("the evaluator must score this problem")
+        self.problem, self.config, self.evaluator = problem, config, evaluator
+        self.rng = np.random.default_rng(seed)
+        self.stopped = None
+        self.current = np.asarray(start, dtype=np.int32).copy()
+        first = evaluator.evaluate(self.current[None, :])
+        self.best, self.fits = float(first.scores[0]), bool(first.fits[0])
+        self.samples, self.curve = 1, [(1, self.best)]
+        self.op_time = np.where(problem.allowed, problem.op_time, 0.0)
+        self.coloc = problem.graph.colocation
+        self.coloc_ok = problem.colocation_allowed  # [C, D]
+        self.action = problem.cluster.compute_devices()
+        self.others = np.setdiff1d(np.arange(problem.cluster.num_devices), self.action)
+        self._align()
+        moves = sum(len(m) for m in self.blocks.members) * (problem.cluster.num_devices - 1)
+        self.sweeping = moves <= config.sweep_below
+        self.queue = self._sweep() if self.sweeping else []  # moves left to try from here
+
+    def fork(self, seed: int) -> "LocalSearch":
+        """A search from this one's current placement with its own random draws (``seed``),
+        sharing what does not depend on them (the blocks, the first simulation)."""
+        other = copy.copy(self)
+        other.rng = np.random.default_rng(seed)
+        other.curve = list(self.curve)
+        other.queue = list(self.queue)
+        other.current = self.current.copy()
+        return other
+
+    def _align(self) -> None:
+        self.blocks, self.aligned, self.since_gain = (
+            _Blocks(self.problem, self.current, self.config.levels), self.current, 0)
+
+    def _targets(self, members: np.ndarray) -> tuple[list[int], list[int]]:
+        """Action devices and other devices some of the block could move to."""
+        here = int(self.current[members[0]])
+        ok = self.coloc_ok[self.coloc[members]].any(axis=0)
+        return ([int(d) for d in self.action if d != here and ok[d]],
+                [int(d) for d in self.others if d != here and ok[d]])
+
+    def _movable(self, members: np.ndarray, dst: int) -> np.ndarray:
+        """The members that move: whole colocation groups that can run on ``dst``."""
+        return members[self.coloc_ok[self.coloc[members], dst] & (self.current[members] != dst)]
+
+    def _random_move(self):
+        level = int(self.rng.integers(len(self.blocks.labels)))
+        members_of = self.blocks.members[level]
+        weight = np.bincount(self.blocks.labels[level],
+                             weights=self.op_time[np.arange(len(self.current)), self.current],
+                             minlength=len(members_of))
+        weight = weight + max(weight.sum(), 1.0) * 1e-3 / len(weight)  # every block a chance
+        members = members_of[int(self.rng.choice(len(weight), p=weight / weight.sum()))]
+        action, others = self._targets(members)
+        if others and (not action or self.rng.random() < self.config.host_share):
+            action = others
+        if not action:
+            return None
+        dst = action[int(self.rng.integers(len(action)))]
+        moved = self._movable(members, dst)
+        return (moved, dst) if len(moved) else None
+
+    def _sweep(self) -> list:
+        """Every move of every block to every device it could go to, in random order."""
+        moves, seen = [], set()
+        for members_of in self.blocks.members:
+            for members in members_of:
+                action, others = self._targets(members)
+                for dst in action + others:
+                    moved = self._movable(members, dst)
+                    key = (dst, moved.tobytes())
+                    if len(moved) and key not in seen:
+                        seen.add(key)
+                        moves.append((moved, dst))
+        return [moves[i] for i in self.rng.permutation(len(moves))]
+
+    def run(self, until: int, *, deadline: float | None = None, lower_bound: float = 0.0,
+            on_gain: Callable[[int, float], None] | None = None,
+            on_step: Callable[[], None] | None = None) -> str:
+        """Search until ``until`` placements in all have been simulated, the deadline (a
+        ``time.perf_counter()`` value), the lower bound or a local optimum; returns why it
+        stopped ("samples", "deadline", "bound", "local optimum"). ``on_gain(samples, R)`` is
+        called at every gain, ``on_step()`` after every batch of simulations."""
+        while True:
+            if self.samples >= until:
+                self.stopped = "samples"
+            elif deadline is not None and time.perf_counter() >= deadline:
+                self.stopped = "deadline"
+            elif self.best <= lower_bound * (1 + 1e-9):
+                self.stopped = "bound"
+            else:
+                moves = self._next_moves(min(self.config.batch, until - self.samples))
+                if moves is None:
+                    self.stopped = "local optimum"
+                else:
+                    if self._try_moves(moves) and on_gain is not None:
+                        on_gain(self.samples, self.best)
+                    if on_step is not None:
+                        on_step()
+                    continue
+            return self.stopped
+
+    def result(self) -> LocalSearchResult:
+        return LocalSearchResult(devices=self.current, score=self.best, samples=self.samples,
+                                 curve=list(self.curve), stopped=self.stopped)
+
+    def _next_moves(self, count: int) -> list | None:
+        """Up to ``count`` moves to simulate next; None at a local optimum (sweeps only)."""
+        if self.sweeping:
+            if not self.queue:
+                return None
+            moves, self.queue = self.queue[:count], self.queue[count:]
+            return moves
+        moves = []
+        for _ in range(50 * count):  # draws that would move nothing are not simulated
+            move = self._random_move()
+            if move is not None:
+                moves.append(move)
+                if len(moves) == count:
+                    break
+        return moves or None
+
+    def _try_moves(self, moves: list) -> bool:
+        """Simulate ``moves`` from the current placement; keep the best if it gains."""
+        candidates = np.repeat(self.current[None, :], len(moves), axis=0)
+        for row, (members, dst) in zip(candidates, moves):
+            row[members] = dst
+        evaluation = self.evaluator.evaluate(candidates)
+        # Once the placement fits, a candidate that overflows is never taken, however fast.
+        scores = np.where(evaluation.fits | (not self.fits), evaluation.scores, np.inf)
+        self.samples += len(moves)
+        k = int(np.argmin(scores))
+        if scores[k] < self.best:
+            self.best, self.current = float(scores[k]), candidates[k]
+            self.fits = bool(evaluation.fits[k])
+            self.curve.append((self.samples, self.best))
+            self.since_gain = 0
+            if self.sweeping:
+                self._align()
+                self.queue = self._sweep()
+            return True
+        self.since_gain += len(moves)
+        if (not self.sweeping and self.since_gain >= self.config.realign_after
+                and not np.array_equal(self.current, self.aligned)):
+            self._align()
+        return False
+
+
+def local_search(problem: PlacementProblem, start: np.ndarray, config: LocalSearchConfig,
+                 *, seed: int, max_samples: int, evaluator: Evaluator,
+                 deadline: float | None = None, lower_bound: float = 0.0,
+                 on_gain: Callable[[int, float], None] | None = None) -> LocalSearchResult:
+    """Improve ``start`` ([n] device per op, colocation groups whole) on ``problem`` within
+    ``max_samples`` simulated placements (see the module docstring and
+    :meth:`LocalSearch.run`). ``evaluator`` scores candidates (its memory penalty is used)."""
+    search = LocalSearch(problem, start, config, seed=seed, evaluator=evaluator)
+    search.run(max_samples, deadline=deadline, lower_bound=lower_bound, on_gain=on_gain)
+    return search.result()
+
+
+def race(searches: list[LocalSearch], total: int, *, deadline: float | None = None,
+         lower_bound: float = 0.0, progress: Progress = QUIET) -> LocalSearch:
+    """Successive halving over searches from different starts, within ``total`` simulated
+    placements in all (the starts' own included): in each of ``ceil(log2 k) + 1`` rounds of
+    equal size the surviving searches share the round's placements equally, then the better
+    half (by best R so far) goes on; the last survivor takes what is left. Which local optimum
+    a search ends in depends on where it starts more than on how fast the start is, and a
+    short leg already tells the basins apart. Returns the search with the best placement.
+    After every batch, ``progress`` is told the placements simulated by all searches and the
+    best R among them."""
+    best = lambda: min(searches, key=lambda s: s.best)  # noqa: E731
+
+    def step():
+        progress.update(sum(s.samples for s in searches), min(s.best for s in searches))
+
+    alive = list(searches)
+    rounds = int(np.ceil(np.log2(len(alive)))) + 1 if alive else 1
+    for _ in range(rounds - 1):
+        if len(alive) == 1:
+            break
+        share = (total // rounds) // len(alive)
+        for search in alive:
+            stopped = search.run(search.samples + share, deadline=deadline,
+                                 lower_bound=lower_bound, on_step=step)
+            if stopped in ("deadline", "bound"):
+                return best()
+        alive = sorted(alive, key=lambda s: s.best)[:(len(alive) + 1) // 2]
+    leader = min(alive, key=lambda s: s.best)
+    leader.run(leader.samples + max(0, total - sum(s.samples for s in searches)),
+               deadline=deadline, lower_bound=lower_bound, on_step=step)
+    return best()

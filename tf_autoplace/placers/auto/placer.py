@@ -1,0 +1,289 @@
+"""The default placer: the best start we have, improved by local search in the simulator.
+
+``autoplace(graph)`` runs this placer unless told otherwise. Within a budget of simulated placements
+that grows as the graph shrinks (``AutoConfig.max_samples``), and at most ``budget_s`` seconds,
+it
+
+1. **collects starts**: every fast heuristic on the whole cluster and on prefixes of its GPUs,
+   with over-memory placements repaired by moving work to the CPU host and failing heuristics
+   skipped (:class:`~tf_autoplace.heuristics.BestHeuristicPlacer`); then, from the best
+   heuristic's placement, the zero-shot placement of each learned policy shipped for this many
+   action devices (``learned``; a pretrained Placeto policy improves it in one greedy episode
+   of a few dozen simulations) and, where the sample budget is large enough to pay for it,
+   the best placement of a short Post search (cross-entropy over softmax tables explores
+   other basins than moving one block at a time does; its placements count against the
+   budget);
+2. **searches** from the fastest start that fits: local search over blocks of colocation groups
+   (:func:`tf_autoplace.placers.auto.local_search.local_search`), which keeps a move only when the
+   simulator says it is faster, may move work to the CPU host, and stops early at a local
+   optimum or at the lower bound;
+3. returns the best placement found; the report's notes say where it started and what the
+   search gained.
+
+Why search rather than fine-tune a policy: on the zoo, this search improves the best start by
+more per simulation than REINFORCE fine-tuning of a pretrained Placeto policy does
+(BENCHMARKS.md), and it needs no policy for the cluster's device count, so it serves 1, 2, 4
+or 8 devices alike. The learned policies still contribute their zero-shot placements, which are
+free starts.
+
+Guarantees, by construction: the result is never slower than any start (so never slower than
+the best fast heuristic); colocation groups stay whole and every op stays on a device with its
+kernel (moves are whole colocation groups to devices that can run them); with one device, or
+nothing movable, it returns at once. The same seed gives the same placement when the sample
+budget, not the time cap, ends the search.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+from tf_autoplace.core.problem import PlacementProblem, Placer, check_memory
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.heuristics import BestHeuristicPlacer
+from tf_autoplace.learning.eager import policy_context
+from tf_autoplace.learning.measured import MeasuredEvaluator, check_reward
+from tf_autoplace.learning.rollouts import Evaluator
+from tf_autoplace.learning.workers import check_ray_address, cluster_cpus
+from tf_autoplace.placers.auto.local_search import LocalSearch, LocalSearchConfig, race
+from tf_autoplace.placers.placeto.env import PlacementEnv
+from tf_autoplace.placers.placeto.policy import PlacetoPolicy
+from tf_autoplace.placers.placeto.search import PlacetoConfig, pretrained_policy_dir, search
+from tf_autoplace.placers.post import search as post_search
+from tf_autoplace.placers.post.search import PostConfig
+from tf_autoplace.sim import lower_bound
+
+LEARNED = ("placeto", "post")
+# Below this many colocation groups the search sweeps every move anyway, and loading a policy
+# (TensorFlow) would cost more than the whole search.
+MIN_LEARNED_UNITS = 256
+# Post runs as a start only when the local search keeps at least this many times Post's own
+# placements: on large graphs (small budgets) the local search gains more per placement.
+POST_BUDGET_SHARE = 4
+MIN_SAMPLES, MAX_SAMPLES = 1_000, 100_000
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoConfig:
+    """Attributes:
+      max_samples: placements the local search simulates (> 0), or None: as many as make
+        ``search_work`` op simulations (``search_work / num_ops`` placements, within
+        [``MIN_SAMPLES``, ``MAX_SAMPLES``]). A simulation costs time in proportion to the
+        graph's size, so this keeps the search's wall time about the same on every graph while
+        the result still depends only on the graph and the seed, not on the machine's speed.
+      search_work: op simulations the search may spend when ``max_samples`` is None (> 0):
+        4,000 placements of a 43k-op graph (8-layer NMT), about a minute on one core.
+      budget_s: wall-time cap in seconds for the whole placer (> 0). If it ends the search
+        before ``max_samples``, the result depends on the machine's speed (the notes say so).
+      workers: workers that simulate candidates: local processes (1: this process), or Ray
+        actors when ``ray_address`` is set (``tf_autoplace.learning.workers``); None: 1 without Ray,
+        else one per CPU of the Ray cluster up to ``search.batch`` (a step simulates that many
+        candidates, one chunk per worker). The placement does not depend on it.
+      ray_address: simulate on a Ray cluster: ``"auto"``, ``"HOST:PORT"``, ``"local"``; None:
+        local processes. The placement does not depend on it.
+      starts: how many of the fastest distinct starts the search races (>= 1).
+      seeds_per_start: searches from each start, each with its own random draws (>= 1):
+        which local optimum a search ends in depends on its first moves as much as on its
+        start, and the race drops the unlucky ones early.
+      learned: learned placers whose placements are starts (``"placeto"``: the shipped
+        Placeto policy's zero-shot placement, when there is one for the cluster's
+        action-device count; ``"post"``: a Post search of ``post.max_samples`` placements, when
+        the sample budget is at least ``POST_BUDGET_SHARE`` times that).
+      post: the settings of that Post search (its ``budget_s`` is replaced by what is left).
+      search: the local search's settings.
+      reward: "simulated" (default) or "measured": the search's candidates are run on this
+        machine and scored by their measured step time
+        (:class:`~tf_autoplace.learning.measured.MeasuredEvaluator`; the starts are still ranked by
+        the simulator, the lower-bound stop is off, and one run costs about a second on a small
+        graph, so set ``max_samples`` to tens or hundreds).
+      measure_steps: timed steps per measured placement (>= 1; with ``reward="measured"``).
+    """
+
+    max_samples: int | None = None
+    search_work: float = 1.7e8
+    budget_s: float = 120.0
+    workers: int | None = None
+    ray_address: str | None = None
+    starts: int = 4
+    seeds_per_start: int = 2
+    learned: tuple[str, ...] = LEARNED
+    post: PostConfig = PostConfig()
+    search: LocalSearchConfig = LocalSearchConfig()
+    reward: str = "simulated"
+    measure_steps: int = 5
+
+    def __post_init__(self):
+        if self.max_samples is not None and not (isinstance(self.max_samples, int)
+                                                 and self.max_samples > 0):
+            raise ConfigError(f"max_samples must be None or an int > 0, got "
+                              f"{self.max_samples!r}")
+        if not (isinstance(self.search_work, (int, float)) and self.search_work > 0):
+            raise ConfigError(f"search_work must be a number > 0, got {self.search_work!r}")
+        if not (isinstance(self.budget_s, (int, float)) and self.budget_s > 0):
+            raise ConfigError(f"budget_s must be a number > 0, got {self.budget_s!r}")
+        if self.workers is not None and not (isinstance(self.workers, int) and self.workers >= 1):
+            raise ConfigError(f"workers must be None or an int >= 1, got {self.workers!r}")
+        check_ray_address(self.ray_address)
+        check_reward(self.reward, self.measure_steps, self.workers, self.ray_address)
+        if not (isinstance(self.starts, int) and self.starts >= 1):
+            raise ConfigError(f"starts must be an int >= 1, got {self.starts!r}")
+        if not (isinstance(self.seeds_per_start, int) and self.seeds_per_start >= 1):
+            raise ConfigError(f"seeds_per_start must be an int >= 1, got "
+                              f"{self.seeds_per_start!r}")
+        unknown = sorted(set(self.learned) - set(LEARNED))
+        if unknown:
+            raise ConfigError(f"learned must name policies among {list(LEARNED)}, got {unknown}")
+
+
+class AutoPlacer(Placer):
+    """The default placer (module docstring). ``stats`` holds the last run's figures."""
+
+    name = "auto"
+    config_class = AutoConfig
+
+    def __init__(self, config: AutoConfig | None = None, *, budget_s: float | None = None,
+                 ray_address: str | None = None, **overrides):
+        if budget_s is not None:
+            overrides["budget_s"] = budget_s
+        if ray_address is not None:
+            overrides["ray_address"] = ray_address
+        self.config = dataclasses.replace(config or AutoConfig(), **overrides)
+        self.stats: dict = {}
+
+    @property
+    def needs_workload(self) -> bool:
+        return self.config.reward == "measured"
+
+    def _evaluator(self, problem: PlacementProblem):
+        """What scores the search's candidates: runs on this machine for measured rewards,
+        else simulations on the configured workers (this process, local ones or Ray's)."""
+        cfg = self.config
+        if cfg.reward == "measured":
+            return MeasuredEvaluator(problem, memory_penalty=cfg.search.memory_penalty,
+                                     steps=cfg.measure_steps)
+        workers = cfg.workers
+        if workers is None:
+            workers = 1 if cfg.ray_address is None else max(1, min(
+                cfg.search.batch, cluster_cpus(cfg.ray_address)))
+        return Evaluator(problem, workers=workers, memory_penalty=cfg.search.memory_penalty,
+                         ray_address=cfg.ray_address)
+
+    def samples_for(self, problem: PlacementProblem) -> int:
+        """The search's placement budget on ``problem`` (see ``AutoConfig.max_samples``)."""
+        if self.config.max_samples is not None:
+            return self.config.max_samples
+        return int(np.clip(round(self.config.search_work / problem.graph.num_ops),
+                           MIN_SAMPLES, MAX_SAMPLES))
+
+    def starts(self, problem: PlacementProblem, seed: int, *, max_samples: int,
+               deadline: float) -> tuple[list[tuple[str, np.ndarray, float]], int]:
+        """Distinct start placements that fit, fastest first, as ``(label, devices, step s)``:
+        every fast heuristic's (best_heuristic's candidates) and each learned placer's
+        placement from the best of them; and how many placements the learned starts simulated
+        (Post's count against ``max_samples``)."""
+        heuristic = BestHeuristicPlacer()
+        ranked = heuristic.ranked(problem)
+        self.notes.extend(heuristic.notes)
+        if not ranked or not ranked[0].fits:  # best_heuristic says why, with the total need
+            heuristic.place(problem)
+        out = [(c.label, c.devices, c.step_s) for c in ranked if c.fits]
+        action = problem.cluster.compute_devices()
+        units = int(problem.graph.colocation.max()) + 1
+        if "placeto" in self.config.learned and len(action) > 1 and units >= MIN_LEARNED_UNITS:
+            path = pretrained_policy_dir(len(action))
+            if path is not None:
+                devices = self._placeto_zero_shot(problem, out[0][1], path, seed)
+                sim = problem.simulator.run(devices)
+                if not check_memory(problem, sim):
+                    out.append(("placeto zero-shot", devices, sim.makespan))
+        spent = 0
+        post = self.config.post
+        if self.config.ray_address is not None:  # Post simulates where the search does
+            post = dataclasses.replace(post, ray_address=self.config.ray_address)
+        if ("post" in self.config.learned and len(action) > 1 and units >= MIN_LEARNED_UNITS
+                and post.max_samples is not None
+                and max_samples >= POST_BUDGET_SHARE * post.max_samples):
+            found = post_search.search(problem, post, seed, heuristic=out[0][1],
+                                       deadline=deadline)
+            spent = found.samples
+            if found.fits:
+                out.append(("post", found.devices, problem.simulator.run(found.devices).makespan))
+        out.sort(key=lambda start: start[2])
+        distinct = []
+        for start in out:
+            if not any(np.array_equal(start[1], kept[1]) for kept in distinct):
+                distinct.append(start)
+        return distinct, spent
+
+    @staticmethod
+    def _placeto_zero_shot(problem, start, path, seed) -> np.ndarray:
+        config = PlacetoConfig(fine_tune=False)
+        env = PlacementEnv(problem, config.env, start_devices=start)
+        with policy_context():
+            policy = PlacetoPolicy.load(path)
+            found = search(policy, env, config, seed, pretrained=True)
+        return env.op_placement(found.best_actions)
+
+    def _place(self, problem: PlacementProblem, rng: np.random.Generator) -> np.ndarray:
+        cfg = self.config
+        began = time.perf_counter()
+        seed = int(rng.integers(2**31 - 1))
+        if problem.cluster.num_devices == 1:
+            self.notes.append("auto: the cluster has one device; every op goes to it")
+            return np.zeros(problem.graph.num_ops, dtype=np.int32)
+        max_samples = self.samples_for(problem)
+        deadline = began + cfg.budget_s
+        with self.progress.phase("auto: starting placements", None):
+            starts, spent = self.starts(problem, seed, max_samples=max_samples,
+                                        deadline=deadline)
+            starts = starts[:cfg.starts]
+            self.progress.update(len(starts), starts[0][2])
+        measured = cfg.reward == "measured"
+        # A simulated bound says nothing about measured times: no early stop on it then.
+        bound = 0.0 if measured else lower_bound(problem.graph, problem.cluster, problem.op_time)
+        with self._evaluator(problem) as evaluator, \
+                self.progress.phase("auto: local search", max_samples - spent,
+                                    deadline=deadline):
+            searches, labels = [], []
+            for k, (label, devices, start_s) in enumerate(starts):
+                first = LocalSearch(problem, devices, cfg.search, seed=_seed(seed, k, 0),
+                                    evaluator=evaluator)
+                for j in range(cfg.seeds_per_start):
+                    searches.append(first if j == 0 else first.fork(_seed(seed, k, j)))
+                    labels.append((label, start_s, devices))
+            winner = race(searches, max_samples - spent, deadline=deadline, lower_bound=bound,
+                          progress=self.progress)
+            label, start_s, start = labels[searches.index(winner)]
+            if measured:  # both ends as measured here, not simulated
+                start_s = evaluator.step_time(start)
+                end_s = evaluator.step_time(winner.current)
+            else:
+                end_s = problem.simulator.run(winner.current).makespan
+        samples = spent + sum(s.samples for s in searches)
+        self.stats = dict(start=label, start_ms=start_s * 1e3, end_ms=end_s * 1e3,
+                          samples=samples, stopped=winner.stopped, curve=winner.curve,
+                          searches=[(lab, s.curve[0][1] * 1e3, s.best * 1e3, s.samples)
+                                    for (lab, _, _), s in zip(labels, searches)],
+                          seconds=time.perf_counter() - began)
+        tried = ", ".join(f"{lab} {s.curve[0][1] * 1e3:.1f} -> {s.best * 1e3:.1f} ms"
+                          for (lab, _, _), s in zip(labels, searches))
+        summary = (f"auto: {len(searches)} local searches from {len(starts)} start(s) in "
+                   f"{samples} {'measured' if measured else 'simulated'} placements ({tried}); "
+                   f"the best started from {label} "
+                   f"({start_s * 1e3:.2f} "
+                   f"ms) and reached {end_s * 1e3:.2f} ms "
+                   f"({(1 - end_s / start_s) * 100 if start_s else 0.0:.1f}% "  # 0 s ops: no gain
+                   f"faster; stopped: {winner.stopped})")
+        if winner.stopped == "deadline":
+            summary += (f"; the {cfg.budget_s:g} s budget ended the search before "
+                        f"{max_samples} placements, so the result depends on this "
+                        "machine's speed")
+        self.notes.append(summary)
+        return winner.current
+
+
+def _seed(seed: int, start: int, draw: int) -> int:
+    """The seed of search ``draw`` from start ``start`` of a placement seeded ``seed``."""
+    return int(np.random.SeedSequence([seed, start, draw]).generate_state(1)[0])
