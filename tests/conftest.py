@@ -16,7 +16,8 @@ import sys
 
 import pytest
 
-from tf_autoplace.placers import PLACERS, HDPConfig, HDPPlacer
+from tf_autoplace.core import registry
+from tf_autoplace.placers import HDPConfig, HDPPlacer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -150,8 +151,9 @@ class _OneUpdateHDP(HDPPlacer):
 
 
 @pytest.fixture
-def one_update_hdp(monkeypatch):
+def one_update_hdp():
     """``hdp`` by name (``autoplace``, the flags, the offline tool) searches one policy update:
     the doors pass no sample budget, and a sample budget, not the clock, must end a test's
     search."""
-    monkeypatch.setitem(PLACERS, "hdp", _OneUpdateHDP)
+    with registry.temporarily(dataclasses.replace(registry.entry("hdp"), target=_OneUpdateHDP)):
+        yield

@@ -19,8 +19,9 @@ from absl import flags
 
 import tf_autoplace
 from tf_autoplace import flags as ap_flags  # defines the flags on absl's global FLAGS; harmless
+from tf_autoplace.core import registry
 from tf_autoplace.core.cluster import resolve_cluster
-from tf_autoplace.placers import PLACERS, SingleDevicePlacer
+from tf_autoplace.placers import SingleDevicePlacer
 from tf_autoplace.testing import small_cnn
 
 HOST = "/job:localhost/replica:0/task:0/device:"
@@ -163,19 +164,26 @@ class _BudgetPlacer(SingleDevicePlacer):
         self.budget_s = budget_s
 
 
-def test_budget_is_passed_to_placers_that_take_one(monkeypatch):
-    monkeypatch.setitem(PLACERS, "budgeted", _BudgetPlacer)
-    assert ap_flags.make_placer("budgeted", 12.5).budget_s == 12.5
-    assert ap_flags.make_placer("placeto", 12.5).config.budget_s == 12.5
-    assert isinstance(ap_flags.make_placer("single", 12.5), SingleDevicePlacer)
+def _placer(name, budget_s=60.0, ray_address=None, policy=None):
+    """The placer the flags' settings build for ``--autoplace=name``."""
+    return ap_flags.AutoplaceSettings(placer=name, budget_s=budget_s, ray_address=ray_address,
+                                      policy=policy).place_options().placer
+
+
+def test_budget_is_passed_to_placers_that_take_one():
+    entry = registry.PlacerEntry("budgeted", _BudgetPlacer, "search", "", {"budget_s"})
+    with registry.temporarily(entry):
+        assert _placer("budgeted", 12.5).budget_s == 12.5
+    assert _placer("placeto", 12.5).config.budget_s == 12.5
+    assert isinstance(_placer("single", 12.5), SingleDevicePlacer)
     with pytest.raises(tf_autoplace.ConfigError, match="unknown placer"):
-        ap_flags.make_placer("nope", 1.0)
+        _placer("nope", 1.0)
 
 
 def test_ray_address_goes_only_to_placers_that_take_one():
-    assert ap_flags.make_placer("auto", 60.0, "auto").config.ray_address == "auto"
+    assert _placer("auto", 60.0, "auto").config.ray_address == "auto"
     with pytest.raises(tf_autoplace.ConfigError, match="'m_etf' runs no simulations"):
-        ap_flags.make_placer("m_etf", 60.0, "auto")
+        _placer("m_etf", 60.0, "auto")
     with pytest.raises(flags.ValidationError, match="--autoplace_ray_address='auto'"):
         ap_flags._check_placer_and_cluster({"autoplace": "m_etf", "autoplace_cluster": "local",
                                             "autoplace_ray_address": "auto",
@@ -207,8 +215,7 @@ def test_the_policy_flags_go_with_every_placer_that_keeps_a_policy(tmp_path):
     for name in ("placeto", "hdp", "gdp"):
         assert ap_flags._check_policy_flags({"autoplace": name, "autoplace_policy": str(tmp_path),
                                              "autoplace_save_policy": None})
-        assert ap_flags.make_placer(name, 60.0, policy=str(tmp_path)).config.policy_dir == \
-            str(tmp_path)
+        assert _placer(name, 60.0, policy=str(tmp_path)).config.policy_dir == str(tmp_path)
     with pytest.raises(flags.ValidationError, match=r"\['gdp', 'hdp', 'placeto'\]\), not "
                                                     r"--autoplace='post'"):
         ap_flags._check_policy_flags({"autoplace": "post", "autoplace_policy": None,
@@ -292,14 +299,16 @@ class _EagerPlacer(SingleDevicePlacer):
         return super()._place(problem, rng)
 
 
-def test_placer_ops_run_eagerly_outside_the_users_graph(hook, monkeypatch):
-    monkeypatch.setitem(PLACERS, "eager_probe", _EagerPlacer)
+def test_placer_ops_run_eagerly_outside_the_users_graph(hook):
     _EagerPlacer.seen.clear()
-    hook(placer="eager_probe", cluster=CPU2)
-    tg = small_cnn()
-    num_ops = len(tg.graph.get_operations())
-    with tf.compat.v1.Session(graph=tg.graph, config=tf.compat.v1.ConfigProto(**CONFIG2)) as s:
-        s.run(tg.init_op)  # inside `with Session`, the user's graph is the default graph
+    with registry.temporarily(registry.PlacerEntry("eager_probe", _EagerPlacer, "heuristic",
+                                                   "")):
+        hook(placer="eager_probe", cluster=CPU2)
+        tg = small_cnn()
+        num_ops = len(tg.graph.get_operations())
+        with tf.compat.v1.Session(graph=tg.graph,
+                                  config=tf.compat.v1.ConfigProto(**CONFIG2)) as s:
+            s.run(tg.init_op)  # inside `with Session`, the user's graph is the default graph
     assert _EagerPlacer.seen and all(seen == (True, 6.0) for seen in _EagerPlacer.seen)
     assert len(tg.graph.get_operations()) == num_ops
     assert ap_flags.report_for(tg.graph).placer == "eager_probe"

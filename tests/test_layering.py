@@ -21,7 +21,7 @@ ROOT = os.path.dirname(tf_autoplace.__file__)
 # role (outputs, pipeline, hw, zoo) may have modules on several floors.
 LAYERS = [
     {"errors", "proto"},
-    {"core.cluster", "outputs.files", "outputs.progress", "graph", "zoo"},
+    {"core.cluster", "core.registry", "outputs.files", "outputs.progress", "graph", "zoo"},
     # hw runs graphs on this machine and measures them: it reads clusters and graphs, and what
     # it writes (profiles, link fits) feeds cost models and the simulator from outside.
     {"cost", "grouping", "sim", "hw"},
@@ -32,6 +32,7 @@ LAYERS = [
     {"heuristics"},
     {"learning"},  # the machinery the learned placers share
     {"placers"},  # the registry, auto and one folder per learned placer
+    {"pipeline.options"},  # what a door hands the engine: a placer, a cluster, ..., checked
     {"pipeline.engine", "zoo.benchmark", "hw.fidelity"},  # run placers end to end
     {"tf2"},
     {"api"},

@@ -1,8 +1,9 @@
 """autoplace(): the one function model code calls; place_cost_graph(): the same for a graph
 that comes as a cost graph rather than from TensorFlow; apply_placement(): apply a saved one.
 
-``autoplace`` dispatches on what it is given: a ``tf.function`` or ConcreteFunction goes to the
-TF2 door (:mod:`tf_autoplace.tf2`), anything else is a graph and goes to
+Each checks its arguments once into a :class:`~tf_autoplace.pipeline.options.PlaceOptions`,
+then ``autoplace`` dispatches on what it is given: a ``tf.function`` or ConcreteFunction goes to
+the TF2 door (:mod:`tf_autoplace.tf2`), anything else is a graph and goes to
 :func:`tf_autoplace.pipeline.engine.place_graph`. ``place_cost_graph`` goes to
 :func:`tf_autoplace.pipeline.engine.place_cost_graph`.
 """
@@ -14,7 +15,8 @@ from tf_autoplace.cost import CostModel
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.grouping import GroupingConfig
 from tf_autoplace.pipeline import engine
-from tf_autoplace.placers import DEFAULT_PLACER, SavedPlacement, get_placer
+from tf_autoplace.pipeline.options import PlaceOptions
+from tf_autoplace.placers import DEFAULT_PLACER, SavedPlacement
 
 
 def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
@@ -32,7 +34,7 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
       cluster: a :class:`Cluster`, the name of a shipped spec (``"k80x4"``,
         :func:`tf_autoplace.core.cluster.shipped_clusters`), the path of a text ``ClusterSpec``, or
         ``"local"``/None for this machine's devices.
-      placer: a registered placer name (``tf_autoplace.placers.PLACERS``) or a Placer. The
+      placer: a registered placer name (``tf_autoplace.core.registry``) or a Placer. The
         default, ``auto``, starts from the best fast heuristic (and the learned policies'
         zero-shot placements) and improves it by local search in the simulator.
       seed: makes the placement reproducible.
@@ -76,7 +78,11 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
       ``.report``). Raises an :class:`AutoplaceError` subclass on bad input or when no valid
       placement is found; the graph is then left as it was.
     """
-    placer = _placer(placer, budget_s, ray_address, policy)
+    options = PlaceOptions.make(
+        placer=placer, cluster=cluster, seed=seed, budget_s=budget_s, ray_address=ray_address,
+        policy=policy, grouping=grouping, cost_model=cost_model, cost_profile=cost_profile,
+        unknown_dim=unknown_dim, cache=cache, progress=progress, measure_steps=measure_steps,
+        measure_feeds=measure_feeds)
     if tf2.is_function(graph):
         if measure_steps:
             raise ConfigError("measure_steps is for graphs: time a placed function by calling "
@@ -84,15 +90,8 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
         if cost_profile is not None:
             raise ConfigError("cost_profile is for graphs (a profile names the ops of one "
                               "graph); give a function a cost_model")
-        return tf2.autoplace_function(graph, cluster=cluster, placer=placer, seed=seed,
-                                      grouping=grouping, cost_model=cost_model,
-                                      unknown_dim=unknown_dim, cache=cache,
-                                      progress=progress)[0]
-    return engine.place_graph(graph, cluster=cluster, placer=placer, seed=seed,
-                              grouping=grouping, cost_model=cost_model,
-                              cost_profile=cost_profile, unknown_dim=unknown_dim,
-                              cache=cache, progress=progress, measure_steps=measure_steps,
-                              measure_feeds=measure_feeds)
+        return tf2.place_function(graph, (), {}, options)[0]
+    return engine.place_graph(graph, options)
 
 
 def place_cost_graph(cost_graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
@@ -116,9 +115,9 @@ def place_cost_graph(cost_graph, cluster=None, placer=DEFAULT_PLACER, seed: int 
       ``report.to_proto()`` are the placement. Raises an :class:`AutoplaceError` subclass on
       bad input or when no valid placement is found.
     """
-    return engine.place_cost_graph(cost_graph, cluster=cluster,
-                                   placer=_placer(placer, budget_s, ray_address, policy),
-                                   seed=seed, grouping=grouping, cache=cache, progress=progress)
+    return engine.place_cost_graph(cost_graph, PlaceOptions.make(
+        placer=placer, cluster=cluster, seed=seed, budget_s=budget_s, ray_address=ray_address,
+        policy=policy, grouping=grouping, cache=cache, progress=progress))
 
 
 def apply_placement(graph, placement, cluster=None, *,
@@ -145,10 +144,3 @@ def apply_placement(graph, placement, cluster=None, *,
     """
     return autoplace(graph, cluster, placer=SavedPlacement(placement), grouping=grouping,
                      cost_model=cost_model, unknown_dim=unknown_dim, progress=False)
-
-
-def _placer(placer, budget_s, ray_address=None, policy=None):
-    if budget_s is not None and (isinstance(budget_s, bool) or not (
-            isinstance(budget_s, (int, float)) and budget_s >= 0)):
-        raise ConfigError(f"budget_s must be a number >= 0, got {budget_s!r}")
-    return get_placer(placer, budget_s=budget_s, ray_address=ray_address, policy=policy)

@@ -7,7 +7,7 @@ One line in a training script that runs under ``absl.app``::
 then ``python train.py --autoplace=m_etf --autoplace_cluster=cpu2``.
 
 Flags:
-  --autoplace           placer name (``tf_autoplace.placers.PLACERS``); "" or "off" (default)
+  --autoplace           placer name (``tf_autoplace.core.registry``); "" or "off" (default)
                         disables autoplacement and nothing is patched.
   --autoplace_cluster   a shipped cluster name (``k80x4``, ``cpu2``), a cluster spec file (text
                         ``ClusterSpec``) or "local" (default).
@@ -75,12 +75,14 @@ import weakref
 
 from absl import flags, logging
 
+from tf_autoplace.core import registry
+
 FLAGS = flags.FLAGS
 _OFF = ("", "off")
 
 flags.DEFINE_string("autoplace", "off",
                     "Place the training graph before its first step with this placer "
-                    "(e.g. m_etf, single); '' or 'off' disables.")
+                    f"({registry.listing()}); '' or 'off' disables.")
 flags.DEFINE_string("autoplace_cluster", "local",
                     "Cluster for --autoplace: a shipped cluster name (k80x4, cpu2, ...), a text "
                     "ClusterSpec file or 'local'.")
@@ -90,8 +92,9 @@ flags.DEFINE_float("autoplace_budget_s", 60.0,
 flags.DEFINE_string("autoplace_report", None,
                     "Write the --autoplace PlacementReport as JSON to this path.")
 flags.DEFINE_string("autoplace_ray_address", None,
-                    "Simulate on this Ray cluster ('auto', HOST:PORT or 'local'; placers auto, "
-                    "placeto, post and hdp); default: this machine's processes.")
+                    "Simulate on this Ray cluster ('auto', HOST:PORT or 'local'; placers "
+                    f"{', '.join(registry.able('ray_address'))}); default: this machine's "
+                    "processes.")
 flags.DEFINE_string("autoplace_placement", None,
                     "Apply this saved placement (PlacementResult file) instead of searching.")
 flags.DEFINE_bool("autoplace_cache", True,
@@ -99,8 +102,8 @@ flags.DEFINE_bool("autoplace_cache", True,
 flags.DEFINE_string("autoplace_cache_dir", None,
                     "Placement cache directory (default: the user's cache directory).")
 flags.DEFINE_string("autoplace_policy", None,
-                    "Saved policy directory a learned placer (placeto, hdp, gdp) starts "
-                    "from.")
+                    "Saved policy directory a learned placer "
+                    f"({', '.join(registry.able('policy'))}) starts from.")
 flags.DEFINE_string("autoplace_save_policy", None,
                     "Write the policy the learned placer fine-tuned to this directory.")
 flags.DEFINE_multi_string("autoplace_placer_option", [],
@@ -133,17 +136,18 @@ def _check_placer_and_cluster(values) -> bool:
     are settings of the placer."""
     if not (_enabled(values["autoplace"]) or values["autoplace_placement"]):
         return True
+    from tf_autoplace.core import registry
     from tf_autoplace.core.cluster import resolve_cluster
     from tf_autoplace.errors import AutoplaceError
-    from tf_autoplace.placers import PLACERS, get_placer, takes_ray_address
+    from tf_autoplace.placers import get_placer
 
     name = values["autoplace"].strip()
-    if not values["autoplace_placement"] and name not in PLACERS:
+    if not values["autoplace_placement"] and name not in registry.names():
         raise flags.ValidationError(
-            f"--autoplace={name!r} is not a placer; choose one of {sorted(PLACERS)} "
+            f"--autoplace={name!r} is not a placer; choose one of {registry.names()} "
             "(or 'off')")
-    if (values["autoplace_ray_address"] and name in PLACERS
-            and not takes_ray_address(PLACERS[name])):
+    if (values["autoplace_ray_address"] and name in registry.names()
+            and not registry.accepts(name, "ray_address")):
         raise flags.ValidationError(
             f"--autoplace_ray_address={values['autoplace_ray_address']!r}: placer {name!r} "
             "runs no simulations on workers")
@@ -209,10 +213,11 @@ def _check_policy_flags(values) -> bool:
     start, save = values["autoplace_policy"], values["autoplace_save_policy"]
     if start is None and save is None:
         return True
-    from tf_autoplace.placers import PLACERS, policy_placers, takes_policy
+    from tf_autoplace.core import registry
+    from tf_autoplace.placers import policy_placers
 
     name = (values["autoplace"] or "").strip()
-    if name not in PLACERS or not takes_policy(PLACERS[name]):
+    if name not in registry.names() or not registry.accepts(name, "policy"):
         raise flags.ValidationError(f"--autoplace_policy and --autoplace_save_policy go with "
                                     f"a learned placer that keeps a policy "
                                     f"({policy_placers()}), not --autoplace={name!r}")
@@ -272,6 +277,30 @@ class AutoplaceSettings:
             raise ConfigError(f"budget_s must be >= 0 seconds, got {self.budget_s!r}")
         check_ray_address(self.ray_address)
 
+    def place_options(self):
+        """The :class:`~tf_autoplace.pipeline.options.PlaceOptions` these settings ask for:
+        the saved placement (when given) or the named placer with its budget, Ray address,
+        policy and options; the cache and progress as the flags say."""
+        from tf_autoplace.outputs.progress import SearchProgress
+        from tf_autoplace.pipeline.options import PlaceOptions
+        from tf_autoplace.placers import SavedPlacement
+
+        saved = bool(self.placement)
+        if saved and _enabled(self.placer):
+            logging.info("autoplace: applying the saved placement %s; the %s placer is not "
+                         "run", self.placement, self.placer)
+        return PlaceOptions.make(
+            placer=SavedPlacement(self.placement) if saved else self.placer,
+            cluster=self.cluster, seed=self.seed,
+            budget_s=None if saved else self.budget_s,
+            ray_address=None if saved else self.ray_address,
+            policy=None if saved else self.policy,
+            placer_options=() if saved else self.placer_options,
+            cost_profile=self.cost_profile,
+            cache=(self.cache_dir or True) if self.cache else False,
+            progress=(SearchProgress("log", logdir=self.progress_logdir) if self.progress
+                      else False))
+
 
 def settings_from_flags() -> AutoplaceSettings | None:
     """The settings the parsed flags ask for, or None when ``--autoplace`` is off and no
@@ -296,29 +325,6 @@ _placed: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # tf.Graph -
 _state = threading.local()
 _settings: AutoplaceSettings | None = None  # set while installed
 _original_extend = None
-
-
-def make_placer(name: str, budget_s: float, ray_address: str | None = None,
-                policy: str | None = None, options=()):
-    """The registered placer ``name``, given ``budget_s`` if its constructor takes one (and
-    ``ray_address``, which only placers that take it accept), the saved ``policy`` to start
-    from (learned placers only) and its config ``options`` (``name=value``)."""
-    from tf_autoplace.placers import get_placer
-
-    return get_placer(name, budget_s=budget_s, ray_address=ray_address, policy=policy,
-                      options=options)
-
-
-def _placer(settings: AutoplaceSettings):
-    from tf_autoplace.placers import SavedPlacement
-
-    if settings.placement:
-        if _enabled(settings.placer):
-            logging.info("autoplace: applying the saved placement %s; the %s placer is not "
-                         "run", settings.placement, settings.placer)
-        return SavedPlacement(settings.placement)
-    return make_placer(settings.placer, settings.budget_s, settings.ray_address,
-                       settings.policy, settings.placer_options)
 
 
 def report_for(graph):
@@ -350,9 +356,7 @@ def _check_session_devices(session, cluster, spec: str) -> None:
 
 
 def _place_graph(session, settings: AutoplaceSettings) -> None:
-    import tf_autoplace
-    from tf_autoplace.core.cluster import resolve_cluster
-    from tf_autoplace.outputs.progress import SearchProgress
+    from tf_autoplace.pipeline import engine
 
     graph = session.graph
     with _lock:
@@ -360,15 +364,11 @@ def _place_graph(session, settings: AutoplaceSettings) -> None:
             return
         if not graph.get_operations():
             return  # nothing to place yet; try again when the session sees ops
-        cluster = resolve_cluster(settings.cluster)
+        options = settings.place_options()
+        cluster = options.resolved_cluster()  # "local": this machine's devices, read now
         _check_session_devices(session, cluster, settings.cluster)
-        placer = _placer(settings)
-        progress = (SearchProgress("log", logdir=settings.progress_logdir)
-                    if settings.progress else False)
-        report = tf_autoplace.autoplace(
-            graph, cluster=cluster, placer=placer, seed=settings.seed, progress=progress,
-            cache=(settings.cache_dir or True) if settings.cache else False,
-            cost_profile=settings.cost_profile)
+        report = engine.place_graph(graph, options.replace(cluster=cluster))
+        placer = options.placer
         _placed[graph] = report
     logging.info("autoplace: placed %d ops with %s\n%s", report.num_ops, report.placer, report)
     if settings.save_policy:

@@ -58,14 +58,15 @@ from tensorflow.core.framework import graph_pb2, types_pb2
 from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
 from tensorflow.python.eager import context  # private; TF's SavedModel loader uses it so
 
-from tf_autoplace.core.cluster import Cluster, resolve_cluster
+from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.cost import AnalyticalCostModel, CostModel
 from tf_autoplace.errors import ConfigError, InvalidGraphError
 from tf_autoplace.graph import ingest
 from tf_autoplace.graph.opgraph import OpGraph
 from tf_autoplace.grouping import GroupingConfig
 from tf_autoplace.outputs import files
-from tf_autoplace.pipeline.engine import check_arguments, place_graph
+from tf_autoplace.pipeline.engine import place_graph
+from tf_autoplace.pipeline.options import PlaceOptions
 from tf_autoplace.placers import DEFAULT_PLACER
 from tf_autoplace.rewrite import apply_to_graph_def
 
@@ -367,10 +368,18 @@ def autoplace_function(fn, *args, cluster=None, placer=DEFAULT_PLACER, seed: int
       ``(placed, report)``: a :class:`PlacedFunction` (called like ``fn``, running the same
       variables) and its PlacementReport (also ``placed.report``).
     """
-    check_arguments(seed=seed, grouping=grouping, cost_model=cost_model,
-                    unknown_dim=unknown_dim, cache=cache, progress=progress)
+    options = PlaceOptions.make(placer=placer, cluster=cluster, seed=seed, grouping=grouping,
+                                cost_model=cost_model, unknown_dim=unknown_dim, cache=cache,
+                                progress=progress)
+    return place_function(fn, args, kwargs, options)
+
+
+def place_function(fn, args, kwargs, options: PlaceOptions):
+    """:func:`autoplace_function` with its options checked: ``fn`` traced with ``args`` and
+    ``kwargs`` and placed as ``options`` say (not ``cost_profile`` or ``measure_steps``, which
+    are for graphs). Returns ``(placed, report)``."""
     cf = _concrete_function(fn, args, kwargs)
-    cluster = resolve_cluster(cluster)
+    cluster = options.resolved_cluster()
     graph_def = cf.graph.as_graph_def()
     if _call_ops(graph_def):
         graph_def = _inline_calls(cf, graph_def)
@@ -391,10 +400,8 @@ def autoplace_function(fn, *args, cluster=None, placer=DEFAULT_PLACER, seed: int
             _resource_as_variable(nodes[name], internal)
 
     meta_graph = ingest.load_meta_graph(to_place)
-    pinned = PinnedCostModel(cost_model or AnalyticalCostModel(meta_graph), pins)
-    report = place_graph(to_place, cluster=cluster, placer=placer, seed=seed, grouping=grouping,
-                         cost_model=pinned, unknown_dim=unknown_dim, cache=cache,
-                         progress=progress)
+    pinned = PinnedCostModel(options.cost_model or AnalyticalCostModel(meta_graph), pins)
+    report = place_graph(to_place, options.replace(cluster=cluster, cost_model=pinned))
     placed_def = apply_to_graph_def(graph_def, report.assignment)
 
     notes = list(report.notes)
@@ -466,45 +473,38 @@ def place_saved_model(input_dir, output_dir, *, cluster=None, placer=DEFAULT_PLA
     directory then appears whole (:mod:`tf_autoplace.outputs.files`). Raises an :class:`AutoplaceError`
     on bad input, leaving nothing behind.
     """
-    check_arguments(seed=seed, grouping=grouping, cost_model=cost_model,
-                    unknown_dim=unknown_dim, cache=cache, progress=progress)
+    options = PlaceOptions.make(placer=placer, cluster=cluster, seed=seed, grouping=grouping,
+                                cost_model=cost_model, unknown_dim=unknown_dim, cache=cache,
+                                progress=progress)
     output_dir = files.check_output_path(output_dir, "output", directory=True)
-    placed = load_and_place_saved_model(
-        input_dir, cluster=cluster, placer=placer, seed=seed, signature=signature, tags=tags,
-        grouping=grouping, cost_model=cost_model, unknown_dim=unknown_dim, cache=cache,
-        progress=progress)
+    placed = load_and_place_saved_model(input_dir, options, signature=signature, tags=tags)
     outputs = files.Outputs()
     outputs.add_directory(output_dir, placed.write)
     outputs.commit()
     return placed.report
 
 
-def load_and_place_saved_model(input_dir, *, cluster=None, placer=DEFAULT_PLACER, seed: int = 0,
-                               signature: str = "serving_default", tags=("serve",),
-                               grouping: GroupingConfig = GroupingConfig(),
-                               cost_model: CostModel | None = None,
-                               unknown_dim: int = 1, cache=None,
-                               progress=None) -> PlacedSavedModel:
-    """Place the SavedModel in ``input_dir`` without writing anything (the arguments are
-    :func:`place_saved_model`'s): a :class:`PlacedSavedModel` to write where the caller
-    chooses, e.g. together with other outputs."""
-    check_arguments(seed=seed, grouping=grouping, cost_model=cost_model,
-                    unknown_dim=unknown_dim, cache=cache, progress=progress)
+def load_and_place_saved_model(input_dir, options: PlaceOptions, *,
+                               signature: str = "serving_default",
+                               tags=("serve",)) -> PlacedSavedModel:
+    """Place the SavedModel in ``input_dir`` as ``options`` say, without writing anything
+    (``signature`` and ``tags`` as for :func:`place_saved_model`): a :class:`PlacedSavedModel`
+    to write where the caller chooses, e.g. together with other outputs."""
+    if options.cost_profile is not None or options.measure_steps:
+        raise ConfigError("a SavedModel is placed without a cost profile or measured steps: "
+                          "its function graph has other op names than a profile's, and it "
+                          "has no training step to time")
     input_dir = os.fspath(input_dir)
     if not is_saved_model(input_dir):
         raise InvalidGraphError(f"{input_dir!r} is not a SavedModel directory (no "
                                 "saved_model.pb)")
     proto = _read_saved_model(input_dir)
-    place_kwargs = dict(cluster=cluster, placer=placer, seed=seed, grouping=grouping,
-                        cost_model=cost_model, unknown_dim=unknown_dim, cache=cache,
-                        progress=progress)
     if any(len(mg.object_graph_def.nodes) for mg in proto.meta_graphs):  # TF2
-        return _place_tf2_saved_model(input_dir, signature=signature, tags=tags,
-                                      **place_kwargs)
-    return _place_tf1_saved_model(input_dir, proto, tags=tags, **place_kwargs)
+        return _place_tf2_saved_model(input_dir, options, signature=signature, tags=tags)
+    return _place_tf1_saved_model(input_dir, proto, options, tags=tags)
 
 
-def _place_tf2_saved_model(input_dir, *, signature, tags, **place_kwargs):
+def _place_tf2_saved_model(input_dir, options, *, signature, tags):
     try:
         loaded = tf.saved_model.load(input_dir, tags=list(tags) if tags else None)
     except (ValueError, RuntimeError, tf.errors.OpError) as e:
@@ -513,7 +513,7 @@ def _place_tf2_saved_model(input_dir, *, signature, tags, **place_kwargs):
     if signature not in signatures:
         raise ConfigError(f"{input_dir!r} has no signature {signature!r}; it has "
                           f"{sorted(signatures)}")
-    placed, report = autoplace_function(signatures[signature], **place_kwargs)
+    placed, report = place_function(signatures[signature], (), {}, options)
     signatures[signature] = placed.concrete_function
 
     def write(directory):
@@ -522,7 +522,7 @@ def _place_tf2_saved_model(input_dir, *, signature, tags, **place_kwargs):
     return PlacedSavedModel(report=report, write=write)
 
 
-def _place_tf1_saved_model(input_dir, proto, *, tags, **place_kwargs):
+def _place_tf1_saved_model(input_dir, proto, options, *, tags):
     wanted = set(tags)
     found = [i for i, mg in enumerate(proto.meta_graphs)
              if set(mg.meta_info_def.tags) == wanted]
@@ -530,7 +530,7 @@ def _place_tf1_saved_model(input_dir, proto, *, tags, **place_kwargs):
         raise ConfigError(f"{input_dir!r} has no MetaGraph tagged {sorted(wanted)}; it has "
                           f"{[sorted(mg.meta_info_def.tags) for mg in proto.meta_graphs]}")
     meta_graph = proto.meta_graphs[found[0]]
-    report = place_graph(meta_graph, **place_kwargs)
+    report = place_graph(meta_graph, options)
     out = saved_model_pb2.SavedModel()
     out.CopyFrom(proto)
     out.meta_graphs[found[0]].graph_def.CopyFrom(report.graph_def)

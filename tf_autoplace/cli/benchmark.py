@@ -27,7 +27,7 @@ from tf_autoplace.placers import get_placer
 from tf_autoplace.zoo import benchmark as bench
 
 flags.DEFINE_list("placers", list(bench.PLACER_NAMES),
-                  "placers to run (tf_autoplace.placers.PLACERS); name@SECONDS gives a placer "
+                  "placers to run (tf_autoplace.core.registry); name@SECONDS gives a placer "
                   "that searches that budget_s (gdp@0: GDP zero-shot)")
 flags.DEFINE_list("pairs", None, "model:cluster pairs; default: the papers' pairs "
                   f"(--quick: {','.join(bench.QUICK_PAIRS)}). Models: {','.join(bench.MODELS)}")

@@ -67,15 +67,16 @@ from google.protobuf import text_format
 from tensorflow.core.protobuf import meta_graph_pb2
 
 from tf_autoplace import tf2
-from tf_autoplace.api import autoplace, place_cost_graph
-from tf_autoplace.core.cluster import resolve_cluster
+from tf_autoplace.core import registry
 from tf_autoplace.errors import AutoplaceError, ConfigError
 from tf_autoplace.graph import costgraph, ingest
 from tf_autoplace.grouping import GroupingConfig
 from tf_autoplace.outputs import files, timeline
 from tf_autoplace.outputs.progress import SearchProgress
 from tf_autoplace.outputs.saved_placement import serialize
-from tf_autoplace.placers import SavedPlacement, get_placer
+from tf_autoplace.pipeline import engine
+from tf_autoplace.pipeline.options import PlaceOptions
+from tf_autoplace.placers import SavedPlacement
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("input", None, "GraphDef or MetaGraphDef file (binary or text), a "
@@ -88,12 +89,12 @@ flags.DEFINE_list("saved_model_tags", ["serve"], "SavedModel input (TF1): the ta
                   "MetaGraph to place.")
 flags.DEFINE_string("cluster", "local", "Shipped cluster name (k80x2, cpu2, ...), cluster spec "
                     "file (text ClusterSpec) or 'local'.")
-flags.DEFINE_string("placer", "auto", "Placer name (default: the default placer, auto).")
+flags.DEFINE_string("placer", "auto", f"Placer: {registry.listing()} (default: auto).")
 flags.DEFINE_multi_string("placer_option", [], "NAME=VALUE: a setting of the placer's config "
                           "(e.g. --placer=hdp --placer_option=start=uniform); repeatable.")
 flags.DEFINE_float("budget_s", None, "Search budget in seconds (>= 0) for placers that search "
-                   "(auto, placeto, post, hdp, gdp; 0: gdp places zero-shot); default: the "
-                   "placer's own.")
+                   f"({', '.join(registry.able('budget_s'))}; 0: gdp places zero-shot); "
+                   "default: the placer's own.")
 flags.DEFINE_integer("seed", 0, "Random seed.", lower_bound=0)
 flags.DEFINE_integer("max_groups", 2000, "Merge-and-Colocate: at most this many groups.")
 flags.DEFINE_string("report_json", None, "Also write the report as JSON here.")
@@ -111,7 +112,7 @@ flags.DEFINE_bool("cache", False, "Keep placements in the placement cache and re
 flags.DEFINE_string("cache_dir", None, "The placement cache's directory (default: the user's "
                     "cache directory).")
 flags.DEFINE_string("policy", None, "A saved policy's directory for a learned placer "
-                    "(placeto, hdp, gdp) to start from.")
+                    f"({', '.join(registry.able('policy'))}) to start from.")
 flags.DEFINE_string("save_policy", None, "Write the policy the learned placer fine-tuned to "
                     "this directory (a new or empty one, written with the other outputs).")
 flags.DEFINE_bool("progress", True, "Show the search's progress (a bar on a terminal, log "
@@ -196,13 +197,6 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
         if placement and placer_options:
             raise ConfigError("--placer_option sets a placer's search; --placement applies a "
                               "saved placement without one")
-        chosen = (SavedPlacement(placement) if placement
-                  else get_placer(placer, budget_s=budget_s, policy=policy,
-                                  options=placer_options))
-        options = dict(cluster=resolve_cluster(cluster), placer=chosen, seed=seed,
-                       grouping=GroupingConfig(max_groups=max_groups),
-                       cache=(cache_dir or True) if cache else False,
-                       progress=SearchProgress(logdir=progress_logdir) if progress else False)
         if (saved_model or cost_graph) and measure_steps:
             raise ConfigError("--measure_steps times GraphDef and MetaGraphDef input; a "
                               "SavedModel or a cost graph is placed without it")
@@ -210,19 +204,26 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
             raise ConfigError("--cost_profile times the ops of GraphDef and MetaGraphDef input; "
                               "a cost graph carries its own times, and a SavedModel's "
                               "function graph has other op names")
+        options = PlaceOptions.make(
+            placer=SavedPlacement(placement) if placement else placer, cluster=cluster,
+            seed=seed, budget_s=None if placement else budget_s,
+            policy=None if placement else policy,
+            placer_options=placer_options, grouping=GroupingConfig(max_groups=max_groups),
+            cost_profile=cost_profile, cache=(cache_dir or True) if cache else False,
+            progress=SearchProgress(logdir=progress_logdir) if progress else False,
+            measure_steps=measure_steps)
         outputs = files.Outputs()
         if saved_model:  # SavedModel in, SavedModel out
-            placed = tf2.load_and_place_saved_model(input_path, signature=signature,
-                                                    tags=tuple(tags), **options)
+            placed = tf2.load_and_place_saved_model(input_path, options, signature=signature,
+                                                    tags=tuple(tags))
             report = placed.report
             outputs.add_directory(output_path, placed.write)
         elif cost_graph:  # nothing to rewrite: the output is the placement
-            report = place_cost_graph(input_path, **options)
+            report = engine.place_cost_graph(input_path, options)
             outputs.add_file(output_path, _placement_bytes(report, output_path))
         else:
             source, is_meta_graph = ingest.read_graph_file(input_path)
-            report = autoplace(source, measure_steps=measure_steps, cost_profile=cost_profile,
-                               **options)
+            report = engine.place_graph(source, options)
             outputs.add_file(output_path,
                              _serialize(report, source, is_meta_graph, output_path))
         if save_policy:  # ConfigError, with nothing written, when no policy was fine-tuned

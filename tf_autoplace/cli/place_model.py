@@ -24,6 +24,7 @@ from absl import flags
 
 from tf_autoplace import zoo
 from tf_autoplace.api import autoplace
+from tf_autoplace.core import registry
 from tf_autoplace.errors import AutoplaceError
 from tf_autoplace.outputs import files
 from tf_autoplace.placers import get_placer
@@ -32,7 +33,7 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("model", "inception_v3", "Model zoo name (tf_autoplace.zoo.MODELS).")
 flags.DEFINE_multi_string("knob", [], "Model size knob as name=value (int), repeatable.")
 flags.DEFINE_string("cluster", "k80x2", "Shipped cluster name, cluster spec file or 'local'.")
-flags.DEFINE_string("placer", "auto", "Placer name (default: the default placer, auto).")
+flags.DEFINE_string("placer", "auto", f"Placer: {registry.listing()} (default: auto).")
 flags.DEFINE_multi_string("placer_option", [], "NAME=VALUE: a setting of the placer's config "
                           "(e.g. --placer=hdp --placer_option=start=uniform); repeatable.")
 flags.DEFINE_integer("seed", 0, "Random seed.")

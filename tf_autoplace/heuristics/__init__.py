@@ -1,10 +1,11 @@
 """The fast heuristic placers: each places an 8k-op graph in about a second, without learning.
 
-They sit below the learned machinery (:mod:`tf_autoplace.placers`), which starts its searches from
-them and falls back to them, and below the registry of every placer
-(:mod:`tf_autoplace.placers`).
+They sit below the searching and learned placers (:mod:`tf_autoplace.placers`), which start
+from them and fall back to them. :data:`HEURISTICS` (name -> class) is the registry's view of
+them (:mod:`tf_autoplace.core.registry`).
 """
 
+from tf_autoplace.core.registry import HEURISTICS
 from tf_autoplace.heuristics.best import DEFAULT_CANDIDATES, FAST_HEURISTICS, BestHeuristicPlacer
 from tf_autoplace.heuristics.cpu_only import CpuOnlyPlacer
 from tf_autoplace.heuristics.expert import ExpertPlacer
@@ -13,13 +14,6 @@ from tf_autoplace.heuristics.metis import MetisPlacer
 from tf_autoplace.heuristics.random_placer import RandomPlacer
 from tf_autoplace.heuristics.single import SingleDevicePlacer
 from tf_autoplace.heuristics.topo import MemoryAwareTopoPlacer
-
-HEURISTICS = {
-    **FAST_HEURISTICS,
-    "cpu_only": CpuOnlyPlacer,
-    "random": RandomPlacer,
-    "best_heuristic": BestHeuristicPlacer,
-}
 
 __all__ = ["DEFAULT_CANDIDATES", "FAST_HEURISTICS", "HEURISTICS", "BestHeuristicPlacer",
            "CpuOnlyPlacer", "ExpertPlacer", "MemoryAwareETFPlacer", "MemoryAwareTopoPlacer",

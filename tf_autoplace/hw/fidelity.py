@@ -37,6 +37,7 @@ import time
 import numpy as np
 
 from tf_autoplace import zoo
+from tf_autoplace.core import registry
 from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.cost import AnalyticalCostModel
 from tf_autoplace.cost.profile import ProfileCostModel
@@ -59,7 +60,7 @@ GRAPHS = {
                                     "heads": 4, "d_ff": 256, "vocab": 1000}),
 }
 VARIANTS = ("analytical", "profiled", "profiled, independent devices")
-LEARNED = ("auto", "placeto", "post", "hdp", "gdp")  # those registered in PLACERS are used
+LEARNED = (*registry.names("search"), *registry.names("learned"))
 MOVE_SHARES = (0.02, 0.05, 0.1, 0.2, 0.35, 0.5)
 
 

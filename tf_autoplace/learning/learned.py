@@ -9,7 +9,8 @@ constructor takes the whole config, or its fields as keywords over the defaults,
 (and the flags and the benchmark through it) can pass a time budget or a Ray cluster to any
 placer that takes one.
 
-**Keeping a policy** (``keeps_policy``: ``placeto``, ``hdp``, ``gdp``). Such a placer's config
+**Keeping a policy** (the placers the registry says accept ``policy``: ``placeto``, ``hdp``,
+``gdp``; :mod:`tf_autoplace.core.registry`). Such a placer's config
 has a ``policy_dir`` field, a saved policy's directory to start from, which the constructor
 also takes as ``policy=``; after a placement that fine-tuned a policy it sets
 ``trained_policy`` (:meth:`_keep_policy`: the weights, and a manifest of what they were tuned
@@ -34,6 +35,7 @@ import sys
 
 import numpy as np
 
+from tf_autoplace.core import registry
 from tf_autoplace.core.problem import PlacementProblem, Placer, rank_placements
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph.fingerprint import fingerprint
@@ -72,11 +74,10 @@ class LearnedPlacer(Placer):
       config: the settings (a ``config_class``), or its fields as keywords.
       budget_s, ray_address: the config's fields of those names.
       policy: a saved policy's directory to start from (the config's ``policy_dir``); only for
-        placers that keep a policy (``keeps_policy``), a ConfigError for the others.
+        placers that keep a policy (the registry's ``policy``), a ConfigError for the others.
     """
 
     config_class: type
-    keeps_policy: bool = False  # starts from a saved policy and keeps the one it fine-tuned
     no_policy_reason = "it has no policy that carries over from one graph to another"
 
     def __init__(self, config=None, *, budget_s: float | None = None,
@@ -86,7 +87,7 @@ class LearnedPlacer(Placer):
         if ray_address is not None:
             overrides["ray_address"] = ray_address
         if policy is not None:
-            if not self.keeps_policy:
+            if not registry.accepts(self.name, "policy"):
                 raise ConfigError(f"the {self.name} placer starts from no saved policy: "
                                   f"{self.no_policy_reason}")
             if not (isinstance(policy, (str, os.PathLike)) and os.fspath(policy)):

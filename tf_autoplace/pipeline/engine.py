@@ -15,7 +15,8 @@ cache; simulate the single-device baseline, compute the lower bounds
 (:func:`tf_autoplace.sim.lp_lower_bound`, its LP small enough to run on every call and capped by
 HiGHS's time limit) and return the :class:`PlacementReport` with its timeline, the graph's
 fingerprint (so the placement can be applied again) and a learned placer's fine-tuned policy.
-It holds no algorithm.
+It holds no algorithm, and checks no option: a door built the :class:`PlaceOptions` it reads
+(:mod:`tf_autoplace.pipeline.options`).
 
 With ``measure_steps``, :func:`place_graph` then times the placed graph and the single-device
 baseline on this machine (:func:`tf_autoplace.hw.measure.measure`) before it rewrites a
@@ -28,58 +29,26 @@ import dataclasses
 import os
 import time
 
-import numpy as np
 import tensorflow as tf
 
-from tf_autoplace.core.cluster import resolve_cluster
 from tf_autoplace.core.problem import Placement, PlacementProblem, Placer, validate
-from tf_autoplace.cost import AnalyticalCostModel, CostModel
+from tf_autoplace.cost import AnalyticalCostModel
 from tf_autoplace.cost.profile import ProfileCostModel
 from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
 from tf_autoplace.graph import costgraph, ingest, kernels
 from tf_autoplace.graph.fingerprint import fingerprint
-from tf_autoplace.grouping import GroupingConfig
 from tf_autoplace.heuristics import SingleDevicePlacer
 from tf_autoplace.hw.measure import measure
 from tf_autoplace.hw.workload import Workload
 from tf_autoplace.learning.eager import policy_context
-from tf_autoplace.outputs.progress import as_progress
 from tf_autoplace.outputs.report import PlacementReport, device_loads
 from tf_autoplace.outputs.timeline import TimelineData
-from tf_autoplace.pipeline.cache import PlacementCache, as_cache
+from tf_autoplace.pipeline.cache import PlacementCache
+from tf_autoplace.pipeline.options import PlaceOptions
 from tf_autoplace.pipeline.prepare import build_problem, cost_graph_problem
-from tf_autoplace.placers import DEFAULT_PLACER, get_placer
 from tf_autoplace.proto import cost_graph_pb2
 from tf_autoplace.rewrite import apply_to_graph, apply_to_graph_def, replaced_devices
 from tf_autoplace.sim import lp_lower_bound
-
-MAX_SEED = 2**63 - 1  # a PlacementResult's seed is an int64
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
-def check_arguments(*, seed, grouping, cost_model=None, unknown_dim=1, cache=None,
-                    progress=None, cost_profile=None) -> None:
-    """Raise ConfigError for an option of :func:`tf_autoplace.autoplace` that is out of range or
-    of the wrong type, before any work (each door calls it first)."""
-    as_cache(cache)  # each raises ConfigError for a value it does not take; neither touches disk
-    as_progress(progress)
-    if not (_is_int(seed) and 0 <= seed <= MAX_SEED):
-        raise ConfigError(f"seed must be an int in [0, 2**63 - 1], got {seed!r}")
-    if not isinstance(grouping, GroupingConfig):
-        raise ConfigError(f"grouping must be a GroupingConfig, got {grouping!r}")
-    if cost_model is not None and not isinstance(cost_model, CostModel):
-        raise ConfigError(f"cost_model must be None (Grappler's analytical costs) or a "
-                          f"tf_autoplace.cost.CostModel, got {cost_model!r}")
-    if cost_profile is not None and not isinstance(cost_profile, (str, os.PathLike)):
-        raise ConfigError(f"cost_profile must be the path of a CostProfile file, got "
-                          f"{cost_profile!r}")
-    if cost_profile is not None and cost_model is not None:
-        raise ConfigError("give cost_model or cost_profile, not both")
-    if not (_is_int(unknown_dim) and unknown_dim >= 1):
-        raise ConfigError(f"unknown_dim must be an int >= 1, got {unknown_dim!r}")
 
 
 def _profile_notes(profile: ProfileCostModel, path) -> list[str]:
@@ -94,21 +63,24 @@ def _profile_notes(profile: ProfileCostModel, path) -> list[str]:
     return notes
 
 
-def place_graph(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
-                grouping: GroupingConfig = GroupingConfig(), cost_model: CostModel | None = None,
-                cost_profile: str | os.PathLike | None = None, unknown_dim: int = 1,
-                cache=None, progress=None, measure_steps: int = 0,
-                measure_feeds: dict | None = None) -> PlacementReport:
-    """Place a ``tf.Graph`` (rewritten in place) or a GraphDef, MetaGraphDef, serialized bytes
-    or file path (left alone; the placed copy is ``report.graph_def``); the arguments are
-    :func:`tf_autoplace.autoplace`'s, ``placer`` a registered name or a Placer (``cache`` and
-    ``progress`` None: none)."""
-    placer, cluster = _check(placer, cluster, seed=seed, grouping=grouping,
-                             cost_model=cost_model, cost_profile=cost_profile,
-                             unknown_dim=unknown_dim, cache=cache, progress=progress)
-    cache, progress = as_cache(cache), as_progress(progress)
-    if not (_is_int(measure_steps) and measure_steps >= 0):
-        raise ConfigError(f"measure_steps must be an int >= 0, got {measure_steps!r}")
+def place_graph(graph, options: PlaceOptions) -> PlacementReport:
+    """Place a graph as ``options`` say.
+
+    Args:
+      graph: a ``tf.Graph`` (rewritten in place, atomically, once everything else succeeded)
+        or a GraphDef, MetaGraphDef, serialized bytes or file path (left alone).
+      options: how to place it, checked at the door.
+
+    Returns:
+      The PlacementReport; for a graph that is not a ``tf.Graph``, the placed copy is its
+      ``graph_def``.
+
+    Raises:
+      AutoplaceError: bad input, or no valid placement; a ``tf.Graph`` is left as it was.
+    """
+    placer, cluster, seed = options.placer, options.resolved_cluster(), options.seed
+    cost_model, cost_profile = options.cost_model, options.cost_profile
+    measure_steps = options.measure_steps
     timings: dict[str, float] = {}
     meta_graph = ingest.load_meta_graph(graph)
     if cost_profile is not None:  # measured times; what the profile lacks is estimated
@@ -116,11 +88,11 @@ def place_graph(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
                                                 fallback=AnalyticalCostModel(meta_graph))
     # What a step runs is found before anything is placed, so that a graph we could not time
     # is an error that leaves it untouched.
-    workload = (Workload.from_graph(meta_graph, feeds=measure_feeds, seed=int(seed))
+    workload = (Workload.from_graph(meta_graph, feeds=options.measure_feeds, seed=int(seed))
                 if measure_steps or placer.needs_workload else None)
-    problem, cost_model = build_problem(meta_graph, cluster, grouping=grouping,
-                                        cost_model=cost_model, unknown_dim=unknown_dim,
-                                        timings=timings)
+    problem, cost_model = build_problem(meta_graph, cluster, grouping=options.grouping,
+                                        cost_model=cost_model,
+                                        unknown_dim=options.unknown_dim, timings=timings)
     if placer.needs_workload:  # its reward comes from running placements here
         problem = dataclasses.replace(problem, workload=workload)
     notes = []
@@ -135,10 +107,9 @@ def place_graph(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
     unknown = int((~problem.graph.shape_known).sum())
     if unknown:
         notes.append(f"{unknown} ops have outputs of unknown size (counted with "
-                     f"{unknown_dim} per unknown dimension): give the inputs static shapes "
-                     "for better memory and transfer estimates")
-    report = place_problem(problem, placer, seed, timings=timings, notes=notes, cache=cache,
-                           progress=progress)
+                     f"{options.unknown_dim} per unknown dimension): give the inputs static "
+                     "shapes for better memory and transfer estimates")
+    report = place_problem(problem, options, timings=timings, notes=notes)
     replaced = replaced_devices(meta_graph.graph_def, report.assignment)
     if replaced:
         name, asked, placed = replaced[0]
@@ -161,18 +132,32 @@ def place_graph(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
     return dataclasses.replace(report, graph_def=placed_graph_def)
 
 
-def place_cost_graph(cost_graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
-                     grouping: GroupingConfig = GroupingConfig(), cache=None,
-                     progress=None) -> PlacementReport:
-    """Place a cost graph (a :class:`~tf_autoplace.graph.costgraph.CostGraph`, its
-    ``tf_autoplace.CostGraph`` proto, or the path of one in any of its forms); the other
-    arguments are :func:`tf_autoplace.autoplace`'s. Returns the same report as for a TF graph,
-    its ``assignment`` (op name -> device) the placement; ``graph_def`` is None. Anything else
-    (TensorFlow's own ``CostGraphDef`` or ``RunMetadata`` among them: another format) is a
-    ConfigError naming its type."""
-    placer, cluster = _check(placer, cluster, seed=seed, grouping=grouping, cache=cache,
-                             progress=progress)
-    cache, progress = as_cache(cache), as_progress(progress)
+def place_cost_graph(cost_graph, options: PlaceOptions) -> PlacementReport:
+    """Place a cost graph as ``options`` say.
+
+    Args:
+      cost_graph: a :class:`~tf_autoplace.graph.costgraph.CostGraph`, its
+        ``tf_autoplace.CostGraph`` proto, or the path of one in any of its forms.
+      options: how to place it (no cost model, cost profile or measured steps: a cost graph
+        carries its op times and is not run).
+
+    Returns:
+      The same report as for a TF graph, its ``assignment`` (op name -> device) the
+      placement; ``graph_def`` is None.
+
+    Raises:
+      ConfigError: anything but a cost graph (TensorFlow's own ``CostGraphDef`` or
+        ``RunMetadata`` among them: another format, named in the message), or options a cost
+        graph cannot use.
+      AutoplaceError: bad input, or no valid placement.
+    """
+    if options.cost_model is not None or options.cost_profile is not None:
+        raise ConfigError("a cost graph carries its own op times; give it no cost_model or "
+                          "cost_profile")
+    if options.measure_steps:
+        raise ConfigError("measure_steps runs a TensorFlow graph; a cost graph is placed "
+                          "without it")
+    cluster = options.resolved_cluster()
     timings: dict[str, float] = {}
     if not isinstance(cost_graph, costgraph.CostGraph):
         t = time.perf_counter()
@@ -186,25 +171,25 @@ def place_cost_graph(cost_graph, cluster=None, placer=DEFAULT_PLACER, seed: int 
                 "(protos/cost_graph.proto) or the path of one, got a "
                 f"{type(cost_graph).__module__}.{type(cost_graph).__qualname__}")
         timings["read"] = time.perf_counter() - t
-    problem = cost_graph_problem(cost_graph, cluster, grouping=grouping, timings=timings)
+    problem = cost_graph_problem(cost_graph, cluster, grouping=options.grouping,
+                                 timings=timings)
     notes = []
     unknown = int((~problem.graph.shape_known).sum())
     if unknown:
         notes.append(f"{unknown} ops have output sizes the cost graph marks as estimates "
                      "(shape_unknown)")
-    return place_problem(problem, placer, seed, timings=timings, notes=notes, cache=cache,
-                         progress=progress)
+    return place_problem(problem, options, timings=timings, notes=notes)
 
 
-def place_problem(problem: PlacementProblem, placer: Placer, seed: int, *,
-                  timings: dict | None = None, notes=(), cache: PlacementCache | None = None,
-                  progress=None) -> PlacementReport:
-    """Place a built problem and report on it: the placement (from ``cache`` when it holds a
-    valid one, else found outside the user's default graph, reporting to ``progress``, and
-    stored in ``cache``), its simulated step and memory, the lower bounds, the single-device
-    baseline and the timeline. ``timings`` (seconds per stage so far) gains ``place`` and
-    ``bound``; ``notes`` follow the placer's own and the bound's."""
+def place_problem(problem: PlacementProblem, options: PlaceOptions, *,
+                  timings: dict | None = None, notes=()) -> PlacementReport:
+    """Place a built problem and report on it: the placement (from the options' cache when it
+    holds a valid one, else found outside the user's default graph, reporting to the options'
+    progress, and stored in the cache), its simulated step and memory, the lower bounds, the
+    single-device baseline and the timeline. ``timings`` (seconds per stage so far) gains
+    ``place`` and ``bound``; ``notes`` follow the placer's own and the bound's."""
     timings = {} if timings is None else timings
+    placer, seed, cache = options.placer, options.seed, options.cache
     cluster = problem.cluster
     graph_fingerprint = fingerprint(problem.graph)
     key = cache.key(problem, placer, int(seed), graph_fingerprint) if cache else None
@@ -213,7 +198,7 @@ def place_problem(problem: PlacementProblem, placer: Placer, seed: int, *,
     from_cache = placement is not None
     if not from_cache:
         with policy_context():  # nothing the placer runs lands in the user's graph
-            placement = placer.place(problem, seed=int(seed), progress=as_progress(progress))
+            placement = placer.place(problem, seed=int(seed), progress=options.progress)
     timings["place"] = time.perf_counter() - t
 
     baseline = SingleDevicePlacer().propose(problem)
@@ -248,13 +233,6 @@ def place_problem(problem: PlacementProblem, placer: Placer, seed: int, *,
         entry.note.extend(placement.notes)  # the search's own; the rest is said again
         cache.store(key, entry)
     return report
-
-
-def _check(placer, cluster, **options):
-    """The placer (a name or a Placer) and the cluster (any form resolve_cluster takes),
-    checked with the other ``options`` (:func:`check_arguments`) before any work."""
-    check_arguments(**options)
-    return get_placer(placer), resolve_cluster(cluster)
 
 
 def _from_cache(cache: PlacementCache, key: str, problem: PlacementProblem, placer: Placer,

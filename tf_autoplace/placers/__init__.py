@@ -1,23 +1,25 @@
 """Every placer behind one interface (:class:`~tf_autoplace.core.problem.Placer`), by name.
 
-The fast heuristics live in :mod:`tf_autoplace.heuristics`; the learned placers here are thin
-doors over their own folders (``placers/<name>/``) and the shared machinery of :mod:`tf_autoplace.learning` (config, budget, start, fallback to the best heuristic).
-:class:`SavedPlacement` applies a placement saved by an earlier run; it takes a file, so it has
-no name in :data:`PLACERS`.
+The names, classes and what each placer accepts are the registry's
+(:mod:`tf_autoplace.core.registry`); :data:`PLACERS` is its name -> class view. The fast
+heuristics live in :mod:`tf_autoplace.heuristics`; the default placer and the learned ones have
+a folder each here (``auto/``, ``placeto/``, ``post/``, ``hdp/``, ``gdp/``) over the machinery
+they share (:mod:`tf_autoplace.learning`). :class:`SavedPlacement` applies a placement saved by
+an earlier run; it takes a file, so it has no name in the registry.
 
-What :func:`get_placer` passes to a placer's constructor when the constructor takes it:
-``budget_s`` (the placers that search within a time budget) and ``policy`` (a directory of a
-saved policy, which the learned placers that keep one start from instead of the shipped or a
-fresh one: :func:`policy_placers`). ``options`` are the command line's settings of a placer
-that has a config dataclass (``--placer_option=start=uniform``), typed by :func:`parse_options`.
+:func:`get_placer` builds a placer from its name with what the registry says it accepts:
+``budget_s`` (placers that search within a time budget), ``ray_address`` (placers that farm
+simulations out), ``policy`` (a saved policy's directory, for the learned placers that start
+from one: :func:`policy_placers`) and ``options``, the command line's settings of a placer's
+config dataclass (``--placer_option=start=uniform``), typed by :func:`parse_options`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from typing import Sequence
 
+from tf_autoplace.core import registry
 from tf_autoplace.core.problem import (
     Placement,
     PlacementProblem,
@@ -28,7 +30,6 @@ from tf_autoplace.core.problem import (
 )
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.heuristics import (
-    HEURISTICS,
     BestHeuristicPlacer,
     CpuOnlyPlacer,
     ExpertPlacer,
@@ -50,22 +51,7 @@ from tf_autoplace.placers.saved import SavedPlacement
 
 DEFAULT_PLACER = "auto"
 
-PLACERS = {
-    "auto": AutoPlacer,
-    "single": SingleDevicePlacer,
-    "cpu_only": CpuOnlyPlacer,
-    "random": RandomPlacer,
-    "expert": ExpertPlacer,
-    "metis": MetisPlacer,
-    "m_topo": MemoryAwareTopoPlacer,
-    "m_etf": MemoryAwareETFPlacer,
-    "best_heuristic": BestHeuristicPlacer,
-    "placeto": PlacetoPlacer,
-    "post": PostPlacer,
-    "hdp": HDPPlacer,
-    "gdp": GdpPlacer,
-}
-assert set(HEURISTICS) <= set(PLACERS)
+PLACERS = registry.PLACERS
 
 
 def get_placer(name_or_placer, *, budget_s: float | None = None,
@@ -73,15 +59,23 @@ def get_placer(name_or_placer, *, budget_s: float | None = None,
                options: Sequence[str] = ()) -> Placer:
     """A Placer instance from a registered name (or the instance itself).
 
-    ``budget_s`` is the search-time budget of placers that search (``auto``, ``placeto``,
-    ``post``, ``hdp``, ``gdp``); placers that return at once ignore it. ``ray_address`` sends the
-    simulations of placers that farm them out (``auto``, ``placeto``, ``post``, ``hdp``: their
-    constructor takes ``ray_address``) to that Ray cluster; asking it of a placer that
-    simulates nothing in parallel is a ConfigError, so a Ray cluster is never silently left
-    unused. ``policy`` is a saved policy's directory for a learned placer to start from
-    (``placeto``, ``hdp``, ``gdp``: :func:`policy_placers`); ConfigError for a placer that
-    takes none. ``options``: ``name=value`` settings of the placer's config
-    (:func:`parse_options`)."""
+    Args:
+      name_or_placer: a registered name (:data:`PLACERS`) or a Placer, returned as it is.
+      budget_s: the search-time budget, passed to placers that accept one; placers that
+        return at once ignore it.
+      ray_address: the Ray cluster a placer that farms its simulations out runs them on.
+      policy: a saved policy's directory for a learned placer to start from
+        (:func:`policy_placers`).
+      options: ``name=value`` settings of the placer's config (:func:`parse_options`).
+
+    Returns:
+      The placer.
+
+    Raises:
+      ConfigError: an unknown name; ``ray_address`` or ``policy`` for a placer that takes
+        none (so a Ray cluster or a policy is never silently left unused); any of them with a
+        Placer instance (give the instance its settings when you make it); a bad option.
+    """
     check_ray_address(ray_address)
     if isinstance(name_or_placer, Placer):
         if options:
@@ -94,29 +88,25 @@ def get_placer(name_or_placer, *, budget_s: float | None = None,
             raise ConfigError("policy= goes with a placer name; give the placer instance its "
                               "policy when you make it (e.g. PlacetoPlacer(policy=...))")
         return name_or_placer
-    if not isinstance(name_or_placer, str) or name_or_placer not in PLACERS:
-        raise ConfigError(
-            f"unknown placer {name_or_placer!r}; choose one of {sorted(PLACERS)}")
-    cls = PLACERS[name_or_placer]
+    entry = registry.entry(name_or_placer)
     kwargs = {}
-    if budget_s is not None and takes_budget(cls):
+    if budget_s is not None and "budget_s" in entry.accepts:
         kwargs["budget_s"] = budget_s
     if ray_address is not None:
-        if not takes_ray_address(cls):
-            able = sorted(n for n, c in PLACERS.items() if takes_ray_address(c))
-            raise ConfigError(f"placer {name_or_placer!r} runs no simulations on workers, so "
+        if "ray_address" not in entry.accepts:
+            raise ConfigError(f"placer {entry.name!r} runs no simulations on workers, so "
                               f"ray_address={ray_address!r} has nothing to do; placers that "
-                              f"take it: {able}")
+                              f"take it: {sorted(registry.able('ray_address'))}")
         kwargs["ray_address"] = ray_address
     if policy is not None:
-        if not takes_policy(cls):
-            why = getattr(cls, "no_policy_reason", None)
-            raise ConfigError(f"the {name_or_placer} placer starts from no policy"
+        if "policy" not in entry.accepts:
+            why = getattr(entry.load(), "no_policy_reason", None)
+            raise ConfigError(f"the {entry.name} placer starts from no policy"
                               f"{f' ({why})' if why else ''}; a saved policy is for the "
                               f"learned placers {policy_placers()}")
         kwargs["policy"] = policy
-    kwargs.update(parse_options(name_or_placer, options))
-    return cls(**kwargs)
+    kwargs.update(parse_options(entry.name, options))
+    return entry.load()(**kwargs)
 
 
 # Settings the doors give through their own arguments (--budget_s, --ray_address, --policy).
@@ -131,11 +121,10 @@ def parse_options(name: str, items: Sequence[str]) -> dict:
     or has its own argument."""
     if not items:
         return {}
-    cls = PLACERS[name]
-    config_class = getattr(cls, "config_class", None)
-    if config_class is None:
+    if "options" not in registry.entry(name).accepts:
         raise ConfigError(f"the {name} placer has no settings to set; placers with settings: "
-                          f"{sorted(n for n, c in PLACERS.items() if hasattr(c, 'config_class'))}")
+                          f"{registry.able('options')}")
+    config_class = registry.entry(name).load().config_class
     fields = {f.name: f for f in dataclasses.fields(config_class)}
     out = {}
     for item in items:
@@ -176,32 +165,44 @@ def _typed(placer: str, field: dataclasses.Field, text: str):
                       "line cannot give; set it from Python (the placer's config)")
 
 
+def _entry(placer_or_class) -> registry.PlacerEntry | None:
+    """The registry's entry of a placer (instance or class), None for one it does not list (a
+    saved placement, a user's own Placer)."""
+    cls = placer_or_class if isinstance(placer_or_class, type) else type(placer_or_class)
+    name = getattr(cls, "name", None)
+    if name not in registry.names():
+        return None
+    entry = registry.entry(name)
+    return entry if issubclass(cls, entry.load()) else None
+
+
+def _accepts(placer_or_class, what: str) -> bool:
+    entry = _entry(placer_or_class)
+    return entry is not None and what in entry.accepts
+
+
 def takes_budget(placer_or_class) -> bool:
-    """Whether a placer searches within a time budget (its constructor takes ``budget_s``)."""
-    return "budget_s" in _parameters(placer_or_class)
+    """Whether a placer searches within a time budget (the registry says it takes
+    ``budget_s``)."""
+    return _accepts(placer_or_class, "budget_s")
 
 
 def takes_ray_address(placer_or_class) -> bool:
-    """Whether a placer can simulate on a Ray cluster (its constructor takes ``ray_address``)."""
-    return "ray_address" in _parameters(placer_or_class)
+    """Whether a placer can simulate on a Ray cluster (the registry says it takes
+    ``ray_address``)."""
+    return _accepts(placer_or_class, "ray_address")
 
 
 def takes_policy(placer_or_class) -> bool:
     """Whether a placer starts from a saved policy (``policy=``) and keeps the one it
-    fine-tuned (:attr:`LearnedPlacer.keeps_policy`)."""
-    cls = placer_or_class if isinstance(placer_or_class, type) else type(placer_or_class)
-    return bool(getattr(cls, "keeps_policy", False))
+    fine-tuned (the registry says it takes ``policy``)."""
+    return _accepts(placer_or_class, "policy")
 
 
 def policy_placers() -> list[str]:
     """The names of the placers that start from a saved policy and keep the one they
     fine-tuned."""
-    return sorted(n for n, c in PLACERS.items() if takes_policy(c))
-
-
-def _parameters(placer_or_class):
-    cls = placer_or_class if isinstance(placer_or_class, type) else type(placer_or_class)
-    return inspect.signature(cls).parameters
+    return sorted(registry.able("policy"))
 
 
 __all__ = ["DEFAULT_PLACER", "PLACERS", "AutoConfig", "AutoPlacer", "BestHeuristicPlacer",

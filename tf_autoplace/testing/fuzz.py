@@ -30,6 +30,7 @@ import tensorflow as tf
 from tensorflow.core.framework import graph_pb2, types_pb2
 
 from tf_autoplace.api import autoplace
+from tf_autoplace.core import registry
 from tf_autoplace.core.cluster import Cluster, device_spec
 from tf_autoplace.errors import AutoplaceError
 from tf_autoplace.graph import grappler, ingest
@@ -51,8 +52,7 @@ device {{ name: "{HOST}CPU:1" kind: "CPU" memory_bytes: 8000000000 num_cores: 1
 
 # The placers cases use. "placeto" (run zero-shot: max_samples=8, no fine-tuning) compiles its
 # policy once per process, seconds; the quick run leaves it out (DESIGN: tests take seconds).
-PLACERS = ("auto", "m_etf", "best_heuristic", "single", "cpu_only", "random", "expert",
-           "metis", "m_topo")
+PLACERS = ("auto", *registry.names("heuristic"))
 ALL_PLACERS = PLACERS + ("placeto",)
 _OP_TYPES = ("Identity", "NoOp", "MatMul", "AddV2", "Const", "Placeholder", "VarHandleOp",
              "ReadVariableOp", "Relu", "Sum", "Shape", "Reshape", "NoSuchOp", "")

@@ -41,6 +41,7 @@ import sys
 import time
 
 from tf_autoplace import zoo
+from tf_autoplace.core import registry
 from tf_autoplace.core.cluster import resolve_cluster
 from tf_autoplace.errors import AutoplaceError, ConfigError
 from tf_autoplace.graph import ingest
@@ -48,14 +49,12 @@ from tf_autoplace.grouping import GroupingConfig
 from tf_autoplace.pipeline.prepare import build_problem
 from tf_autoplace.placers import (
     DEFAULT_PLACER,
-    PLACERS,
     ExpertPlacer,
     PlacementProblem,
     RandomPlacer,
     check_memory,
     check_placement,
     get_placer,
-    takes_budget,
 )
 from tf_autoplace.placers.placeto.pretrain import samples_to_reach
 from tf_autoplace.sim import Simulator, lp_lower_bound
@@ -101,7 +100,8 @@ FULL_PAIRS = ("inception_v3:k80x2", "inception_v3:k80x4", "inception_v3:k80x8",
               "transformer4:k80x4", "transformer8:k80x8", "wavenet2:k80x2", "wavenet4:k80x4")
 QUICK_PAIRS = ("inception_v3:k80x2", "rnnlm2:k80x2", "nmt2:k80x2", "nmt4:k80x4",
                "transformer2:k80x2", "wavenet2:k80x2")
-PLACER_NAMES = ("single", "cpu_only", "expert", "metis", "m_topo", "m_etf", "random")
+# The default placers of a benchmark: every fast heuristic but the one that runs them all.
+PLACER_NAMES = tuple(n for n in registry.names("heuristic") if n != "best_heuristic")
 
 
 # --------------------------------------------------------------------------- counting hook
@@ -230,18 +230,18 @@ def parse_placer(spec: str) -> tuple[str, float | None]:
     with that ``budget_s``: ``gdp@0`` is GDP zero-shot, ``gdp@60`` fine-tuned for at most a
     minute). Returns ``(name, budget_s or None)``; ConfigError on a bad item."""
     name, sep, budget = spec.partition("@")
-    if name not in PLACERS:
-        raise ConfigError(f"unknown placer {name!r} in {spec!r}; choose one of {sorted(PLACERS)}")
+    if name not in registry.names():
+        raise ConfigError(f"unknown placer {name!r} in {spec!r}; choose one of "
+                          f"{registry.names()}")
     if not sep:
         return name, None
     try:
         budget_s = float(budget)
     except ValueError:
         budget_s = -1.0
-    if not budget_s >= 0 or not takes_budget(PLACERS[name]):
+    if not budget_s >= 0 or not registry.accepts(name, "budget_s"):
         raise ConfigError(f"{spec!r}: name@SECONDS needs a placer that takes a budget "
-                          f"({sorted(n for n, c in PLACERS.items() if takes_budget(c))}) and "
-                          "seconds >= 0")
+                          f"({registry.able('budget_s')}) and seconds >= 0")
     return name, budget_s
 
 

@@ -101,7 +101,8 @@ def test_a_missing_policy_dir_is_a_config_error(tmp_path):
 
 
 def test_the_doors_pass_the_budget_and_zero_means_zero_shot():
-    assert ap_flags.make_placer("gdp", 12.5).config.budget_s == 12.5
+    assert ap_flags.AutoplaceSettings(placer="gdp", budget_s=12.5).place_options() \
+        .placer.config.budget_s == 12.5
     graph = small_cnn(batch=4).graph
     report = tf_autoplace.autoplace(graph, cluster="testdata/k80x2.pbtxt", placer="gdp",
                                     budget_s=0)
@@ -197,7 +198,8 @@ def test_the_doors_start_gdp_from_a_saved_policy(tuned, tiny_graph):
     with pytest.raises(ConfigError, match="the gdp placer kept no fine-tuned policy"):
         report.save_policy("unused")  # zero-shot
     assert all(op.device for op in tiny_graph.get_operations())
-    assert ap_flags.make_placer("gdp", 0.0, policy=directory).config.policy_dir == directory
+    settings = ap_flags.AutoplaceSettings(placer="gdp", budget_s=0.0, policy=directory)
+    assert settings.place_options().placer.config.policy_dir == directory
 
 
 def test_a_saved_policy_that_does_not_fit_is_a_config_error_naming_what_differs(tmp_path):

@@ -367,7 +367,8 @@ def test_the_doors_start_hdp_from_a_saved_policy(trained, tiny_graph, one_update
     assert any(f"from the policy in {directory}" in n for n in report.notes)
     assert report.policy.manifest["fine_tuned_from"] == directory
     assert all(op.device for op in tiny_graph.get_operations())
-    assert ap_flags.make_placer("hdp", 60.0, policy=directory).config.policy_dir == directory
+    settings = ap_flags.AutoplaceSettings(placer="hdp", policy=directory)
+    assert settings.place_options().placer.config.policy_dir == directory
 
 
 def test_a_saved_policy_that_does_not_fit_is_a_config_error_naming_what_differs(trained):

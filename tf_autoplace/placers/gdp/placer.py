@@ -140,7 +140,6 @@ class GdpPlacer(LearnedPlacer):
 
     name = "gdp"
     config_class = GdpConfig
-    keeps_policy = True
 
     def __init__(self, config: GdpConfig | None = None, *, budget_s: float | None = None,
                  policy=None, **overrides):

@@ -54,7 +54,6 @@ class HDPPlacer(LearnedPlacer):
 
     name = "hdp"
     config_class = HDPConfig
-    keeps_policy = True
 
     def _place(self, problem: PlacementProblem, rng: np.random.Generator) -> np.ndarray:
         cfg = self.config

@@ -76,7 +76,6 @@ class PlacetoPlacer(LearnedPlacer):
 
     name = "placeto"
     config_class = PlacetoConfig
-    keeps_policy = True
 
     def load_policy(self, env: PlacementEnv):
         """The policy to start from, or a fresh one (with a note) if none fits ``env``."""
