@@ -18,7 +18,7 @@ import tf_autoplace  # noqa: E402
 from tf_autoplace.placers import PlacetoPlacer  # noqa: E402
 from tf_autoplace.testing import run_training_steps, small_cnn  # noqa: E402
 
-CPU2 = "cpu2"
+CPU2 = "testdata/cpu2_independent.pbtxt"
 
 assert not tf.executing_eagerly()
 out = {"reference": run_training_steps(small_cnn())[0]}

@@ -10,7 +10,7 @@ from tf_autoplace.cost import TableCostModel
 from tf_autoplace.placers import DEFAULT_PLACER
 from tf_autoplace.testing import TrainingGraph, run_training_steps, small_cnn
 
-CPU2 = "cpu2"
+CPU2 = "testdata/cpu2_independent.pbtxt"
 
 
 def _devices(graph):

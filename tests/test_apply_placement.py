@@ -10,7 +10,7 @@ from google.protobuf import json_format, text_format
 import tf_autoplace
 from tf_autoplace.testing import run_training_steps, small_cnn
 
-CPU2 = "cpu2"
+CPU2 = "testdata/cpu2_independent.pbtxt"
 
 
 def _bytes(graph: tf.Graph) -> bytes:

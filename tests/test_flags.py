@@ -25,7 +25,7 @@ from tf_autoplace.placers import SingleDevicePlacer
 from tf_autoplace.testing import small_cnn
 
 HOST = "/job:localhost/replica:0/task:0/device:"
-CPU2 = "cpu2"
+CPU2 = "testdata/cpu2_independent.pbtxt"
 TINY = """
 device { name: "/job:localhost/replica:0/task:0/device:CPU:0" kind: "CPU" memory_bytes: 1000 }
 device { name: "/job:localhost/replica:0/task:0/device:CPU:1" kind: "CPU" memory_bytes: 1000 }
@@ -118,7 +118,7 @@ def test_report_json_is_written_and_valid(runs):
                                "autoplace_budget_s": 60.0, "budget_passed_to_placer": False,
                                "autoplace_placement": None, "autoplace_cache": True,
                                "autoplace_policy": None, "autoplace_cost_profile": None,
-                               "autoplace_placer_option": []}
+                               "autoplace_placer_option": [], "autoplace_verify": 0}
 
 
 @pytest.mark.parametrize("name, message", [

@@ -18,7 +18,7 @@ from tf_autoplace.testing import run_training_steps, small_cnn
 
 from tests.conftest import REPO
 
-CPU2 = "cpu2"
+CPU2 = "testdata/cpu2_independent.pbtxt"
 BOTH = ["/job:localhost/replica:0/task:0/device:CPU:0", "/job:localhost/replica:0/task:0/device:CPU:1"]
 
 

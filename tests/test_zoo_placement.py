@@ -59,7 +59,7 @@ def test_split_seq2seq_training_graph_runs_with_the_unplaced_loss():
     model = zoo.build("nmt", **SMALL_NMT)
     tg = TrainingGraph.from_model(model, seed=0)
     reference, _ = run_training_steps(tg, steps=3)
-    tf_autoplace.autoplace(model.graph, cluster="cpu2",
+    tf_autoplace.autoplace(model.graph, cluster="testdata/cpu2_independent.pbtxt",
                            placer="random", seed=0)
     losses, devices = run_training_steps(tg, steps=3)
     assert len(devices) == 2

@@ -19,7 +19,7 @@ tf.config.set_soft_device_placement(False)  # a device TF cannot honour is an er
 import tf_autoplace  # noqa: E402
 from tf_autoplace import tf2  # noqa: E402
 
-CPU2 = "cpu2"
+CPU2 = "testdata/cpu2_independent.pbtxt"
 HOST = "/job:localhost/replica:0/task:0/device:"
 
 

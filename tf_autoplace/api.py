@@ -23,7 +23,7 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
               grouping: GroupingConfig = GroupingConfig(), cost_model: CostModel | None = None,
               cost_profile=None, unknown_dim: int = 1, budget_s: float | None = None,
               ray_address: str | None = None, policy=None, cache=False, progress=True,
-              measure_steps: int = 0, measure_feeds: dict | None = None):
+              measure_steps: int = 0, measure_feeds: dict | None = None, verify: int = 0):
     """Choose a device for every op of ``graph`` and write it into the graph.
 
     Args:
@@ -71,6 +71,13 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
         measured step times in the report (:func:`tf_autoplace.hw.measure.measure`); graphs only.
       measure_feeds: tensor name -> value for the measured steps; placeholders not given get
         made-up values of their static shape (:class:`tf_autoplace.hw.workload.Workload`).
+      verify: when > 0 (at least 15), measure the placer's placement, the best fast
+        heuristic's and the single-device one on this machine for this many timed steps each
+        (interleaved rounds; median with a 95% interval) and apply the measured fastest; a
+        placement not faster than the single-device one beyond noise is not applied
+        (:mod:`tf_autoplace.hw.verify`). Without ``cost_model`` or ``cost_profile`` the op
+        times are first profiled on these devices, so the search ranks its candidates by
+        measured costs. The cluster must be this machine's devices; graphs only.
 
     Returns:
       A :class:`PlacementReport`; for a function, the placed callable
@@ -82,8 +89,11 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
         placer=placer, cluster=cluster, seed=seed, budget_s=budget_s, ray_address=ray_address,
         policy=policy, grouping=grouping, cost_model=cost_model, cost_profile=cost_profile,
         unknown_dim=unknown_dim, cache=cache, progress=progress, measure_steps=measure_steps,
-        measure_feeds=measure_feeds)
+        measure_feeds=measure_feeds, verify=verify)
     if tf2.is_function(graph):
+        if verify:
+            raise ConfigError("verify is for graphs (tf.Graph, GraphDef, MetaGraphDef): a "
+                              "placed function is timed by calling it")
         if measure_steps:
             raise ConfigError("measure_steps is for graphs: time a placed function by calling "
                               "it (placed(...)) or profile it with tf-autoplace profile")

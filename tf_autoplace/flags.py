@@ -32,6 +32,17 @@ Flags:
                         (``placeto``, ``hdp``, ``gdp``), e.g. one ``--autoplace_save_policy``
                         wrote.
   --autoplace_save_policy  write the policy the learned placer fine-tuned here.
+  --autoplace_verify    timed steps per candidate of verified placement (>= 15; 0: off): the
+                        placer's placement, the best heuristic's and the single-device one run
+                        on this machine in interleaved rounds and the measured fastest is
+                        applied, never one measured slower than the single-device placement.
+                        Default -1: on (15 steps) when the cluster is "local", since the binary
+                        is about to run the graph here anyway; off for other clusters. Asked
+                        for a cluster whose devices this machine does not have, it is a
+                        ConfigError at flag parsing. When it is on by default and the graph
+                        cannot be run on its own (a step that needs a queue runner or an input
+                        the binary feeds), the graph keeps TensorFlow's default placement and a
+                        warning says why.
   --autoplace_progress  log the search's progress (absl INFO lines every 10 s for a search
                         longer than 2 s: placements done of the budget, best step time so far,
                         time left; default true).
@@ -113,6 +124,11 @@ flags.DEFINE_multi_string("autoplace_placer_option", [],
 flags.DEFINE_string("autoplace_cost_profile", None,
                     "A text CostProfile (tf-autoplace profile writes one) whose measured op "
                     "times replace the analytical estimates; ops it lacks keep them.")
+flags.DEFINE_integer("autoplace_verify", -1,
+                     "Measure the placer's placement, the best heuristic's and the "
+                     "single-device one for this many steps each (>= 15) on this machine and "
+                     "apply the measured fastest; 0: off; -1 (default): 15 when "
+                     "--autoplace_cluster is 'local' (this machine), off otherwise.")
 flags.DEFINE_bool("autoplace_progress", True,
                   "Log the placement search's progress (absl INFO lines).")
 flags.DEFINE_string("autoplace_progress_logdir", None,
@@ -249,6 +265,11 @@ class AutoplaceSettings:
       progress: log the search's progress; ``progress_logdir``: TensorBoard scalars too.
       cost_profile: a CostProfile file whose op times the placement uses, or None.
       placer_options: ``name=value`` settings of the placer's config.
+      verify: timed steps per candidate of verified placement (0: off; else >= 15); the
+        cluster must be this machine's devices.
+      verify_by_default: verify was not asked for but is on because the cluster is this
+        machine: a graph that cannot be measured then keeps TF's default placement (with a
+        warning) instead of failing the binary.
     """
 
     placer: str
@@ -266,6 +287,8 @@ class AutoplaceSettings:
     progress_logdir: str | None = None
     cost_profile: str | None = None
     placer_options: tuple = ()
+    verify: int = 0
+    verify_by_default: bool = False
 
     def __post_init__(self):
         from tf_autoplace.errors import ConfigError
@@ -276,6 +299,8 @@ class AutoplaceSettings:
         if not (isinstance(self.budget_s, (int, float)) and self.budget_s >= 0):
             raise ConfigError(f"budget_s must be >= 0 seconds, got {self.budget_s!r}")
         check_ray_address(self.ray_address)
+        if self.verify:
+            _check_verify_cluster(self.cluster, self.verify)
 
     def place_options(self):
         """The :class:`~tf_autoplace.pipeline.options.PlaceOptions` these settings ask for:
@@ -299,7 +324,56 @@ class AutoplaceSettings:
             cost_profile=self.cost_profile,
             cache=(self.cache_dir or True) if self.cache else False,
             progress=(SearchProgress("log", logdir=self.progress_logdir) if self.progress
-                      else False))
+                      else False),
+            verify=self.verify)
+
+
+def _check_verify_cluster(spec, steps) -> None:
+    """ConfigError unless ``spec`` (a cluster spec, or "local") names devices this machine can
+    run, and ``steps`` is enough for the measurement protocol."""
+    import tensorflow as tf
+
+    from tf_autoplace.core.cluster import resolve_cluster
+    from tf_autoplace.errors import ConfigError
+    from tf_autoplace.hw.measure import runs_here
+    from tf_autoplace.hw.protocol import check_steps
+
+    check_steps(steps, "--autoplace_verify")
+    if spec == "local":
+        return
+    cluster = resolve_cluster(spec)
+    if not runs_here(cluster, len(tf.config.list_physical_devices("GPU"))):
+        raise ConfigError(
+            f"--autoplace_verify measures placements on this machine, and "
+            f"--autoplace_cluster={spec!r} has devices this machine does not have "
+            f"({cluster.names}): a placement planned for another machine cannot be verified "
+            "here; set --autoplace_verify=0, or place for --autoplace_cluster=local")
+
+
+def _verify_steps(flag_value: int, cluster: str) -> tuple[int, bool]:
+    """(steps, by default) for ``--autoplace_verify``: -1 is 15 on "local", else off."""
+    if flag_value == -1:
+        return (15, True) if cluster == "local" else (0, False)
+    return flag_value, False
+
+
+@flags.multi_flags_validator(["autoplace", "autoplace_placement", "autoplace_cluster",
+                              "autoplace_verify"])
+def _check_verify(values) -> bool:
+    """Only when enabled: verify's steps, and a cluster of this machine's devices."""
+    if not (_enabled(values["autoplace"]) or values["autoplace_placement"]):
+        return True
+    from tf_autoplace.errors import AutoplaceError
+
+    steps, _ = _verify_steps(values["autoplace_verify"], values["autoplace_cluster"])
+    if steps < 0:
+        raise flags.ValidationError(f"--autoplace_verify must be -1, 0 or >= 15, got {steps}")
+    if steps:
+        try:
+            _check_verify_cluster(values["autoplace_cluster"], steps)
+        except AutoplaceError as e:
+            raise flags.ValidationError(str(e)) from e
+    return True
 
 
 def settings_from_flags() -> AutoplaceSettings | None:
@@ -317,7 +391,10 @@ def settings_from_flags() -> AutoplaceSettings | None:
                              progress=FLAGS.autoplace_progress,
                              progress_logdir=FLAGS.autoplace_progress_logdir,
                              cost_profile=FLAGS.autoplace_cost_profile or None,
-                             placer_options=tuple(FLAGS.autoplace_placer_option or ()))
+                             placer_options=tuple(FLAGS.autoplace_placer_option or ()),
+                             **dict(zip(("verify", "verify_by_default"),
+                                        _verify_steps(FLAGS.autoplace_verify,
+                                                      FLAGS.autoplace_cluster))))
 
 
 _lock = threading.RLock()
@@ -356,6 +433,7 @@ def _check_session_devices(session, cluster, spec: str) -> None:
 
 
 def _place_graph(session, settings: AutoplaceSettings) -> None:
+    from tf_autoplace.errors import MeasurementError
     from tf_autoplace.pipeline import engine
 
     graph = session.graph
@@ -367,7 +445,16 @@ def _place_graph(session, settings: AutoplaceSettings) -> None:
         options = settings.place_options()
         cluster = options.resolved_cluster()  # "local": this machine's devices, read now
         _check_session_devices(session, cluster, settings.cluster)
-        report = engine.place_graph(graph, options.replace(cluster=cluster))
+        try:
+            report = engine.place_graph(graph, options.replace(cluster=cluster))
+        except MeasurementError as e:
+            if not settings.verify_by_default:
+                raise
+            logging.warning("autoplace: verification could not run the graph on its own (%s); "
+                            "the graph keeps TensorFlow's default placement. Set "
+                            "--autoplace_verify=0 to place without measuring", e)
+            _placed[graph] = None
+            return
         placer = options.placer
         _placed[graph] = report
     logging.info("autoplace: placed %d ops with %s\n%s", report.num_ops, report.placer, report)
@@ -396,7 +483,8 @@ def _write_report(settings: AutoplaceSettings, report, placer) -> None:
                     "autoplace_placement": settings.placement,
                     "autoplace_cache": settings.cache, "autoplace_policy": settings.policy,
                     "autoplace_cost_profile": settings.cost_profile,
-                    "autoplace_placer_option": list(settings.placer_options)}
+                    "autoplace_placer_option": list(settings.placer_options),
+                    "autoplace_verify": settings.verify}
     path = settings.report_path
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
                                prefix=".tmp_autoplace_")

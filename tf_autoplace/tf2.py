@@ -376,8 +376,11 @@ def autoplace_function(fn, *args, cluster=None, placer=DEFAULT_PLACER, seed: int
 
 def place_function(fn, args, kwargs, options: PlaceOptions):
     """:func:`autoplace_function` with its options checked: ``fn`` traced with ``args`` and
-    ``kwargs`` and placed as ``options`` say (not ``cost_profile`` or ``measure_steps``, which
-    are for graphs). Returns ``(placed, report)``."""
+    ``kwargs`` and placed as ``options`` say (not ``cost_profile``, ``measure_steps`` or
+    ``verify``, which are for graphs). Returns ``(placed, report)``."""
+    if options.cost_profile is not None or options.measure_steps or options.verify:
+        raise ConfigError("cost_profile, measure_steps and verify are for graphs (a profile "
+                          "names one graph's ops; a function is timed by calling it)")
     cf = _concrete_function(fn, args, kwargs)
     cluster = options.resolved_cluster()
     graph_def = cf.graph.as_graph_def()
@@ -490,7 +493,7 @@ def load_and_place_saved_model(input_dir, options: PlaceOptions, *,
     """Place the SavedModel in ``input_dir`` as ``options`` say, without writing anything
     (``signature`` and ``tags`` as for :func:`place_saved_model`): a :class:`PlacedSavedModel`
     to write where the caller chooses, e.g. together with other outputs."""
-    if options.cost_profile is not None or options.measure_steps:
+    if options.cost_profile is not None or options.measure_steps or options.verify:
         raise ConfigError("a SavedModel is placed without a cost profile or measured steps: "
                           "its function graph has other op names than a profile's, and it "
                           "has no training step to time")

@@ -24,7 +24,7 @@ from tf_autoplace.cli import place as place_command  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-CPU2 = "cpu2"
+CPU2 = "testdata/cpu2_independent.pbtxt"
 
 
 class TwoBranch(tf.Module):

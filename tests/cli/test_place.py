@@ -24,7 +24,10 @@ from tf_autoplace.pipeline.prepare import build_problem, export_cost_graph
 from tf_autoplace.proto import placement_pb2
 from tf_autoplace.testing import small_cnn
 
+from tests.conftest import REPO
+
 HOST = "/job:localhost/replica:0/task:0/device:"
+CPU2_SPLIT = os.path.join(REPO, "testdata", "cpu2_independent.pbtxt")
 CPU2_DEVICES = {f"{HOST}CPU:0", f"{HOST}CPU:1"}
 
 # name -> (input file, output file, extra flags); inputs are written by the fixture below.
@@ -35,7 +38,7 @@ RUNS = {
     # A cost graph in, its placement (a PlacementResult, JSON by the name) out.
     "cost_graph": ("cnn.costgraph.pbtxt", "placement.json", ["--placer=m_etf"]),
     "measured": ("cnn_meta.pbtxt", "placed_measured.pbtxt",
-                 ["--placer=m_etf", "--measure_steps=3", "--report_json={dir}/r_measured.json",
+                 ["--placer=m_etf", "--measure_steps=15", "--report_json={dir}/r_measured.json",
                   "--trace_json={dir}/t_measured.json"]),
     "corrupt_input": ("corrupt.pb", "out_corrupt.pb", ["--report_json={dir}/r_corrupt.json"]),
     "missing_input": ("missing.pb", "out_missing.pb", ["--report_json={dir}/r_missing.json"]),
@@ -72,11 +75,11 @@ def runs(tmp_path_factory, run_scripts, write_proto):
         meta_graph = tf.compat.v1.train.export_meta_graph(graph=graph, graph_def=graph_def)
     write_proto(workdir / "cnn.pb", graph_def)
     write_proto(workdir / "cnn_meta.pbtxt", meta_graph, text=True)
-    problem, _ = build_problem(ingest.load_meta_graph(graph_def), resolve_cluster("cpu2"))
+    problem, _ = build_problem(ingest.load_meta_graph(graph_def), resolve_cluster("testdata/cpu2_independent.pbtxt"))
     costgraph.write(workdir / "cnn.costgraph.pbtxt", export_cost_graph(problem))
     (workdir / "corrupt.pb").write_bytes(b"\x0a\x05\x0a\x03abc\xff\xff truncated")
     (workdir / "bad_cluster.pbtxt").write_text('device { name: "/device:CPU:0" kind: ')
-    saved = tf_autoplace.autoplace(graph_def, cluster="cpu2", placer="m_etf",
+    saved = tf_autoplace.autoplace(graph_def, cluster="testdata/cpu2_independent.pbtxt", placer="m_etf",
                                    seed=4, progress=False)
     write_proto(workdir / "saved.pbtxt", saved.to_proto(), text=True)
     tiny = tf.Graph()
@@ -90,7 +93,7 @@ def runs(tmp_path_factory, run_scripts, write_proto):
 
     results = run_scripts({
         name: ["-m", "tf_autoplace.cli", "place", f"--input={workdir / inp}",
-               f"--output={workdir / out}", "--cluster=cpu2",
+               f"--output={workdir / out}", "--cluster=testdata/cpu2_independent.pbtxt",
                *(flag.format(dir=workdir) for flag in extra)]
         for name, (inp, out, extra) in RUNS.items()})
     return workdir, results, {"graph_def": graph_def, "meta_graph": meta_graph, "saved": saved}
@@ -146,7 +149,7 @@ def test_measure_steps_put_measured_step_times_in_the_report_and_trace(runs):
     code, stdout, stderr = results["measured"]
     assert code == 0, stderr
     report = json.loads((workdir / "r_measured.json").read_text())
-    assert report["measure_steps"] == 3
+    assert report["measure_steps"] == 15
     assert report["measured_step_time_s"] > 0 and report["measured_baseline_step_time_s"] > 0
     assert report["measured_speedup"] == pytest.approx(
         report["measured_baseline_step_time_s"] / report["measured_step_time_s"])
@@ -226,7 +229,7 @@ def test_unwritable_outputs_fail_before_the_work_and_nothing_is_written(
     (tmp_path / "bad_cluster.pbtxt").write_text('device { name: "/device:CPU:0" kind: ')
     (tmp_path / "in.pb").write_bytes(small_cnn().graph.as_graph_def().SerializeToString())
     before = sorted(os.listdir(tmp_path))
-    args = {"input": "in.pb", "output": "out.pb", "cluster": "cpu2", "report_json": None,
+    args = {"input": "in.pb", "output": "out.pb", "cluster": "testdata/cpu2_independent.pbtxt", "report_json": None,
             **flags}
     status = place.run(args.pop("input"), args.pop("output"), placer="m_etf", seed=0,
                        max_groups=2000, **args)
@@ -296,7 +299,7 @@ def test_a_save_policy_that_cannot_be_written_fails_before_the_work(
     (tmp_path / "full_dir" / "keep.txt").write_text("mine")
     (tmp_path / "in.pb").write_bytes(small_cnn().graph.as_graph_def().SerializeToString())
     before = sorted(os.listdir(tmp_path))
-    status = place.run("in.pb", "out.pb", cluster="cpu2", placer="m_etf", seed=0,
+    status = place.run("in.pb", "out.pb", cluster=CPU2_SPLIT, placer="m_etf", seed=0,
                        max_groups=2000, report_json=None, progress=False, **flags)
     assert status == 1
     assert re.search(message, capsys.readouterr().err)
@@ -310,7 +313,7 @@ def test_save_policy_without_a_fine_tuned_policy_writes_nothing_at_all(tmp_path,
     monkeypatch.chdir(tmp_path)
     (tmp_path / "in.pb").write_bytes(small_cnn().graph.as_graph_def().SerializeToString())
     before = sorted(os.listdir(tmp_path))
-    status = place.run("in.pb", "out.pb", cluster="cpu2", placer="m_etf", seed=0,
+    status = place.run("in.pb", "out.pb", cluster=CPU2_SPLIT, placer="m_etf", seed=0,
                        max_groups=2000, report_json="r.json", save_policy="policy",
                        progress=False)
     assert status == 1

@@ -31,7 +31,7 @@ def results(tmp_path_factory, repo_root):
         cwd=repo_root, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     cli = subprocess.Popen(
         [sys.executable, "-m", "tf_autoplace.cli", "place", f"--input={corrupt}",
-         f"--output={workdir / 'cli' / 'out'}", "--cluster=cpu2",
+         f"--output={workdir / 'cli' / 'out'}", "--cluster=testdata/cpu2_independent.pbtxt",
          f"--report_json={workdir / 'cli' / 'report.json'}"],
         cwd=repo_root, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, err = child.communicate(timeout=300)

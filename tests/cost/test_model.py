@@ -149,7 +149,7 @@ def test_a_placeholder_too_big_to_allocate_is_infeasible_and_the_process_lives(r
         "    x = tf.compat.v1.placeholder(tf.float32, [10**9, 4096], name='x')\n"
         "    tf.reduce_sum(x * 2.0, name='y')\n"
         "try:\n"
-        "    tf_autoplace.autoplace(g, cluster='testdata/cpu2.pbtxt', placer='m_etf',\n"
+        "    tf_autoplace.autoplace(g, cluster='testdata/cpu2_independent.pbtxt', placer='m_etf',\n"
         "                           progress=False)\n"
         "except tf_autoplace.InfeasiblePlacementError as e:\n"
         "    print('InfeasiblePlacementError:', e)\n"

@@ -206,7 +206,7 @@ def test_a_cost_graph_whose_ops_all_take_no_time_is_placed_and_reported():
     every ratio of two 0 s steps is 1."""
     zero = costgraph.decode(re.sub(r"seconds: [0-9.e-]+", "seconds: 0", HAND).encode(), "text")
     for placer in (AutoPlacer(max_samples=8), PostPlacer(max_samples=8), "m_etf"):
-        report = tf_autoplace.place_cost_graph(zero, cluster="cpu2", placer=placer,
+        report = tf_autoplace.place_cost_graph(zero, cluster="testdata/cpu2_independent.pbtxt", placer=placer,
                                                progress=False)
         assert report.step_time_s == report.baseline_step_time_s == report.lower_bound_s == 0
         assert report.speedup == report.ratio_to_lower_bound == 1.0

@@ -384,7 +384,7 @@ def test_a_graph_grappler_would_abort_on_is_an_error_and_the_process_lives(repo_
         "g.node.add(name='b', op='Identity', input=['a']).attr['T'].type = "
         "tf.float32.as_datatype_enum\n"
         "try:\n"
-        "    tf_autoplace.autoplace(g, cluster='testdata/cpu2.pbtxt', placer='m_etf')\n"
+        "    tf_autoplace.autoplace(g, cluster='testdata/cpu2_independent.pbtxt', placer='m_etf')\n"
         "except tf_autoplace.InvalidGraphError as e:\n"
         "    print('InvalidGraphError:', e)\n"
         "print('alive')\n")

@@ -94,7 +94,7 @@ def test_a_gpu_cluster_planned_without_gpu_kernels_is_placed_as_with_them():
     with _without_gpu_kernels():
         planned = tf_autoplace.autoplace(small_cnn().graph, cluster="k80x2", placer="m_etf",
                                          seed=0)
-        on_cpus = tf_autoplace.autoplace(small_cnn().graph, cluster="cpu2", placer="m_etf",
+        on_cpus = tf_autoplace.autoplace(small_cnn().graph, cluster="testdata/cpu2_independent.pbtxt", placer="m_etf",
                                          seed=0)
     assert planned.assignment == real.assignment
     assert any("has no GPU kernels" in note for note in planned.notes)

@@ -1,5 +1,6 @@
 """The fidelity tool's statistics on hand cases, and the placements it collects."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -57,3 +58,30 @@ def test_config_is_validated():
         fidelity.Config(num_logical_cpus=-1)
     with pytest.raises(ConfigError, match="max_load"):
         fidelity.Config(max_load=0)
+
+
+def test_a_users_graph_file_is_measured_under_the_protocol(tmp_path):
+    from tf_autoplace.testing import small_cnn
+
+    path = tmp_path / "model.pb"
+    path.write_bytes(small_cnn().graph.as_graph_def().SerializeToString())
+    config = fidelity.Config(random_placements=2, learned=("auto",), learned_samples=20)
+    result = fidelity.evaluate_file(str(path), config, fidelity.local_cluster(2))
+    assert result.graph == "model.pb" and result.steps == 15
+    assert len(result.measured_s) == len(result.labels) >= 5
+    assert all(lo <= m <= hi for lo, m, hi in zip(result.measured_low_s, result.measured_s,
+                                                 result.measured_high_s))
+    hits, pairs = result.distinguishable
+    assert pairs == len(result.labels) * (len(result.labels) - 1) // 2 and 0 <= hits <= pairs
+    assert "distinguishable pairs" in fidelity.markdown([result], title="t")
+
+
+def test_busy_figures_are_marked_not_publishable():
+    busy = fidelity.GraphResult(graph="g", num_ops=1, labels=("a", "b"), transfers=(0, 1),
+                                measured_s=(1.0, 2.0),
+                                simulated_s={v: (1.0, 2.0) for v in fidelity.VARIANTS},
+                                load=(0.5, 3.0), distinguishable=(1, 1), steps=15)
+    assert not busy.quiet
+    assert "Not publishable" in fidelity.markdown([busy], title="t")
+    quiet = dataclasses.replace(busy, load=(0.5, 1.2))
+    assert quiet.quiet and "Not publishable" not in fidelity.markdown([quiet], title="t")

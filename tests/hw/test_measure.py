@@ -14,7 +14,7 @@ from tf_autoplace.hw.workload import Workload
 from tf_autoplace.outputs import timeline
 from tf_autoplace.testing.graphs import small_cnn
 
-CPU2 = "testdata/cpu2.pbtxt"
+CPU2 = "testdata/cpu2_independent.pbtxt"
 
 
 def _devices(graph):
@@ -24,14 +24,18 @@ def _devices(graph):
 def test_measured_step_times_come_back_in_the_report():
     tg = small_cnn()
     report = tf_autoplace.autoplace(tg.graph, cluster=CPU2, placer="m_etf",
-                                    measure_steps=3, measure_feeds=tg.feed)
-    assert report.measure_steps == 3
+                                    measure_steps=15, measure_feeds=tg.feed)
+    assert report.measure_steps == 15
     assert report.measured_step_time_s > 0 and report.measured_baseline_step_time_s > 0
+    low, high = report.measured_step_interval_s
+    assert low <= report.measured_step_time_s <= high
+    assert all(load >= 0 for load in report.measure_load)
     assert report.measured_speedup == pytest.approx(
         report.measured_baseline_step_time_s / report.measured_step_time_s)
     assert "measured step time" in str(report)
     proto = report.to_proto()
-    assert proto.measure_steps == 3
+    assert proto.measure_steps == 15
+    assert (proto.measured_step_low_s, proto.measured_step_high_s) == (low, high)
     assert proto.measured_step_time_s == report.measured_step_time_s
     assert report.to_dict()["measured_baseline_step_time_s"] == \
         report.measured_baseline_step_time_s
@@ -58,7 +62,7 @@ def test_a_cluster_this_machine_lacks_leaves_the_graph_untouched():
     before = _devices(tg.graph)
     with pytest.raises(ConfigError, match="this machine does not have"):
         tf_autoplace.autoplace(tg.graph, cluster="testdata/k80x2.pbtxt", placer="m_etf",
-                               measure_steps=2, measure_feeds=tg.feed)
+                               measure_steps=15, measure_feeds=tg.feed)
     assert _devices(tg.graph) == before
 
 
@@ -66,6 +70,8 @@ def test_bad_measure_steps_are_config_errors():
     tg = small_cnn()
     with pytest.raises(ConfigError, match="-1"):
         tf_autoplace.autoplace(tg.graph, cluster=CPU2, placer="m_etf", measure_steps=-1)
+    with pytest.raises(ConfigError, match="at least 15 steps"):
+        tf_autoplace.autoplace(tg.graph, cluster=CPU2, placer="m_etf", measure_steps=3)
 
 
 def test_workload_finds_the_train_op_and_makes_up_feeds():

@@ -48,7 +48,7 @@ def test_profile_round_trips_through_the_proto_and_drives_the_cost_model(cnn):
     assert by_name["left/kernel/Assign"].compute_time_us == 0
 
     meta_graph = ingest.load_meta_graph(tg.graph)
-    cluster = Cluster.from_file("testdata/cpu2.pbtxt")
+    cluster = Cluster.from_file("testdata/cpu2_independent.pbtxt")
     model = ProfileCostModel.from_text(text, fallback=AnalyticalCostModel(meta_graph))
     problem, _ = build_problem(meta_graph, cluster, cost_model=model)
     i = problem.graph.names.index("left/Relu")

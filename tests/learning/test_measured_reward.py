@@ -16,7 +16,7 @@ from tf_autoplace.placers.post.placer import PostPlacer
 from tf_autoplace.testing.graphs import small_cnn
 from tf_autoplace.testing.problems import random_problem
 
-CPU2 = "testdata/cpu2.pbtxt"
+CPU2 = "testdata/cpu2_independent.pbtxt"
 
 
 class _FakeRun:

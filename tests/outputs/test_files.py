@@ -16,7 +16,7 @@ from tf_autoplace.outputs import files
 from tests.conftest import REPO
 
 TESTDATA = os.path.join(REPO, "testdata")
-CPU2 = os.path.join(TESTDATA, "cpu2.pbtxt")
+CPU2 = os.path.join(TESTDATA, "cpu2_independent.pbtxt")
 
 
 def _listing(directory):

@@ -12,7 +12,7 @@ from tf_autoplace.outputs.progress import QUIET, Progress, SearchProgress, _Phas
 from tf_autoplace.placers import AutoPlacer, HDPPlacer, PlacetoPlacer, PostPlacer
 from tf_autoplace.testing import problems, small_cnn
 
-CPU2 = "cpu2"
+CPU2 = "testdata/cpu2_independent.pbtxt"
 
 
 class Recorder(Progress):

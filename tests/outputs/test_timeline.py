@@ -17,7 +17,7 @@ from tf_autoplace.sim import Simulator
 
 
 GB = 10**9
-CPU2 = "cpu2"
+CPU2 = "testdata/cpu2_independent.pbtxt"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 # A fork-join with a control edge 1 -> 4: ops 0, 1, 2, 5 on GPU:0, ops 3, 4 on GPU:1, so

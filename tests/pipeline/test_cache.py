@@ -20,7 +20,7 @@ from tf_autoplace.proto import placement_pb2
 from tf_autoplace.sim.simulator import Simulator
 from tf_autoplace.testing import problems, small_cnn
 
-CPU2 = "cpu2"
+CPU2 = "testdata/cpu2_independent.pbtxt"
 
 
 @pytest.fixture

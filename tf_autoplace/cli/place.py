@@ -123,8 +123,12 @@ flags.DEFINE_string("cost_profile", None, "GraphDef/MetaGraphDef input: a text C
                     "(tf-autoplace profile writes one, here or on the training machine) whose "
                     "measured op times replace the analytical estimates; ops it lacks keep "
                     "them, and the report's notes count them.")
-flags.DEFINE_integer("measure_steps", 0, "Also time this many steps of the placed graph and of "
-                     "the single-device baseline on this machine (0: do not).")
+flags.DEFINE_integer("measure_steps", 0, "Also time this many steps (at least 15) of the placed "
+                     "graph and of the single-device baseline on this machine (0: do not).")
+flags.DEFINE_integer("verify", 0, "GraphDef/MetaGraphDef input on this machine's devices: "
+                     "measure the placer's placement, the best heuristic's and the "
+                     "single-device one for this many steps each (at least 15) and apply the "
+                     "measured fastest (0: do not).")
 flags.mark_flags_as_required(["input", "output"])
 
 
@@ -183,7 +187,7 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
         tags=("serve",), budget_s: float | None = None, placement: str | None = None,
         cache: bool = False, cache_dir: str | None = None, policy: str | None = None,
         save_policy: str | None = None, progress: bool = True,
-        progress_logdir: str | None = None, measure_steps: int = 0,
+        progress_logdir: str | None = None, measure_steps: int = 0, verify: int = 0,
         cost_profile: str | None = None, placer_options=(), **extra_paths) -> int:
     """Place ``input_path`` into ``output_path``; returns a process exit status."""
     saved_model = tf2.is_saved_model(input_path)
@@ -197,9 +201,9 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
         if placement and placer_options:
             raise ConfigError("--placer_option sets a placer's search; --placement applies a "
                               "saved placement without one")
-        if (saved_model or cost_graph) and measure_steps:
-            raise ConfigError("--measure_steps times GraphDef and MetaGraphDef input; a "
-                              "SavedModel or a cost graph is placed without it")
+        if (saved_model or cost_graph) and (measure_steps or verify):
+            raise ConfigError("--measure_steps and --verify time GraphDef and MetaGraphDef "
+                              "input; a SavedModel or a cost graph is placed without them")
         if (saved_model or cost_graph) and cost_profile:
             raise ConfigError("--cost_profile times the ops of GraphDef and MetaGraphDef input; "
                               "a cost graph carries its own times, and a SavedModel's "
@@ -211,7 +215,7 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
             placer_options=placer_options, grouping=GroupingConfig(max_groups=max_groups),
             cost_profile=cost_profile, cache=(cache_dir or True) if cache else False,
             progress=SearchProgress(logdir=progress_logdir) if progress else False,
-            measure_steps=measure_steps)
+            measure_steps=measure_steps, verify=verify)
         outputs = files.Outputs()
         if saved_model:  # SavedModel in, SavedModel out
             placed = tf2.load_and_place_saved_model(input_path, options, signature=signature,
@@ -253,5 +257,6 @@ def main(argv):
                policy=FLAGS.policy, save_policy=FLAGS.save_policy, progress=FLAGS.progress,
                progress_logdir=FLAGS.progress_logdir, trace_json=FLAGS.trace_json,
                plot_png=FLAGS.plot_png, placement_pb=FLAGS.placement_pb,
-               measure_steps=FLAGS.measure_steps, cost_profile=FLAGS.cost_profile,
+               measure_steps=FLAGS.measure_steps, verify=FLAGS.verify,
+               cost_profile=FLAGS.cost_profile,
                placer_options=FLAGS.placer_option)

@@ -1,8 +1,10 @@
 """Simulator fidelity: does the simulator rank placements as this machine's hardware does?
 
-The library behind ``tf-autoplace fidelity``. For each graph (:data:`GRAPHS`: a CNN, an LSTM
-seq2seq and a Transformer from the zoo, at sizes whose steps take tens of milliseconds on two
-cores), :func:`evaluate_graph`
+The library behind ``tf-autoplace fidelity``. For each graph (:data:`GRAPHS`: an Inception-V3
+CNN, an LSTM seq2seq and a Transformer of the papers' zoo, and three of the kinds users train,
+a Keras CNN with parallel branches, a two-tower model and a wide-and-deep model with large
+embedding tables, at sizes whose steps take milliseconds to tens of milliseconds on two cores;
+or a user's own GraphDef/MetaGraphDef file, :func:`evaluate_file`), :func:`evaluate_graph`
 
 1. builds the training graph and its problem on the local cluster (``Cluster.local`` with
    ``num_logical_cpus`` logical CPUs, or this machine's GPUs and CPU host), with Grappler's
@@ -18,13 +20,19 @@ cores), :func:`evaluate_graph`
    on the local cluster as ``Cluster.local`` describes it, the profiled costs on the profiled
    cluster, and the profiled costs on that cluster with its shared-core groups removed (the
    devices taken as independent, the simulator's model before core groups existed);
-5. measures every placement's step time (:func:`tf_autoplace.hw.runner.run_interleaved`:
-   Sessions open together, timed steps in rounds in shuffled order);
+5. measures every placement under the measurement protocol
+   (:func:`tf_autoplace.hw.protocol.measure_placements`: Sessions open together, warm-up, at
+   least 15 timed rounds in shuffled order, median with a 95% bootstrap interval, the load
+   before and after);
 6. reports per variant the Spearman rank correlation between simulated and measured step
-   times and the median absolute relative error ``median |sim / measured - 1|``.
+   times and the median absolute relative error ``median |sim / measured - 1|``, and how many
+   pairs of placements the measurement could tell apart (intervals that do not overlap): a
+   ranking is only as meaningful as the pairs it can distinguish.
 
-The machine's 1-minute load average is recorded with each graph's figures; ``max_load`` makes
-the tool wait until the machine is at most that busy before it profiles and measures a graph.
+The machine's 1-minute load average is recorded with each graph's figures, and the tables say
+when it was above :data:`~tf_autoplace.hw.protocol.QUIET_LOAD`: such figures are not publishable
+(on a 2-core machine another busy process halves the cores a step gets). ``max_load`` makes the
+tool wait until the machine is at most that busy before it profiles and measures a graph.
 """
 
 from __future__ import annotations
@@ -45,10 +53,12 @@ from tf_autoplace.errors import AutoplaceError, ConfigError
 from tf_autoplace.graph import ingest
 from tf_autoplace.heuristics import HEURISTICS
 from tf_autoplace.hw.profiler import profile_ops
-from tf_autoplace.hw.runner import RunConfig, run_interleaved
+from tf_autoplace.hw.protocol import QUIET_LOAD, StepTimes, check_steps, load_average
+from tf_autoplace.hw.protocol import measure_placements as protocol_measure
+from tf_autoplace.hw.runner import RunConfig
 from tf_autoplace.hw.workload import Workload
 from tf_autoplace.pipeline.prepare import build_problem
-from tf_autoplace.placers import PLACERS, PlacementProblem, get_placer
+from tf_autoplace.placers import PlacementProblem, get_placer
 from tf_autoplace.sim import Simulator
 
 # name -> (zoo model, knobs): small enough that a step takes tens of ms on two cores.
@@ -58,6 +68,9 @@ GRAPHS = {
                      "embedding_dim": 128, "vocab": 1000}),
     "transformer": ("transformer", {"layers": 2, "length": 32, "batch": 8, "d_model": 128,
                                     "heads": 4, "d_ff": 256, "vocab": 1000}),
+    "cnn_branches": ("branches", {}),
+    "two_tower": ("two_tower", {}),
+    "wide_deep": ("wide_deep", {}),
 }
 VARIANTS = ("analytical", "profiled", "profiled, independent devices")
 LEARNED = (*registry.names("search"), *registry.names("learned"))
@@ -116,6 +129,7 @@ class Config:
       max_load: wait until the 1-minute load average is at most this before profiling and
         measuring a graph (None: do not wait).
       seed: placer seed.
+      learned: the searching and learned placers whose placements are measured too.
     """
 
     num_logical_cpus: int = 2
@@ -126,6 +140,7 @@ class Config:
     interleave: int = 64
     max_load: float | None = None
     seed: int = 0
+    learned: tuple[str, ...] = LEARNED
 
     def __post_init__(self):
         if not (isinstance(self.num_logical_cpus, int) and self.num_logical_cpus >= 0):
@@ -135,6 +150,11 @@ class Config:
             value = getattr(self, field)
             if not (isinstance(value, int) and value >= 1):
                 raise ConfigError(f"{field} must be an int >= 1, got {value!r}")
+        unknown = sorted(set(self.learned) - set(LEARNED))
+        if unknown:
+            raise ConfigError(f"learned must name placers among {list(LEARNED)}, got "
+                              f"{unknown}")
+        check_steps(self.run.steps, "the fidelity run's steps")
         if self.max_load is not None and not self.max_load > 0:
             raise ConfigError(f"max_load must be None or > 0, got {self.max_load!r}")
 
@@ -151,6 +171,9 @@ class GraphResult:
       simulated_s: variant -> [P] simulated step time.
       load: 1-minute load average before and after the measurements.
       profile_note: the profile's description.
+      measured_low_s / measured_high_s: [P] the medians' 95% bootstrap intervals.
+      distinguishable: (pairs of placements whose intervals do not overlap, all pairs).
+      steps: timed rounds per placement.
     """
 
     graph: str
@@ -161,6 +184,15 @@ class GraphResult:
     simulated_s: dict
     load: tuple[float, float]
     profile_note: str = ""
+    measured_low_s: tuple[float, ...] = ()
+    measured_high_s: tuple[float, ...] = ()
+    distinguishable: tuple[int, int] = (0, 0)
+    steps: int = 0
+
+    @property
+    def quiet(self) -> bool:
+        """Whether the load stayed at or below the protocol's quiet load."""
+        return max(self.load) <= QUIET_LOAD
 
     def spearman(self, variant: str) -> float:
         return spearman(self.simulated_s[variant], self.measured_s)
@@ -207,9 +239,7 @@ def collect_placements(problem: PlacementProblem, config: Config,
             candidates.append((name, get_placer(name).propose(problem, seed=config.seed)))
         except AutoplaceError as e:
             log(f"  {name}: {e}")
-    for name in LEARNED:
-        if name not in PLACERS:
-            continue
+    for name in config.learned:
         began = time.perf_counter()
         try:
             placer = get_placer(name)
@@ -235,7 +265,7 @@ def wait_for_quiet(max_load: float | None, log, poll_s: float = 60.0) -> None:
     if max_load is None:
         return
     while True:
-        load = os.getloadavg()[0]
+        load = load_average()
         if load <= max_load:
             return
         log(f"  load {load:.2f} > {max_load:g}; waiting {poll_s:.0f} s")
@@ -243,46 +273,73 @@ def wait_for_quiet(max_load: float | None, log, poll_s: float = 60.0) -> None:
 
 
 def measure_placements(workload: Workload, problem: PlacementProblem, placements,
-                       config: Config) -> np.ndarray:
-    """[P] median measured step time of each placement of ``problem`` (batches of
-    ``config.interleave`` Sessions)."""
+                       config: Config) -> list[StepTimes]:
+    """Each placement of ``problem`` measured under the protocol (batches of
+    ``config.interleave`` Sessions, each batch in its own interleaved rounds)."""
     names, ops = problem.cluster.names, problem.graph.names
     out = []
     for start in range(0, len(placements), config.interleave):
         batch = placements[start:start + config.interleave]
-        assignments = [dict(zip(ops, (names[d] for d in devices.tolist()))) for devices in batch]
-        out += [m.step_time_s for m in run_interleaved(workload, assignments, config.run,
-                                                       seed=config.seed + start)]
-    return np.array(out)
+        assignments = {str(start + k): dict(zip(ops, (names[d] for d in devices.tolist())))
+                       for k, devices in enumerate(batch)}
+        result = protocol_measure(workload, assignments, steps=config.run.steps,
+                                  warmup_steps=config.run.warmup_steps, config=config.run,
+                                  seed=config.seed + start)
+        out += list(result.placements)
+    return out
 
 
 def evaluate_graph(name: str, config: Config, profiled_cluster: Cluster,
                    log=None) -> GraphResult:
-    """The figures of graph ``name`` (module docstring); ``profiled_cluster`` is the local
-    cluster with measured links (:func:`tf_autoplace.hw.transfers.profile_links`)."""
-    log = log or (lambda message: None)
+    """The figures of graph ``name`` of :data:`GRAPHS` (module docstring);
+    ``profiled_cluster`` is the local cluster with measured links
+    (:func:`tf_autoplace.hw.transfers.profile_links`)."""
     if name not in GRAPHS:
         raise ConfigError(f"unknown graph {name!r}; known: {sorted(GRAPHS)}")
     model_name, knobs = GRAPHS[name]
     model = zoo.build(model_name, **knobs)
-    workload = Workload.from_model(model, seed=config.seed)
-    meta_graph = ingest.load_meta_graph(model.graph)
+    return evaluate(name, ingest.load_meta_graph(model.graph),
+                    Workload.from_model(model, seed=config.seed), config, profiled_cluster,
+                    log=log, description=f"{model_name} {knobs}")
+
+
+def evaluate_file(path: str, config: Config, profiled_cluster: Cluster, *, feeds=None,
+                  log=None) -> GraphResult:
+    """The figures of a user's training graph, a GraphDef or MetaGraphDef file (binary or
+    text): one step runs its train op (:class:`~tf_autoplace.hw.workload.Workload` finds it,
+    and makes up a value for every placeholder it needs unless ``feeds`` gives one)."""
+    source, _ = ingest.read_graph_file(path)
+    meta_graph = ingest.load_meta_graph(source)
+    return evaluate(os.path.basename(os.fspath(path)), meta_graph,
+                    Workload.from_graph(meta_graph, feeds=feeds, seed=config.seed), config,
+                    profiled_cluster, log=log, description=os.fspath(path))
+
+
+def evaluate(name: str, meta_graph, workload: Workload, config: Config,
+             profiled_cluster: Cluster, *, log=None, description: str = "") -> GraphResult:
+    """The figures of one training graph (module docstring)."""
+    log = log or (lambda message: None)
     cluster = local_cluster(config.num_logical_cpus)
     analytical = AnalyticalCostModel(meta_graph)
     problem, _ = build_problem(meta_graph, cluster, cost_model=analytical)
-    log(f"{name}: {model_name} {knobs}, {problem.graph.num_ops} ops; collecting placements")
+    log(f"{name}: {description}, {problem.graph.num_ops} ops; collecting placements")
     placements = collect_placements(problem, config, log)
     labels = [label for label, _ in placements]
     devices = [d for _, d in placements]
     log(f"  {len(placements)} distinct placements")
 
     wait_for_quiet(config.max_load, log)
-    load_before = os.getloadavg()[0]
-    profile = profile_ops(workload, config=config.profile, description=f"{name} {knobs}")
+    load_before = load_average()
+    profile = profile_ops(workload, config=config.profile, description=f"{name} {description}")
     profiled = ProfileCostModel.from_proto(profile, fallback=analytical)
     log(f"  profiled: {profile.description}")
     measured = measure_placements(workload, problem, devices, config)
-    load_after = os.getloadavg()[0]
+    load_after = load_average()
+    if max(load_before, load_after) > QUIET_LOAD:
+        log(f"  WARNING: load {load_before:.2f} -> {load_after:.2f} is above {QUIET_LOAD}: "
+            "the machine was busy, these figures are noisy and not publishable")
+    pairs = sum(measured[i].distinguishable(measured[j]) for i in range(len(measured))
+                for j in range(i + 1, len(measured)))
 
     independent = profiled_cluster.independent()
     simulators = {
@@ -296,30 +353,45 @@ def evaluate_graph(name: str, config: Config, profiled_cluster: Cluster,
                  for variant, sim in simulators.items()}
     transfers = tuple(problem.simulator.run(d).num_transfers for d in devices)
     return GraphResult(graph=name, num_ops=problem.graph.num_ops, labels=tuple(labels),
-                       transfers=transfers, measured_s=tuple(measured.tolist()),
+                       transfers=transfers, measured_s=tuple(m.median_s for m in measured),
                        simulated_s=simulated, load=(load_before, load_after),
-                       profile_note=profile.description)
+                       profile_note=profile.description,
+                       measured_low_s=tuple(m.low_s for m in measured),
+                       measured_high_s=tuple(m.high_s for m in measured),
+                       distinguishable=(pairs, len(measured) * (len(measured) - 1) // 2),
+                       steps=config.run.steps)
 
 
 def markdown(results: list[GraphResult], *, title: str) -> str:
     """A summary table (per graph and variant) and one table of placements per graph."""
     lines = [f"## {title}", "",
-             "| graph | ops | placements | load (1 min) | variant | Spearman | median abs rel "
-             "error |", "| --- | ---: | ---: | --- | --- | ---: | ---: |"]
+             "| graph | ops | placements | distinguishable pairs | load (1 min) | variant | "
+             "Spearman | median abs rel error |",
+             "| --- | ---: | ---: | ---: | --- | --- | ---: | ---: |"]
     for r in results:
         for variant in VARIANTS:
             lines.append(f"| {r.graph} | {r.num_ops} | {len(r.labels)} | "
-                         f"{r.load[0]:.2f} -> {r.load[1]:.2f} | {variant} | "
-                         f"{r.spearman(variant):.3f} | {r.relative_error(variant):.3f} |")
+                         f"{r.distinguishable[0]} / {r.distinguishable[1]} | "
+                         f"{r.load[0]:.2f} -> {r.load[1]:.2f}{'' if r.quiet else ' (busy)'} | "
+                         f"{variant} | {r.spearman(variant):.3f} | "
+                         f"{r.relative_error(variant):.3f} |")
+    busy = [r.graph for r in results if not r.quiet]
+    if busy:
+        lines += ["", f"**Not publishable**: the 1-minute load was above {QUIET_LOAD} while "
+                  f"{', '.join(busy)} {'was' if len(busy) == 1 else 'were'} measured; the "
+                  "machine was shared and the figures are noisy."]
     for r in results:
         lines += ["", f"### {r.graph} ({r.num_ops} ops)", "", f"Profile: {r.profile_note}", "",
                   "Spearman of cross-device transfers (analytical simulation) and measured "
                   f"step time: {spearman(r.transfers, r.measured_s):.3f}", "",
-                  "| placement | transfers | measured ms | " +
-                  " | ".join(f"{v} ms" for v in VARIANTS) + " |",
+                  f"| placement | transfers | measured ms (median of {r.steps} [95% interval]) | "
+                  + " | ".join(f"{v} ms" for v in VARIANTS) + " |",
                   "| --- | ---: | ---: | " + " | ".join("---:" for _ in VARIANTS) + " |"]
         for k in np.argsort(r.measured_s).tolist():
-            lines.append(f"| {r.labels[k]} | {r.transfers[k]} | {r.measured_s[k] * 1e3:.2f} | "
+            interval = (f" [{r.measured_low_s[k] * 1e3:.2f}, {r.measured_high_s[k] * 1e3:.2f}]"
+                        if r.measured_low_s else "")
+            lines.append(f"| {r.labels[k]} | {r.transfers[k]} | "
+                         f"{r.measured_s[k] * 1e3:.2f}{interval} | "
                          + " | ".join(f"{r.simulated_s[v][k] * 1e3:.2f}" for v in VARIANTS)
                          + " |")
     return "\n".join(lines) + "\n"

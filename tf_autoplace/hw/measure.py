@@ -1,50 +1,80 @@
 """Measure a placement on this machine and put the measured step times in its report.
 
 :func:`measure` runs the placed graph and the single-device baseline of a
-:class:`~tf_autoplace.outputs.report.PlacementReport` (:func:`tf_autoplace.hw.runner.run`: a fresh
-Session with the cluster's devices, soft placement off, warm-up steps, then timed steps), puts
-their median step times beside the predicted ones (``measured_step_time_s``,
-``measured_baseline_step_time_s``; the text, the JSON and the proto of the report show them), and
-keeps a traced step of the placed graph, which the Chrome trace draws beside the simulated step.
-``autoplace(..., measure_steps=N)``, ``tf-autoplace place --measure_steps=N`` and
+:class:`~tf_autoplace.outputs.report.PlacementReport` under the measurement protocol
+(:mod:`tf_autoplace.hw.protocol`: each in its own Session with the cluster's devices, soft
+placement off, warm-up steps, then interleaved timed rounds), and puts their medians with 95%
+intervals and the machine's load beside the predicted figures (the text, the JSON and the proto
+of the report show them); a traced step of the placed graph goes to the Chrome trace beside the
+simulated step. ``autoplace(..., measure_steps=N)``, ``tf-autoplace place --measure_steps=N`` and
 ``tf-autoplace place-model --measure_steps=N`` call it after placing.
 
-The cluster's devices must be this machine's (``Cluster.local()``, ``testdata/cpu2.pbtxt`` with
-two logical CPUs): a placement for GPUs this machine lacks cannot be timed here. Timings on a
-shared machine are noisy; the baseline and the placement each have their own Session and run
-their timed steps in alternation (:func:`tf_autoplace.hw.runner.run_interleaved`), so a load
-that comes and goes falls on both alike.
+The cluster's devices must be this machine's (:func:`runs_here`): a placement for GPUs this
+machine lacks cannot be timed here.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 
+from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.errors import ConfigError
-from tf_autoplace.hw.runner import RunConfig, run_interleaved
+from tf_autoplace.hw.protocol import check_steps, measure_placements
+from tf_autoplace.hw.runner import RunConfig
 from tf_autoplace.hw.workload import Workload
 from tf_autoplace.outputs.report import PlacementReport
 
+_LOCAL = re.compile(r"^(/job:localhost(/replica:0)?(/task:0)?)?/device:(CPU|GPU):(\d+)$",
+                    re.IGNORECASE)
 
-def measure(report: PlacementReport, workload: Workload, *, steps: int = 10,
-            config: RunConfig | None = None) -> PlacementReport:
-    """``report`` with measured step times: the placed graph (``report.assignment``) and the
-    single-device baseline (``report.baseline_assignment``) each run ``steps`` timed steps of
-    ``workload`` on this machine (after ``config.warmup_steps``; the rest of ``config`` as
-    :class:`~tf_autoplace.hw.runner.RunConfig`), their steps alternating, and one more traced
-    step of the placed graph becomes the measured lanes of the Chrome trace.
 
-    Raises ConfigError when the report has no assignment to run or the cluster's devices are not
-    on this machine, MeasurementError when TensorFlow cannot run a graph."""
+def runs_here(cluster: Cluster, local_gpus: int) -> bool:
+    """Whether every device of ``cluster`` can be made in a Session on this machine: logical
+    CPUs (``/device:CPU:i``, any number) and GPUs ``/device:GPU:j`` with ``j < local_gpus``,
+    on the local job."""
+    for device in cluster.devices:
+        match = _LOCAL.match(device.name)
+        if match is None:
+            return False
+        if match.group(4).upper() == "GPU" and int(match.group(5)) >= local_gpus:
+            return False
+    return True
+
+
+def measure(report: PlacementReport, workload: Workload, *, steps: int = 15,
+            config: RunConfig | None = None, seed: int = 0) -> PlacementReport:
+    """``report`` with measured step times of its placement and its single-device baseline.
+
+    Args:
+      report: a report made by the engine (it keeps both assignments).
+      workload: what one step runs.
+      steps: timed steps of each (the protocol's minimum or more).
+      config: the Sessions' settings (:class:`~tf_autoplace.hw.runner.RunConfig`).
+      seed: orders the rounds and seeds the intervals.
+
+    Returns:
+      The report with ``measure_steps``, the measured medians, their intervals and the load.
+
+    Raises:
+      ConfigError: the report keeps no placement, too few steps, or devices this machine
+        does not have.
+      MeasurementError: TensorFlow cannot run a graph.
+    """
     if not report.assignment or not report.baseline_assignment:
         raise ConfigError("this report keeps no placement to run (it was not made by autoplace)")
-    config = dataclasses.replace(config or RunConfig(), steps=steps, trace_steps=1)
-    baseline, placed = run_interleaved(workload, [report.baseline_assignment,
-                                                  report.assignment], config)
+    steps = check_steps(steps, "measure_steps")
+    result = measure_placements(workload, {"baseline": report.baseline_assignment,
+                                           "placed": report.assignment},
+                                steps=steps, trace="placed", config=config, seed=seed)
+    placed, baseline = result["placed"], result["baseline"]
     timeline_data = report.timeline
     if timeline_data is not None:
-        timeline_data = dataclasses.replace(timeline_data, measured=placed.traces[0])
-    return dataclasses.replace(report, measure_steps=steps,
-                               measured_step_time_s=placed.step_time_s,
-                               measured_baseline_step_time_s=baseline.step_time_s,
-                               timeline=timeline_data)
+        timeline_data = dataclasses.replace(timeline_data,
+                                            measured=placed.measurement.traces[0])
+    return dataclasses.replace(
+        report, measure_steps=steps, measured_step_time_s=placed.median_s,
+        measured_baseline_step_time_s=baseline.median_s,
+        measured_step_interval_s=(placed.low_s, placed.high_s),
+        measured_baseline_interval_s=(baseline.low_s, baseline.high_s),
+        measure_load=(result.load_before, result.load_after), timeline=timeline_data)

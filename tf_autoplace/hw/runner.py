@@ -226,12 +226,13 @@ def run(workload: Workload, assignment: Mapping[str, str] | None = None,
 
 
 def run_interleaved(workload: Workload, assignments, config: RunConfig = RunConfig(), *,
-                    seed: int = 0) -> list[Measurement]:
+                    seed: int = 0, trace: int | None = None) -> list[Measurement]:
     """Time several placements of ``workload`` together: every placement gets its own Session
     (all open at once), its warm-up steps, then ``config.steps`` rounds in which each placement
     runs one timed step, in an order shuffled per round with ``seed``. A load that comes and
     goes on a shared machine then falls on every placement alike instead of on whichever ran
-    at that moment. Traced steps (``config.trace_steps``) follow the rounds. Errors as
+    at that moment. Traced steps (``config.trace_steps`` of every placement, and one more of
+    placement number ``trace`` when given) follow the rounds. Errors as
     :class:`PlacedSession`'s."""
     assignments = list(assignments)
     rng = np.random.default_rng(seed)
@@ -248,7 +249,7 @@ def run_interleaved(workload: Workload, assignments, config: RunConfig = RunConf
                 times[k, r] = sessions[k].step()
         return [Measurement(step_times_s=times[k],
                             traces=tuple(placed.traced_step()
-                                         for _ in range(config.trace_steps)),
+                                         for _ in range(config.trace_steps + (k == trace))),
                             devices=placed.devices)
                 for k, placed in enumerate(sessions)]
     finally:

@@ -5,9 +5,12 @@ two lower bounds no valid placement can beat (the simple one and the tighter LP 
 :mod:`tf_autoplace.sim.lp_bound`), and the all-on-one-device baseline (which may not fit in
 memory: ``baseline_fits`` says so).
 
-:func:`tf_autoplace.hw.measure.measure` adds what this machine measures: the median step times of
-the placed graph and of the single-device baseline beside the predicted ones, and the traced
-step of the placed graph beside the simulated one in the Chrome trace.
+:func:`tf_autoplace.hw.measure.measure` adds what this machine measures, under the measurement
+protocol (:mod:`tf_autoplace.hw.protocol`): the median step times of the placed graph and of the
+single-device baseline with their 95% intervals and the machine's load beside the predicted
+ones, and the traced step of the placed graph beside the simulated one in the Chrome trace.
+Verification (``verify=N``, :mod:`tf_autoplace.hw.verify`) adds every candidate it measured,
+which one was applied, and why.
 """
 
 from __future__ import annotations
@@ -41,7 +44,9 @@ class DeviceLoad:
         return self.peak_memory_bytes <= self.memory_bytes
 
 
-_NOT_IN_DICT = ("assignment", "graph_def", "timeline", "policy", "baseline_assignment")
+_NOT_IN_DICT = ("assignment", "graph_def", "timeline", "policy", "baseline_assignment",
+                "verification")
+_NAN2 = (math.nan, math.nan)
 
 
 def device_loads(cluster: Cluster, devices: np.ndarray, sim: SimResult) -> tuple[DeviceLoad, ...]:
@@ -94,6 +99,12 @@ class PlacementReport:
       measure_steps: timed steps behind each measured figure (0: not measured).
       measured_step_time_s / measured_baseline_step_time_s: median measured step time of the
         placement and of the single-device baseline on this machine (NaN: not measured).
+      measured_step_interval_s / measured_baseline_interval_s: their 95% bootstrap intervals
+        (low, high), in seconds (NaN: not measured).
+      measure_load: the machine's 1-minute load average before and after measuring.
+      verification: what verification measured and decided (a
+        :class:`tf_autoplace.hw.verify.Verification`; None without ``verify``); ``to_dict``
+        gives its rows.
       baseline_assignment: op name -> device of the single-device baseline (not included in
         ``to_dict``).
     """
@@ -117,6 +128,10 @@ class PlacementReport:
     measure_steps: int = 0
     measured_step_time_s: float = math.nan
     measured_baseline_step_time_s: float = math.nan
+    measured_step_interval_s: tuple = _NAN2
+    measured_baseline_interval_s: tuple = _NAN2
+    measure_load: tuple = _NAN2
+    verification: object = dataclasses.field(default=None, repr=False, compare=False)
     assignment: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
     graph_def: object = dataclasses.field(default=None, repr=False, compare=False)
     timeline: object = dataclasses.field(default=None, repr=False, compare=False)
@@ -155,6 +170,13 @@ class PlacementReport:
         out.update(speedup=self.speedup, ratio_to_lower_bound=self.ratio_to_lower_bound,
                    ratio_to_lp_lower_bound=self.ratio_to_lp_lower_bound,
                    baseline_fits=self.baseline_fits, measured_speedup=self.measured_speedup)
+        for name in ("measured_step_interval_s", "measured_baseline_interval_s",
+                     "measure_load"):
+            out[name] = list(out[name])
+        if self.verification is not None:
+            out["verification"] = dict(candidates=self.verification.rows(),
+                                       applied=self.verification.decision.applied,
+                                       reason=self.verification.decision.reason)
         return out
 
     def to_json(self) -> str:
@@ -168,7 +190,16 @@ class PlacementReport:
             baseline_step_time_s=self.baseline_step_time_s, num_groups=self.num_groups,
             note=list(self.notes), graph_fingerprint=self.graph_fingerprint,
             measure_steps=self.measure_steps, measured_step_time_s=self.measured_step_time_s,
-            measured_baseline_step_time_s=self.measured_baseline_step_time_s)
+            measured_baseline_step_time_s=self.measured_baseline_step_time_s,
+            measured_step_low_s=self.measured_step_interval_s[0],
+            measured_step_high_s=self.measured_step_interval_s[1],
+            measured_baseline_low_s=self.measured_baseline_interval_s[0],
+            measured_baseline_high_s=self.measured_baseline_interval_s[1],
+            measure_load_before=self.measure_load[0], measure_load_after=self.measure_load[1])
+        if self.verification is not None:
+            for row in self.verification.rows():
+                out.verified.add(**row)
+            out.verify_reason = self.verification.decision.reason
         if self.seed is not None:
             out.seed = int(self.seed)
         for loads, field in ((self.devices, out.device),
@@ -229,8 +260,11 @@ class PlacementReport:
                             f"{d.peak_memory_bytes / 1e9:>8.3f} {d.memory_bytes / 1e9:>7.2f}{flag}")
             return "\n".join(rows)
 
+        applied = (self.verification.decision.applied if self.verification is not None
+                   else self.placer)
         lines = [
-            f"tf_autoplace report ({self.placer})",
+            f"tf_autoplace report ({self.placer}"
+            + (f"; verified: {applied} applied" if applied != self.placer else "") + ")",
             f"  ops {self.num_ops}, colocation groups {self.num_colocation_groups}, "
             f"placement groups {self.num_groups}",
             f"  predicted step time   {self.step_time_s * 1e3:10.2f} ms",
@@ -242,12 +276,29 @@ class PlacementReport:
             f"(speedup {self.speedup:.2f}x{'' if self.baseline_fits else ', baseline does not fit'})",
         ]
         if self.measure_steps:
+            low, high = self.measured_step_interval_s
+            base_low, base_high = self.measured_baseline_interval_s
             lines += [
                 f"  measured step time    {self.measured_step_time_s * 1e3:10.2f} ms "
-                f"(median of {self.measure_steps} steps on this machine)",
+                f"[{low * 1e3:.2f}, {high * 1e3:.2f}] (median of {self.measure_steps} steps on "
+                "this machine, 95% interval)",
                 f"  measured single-device{self.measured_baseline_step_time_s * 1e3:10.2f} ms "
+                f"[{base_low * 1e3:.2f}, {base_high * 1e3:.2f}] "
                 f"(measured speedup {self.measured_speedup:.2f}x)",
+                f"  measured at load {self.measure_load[0]:.2f} -> {self.measure_load[1]:.2f} "
+                "(1-minute load average before and after)",
             ]
+        if self.verification is not None:
+            lines.append("  verified on this machine (predicted / measured median [95% "
+                         "interval]):")
+            for row in self.verification.rows():
+                mark = "applied" if row["applied"] else ""
+                lines.append(
+                    f"    {row['name']:<36} {row['predicted_s'] * 1e3:9.2f} ms / "
+                    f"{row['measured_s'] * 1e3:8.2f} ms [{row['measured_low_s'] * 1e3:.2f}, "
+                    f"{row['measured_high_s'] * 1e3:.2f}]  {row['devices_used']} device(s), "
+                    f"{row['crossing']} tensors cross  {mark}")
+            lines.append(f"    why: {self.verification.decision.reason}")
         lines += [
             "  placement:", table(self.devices),
             "  single-device baseline:", table(self.baseline_devices),

@@ -29,6 +29,7 @@ import dataclasses
 import os
 import time
 
+import numpy as np
 import tensorflow as tf
 
 from tf_autoplace.core.problem import Placement, PlacementProblem, Placer, validate
@@ -37,8 +38,10 @@ from tf_autoplace.cost.profile import ProfileCostModel
 from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
 from tf_autoplace.graph import costgraph, ingest, kernels
 from tf_autoplace.graph.fingerprint import fingerprint
-from tf_autoplace.heuristics import SingleDevicePlacer
-from tf_autoplace.hw.measure import measure
+from tf_autoplace.heuristics import BestHeuristicPlacer, SingleDevicePlacer
+from tf_autoplace.hw.measure import measure, runs_here
+from tf_autoplace.hw.profiler import profile_ops
+from tf_autoplace.hw.verify import SINGLE, Candidate, verify
 from tf_autoplace.hw.workload import Workload
 from tf_autoplace.learning.eager import policy_context
 from tf_autoplace.outputs.report import PlacementReport, device_loads
@@ -81,6 +84,14 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
     placer, cluster, seed = options.placer, options.resolved_cluster(), options.seed
     cost_model, cost_profile = options.cost_model, options.cost_profile
     measure_steps = options.measure_steps
+    if (measure_steps or options.verify) and not runs_here(cluster, len(
+            tf.config.list_physical_devices("GPU"))):
+        raise ConfigError(
+            f"{'verify' if options.verify else 'measure_steps'} runs placements on this "
+            f"machine, and this machine does not have all of the cluster's devices "
+            f"{cluster.names}: use cluster='local' (or Cluster.local(...)), or place "
+            "without it")
+    verifying = bool(options.verify) and cluster.num_devices > 1  # one device: nothing to choose
     timings: dict[str, float] = {}
     meta_graph = ingest.load_meta_graph(graph)
     if cost_profile is not None:  # measured times; what the profile lacks is estimated
@@ -89,7 +100,13 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
     # What a step runs is found before anything is placed, so that a graph we could not time
     # is an error that leaves it untouched.
     workload = (Workload.from_graph(meta_graph, feeds=options.measure_feeds, seed=int(seed))
-                if measure_steps or placer.needs_workload else None)
+                if measure_steps or verifying or placer.needs_workload else None)
+    profiled_here = verifying and cost_model is None
+    if profiled_here:  # verified candidates are ranked by costs measured on these devices
+        t = time.perf_counter()
+        cost_model = ProfileCostModel.from_proto(profile_ops(workload),
+                                                 fallback=AnalyticalCostModel(meta_graph))
+        timings["profile"] = time.perf_counter() - t
     problem, cost_model = build_problem(meta_graph, cluster, grouping=options.grouping,
                                         cost_model=cost_model,
                                         unknown_dim=options.unknown_dim, timings=timings)
@@ -100,6 +117,9 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
         notes.append(kernels.gpu_kernel_note())
     if cost_profile is not None:
         notes += _profile_notes(cost_model, cost_profile)
+    if profiled_here:
+        notes.append("op times were profiled on this machine's devices before the search "
+                     "(verify without a cost profile)")
     fallback = getattr(cost_model, "num_fallback_ops", 0)
     if fallback:
         notes.append(f"{fallback} ops were not costed by Grappler; their time is a "
@@ -117,9 +137,13 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
             f"the placement replaced {len(replaced)} device annotation(s) the graph had (e.g. "
             f"{name!r} asked for {asked!r} and is placed on {placed!r}): every op's device is "
             "the placer's choice, within kernel and colocation constraints",))
+    if verifying:
+        t = time.perf_counter()
+        report = _verify(report, problem, workload, options)
+        timings["verify"] = time.perf_counter() - t
     if measure_steps:
         t = time.perf_counter()
-        report = measure(report, workload, steps=int(measure_steps))
+        report = measure(report, workload, steps=int(measure_steps), seed=int(seed))
         timings["measure"] = time.perf_counter() - t
 
     t = time.perf_counter()  # last: any error above leaves a tf.Graph as it was
@@ -233,6 +257,63 @@ def place_problem(problem: PlacementProblem, options: PlaceOptions, *,
         entry.note.extend(placement.notes)  # the search's own; the rest is said again
         cache.store(key, entry)
     return report
+
+
+def _crossing(graph, devices: np.ndarray) -> int:
+    """Tensors a placement sends between devices: (tensor, destination device) pairs whose
+    producer is on another device, as TensorFlow makes one Send per pair."""
+    producer = devices[graph.tensor_op[graph.edge_tensor]]
+    consumer = devices[graph.edge_dst]
+    cross = producer != consumer
+    return len(set(zip(graph.edge_tensor[cross].tolist(), consumer[cross].tolist())))
+
+
+def _verify(report: PlacementReport, problem: PlacementProblem, workload: Workload,
+            options: PlaceOptions) -> PlacementReport:
+    """Measure the placer's placement, the best fast heuristic's and the single-device one on
+    this machine (:mod:`tf_autoplace.hw.verify`) and return the report of the one the decision
+    rule applies, with what was measured and why."""
+    cluster, graph = problem.cluster, problem.graph
+    names = cluster.names
+    chosen = np.array([names.index(report.assignment[n]) for n in graph.names], np.int32)
+    single = SingleDevicePlacer().propose(problem)
+    entries = [(report.placer, chosen)]
+    best = next((c for c in BestHeuristicPlacer().ranked(problem) if c.fits), None)
+    if best is not None:
+        entries.append((f"best heuristic ({best.label})", np.asarray(best.devices, np.int32)))
+    entries.append((SINGLE, single))
+    candidates, seen = [], {}
+    for name, devices in entries:
+        key = devices.tobytes()
+        if key in seen:  # the same placement twice: measured once, under its first name
+            continue
+        seen[key] = name
+        candidates.append(Candidate(
+            name=name, assignment=dict(zip(graph.names, (names[d] for d in devices.tolist()))),
+            devices_used=int(np.unique(devices).size), crossing=_crossing(graph, devices),
+            predicted_s=float(problem.simulator.run(devices).makespan)))
+    if not any(c.name == SINGLE for c in candidates):  # the placer chose the single device
+        single_name = seen[single.tobytes()]
+        candidates = [dataclasses.replace(c, name=SINGLE) if c.name == single_name else c
+                      for c in candidates]
+    if len(candidates) == 1:
+        return dataclasses.replace(report, notes=report.notes + (
+            "verify: the placer and the best heuristic both chose the single-device placement; "
+            "there was nothing to measure against it",))
+    verification = verify(workload, candidates, steps=options.verify, seed=int(options.seed))
+    applied = next(c for c in candidates if c.name == verification.decision.applied)
+    note = f"verified on this machine: applied {applied.name}: {verification.decision.reason}"
+    if applied.assignment == report.assignment:
+        return dataclasses.replace(report, verification=verification,
+                                   notes=report.notes + (note,))
+    devices = np.array([names.index(applied.assignment[n]) for n in graph.names], np.int32)
+    placement = validate(problem, devices, placer_name=f"the verified {applied.name} placement")
+    return dataclasses.replace(
+        report, step_time_s=float(placement.sim.makespan),
+        devices=device_loads(cluster, devices, placement.sim),
+        assignment=dict(applied.assignment), verification=verification,
+        timeline=TimelineData(graph, cluster, devices, placement.sim),
+        notes=report.notes + (note,))
 
 
 def _from_cache(cache: PlacementCache, key: str, problem: PlacementProblem, placer: Placer,

@@ -24,6 +24,7 @@ from tf_autoplace.core.problem import Placer
 from tf_autoplace.cost import CostModel
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.grouping import GroupingConfig
+from tf_autoplace.hw.protocol import check_steps
 from tf_autoplace.outputs.progress import QUIET, Progress, as_progress
 from tf_autoplace.pipeline.cache import PlacementCache, as_cache
 from tf_autoplace.placers import DEFAULT_PLACER, get_placer
@@ -55,6 +56,10 @@ class PlaceOptions:
       measure_steps: timed steps of the placed graph and the single-device baseline on this
         machine after placing (>= 0; 0: none; graphs only).
       measure_feeds: tensor name -> value for those steps (None: made-up values).
+      verify: timed steps per candidate when the placer's placement, the best heuristic's and
+        the single-device one are measured on this machine and the measured fastest is
+        applied (:mod:`tf_autoplace.hw.verify`; graphs only; 0: off, else at least the
+        protocol's minimum).
     """
 
     placer: Placer
@@ -68,6 +73,7 @@ class PlaceOptions:
     progress: Progress = QUIET
     measure_steps: int = 0
     measure_feeds: Mapping | None = None
+    verify: int = 0
 
     def __post_init__(self):
         if not isinstance(self.placer, Placer):
@@ -96,6 +102,13 @@ class PlaceOptions:
         if not (_is_int(self.measure_steps) and self.measure_steps >= 0):
             raise ConfigError(f"measure_steps must be an int >= 0, got "
                               f"{self.measure_steps!r}")
+        if self.measure_steps:
+            check_steps(self.measure_steps, "measure_steps")
+        if not (_is_int(self.verify) and self.verify >= 0):
+            raise ConfigError(f"verify must be an int >= 0 (timed steps per candidate; 0: "
+                              f"off), got {self.verify!r}")
+        if self.verify:
+            check_steps(self.verify, "verify")
         if self.measure_feeds is not None and not isinstance(self.measure_feeds, Mapping):
             raise ConfigError(f"measure_feeds must map tensor names to values, got "
                               f"{self.measure_feeds!r}")
@@ -106,7 +119,7 @@ class PlaceOptions:
              placer_options: Sequence[str] = (), grouping: GroupingConfig = GroupingConfig(),
              cost_model: CostModel | None = None, cost_profile=None, unknown_dim: int = 1,
              cache=False, progress=False, measure_steps: int = 0,
-             measure_feeds: Mapping | None = None) -> "PlaceOptions":
+             measure_feeds: Mapping | None = None, verify: int = 0) -> "PlaceOptions":
         """The options a door's arguments ask for, in the terms ``autoplace()`` takes them.
 
         Args:
@@ -118,8 +131,8 @@ class PlaceOptions:
           ray_address: a Ray cluster for placers that farm simulations out.
           policy: a saved policy's directory for a learned placer to start from.
           placer_options: ``name=value`` settings of the placer's config.
-          grouping, cost_model, cost_profile, unknown_dim, measure_steps, measure_feeds: as
-            the attributes.
+          grouping, cost_model, cost_profile, unknown_dim, measure_steps, measure_feeds,
+            verify: as the attributes.
           cache: False/None (none), True (the user's cache directory), a directory, or a
             PlacementCache.
           progress: True (a bar on a terminal, log lines otherwise), False/None (nothing), or a
@@ -147,7 +160,7 @@ class PlaceOptions:
                 os.fspath(cost_profile) if isinstance(cost_profile, (str, os.PathLike))
                 else cost_profile),
             unknown_dim=unknown_dim, cache=as_cache(cache), progress=as_progress(progress),
-            measure_steps=measure_steps, measure_feeds=measure_feeds)
+            measure_steps=measure_steps, measure_feeds=measure_feeds, verify=verify)
 
     def resolved_cluster(self) -> Cluster:
         """The cluster, with ``"local"`` read from this machine now."""

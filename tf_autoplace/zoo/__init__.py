@@ -34,7 +34,20 @@ transformer     :mod:`~tf_autoplace.zoo.transformer`   layers=8, length=256, bat
 wavenet         :mod:`~tf_autoplace.zoo.wavenet`       stacks=4, layers_per_stack=9,
                                                        channels=64, skip_channels=256,
                                                        length=4096, batch=16, classes=256
+branches        :mod:`~tf_autoplace.zoo.branches`      batch=16, image_size=32,
+                                                       channels=16, branches=3, blocks=3,
+                                                       num_classes=10
+two_tower       :mod:`~tf_autoplace.zoo.two_tower`     batch=32, features=64, layers=6,
+                                                       width=128, num_classes=2
+wide_deep       :mod:`~tf_autoplace.zoo.wide_deep`     batch=64, tables=4, vocab=100000,
+                                                       dim=32, ids_per_table=8,
+                                                       dense_features=16, layers=3,
+                                                       width=128, num_classes=2
 ==============  =====================================  ==================================
+
+The last three are not the papers' models: they are small graphs of the kinds users train
+(a Keras CNN with parallel branches, a two-tower model, a model with large embedding tables),
+which the simulator-fidelity benchmark measures on this machine.
 
 The sequence models name their layers' scopes in ``ModelGraph.layer_scopes`` (pipeline
 order), for baselines that place one layer per device.
@@ -47,13 +60,16 @@ import inspect
 
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.zoo.base import ModelGraph
+from tf_autoplace.zoo.branches import build_branches
 from tf_autoplace.zoo.inception import build_inception_v3
 from tf_autoplace.zoo.nasnet import build_nasnet
 from tf_autoplace.zoo.nmt import build_nmt
 from tf_autoplace.zoo.resnet import build_resnet50
 from tf_autoplace.zoo.rnnlm import build_rnnlm
 from tf_autoplace.zoo.transformer import build_transformer
+from tf_autoplace.zoo.two_tower import build_two_tower
 from tf_autoplace.zoo.wavenet import build_wavenet
+from tf_autoplace.zoo.wide_deep import build_wide_deep
 
 _BUILDERS = {
     "inception_v3": build_inception_v3,
@@ -63,6 +79,9 @@ _BUILDERS = {
     "rnnlm": build_rnnlm,
     "transformer": build_transformer,
     "wavenet": build_wavenet,
+    "branches": build_branches,
+    "two_tower": build_two_tower,
+    "wide_deep": build_wide_deep,
 }
 
 MODELS = tuple(_BUILDERS)

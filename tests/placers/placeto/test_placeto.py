@@ -418,7 +418,7 @@ def test_autoplace_with_placeto_inside_the_users_graph_adds_no_ops_to_it():
     tg = small_cnn()
     before = len(tg.graph.get_operations())
     with tg.graph.as_default():
-        report = tf_autoplace.autoplace(tg.graph, cluster="cpu2",
+        report = tf_autoplace.autoplace(tg.graph, cluster="testdata/cpu2_independent.pbtxt",
                                         placer=PlacetoPlacer(max_samples=12))
     assert len(tg.graph.get_operations()) == before
     assert report.placer == "placeto"

@@ -287,7 +287,7 @@ def test_autoplace_takes_post_by_name_inside_the_users_graph_and_is_reproducible
     import tf_autoplace
     from tf_autoplace.testing import small_cnn
 
-    cpu2 = "cpu2"
+    cpu2 = "testdata/cpu2_independent.pbtxt"
     tg = small_cnn()
     before = len(tg.graph.get_operations())
     with tg.graph.as_default():  # Post runs no TF ops: nothing may land in the user's graph

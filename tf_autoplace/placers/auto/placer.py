@@ -42,7 +42,7 @@ import numpy as np
 
 from tf_autoplace.core.problem import PlacementProblem, Placer, check_memory
 from tf_autoplace.errors import ConfigError
-from tf_autoplace.heuristics import BestHeuristicPlacer
+from tf_autoplace.heuristics import BestHeuristicPlacer, SingleDevicePlacer
 from tf_autoplace.learning.eager import policy_context
 from tf_autoplace.learning.measured import MeasuredEvaluator, check_reward
 from tf_autoplace.learning.rollouts import Evaluator
@@ -99,6 +99,11 @@ class AutoConfig:
         the simulator, the lower-bound stop is off, and one run costs about a second on a small
         graph, so set ``max_samples`` to tens or hundreds).
       measure_steps: timed steps per measured placement (>= 1; with ``reward="measured"``).
+      min_gain: the predicted gain over the single-device placement (a fraction in [0, 1))
+        below which the single-device placement is returned instead of the search's best:
+        a smaller predicted gain is within the simulator's error on hosts whose devices
+        share cores (two logical CPUs), and a split that only ties one device still pays its
+        transfers in a real run. The notes say so when it happens.
     """
 
     max_samples: int | None = None
@@ -113,6 +118,7 @@ class AutoConfig:
     search: LocalSearchConfig = LocalSearchConfig()
     reward: str = "simulated"
     measure_steps: int = 5
+    min_gain: float = 0.01
 
     def __post_init__(self):
         if self.max_samples is not None and not (isinstance(self.max_samples, int)
@@ -132,6 +138,9 @@ class AutoConfig:
         if not (isinstance(self.seeds_per_start, int) and self.seeds_per_start >= 1):
             raise ConfigError(f"seeds_per_start must be an int >= 1, got "
                               f"{self.seeds_per_start!r}")
+        if isinstance(self.min_gain, bool) or not (isinstance(self.min_gain, (int, float))
+                                                    and 0 <= self.min_gain < 1):
+            raise ConfigError(f"min_gain must be a number in [0, 1), got {self.min_gain!r}")
         unknown = sorted(set(self.learned) - set(LEARNED))
         if unknown:
             raise ConfigError(f"learned must name policies among {list(LEARNED)}, got {unknown}")
@@ -281,7 +290,28 @@ class AutoPlacer(Placer):
                         f"{max_samples} placements, so the result depends on this "
                         "machine's speed")
         self.notes.append(summary)
+        if not measured:
+            single = self._single_if_no_gain(problem, winner.current, end_s)
+            if single is not None:
+                return single
         return winner.current
+
+    def _single_if_no_gain(self, problem: PlacementProblem, devices: np.ndarray,
+                           step_s: float) -> np.ndarray | None:
+        """The single-device placement when ``devices`` (simulated at ``step_s``) is predicted
+        less than ``min_gain`` faster and the single device fits; else None."""
+        single = SingleDevicePlacer().propose(problem)
+        if np.array_equal(single, devices):
+            return None
+        sim = problem.simulator.run(single)
+        if check_memory(problem, sim) or step_s < sim.makespan * (1 - self.config.min_gain):
+            return None
+        self.notes.append(
+            f"auto: placement does not pay on these devices: the best placement found "
+            f"({step_s * 1e3:.2f} ms) is predicted less than {self.config.min_gain:.0%} faster "
+            f"than one device ({sim.makespan * 1e3:.2f} ms), so the single-device placement "
+            "is returned")
+        return single
 
 
 def _seed(seed: int, start: int, draw: int) -> int:

@@ -1,0 +1,115 @@
+"""The measurement protocol's arithmetic (intervals, distinguishability) and the verify
+decision rule on injected measurements: a placement measured slower than the single-device one
+is never applied, and ties go to the simpler placement."""
+
+import math
+
+import numpy as np
+import pytest
+
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.hw.protocol import (MIN_STEPS, ProtocolResult, StepTimes, check_steps,
+                                      median_interval)
+from tf_autoplace.hw.verify import SINGLE, Candidate, decide
+
+
+def test_the_interval_holds_the_median_and_narrows_with_more_steps():
+    rng = np.random.default_rng(0)
+    few = rng.normal(10.0, 1.0, 15)
+    many = rng.normal(10.0, 1.0, 400)
+    median, low, high = median_interval(few)
+    assert low <= median <= high and median == np.median(few)
+    _, low_many, high_many = median_interval(many)
+    assert high_many - low_many < high - low
+    assert median_interval(few, seed=3) == median_interval(few, seed=3)
+
+
+def test_an_interval_covers_the_true_median_about_95_percent_of_the_time():
+    rng = np.random.default_rng(1)
+    hits = 0
+    for _ in range(200):
+        _, low, high = median_interval(rng.exponential(1.0, 25), resamples=500)
+        hits += low <= math.log(2) <= high
+    assert 0.88 <= hits / 200 <= 0.99
+
+
+def test_constant_steps_have_a_point_interval():
+    assert median_interval([0.5] * 15) == (0.5, 0.5, 0.5)
+
+
+@pytest.mark.parametrize("bad", [[], [1.0, float("nan")], [[1.0, 2.0]]])
+def test_bad_samples_are_config_errors(bad):
+    with pytest.raises(ConfigError):
+        median_interval(bad)
+
+
+def _times(name, median, low, high):
+    return StepTimes(name=name, times_s=np.array([median]), median_s=median, low_s=low,
+                     high_s=high)
+
+
+def test_distinguishable_only_where_intervals_do_not_overlap():
+    a = _times("a", 10.0, 9.0, 11.0)
+    assert a.distinguishable(_times("b", 12.5, 11.5, 13.0))
+    assert not a.distinguishable(_times("c", 12.5, 10.9, 13.0))  # overlaps by 0.1
+    assert not a.distinguishable(_times("d", 10.0, 10.0, 10.0))
+    assert a.faster_than(_times("b", 12.5, 11.5, 13.0))
+    assert not _times("b", 12.5, 11.5, 13.0).faster_than(a)
+
+
+def test_fewer_steps_than_the_protocol_are_refused():
+    assert check_steps(MIN_STEPS) == MIN_STEPS
+    for bad in (MIN_STEPS - 1, 0, True, 15.0):
+        with pytest.raises(ConfigError, match="at least 15"):
+            check_steps(bad)
+
+
+def _result(**figures):
+    return ProtocolResult(placements=tuple(_times(n, *f) for n, f in figures.items()),
+                          steps=15, warmup_steps=3, load_before=0.5, load_after=0.6)
+
+
+def _candidate(name, devices, crossing):
+    return Candidate(name=name, assignment={}, devices_used=devices, crossing=crossing,
+                     predicted_s=1.0)
+
+
+SPLIT = _candidate("auto", 2, 40)
+HEURISTIC = _candidate("best heuristic (m_etf)", 2, 10)
+ONE = _candidate(SINGLE, 1, 0)
+
+
+def test_a_placement_faster_beyond_noise_is_applied():
+    measured = _result(**{"auto": (8.0, 7.8, 8.2), SINGLE: (10.0, 9.8, 10.2),
+                          "best heuristic (m_etf)": (9.0, 8.8, 9.2)})
+    decision = decide([SPLIT, HEURISTIC, ONE], measured)
+    assert decision.applied == "auto" and decision.leader == "auto"
+    assert "faster than the single-device" in decision.reason
+
+
+def test_a_placement_measured_slower_than_single_device_is_never_applied():
+    measured = _result(**{"auto": (12.0, 11.8, 12.2), SINGLE: (10.0, 9.8, 10.2),
+                          "best heuristic (m_etf)": (11.0, 10.8, 11.2)})
+    assert decide([SPLIT, HEURISTIC, ONE], measured).applied == SINGLE
+
+
+def test_a_tie_with_the_single_device_goes_to_the_single_device():
+    measured = _result(**{"auto": (9.5, 9.0, 10.1), SINGLE: (10.0, 9.9, 10.3),
+                          "best heuristic (m_etf)": (11.0, 10.8, 11.2)})
+    decision = decide([SPLIT, HEURISTIC, ONE], measured)
+    assert decision.applied == SINGLE and decision.leader == "auto"
+    assert "not faster beyond noise" in decision.reason
+
+
+def test_a_tie_between_splits_goes_to_the_one_with_fewer_transfers():
+    measured = _result(**{"auto": (8.0, 7.5, 8.5), SINGLE: (10.0, 9.8, 10.2),
+                          "best heuristic (m_etf)": (8.3, 8.1, 8.6)})
+    decision = decide([SPLIT, HEURISTIC, ONE], measured)
+    assert decision.applied == "best heuristic (m_etf)" and decision.leader == "auto"
+
+
+def test_the_decision_needs_the_single_device_candidate_measured():
+    with pytest.raises(ConfigError, match="single-device"):
+        decide([SPLIT], _result(auto=(1.0, 1.0, 1.0)))
+    with pytest.raises(ConfigError, match="was not measured"):
+        decide([SPLIT, ONE], _result(**{SINGLE: (1.0, 1.0, 1.0)}))

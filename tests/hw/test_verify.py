@@ -1,0 +1,80 @@
+"""Verified placement run for real: a small graph on two logical CPUs of this machine, its
+candidates measured under the protocol, the decision rule's choice applied and reported.
+Nothing here depends on which placement is faster: the tests check that what was applied is
+what the rule says for the figures measured, never a timing."""
+
+import pytest
+import tensorflow as tf
+from absl import flags
+
+import tf_autoplace
+from tf_autoplace import Cluster
+from tf_autoplace import flags as ap_flags
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.hw.verify import SINGLE, decide
+from tf_autoplace.testing import small_cnn
+
+
+def _devices(graph):
+    return {op.name: op.device for op in graph.get_operations()}
+
+
+@pytest.fixture(scope="module")
+def verified():
+    tg = small_cnn()
+    report = tf_autoplace.autoplace(tg.graph, cluster=Cluster.local(num_logical_cpus=2),
+                                    placer="random", seed=3, verify=15, progress=False)
+    return tg, report
+
+
+def test_the_applied_candidate_is_the_decision_rules_for_what_was_measured(verified):
+    tg, report = verified
+    v = report.verification
+    names = [c.name for c in v.candidates]
+    assert SINGLE in names and "random" in names
+    assert decide(v.candidates, v.measured) == v.decision
+    applied = next(c for c in v.candidates if c.name == v.decision.applied)
+    assert _devices(tg.graph) == applied.assignment == report.assignment
+    single = v.measured[SINGLE]
+    assert not single.faster_than(v.measured[applied.name])  # never slower than one device
+    assert v.measured.steps == 15 and all(m.times_s.shape == (15,) for m in v.measured.placements)
+
+
+def test_the_report_shows_every_candidate_measured_beside_its_prediction(verified):
+    _, report = verified
+    text = str(report)
+    assert "verified on this machine" in text and report.verification.decision.reason in text
+    proto = report.to_proto()
+    assert [c.name for c in proto.verified] == [c.name for c in report.verification.candidates]
+    assert sum(c.applied for c in proto.verified) == 1
+    assert proto.verify_reason == report.verification.decision.reason
+    rows = report.to_dict()["verification"]["candidates"]
+    assert all(r["measured_low_s"] <= r["measured_s"] <= r["measured_high_s"] for r in rows)
+    assert any("profiled on this machine" in n for n in report.notes)
+
+
+def test_verify_needs_this_machines_devices_and_enough_steps():
+    tg = small_cnn()
+    before = _devices(tg.graph)
+    with pytest.raises(ConfigError, match="this machine does not have"):
+        tf_autoplace.autoplace(tg.graph, cluster="k80x2", placer="m_etf", verify=15)
+    with pytest.raises(ConfigError, match="at least 15"):
+        tf_autoplace.autoplace(tg.graph, cluster="local", placer="m_etf", verify=5)
+    assert _devices(tg.graph) == before
+    fn = tf.function(lambda x: x * 2.0, input_signature=[tf.TensorSpec([2], tf.float32)])
+    with pytest.raises(ConfigError, match="verify is for graphs"):
+        tf_autoplace.autoplace(fn, cluster="local", verify=15)
+
+
+def test_the_flag_verifies_by_default_on_this_machine_only():
+    assert ap_flags._verify_steps(-1, "local") == (15, True)
+    assert ap_flags._verify_steps(-1, "k80x2") == (0, False)
+    assert ap_flags._verify_steps(20, "cpu2") == (20, False)
+    with pytest.raises(ConfigError, match="does not have"):
+        ap_flags.AutoplaceSettings(placer="m_etf", cluster="k80x2", verify=15)
+    base = {"autoplace": "m_etf", "autoplace_placement": None}
+    assert ap_flags._check_verify({**base, "autoplace_cluster": "k80x2", "autoplace_verify": -1})
+    with pytest.raises(flags.ValidationError, match="does not have"):
+        ap_flags._check_verify({**base, "autoplace_cluster": "k80x2", "autoplace_verify": 15})
+    with pytest.raises(flags.ValidationError, match="at least 15"):
+        ap_flags._check_verify({**base, "autoplace_cluster": "local", "autoplace_verify": 3})

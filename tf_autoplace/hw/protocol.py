@@ -1,0 +1,221 @@
+"""The measurement protocol: step times of placements on a shared machine, with their noise.
+
+Every measured figure the product prints (``measure_steps``, ``verify``, ``tf-autoplace
+fidelity``) comes from :func:`measure_placements`:
+
+1. every placement of one graph gets its own Session, all open at once
+   (:func:`tf_autoplace.hw.runner.run_interleaved`), and its warm-up steps (the first runs
+   partition, optimise and allocate);
+2. then at least :data:`MIN_STEPS` rounds, in each of which every placement runs one timed step,
+   in an order shuffled per round: a load that comes and goes on a shared machine falls on every
+   placement alike instead of on whichever ran at that moment;
+3. each placement's figure is the median of its timed steps, with a 95% bootstrap interval of
+   that median (:func:`median_interval`: the percentile interval of the medians of resampled
+   steps);
+4. the machine's 1-minute load average is read before and after, and kept with the figures.
+
+Two placements are *distinguishable* only where their intervals do not overlap
+(:meth:`StepTimes.distinguishable`); otherwise the measurement cannot tell them apart and
+nothing should be concluded from the order of their medians. A load average above
+:data:`QUIET_LOAD` means other work shared the cores: the figures are then noisier, and on a
+2-core machine another busy process can halve the cores a measured step gets, so they are not
+comparable with figures taken on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Mapping
+
+import numpy as np
+
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.hw.runner import Measurement, RunConfig, run_interleaved
+from tf_autoplace.hw.workload import Workload
+
+MIN_STEPS = 15  # timed steps per placement: fewer leave the median's interval too wide to use
+QUIET_LOAD = 1.5  # 1-minute load average above which a 2-core machine is not quiet
+CONFIDENCE = 0.95
+
+
+def load_average() -> float:
+    """The machine's 1-minute load average (NaN where the platform has none)."""
+    try:
+        return float(os.getloadavg()[0])
+    except (AttributeError, OSError):
+        return math.nan
+
+
+def median_interval(times, *, confidence: float = CONFIDENCE, resamples: int = 2000,
+                    seed: int = 0) -> tuple[float, float, float]:
+    """The median of ``times`` and a bootstrap percentile interval for it.
+
+    Args:
+      times: the timed steps (s), at least one, all finite.
+      confidence: the interval's coverage, in (0, 1).
+      resamples: bootstrap resamples (>= 100).
+      seed: the resampling seed: the same steps and seed give the same interval.
+
+    Returns:
+      ``(median, low, high)`` in seconds, ``low <= median <= high``.
+
+    Raises:
+      ConfigError: no steps, a step that is not finite, or settings out of range.
+    """
+    times = np.asarray(times, dtype=np.float64)
+    if times.ndim != 1 or times.size == 0 or not np.isfinite(times).all():
+        raise ConfigError(f"median_interval needs a non-empty 1-D sample of finite step times, "
+                          f"got {times!r}")
+    if not 0 < confidence < 1:
+        raise ConfigError(f"confidence must be in (0, 1), got {confidence!r}")
+    if not (isinstance(resamples, int) and resamples >= 100):
+        raise ConfigError(f"resamples must be an int >= 100, got {resamples!r}")
+    median = float(np.median(times))
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, times.size, size=(resamples, times.size))
+    medians = np.median(times[draws], axis=1)
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(medians, [tail, 1 - tail])
+    return median, float(min(low, median)), float(max(high, median))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class StepTimes:
+    """One placement's measured steps under the protocol.
+
+    Attributes:
+      name: what the placement is (``"single device"``, ``"auto"``, ...).
+      times_s: [steps] the timed steps, in round order (s).
+      median_s: their median (s).
+      low_s, high_s: the median's 95% bootstrap interval (s).
+      measurement: the runner's measurement (with any traced steps).
+    """
+
+    name: str
+    times_s: np.ndarray
+    median_s: float
+    low_s: float
+    high_s: float
+    measurement: Measurement | None = dataclasses.field(default=None, repr=False)
+
+    @classmethod
+    def of(cls, name: str, times_s, *, seed: int = 0,
+           measurement: Measurement | None = None) -> "StepTimes":
+        """The figures of ``times_s`` (:func:`median_interval`)."""
+        median, low, high = median_interval(times_s, seed=seed)
+        return cls(name=name, times_s=np.asarray(times_s, dtype=np.float64), median_s=median,
+                   low_s=low, high_s=high, measurement=measurement)
+
+    def distinguishable(self, other: "StepTimes") -> bool:
+        """Whether the two medians' intervals do not overlap."""
+        return self.high_s < other.low_s or other.high_s < self.low_s
+
+    def faster_than(self, other: "StepTimes") -> bool:
+        """Measured faster beyond noise: distinguishable and the smaller median."""
+        return self.distinguishable(other) and self.median_s < other.median_s
+
+    def describe(self) -> str:
+        """``"12.30 ms [12.10, 12.52]"``."""
+        return (f"{self.median_s * 1e3:.2f} ms [{self.low_s * 1e3:.2f}, "
+                f"{self.high_s * 1e3:.2f}]")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ProtocolResult:
+    """Placements of one graph measured together.
+
+    Attributes:
+      placements: one :class:`StepTimes` per placement, in the order they were given.
+      steps: timed steps (rounds) per placement.
+      warmup_steps: untimed steps per placement before the rounds.
+      load_before, load_after: the 1-minute load average before and after (NaN: unknown).
+    """
+
+    placements: tuple[StepTimes, ...]
+    steps: int
+    warmup_steps: int
+    load_before: float
+    load_after: float
+
+    @property
+    def quiet(self) -> bool:
+        """Whether the load stayed at or below :data:`QUIET_LOAD` before and after."""
+        return self.load_before <= QUIET_LOAD and self.load_after <= QUIET_LOAD
+
+    def __getitem__(self, name: str) -> StepTimes:
+        for placement in self.placements:
+            if placement.name == name:
+                return placement
+        raise KeyError(name)
+
+    def distinguishable_pairs(self) -> tuple[int, int]:
+        """(pairs whose intervals do not overlap, all pairs)."""
+        k = len(self.placements)
+        hits = sum(self.placements[i].distinguishable(self.placements[j])
+                   for i in range(k) for j in range(i + 1, k))
+        return hits, k * (k - 1) // 2
+
+    def load_text(self) -> str:
+        """``"load 0.80 -> 1.10"``, with a warning when the machine was not quiet."""
+        text = f"load {self.load_before:.2f} -> {self.load_after:.2f}"
+        if not self.quiet:
+            text += (f" (above {QUIET_LOAD}: the machine was busy, the figures are noisy and "
+                     "not comparable with a quiet machine's)")
+        return text
+
+
+def check_steps(steps, what: str = "steps") -> int:
+    """``steps`` as an int >= :data:`MIN_STEPS`.
+
+    Raises:
+      ConfigError: fewer steps (or not an int); the message says why the protocol needs them.
+    """
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < MIN_STEPS:
+        raise ConfigError(f"{what} must be an int >= {MIN_STEPS}, got {steps!r}: the protocol "
+                          f"times at least {MIN_STEPS} steps of every placement, so that the "
+                          "median's interval separates placements that differ")
+    return int(steps)
+
+
+def measure_placements(workload: Workload, assignments: Mapping[str, Mapping[str, str]], *,
+                       steps: int = MIN_STEPS, warmup_steps: int = 3, trace: str | None = None,
+                       config: RunConfig | None = None, seed: int = 0) -> ProtocolResult:
+    """Measure placements of one workload under the protocol (module docstring).
+
+    Args:
+      workload: what one step runs.
+      assignments: name -> op name -> device string, one entry per placement (ops an
+        assignment does not name keep the graph's device).
+      steps: timed rounds (>= :data:`MIN_STEPS`).
+      warmup_steps: untimed steps per placement first (>= 0).
+      trace: the name of a placement to run one fully traced step of after the rounds (for the
+        Chrome trace's measured lanes); None: none.
+      config: the Sessions' settings (threads, Grappler); its step counts are replaced.
+      seed: orders the rounds and seeds the bootstrap.
+
+    Returns:
+      The :class:`ProtocolResult`.
+
+    Raises:
+      ConfigError: too few steps, no placement, a ``trace`` name not among them, or devices
+        this machine does not have.
+      MeasurementError: TensorFlow cannot run a placement.
+    """
+    steps = check_steps(steps)
+    if not assignments:
+        raise ConfigError("measure_placements needs at least one placement")
+    if trace is not None and trace not in assignments:
+        raise ConfigError(f"trace={trace!r} is not one of the placements {list(assignments)}")
+    names = list(assignments)
+    config = dataclasses.replace(config or RunConfig(), steps=steps, warmup_steps=warmup_steps,
+                                 trace_steps=0)
+    before = load_average()
+    measured = run_interleaved(workload, [assignments[n] for n in names], config, seed=seed,
+                               trace=None if trace is None else names.index(trace))
+    after = load_average()
+    return ProtocolResult(
+        placements=tuple(StepTimes.of(name, m.step_times_s, seed=seed, measurement=m)
+                         for name, m in zip(names, measured)),
+        steps=steps, warmup_steps=warmup_steps, load_before=before, load_after=after)

@@ -1,0 +1,164 @@
+"""Verified placement: measure the search's best candidates here and apply the measured fastest.
+
+A placement search ranks placements by the simulator's predictions, and a prediction can be
+wrong. When the cluster is this machine's devices, :func:`verify` runs the candidates the engine
+hands it (at least the placer's choice, the best fast heuristic's and the single-device one)
+under the measurement protocol (:mod:`tf_autoplace.hw.protocol`: interleaved rounds, medians
+with bootstrap intervals, the load recorded), and :func:`decide` picks the one to apply:
+
+1. the candidate with the smallest measured median leads;
+2. every candidate the measurement cannot tell from the leader (overlapping intervals) is as
+   good, and of those the *simplest* is applied: fewest devices used, then fewest tensors
+   crossing devices, then the smaller median. The single-device placement uses one device and
+   sends nothing, so it wins every tie it is in: a placement is applied instead only when it is
+   measured faster than the single-device one beyond noise, and a placement measured slower
+   than the single-device one is never applied.
+
+The decision reads only measured figures; the predictions ride along for the report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping
+
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.hw.protocol import ProtocolResult, measure_placements
+from tf_autoplace.hw.runner import RunConfig
+from tf_autoplace.hw.workload import Workload
+
+SINGLE = "single device"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Candidate:
+    """A placement that verification may apply.
+
+    Attributes:
+      name: what it is (``"auto"``, ``"best heuristic (m_etf)"``, :data:`SINGLE`).
+      assignment: op name -> device string.
+      devices_used: how many devices it puts ops on.
+      crossing: tensors it sends between devices (op outputs with a consumer on another
+        device).
+      predicted_s: its simulated step time (s).
+    """
+
+    name: str
+    assignment: Mapping[str, str]
+    devices_used: int
+    crossing: int
+    predicted_s: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """Which candidate to apply and why.
+
+    Attributes:
+      applied: the applied candidate's name.
+      leader: the candidate with the smallest measured median.
+      reason: one sentence for the report.
+    """
+
+    applied: str
+    leader: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Verification:
+    """What verification measured and decided.
+
+    Attributes:
+      candidates: the candidates, in the order measured.
+      measured: their step times under the protocol.
+      decision: the applied candidate and why.
+    """
+
+    candidates: tuple[Candidate, ...]
+    measured: ProtocolResult
+    decision: Decision
+
+    def rows(self) -> list[dict]:
+        """One dict per candidate: name, predicted and measured step times (median, interval),
+        devices used, tensors crossing devices, and whether it was applied."""
+        out = []
+        for c in self.candidates:
+            m = self.measured[c.name]
+            out.append(dict(name=c.name, predicted_s=c.predicted_s, measured_s=m.median_s,
+                            measured_low_s=m.low_s, measured_high_s=m.high_s,
+                            devices_used=c.devices_used, crossing=c.crossing,
+                            applied=c.name == self.decision.applied))
+        return out
+
+
+def decide(candidates, measured: ProtocolResult) -> Decision:
+    """The decision rule of the module docstring.
+
+    Args:
+      candidates: the :class:`Candidate` s, one of them named :data:`SINGLE`.
+      measured: their measurements, by name.
+
+    Returns:
+      The :class:`Decision`.
+
+    Raises:
+      ConfigError: no single-device candidate, or a candidate that was not measured.
+    """
+    candidates = list(candidates)
+    names = [c.name for c in candidates]
+    if SINGLE not in names:
+        raise ConfigError(f"verification needs the single-device placement among the "
+                          f"candidates, got {names}")
+    try:
+        times = {c.name: measured[c.name] for c in candidates}
+    except KeyError as e:
+        raise ConfigError(f"candidate {e.args[0]!r} was not measured") from None
+    leader = min(candidates, key=lambda c: (times[c.name].median_s, c.devices_used, c.crossing))
+    ties = [c for c in candidates
+            if c is leader or not times[c.name].distinguishable(times[leader.name])]
+    applied = min(ties, key=lambda c: (c.devices_used, c.crossing, times[c.name].median_s))
+    single = times[SINGLE]
+    if applied.name == SINGLE:
+        if leader.name == SINGLE:
+            reason = "the single-device placement measured fastest"
+        else:
+            reason = (f"{leader.name} measured {times[leader.name].describe()} against the "
+                      f"single-device {single.describe()}: not faster beyond noise, so the "
+                      "simpler single-device placement is applied")
+    else:
+        reason = (f"{applied.name} measured {times[applied.name].describe()}, faster than the "
+                  f"single-device {single.describe()} beyond noise")
+        if applied is not leader:
+            reason += (f"; {leader.name} ({times[leader.name].describe()}) was not faster "
+                       "beyond noise and uses more devices or transfers")
+    return Decision(applied=applied.name, leader=leader.name, reason=reason)
+
+
+def verify(workload: Workload, candidates, *, steps: int, seed: int = 0,
+           config: RunConfig | None = None) -> Verification:
+    """Measure ``candidates`` under the protocol and decide which to apply.
+
+    Args:
+      workload: what one step runs.
+      candidates: :class:`Candidate` s with distinct names, :data:`SINGLE` among them.
+      steps: timed steps per candidate (the protocol's minimum or more).
+      seed: orders the rounds and seeds the intervals.
+      config: the Sessions' settings (:class:`~tf_autoplace.hw.runner.RunConfig`).
+
+    Returns:
+      The :class:`Verification`; one traced step of the applied candidate is not taken (the
+      caller measures what it applies if it wants a trace).
+
+    Raises:
+      ConfigError: repeated names, no single-device candidate, too few steps.
+      MeasurementError: TensorFlow cannot run a candidate.
+    """
+    candidates = tuple(candidates)
+    names = [c.name for c in candidates]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"candidate names must differ, got {names}")
+    measured = measure_placements(workload, {c.name: c.assignment for c in candidates},
+                                  steps=steps, seed=seed, config=config)
+    return Verification(candidates=candidates, measured=measured,
+                        decision=decide(candidates, measured))
