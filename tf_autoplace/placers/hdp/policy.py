@@ -27,10 +27,8 @@ With M learned units (TF colocation groups), N groups, D action devices and V op
 likely in every group, every group on every device; the paper does not say how its networks
 start. A uniform grouper makes every group a random sample of the whole graph, so the first
 placements that use two devices scatter ops at random, and what the search learns first is to
-put nearly everything on one GPU. We tried starting the grouper from runs of the topological
-order instead (a term linear in the unit's position, which the feed-forward grouper can
-express): after 1,024 placements on NMT-2 it ended at 830.8 ms against the uniform start's
-805.1 ms (one seed, 0; no better), so that start was dropped (``docs/experiments.md``). The
+put nearly everything on one GPU. Starting the grouper from runs of the topological order
+instead (a term linear in the unit's position) did no better (``docs/experiments.md``). The
 uniform start is the search's ``start="uniform"``; its default starts from a heuristic (below).
 
 **Heuristic start** (``hinted=True``, a view built with a hint; the search's default,
@@ -41,8 +39,8 @@ grouper so that a unit prefers the group whose centre ``c_g = (g + 1/2) / N`` is
 ``q >= 0``) and the output layer (``2 s c_g / A`` from it, bias ``-s c_g^2``) express exactly.
 The scale is split evenly between the two layers (``A = sqrt(2 s)``) so that an Adam step on
 either moves a logit by at most about ``sqrt(2 s)`` times the rate: with the whole scale in
-the output layer, one step of 3e-3 on the hidden weight moved every logit by about 100 and
-regrouped the whole graph. ``s = sharpness N^2``: neighbouring groups' logits differ by
+the output layer, one Adam step on the hidden weight would move every logit by the whole scale
+and regroup the whole graph. ``s = sharpness N^2``: neighbouring groups' logits differ by
 ``sharpness`` at a group's centre. The search then fits the placer to the heuristic's devices
 (:mod:`tf_autoplace.placers.hdp.search`).
 
@@ -50,8 +48,7 @@ regrouped the whole graph. ``s = sharpness N^2``: neighbouring groups' logits di
 text. On 2 CPU cores a step of the sampling decoder is a handful of small matrix products whose
 cost is mostly per-op overhead, so width buys little and costs time: we default to ``hidden =
 32`` per encoder direction (decoder 64), type embeddings of 16, a grouper layer of 64, device
-embeddings of 16 and attention of 32; the measured costs per policy update are in
-``docs/experiments.md``.
+embeddings of 16 and attention of 32 (the costs per policy update: ``docs/experiments.md``).
 
 **Randomness.** The policy draws nothing itself: the search passes uniform noise from its seeded
 numpy generator (inverse-CDF sampling for the grouper, Gumbel noise for the decoder, whose

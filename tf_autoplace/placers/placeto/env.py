@@ -17,9 +17,8 @@ Both sum to the same episode return; intermediate rewards give each action its o
 
 **Undoing harmful moves** (``undo_worse``, our option; the Placeto placer fine-tunes with it).
 In the paper's MDP every action's placement stands. On our graphs most single moves from a
-good placement do not help (78-93% of them from the zero-shot placements of held-out
-NMT-family graphs), so an episode that samples a few dozen moves has usually made a harmful
-one after two or three, and every later move is judged on a worse placement, where its effect
+good placement do not help (docs/experiments.md), so an episode that samples a few dozen moves
+has usually made a harmful one after two or three, and every later move is judged on a worse placement, where its effect
 is not the one it would have had. With ``undo_worse`` a move that makes R worse is undone: its
 reward is still the (negative) improvement it made, ``(R_{t-1} - R'_t) / R_0`` with ``R'_t``
 the moved placement's score, but the next state is the one before it. Every move of an episode is then judged from a
@@ -36,13 +35,13 @@ Choices the paper leaves open:
   fixed to the first device that can run it and never visited.
 - **Grouping.** The environment groups the op graph itself with Merge-and-Colocate into at most
   ``max_groups`` groups (Placeto uses the heuristic to shrink graphs before placing); placements
-  are always simulated at op level. 256 by default: on NMT-2 (12.6k ops) 128 groups mix layers
-  so much that no group placement comes near the expert's (853 vs 713 ms), 256 get to 726 ms.
+  are always simulated at op level. 256 by default: fewer groups mix a deep model's layers so
+  much that no group placement comes near the expert's (docs/experiments.md).
 - **Start placement.** With the heuristic start, the grouping never merges ops the heuristic
   put on different devices, so the first state is exactly the heuristic's placement and every
-  placement an episode meets is a variation of it. From the trivial start, a policy on our simulator mostly learns that
-  moving one group alone costs two transfers and keeps everything on one device (NMT-2: no
-  improvement in 20k samples). Starting from the best heuristic's placement makes every episode
+  placement an episode meets is a variation of it. From the trivial start, a policy on our
+  simulator mostly learns that moving one group alone costs two transfers and keeps
+  everything on one device. Starting from the best heuristic's placement makes every episode
   an attempt to improve a good placement, which is what the product needs.
 - **Visiting order.** Groups in the order of their earliest op in a topological order of the op
   graph, so parents are usually visited before children.
@@ -55,10 +54,9 @@ Choices the paper leaves open:
   action device that we add (``context_features``, on by default): the device's share of the
   graph's compute under the current placement, and the share of the group's traffic (bytes on
   its group-level edges, both directions) exchanged with groups on that device. Without them
-  the policy sees load balance and cut traffic only through k rounds of message passing, and
-  pretraining on the NMT family learned nothing that transferred: the best moves from the
-  expert's placement are load-balancing ones, and the worst (up to 20% slower) cut a group off
-  from its neighbours, which these features show directly.
+  the policy sees load balance and cut traffic only through k rounds of message passing: the
+  best moves from a good placement are load-balancing ones, and the worst cut a group off from
+  its neighbours, which these features show directly (docs/experiments.md).
 """
 
 from __future__ import annotations

@@ -38,9 +38,8 @@ class PlacetoConfig:
     """Attributes:
       budget_s: wall-time cap for zero-shot plus fine-tuning (> 0).
       max_samples: placements simulated while fine-tuning (None: until ``budget_s``). The
-        default stops on this count, so the same seed gives the same placement (on Inception-V3
-        with 2 cores, 512 take about 40 s, well inside ``budget_s``); if the time cap stops the
-        search first, the result depends on the machine's speed.
+        default stops on this count, so the same seed gives the same placement; if the time cap
+        stops the search first, the result depends on the machine's speed.
       fine_tune: False runs the zero-shot episode only.
       policy_dir: a saved policy to start from; None = the shipped one for the device count.
       env: the MDP settings. Moves that make R worse are undone (``EnvConfig.undo_worse``):
@@ -48,11 +47,10 @@ class PlacetoConfig:
         later move of an episode is judged on the worse placement (docs/experiments.md).
       learning_rate: Adam's rate while fine-tuning (constant; the budget decides the length).
       entropy: entropy bonus while fine-tuning, against per-step normalised advantages (each
-        of order 1). The policy's moves are mostly harmful (a bad one costs up to 20%, a good
-        one gains 2-3%) and the head's ReLU features are shared by all groups, so without a
-        strong bonus every group's move probability falls together to ~0 within 30 updates,
-        the good ones' included, before the network learns to tell them apart (measured on
-        an NMT-family graph: 0.01 and 0.1 collapse, 0.5 does not).
+        of order 1). The policy's moves are mostly harmful and the head's ReLU features are
+        shared by all groups, so without a strong bonus every group's move probability falls
+        together to about 0, the good ones' included, before the network learns to tell them
+        apart (docs/experiments.md).
       discount: gamma of the returns (see ``reinforce.TrainConfig``). 0 credits each action
         with the improvement it made itself, the lowest-variance choice with intermediate
         rewards.
@@ -64,19 +62,15 @@ class PlacetoConfig:
         far (the zero-shot episode's, to begin with), "env" from ``env.start``
         (``reinforce.TrainConfig``).
       temperature: a pretrained policy's logits are divided by it before fine-tuning (after the
-        zero-shot episode, whose argmax it would not change; a fresh policy is left alone). The
-        policy shipped before the imitation-pretrained one was nearly deterministic (its moves
-        at p ~ 1 or ~ 0). In the paper's MDP its sampled episodes then repeated the greedy one,
-        and a temperature of 3 helped a little there; with harmful moves undone, 1 (no
-        tempering) did better than 6.
+        zero-shot episode, whose argmax it would not change; a fresh policy is left alone): a
+        nearly deterministic policy's sampled episodes repeat its greedy one, and tempering
+        spreads them. With harmful moves undone, 1 (no tempering) is the default.
       restart_after: fine-tuning placements without improvement after which the search gives
         the rest of the budget to a fresh policy searching from the environment's start
         placement, seeded differently (None: never). A search that improves by single-group
-        moves ends in a local optimum of them, and which one depends on its first episodes:
-        from the heuristic start on NMT-2, fresh searches seeded 0, 1 and 2 were at 637.71,
-        677.92 and 637.49 ms after about 1,000 placements, and the shipped policy's fine-tuning
-        stayed at its zero-shot 687.77 ms. Each restart is another draw: with them, 654.17 ms
-        within the default 512 placements, 618.31 ms within 60 s (BENCHMARKS.md).
+        moves ends in a local optimum of them, and which one depends on its first episodes
+        (fresh searches with different seeds end in different optima; docs/experiments.md).
+        Each restart is another draw.
       heuristics: placers the result must not be worse than (``best_heuristic`` runs all the
         fast ones).
       workers: fine-tuning workers, each rolling out ``episodes`` episodes per update (so an
