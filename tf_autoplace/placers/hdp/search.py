@@ -43,23 +43,21 @@ differ from the hint where the placer or the grouper strays, so the search explo
 heuristic, and its best sample is one or a few moves better. ``start="uniform"`` is the
 paper's: fresh networks whose heads start uniform. It is not the default because within this
 search's budget it does not recover from its first placements: on NMT the placer settles on one
-GPU before the grouper forms groups, and its best placement ends 2.1-4.4x the expert's step
+GPU before the grouper forms groups, and its best placement ends far above the expert's step
 time, where the paper's NMT-2 and NMT-4 end below the expert after 1,000 updates on real
 hardware (docs/experiments.md).
 
 Three settings keep the samples near the hint, so that a move that helps is not drowned by
-others that hurt (measured on NMT, docs/experiments.md):
+others that hurt (the measurements behind each: docs/experiments.md):
 
 - ``start_sharpness`` (10): a unit whose hint order lies near the end of its device's run may
-  be drawn into the next group, which the placer puts on the next device. With a logit
-  difference of 2 at the group's centre, NMT-8's samples that kept every group on its run's
-  device still moved about 300 such ops each and ran 1-4% slower than the hint; at 5, about
-  130 ops (the search ended 1.0% below the expert); at 10, 2.2% below.
+  be drawn into the next group, which the placer puts on the next device; a sharper start
+  keeps such units in their run's group, so samples that keep every group on its run's device
+  also keep its ops there.
 - ``start_noise`` (0.05): during the fit the decoder reads the devices chosen before each step
   with this fraction of them redrawn at random. Fitted on the runs alone, a decoder that
-  sampled one unexpected device sometimes followed it with dozens more (on NMT-4, 4 samples in
-  32 moved 14-55 of the 256 groups and ran 11-34% slower than the hint; with the redraws, none
-  moved more than 3), and those samples then dominate REINFORCE's gradient.
+  sampled one unexpected device sometimes followed it with dozens more, and those samples then
+  dominate REINFORCE's gradient; fitted on redrawn inputs, it returns to the runs.
 - the fit's rate, ``FIT_RATE``, and REINFORCE's rate of 1e-3 (``learning_rate=None``).
 
 The search stops after ``max_samples`` placements (the default; reproducible) or at the
