@@ -8,7 +8,8 @@ import pytest
 
 import tf_autoplace
 from tf_autoplace.errors import ConfigError
-from tf_autoplace.outputs.progress import QUIET, Progress, SearchProgress, _Phase, as_progress
+from tf_autoplace.outputs.progress import (QUIET, Progress, SearchProgress, StatusLine, _Phase,
+                                           as_progress)
 from tf_autoplace.placers import AutoPlacer, HDPPlacer, PlacetoPlacer, PostPlacer
 from tf_autoplace.testing import problems, small_cnn
 
@@ -176,3 +177,55 @@ def test_progress_arguments_are_checked():
         SearchProgress(delay_s=-1)
     with pytest.raises(ConfigError, match="progress must be"):
         tf_autoplace.autoplace(small_cnn().graph, cluster=CPU2, placer="m_etf", progress="yes")
+
+
+class _Stream(io.StringIO):
+    def __init__(self, tty):
+        super().__init__()
+        self._tty = tty
+
+    def isatty(self):
+        return self._tty
+
+
+def test_a_status_line_rewrites_itself_on_a_terminal_and_writes_lines_to_a_log():
+    tty = _Stream(True)
+    line = StatusLine("train", stream=tty)
+    line.update("epoch 1")
+    line.update("epoch 2")
+    line.close()
+    assert tty.getvalue() == "\r[train] epoch 1\r[train] epoch 2\n"
+    log = _Stream(False)
+    line = StatusLine("train", stream=log, every_s=3600)
+    line.update("epoch 1")
+    line.update("epoch 2")  # within every_s of the first: not written yet
+    line.close()  # the last state is written when the loop ends
+    assert log.getvalue() == "[train] epoch 1\n[train] epoch 2\n"
+    with pytest.raises(ConfigError):
+        StatusLine("x", every_s=-1)
+
+
+def test_no_library_module_prints_but_through_the_progress_channel():
+    import ast
+    import os
+
+    import tf_autoplace
+
+    root = os.path.dirname(tf_autoplace.__file__)
+    allowed = {os.path.join("outputs", "progress.py")}  # the channel itself
+    offenders = []
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            rel = os.path.relpath(os.path.join(dirpath, name), root)
+            if (not name.endswith(".py") or rel in allowed or rel.startswith("cli" + os.sep)
+                    or rel.startswith("proto" + os.sep)):
+                continue  # the command-line tools print their output; that is their job
+            tree = ast.parse(open(os.path.join(dirpath, name), encoding="utf-8").read())
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "print":
+                    offenders.append(f"{rel}:{node.lineno} print")
+                if (isinstance(node, ast.Attribute) and node.attr == "write"
+                        and isinstance(node.value, ast.Attribute)
+                        and node.value.attr in ("stderr", "stdout")):
+                    offenders.append(f"{rel}:{node.lineno} sys.{node.value.attr}.write")
+    assert not offenders, offenders

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import time
 
 import numpy as np
@@ -57,6 +56,7 @@ from tf_autoplace.hw.protocol import QUIET_LOAD, StepTimes, check_steps, load_av
 from tf_autoplace.hw.protocol import measure_placements as protocol_measure
 from tf_autoplace.hw.runner import RunConfig
 from tf_autoplace.hw.workload import Workload
+from tf_autoplace.outputs.progress import note
 from tf_autoplace.pipeline.prepare import build_problem
 from tf_autoplace.placers import PlacementProblem, get_placer
 from tf_autoplace.sim import Simulator
@@ -398,4 +398,5 @@ def markdown(results: list[GraphResult], *, title: str) -> str:
 
 
 def progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    """A line of the fidelity tool's progress."""
+    note("fidelity", message)

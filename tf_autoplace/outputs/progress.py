@@ -215,3 +215,64 @@ def _write_scalars(logdir: str, label: str, curve) -> None:
             for step, best in curve:
                 tf.summary.scalar(tag, best * 1e3, step=step)
         writer.close()
+
+
+class StatusLine:
+    """The progress of a training loop (an epoch, its loss, seconds so far): one line that the
+    loop rewrites in place on a terminal, and that is written as a line of its own every
+    ``every_s`` seconds, and when the loop ends, to a stream that is not a terminal (a log
+    file). Pretraining tools and the research scripts report through it, so that nothing in
+    the library prints progress of its own::
+
+        line = StatusLine("imitation")
+        for epoch in range(epochs):
+            ...
+            line.update(f"epoch {epoch + 1}/{epochs} loss {loss:.4f}")
+        line.close()
+
+    Args:
+      label: what runs, shown in brackets before each line.
+      stream: where the line goes (default ``sys.stderr`` at each update).
+      every_s: seconds between written lines when the stream is not a terminal (>= 0).
+    """
+
+    def __init__(self, label: str, *, stream=None, every_s: float = 10.0):
+        if not (isinstance(every_s, (int, float)) and every_s >= 0):
+            raise ConfigError(f"every_s must be a number >= 0, got {every_s!r}")
+        self.label, self.stream, self.every_s = label, stream, every_s
+        self._last_text, self._written_at, self._open = "", None, False
+
+    def _target(self):
+        return self.stream or sys.stderr
+
+    def update(self, text: str) -> None:
+        """The loop's state is now ``text``."""
+        stream, self._last_text = self._target(), text
+        if getattr(stream, "isatty", lambda: False)():
+            stream.write(f"\r[{self.label}] {text}")
+            stream.flush()
+            self._open = True
+            return
+        now = time.perf_counter()
+        if self._written_at is None or now - self._written_at >= self.every_s:
+            self._written_at = now
+            stream.write(f"[{self.label}] {text}\n")
+            stream.flush()
+
+    def close(self) -> None:
+        """The loop ended: end the line in place, or write the last state if not yet written."""
+        stream = self._target()
+        if self._open:
+            stream.write("\n")
+        elif self._last_text:
+            stream.write(f"[{self.label}] {self._last_text}\n")
+        stream.flush()
+        self._open, self._last_text = False, ""
+
+
+def note(label: str, message: str, *, stream=None) -> None:
+    """One line of a tool's progress (``[label] message``) to ``stream`` (default stderr): a
+    model built, a graph of a corpus cached, a stage started."""
+    stream = stream or sys.stderr
+    stream.write(f"[{label}] {message}\n")
+    stream.flush()

@@ -37,7 +37,6 @@ import functools
 import math
 import os
 import pickle
-import sys
 import time
 
 from tf_autoplace import zoo
@@ -46,6 +45,7 @@ from tf_autoplace.core.cluster import resolve_cluster
 from tf_autoplace.errors import AutoplaceError, ConfigError
 from tf_autoplace.graph import ingest
 from tf_autoplace.grouping import GroupingConfig
+from tf_autoplace.outputs.progress import note
 from tf_autoplace.pipeline.prepare import build_problem
 from tf_autoplace.placers import (
     DEFAULT_PLACER,
@@ -322,7 +322,8 @@ def simulations_per_second(problem: PlacementProblem, runs: int) -> float:
 
 
 def progress(message: str) -> None:
-    print(f"[benchmark {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+    """A line of the benchmark's progress, with the time of day."""
+    note(f"benchmark {time.strftime('%H:%M:%S')}", message)
 
 
 def benchmark(pairs, placer_names, *, quick: bool, seed: int = 0, sim_runs: int = 20,

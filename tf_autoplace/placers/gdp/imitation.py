@@ -26,7 +26,6 @@ heuristic's device, and where to.
 from __future__ import annotations
 
 import dataclasses
-import sys
 import time
 from typing import Callable, Sequence
 
@@ -37,6 +36,7 @@ from tf_autoplace.core.problem import PlacementProblem
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.heuristics import BestHeuristicPlacer
 from tf_autoplace.learning.rollouts import Evaluator
+from tf_autoplace.outputs.progress import StatusLine
 from tf_autoplace.placers.gdp.features import GdpGraph
 from tf_autoplace.placers.gdp.policy import GdpPolicy, inputs
 from tf_autoplace.placers.gdp.train import Adam
@@ -104,16 +104,17 @@ def search_targets(problems: Sequence[PlacementProblem], graphs: Sequence[GdpGra
                    progress: bool = False) -> list[Target]:
     """:func:`search_target` on every problem, problem i with seed ``[seed, i]``."""
     targets, t0 = [], time.perf_counter()
+    status = StatusLine("gdp imitation") if progress else None
     for i, (problem, graph) in enumerate(zip(problems, graphs)):
         rng_seed = int(np.random.default_rng([seed, i]).integers(2**31 - 1))
         targets.append(search_target(problem, graph, config, rng_seed))
-        if progress:
+        if status:
             t = targets[-1]
-            print(f"\r[gdp imitation] target {i + 1}/{len(problems)}: R {t.score * 1e3:.1f} ms "
-                  f"vs hint {t.hint_score * 1e3:.1f} ms, {t.moved} groups moved "
-                  f"({time.perf_counter() - t0:.0f} s)", end="", file=sys.stderr, flush=True)
-    if progress:
-        print(file=sys.stderr)
+            status.update(f"target {i + 1}/{len(problems)}: R {t.score * 1e3:.1f} ms vs hint "
+                          f"{t.hint_score * 1e3:.1f} ms, {t.moved} groups moved "
+                          f"({time.perf_counter() - t0:.0f} s)")
+    if status:
+        status.close()
     return targets
 
 
@@ -169,6 +170,7 @@ def clone(policy: GdpPolicy, graphs: Sequence[GdpGraph], targets: Sequence[Targe
         moved = t.actions != hint_actions(g)
         weights.append(g.movable * np.where(moved, config.move_weight, 1.0))
     losses, t0 = [], time.perf_counter()
+    status = StatusLine("gdp imitation") if progress else None
     for epoch in range(1, config.epochs + 1):
         order = np.random.default_rng([config.seed, epoch]).permutation(len(graphs))
         total = 0.0
@@ -181,11 +183,11 @@ def clone(policy: GdpPolicy, graphs: Sequence[GdpGraph], targets: Sequence[Targe
             optimizer.apply(grads, config.learning_rate, config.max_grad_norm)
             total += float(loss)
         losses.append(total / len(graphs))
-        if progress:
-            print(f"\r[gdp imitation] epoch {epoch}/{config.epochs} loss {losses[-1]:.4f} "
-                  f"({time.perf_counter() - t0:.0f} s)", end="", file=sys.stderr, flush=True)
+        if status:
+            status.update(f"epoch {epoch}/{config.epochs} loss {losses[-1]:.4f} "
+                          f"({time.perf_counter() - t0:.0f} s)")
         if on_epoch:
             on_epoch(epoch)
-    if progress:
-        print(file=sys.stderr)
+    if status:
+        status.close()
     return losses

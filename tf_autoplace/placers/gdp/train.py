@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import sys
 import time
 from typing import Callable, Sequence
 
@@ -48,6 +47,7 @@ import tensorflow as tf
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.learning import ppo
 from tf_autoplace.learning.rollouts import Evaluator
+from tf_autoplace.outputs.progress import StatusLine
 from tf_autoplace.placers.gdp.features import GdpGraph
 from tf_autoplace.placers.gdp.policy import GdpPolicy, greedy, inputs, log_softmax, sample
 
@@ -193,6 +193,7 @@ def train(policy: GdpPolicy, graphs: Sequence[GdpGraph], evaluators: Sequence[Ev
     tensors = [inputs(g) for g in graphs]
     masks = [g.movable.astype(np.float32) for g in graphs]
     t0 = time.perf_counter()
+    status = StatusLine("gdp") if progress else None
     while state.step < config.steps and not (should_stop and should_stop(state)):
         step = state.step
         picks = np.random.default_rng([config.seed, step]).choice(
@@ -226,13 +227,12 @@ def train(policy: GdpPolicy, graphs: Sequence[GdpGraph], evaluators: Sequence[Ev
             state.curve.append((state.samples, r.graph_id, state.best_scores[r.graph_id]))
         if on_step:
             on_step(state)
-        if progress:
+        if status:
             best = np.mean(list(state.best_scores.values()))
-            print(f"\r[gdp] step {state.step}/{config.steps} samples {state.samples} "
-                  f"mean best R {best * 1e3:.2f} ms ({time.perf_counter() - t0:.0f} s)",
-                  end="", file=sys.stderr, flush=True)
-    if progress:
-        print(file=sys.stderr)
+            status.update(f"step {state.step}/{config.steps} samples {state.samples} "
+                          f"mean best R {best * 1e3:.2f} ms ({time.perf_counter() - t0:.0f} s)")
+    if status:
+        status.close()
     return state
 
 

@@ -27,7 +27,6 @@ policy's greedy episode lands in a local optimum of single-group moves; the plac
 from __future__ import annotations
 
 import dataclasses
-import sys
 import time
 from typing import Sequence
 
@@ -37,6 +36,7 @@ import tensorflow_probability as tfp
 
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.learning.workers import as_given, worker_pool
+from tf_autoplace.outputs.progress import StatusLine, note
 from tf_autoplace.placers.placeto import reinforce
 from tf_autoplace.placers.placeto.env import PlacementEnv
 from tf_autoplace.placers.placeto.policy import PlacetoPolicy
@@ -136,8 +136,7 @@ def _map_in_order(fn, context, tasks: Sequence, workers: int, ray_address: str |
         for result in pool.imap(fn, tasks):
             results.append(result)
             if progress_line is not None:
-                print(progress_line(results, time.perf_counter() - t0), file=sys.stderr,
-                      flush=True)
+                note("imitation", progress_line(results, time.perf_counter() - t0))
     return results
 
 
@@ -172,6 +171,7 @@ def clone(policy: PlacetoPolicy, envs: Sequence[PlacementEnv], targets: Sequence
         data.append((env, feats, masks, current, actions, moved, weights))
     optimizer = tf.keras.optimizers.Adam(learning_rate=learning_rate)
     curve, t0 = [], time.perf_counter()
+    status = StatusLine("imitation") if progress else None
     for epoch in range(epochs):
         losses, hits, move_hits = [], [], []
         for env, feats, masks, current, actions, moved, weights in data:
@@ -188,12 +188,12 @@ def clone(policy: PlacetoPolicy, envs: Sequence[PlacementEnv], targets: Sequence
             move_hits.append(right[moved].mean() if moved.any() else 1.0)
         curve.append((epoch, float(np.mean(losses)), float(np.mean(hits)),
                       float(np.mean(move_hits))))
-        if progress:
-            print(f"\r[imitation] epoch {epoch + 1}/{epochs} loss {curve[-1][1]:.4f} "
-                  f"target actions {curve[-1][2]:.3f} (moves {curve[-1][3]:.3f}) "
-                  f"({time.perf_counter() - t0:.0f} s)", end="", file=sys.stderr, flush=True)
-    if progress:
-        print(file=sys.stderr)
+        if status:
+            status.update(f"epoch {epoch + 1}/{epochs} loss {curve[-1][1]:.4f} target actions "
+                          f"{curve[-1][2]:.3f} (moves {curve[-1][3]:.3f}) "
+                          f"({time.perf_counter() - t0:.0f} s)")
+    if status:
+        status.close()
     return curve
 
 

@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import sys
 import time
 from typing import Callable, Sequence
 
@@ -64,6 +63,7 @@ import tensorflow_probability as tfp
 
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.learning.workers import WorkerPool, worker_pool
+from tf_autoplace.outputs.progress import StatusLine
 from tf_autoplace.placers.placeto.env import PlacementEnv
 from tf_autoplace.placers.placeto.policy import PlacetoPolicy, pool_masks
 
@@ -482,6 +482,7 @@ def train(policy, problems: Sequence, env_config, config: TrainConfig, *,
                                             workers=config.workers, ray_address=ray_address)
         run_all = lambda tasks: pool.map(_run_worker, tasks)  # noqa: E731
     t0 = time.perf_counter()
+    status = StatusLine("placeto") if progress else None
     try:
         while state.iteration < config.iterations:
             i = state.iteration
@@ -524,12 +525,12 @@ def train(policy, problems: Sequence, env_config, config: TrainConfig, *,
                     tf.summary.scalar("loss", float(np.mean([r.loss for r in results])))
                     tf.summary.scalar("learning_rate", lr)
                     tf.summary.scalar("entropy_weight", beta)
-            if progress:
+            if status:
                 elapsed = time.perf_counter() - t0
                 best = np.mean([state.best_scores[g] for g in state.best_scores])
-                print(f"\r[placeto] iteration {state.iteration}/{config.iterations} "
-                      f"samples {state.samples} mean best R {best * 1e3:.2f} ms "
-                      f"({elapsed:.0f} s)", end="", file=sys.stderr, flush=True)
+                status.update(f"iteration {state.iteration}/{config.iterations} "
+                              f"samples {state.samples} mean best R {best * 1e3:.2f} ms "
+                              f"({elapsed:.0f} s)")
             if should_stop and should_stop(state):
                 break
     finally:
@@ -537,6 +538,6 @@ def train(policy, problems: Sequence, env_config, config: TrainConfig, *,
             own_pool.close()
         if writer:
             writer.flush()
-        if progress:
-            print(file=sys.stderr)
+        if status:
+            status.close()
     return state

@@ -76,7 +76,6 @@ import hashlib
 import json
 import os
 import pickle
-import sys
 import tempfile
 import time
 from typing import Any, Mapping
@@ -89,6 +88,7 @@ from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.core.problem import PlacementProblem
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph import ingest
+from tf_autoplace.outputs.progress import note
 from tf_autoplace.pipeline.prepare import build_problem
 from tf_autoplace.zoo.base import GraphBuilder, ModelGraph, language_model_builder
 from tf_autoplace.zoo.layers import dense, embedding, scope, sequence_softmax_logits, variable
@@ -265,10 +265,11 @@ def family_problems(family: str, config: FamilyConfig, cluster: Cluster, *,
                 write_cache(path, problem)
         problems.append(problem)
         if progress:
-            print(f"[{family} {i + 1}/{config.num_graphs}] {family}_{i}: "
-                  f"{problem.graph.num_ops} ops, {problem.grouping.num_groups} groups, "
-                  f"{'read from cache' if cached else 'built'} in "
-                  f"{time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
+            note(f"{family} {i + 1}/{config.num_graphs}",
+                 f"{family}_{i}: {problem.graph.num_ops} ops, "
+                 f"{problem.grouping.num_groups} groups, "
+                 f"{'read from cache' if cached else 'built'} in "
+                 f"{time.perf_counter() - t:.1f} s")
     return problems[:config.num_train], problems[config.num_train:]
 
 

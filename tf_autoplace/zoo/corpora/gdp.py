@@ -30,7 +30,6 @@ import gc
 import hashlib
 import json
 import os
-import sys
 import time
 from typing import Any, Callable, Sequence
 
@@ -39,6 +38,7 @@ from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.core.problem import PlacementProblem
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph import ingest
+from tf_autoplace.outputs.progress import note
 from tf_autoplace.pipeline.prepare import build_problem
 from tf_autoplace.zoo.corpora.families import (
     FAMILIES,
@@ -162,7 +162,6 @@ def _problems(build_model: Callable, clusters, paths, name: str,
             if paths[j] is not None:
                 write_cache(paths[j], problems[j])
     if progress:
-        print(f"[corpus] {name}: {problems[0].graph.num_ops} ops, "
-              f"{'built' if missing else 'read from cache'} in {time.perf_counter() - t:.1f} s",
-              file=sys.stderr, flush=True)
+        note("corpus", f"{name}: {problems[0].graph.num_ops} ops, "
+             f"{'built' if missing else 'read from cache'} in {time.perf_counter() - t:.1f} s")
     return problems
