@@ -252,7 +252,7 @@ def test_placement_error_stops_the_run_and_leaves_the_graph(hook, tmp_path):
     before = _op_devices(tg.graph)
     config = tf.compat.v1.ConfigProto(**CONFIG2)
     with tf.compat.v1.Session(graph=tg.graph, config=config) as sess:
-        with pytest.raises(tf_autoplace.InfeasiblePlacementError, match="GB"):
+        with pytest.raises(tf_autoplace.InfeasiblePlacementError, match=r"2\.00 KB in all"):
             sess.run(tg.init_op)
     assert _op_devices(tg.graph) == before
     assert not (tmp_path / "r.json").exists()
@@ -303,6 +303,12 @@ def test_placer_ops_run_eagerly_outside_the_users_graph(hook, monkeypatch):
     assert _EagerPlacer.seen and all(seen == (True, 6.0) for seen in _EagerPlacer.seen)
     assert len(tg.graph.get_operations()) == num_ops
     assert ap_flags.report_for(tg.graph).placer == "eager_probe"
+
+
+def test_install_before_the_flags_are_parsed_is_a_config_error(monkeypatch):
+    monkeypatch.setattr(ap_flags, "FLAGS", flags.FlagValues())  # nothing parsed
+    with pytest.raises(tf_autoplace.ConfigError, match="needs parsed flags"):
+        ap_flags.install()
 
 
 def test_uninstall_restores_the_session(hook):

@@ -20,7 +20,7 @@ ROOT = os.path.dirname(tf_autoplace.__file__)
 # module belongs to the longest unit its dotted name starts with, so a folder that gathers one
 # role (outputs, pipeline, hw, zoo) may have modules on several floors.
 LAYERS = [
-    {"errors", "proto"},
+    {"errors", "proto", "core.units", "core.cachedir"},
     {"core.cluster", "outputs.files", "outputs.progress", "graph", "zoo"},
     # hw runs graphs on this machine and measures them: it reads clusters and graphs, and what
     # it writes (profiles, link fits) feeds cost models and the simulator from outside.
