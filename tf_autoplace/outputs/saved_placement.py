@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tempfile
 
 import numpy as np
 import tensorflow as tf
@@ -34,6 +33,7 @@ from google.protobuf import json_format, message, text_format
 from tf_autoplace.core.problem import PlacementProblem
 from tf_autoplace.errors import ConfigError, InfeasiblePlacementError, InvalidGraphError
 from tf_autoplace.graph.costgraph import file_format
+from tf_autoplace.outputs.files import write_atomically
 from tf_autoplace.proto import placement_pb2
 from tf_autoplace.rewrite import canonical_device
 
@@ -102,17 +102,7 @@ def serialize(result: placement_pb2.PlacementResult, path) -> bytes:
 def write_placement(path, result: placement_pb2.PlacementResult) -> None:
     """Write ``result`` to ``path`` atomically: into a temporary file beside it, then renamed
     over it, so a reader (or a concurrent writer) never sees a half-written file."""
-    path = os.fspath(path)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
-                               prefix=".tmp_autoplace_")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(serialize(result, path))
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_atomically(path, serialize(result, path))
 
 
 @dataclasses.dataclass(frozen=True)
