@@ -2,6 +2,7 @@
 when the policy is loaded (before any search): truncated or corrupted archives, pickled object
 arrays (never unpickled), strings, integers, NaN, huge values, a FIFO in place of a file."""
 
+import json
 import os
 import pickle
 import shutil
@@ -61,7 +62,7 @@ DAMAGES = {
     "inf": (_savez(lambda w: np.where(np.arange(w.size).reshape(w.shape) == 0, np.inf, w)),
             "weight 'w000' holds NaN or infinite values"),
     "1e38": (_savez(lambda w: np.full_like(w, 1e38)),
-             r"weight 'w000' holds 1e\+38, beyond the \+-10000"),
+             r"weight 'w000' holds 1e\+38, beyond the \+-1e\+10"),
     "int": (_savez(lambda w: w.astype(np.int32)), "weight 'w000' is int32, not floating point"),
     "strings": (_savez(lambda w: w.astype(str)), "weight 'w000' is <U32, not floating point"),
     "objects": (_savez(lambda w: w.astype(object)), "holds something other than numeric arrays"),
@@ -120,3 +121,15 @@ def test_weights_that_overflow_on_the_graph_are_a_config_error_not_a_crash(tmp_p
     with pytest.raises(ConfigError, match=rf"the policy loaded from {directory!r} gives NaN or "
                                           "infinite outputs at step 0"):
         get_placer("placeto", policy=directory, options=["max_samples=16"]).place(problem)
+
+
+def test_a_policy_json_with_a_giant_size_is_refused_before_building(tmp_path):
+    directory = _damaged(tmp_path, SHIPPED[PlacetoPolicy], lambda path, raw, arrays:
+                         open(path, "wb").write(raw))
+    config = os.path.join(directory, checkpoints.CONFIG_FILE)
+    with open(config, encoding="utf-8") as f:
+        settings = json.load(f)
+    with open(config, "w", encoding="utf-8") as f:
+        json.dump(dict(settings, hidden=10**9, seed=2**40), f)  # 10^18 floats if built
+    with pytest.raises(ConfigError, match=r"sets hidden=1000000000, beyond the 4096"):
+        PlacetoPolicy.load(directory)

@@ -35,10 +35,15 @@ from tf_autoplace.errors import ConfigError
 CONFIG_FILE = "policy.json"
 WEIGHTS_FILE = "weights.npz"
 MANIFEST_FILE = "manifest.json"
-# The largest weight magnitude a saved policy may hold. Trained policies stay within single
-# digits (the shipped ones: below 10); values near float32's range (1e38) overflow the first
-# matrix product, so such a file is damaged or hostile, not trained.
-MAX_ABS_WEIGHT = 1e4
+# The largest number a saved policy's settings may hold (its seed aside): every width, count
+# and layer number of a network here is far below it, and a network built with sizes beyond it
+# would take gigabytes before its weights could be compared with the file's.
+MAX_SIZE_SETTING = 4096
+# The largest weight magnitude a saved policy may hold. Trained policies stay far below it (the
+# shipped ones below 10; an HDP policy fitted hard to its start placement reaches ~1e6), while
+# values near float32's range (1e38) overflow the first matrix product: such a file is damaged
+# or hostile, not trained.
+MAX_ABS_WEIGHT = 1e10
 
 
 def _plain(value):
@@ -102,6 +107,19 @@ def read_policy_files(directory: str, kind: str = "policy") -> tuple[object, lis
     return config, [w for _, w in weights]
 
 
+def _largest_int(value) -> int:
+    """The largest int anywhere in a JSON value (0 if none)."""
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return value
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        return max((_largest_int(v) for v in value), default=0)
+    return 0
+
+
 class Checkpointable:
     """Weights I/O for a ``tf.Module`` with a ``config`` dict (see the module doc). ``kind``
     names the policy in error messages."""
@@ -144,7 +162,7 @@ class Checkpointable:
         cls._check_config(directory, config)
         try:
             policy = cls(**config)
-        except (ValueError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError, ArithmeticError) as e:
             raise ConfigError(f"cannot load {cls.kind} from {directory!r}: {e}") from e
         try:
             policy.set_weights(weights)
@@ -158,7 +176,8 @@ class Checkpointable:
     @classmethod
     def _check_config(cls, directory: str, config) -> None:
         """ConfigError naming the settings ``config`` has that the constructor does not take,
-        and those it lacks that the constructor needs."""
+        those it lacks that the constructor needs, and a size beyond
+        :data:`MAX_SIZE_SETTING`."""
         if not isinstance(config, dict):
             raise ConfigError(f"cannot load {cls.kind} from {directory!r}: policy.json holds "
                               f"{type(config).__name__}, not the network's settings")
@@ -171,3 +190,8 @@ class Checkpointable:
             what += [f"no {missing}, which it needs"] if missing else []
             raise ConfigError(f"the policy in {directory!r} is not {cls.kind} (another "
                               f"placer's?): its policy.json has {'; '.join(what)}")
+        for name, value in config.items():
+            if name != "seed" and _largest_int(value) > MAX_SIZE_SETTING:
+                raise ConfigError(f"cannot load {cls.kind} from {directory!r}: its policy.json "
+                                  f"sets {name}={value!r}, beyond the {MAX_SIZE_SETTING} any "
+                                  "network size may be (a damaged file?)")
