@@ -9,6 +9,7 @@ MonitoredSession, a second session, uninstall), budget pass-through, the session
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -21,6 +22,7 @@ import tf_autoplace
 from tf_autoplace import flags as ap_flags  # defines the flags on absl's global FLAGS; harmless
 from tf_autoplace.core.cluster import resolve_cluster
 from tf_autoplace.placers import PLACERS, SingleDevicePlacer
+from tf_autoplace.placers.placeto.search import pretrained_policy_dir
 from tf_autoplace.testing import small_cnn
 
 HOST = "/job:localhost/replica:0/task:0/device:"
@@ -203,7 +205,8 @@ def test_placer_options_and_the_cost_profile_are_checked_at_parsing(tmp_path):
 
 
 def test_the_policy_flags_go_with_every_placer_that_keeps_a_policy(tmp_path):
-    (tmp_path / "policy.json").write_text("{}")
+    tmp_path.rmdir()  # a saved policy's files (placers check them when they are given one)
+    shutil.copytree(pretrained_policy_dir(2), tmp_path)
     for name in ("placeto", "hdp", "gdp"):
         assert ap_flags._check_policy_flags({"autoplace": name, "autoplace_policy": str(tmp_path),
                                              "autoplace_save_policy": None})
