@@ -2,7 +2,7 @@
 local process pool, with the time of each stage.
 
     PYTHONPATH=. python experiments/bench_ray.py --pair=nmt4:k80x4 --workers=1,2 --batch=16 \
-        --batches=20 [--ray_address=local] [--cache_dir=/tmp/bench_cache]
+        --batches=20 [--ray_address=local] [--cache_dir=DIR]
 
 The pair's problem is built at paper size (``experiments/bench_sim.py --pairs`` builds it the same
 way and shares ``--cache_dir``). A batch is ``--batch`` random placements (each group on a

@@ -72,7 +72,8 @@ flags.DEFINE_float("reach_tolerance", 0.01, "Transfer also counts a run as havin
                    lower_bound=0.0)
 flags.DEFINE_integer("max_groups", 256, "Groups in the MDP.")
 flags.DEFINE_integer("seed", 0, "Seed.")
-flags.DEFINE_string("cache_dir", "/tmp/placeto_cache", "Family problem cache.")
+flags.DEFINE_string("cache_dir", None, "Family problem cache: a private directory of yours "
+                    "(default: tf_autoplace/problems in your cache directory).")
 flags.DEFINE_multi_string("fine_tune", [], "Fine-tuning setting name=value overriding "
                           "PlacetoConfig's (e.g. estimator=all_actions; env.name=value for its "
                           "EnvConfig, e.g. env.undo_worse=False); used by every curve.")
@@ -136,7 +137,7 @@ def main(argv):
         family."""
         config = families.FamilyConfig(num_graphs=32, seed=0)
         train, test = families.family_problems(FLAGS.family, config, cluster,
-                                               cache_dir=FLAGS.cache_dir)
+                                               cache_dir=FLAGS.cache_dir or True)
         half, offset = (train, 0) if FLAGS.split == "train" else (test, config.num_train)
         first = offset + FLAGS.first_graph
         chosen = half[FLAGS.first_graph:FLAGS.first_graph + FLAGS.graphs]

@@ -1,27 +1,35 @@
 """Child process for tests/test_fuzz.py: runs fuzz cases and prints one JSON line per case.
 
 Before a case it prints ``{"start": i}`` (flushed), after it the case's result, so a parent
-whose child died (an abort in C++ code) can name the case that killed it.
+whose child died (an abort in C++ code) or hangs can name the case.
 
-    python tests/fuzz_child.py SEED FIRST COUNT [all]
+    python tests/fuzz_child.py SEED FAMILY:FIRST:COUNT ... [all]
 
-With ``all``, cases also use the learned placer (``fuzz.ALL_PLACERS``), which compiles its
-policy once: seconds.
+Each ``FAMILY:FIRST:COUNT`` runs cases FIRST.. of one family of ``fuzz.FAMILIES`` (``graphs``,
+``cost_graphs``, ``policies``, ``caches``); results carry ``family``. With ``all``, graph and
+cost graph cases also use the learned placer (``fuzz.ALL_PLACERS``), which compiles its policy
+once: seconds.
 """
 
 import json
 import sys
+import tempfile
 
 from tf_autoplace.testing import fuzz
 
 
-def main(seed: int, first: int, count: int, placers=fuzz.PLACERS) -> None:
-    for index in range(first, first + count):
-        print(json.dumps({"start": index}), flush=True)
-        case = fuzz.make_case(seed, index, placers)
-        print(json.dumps(fuzz.run_case(case)), flush=True)
+def main(seed: int, specs, placers=fuzz.PLACERS) -> None:
+    with tempfile.TemporaryDirectory(prefix="fuzz_") as workdir:
+        for spec in specs:
+            family, first, count = spec.split(":")
+            make, run = fuzz.FAMILIES[family]
+            for index in range(int(first), int(first) + int(count)):
+                print(json.dumps({"start": index, "family": family}), flush=True)
+                result = run(make(seed, index, placers), workdir)
+                print(json.dumps(dict(result, family=family)), flush=True)
 
 
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:4]),
-         placers=fuzz.ALL_PLACERS if sys.argv[4:] == ["all"] else fuzz.PLACERS)
+    args = sys.argv[1:]
+    main(int(args[0]), [a for a in args[1:] if a != "all"],
+         placers=fuzz.ALL_PLACERS if "all" in args else fuzz.PLACERS)

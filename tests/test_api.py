@@ -120,7 +120,10 @@ def test_graph_too_big_for_cluster_is_an_error_and_graph_untouched():
     before = _devices(tg.graph)
     tiny = Cluster.uniform([Device("/device:CPU:0", "CPU", memory_bytes=1000),
                             Device("/device:CPU:1", "CPU", memory_bytes=1000)])
-    with pytest.raises(tf_autoplace.InfeasiblePlacementError, match="GB"):
+    # Bytes in the unit that fits them: not "0.00 GB".
+    with pytest.raises(tf_autoplace.InfeasiblePlacementError,
+                       match=r"variables need [\d.]+ [KM]B but the cluster's devices have "
+                             r"2\.00 KB in all"):
         tf_autoplace.autoplace(tg.graph, cluster=tiny, placer="m_etf")
     assert _devices(tg.graph) == before
 

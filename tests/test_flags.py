@@ -9,6 +9,7 @@ MonitoredSession, a second session, uninstall), budget pass-through, the session
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -22,6 +23,7 @@ from tf_autoplace import flags as ap_flags  # defines the flags on absl's global
 from tf_autoplace.core import registry
 from tf_autoplace.core.cluster import resolve_cluster
 from tf_autoplace.placers import SingleDevicePlacer
+from tf_autoplace.placers.placeto.search import pretrained_policy_dir
 from tf_autoplace.testing import small_cnn
 
 HOST = "/job:localhost/replica:0/task:0/device:"
@@ -211,7 +213,8 @@ def test_placer_options_and_the_cost_profile_are_checked_at_parsing(tmp_path):
 
 
 def test_the_policy_flags_go_with_every_placer_that_keeps_a_policy(tmp_path):
-    (tmp_path / "policy.json").write_text("{}")
+    tmp_path.rmdir()  # a saved policy's files (placers check them when they are given one)
+    shutil.copytree(pretrained_policy_dir(2), tmp_path)
     for name in ("placeto", "hdp", "gdp"):
         assert ap_flags._check_policy_flags({"autoplace": name, "autoplace_policy": str(tmp_path),
                                              "autoplace_save_policy": None})
@@ -259,7 +262,7 @@ def test_placement_error_stops_the_run_and_leaves_the_graph(hook, tmp_path):
     before = _op_devices(tg.graph)
     config = tf.compat.v1.ConfigProto(**CONFIG2)
     with tf.compat.v1.Session(graph=tg.graph, config=config) as sess:
-        with pytest.raises(tf_autoplace.InfeasiblePlacementError, match="GB"):
+        with pytest.raises(tf_autoplace.InfeasiblePlacementError, match=r"2\.00 KB in all"):
             sess.run(tg.init_op)
     assert _op_devices(tg.graph) == before
     assert not (tmp_path / "r.json").exists()
@@ -312,6 +315,12 @@ def test_placer_ops_run_eagerly_outside_the_users_graph(hook):
     assert _EagerPlacer.seen and all(seen == (True, 6.0) for seen in _EagerPlacer.seen)
     assert len(tg.graph.get_operations()) == num_ops
     assert ap_flags.report_for(tg.graph).placer == "eager_probe"
+
+
+def test_install_before_the_flags_are_parsed_is_a_config_error(monkeypatch):
+    monkeypatch.setattr(ap_flags, "FLAGS", flags.FlagValues())  # nothing parsed
+    with pytest.raises(tf_autoplace.ConfigError, match="needs parsed flags"):
+        ap_flags.install()
 
 
 def test_uninstall_restores_the_session(hook):

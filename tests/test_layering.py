@@ -21,12 +21,14 @@ ROOT = os.path.dirname(tf_autoplace.__file__)
 # role (outputs, pipeline, hw, zoo) may have modules on several floors.
 LAYERS = [
     {"errors", "proto"},
+    # byte amounts for messages; private cache directories and reading files without trust
+    {"core.units", "core.cachedir"},
     {"core.cluster", "core.registry", "outputs.files", "outputs.progress", "graph", "zoo"},
     # hw runs graphs on this machine and measures them: it reads clusters and graphs, and what
     # it writes (profiles, link fits) feeds cost models and the simulator from outside.
     {"cost", "grouping", "sim", "hw"},
     {"core.problem", "outputs.timeline", "rewrite"},
-    {"outputs.report", "pipeline.prepare", "outputs.saved_placement"},
+    {"outputs.report", "pipeline.prepare", "outputs.saved_placement", "pipeline.problem_cache"},
     # measure a placed graph into its report; training corpora built as problems; the cache
     {"hw.measure", "zoo.corpora", "pipeline.cache"},
     {"heuristics"},

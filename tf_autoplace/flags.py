@@ -519,11 +519,17 @@ def install(settings: AutoplaceSettings | None = None) -> bool:
 
     Called for you once ``absl.app`` has parsed the flags. Installing again replaces the
     settings. Returns whether the hook is installed.
+
+    Raises:
+      ConfigError: no ``settings`` and the flags are not parsed yet (call it after parsing).
     """
     global _settings, _original_extend
     if settings is None:
         if not FLAGS.is_parsed():
-            raise RuntimeError("tf_autoplace.flags.install() needs parsed flags (or settings)")
+            from tf_autoplace.errors import ConfigError
+
+            raise ConfigError("tf_autoplace.flags.install() needs parsed flags (call it after "
+                              "the flags are parsed) or settings")
         settings = settings_from_flags()
         if settings is None:
             return False

@@ -9,6 +9,7 @@ import pytest
 
 from tf_autoplace.core.cluster import Cluster, Device, resolve_cluster
 from tf_autoplace.cost import AnalyticalCostModel, CostModel, TableCostModel
+from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph import grappler, ingest
 from tf_autoplace.graph.opgraph import from_edges
 from tf_autoplace.testing import small_cnn
@@ -96,7 +97,7 @@ def test_table_cost_model_is_inf_where_there_is_no_kernel(k80x2):
                       k80x2.latency[:2, :2])
     np.testing.assert_array_equal(model.op_time(graph, cluster), [[np.inf, 0.75], [0.5, 1.25]])
 
-    with pytest.raises(ValueError, match="no op times for device kind 'GPU'"):
+    with pytest.raises(ConfigError, match="no op times for device kind 'GPU'"):
         TableCostModel({"CPU": [1.0, 1.0]}).op_time(graph, k80x2)
 
 
@@ -105,7 +106,7 @@ def test_a_cost_model_returning_the_wrong_shape_is_rejected(k80x2):
         def _op_time(self, graph, cluster):
             return np.zeros((graph.num_ops, cluster.num_devices + 1))
 
-    with pytest.raises(ValueError, match=r"Broken returned shape \(1, 4\), expected \(1, 3\)"):
+    with pytest.raises(ConfigError, match=r"Broken returned shape \(1, 4\), expected \(1, 3\)"):
         Broken().op_time(from_edges(1, []), k80x2)
 
 

@@ -239,3 +239,36 @@ def test_a_cache_that_cannot_be_written_does_not_fail_the_placement(tmp_path, ca
         _, report = _place(blocker / "cache")
     assert not report.from_cache and "cannot write the placement cache entry" in caplog.text
     assert np.isfinite(report.step_time_s)
+
+
+def test_an_entry_that_is_not_a_regular_file_is_ignored_never_opened(tmp_path, caplog):
+    _, first = _place(tmp_path)
+    (entry,) = _entries(tmp_path)
+    outside = tmp_path.parent / f"{tmp_path.name}_outside.pb"
+    os.replace(entry, outside)
+    os.mkfifo(entry)  # opening it to read would wait for a writer forever
+    with caplog.at_level(logging.WARNING):
+        _, again = _place(tmp_path)
+    assert not again.from_cache and again.assignment == first.assignment
+    assert "it is a FIFO, not a regular file" in caplog.text
+    assert _place(tmp_path)[1].from_cache  # replaced by the search's result
+    os.unlink(entry)
+    os.symlink(outside, entry)  # a whole, valid entry, but out of the cache directory
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert not _place(tmp_path)[1].from_cache
+    assert "it is a symbolic link, not a regular file" in caplog.text
+
+
+def test_a_cache_directory_others_can_write_or_own_is_refused(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    with pytest.raises(ConfigError, match="can be written by other users"):
+        as_cache(str(shared))
+    if os.geteuid() == 0:
+        theirs = tmp_path / "theirs"
+        theirs.mkdir(mode=0o700)
+        os.chown(theirs, 65534, 65534)
+        with pytest.raises(ConfigError, match="is owned by another user"):
+            _place(theirs)

@@ -151,3 +151,30 @@ def test_colocation_and_kernels_are_kept():
     out = place_next_to_neighbours(problem, [1, -1, -1, 0])
     assert out[1] == out[3] == 0  # op 1 shares op 3's colocation group
     assert out[2] == 2  # only the CPU host can run op 2
+
+
+def test_an_op_named_twice_is_a_note_with_one_device_and_an_error_with_two():
+    problem = _problem()
+    devices = np.random.default_rng(4).integers(0, 3, problem.graph.num_ops)
+    saved = _saved(problem, devices, with_fingerprint=False)
+    saved.op.add(name=saved.op[7].name, device=saved.op[7].device)
+    placer = SavedPlacement(saved)
+    assert placer.place(problem).devices.tolist() == devices.tolist()
+    assert f"names 1 op(s) twice or more, each time with the same device (e.g. " \
+           f"['{saved.op[7].name}'])" in placer.notes[0]
+    saved.op[-1].device = problem.cluster.names[(devices[7] + 1) % 3]
+    with pytest.raises(InvalidGraphError, match=rf"names op '{saved.op[7].name}' twice, on "):
+        SavedPlacement(saved).place(problem)
+
+
+def test_messages_name_the_saved_placement_once(tmp_path):
+    problem = _problem()
+    saved = _saved(problem, np.zeros(60, int), names=[f"elsewhere{i}" for i in range(60)],
+                   with_fingerprint=False)
+    with pytest.raises(InvalidGraphError, match=r"^the saved placement given in memory was "
+                                                r"made for another graph: it places 60 ops"):
+        SavedPlacement(saved).place(problem)
+    path = tmp_path / "p.pb"
+    path.write_bytes(saved.SerializeToString())
+    with pytest.raises(InvalidGraphError, match=rf"^the saved placement '{path}' was made for"):
+        SavedPlacement(str(path)).place(problem)

@@ -3,6 +3,8 @@ and one quick end-to-end pair."""
 
 import csv
 import math
+import os
+import stat
 
 import numpy as np
 import pytest
@@ -172,3 +174,16 @@ def test_summary_marks_the_fastest_fitting_placer_and_compares_the_default(tmp_p
     back = bench.read_csv(str(path))
     assert bench.summary_markdown(back) == lines
     assert [(r.placer, r.oom, r.error) for r in back] == [(r.placer, r.oom, r.error) for r in rows]
+
+
+def test_pair_problems_are_kept_in_a_private_problem_cache(tmp_path, monkeypatch):
+    first = bench.pair_problem("rnnlm2", "k80x2", quick=True, cache_dir=tmp_path / "cache")
+    (entry,) = os.listdir(tmp_path / "cache")
+    assert entry.startswith("pair_rnnlm2_quick_") and entry.endswith(".npz")
+    assert stat.S_IMODE(os.stat(tmp_path / "cache").st_mode) == 0o700
+    monkeypatch.setattr(bench, "load_model", lambda *a, **k: pytest.fail("built again"))
+    again = bench.pair_problem("rnnlm2", "k80x2", quick=True, cache_dir=tmp_path / "cache")
+    assert again.graph.names == first.graph.names
+    np.testing.assert_array_equal(again.op_time, first.op_time)
+    with pytest.raises(ConfigError, match="unknown model 'nope'"):
+        bench.pair_problem("nope", "k80x2")

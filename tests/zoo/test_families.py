@@ -3,7 +3,9 @@ seed, knobs in their ranges, every graph trains, problems are built once and the
 
 import dataclasses
 import functools
+import logging
 import os
+import pickle
 
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ import tensorflow as tf
 
 from tf_autoplace.core.cluster import Cluster, resolve_cluster
 from tf_autoplace.errors import ConfigError
+from tf_autoplace.pipeline.problem_cache import ProblemCache
 from tf_autoplace.zoo.corpora import families
 from tf_autoplace.zoo.corpora.families import FAMILIES, FamilyConfig
 
@@ -111,7 +114,7 @@ def test_problems_split_and_cache(tmp_path, monkeypatch, capsys):
             assert problem.simulator.run(np.zeros(problem.graph.num_ops, np.int32)).makespan > 0
         first[family] = train + test
     files = sorted(os.listdir(tmp_path))
-    assert len(files) == 6 and all(f.endswith(".pkl") for f in files)
+    assert len(files) == 6 and all(f.endswith(".npz") for f in files)
     assert files[0].startswith("cifar10_0_0_")
     mtimes = {f: os.stat(tmp_path / f).st_mtime_ns for f in files}
 
@@ -134,3 +137,27 @@ def test_problems_split_and_cache(tmp_path, monkeypatch, capsys):
     assert families.cache_key("nmt", wider, cluster) != families.cache_key("nmt", TINY, cluster)
     assert families.cache_key("nmt", TINY, Cluster.local(2)) != \
         families.cache_key("nmt", TINY, cluster)
+
+
+def test_a_planted_pickle_where_the_cache_is_read_is_never_run(tmp_path, caplog):
+    """Another user's file at the names a family's problem cache reads (the old pickle name,
+    the npz name, an npz holding a pickled object array) is never unpickled; the problem is
+    built and the entry replaced."""
+
+    class Planted:
+        def __reduce__(self):
+            return (open, (str(tmp_path / "executed"), "w"))
+
+    cluster = resolve_cluster("k80x2")
+    one = dataclasses.replace(TINY, num_graphs=1, train_fraction=1.0)
+    name = families.problem_name("ptb", one, cluster, 0)
+    cache = ProblemCache(tmp_path / "cache")
+    os.makedirs(cache.directory)
+    with open(os.path.join(cache.directory, name + ".pkl"), "wb") as f:
+        pickle.dump(Planted(), f)
+    np.savez(cache.path(name), header=np.array([Planted()], dtype=object))
+    with caplog.at_level(logging.WARNING):
+        (problem,), _ = families.family_problems("ptb", one, cluster, cache_dir=cache)
+    assert not (tmp_path / "executed").exists()
+    assert "Object arrays cannot be loaded when allow_pickle=False" in caplog.text
+    assert cache.load(name, cluster).graph.names == problem.graph.names  # replaced

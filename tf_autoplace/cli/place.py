@@ -9,9 +9,10 @@ stays a MetaGraphDef). The report is printed. The same input and seed give the s
 
 Every output path is checked before any work (its directory must exist: none is created).
 Nothing is written unless placement succeeds; then all outputs (the graph, ``--report_json``,
-``--trace_json``, ...) are written beside their final paths and renamed into place together,
-with the permissions of the user's umask (:mod:`tf_autoplace.outputs.files`). Ctrl-C or SIGTERM before
-that leaves nothing behind; SIGKILL during the final write can leave a ``.tmp_autoplace_*``.
+``--trace_json``, ...) are written as one set, all new or all old, with the permissions of the
+user's umask (:mod:`tf_autoplace.outputs.files`: staged, a commit record, renamed). Ctrl-C or
+SIGTERM leaves the previous outputs or the whole new set; after a SIGKILL the next run in the
+same directories finishes or undoes the killed run's set before it checks its own outputs.
 
 SavedModel in, SavedModel out: when ``--input`` is a SavedModel directory (it holds
 ``saved_model.pb``), ``--output`` is a directory to create (it must not exist, or be empty). A TF2

@@ -25,7 +25,8 @@ import functools
 import numpy as np
 
 from tf_autoplace.core.cluster import Cluster
-from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
+from tf_autoplace.core.units import format_bytes
+from tf_autoplace.errors import ConfigError, InfeasiblePlacementError, InvalidGraphError
 from tf_autoplace.graph.opgraph import OpGraph
 from tf_autoplace.grouping import Grouping
 from tf_autoplace.outputs.progress import QUIET, Progress
@@ -59,9 +60,10 @@ class PlacementProblem:
     def __post_init__(self):
         n, d = self.graph.num_ops, self.cluster.num_devices
         if self.op_time.shape != (n, d):
-            raise ValueError(f"op_time has shape {self.op_time.shape}, expected {(n, d)}")
+            raise InvalidGraphError(f"op_time has shape {self.op_time.shape}, expected {(n, d)}")
         if len(self.grouping.labels) != n:
-            raise ValueError(f"grouping covers {len(self.grouping.labels)} ops, graph has {n}")
+            raise InvalidGraphError(f"grouping covers {len(self.grouping.labels)} ops, graph has "
+                                    f"{n}")
 
     @functools.cached_property
     def simulator(self) -> Simulator:
@@ -137,8 +139,8 @@ def check_placement(problem: PlacementProblem, devices: np.ndarray) -> list[str]
 
 def check_memory(problem: PlacementProblem, sim: SimResult) -> list[str]:
     cap = problem.cluster.memory
-    return [f"{problem.cluster.names[d]} needs {sim.peak_memory[d] / 1e9:.2f} GB at peak but "
-            f"has {cap[d] / 1e9:.2f} GB" for d in np.flatnonzero(sim.peak_memory > cap)]
+    return [f"{problem.cluster.names[d]} needs {format_bytes(sim.peak_memory[d])} at peak but "
+            f"has {format_bytes(cap[d])}" for d in np.flatnonzero(sim.peak_memory > cap)]
 
 
 def validate(problem: PlacementProblem, devices: np.ndarray, *,

@@ -23,6 +23,7 @@ import abc
 import numpy as np
 
 from tf_autoplace.core.cluster import Cluster
+from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph.opgraph import OpGraph
 
 
@@ -33,8 +34,8 @@ class CostModel(abc.ABC):
         """[n, D] float64 seconds; ``inf`` where device d has no kernel for op i."""
         base = np.asarray(self._op_time(graph, cluster), dtype=np.float64)
         if base.shape != (graph.num_ops, cluster.num_devices):
-            raise ValueError(f"{type(self).__name__} returned shape {base.shape}, expected "
-                             f"{(graph.num_ops, cluster.num_devices)}")
+            raise ConfigError(f"{type(self).__name__} returned shape {base.shape}, expected "
+                              f"{(graph.num_ops, cluster.num_devices)}")
         allowed = graph.kernels @ cluster.kind_mask(graph.kernel_kinds)  # [n, D]
         return np.where(allowed, base, np.inf)
 
@@ -100,6 +101,7 @@ class TableCostModel(CostModel):
         cols = []
         for device in cluster.devices:
             if device.kind not in self._times:
-                raise ValueError(f"no op times for device kind {device.kind!r}")
+                raise ConfigError(f"no op times for device kind {device.kind!r} (the table "
+                                  f"has {sorted(self._times)})")
             cols.append(self._times[device.kind] / device.speed)
         return np.stack(cols, axis=1)

@@ -43,7 +43,7 @@ import numpy as np
 from google.protobuf import json_format, text_format
 from google.protobuf import message as _pb_message
 
-from tf_autoplace.errors import InvalidGraphError
+from tf_autoplace.errors import ConfigError, InvalidGraphError
 from tf_autoplace.graph.opgraph import KERNEL_KINDS, OpGraph
 from tf_autoplace.proto import cost_graph_pb2
 
@@ -222,14 +222,14 @@ def encode(cost_graph: CostGraph, fmt: str) -> bytes:
                                          indent=1).encode("utf-8")
     if fmt == "binary":
         return proto.SerializeToString()
-    raise ValueError(f"fmt must be one of {FORMATS}, got {fmt!r}")
+    raise ConfigError(f"fmt must be one of {FORMATS}, got {fmt!r}")
 
 
 def decode(data: bytes, fmt: str, *, what: str = "the cost graph") -> CostGraph:
     """A cost graph from its bytes in ``fmt`` (one of :data:`FORMATS`); ``what`` names the
     source in error messages."""
     if fmt not in FORMATS:
-        raise ValueError(f"fmt must be one of {FORMATS}, got {fmt!r}")
+        raise ConfigError(f"fmt must be one of {FORMATS}, got {fmt!r}")
     proto = cost_graph_pb2.CostGraph()
     try:
         if fmt == "binary":

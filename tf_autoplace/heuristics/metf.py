@@ -37,6 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from tf_autoplace.core.problem import PlacementProblem, Placer, check_memory
+from tf_autoplace.core.units import format_bytes
 from tf_autoplace.errors import InfeasiblePlacementError
 from tf_autoplace.heuristics._common import compute_devices
 
@@ -126,7 +127,7 @@ class MemoryAwareETFPlacer(Placer):
                 if not fits.any():
                     raise InfeasiblePlacementError(
                         f"m_etf: no device has room for the variables of the group of op "
-                        f"{graph.names[i]!r} ({persistent[g] / 1e9:.2f} GB)")
+                        f"{graph.names[i]!r} ({format_bytes(persistent[g])})")
                 candidates = all_devices[fits].tolist()
             best = None
             for d in candidates:

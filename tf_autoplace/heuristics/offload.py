@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from tf_autoplace.core.problem import PlacementProblem
+from tf_autoplace.core.units import format_bytes
 from tf_autoplace.heuristics._common import compute_devices
 
 ROUNDS = 8
@@ -34,12 +35,11 @@ ROUNDS = 8
 
 def memory_need(problem: PlacementProblem) -> str:
     """What the graph needs against what the cluster has, for error messages."""
-    persistent = float(problem.graph.persistent_bytes.sum()) / 1e9
-    outputs = float(problem.graph.output_bytes.sum()) / 1e9
-    have = float(problem.cluster.memory.sum()) / 1e9
-    return (f"the graph's variables need {persistent:.2f} GB and its op outputs {outputs:.2f} GB "
-            f"in all, against {have:.2f} GB on the cluster's {problem.cluster.num_devices} "
-            "devices")
+    persistent = format_bytes(problem.graph.persistent_bytes.sum())
+    outputs = format_bytes(problem.graph.output_bytes.sum())
+    have = format_bytes(problem.cluster.memory.sum())
+    return (f"the graph's variables need {persistent} and its op outputs {outputs} in all, "
+            f"against {have} on the cluster's {problem.cluster.num_devices} devices")
 
 
 def offload(problem: PlacementProblem, devices: np.ndarray) -> np.ndarray | None:

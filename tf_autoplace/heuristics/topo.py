@@ -42,6 +42,7 @@ from __future__ import annotations
 import numpy as np
 
 from tf_autoplace.core.problem import PlacementProblem, Placer
+from tf_autoplace.core.units import format_bytes
 from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
 from tf_autoplace.heuristics._common import (
     compute_devices,
@@ -143,7 +144,7 @@ class MemoryAwareTopoPlacer(Placer):
                     op = problem.graph.names[int(problem.grouping.members(g)[0])]
                     raise InfeasiblePlacementError(
                         f"m_topo: no device has room for the variables of the group of op "
-                        f"{op!r} ({persistent[g] / 1e9:.2f} GB)")
+                        f"{op!r} ({format_bytes(persistent[g])})")
                 slot = current if loose[current] else int(np.flatnonzero(loose)[0])
                 loose_groups += 1
             d = int(devices[slot])

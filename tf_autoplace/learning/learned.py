@@ -40,6 +40,7 @@ from tf_autoplace.core.problem import PlacementProblem, Placer, rank_placements
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph.fingerprint import fingerprint
 from tf_autoplace.heuristics import HEURISTICS
+from tf_autoplace.learning.checkpoints import read_policy_files
 from tf_autoplace.learning.trained_policy import TrainedPolicy, weights_digest
 
 
@@ -74,7 +75,9 @@ class LearnedPlacer(Placer):
       config: the settings (a ``config_class``), or its fields as keywords.
       budget_s, ray_address: the config's fields of those names.
       policy: a saved policy's directory to start from (the config's ``policy_dir``); only for
-        placers that keep a policy (the registry's ``policy``), a ConfigError for the others.
+        placers that keep a policy (the registry's ``policy``), a ConfigError for the others. Its files
+        are checked here, before any work (:func:`tf_autoplace.learning.checkpoints.
+        read_policy_files`): a damaged or hostile one is a ConfigError naming the file.
     """
 
     config_class: type
@@ -93,6 +96,7 @@ class LearnedPlacer(Placer):
             if not (isinstance(policy, (str, os.PathLike)) and os.fspath(policy)):
                 raise ConfigError(f"policy must be a saved policy's directory, got {policy!r}")
             overrides["policy_dir"] = os.fspath(policy)
+            read_policy_files(overrides["policy_dir"], f"a {self.name} policy")
         self.config = dataclasses.replace(config or self.config_class(), **overrides)
         self.stats: dict = {}
 

@@ -32,6 +32,7 @@ import tempfile
 
 import numpy as np
 
+from tf_autoplace.core.cachedir import read_regular_file
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.learning.eager import policy_context
 
@@ -40,12 +41,12 @@ POLICY_FILES = frozenset({"policy.json", "weights.npz", "manifest.json"})
 
 def weights_digest(directory: str) -> str:
     """SHA-256 of a saved policy's ``policy.json`` and ``weights.npz`` (what a placer that
-    starts from it depends on), or of nothing readable if they are missing."""
+    starts from it depends on), or of nothing readable if they are missing or not regular
+    files (a FIFO is not waited on: loading the policy then says what is wrong)."""
     h = hashlib.sha256()
     for name in ("policy.json", "weights.npz"):
         try:
-            with open(os.path.join(directory, name), "rb") as f:
-                h.update(f.read())
+            h.update(read_regular_file(os.path.join(directory, name), follow_symlinks=True))
         except OSError:
             h.update(b"missing " + name.encode())
     return h.hexdigest()

@@ -25,15 +25,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tempfile
 
 import numpy as np
 import tensorflow as tf
 from google.protobuf import json_format, message, text_format
 
 from tf_autoplace.core.problem import PlacementProblem
-from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
+from tf_autoplace.errors import ConfigError, InfeasiblePlacementError, InvalidGraphError
 from tf_autoplace.graph.costgraph import file_format
+from tf_autoplace.outputs.files import write_atomically
 from tf_autoplace.proto import placement_pb2
 from tf_autoplace.rewrite import canonical_device
 
@@ -102,17 +102,7 @@ def serialize(result: placement_pb2.PlacementResult, path) -> bytes:
 def write_placement(path, result: placement_pb2.PlacementResult) -> None:
     """Write ``result`` to ``path`` atomically: into a temporary file beside it, then renamed
     over it, so a reader (or a concurrent writer) never sees a half-written file."""
-    path = os.fspath(path)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
-                               prefix=".tmp_autoplace_")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(serialize(result, path))
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_atomically(path, serialize(result, path))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,11 +113,14 @@ class Match:
       devices: [n] int32 cluster index of each op's saved device, -1 where nothing is saved.
       by: "position" (same graph fingerprint and op count) or "name".
       unknown: saved op names this graph lacks (matching by name only), in saved order.
+      repeated: op names the file gives more than once, each time with the same device, in
+        saved order (a name given with different devices is an error, :func:`match`).
     """
 
     devices: np.ndarray
     by: str
     unknown: tuple[str, ...]
+    repeated: tuple[str, ...] = ()
 
     @property
     def num_named(self) -> int:
@@ -137,7 +130,14 @@ class Match:
 def match(problem: PlacementProblem, result: placement_pb2.PlacementResult,
           fingerprint: str) -> Match:
     """Read ``result`` against ``problem``, whose graph has fingerprint ``fingerprint`` (module
-    docstring). Raises InfeasiblePlacementError for a saved device the cluster lacks."""
+    docstring).
+
+    Raises:
+      InvalidGraphError: the file names one op twice with different devices (which one is
+        meant cannot be told).
+      InfeasiblePlacementError: a saved device the cluster lacks.
+    """
+    repeated = _repeated_ops(result)
     names = problem.graph.names
     n = len(names)
     by_position = bool(result.graph_fingerprint) and result.graph_fingerprint == fingerprint \
@@ -156,7 +156,25 @@ def match(problem: PlacementProblem, result: placement_pb2.PlacementResult,
                 continue
             devices[i] = index[op.device]
     return Match(devices=devices, by="position" if by_position else "name",
-                 unknown=tuple(unknown))
+                 unknown=tuple(unknown), repeated=repeated)
+
+
+def _repeated_ops(result: placement_pb2.PlacementResult) -> tuple[str, ...]:
+    """Op names ``result`` gives more than once with the same device (saved order);
+    InvalidGraphError naming the first op it gives with two different devices."""
+    seen: dict[str, str] = {}
+    repeated: dict[str, None] = {}  # ordered set
+    for op in result.op:
+        if op.name not in seen:
+            seen[op.name] = op.device
+            continue
+        if seen[op.name] != op.device:
+            raise InvalidGraphError(
+                f"the saved placement names op {op.name!r} twice, on {seen[op.name]!r} and on "
+                f"{op.device!r}; which one is meant cannot be told (a PlacementResult names "
+                "each op once)")
+        repeated[op.name] = None
+    return tuple(repeated)
 
 
 def _device_index(problem: PlacementProblem, saved: set[str]) -> dict[str, int]:

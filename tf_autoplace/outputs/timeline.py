@@ -33,6 +33,7 @@ import os
 import numpy as np
 
 from tf_autoplace.core.cluster import Cluster
+from tf_autoplace.core.units import format_bytes
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph.opgraph import OpGraph
 from tf_autoplace.hw.trace import TracedStep
@@ -162,13 +163,6 @@ def _busy_intervals(start: np.ndarray, end: np.ndarray, gap: float) -> list[tupl
     return [(s, e - s) for s, e in bars]
 
 
-def _fmt_bytes(n: float) -> str:
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{n:.0f} B"
-
-
 def plot_report(path: str | os.PathLike, graph: OpGraph, cluster: Cluster,
                 placement: np.ndarray, sim: SimResult) -> None:
     """Write a PNG: per-device Gantt chart of the step (top), peak memory vs capacity (bottom).
@@ -235,7 +229,7 @@ def plot_report(path: str | os.PathLike, graph: OpGraph, cluster: Cluster,
     bottom.hlines(cap, x - 0.4, x + 0.4, colors="black", linewidth=2, label="capacity")
     for i in range(num_dev):
         note = "OUT OF MEMORY" if over[i] else f"{100 * peak[i] / cap[i]:.2g}% of capacity"
-        bottom.annotate(f"{_fmt_bytes(peak[i] * gb)}\n{note}", (x[i], max(peak[i], cap[i])),
+        bottom.annotate(f"{format_bytes(peak[i] * gb)}\n{note}", (x[i], max(peak[i], cap[i])),
                         xytext=(0, 4), textcoords="offset points", ha="center", fontsize=8)
     bottom.set_xticks(x, labels)
     bottom.set_ylabel("GB")

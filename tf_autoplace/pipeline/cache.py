@@ -21,16 +21,24 @@ found and every later start with the same graph, cluster, placer and seed reads 
 A placer whose ``settings()`` is None (a saved placement: nothing is searched) is not cached.
 
 **Entries** are ``PlacementResult`` protos (``protos/placement.proto``, the format of a saved
-placement) named ``<key>.pb`` in the cache directory (:func:`default_directory`: the
-``TF_AUTOPLACE_CACHE_DIR`` environment variable when set, else ``tf_autoplace/placements`` in
-the user's cache directory, ``platformdirs.user_cache_dir``: ``$XDG_CACHE_HOME`` or ``~/.cache``
-on Linux, ``~/Library/Caches`` on macOS, ``%LOCALAPPDATA%`` on Windows, beside the compiled
-simulator kernels of :mod:`tf_autoplace.sim.jit`). An entry holds its key, the graph's
+placement; nothing read from the cache can run code) named ``<key>.pb`` in the cache directory
+(:func:`default_directory`: the ``TF_AUTOPLACE_CACHE_DIR`` environment variable when set, else
+``tf_autoplace/placements`` in the user's cache directory,
+:func:`tf_autoplace.core.cachedir.user_cache_dir`: ``$XDG_CACHE_HOME`` or ``~/.cache`` on
+Linux, ``~/Library/Caches`` on macOS, ``%LOCALAPPDATA%`` on Windows, beside the compiled
+simulator kernels of :mod:`tf_autoplace.sim.jit`). The directory is private
+(:func:`tf_autoplace.core.cachedir.private_directory`): created with mode 0700 on the first
+store, and one that another user owns or others can write to is a ConfigError when the cache
+is opened. A user without a cache directory (no home) places without a cache, with a warning;
+a directory that cannot be created or written only means that nothing is stored (a warning).
+An entry holds its key, the graph's
 fingerprint, the placer, the seed, the notes of the search, and every op's device in graph
 order; with the same fingerprint the i-th entry is the i-th op, whatever counters its name
 carries.
 
 **Trust nothing read.** :meth:`PlacementCache.load` returns None, with a warning, for an entry
+that is not a regular file (a FIFO, socket, device, directory or symbolic link: never opened in
+a way that could block or follow it, :func:`tf_autoplace.core.cachedir.read_regular_file`),
 that cannot be read or parsed (a truncated file), whose key or graph fingerprint is not the
 one asked for, whose op count differs, or that names a device the cluster lacks; the engine
 then checks a loaded placement like any other (colocation, kernels, memory) and treats a
@@ -52,9 +60,14 @@ import os
 from importlib import metadata
 
 import numpy as np
-import platformdirs
 from absl import logging
 
+from tf_autoplace.core.cachedir import (
+    check_private_directory,
+    private_directory,
+    read_entry,
+    user_cache_dir,
+)
 from tf_autoplace.core.problem import PlacementProblem, Placer
 from tf_autoplace.errors import AutoplaceError, ConfigError
 from tf_autoplace.outputs.saved_placement import match, write_placement
@@ -73,10 +86,10 @@ def package_version() -> str:
         return "unknown"
 
 
-def default_directory() -> str:
-    """The user's cache directory for placements (module docstring)."""
-    return os.environ.get(CACHE_ENV) or os.path.join(
-        platformdirs.user_cache_dir("tf_autoplace", appauthor=False), "placements")
+def default_directory() -> str | None:
+    """The user's cache directory for placements (module docstring); None when the user has no
+    cache directory and ``TF_AUTOPLACE_CACHE_DIR`` is not set."""
+    return os.environ.get(CACHE_ENV) or user_cache_dir("placements")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,8 +108,13 @@ class PlacementCache:
     """Placements by key in one directory (module docstring).
 
     Args:
-      directory: where entries live (created on the first store); None: :func:`default_directory`.
+      directory: where entries live (created, mode 0700, on the first store); None:
+        :func:`default_directory`.
       max_entries: entries kept (>= 1); the least recently written are removed beyond it.
+
+    Raises:
+      ConfigError: a bad argument; no ``directory`` and the user has no cache directory; or
+        the directory exists but another user owns it or others can write to it.
     """
 
     def __init__(self, directory=None, *, max_entries: int = 256):
@@ -105,8 +123,13 @@ class PlacementCache:
         if directory is not None and not (isinstance(directory, (str, os.PathLike))
                                           and os.fspath(directory)):
             raise ConfigError(f"directory must be a non-empty path or None, got {directory!r}")
-        self.directory = os.path.abspath(os.fspath(directory) if directory is not None
-                                         else default_directory())
+        if directory is None:
+            directory = default_directory()
+            if directory is None:
+                raise ConfigError(f"the user has no cache directory (no home directory): give "
+                                  f"the placement cache a directory, or set {CACHE_ENV}")
+        self.directory = os.path.abspath(os.fspath(directory))
+        check_private_directory(self.directory, "the placement cache")
         self.max_entries = max_entries
 
     def __repr__(self) -> str:
@@ -140,13 +163,9 @@ class PlacementCache:
         """The entry stored under ``key`` if it is whole and for this graph and cluster; None
         (with a warning for an entry that exists but is not trusted) otherwise."""
         path = self.path(key)
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            return None
-        except OSError as e:
-            return self._ignore(path, f"it cannot be read ({e.strerror or e})")
+        data, why = read_entry(path)
+        if data is None:
+            return self._ignore(path, why) if why else None
         entry = placement_pb2.PlacementResult()
         try:
             entry.ParseFromString(data)
@@ -180,11 +199,12 @@ class PlacementCache:
         out.cache_key = key
         path = self.path(key)
         try:
-            os.makedirs(self.directory, exist_ok=True)
+            private_directory(self.directory, "the placement cache")
             write_placement(path, out)
-        except OSError as e:
+        except (OSError, ConfigError) as e:
+            reason = e.strerror if isinstance(e, OSError) and e.strerror else e
             logging.warning("autoplace: cannot write the placement cache entry %s (%s); the "
-                            "placement is not cached", path, e.strerror or e)
+                            "placement is not cached", path, reason)
             return None
         self._prune()
         return path
@@ -211,12 +231,18 @@ class PlacementCache:
 
 def as_cache(value) -> PlacementCache | None:
     """A PlacementCache from what ``autoplace(cache=...)`` takes: False or None (no cache),
-    True (the user's cache directory), a directory path, or a PlacementCache."""
+    True (the user's cache directory; no cache, with a warning, for a user who has none), a
+    directory path, or a PlacementCache. ConfigError for another value, or a directory another
+    user owns or others can write to."""
     if isinstance(value, PlacementCache):
         return value
     if value is None or value is False:
         return None
     if value is True:
+        if default_directory() is None:
+            logging.warning("autoplace: the user has no cache directory (no home directory) and "
+                            "%s is not set; placing without the placement cache", CACHE_ENV)
+            return None
         return PlacementCache()
     if isinstance(value, (str, os.PathLike)) and os.fspath(value):
         return PlacementCache(value)

@@ -18,6 +18,7 @@ import numpy as np
 
 from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.core.problem import PlacementProblem
+from tf_autoplace.core.units import format_bytes
 from tf_autoplace.cost import AnalyticalCostModel, CostModel, TableCostModel
 from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
 from tf_autoplace.graph import ingest
@@ -96,5 +97,5 @@ def _check_fits_at_all(graph, cluster: Cluster) -> None:
     need, have = int(graph.persistent_bytes.sum()), int(cluster.memory.sum())
     if need > have:
         raise InfeasiblePlacementError(
-            f"the graph's variables need {need / 1e9:.2f} GB but the cluster's devices have "
-            f"{have / 1e9:.2f} GB in all")
+            f"the graph's variables need {format_bytes(need)} but the cluster's devices have "
+            f"{format_bytes(have)} in all")

@@ -16,7 +16,8 @@ does (tf.Graph in place, GraphDef copy, tf.function, SavedModel) and is checked 
    sides. A device the cluster lacks is an InfeasiblePlacementError naming it;
 3. places the ops it does not name (the graph changed a little) next to their neighbours
    (:func:`tf_autoplace.heuristics.neighbours.place_next_to_neighbours`), and its notes say
-   how many;
+   how many (and how many ops the file names twice with the same device: a file naming an op
+   twice with different devices is an InvalidGraphError);
 4. is then checked as every placement is (``Placer.place``: colocation, kernels, memory by one
    simulation): a saved placement is never written into a graph it does not fit.
 
@@ -55,8 +56,10 @@ class SavedPlacement(Placer):
     def __init__(self, placement, *, min_match: float = MIN_MATCH):
         if not (isinstance(min_match, (int, float)) and 0 < min_match <= 1):
             raise ConfigError(f"min_match must be in (0, 1], got {min_match!r}")
-        self.source = (f"{os.fspath(placement)!r}" if isinstance(placement, (str, os.PathLike))
-                       else "the given placement")
+        # What messages call it: "the saved placement 'p.pb'" or "... given in memory".
+        self.source = (f"the saved placement {os.fspath(placement)!r}"
+                       if isinstance(placement, (str, os.PathLike))
+                       else "the saved placement given in memory")
         self.result = read_placement(placement)
         self.min_match = min_match
         self.stats: dict = {}
@@ -71,7 +74,7 @@ class SavedPlacement(Placer):
         if named < self.min_match * n or named < self.min_match * saved:
             missing = [problem.graph.names[i] for i in np.flatnonzero(found.devices < 0)[:3]]
             raise InvalidGraphError(
-                f"the saved placement {self.source} was made for another graph: it places "
+                f"{self.source} was made for another graph: it places "
                 f"{saved} ops, {named} of which are in this graph of {n} ops (at least "
                 f"{self.min_match:.0%} of each must match); e.g. saved ops not in this graph: "
                 f"{list(found.unknown[:3])}, ops of this graph it does not place: {missing}")
@@ -80,14 +83,17 @@ class SavedPlacement(Placer):
         made_by = self.result.placer or "an unnamed placer"
         seed = f" (seed {self.result.seed})" if self.result.HasField("seed") else ""
         if found.by == "position":
-            note = (f"saved placement: {self.source}, made by {made_by}{seed} for this graph "
+            note = (f"applied {self.source}, made by {made_by}{seed} for this graph "
                     f"(same fingerprint), applied to all {n} ops without searching")
         else:
-            note = (f"saved placement: {self.source}, made by {made_by}{seed} for a graph that "
+            note = (f"applied {self.source}, made by {made_by}{seed} for a graph that "
                     f"differs from this one; {named} of its ops applied by name, {filled} ops "
                     f"it does not place were placed next to their neighbours")
             if found.unknown:
                 note += f", {len(found.unknown)} ops it places are not in this graph"
+        if found.repeated:
+            note += (f"; it names {len(found.repeated)} op(s) twice or more, each time with the "
+                     f"same device (e.g. {list(found.repeated[:3])})")
         self.notes.append(note)
         self.stats = dict(named=named, filled=filled, unknown=len(found.unknown), by=found.by)
         return devices

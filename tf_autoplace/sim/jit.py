@@ -8,9 +8,9 @@ package that breaks the next install. :func:`cached_njit` compiles with the cach
 :func:`cache_dir` instead:
 
 - ``NUMBA_CACHE_DIR`` when the user set it (numba's own setting, respected as numba would);
-- else ``tf_autoplace/numba`` in the user's cache directory (``platformdirs.user_cache_dir``:
-  ``$XDG_CACHE_HOME`` or ``~/.cache`` on Linux, ``~/Library/Caches`` on macOS,
-  ``%LOCALAPPDATA%`` on Windows).
+- else ``tf_autoplace/numba`` in the user's cache directory
+  (:func:`tf_autoplace.core.cachedir.user_cache_dir`: ``$XDG_CACHE_HOME`` or ``~/.cache`` on
+  Linux, ``~/Library/Caches`` on macOS, ``%LOCALAPPDATA%`` on Windows).
 
 Inside that directory numba keeps each source file's kernels under a path derived from where
 the file is, so two installs (or a checkout and an install) never load each other's kernels.
@@ -20,6 +20,14 @@ location when the function is decorated. :func:`cached_njit` sets ``CACHE_DIR`` 
 duration of that one decoration only, so neither the process environment nor the cache of
 anyone else's numba functions changes, and it works whether or not numba was imported first.
 Worker processes decorate the kernels again on import and so use the same directory.
+
+**Without a usable cache directory the kernels are compiled, not cached.** numba's index files
+are pickles, so the directory must be private (:func:`tf_autoplace.core.cachedir.private_directory`:
+created 0700; one owned by another user, or writable by others, is not used). When there is no
+such directory (no home directory, a cache directory that cannot be created or written, as for
+a service account or a container's arbitrary user), or numba finds no place to cache,
+:func:`cached_njit` compiles without an on-disk cache and logs one warning per process saying
+why; the simulator then compiles its kernels in each process (seconds) and works the same.
 """
 
 from __future__ import annotations
@@ -28,29 +36,69 @@ import os
 
 import numba
 import numba.core.config
-import platformdirs
+from absl import logging
+
+from tf_autoplace.core.cachedir import private_directory, user_cache_dir
+from tf_autoplace.errors import ConfigError
 
 CACHE_ENV = "NUMBA_CACHE_DIR"
 
-
-def default_cache_dir() -> str:
-    """``<user cache directory>/tf_autoplace/numba`` (see module doc)."""
-    return os.path.join(platformdirs.user_cache_dir("tf_autoplace", appauthor=False), "numba")
+_warned = False  # the no-cache warning is logged once per process
 
 
-def cache_dir() -> str:
+def default_cache_dir() -> str | None:
+    """``<user cache directory>/tf_autoplace/numba`` (see module doc); None when the user has
+    no cache directory."""
+    return user_cache_dir("numba")
+
+
+def cache_dir() -> str | None:
     """Where :func:`cached_njit` caches compiled kernels: ``NUMBA_CACHE_DIR`` when set (and
     not empty, which numba also reads as unset), else :func:`default_cache_dir`."""
     return os.environ.get(CACHE_ENV) or default_cache_dir()
 
 
 def cached_njit(fn):
-    """``numba.njit(cache=True)(fn)`` with the on-disk cache in :func:`cache_dir`."""
+    """``numba.njit(cache=True)(fn)`` with the on-disk cache in :func:`cache_dir`; compiled
+    without an on-disk cache (one warning per process) when that directory cannot be used
+    (module doc)."""
+    directory, why = _usable_cache_dir()
+    if directory is None:
+        _warn_uncached(why)
+        return numba.njit(fn)
     config = numba.core.config
     config.reload_config()  # picks up a NUMBA_CACHE_DIR set after numba was imported
     previous = config.CACHE_DIR
-    config.CACHE_DIR = cache_dir()
+    config.CACHE_DIR = directory
     try:
         return numba.njit(cache=True)(fn)
+    except RuntimeError as e:  # "cannot cache function ...: no locator available"
+        _warn_uncached(f"numba cannot cache there ({e})")
+        return numba.njit(fn)
     finally:
         config.CACHE_DIR = previous
+
+
+def _usable_cache_dir() -> tuple[str | None, str]:
+    """``(directory, "")``, or ``(None, why not)``."""
+    directory = cache_dir()
+    if directory is None:
+        return None, "the user has no cache directory (no home directory)"
+    try:
+        directory = private_directory(directory, "the compiled-kernel cache")
+    except OSError as e:
+        return None, f"{directory!r} cannot be created ({e.strerror or e})"
+    except ConfigError as e:
+        return None, str(e)
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return None, f"{directory!r} is not writable"
+    return directory, ""
+
+
+def _warn_uncached(why: str) -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        logging.warning("tf_autoplace: the simulator's kernels are compiled without an on-disk "
+                        "cache (each process compiles them again, seconds): %s. Set %s to a "
+                        "private writable directory to cache them.", why, CACHE_ENV)

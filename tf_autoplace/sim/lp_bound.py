@@ -69,6 +69,7 @@ import highspy
 import numpy as np
 
 from tf_autoplace.core.cluster import Cluster
+from tf_autoplace.core.units import format_bytes
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph.opgraph import OpGraph
 from tf_autoplace.sim.bounds import heads_and_tails, lower_bound
@@ -196,7 +197,7 @@ def _build(graph, cluster, op_time, head, tail, *, scale):
         c = int(np.flatnonzero(~allowed.any(axis=1))[0])
         op = graph.names[int(np.flatnonzero(coloc == c)[0])]
         return (f"no valid placement: the colocation group of op {op!r} fits no device (kernels "
-                f"or {persistent[c] / 1e9:.2f} GB of variables)")
+                f"or {format_bytes(persistent[c])} of variables)")
     work = np.zeros((num_groups, num_classes))
     np.add.at(work, coloc, np.where(np.isfinite(t), t, 0.0))
 

@@ -116,7 +116,7 @@ import dataclasses
 import numpy as np
 
 from tf_autoplace.core.cluster import Cluster
-from tf_autoplace.errors import InfeasiblePlacementError, InvalidGraphError
+from tf_autoplace.errors import ConfigError, InfeasiblePlacementError, InvalidGraphError
 from tf_autoplace.graph.opgraph import OpGraph
 from tf_autoplace.sim.jit import cached_njit
 
@@ -654,6 +654,6 @@ def memory_penalized_runtime(result: SimResult, cluster: Cluster, c: float = 2.0
     next to a big one that does not. Lower is better.
     """
     if not c >= 0:
-        raise ValueError(f"c must be >= 0, got {c}")
+        raise ConfigError(f"c must be >= 0, got {c}")
     over = (np.asarray(result.peak_memory, np.float64) - cluster.memory.astype(np.float64)) / GB
     return float(result.makespan + c * max(0.0, float(over.max())))

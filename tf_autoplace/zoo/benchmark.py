@@ -34,9 +34,10 @@ from __future__ import annotations
 import csv
 import dataclasses
 import functools
+import hashlib
+import json
 import math
 import os
-import pickle
 import time
 
 from tf_autoplace import zoo
@@ -47,6 +48,7 @@ from tf_autoplace.graph import ingest
 from tf_autoplace.grouping import GroupingConfig
 from tf_autoplace.outputs.progress import note
 from tf_autoplace.pipeline.prepare import build_problem
+from tf_autoplace.pipeline.problem_cache import ProblemCache, as_problem_cache, cluster_digest
 from tf_autoplace.placers import (
     DEFAULT_PLACER,
     ExpertPlacer,
@@ -206,22 +208,43 @@ def load_model(name: str, *, quick: bool):
     return model, ingest.load_meta_graph(model.graph)
 
 
+# Bump when what a MODELS entry builds changes: cached pair problems are then rebuilt.
+PAIR_VERSION = 1
+
+
 def pair_problem(model: str, cluster: str, *, quick: bool = False,
-                 cache_dir: str | None = None) -> PlacementProblem:
-    """The problem of one (model, cluster) pair, built as :func:`benchmark` builds it; with
-    ``cache_dir``, pickled there and read back on the next call (tools that time one stage
-    on a zoo graph need not build it every run)."""
-    path = cache_dir and os.path.join(cache_dir, f"{model}_{cluster}"
-                                                 f"{'_quick' if quick else ''}.pkl")
-    if path and os.path.exists(path):
-        with open(path, "rb") as f:
-            return pickle.load(f)
-    _, meta_graph = load_model(model, quick=quick)
-    problem, _ = build_problem(meta_graph, resolve_cluster(cluster))
-    if path:
-        os.makedirs(cache_dir, exist_ok=True)
-        with open(path, "wb") as f:
-            pickle.dump(problem, f)
+                 cache_dir: bool | str | os.PathLike | ProblemCache | None = None
+                 ) -> PlacementProblem:
+    """The problem of one (model, cluster) pair, built as :func:`benchmark` builds it.
+
+    Args:
+      model: a :data:`MODELS` name.
+      cluster: a shipped cluster name or a cluster spec file.
+      quick: the quick knobs (:data:`QUICK_KNOBS`).
+      cache_dir: keep the problem in a problem cache and read it back on the next call (tools
+        that time one stage on a zoo graph need not build it every run): True (the user's),
+        a private directory of the user's, or None (no cache); see
+        :mod:`tf_autoplace.pipeline.problem_cache` (npz, no pickle).
+
+    Raises:
+      ConfigError: an unknown model or cluster, or a cache directory another user owns or
+        others can write to.
+    """
+    if model not in MODELS:
+        raise ConfigError(f"unknown model {model!r}; choose one of {sorted(MODELS)}")
+    spec = resolve_cluster(cluster)
+    cache = as_problem_cache(cache_dir)
+    zoo_name, knobs = model_knobs(model, quick)
+    payload = json.dumps({"model": zoo_name, "knobs": knobs, "version": PAIR_VERSION,
+                          "cluster": cluster_digest(spec)}, sort_keys=True).encode()
+    name = (f"pair_{model}{'_quick' if quick else ''}_"
+            f"{hashlib.sha256(payload).hexdigest()[:16]}")
+    problem = cache.load(name, spec) if cache is not None else None
+    if problem is None:
+        _, meta_graph = load_model(model, quick=quick)
+        problem, _ = build_problem(meta_graph, spec)
+        if cache is not None:
+            cache.store(name, problem)
     return problem
 
 

@@ -141,7 +141,7 @@ def test_corpus_builds_each_graph_once_per_cluster_and_reads_the_cache(tmp_path)
         ("ptb_2", "k80x2", "validation"), ("ptb_2", "k80x4", "validation"),
         ("rnnlm(batch=2,embedding_dim=8,hidden=8,layers=1,length=2,vocab=20)", "k80x2", "train"),
         ("rnnlm(batch=2,embedding_dim=8,hidden=8,layers=1,length=2,vocab=20)", "k80x4", "train")]
-    assert len(list(tmp_path.glob("*.pkl"))) == 8
+    assert len(list(tmp_path.glob("*.npz"))) == 8
     again = gdp_corpus.build_corpus(config, clusters, cache_dir=tmp_path)
     for a, b in zip(first, again):
         assert a.problem.graph.names == b.problem.graph.names

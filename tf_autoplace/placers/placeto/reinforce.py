@@ -186,12 +186,22 @@ class Episode:
 def _policy_step(policy, env: PlacementEnv, placements: np.ndarray, step: int,
                  placed: np.ndarray) -> np.ndarray:
     """[B, D] logits for step ``step`` of B episodes in states ``placements`` [B, G] (one call:
-    every episode of a batch places the same group at the same step)."""
+    every episode of a batch places the same group at the same step). ConfigError if they are
+    not all finite: the policy's weights overflow on this graph (a damaged policy; a loaded one
+    is checked for sane weights, but no magnitude check can rule out overflow on every graph),
+    and no device can be drawn from them."""
     feats = np.stack([env.features(p, step, placed) for p in placements])
     current = np.full(len(placements), env.order[step], dtype=np.int32)
     masks = np.repeat(pool_masks(env.view.ancestors, current[:1]), len(placements), axis=0)
     logits = policy.logits(feats, env.view.edge_src, env.view.edge_dst, masks, current)
-    return logits.numpy().astype(np.float64)
+    logits = logits.numpy().astype(np.float64)
+    if not np.isfinite(logits).all():
+        source = getattr(policy, "loaded_from", None)
+        which = f"the policy loaded from {source!r}" if source else "the policy"
+        raise ConfigError(f"{which} gives NaN or infinite outputs at step {step} of this graph "
+                          "(its weights overflow: a damaged policy, or one far from any trained "
+                          "one); it cannot place")
+    return logits
 
 
 def rollouts(policy, env: PlacementEnv, rngs: Sequence[np.random.Generator], *,

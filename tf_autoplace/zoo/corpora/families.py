@@ -65,7 +65,7 @@ Usage::
 
     config = FamilyConfig(seed=0)
     train, test = family_problems("ptb", config, resolve_cluster("k80x2"),
-                                  cache_dir="/tmp/families", progress=True)
+                                  cache_dir=True, progress=True)  # the user's problem cache
 """
 
 from __future__ import annotations
@@ -75,8 +75,6 @@ import gc
 import hashlib
 import json
 import os
-import pickle
-import tempfile
 import time
 from typing import Any, Mapping
 
@@ -90,6 +88,7 @@ from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph import ingest
 from tf_autoplace.outputs.progress import note
 from tf_autoplace.pipeline.prepare import build_problem
+from tf_autoplace.pipeline.problem_cache import ProblemCache, as_problem_cache
 from tf_autoplace.zoo.base import GraphBuilder, ModelGraph, language_model_builder
 from tf_autoplace.zoo.layers import dense, embedding, scope, sequence_softmax_logits, variable
 
@@ -228,29 +227,43 @@ def cache_key(family: str, config: FamilyConfig, cluster: Cluster) -> str:
     return digest.hexdigest()[:16]
 
 
+def problem_name(family: str, config: FamilyConfig, cluster: Cluster, i: int) -> str:
+    """The problem cache entry of graph ``i`` of a family on ``cluster``:
+    ``<family>_<seed>_<i>_<cache_key>``."""
+    return f"{family}_{config.seed}_{i}_{cache_key(family, config, cluster)}"
+
+
 def family_problems(family: str, config: FamilyConfig, cluster: Cluster, *,
-                    cache_dir: str | os.PathLike | None = None,
+                    cache_dir: bool | str | os.PathLike | ProblemCache | None = None,
                     progress: bool = False
                     ) -> tuple[list[PlacementProblem], list[PlacementProblem]]:
     """Build every graph of a family and its PlacementProblem on ``cluster`` (Grappler
-    analytical costs, default grouping). Returns ``(train, test)``: the first
-    ``config.num_train`` problems and the rest.
+    analytical costs, default grouping).
 
-    With ``cache_dir``, problem i is read from / written to
-    ``<cache_dir>/<family>_<seed>_<i>_<cache_key>.pkl``, so a second run builds nothing.
-    ``progress`` prints one line per graph to stderr.
+    Args:
+      family, config, cluster: which graphs, costed for which devices.
+      cache_dir: keep the built problems in a problem cache
+        (:class:`tf_autoplace.pipeline.problem_cache.ProblemCache`: npz files, no pickle) and
+        read them back, so a second run builds nothing: True for the user's
+        (``tf_autoplace/problems`` in the user's cache directory), a private directory of the
+        user's, or None (no cache). Problem i is the entry :func:`problem_name`.
+      progress: print one line per graph to stderr.
+
+    Returns:
+      ``(train, test)``: the first ``config.num_train`` problems and the rest.
+
+    Raises:
+      ConfigError: a bad argument, or a cache directory another user owns or others can
+        write to.
     """
 
     _check_family(family)
-    key = cache_key(family, config, cluster)
-    if cache_dir is not None:
-        os.makedirs(cache_dir, exist_ok=True)
+    cache = as_problem_cache(cache_dir)
     problems = []
     for i in range(config.num_graphs):
         t = time.perf_counter()
-        path = (os.path.join(cache_dir, f"{family}_{config.seed}_{i}_{key}.pkl")
-                if cache_dir is not None else None)
-        problem = read_cache(path) if path is not None else None
+        name = problem_name(family, config, cluster, i)
+        problem = cache.load(name, cluster) if cache is not None else None
         cached = problem is not None
         if not cached:
             model = family_graph(family, config, i)
@@ -261,8 +274,8 @@ def family_problems(family: str, config: FamilyConfig, cluster: Cluster, *,
             del meta_graph
             problem = PlacementProblem(graph=problem.graph, cluster=problem.cluster,
                                        op_time=problem.op_time, grouping=problem.grouping)
-            if path is not None:
-                write_cache(path, problem)
+            if cache is not None:
+                cache.store(name, problem)
         problems.append(problem)
         if progress:
             note(f"{family} {i + 1}/{config.num_graphs}",
@@ -271,34 +284,6 @@ def family_problems(family: str, config: FamilyConfig, cluster: Cluster, *,
                  f"{'read from cache' if cached else 'built'} in "
                  f"{time.perf_counter() - t:.1f} s")
     return problems[:config.num_train], problems[config.num_train:]
-
-
-def read_cache(path: str) -> PlacementProblem | None:
-    """The problem pickled at ``path``; None when there is none or it cannot be read (then
-    the caller builds it again and overwrites the file)."""
-    try:
-        with open(path, "rb") as f:
-            problem = pickle.load(f)
-    except FileNotFoundError:
-        return None
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
-        return None  # unreadable or stale: rebuild and overwrite
-    return problem if isinstance(problem, PlacementProblem) else None
-
-
-def write_cache(path: str, problem: PlacementProblem) -> None:
-    """Write atomically, so concurrent runs never read half a file."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp_", suffix=".pkl")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump(problem, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a cache is for sharing
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 # ------------------------------------------------------------------------------ cifar10
@@ -482,4 +467,4 @@ def _build_nmt(knobs: dict) -> ModelGraph:
 _BUILDERS = {"cifar10": _build_cifar10, "ptb": _build_ptb, "nmt": _build_nmt}
 
 __all__ = ["DEFAULT_KNOBS", "FAMILIES", "FamilyConfig", "cache_key", "family_graph",
-           "family_graphs", "family_problems", "read_cache", "sample_knobs", "write_cache"]
+           "family_graphs", "family_problems", "problem_name", "sample_knobs"]

@@ -18,9 +18,10 @@ batch training dataset"). The held-out graphs here are the benchmark's 16 (model
   learns all three device counts.
 
 A graph is built once and costed on each cluster with the same cost model. With ``cache_dir``
-each problem is pickled there (family problems under the names
-:func:`tf_autoplace.zoo.corpora.families.family_problems` uses, so both share a cache), and a second run
-builds nothing.
+each problem is kept in a problem cache (:mod:`tf_autoplace.pipeline.problem_cache`: npz files,
+no pickle; family problems under the names
+:func:`tf_autoplace.zoo.corpora.families.family_problems` uses, so both share a cache), and a
+second run builds nothing.
 """
 
 from __future__ import annotations
@@ -40,14 +41,8 @@ from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph import ingest
 from tf_autoplace.outputs.progress import note
 from tf_autoplace.pipeline.prepare import build_problem
-from tf_autoplace.zoo.corpora.families import (
-    FAMILIES,
-    FamilyConfig,
-    cache_key,
-    family_graph,
-    read_cache,
-    write_cache,
-)
+from tf_autoplace.pipeline.problem_cache import ProblemCache, as_problem_cache
+from tf_autoplace.zoo.corpora.families import FAMILIES, FamilyConfig, family_graph, problem_name
 
 ZOO_GRAPHS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("rnnlm", {"layers": 3, "length": 20}),
@@ -104,34 +99,32 @@ def zoo_name(model: str, knobs: dict) -> str:
 
 
 def build_corpus(config: CorpusConfig, clusters: Sequence[tuple[str, Cluster]], *,
-                 cache_dir: str | os.PathLike | None = None,
+                 cache_dir: bool | str | os.PathLike | ProblemCache | None = None,
                  progress: bool = False) -> list[Entry]:
     """Every graph of the corpus on every ``(name, cluster)`` (module doc), training graphs of
-    each family first, then its validation graphs, then the zoo graphs (training)."""
-    if cache_dir is not None:
-        os.makedirs(cache_dir, exist_ok=True)
+    each family first, then its validation graphs, then the zoo graphs (training).
+
+    ``cache_dir``: keep the problems in a problem cache and read them back: True (the user's),
+    a private directory of the user's, or None (module doc;
+    :func:`tf_autoplace.pipeline.problem_cache.as_problem_cache`). ``progress`` prints one line
+    per graph to stderr."""
+    cache = as_problem_cache(cache_dir)
     entries = []
     for family in config.families:
         for i in range(config.family.num_graphs):
             split = "train" if i < config.family.num_train else "validation"
-            paths = [_path(cache_dir, f"{family}_{config.family.seed}_{i}_"
-                                      f"{cache_key(family, config.family, c)}")
-                     for _, c in clusters]
+            names = [problem_name(family, config.family, c, i) for _, c in clusters]
             problems = _problems(lambda f=family, i=i: family_graph(f, config.family, i),
-                                 clusters, paths, f"{family}_{i}", progress)
+                                 clusters, cache, names, f"{family}_{i}", progress)
             entries += [Entry(f"{family}_{i}", n, split, p)
                         for (n, _), p in zip(clusters, problems)]
     for model, knobs in config.zoo:
         name = zoo_name(model, knobs)
-        paths = [_path(cache_dir, f"zoo_{_zoo_key(model, knobs, c)}") for _, c in clusters]
-        problems = _problems(lambda m=model, k=knobs: zoo.build(m, **k), clusters, paths, name,
-                             progress)
+        names = [f"zoo_{_zoo_key(model, knobs, c)}" for _, c in clusters]
+        problems = _problems(lambda m=model, k=knobs: zoo.build(m, **k), clusters, cache, names,
+                             name, progress)
         entries += [Entry(name, n, "train", p) for (n, _), p in zip(clusters, problems)]
     return entries
-
-
-def _path(cache_dir, stem: str) -> str | None:
-    return None if cache_dir is None else os.path.join(cache_dir, f"{stem}.pkl")
 
 
 def _zoo_key(model: str, knobs: dict, cluster: Cluster) -> str:
@@ -142,12 +135,13 @@ def _zoo_key(model: str, knobs: dict, cluster: Cluster) -> str:
     return digest.hexdigest()[:16]
 
 
-def _problems(build_model: Callable, clusters, paths, name: str,
-              progress: bool) -> list[PlacementProblem]:
-    """One graph's problems on every cluster: read from the cache, or built from one graph
-    and one cost model (and cached)."""
+def _problems(build_model: Callable, clusters, cache: ProblemCache | None, names: list[str],
+              name: str, progress: bool) -> list[PlacementProblem]:
+    """One graph's problems on every cluster: read from the cache (entries ``names``), or
+    built from one graph and one cost model (and cached)."""
     t = time.perf_counter()
-    problems = [read_cache(p) if p is not None else None for p in paths]
+    problems = [cache.load(n, c) if cache is not None else None
+                for n, (_, c) in zip(names, clusters)]
     missing = [j for j, p in enumerate(problems) if p is None]
     if missing:
         model = build_model()
@@ -159,8 +153,8 @@ def _problems(build_model: Callable, clusters, paths, name: str,
             built, cost_model = build_problem(meta_graph, clusters[j][1], cost_model=cost_model)
             problems[j] = PlacementProblem(graph=built.graph, cluster=built.cluster,
                                            op_time=built.op_time, grouping=built.grouping)
-            if paths[j] is not None:
-                write_cache(paths[j], problems[j])
+            if cache is not None:
+                cache.store(names[j], problems[j])
     if progress:
         note("corpus", f"{name}: {problems[0].graph.num_ops} ops, "
              f"{'built' if missing else 'read from cache'} in {time.perf_counter() - t:.1f} s")
