@@ -23,6 +23,11 @@ SMALL = {
                     (1200, 1700)),
     "wavenet": (dict(stacks=2, layers_per_stack=3, channels=4, skip_channels=8, length=16,
                      batch=2, classes=256), (1400, 1900)),
+    "branches": (dict(batch=2, image_size=8, channels=4, branches=3, blocks=2, num_classes=10),
+                 (545, 740)),
+    "two_tower": (dict(batch=2, features=4, layers=2, width=8), (280, 385)),
+    "wide_deep": (dict(batch=2, tables=2, vocab=50, dim=4, ids_per_table=2, dense_features=3,
+                       layers=2, width=8), (240, 330)),
 }
 SEQUENCE_MODELS = ("nmt", "rnnlm", "transformer", "wavenet")
 # NASNet-Mobile has full-size cells even at 32x32 pixels: ~10-20 s per build on 2 cores.
@@ -44,9 +49,9 @@ def _session(graph: tf.Graph) -> tf.compat.v1.Session:
     return tf.compat.v1.Session(graph=graph, config=config)
 
 
-def test_models_are_the_papers_models():
+def test_models_are_the_papers_models_and_three_users_kinds():
     assert zoo.MODELS == ("inception_v3", "resnet50", "nasnet", "nmt", "rnnlm", "transformer",
-                          "wavenet")
+                          "wavenet", "branches", "two_tower", "wide_deep")
     assert set(SMALL) == set(zoo.MODELS)
 
 
