@@ -1,5 +1,5 @@
 """``tf-autoplace profile --out_cluster`` end to end on a small CNN, as a user runs it: the profile
-holds what the runs showed (ops that did not run, the untraced step, a MaxPoolGrad's time apart
+holds what the runs showed (ops that did not run, the run's steps, a MaxPoolGrad's time apart
 from its MaxPool) and the cluster the Send cost and the cores the profile measured. Few steps:
 the figures are checked for where they go, never for their values."""
 
@@ -34,13 +34,13 @@ def profiled(tmp_path_factory, run_scripts, write_proto):
     return profile, Cluster.from_file(workdir / "local.pbtxt"), stdout
 
 
-def test_the_profile_says_which_ops_ran_and_the_untraced_step(profiled):
+def test_the_profile_says_which_ops_ran_and_the_steps_of_the_run(profiled):
     profile, _, _ = profiled
     by_name = {op.name: op for op in profile.op}
     assert by_name["left/Conv2D"].did_not_run  # fused into the Relu's kernel
     assert not by_name["left/Relu"].did_not_run and by_name["left/Relu"].compute_time_us > 0
     assert [run.device_kind for run in profile.run] == ["CPU"]
-    assert profile.run[0].step_time_us > 0
+    assert profile.run[0].step_time_us > 0 and profile.run[0].traced_step_time_us > 0
 
 
 @pytest.mark.skipif(not ONEDNN, reason="oneDNN is off: MaxPoolGrad has one kernel")

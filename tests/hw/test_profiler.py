@@ -111,7 +111,7 @@ def _profile_with_run(times_us, step_us):
     for k, t in enumerate(times_us):
         profile.op.add(name=f"op{k}", device_kind="CPU", compute_time_us=t)
     profile.op.add(name="gpu_op", device_kind="GPU", compute_time_us=1e6)
-    profile.run.add(device_kind="CPU", step_time_us=step_us)
+    profile.run.add(device_kind="CPU", step_time_us=10 * step_us, traced_step_time_us=step_us)
     return profile
 
 

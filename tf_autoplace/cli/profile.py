@@ -12,9 +12,9 @@ made-up values of their static shape, see ``tf_autoplace.hw.workload``) or a zoo
 steps and then ``--trace_steps`` traced steps with all ops on each kind of device this machine
 has, and writes per op and device kind the median measured time as a text ``CostProfile``
 (``protos/cost_profile.proto``; ``tf_autoplace.hw.profiler``), with the ops that did not run
-(Grappler folded or fused them), the run's untraced step, and (``--partners``, on by default)
-the time of the ops whose kernel changes when a partner op is on another device, from a
-calibration run that places them apart. Place with it through ``tf-autoplace place
+(Grappler folded or fused them), the run's untraced and traced steps, and (``--partners``, on
+by default) the time of the ops whose kernel changes when a partner op is on another device,
+from a calibration run that places them apart. Place with it through ``tf-autoplace place
 --cost_profile``, ``autoplace(..., cost_profile=)`` or ``--autoplace_cost_profile``: the
 simulator then runs the graph as TensorFlow executes it.
 
@@ -23,9 +23,9 @@ CPUs, or 0: the GPUs and the CPU host; ``tf_autoplace.hw.transfers``): chains of
 several sizes between every pair of devices give each link's latency and bandwidth; between
 two devices that share a core group (logical CPUs of one process) a ladder of small ops under
 placements with more and more of TensorFlow's Sends gives the CPU time one Send adds to a
-step, which becomes their link latency (work on the shared cores); and the core group gets as many cores
-as the profiled run ran ops at once (the sum of its ops' traced times over its untraced step,
-rounded, between 1 and the host's cores; ``tf_autoplace.hw.profiler.with_profiled_cores``).
+step, which becomes their link latency (work on the shared cores); and the core group gets as
+many cores as the profiled run ran ops at once (the sum of its ops' times over its traced
+step, rounded, between 1 and the host's cores; ``tf_autoplace.hw.profiler.with_profiled_cores``).
 It writes this machine's text ``ClusterSpec`` with those figures.
 
 A TF2 function is profiled from Python: ``profile_ops(Workload.from_function(fn, *args))``.

@@ -27,9 +27,13 @@ it came from (``scope/MatMul_2``, :func:`grappler_origin`). Other nodes the runt
 (Send/Recv, Grappler's new constants) are not graph ops and are not written; the description
 counts them with the rest.
 
-Each kind's run also records its median untraced step (``DeviceRun``): against the sum of the
-ops' traced times it tells how many ops the process ran at once (:func:`parallelism`), which
-``tf-autoplace profile`` writes into the cluster's core group.
+Each kind's run also records its median untraced step and its median traced step
+(``DeviceRun``): the sum of the ops' times over the traced step they were measured in is how
+many ops the process ran at once (:func:`parallelism`), which ``tf-autoplace profile`` writes
+into the cluster's core group. The traced step, not the untraced one: on a shared machine the
+load changes between the untraced and the traced steps, and a ratio across them swung from
+0.6 to 5.3 over three runs of one graph under a load of 16 where the ratio within the traced
+steps stayed within 1.39-1.42.
 
 **Partners** (lost rewrites). Some kernels exist only when two ops share a device: oneDNN's
 MaxPoolGrad reads a workspace its MaxPool writes when both run in one partition, and without
@@ -202,8 +206,8 @@ def measure_partners(workload: Workload, graph: OpGraph, kind: str, single_kerne
 def profile_ops(workload: Workload, *, kinds=None, config: RunConfig = DEFAULT_CONFIG,
                 description: str = "", partners: bool = True) -> cost_profile_pb2.CostProfile:
     """Measure every op of ``workload`` on each of ``kinds`` (default: :func:`local_kinds`) and
-    return the profile (module docstring). ``config.steps`` untraced steps time the run (its
-    ``DeviceRun``), then ``config.trace_steps`` (>= 1) steps are traced. ``partners``: also
+    return the profile (module docstring). ``config.steps`` untraced steps time the run, then
+    ``config.trace_steps`` (>= 1) steps are traced (its ``DeviceRun``). ``partners``: also
     run the calibration that finds the ops whose kernel changes apart from a partner."""
     if config.trace_steps < 1:
         raise ConfigError(f"profiling needs trace_steps >= 1, got {config.trace_steps}")
@@ -242,7 +246,9 @@ def profile_ops(workload: Workload, *, kinds=None, config: RunConfig = DEFAULT_C
                 entry.partner = apart[node.name][0]
                 entry.partner_apart_time_us = apart[node.name][1] * 1e6
             profile.op.append(entry)
-        profile.run.add(device_kind=kind, step_time_us=measured.step_time_s * 1e6)
+        profile.run.add(device_kind=kind, step_time_us=measured.step_time_s * 1e6,
+                        traced_step_time_us=float(np.median(
+                            [trace.span_s for trace in measured.traces])) * 1e6)
         notes.append(f"{kind}: {timed} ops timed, {skipped} did not execute in a step (0), "
                      f"{len(apart)} change kernel apart from a partner, "
                      f"step {measured.step_time_s * 1e3:.2f} ms")
@@ -255,10 +261,9 @@ def profile_ops(workload: Workload, *, kinds=None, config: RunConfig = DEFAULT_C
 
 def parallelism(profile: cost_profile_pb2.CostProfile, kind: str = "CPU") -> float | None:
     """How many ops the profiled process ran at once on ``kind``, on average: the sum of the
-    ops' traced times over the run's untraced step (``DeviceRun``); None when the profile
-    records no run of that kind. Tracing adds a little to every op, so this can exceed the
-    process's true figure by a few percent."""
-    step = [run.step_time_us for run in profile.run if run.device_kind == kind]
+    ops' times over the traced step they were measured in (``DeviceRun``, module docstring);
+    None when the profile records no traced run of that kind."""
+    step = [run.traced_step_time_us for run in profile.run if run.device_kind == kind]
     if not step or not step[0] > 0:
         return None
     return sum(op.compute_time_us for op in profile.op if op.device_kind == kind) / step[0]
