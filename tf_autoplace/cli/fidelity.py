@@ -8,8 +8,9 @@ at least 20 distinct placements on the local cluster (``--num_logical_cpus`` log
 0: this machine's GPUs and its CPU host) are simulated with Grappler's analytical costs and
 with costs profiled here, and measured; the tool prints per graph the Spearman rank correlation
 and the median absolute relative error of each cost variant, then every placement's figures.
-The links are profiled once per run (timed copies, ``tf_autoplace.hw.transfers``). Progress
-goes to stderr. See :mod:`tf_autoplace.hw.fidelity`.
+The links are profiled once per run (timed copies and, between logical CPUs, the CPU work of
+a Send; ``tf_autoplace.hw.transfers``). Progress goes to stderr. See
+:mod:`tf_autoplace.hw.fidelity`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from absl import app, flags
 from tf_autoplace.errors import AutoplaceError
 from tf_autoplace.hw import fidelity
 from tf_autoplace.hw.runner import RunConfig
-from tf_autoplace.hw.transfers import profile_links
+from tf_autoplace.hw.transfers import profile_links, profile_send_costs
 
 flags.DEFINE_list("graphs", list(fidelity.GRAPHS), f"graphs among {list(fidelity.GRAPHS)}")
 flags.DEFINE_integer("num_logical_cpus", 2, "logical CPU devices (0: the GPUs and the CPU host)")
@@ -63,6 +64,10 @@ def main(argv):
     for (i, j), fit in fits.items():
         log(f"link {cluster.names[i]} -> {cluster.names[j]}: {fit.latency_s * 1e6:.1f} us + "
             f"bytes / {fit.bandwidth_bps / 1e9:.3g} GB/s (rms {fit.rms_error_s * 1e6:.1f} us)")
+    profiled_cluster, sends = profile_send_costs(profiled_cluster)
+    for group, fit in sends.items():
+        log(f"core group {group!r}: one Send adds {fit.send_s * 1e6:.2f} us of CPU work, "
+            "its links' latency")
     results = []
     title = (f"Simulated vs measured step times on this machine "
              f"({config.num_logical_cpus or 'GPUs +'} logical CPUs, seed {config.seed})")
