@@ -31,9 +31,8 @@ Each kind's run also records its median untraced step and its median traced step
 (``DeviceRun``): the sum of the ops' times over the traced step they were measured in is how
 many ops the process ran at once (:func:`parallelism`), which ``tf-autoplace profile`` writes
 into the cluster's core group. The traced step, not the untraced one: on a shared machine the
-load changes between the untraced and the traced steps, and a ratio across them swung from
-0.6 to 5.3 over three runs of one graph under a load of 16 where the ratio within the traced
-steps stayed within 1.39-1.42.
+load changes between the untraced and the traced steps, and a ratio across them swings with
+it, while the ratio within the traced steps holds.
 
 **Partners** (lost rewrites). Some kernels exist only when two ops share a device: oneDNN's
 MaxPoolGrad reads a workspace its MaxPool writes when both run in one partition, and without

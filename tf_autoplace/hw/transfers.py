@@ -37,10 +37,9 @@ user's step), the placements run in interleaved rounds, and the median CPU time 
 spends on a step (all its threads) is regressed on the Send count: the slope is the work one
 Send adds. CPU time rather than wall time: on a shared machine a step's wall time also holds
 the time other processes had the cores, which changes from one round to the next, while the
-work does not (on this 2-vCPU host under a load of 10, the CPU slope of three runs was 3.6 to
-4.5 us, the wall slope 8 to 17 us). The simulator charges it as the link latency between two
-devices of a core group, work on the group's cores (:func:`profile_send_costs`;
-``tf-autoplace profile --out_cluster`` writes it).
+work does not, so the CPU slope is the steadier of the two. The simulator charges it as the
+link latency between two devices of a core group, work on the group's cores
+(:func:`profile_send_costs`; ``tf-autoplace profile --out_cluster`` writes it).
 """
 
 from __future__ import annotations
