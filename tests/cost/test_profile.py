@@ -104,3 +104,69 @@ def test_bad_profiles_are_config_errors(text, match):
 def test_unreadable_file_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="cannot read cost profile"):
         ProfileCostModel.from_file(tmp_path / "nope.pbtxt")
+
+
+# "in" did not run on either kind (folded); "mm" did not run on the GPU only (fused there);
+# "relu" runs another kernel, 3x slower, when "mm" is on another device.
+EXECUTION = PROFILE.replace(
+    'op { name: "in"   device_kind: "GPU" compute_time_us: 10 output_bytes: 4096 op_type: "Const" }\n'
+    'op { name: "in"   device_kind: "CPU" compute_time_us: 20 }',
+    'op { name: "in"   device_kind: "GPU" compute_time_us: 0 did_not_run: true }\n'
+    'op { name: "in"   device_kind: "CPU" compute_time_us: 0 did_not_run: true }').replace(
+    'op { name: "mm"   device_kind: "GPU" compute_time_us: 100 op_type: "MatMul" }',
+    'op { name: "mm"   device_kind: "GPU" compute_time_us: 0 did_not_run: true }').replace(
+    'op { name: "relu" device_kind: "GPU" compute_time_us: 5 }',
+    'op { name: "relu" device_kind: "GPU" compute_time_us: 5 partner: "mm" '
+    'partner_apart_time_us: 15 }')
+
+
+def test_ops_that_did_not_run_on_every_kind_they_can_run_on_are_not_executed():
+    model = ProfileCostModel.from_text(EXECUTION)
+    graph = _graph()
+    assert model.executed_ops(graph, _cluster()).tolist() == [False, True, True, True]
+    gpus = Cluster.uniform([Device("/device:GPU:0", "GPU", 10 * GB)])
+    # On GPUs alone "mm" did not run either; "save" has no GPU kernel and is left running.
+    assert model.executed_ops(graph, gpus).tolist() == [False, False, True, True]
+    assert ProfileCostModel.from_text(PROFILE).executed_ops(graph, _cluster()) is None
+
+
+def test_partner_times_per_device_divided_by_speed():
+    model = ProfileCostModel.from_text(EXECUTION)
+    graph, cluster = _graph(), _cluster()
+    op_time = model.op_time(graph, cluster)
+    partner, apart = model.partner_times(graph, cluster, op_time)
+    assert partner.tolist() == [-1, -1, 1, -1]
+    np.testing.assert_allclose(apart[2], [15e-6, 7.5e-6, 30e-6])  # CPU: no partner time
+    keep = np.ones(apart.shape, bool)
+    keep[2, :2] = False
+    np.testing.assert_array_equal(apart[keep], op_time[keep])
+    assert ProfileCostModel.from_text(PROFILE).partner_times(graph, cluster, op_time) is None
+
+
+def test_execution_survives_the_proto():
+    model = ProfileCostModel.from_text(EXECUTION)
+    again = ProfileCostModel.from_proto(model.to_proto("copy"))
+    graph, cluster = _graph(), _cluster()
+    op_time = model.op_time(graph, cluster)
+    np.testing.assert_array_equal(again.executed_ops(graph, cluster),
+                                  model.executed_ops(graph, cluster))
+    for a, b in zip(again.partner_times(graph, cluster, op_time),
+                    model.partner_times(graph, cluster, op_time)):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+@pytest.mark.parametrize("text, match", [
+    ('op { name: "mm" device_kind: "GPU" compute_time_us: 3 did_not_run: true }',
+     "marked did_not_run but has a time of 3 us"),
+    ('op { name: "mm" device_kind: "GPU" compute_time_us: 3 partner: "mm" '
+     'partner_apart_time_us: 4 }', "names itself as its partner"),
+    ('op { name: "mm" device_kind: "GPU" compute_time_us: 3 partner: "a" '
+     'partner_apart_time_us: 4 }\n'
+     'op { name: "mm" device_kind: "CPU" compute_time_us: 3 partner: "b" '
+     'partner_apart_time_us: 4 }', "has partners 'b' and 'a'"),
+    ('op { name: "mm" device_kind: "GPU" compute_time_us: 3 partner: "a" '
+     'partner_apart_time_us: -4 }', "partner time of op 'mm' on GPU is -4e-06"),
+])
+def test_bad_execution_records_are_config_errors(text, match):
+    with pytest.raises(ConfigError, match=match):
+        ProfileCostModel.from_text(text)

@@ -1,5 +1,8 @@
 """The profiler: a small training graph run and traced on a logical CPU gives a CostProfile that
-survives the proto's text format and drives ProfileCostModel."""
+survives the proto's text format and drives ProfileCostModel, whose problem then simulates the
+graph TensorFlow executes."""
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -10,9 +13,10 @@ from tf_autoplace.cost import AnalyticalCostModel
 from tf_autoplace.cost.profile import ProfileCostModel
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph import ingest
-from tf_autoplace.hw.profiler import op_times, profile_ops
+from tf_autoplace.hw.profiler import (grappler_origin, kernels_run, op_times, parallelism,
+                                      profile_ops, with_profiled_cores)
 from tf_autoplace.hw.runner import RunConfig
-from tf_autoplace.hw.trace import TracedStep
+from tf_autoplace.hw.trace import TracedStep, kernel_type
 from tf_autoplace.hw.workload import Workload
 from tf_autoplace.pipeline.prepare import build_problem
 from tf_autoplace.proto import cost_profile_pb2
@@ -72,3 +76,86 @@ def test_profiling_needs_a_traced_step(cnn):
     _, workload, _ = cnn
     with pytest.raises(ConfigError, match="trace_steps >= 1, got 0"):
         profile_ops(workload, config=RunConfig(steps=1, trace_steps=0))
+
+
+@pytest.mark.parametrize("node, origin", [
+    ("attention/ArithmeticOptimizer/FoldTransposeIntoMatMul_MatMul_12", "attention/MatMul_12"),
+    ("ArithmeticOptimizer/AddOpsRewrite_add_1", "add_1"),
+    ("a/ArithmeticOptimizer/NoUnderscore", "a/ArithmeticOptimizer/NoUnderscore"),
+    ("a/MyArithmeticOptimizer/Stage_op", "a/MyArithmeticOptimizer/Stage_op"),
+    ("plain/MatMul", "plain/MatMul"),
+])
+def test_grappler_origin(node, origin):
+    assert grappler_origin(node) == origin
+
+
+def test_a_node_grappler_renamed_is_timed_as_the_op_it_came_from():
+    trace = TracedStep(devices=("/job:localhost/replica:0/task:0/device:CPU:0",),
+                       device=np.zeros(2, np.int32),
+                       names=("att/ArithmeticOptimizer/FoldTransposeIntoMatMul_MatMul", "x:0"),
+                       start=np.array([0.0, 1.0]), end=np.array([2.0, 1.5]),
+                       kernels=("_MklBatchMatMulV2", "Relu"))
+    assert op_times(trace, "CPU", ["att/MatMul", "x"]) == pytest.approx({"att/MatMul": 2.0,
+                                                                         "x": 0.5})
+    assert kernels_run(trace, ["att/MatMul", "x"]) == {"att/MatMul": "_MklBatchMatMulV2",
+                                                       "x": "Relu"}
+
+
+def test_kernel_type_reads_the_timeline_label():
+    assert kernel_type("g/MaxPoolGrad = _MklNativeMaxPoolGrad(a, b, c)") == "_MklNativeMaxPoolGrad"
+    assert kernel_type("no label") == ""
+
+
+def _profile_with_run(times_us, step_us):
+    profile = cost_profile_pb2.CostProfile()
+    for k, t in enumerate(times_us):
+        profile.op.add(name=f"op{k}", device_kind="CPU", compute_time_us=t)
+    profile.op.add(name="gpu_op", device_kind="GPU", compute_time_us=1e6)
+    profile.run.add(device_kind="CPU", step_time_us=10 * step_us, traced_step_time_us=step_us)
+    return profile
+
+
+@pytest.mark.parametrize("times_us, step_us, ran, cores", [
+    ([300, 300], 400, 1.5, 2),  # half way rounds up
+    ([300, 300], 500, 1.2, 1),
+    ([300, 300], 900, 600 / 900, 1),  # less than one op at once: at least one core
+    ([3000, 3000], 1000, 6.0, 2),  # no more than the host's cores
+])
+def test_core_groups_get_the_parallelism_of_the_profiled_run(times_us, step_us, ran, cores):
+    profile = _profile_with_run(times_us, step_us)
+    assert parallelism(profile) == pytest.approx(ran)
+    host = Cluster.local(num_logical_cpus=2)
+    host = dataclasses.replace(host, core_groups=((host.core_groups[0][0], 2),))
+    cluster, got = with_profiled_cores(host, profile)
+    assert got == pytest.approx(ran)
+    assert cluster.core_groups == ((host.core_groups[0][0], cores),)
+    no_run = cost_profile_pb2.CostProfile(op=profile.op)
+    assert parallelism(no_run) is None
+    assert with_profiled_cores(host, no_run) == (host, None)
+
+
+def test_a_profiled_problem_simulates_the_graph_tensorflow_executes(cnn):
+    tg, _, profile = cnn
+    meta_graph = ingest.load_meta_graph(tg.graph)
+    cluster = Cluster.local(num_logical_cpus=2)
+    analytical = AnalyticalCostModel(meta_graph)
+    model = ProfileCostModel.from_proto(profile, fallback=analytical)
+    problem, _ = build_problem(meta_graph, cluster, cost_model=model)
+    plain, _ = build_problem(meta_graph, cluster, cost_model=analytical)
+    assert plain.executed is None and plain.partner is None  # estimates: the graph as written
+    graph = problem.graph
+    assert problem.sim_graph is problem.executed
+    did_not_run = {op.name for op in profile.op if op.did_not_run}
+    gone = [graph.index(name) for name in did_not_run]
+    # Ops that did not run have no edges left, and the rest read only from ops that ran.
+    sim = problem.sim_graph
+    touched = set(sim.edge_src.tolist()) | set(sim.edge_dst.tolist()) | set(
+        sim.ctrl_src.tolist()) | set(sim.ctrl_dst.tolist())
+    assert not touched & set(gone)
+    # Every op on its own device in turn: fewer transfers on the executed graph.
+    alternate = (np.arange(graph.num_ops) % 2).astype(np.int32)[graph.colocation]
+    assert (problem.simulator.run(alternate).num_transfers
+            < plain.simulator.run(alternate).num_transfers)
+    if any(op.partner for op in profile.op):
+        grad = graph.index("gradients/right_pool/MaxPool_grad/MaxPoolGrad")
+        assert problem.partner[grad] == graph.index("right_pool/MaxPool")

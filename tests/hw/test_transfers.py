@@ -1,11 +1,15 @@
 """The transfer fit recovers known latency and bandwidth from timings, and degenerate timings
-(no per-byte cost, too few sizes) give the documented answers."""
+(no per-byte cost, too few sizes) give the documented answers; the Send fit of a core group
+counts TensorFlow's own Sends and writes its figure into the group's links."""
 
 import numpy as np
 import pytest
 
+from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.errors import ConfigError
-from tf_autoplace.hw.transfers import NO_COPY_BANDWIDTH_GBPS, fit_transfer
+from tf_autoplace.hw.runner import RunConfig
+from tf_autoplace.hw.transfers import (NO_COPY_BANDWIDTH_GBPS, fit_transfer, ladder_placements,
+                                       measure_send_cost, profile_send_costs)
 
 SIZES = np.array([1 << 10, 1 << 16, 1 << 20, 1 << 23], np.float64)
 
@@ -50,3 +54,27 @@ def test_negative_intercept_is_clipped_to_a_pure_bandwidth_fit():
 def test_bad_timings_are_config_errors(sizes, times):
     with pytest.raises(ConfigError):
         fit_transfer(sizes, times)
+
+
+def test_ladder_placements_cut_from_no_edge_to_every_edge():
+    placements = ladder_placements(4, 6, seed=0)
+    assert not placements["single"].any()
+    assert (placements["alternate chains"][:, 0] == [0, 1, 0, 1]).all()
+    assert len({p.tobytes() for p in placements.values()}) == len(placements)
+
+
+def test_the_send_fit_counts_tensorflows_sends_and_fits_the_cpu_time():
+    cluster = Cluster.local(num_logical_cpus=2)
+    config = RunConfig(steps=3, warmup_steps=1)
+    fitted, fits = profile_send_costs(cluster, config=config)
+    fit = fits[cluster.core_groups[0][0]]
+    single, alternate = fit.sends[0], fit.sends[1]
+    assert single == 0 and alternate > 0  # TF's own count, from its partition graphs
+    assert fit.send_s >= 0 and fit.base_s >= 0 and len(fit.seconds) == len(fit.sends)
+    assert fitted.latency[0, 1] == fitted.latency[1, 0] == fit.send_s
+    np.testing.assert_array_equal(fitted.bandwidth, cluster.bandwidth)
+
+
+def test_a_send_joins_two_devices():
+    with pytest.raises(ConfigError, match="twice"):
+        measure_send_cost("/device:CPU:0", "/device:CPU:0")

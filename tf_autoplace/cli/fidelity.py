@@ -12,7 +12,8 @@ and measured under the measurement protocol (interleaved rounds, at least 15 tim
 median with a 95% interval, the load before and after); the tool prints per graph the Spearman
 rank correlation and the median absolute relative error of each cost variant, how many pairs
 of placements the measurement told apart, then every placement's figures. The links are
-profiled once per run (``tf_autoplace.hw.transfers``). When the 1-minute load is above 1.5 the
+profiled once per run (timed copies and, between logical CPUs, the CPU work of a Send;
+``tf_autoplace.hw.transfers``). When the 1-minute load is above 1.5 the
 tool warns that its figures are not publishable. Progress goes to stderr. See
 :mod:`tf_autoplace.hw.fidelity`.
 """
@@ -29,7 +30,7 @@ from tf_autoplace.errors import AutoplaceError
 from tf_autoplace.hw import fidelity
 from tf_autoplace.hw.protocol import QUIET_LOAD, load_average
 from tf_autoplace.hw.runner import RunConfig
-from tf_autoplace.hw.transfers import profile_links
+from tf_autoplace.hw.transfers import profile_links, profile_send_costs
 
 flags.DEFINE_list("graphs", list(fidelity.GRAPHS), f"graphs among {list(fidelity.GRAPHS)}")
 flags.DEFINE_multi_string("graph_file", [], "a training graph of your own (GraphDef or "
@@ -78,6 +79,10 @@ def main(argv):
     for (i, j), fit in fits.items():
         log(f"link {cluster.names[i]} -> {cluster.names[j]}: {fit.latency_s * 1e6:.1f} us + "
             f"bytes / {fit.bandwidth_bps / 1e9:.3g} GB/s (rms {fit.rms_error_s * 1e6:.1f} us)")
+    profiled_cluster, sends = profile_send_costs(profiled_cluster)
+    for group, fit in sends.items():
+        log(f"core group {group!r}: one Send adds {fit.send_s * 1e6:.2f} us of CPU work, "
+            "its links' latency")
     results = []
     title = (f"Simulated vs measured step times on this machine "
              f"({config.num_logical_cpus or 'GPUs +'} logical CPUs, seed {config.seed})")

@@ -8,17 +8,25 @@ r"""Profile a training graph on this machine: per-op times and the links between
 The graph is a GraphDef or MetaGraphDef file (``--graph``; one step runs ``--fetches``, by
 default its train op, after ``--init``, by default its variable initializer; placeholders get
 made-up values of their static shape, see ``tf_autoplace.hw.workload``) or a zoo model
-(``--model`` and ``--knob=name=value``). It runs ``--warmup_steps`` steps and then
-``--trace_steps`` traced steps with all ops on each kind of device this machine has, and writes
-per op and device kind the median measured time as a text ``CostProfile``
-(``protos/cost_profile.proto``; ``tf_autoplace.hw.profiler``). Place with it through
-``tf-autoplace place --cost_profile``, ``autoplace(..., cost_profile=)`` or
-``--autoplace_cost_profile``.
+(``--model`` and ``--knob=name=value``). It runs ``--warmup_steps`` steps, ``--steps`` timed
+steps and then ``--trace_steps`` traced steps with all ops on each kind of device this machine
+has, and writes per op and device kind the median measured time as a text ``CostProfile``
+(``protos/cost_profile.proto``; ``tf_autoplace.hw.profiler``), with the ops that did not run
+(Grappler folded or fused them), the run's untraced and traced steps, and (``--partners``, on
+by default) the time of the ops whose kernel changes when a partner op is on another device,
+from a calibration run that places them apart. Place with it through ``tf-autoplace place
+--cost_profile``, ``autoplace(..., cost_profile=)`` or ``--autoplace_cost_profile``: the
+simulator then runs the graph as TensorFlow executes it.
 
-With ``--out_cluster`` it also times chains of copies of several sizes between every pair of the
-local cluster's devices (``--num_logical_cpus`` logical CPUs, or 0: the GPUs and the CPU host),
-fits latency and bandwidth (``tf_autoplace.hw.transfers``) and writes the text ``ClusterSpec``
-of this machine with those links (and its core groups: ``Cluster.local``).
+With ``--out_cluster`` it also measures the local cluster (``--num_logical_cpus`` logical
+CPUs, or 0: the GPUs and the CPU host; ``tf_autoplace.hw.transfers``): chains of copies of
+several sizes between every pair of devices give each link's latency and bandwidth; between
+two devices that share a core group (logical CPUs of one process) a ladder of small ops under
+placements with more and more of TensorFlow's Sends gives the CPU time one Send adds to a
+step, which becomes their link latency (work on the shared cores); and the core group gets as
+many cores as the profiled run ran ops at once (the sum of its ops' times over its traced
+step, rounded, between 1 and the host's cores; ``tf_autoplace.hw.profiler.with_profiled_cores``).
+It writes this machine's text ``ClusterSpec`` with those figures.
 
 A TF2 function is profiled from Python: ``profile_ops(Workload.from_function(fn, *args))``.
 Timings on a shared machine are noisy: the tool prints the 1-minute load average with them.
@@ -26,6 +34,7 @@ Timings on a shared machine are noisy: the tool prints the 1-minute load average
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
@@ -35,9 +44,9 @@ from google.protobuf import text_format
 from tf_autoplace import zoo
 from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.errors import AutoplaceError
-from tf_autoplace.hw.profiler import profile_ops
+from tf_autoplace.hw import transfers
+from tf_autoplace.hw.profiler import profile_ops, with_profiled_cores
 from tf_autoplace.hw.runner import RunConfig
-from tf_autoplace.hw.transfers import profile_links
 from tf_autoplace.hw.workload import Workload
 
 flags.DEFINE_string("graph", None, "GraphDef or MetaGraphDef file (binary or text).")
@@ -48,7 +57,12 @@ flags.DEFINE_list("init", None, "Ops run once first (default: the variable initi
 flags.DEFINE_integer("num_logical_cpus", 2, "Logical CPU devices of the local cluster "
                      "(0: this machine's GPUs and its CPU host).")
 flags.DEFINE_integer("warmup_steps", 3, "Untimed steps first.")
+flags.DEFINE_integer("steps", 10, "Timed untraced steps (their median is the run's step).")
 flags.DEFINE_integer("trace_steps", 10, "Traced steps whose per-op median is written.")
+flags.DEFINE_integer("transfer_steps", None, "Timed rounds of each link and Send benchmark of "
+                     "--out_cluster (default: tf_autoplace.hw.transfers' own, 30 and 40).")
+flags.DEFINE_bool("partners", True, "Also time the ops whose kernel changes when a partner op "
+                  "is on another device (a calibration run).")
 flags.DEFINE_integer("seed", 0, "Seed of the made-up inputs.")
 flags.DEFINE_string("out_profile", None, "Write the CostProfile (text) here.")
 flags.DEFINE_string("out_cluster", None, "Also measure the links and write the ClusterSpec "
@@ -80,20 +94,38 @@ def main(argv):
                                            seed=FLAGS.seed)
             what = FLAGS.graph
         load = os.getloadavg()[0]
-        config = RunConfig(steps=1, warmup_steps=FLAGS.warmup_steps,
+        config = RunConfig(steps=FLAGS.steps, warmup_steps=FLAGS.warmup_steps,
                            trace_steps=FLAGS.trace_steps)
-        profile = profile_ops(workload, config=config,
+        profile = profile_ops(workload, config=config, partners=FLAGS.partners,
                               description=f"{what}; tf-autoplace profile; load {load:.2f}")
         _write(FLAGS.out_profile, text_format.MessageToString(profile))
         print(f"wrote {FLAGS.out_profile}: {profile.description}")
         if FLAGS.out_cluster:
-            cluster, fits = profile_links(Cluster.local(FLAGS.num_logical_cpus))
+            link_config, ladder_config = transfers.DEFAULT_CONFIG, transfers.LADDER_CONFIG
+            if FLAGS.transfer_steps is not None:
+                link_config = dataclasses.replace(link_config, steps=FLAGS.transfer_steps)
+                ladder_config = dataclasses.replace(ladder_config, steps=FLAGS.transfer_steps)
+            cluster, fits = transfers.profile_links(Cluster.local(FLAGS.num_logical_cpus),
+                                                    config=link_config)
             for (i, j), fit in fits.items():
                 print(f"link {cluster.names[i]} <-> {cluster.names[j]}: "
                       f"{fit.latency_s * 1e6:.2f} us + bytes / {fit.bandwidth_bps / 1e9:.4g} GB/s "
                       f"(rms residual {fit.rms_error_s * 1e6:.2f} us)")
+            cluster, sends = transfers.profile_send_costs(cluster, config=ladder_config)
+            for group, fit in sends.items():
+                print(f"core group {group!r}: one Send adds {fit.send_s * 1e6:.2f} us of CPU work "
+                      f"(ladder, {min(fit.sends)}..{max(fit.sends)} Sends, rms residual "
+                      f"{fit.rms_error_s * 1e6:.1f} us): its links' latency")
+            cluster, ran = with_profiled_cores(cluster, profile)
+            cores = ", ".join(f"{name!r}: {c}" for name, c in cluster.core_groups)
+            if ran is not None:
+                print(f"the profiled run ran {ran:.2f} ops at once; core groups: {cores}")
+            after = os.getloadavg()[0]
             _write(FLAGS.out_cluster,
-                   f"# This machine as tf-autoplace profile measured it (load {load:.2f}).\n"
+                   f"# This machine as tf-autoplace profile measured it (load {load:.2f} -> "
+                   f"{after:.2f}).\n"
+                   + (f"# The profiled run ran {ran:.2f} ops at once on average.\n"
+                      if ran is not None else "")
                    + text_format.MessageToString(cluster.to_proto()))
             print(f"wrote {FLAGS.out_cluster}")
     except AutoplaceError as e:

@@ -2,7 +2,12 @@
 
 A :class:`PlacementProblem` bundles what is fixed while searching: the OpGraph, the Cluster, the
 op-time matrix from a cost model, the grouping (Merge-and-Colocate groups, which never split a TF
-colocation group and never mix incompatible kernels) and a simulator.
+colocation group and never mix incompatible kernels) and a simulator. When the costs were
+measured (a profile), the problem also says what the measured runs showed of how TensorFlow
+executes the graph, and its simulator uses it: the dependencies that are left once Grappler
+folded and fused ops (``executed``, :mod:`tf_autoplace.graph.executed`), and the ops whose
+kernel changes when a partner op is on another device (``partner``, ``partner_time``; see
+:mod:`tf_autoplace.sim.simulator`). Placers read the graph as written.
 
 ``Placer.place()`` is the public door: it draws a seeded generator, calls the subclass's
 ``_place()``, and validates the answer (shape, colocation, kernels, and memory through one
@@ -49,6 +54,12 @@ class PlacementProblem:
         :class:`tf_autoplace.hw.workload.Workload`), for placers that take their reward from
         measured runs (``reward="measured"``); None when the problem is only simulated. The
         engine attaches it when a placer's ``needs_workload`` is true.
+      executed: the graph's ops with the dependencies TensorFlow executes
+        (:func:`tf_autoplace.graph.executed.executed_graph`), which the simulator runs; None:
+        the graph as written.
+      partner: [n] int, the op whose device decides op i's kernel (-1: none), or None.
+      partner_time: [n, D] seconds op i takes on d when its partner is on another device;
+        given with ``partner``.
     """
 
     graph: OpGraph
@@ -56,6 +67,9 @@ class PlacementProblem:
     op_time: np.ndarray
     grouping: Grouping
     workload: object = dataclasses.field(default=None, repr=False)
+    executed: OpGraph | None = dataclasses.field(default=None, repr=False)
+    partner: np.ndarray | None = dataclasses.field(default=None, repr=False)
+    partner_time: np.ndarray | None = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self):
         n, d = self.graph.num_ops, self.cluster.num_devices
@@ -64,10 +78,31 @@ class PlacementProblem:
         if len(self.grouping.labels) != n:
             raise InvalidGraphError(f"grouping covers {len(self.grouping.labels)} ops, graph has "
                                     f"{n}")
+        if self.executed is not None and self.executed.names != self.graph.names:
+            raise InvalidGraphError("the executed graph must have the graph's ops, in its order")
+        if (self.partner is None) != (self.partner_time is None):
+            raise ConfigError("partner and partner_time go together: give both or neither")
+        if self.partner_time is not None and self.partner_time.shape != (n, d):
+            raise InvalidGraphError(f"partner_time has shape {self.partner_time.shape}, expected "
+                                    f"{(n, d)}")
+
+    @property
+    def sim_graph(self) -> OpGraph:
+        """The graph the simulator runs: ``executed`` when known, else ``graph``."""
+        return self.graph if self.executed is None else self.executed
 
     @functools.cached_property
     def simulator(self) -> Simulator:
-        return Simulator(self.graph, self.cluster, self.op_time)
+        return Simulator(self.sim_graph, self.cluster, self.op_time, partner=self.partner,
+                         partner_time=self.partner_time)
+
+    @property
+    def fastest_op_time(self) -> np.ndarray:
+        """[n, D] seconds no placement makes op i on d beat (``op_time``, or the smaller of
+        it and ``partner_time``): what lower bounds may count on."""
+        if self.partner_time is None:
+            return self.op_time
+        return np.minimum(self.op_time, self.partner_time)
 
     @functools.cached_property
     def allowed(self) -> np.ndarray:
@@ -88,7 +123,10 @@ class PlacementProblem:
         devices = np.asarray(devices, dtype=np.int64)
         return PlacementProblem(graph=self.graph, cluster=self.cluster.subset(devices),
                                 op_time=self.op_time[:, devices], grouping=self.grouping,
-                                workload=self.workload)
+                                workload=self.workload, executed=self.executed,
+                                partner=self.partner,
+                                partner_time=(None if self.partner_time is None
+                                              else self.partner_time[:, devices]))
 
     @functools.cached_property
     def colocation_allowed(self) -> np.ndarray:

@@ -43,6 +43,21 @@ class CostModel(abc.ABC):
     def _op_time(self, graph: OpGraph, cluster: Cluster) -> np.ndarray:
         """[n, D] seconds, kernels ignored (the public method masks them)."""
 
+    def executed_ops(self, graph: OpGraph, cluster: Cluster) -> np.ndarray | None:
+        """[n] bool, op i runs as a kernel of its own on the cluster's devices, as a measured
+        run saw it (the rest were folded or fused by Grappler;
+        :mod:`tf_autoplace.graph.executed`); None when the model does not know (every op is
+        taken to run). An estimate knows nothing of this: None."""
+        return None
+
+    def partner_times(self, graph: OpGraph, cluster: Cluster, op_time: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(partner [n] int32, partner_time [n, D])`` for ops whose kernel changes when a
+        partner op is on another device (:mod:`tf_autoplace.sim.simulator`, "Partners"), with
+        ``op_time`` (this model's) where an op has none; None when no op has one. An estimate
+        knows of none: None."""
+        return None
+
     @staticmethod
     def transfer_time(cluster: Cluster, nbytes: float, src: int, dst: int) -> float:
         if src == dst:

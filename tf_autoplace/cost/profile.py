@@ -24,6 +24,16 @@ anyway). A needed pair missing from the profile is
 Op names in the profile that are not in the graph are ignored (a profile of a larger graph, or
 of a run with extra ops, is fine); ``num_unused`` counts them. A pair listed twice is an error:
 merge repeated measurements (e.g. take their median) before writing the profile.
+
+What the profiled runs showed of how TensorFlow executes the graph, the simulator uses too:
+
+* ``did_not_run`` marks an (op, kind) whose op Grappler folded or fused away in the run on that
+  kind (its time is 0). :meth:`ProfileCostModel.executed_ops` takes an op as not running when
+  it did not run on every kind of the cluster it has a kernel for, and the problem's simulator
+  then runs the graph TensorFlow executes (:mod:`tf_autoplace.graph.executed`);
+* ``partner`` and ``partner_apart_time_us`` give an (op, kind) the time it takes when its
+  partner op is on another device (:meth:`ProfileCostModel.partner_times`; the simulator's
+  "Partners"). An op has at most one partner, the same on every kind.
 """
 
 from __future__ import annotations
@@ -43,6 +53,12 @@ from tf_autoplace.proto import cost_profile_pb2
 _SHOW = 5  # missing op names quoted in an error message
 
 
+def _check_time(what: str, t) -> None:
+    t = float(t)
+    if not (np.isfinite(t) and t >= 0):
+        raise ConfigError(f"{what} is {t!r}; must be finite and >= 0")
+
+
 class ProfileCostModel(CostModel):
     """Op times from a cost profile (see module doc).
 
@@ -50,17 +66,45 @@ class ProfileCostModel(CostModel):
       times: {op name: {device kind: seconds}}.
       fallback: cost model for needed (op, kind) pairs the profile lacks; None makes them an
         error.
+      not_run: (op name, device kind) pairs whose op did not run as a kernel of its own in
+        the profiled run on that kind; their time must be 0.
+      partners: {(op name, device kind): (partner op name, seconds)}: the op's time on that
+        kind when the partner is on another device.
+
+    Raises:
+      ConfigError: a time that is negative or not finite, a pair of ``not_run`` or
+        ``partners`` without a time, an op marked not run with a time, or an op with two
+        partners (or itself as its partner).
     """
 
-    def __init__(self, times: dict[str, dict[str, float]], *, fallback: CostModel | None = None):
+    def __init__(self, times: dict[str, dict[str, float]], *, fallback: CostModel | None = None,
+                 not_run=(), partners: dict | None = None):
         self._times = {}
         for name, per_kind in times.items():
             for kind, t in per_kind.items():
-                t = float(t)
-                if not (np.isfinite(t) and t >= 0):
-                    raise ConfigError(f"profile time of op {name!r} on {kind} is {t!r}; "
-                                      "must be finite and >= 0")
+                _check_time(f"profile time of op {name!r} on {kind}", t)
             self._times[name] = {k: float(t) for k, t in per_kind.items()}
+        self._not_run = frozenset((str(name), str(kind)) for name, kind in not_run)
+        for name, kind in sorted(self._not_run):
+            t = self._times.get(name, {}).get(kind)
+            if t is None:
+                raise ConfigError(f"op {name!r} on {kind} is marked did_not_run but has no "
+                                  "time in the profile")
+            if t != 0:
+                raise ConfigError(f"op {name!r} on {kind} is marked did_not_run but has a time "
+                                  f"of {t * 1e6:g} us; an op that did not run takes 0")
+        self._partners = {}
+        partner_of = {}
+        for (name, kind), (partner, t) in sorted((partners or {}).items()):
+            _check_time(f"partner time of op {name!r} on {kind}", t)
+            if kind not in self._times.get(name, {}):
+                raise ConfigError(f"op {name!r} on {kind} has a partner time but no time")
+            if partner == name:
+                raise ConfigError(f"op {name!r} names itself as its partner")
+            if partner_of.setdefault(name, partner) != partner:
+                raise ConfigError(f"op {name!r} has partners {partner_of[name]!r} and "
+                                  f"{partner!r}; an op has one partner")
+            self._partners[(name, kind)] = (str(partner), float(t))
         self.fallback = fallback
         self.num_unprofiled_ops = 0
         self.num_unused = 0
@@ -70,6 +114,7 @@ class ProfileCostModel(CostModel):
     def from_proto(cls, profile: cost_profile_pb2.CostProfile, *,
                    fallback: CostModel | None = None) -> "ProfileCostModel":
         times: dict[str, dict[str, float]] = {}
+        not_run, partners = [], {}
         for entry in profile.op:
             if not entry.name or not entry.device_kind:
                 raise ConfigError(f"profile entry without name or device_kind: "
@@ -79,7 +124,12 @@ class ProfileCostModel(CostModel):
                 raise ConfigError(f"op {entry.name!r} on {entry.device_kind} appears twice in the "
                                   "profile; merge repeated measurements before writing it")
             per_kind[entry.device_kind] = entry.compute_time_us * 1e-6
-        return cls(times, fallback=fallback)
+            if entry.did_not_run:
+                not_run.append((entry.name, entry.device_kind))
+            if entry.partner:
+                partners[(entry.name, entry.device_kind)] = (
+                    entry.partner, entry.partner_apart_time_us * 1e-6)
+        return cls(times, fallback=fallback, not_run=not_run, partners=partners)
 
     @classmethod
     def from_text(cls, text: str, *, fallback: CostModel | None = None) -> "ProfileCostModel":
@@ -108,8 +158,46 @@ class ProfileCostModel(CostModel):
         out = cost_profile_pb2.CostProfile(description=description)
         for name, per_kind in self._times.items():
             for kind, t in sorted(per_kind.items()):
-                out.op.add(name=name, device_kind=kind, compute_time_us=t * 1e6)
+                partner, apart = self._partners.get((name, kind), ("", 0.0))
+                out.op.add(name=name, device_kind=kind, compute_time_us=t * 1e6,
+                           did_not_run=(name, kind) in self._not_run, partner=partner,
+                           partner_apart_time_us=apart * 1e6)
         return out
+
+    # ----------------------------------------------------------------- how the graph runs
+    def executed_ops(self, graph: OpGraph, cluster: Cluster) -> np.ndarray | None:
+        """[n] bool: False for an op marked ``did_not_run`` on every device kind of the
+        cluster it has a kernel for; None when the profile marks none."""
+        if not self._not_run:
+            return None
+        kinds = sorted({d.kind for d in cluster.devices})
+        ran = np.ones(graph.num_ops, bool)
+        for i, name in enumerate(graph.names):
+            runnable = [k for k in kinds if k in graph.kernel_kinds
+                        and graph.kernels[i, graph.kernel_kinds.index(k)]]
+            if runnable and all((name, k) in self._not_run for k in runnable):
+                ran[i] = False
+        return None if ran.all() else ran
+
+    def partner_times(self, graph: OpGraph, cluster: Cluster, op_time: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(partner, partner_time)`` from the profile's partner entries whose op and
+        partner are both in ``graph`` (a device of kind k gets the kind's time divided by its
+        speed; ``op_time`` elsewhere); None when there is none."""
+        partner = np.full(graph.num_ops, -1, np.int32)
+        apart = np.array(op_time, np.float64)
+        names = set(graph.names)
+        for (name, kind), (other, t) in self._partners.items():
+            if name not in names or other not in names:
+                continue
+            i = graph.index(name)
+            for d, device in enumerate(cluster.devices):
+                if device.kind == kind and np.isfinite(op_time[i, d]):
+                    partner[i] = graph.index(other)
+                    apart[i, d] = t / device.speed
+        if (partner < 0).all():
+            return None
+        return partner, apart
 
     # --------------------------------------------------------------------------- CostModel
     def _op_time(self, graph: OpGraph, cluster: Cluster) -> np.ndarray:

@@ -15,11 +15,17 @@ or a user's own GraphDef/MetaGraphDef file, :func:`evaluate_file`), :func:`evalu
    count once;
 3. profiles the graph's ops on this machine (:func:`tf_autoplace.hw.profiler.profile_ops`)
    and, once per run, the links between its devices
-   (:func:`tf_autoplace.hw.transfers.profile_links`);
+   (:func:`tf_autoplace.hw.transfers.profile_links`, and within a core group the CPU work of
+   one Send, :func:`~tf_autoplace.hw.transfers.profile_send_costs`);
 4. simulates every placement under each cost variant (:data:`VARIANTS`): the analytical costs
    on the local cluster as ``Cluster.local`` describes it, the profiled costs on the profiled
-   cluster, and the profiled costs on that cluster with its shared-core groups removed (the
-   devices taken as independent, the simulator's model before core groups existed);
+   cluster, the profiled costs on that cluster with its shared-core groups removed (the
+   devices taken as independent, the simulator's model before core groups existed), and the
+   problem a profile gives (:func:`~tf_autoplace.pipeline.prepare.build_problem` with the
+   profile's cost model: the graph TensorFlow executes, the partner times) on the profiled
+   cluster whose core group has the cores the profiled run used at once
+   (:func:`~tf_autoplace.hw.profiler.with_profiled_cores`), as ``tf-autoplace profile``
+   writes it;
 5. measures every placement under the measurement protocol
    (:func:`tf_autoplace.hw.protocol.measure_placements`: Sessions open together, warm-up, at
    least 15 timed rounds in shuffled order, median with a 95% bootstrap interval, the load
@@ -51,7 +57,7 @@ from tf_autoplace.cost.profile import ProfileCostModel
 from tf_autoplace.errors import AutoplaceError, ConfigError
 from tf_autoplace.graph import ingest
 from tf_autoplace.heuristics import HEURISTICS
-from tf_autoplace.hw.profiler import profile_ops
+from tf_autoplace.hw.profiler import profile_ops, with_profiled_cores
 from tf_autoplace.hw.protocol import QUIET_LOAD, StepTimes, check_steps, load_average
 from tf_autoplace.hw.protocol import measure_placements as protocol_measure
 from tf_autoplace.hw.runner import RunConfig
@@ -72,7 +78,8 @@ GRAPHS = {
     "two_tower": ("two_tower", {}),
     "wide_deep": ("wide_deep", {}),
 }
-VARIANTS = ("analytical", "profiled", "profiled, independent devices")
+VARIANTS = ("analytical", "profiled", "profiled, independent devices",
+            "profiled, executed graph")
 LEARNED = (*registry.names("search"), *registry.names("learned"))
 MOVE_SHARES = (0.02, 0.05, 0.1, 0.2, 0.35, 0.5)
 
@@ -136,7 +143,7 @@ class Config:
     random_placements: int = 8
     learned_samples: int = 2000
     run: RunConfig = RunConfig(steps=15, warmup_steps=3)
-    profile: RunConfig = RunConfig(steps=1, warmup_steps=3, trace_steps=10)
+    profile: RunConfig = RunConfig(steps=10, warmup_steps=3, trace_steps=10)
     interleave: int = 64
     max_load: float | None = None
     seed: int = 0
@@ -293,7 +300,8 @@ def evaluate_graph(name: str, config: Config, profiled_cluster: Cluster,
                    log=None) -> GraphResult:
     """The figures of graph ``name`` of :data:`GRAPHS` (module docstring);
     ``profiled_cluster`` is the local cluster with measured links
-    (:func:`tf_autoplace.hw.transfers.profile_links`)."""
+    (:func:`tf_autoplace.hw.transfers.profile_links` and
+    :func:`~tf_autoplace.hw.transfers.profile_send_costs`)."""
     if name not in GRAPHS:
         raise ConfigError(f"unknown graph {name!r}; known: {sorted(GRAPHS)}")
     model_name, knobs = GRAPHS[name]
@@ -349,6 +357,9 @@ def evaluate(name: str, meta_graph, workload: Workload, config: Config,
         "profiled, independent devices": Simulator(
             problem.graph, independent, profiled.op_time(problem.graph, independent)),
     }
+    executed_cluster, _ = with_profiled_cores(profiled_cluster, profile)
+    simulators["profiled, executed graph"] = build_problem(
+        meta_graph, executed_cluster, cost_model=profiled)[0].simulator
     simulated = {variant: tuple(float(sim.makespan(d)) for d in devices)
                  for variant, sim in simulators.items()}
     transfers = tuple(problem.simulator.run(d).num_transfers for d in devices)

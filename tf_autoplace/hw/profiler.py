@@ -15,12 +15,35 @@ the graph and every kind the median over those steps of the op's time on that ki
   without a GPU kernel; those run on the CPU and get no GPU time.
 * **ops that did not execute** in any traced step of a kind's run: outside the fan-in of the
   step (initializers), or folded into constants or fused into another op by the session's
-  Grappler passes. They cost nothing in a real step, so their time is 0, not missing; an op
-  that ran on another kind's device in that run is left out for the kind (no time is known).
+  Grappler passes. They cost nothing in a real step, so their time is 0, not missing, and
+  they are marked ``did_not_run`` (the simulator then runs the graph TensorFlow executes,
+  :mod:`tf_autoplace.graph.executed`); an op that ran on another kind's device in that run is
+  left out for the kind (no time is known).
 
 An op that runs more than once in a step (inside a while loop) gets the sum of its executions.
-Nodes the runtime adds (Send/Recv, Grappler's new nodes) are not graph ops and are not written;
-the description counts them with the rest.
+A node Grappler's arithmetic optimizer rewrote under a new name (``scope/ArithmeticOptimizer/
+FoldTransposeIntoMatMul_MatMul_2``, a BatchMatMul with a Transpose folded into it) is the op
+it came from (``scope/MatMul_2``, :func:`grappler_origin`). Other nodes the runtime adds
+(Send/Recv, Grappler's new constants) are not graph ops and are not written; the description
+counts them with the rest.
+
+Each kind's run also records its median untraced step and its median traced step
+(``DeviceRun``): the sum of the ops' times over the traced step they were measured in is how
+many ops the process ran at once (:func:`parallelism`), which ``tf-autoplace profile`` writes
+into the cluster's core group. The traced step, not the untraced one: on a shared machine the
+load changes between the untraced and the traced steps, and a ratio across them swings with
+it, while the ratio within the traced steps holds.
+
+**Partners** (lost rewrites). Some kernels exist only when two ops share a device: oneDNN's
+MaxPoolGrad reads a workspace its MaxPool writes when both run in one partition, and without
+it runs a much slower kernel. The candidates are the ops whose type is another op type with
+``Grad`` in it, reading an output of an op of that type (MaxPoolGrad of a MaxPool,
+FusedBatchNormGradV3 of a FusedBatchNormV3, LRNGrad of an LRN), that TF colocation lets be
+apart. When the kind has a second device (a second logical CPU; a second GPU), a calibration
+run places every candidate (with its colocation group) there and the rest on the first
+device; a candidate whose kernel (the op type the runtime's trace names) differs from the
+single-device run gets its forward op as ``partner`` and its time in the calibration run as
+``partner_apart_time_us``.
 """
 
 from __future__ import annotations
@@ -31,12 +54,16 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
+from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.errors import ConfigError
+from tf_autoplace.graph import ingest
+from tf_autoplace.graph.opgraph import OpGraph
 from tf_autoplace.hw.runner import RunConfig, TracedStep, canonical_device, run
 from tf_autoplace.hw.workload import Workload
 from tf_autoplace.proto import cost_profile_pb2
 
-DEFAULT_CONFIG = RunConfig(steps=1, warmup_steps=3, trace_steps=10)
+DEFAULT_CONFIG = RunConfig(steps=10, warmup_steps=3, trace_steps=10)
+_ARITHMETIC = "ArithmeticOptimizer/"
 
 
 def local_kinds() -> tuple[str, ...]:
@@ -60,6 +87,30 @@ def _lane_kind(device: str) -> tuple[str, str]:
     return kind, "device"
 
 
+def grappler_origin(node: str) -> str:
+    """The graph op a node renamed by Grappler's arithmetic optimizer came from:
+    ``scope/ArithmeticOptimizer/<Stage>_<op>`` -> ``scope/<op>`` (e.g.
+    ``attention/ArithmeticOptimizer/FoldTransposeIntoMatMul_MatMul_2`` ->
+    ``attention/MatMul_2``); any other name is returned unchanged."""
+    at = node.find(_ARITHMETIC)
+    if at < 0 or (at > 0 and node[at - 1] != "/"):
+        return node
+    stage, sep, op = node[at + len(_ARITHMETIC):].partition("_")
+    return node[:at] + op if sep and stage and op else node
+
+
+def _graph_op(name: str, graph_names) -> str | None:
+    """The graph op a traced node is (itself, without an output suffix, or the op Grappler
+    renamed), or None for a node the runtime added."""
+    for node in (name, name.rsplit(":", 1)[0]):
+        if node in graph_names:
+            return node
+        origin = grappler_origin(node)
+        if origin in graph_names:
+            return origin
+    return None
+
+
 def op_times(trace: TracedStep, kind: str, graph_names) -> dict[str, float]:
     """Seconds each graph op took on devices of ``kind`` in one traced step (module doc)."""
     graph_names = set(graph_names)
@@ -69,8 +120,8 @@ def op_times(trace: TracedStep, kind: str, graph_names) -> dict[str, float]:
         lane_kind, lane = _lane_kind(trace.devices[d])
         if lane_kind != kind:
             continue
-        node = name if name in graph_names else name.rsplit(":", 1)[0]
-        if node in graph_names:
+        node = _graph_op(name, graph_names)
+        if node is not None:
             lanes[lane][node] += end - start
     out = dict(lanes["device"])
     kernels = lanes["all"] or lanes["stream"]
@@ -78,15 +129,92 @@ def op_times(trace: TracedStep, kind: str, graph_names) -> dict[str, float]:
     return out
 
 
+def kernels_run(trace: TracedStep, graph_names) -> dict[str, str]:
+    """The kernel (op type the trace names) each graph op ran as in one traced step; an op
+    that ran several kernels (a while loop) keeps the last."""
+    graph_names = set(graph_names)
+    out = {}
+    for name, kernel in zip(trace.names, trace.kernels):
+        node = _graph_op(name, graph_names)
+        if node is not None and kernel:
+            out[node] = kernel
+    return out
+
+
+def partner_candidates(graph: OpGraph) -> dict[int, int]:
+    """{op: partner}: ops whose type is another op type with ``Grad`` in it, reading an output
+    of an op of that type in another TF colocation group (module docstring, "Partners"). When
+    several inputs come from ops of that type (a MaxPoolGrad of a MaxPool that reads another
+    MaxPool), the partner is the one the gradient is named after (``gradients/<op>_grad/``),
+    else the producer of the last such input (the forward op's output comes after its input
+    in MaxPoolGrad, LRNGrad and FusedBatchNormGrad)."""
+    types, names = graph.op_types, graph.names
+    found: dict[int, list[int]] = {}
+    for t, consumer in zip(graph.edge_tensor.tolist(), graph.edge_dst.tolist()):
+        producer = int(graph.tensor_op[t])
+        kind = types[consumer]
+        if ("Grad" in kind and types[producer] == kind.replace("Grad", "", 1)
+                and graph.colocation[producer] != graph.colocation[consumer]):
+            found.setdefault(consumer, []).append(producer)
+    out = {}
+    for op, producers in found.items():
+        named = [p for p in producers if f"/{names[p]}_grad/" in f"/{names[op]}"]
+        out[op] = (named or producers)[-1]
+    return out
+
+
+def _second_device(kind: str) -> str | None:
+    """A second device of ``kind`` this machine can run on: a second logical CPU always
+    (a Session makes as many as it is asked for), a second GPU when there is one."""
+    if kind == "CPU":
+        return "/device:CPU:1"
+    return f"/device:{kind}:1" if len(tf.config.list_physical_devices(kind)) >= 2 else None
+
+
+def measure_partners(workload: Workload, graph: OpGraph, kind: str, single_kernels: dict,
+                     config: RunConfig) -> dict[str, tuple[str, float]]:
+    """{op name: (partner name, seconds)} for the candidates (:func:`partner_candidates`) whose
+    kernel differs from ``single_kernels`` (the single-device run's) when a calibration run of
+    ``config.trace_steps`` traced steps puts them, with their colocation groups, on a second
+    device of ``kind`` (module docstring); {} when the kind has no second device or there is
+    no candidate."""
+    candidates = partner_candidates(graph)
+    other = _second_device(kind)
+    if not candidates or other is None:
+        return {}
+    moved = np.isin(graph.colocation, graph.colocation[list(candidates)])
+    first = f"/device:{kind}:0"
+    assignment = {name: other if move else first
+                  for name, move in zip(graph.names, moved.tolist())}
+    cfg = config if kind == "CPU" else dataclasses.replace(config, soft_placement=True)
+    measured = run(workload, assignment, dataclasses.replace(cfg, steps=1))
+    per_step = [op_times(trace, kind, graph.names) for trace in measured.traces]
+    kernels = {}
+    for trace in measured.traces:
+        kernels.update(kernels_run(trace, graph.names))
+    out = {}
+    for op, partner in sorted(candidates.items()):
+        name = graph.names[op]
+        apart = kernels.get(name)
+        if apart and single_kernels.get(name) and apart != single_kernels[name]:
+            seconds = float(np.median([step.get(name, 0.0) for step in per_step]))
+            out[name] = (graph.names[partner], seconds)
+    return out
+
+
 def profile_ops(workload: Workload, *, kinds=None, config: RunConfig = DEFAULT_CONFIG,
-                description: str = "") -> cost_profile_pb2.CostProfile:
+                description: str = "", partners: bool = True) -> cost_profile_pb2.CostProfile:
     """Measure every op of ``workload`` on each of ``kinds`` (default: :func:`local_kinds`) and
-    return the profile (module docstring). ``config.trace_steps`` (>= 1) steps are traced."""
+    return the profile (module docstring). ``config.steps`` untraced steps time the run, then
+    ``config.trace_steps`` (>= 1) steps are traced (its ``DeviceRun``). ``partners``: also
+    run the calibration that finds the ops whose kernel changes apart from a partner."""
     if config.trace_steps < 1:
         raise ConfigError(f"profiling needs trace_steps >= 1, got {config.trace_steps}")
     kinds = tuple(kinds) if kinds is not None else local_kinds()
     nodes = list(workload.graph_def.node)
     names = [n.name for n in nodes]
+    name_set = set(names)
+    graph = ingest.to_opgraph(ingest.load_meta_graph(workload.graph_def)) if partners else None
     profile = cost_profile_pb2.CostProfile()
     notes = []
     for kind in kinds:
@@ -95,22 +223,33 @@ def profile_ops(workload: Workload, *, kinds=None, config: RunConfig = DEFAULT_C
         measured = run(workload, {name: device for name in names}, cfg)
         per_step = [op_times(trace, kind, names) for trace in measured.traces]
         ran_anywhere = set()
+        single_kernels = {}
         for trace in measured.traces:
-            ran_anywhere.update(trace.names)
+            ran_anywhere.update(_graph_op(name, name_set) for name in trace.names)
+            single_kernels.update(kernels_run(trace, name_set))
+        apart = (measure_partners(workload, graph, kind, single_kernels, config)
+                 if partners else {})
         timed = skipped = 0
         for node in nodes:
             samples = [step.get(node.name) for step in per_step]
+            entry = cost_profile_pb2.OpCost(name=node.name, device_kind=kind, op_type=node.op)
             if all(s is None for s in samples):
                 if node.name in ran_anywhere:
                     continue  # ran on another kind (soft placement): unknown here
                 skipped += 1
-                value = 0.0
+                entry.did_not_run = True
             else:
                 timed += 1
-                value = float(np.median([s or 0.0 for s in samples]))
-            profile.op.add(name=node.name, device_kind=kind, compute_time_us=value * 1e6,
-                           op_type=node.op)
+                entry.compute_time_us = float(np.median([s or 0.0 for s in samples])) * 1e6
+            if node.name in apart:
+                entry.partner = apart[node.name][0]
+                entry.partner_apart_time_us = apart[node.name][1] * 1e6
+            profile.op.append(entry)
+        profile.run.add(device_kind=kind, step_time_us=measured.step_time_s * 1e6,
+                        traced_step_time_us=float(np.median(
+                            [trace.span_s for trace in measured.traces])) * 1e6)
         notes.append(f"{kind}: {timed} ops timed, {skipped} did not execute in a step (0), "
+                     f"{len(apart)} change kernel apart from a partner, "
                      f"step {measured.step_time_s * 1e3:.2f} ms")
     profile.description = "; ".join(
         ([description] if description else [])
@@ -118,3 +257,28 @@ def profile_ops(workload: Workload, *, kinds=None, config: RunConfig = DEFAULT_C
         + notes)
     return profile
 
+
+def parallelism(profile: cost_profile_pb2.CostProfile, kind: str = "CPU") -> float | None:
+    """How many ops the profiled process ran at once on ``kind``, on average: the sum of the
+    ops' times over the traced step they were measured in (``DeviceRun``, module docstring);
+    None when the profile records no traced run of that kind."""
+    step = [run.traced_step_time_us for run in profile.run if run.device_kind == kind]
+    if not step or not step[0] > 0:
+        return None
+    return sum(op.compute_time_us for op in profile.op if op.device_kind == kind) / step[0]
+
+
+def with_profiled_cores(cluster: Cluster, profile: cost_profile_pb2.CostProfile
+                        ) -> tuple[Cluster, float | None]:
+    """``cluster`` whose core groups of CPU devices get as many cores as the profiled process
+    ran ops at once (:func:`parallelism` of its CPU run, rounded, at least 1 and at most the
+    group's cores: the host's for ``Cluster.local``), and that parallelism (None, and the
+    cluster unchanged, when the profile has no CPU run)."""
+    ran = parallelism(profile, "CPU")
+    if ran is None:
+        return cluster, None
+    groups = tuple(
+        (name, int(min(max(np.floor(ran + 0.5), 1), cores))
+         if any(d.core_group == name and d.kind == "CPU" for d in cluster.devices) else cores)
+        for name, cores in cluster.core_groups)
+    return dataclasses.replace(cluster, core_groups=groups), ran

@@ -189,6 +189,15 @@ class PlacedSession:
             self.session.run(self._fetches, self._feeds, options=options, run_metadata=metadata)
         return TracedStep.from_step_stats(metadata.step_stats)
 
+    def partition_graphs(self) -> list:
+        """Run one step and return the GraphDefs TensorFlow ran on each device: the graph
+        after Grappler's passes and partitioning, with the Send/Recv pairs it added."""
+        options = tf.compat.v1.RunOptions(output_partition_graphs=True)
+        metadata = tf.compat.v1.RunMetadata()
+        with _tf_errors():
+            self.session.run(self._fetches, self._feeds, options=options, run_metadata=metadata)
+        return list(metadata.partition_graphs)
+
     def close(self) -> None:
         self.session.close()
 

@@ -23,6 +23,23 @@ number).
 
 :func:`profile_links` does this for every pair of a cluster's devices and returns the cluster
 with the fitted links (and the fits, to print).
+
+**Sends within a core group.** Between two logical CPU devices of one process a transfer is
+not a copy: a Send kernel hands the tensor by reference to a Recv kernel, work the executor's
+threads do on the cores the devices share, whatever the size. A chain of copies isolates one
+such pair; in a real step TensorFlow adds more around each Send, and many Sends share the
+cores with the ops. :func:`measure_send_cost` times that in context: a *ladder* of
+``width`` chains of ``length`` small ops (each reads its chain's and its neighbour chain's
+previous value, as layers of a network do), under placements that cut from none to every
+edge (all on one device, alternate chains, a share of ops moved, random). For each placement
+TensorFlow's own Send count is read from the partition graphs it runs (Grappler on, as in a
+user's step), the placements run in interleaved rounds, and the median CPU time the process
+spends on a step (all its threads) is regressed on the Send count: the slope is the work one
+Send adds. CPU time rather than wall time: on a shared machine a step's wall time also holds
+the time other processes had the cores, which changes from one round to the next, while the
+work does not, so the CPU slope is the steadier of the two. The simulator charges it as the
+link latency between two devices of a core group, work on the group's cores
+(:func:`profile_send_costs`; ``tf-autoplace profile --out_cluster`` writes it).
 """
 
 from __future__ import annotations
@@ -35,11 +52,14 @@ import tensorflow as tf
 
 from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.errors import ConfigError
-from tf_autoplace.hw.runner import RunConfig, session_config
+from tf_autoplace.hw.runner import PlacedSession, RunConfig, session_config
+from tf_autoplace.hw.workload import Workload
 
 NO_COPY_BANDWIDTH_GBPS = 1e6
 DEFAULT_SIZES = (1 << 10, 1 << 16, 1 << 20, 1 << 23)  # 1 KiB .. 8 MiB
 DEFAULT_CONFIG = RunConfig(steps=30, warmup_steps=5, grappler=False)
+LADDER_CONFIG = RunConfig(steps=40, warmup_steps=5)  # Grappler on, as in a user's step
+LADDER_MOVED_SHARES = (0.05, 0.2, 0.5)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,3 +179,138 @@ def profile_links(cluster: Cluster, *, sizes=DEFAULT_SIZES, hops: int = 16,
             bandwidth[i, j] = bandwidth[j, i] = fit.bandwidth_bps
             latency[i, j] = latency[j, i] = fit.latency_s
     return dataclasses.replace(cluster, bandwidth=bandwidth, latency=latency), fits
+
+
+@dataclasses.dataclass(frozen=True)
+class SendFit:
+    """The work one Send adds to a step, fitted on ladder placements (module docstring).
+
+    Attributes:
+      send_s: CPU seconds one Send/Recv pair adds to a step (>= 0).
+      base_s: the fitted CPU seconds of a step without a Send (>= 0).
+      sends: TensorFlow's Send count of each placement.
+      seconds: the median CPU seconds of a step of each placement.
+      rms_error_s: root-mean-square residual of the fit (s).
+    """
+
+    send_s: float
+    base_s: float
+    sends: tuple[int, ...]
+    seconds: tuple[float, ...]
+    rms_error_s: float
+
+
+def _ladder_graph(width: int, length: int, size: int = 2048):
+    """The ladder (module docstring) on no device: ``x[c, s] = tanh(x[c, s-1] + a_s *
+    x[c-1, s-1])`` on [size] float32 values; returns (GraphDef, op names per rung [width,
+    length], the step op's name, the initializer's name)."""
+    graph = tf.Graph()
+    rungs = np.empty((width, length), object)
+    with graph.as_default():
+        value = tf.Variable(tf.random.stateless_normal([size], seed=[0, 0]), name="value")
+        start = value.read_value()
+        prev = [start * float(c + 1) for c in range(width)]  # distinct chains: no CSE
+        for s in range(length):
+            cur = []
+            for c in range(width):
+                with tf.name_scope(f"rung_{c}_{s}") as scope:
+                    cur.append(tf.tanh(prev[c] + prev[c - 1] * (0.5 + 0.01 * s)))
+                rungs[c, s] = scope
+            prev = cur
+        step = tf.reduce_sum(tf.add_n(prev), name="step")
+        init = tf.compat.v1.global_variables_initializer()
+    return graph.as_graph_def(), rungs, step.op.name, init.name
+
+
+def ladder_placements(width: int, length: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """[width, length] 0/1 device choices per rung: all on the first device, alternate
+    chains, a share of the rungs moved (:data:`LADDER_MOVED_SHARES`), two random ones."""
+    rng = np.random.default_rng(seed)
+    out = {"single": np.zeros((width, length), int),
+           "alternate chains": np.tile((np.arange(width) % 2)[:, None], (1, length))}
+    for share in LADDER_MOVED_SHARES:
+        out[f"moved {share:g}"] = (rng.random((width, length)) < share).astype(int)
+    for k in range(2):
+        out[f"random {k}"] = rng.integers(0, 2, (width, length))
+    return out
+
+
+def count_sends(partition_graphs) -> int:
+    """TensorFlow's Send nodes in the partition graphs of one step."""
+    return sum(node.op in ("_Send", "_HostSend") for g in partition_graphs for node in g.node)
+
+
+def measure_send_cost(a: str, b: str, *, width: int = 8, length: int = 40, seed: int = 0,
+                      config: RunConfig = LADDER_CONFIG) -> SendFit:
+    """Run the ladder's placements between devices ``a`` and ``b`` in interleaved rounds and
+    fit the CPU time one Send adds to a step (module docstring). ``config.steps`` rounds after
+    ``config.warmup_steps``; ``seed`` draws the placements and the rounds' orders."""
+    if a == b:
+        raise ConfigError(f"a Send joins two devices; got {a!r} twice")
+    for what, value in (("width", width), ("length", length)):
+        if not (isinstance(value, int) and value >= 2):
+            raise ConfigError(f"the ladder's {what} must be an int >= 2, got {value!r}")
+    graph_def, rungs, step, init = _ladder_graph(width, length)
+    workload = Workload(graph_def=graph_def, fetches=(step,), init=(init,))
+    assignments = []
+    for choice in ladder_placements(width, length, seed).values():
+        device = {scope: (a, b)[k] for scope, k in zip(rungs.ravel(), choice.ravel().tolist())}
+        assignments.append({node.name: device.get(node.name.split("/")[0] + "/", a)
+                            for node in graph_def.node})
+    sessions = []
+    try:
+        for assignment in assignments:
+            sessions.append(PlacedSession(workload, assignment, config))
+        sends = [count_sends(placed.partition_graphs()) for placed in sessions]
+        seconds = np.median(_cpu_per_step(sessions, config, seed), axis=1)
+    finally:
+        for placed in sessions:
+            placed.close()
+    x = np.asarray(sends, np.float64)
+    if len(np.unique(x)) < 2:
+        raise ConfigError(f"the ladder's placements between {a} and {b} all made {sends[0]} "
+                          "Sends; nothing to fit")
+    base, per_send = _nonnegative_line(x, seconds)
+    residual = seconds - (base + per_send * x)
+    return SendFit(send_s=per_send, base_s=base, sends=tuple(sends),
+                   seconds=tuple(seconds.tolist()),
+                   rms_error_s=float(np.sqrt(np.mean(residual ** 2))))
+
+
+def _cpu_per_step(sessions, config: RunConfig, seed: int) -> np.ndarray:
+    """[P, config.steps] CPU seconds of this process (all threads) in each timed step of each
+    session: warm-up steps, then rounds in which every session steps once, in an order
+    shuffled per round with ``seed``."""
+    rng = np.random.default_rng(seed)
+    for placed in sessions:
+        for _ in range(config.warmup_steps):
+            placed.step()
+    out = np.empty((len(sessions), config.steps))
+    for r in range(config.steps):
+        for k in rng.permutation(len(sessions)).tolist():
+            began = time.process_time()
+            sessions[k].step()
+            out[k, r] = time.process_time() - began
+    return out
+
+
+def profile_send_costs(cluster: Cluster, *, config: RunConfig = LADDER_CONFIG,
+                       seed: int = 0) -> tuple[Cluster, dict[str, SendFit]]:
+    """``cluster`` with the latency between every two devices of a core group set to the work
+    one Send adds to a step between the group's first two devices (:func:`measure_send_cost`;
+    bandwidths are kept), and the fits by group name. Groups of one device are left alone;
+    the devices must be local."""
+    latency = cluster.latency.copy()
+    fits = {}
+    for group, _ in cluster.core_groups:
+        members = [i for i, d in enumerate(cluster.devices) if d.core_group == group]
+        if len(members) < 2:
+            continue
+        fit = measure_send_cost(cluster.names[members[0]], cluster.names[members[1]],
+                                config=config, seed=seed)
+        fits[group] = fit
+        for i in members:
+            for j in members:
+                if i != j:
+                    latency[i, j] = fit.send_s
+    return dataclasses.replace(cluster, latency=latency), fits

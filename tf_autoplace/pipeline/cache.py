@@ -11,9 +11,12 @@ found and every later start with the same graph, cluster, placer and seed reads 
 - the graph's fingerprint (:mod:`tf_autoplace.graph.fingerprint`: structure, sizes, op types,
   colocation and kernel constraints, and names without TF's uniquifying counters, so a model
   built again after another one, ``dense_1`` for ``dense``, still hits);
-- the op-time matrix of the cost model (shapes and the cost model's view of each device);
+- the op-time matrix of the cost model (shapes and the cost model's view of each device) and,
+  from a measured profile, what the simulator takes from it besides (the executed graph's
+  edges, the partner times);
 - the grouping (Merge-and-Colocate's groups);
-- the cluster (every device's fields, link bandwidths and latencies, per-op overhead);
+- the cluster (every device's fields, core groups, link bandwidths and latencies, per-op
+  overhead);
 - the placer's name and settings (``Placer.settings()``: its config, and for a learned placer
   the contents of the policy it starts from) and the seed;
 - tf_autoplace's version (another version may search differently).
@@ -76,7 +79,7 @@ from tf_autoplace.proto import placement_pb2
 SUFFIX = ".pb"
 CACHE_ENV = "TF_AUTOPLACE_CACHE_DIR"
 # Bumped when the key or the entry format changes, so that old entries are never read.
-FORMAT = 1
+FORMAT = 2
 
 
 def package_version() -> str:
@@ -149,12 +152,19 @@ class PlacementCache:
         h = hashlib.sha256()
         cluster = problem.cluster
         for part in (f"tf_autoplace.pipeline.cache/{FORMAT}", package_version(), graph_fingerprint,
-                     repr(cluster.devices), repr(cluster.op_overhead_s), placer.name, settings,
+                     repr(cluster.devices), repr(cluster.core_groups),
+                     repr(cluster.op_overhead_s), placer.name, settings,
                      str(int(seed))):
             data = part.encode("utf-8")
             h.update(len(data).to_bytes(8, "little") + data)
-        for array in (problem.op_time, problem.grouping.labels, cluster.bandwidth,
-                      cluster.latency):
+        arrays = [problem.op_time, problem.grouping.labels, cluster.bandwidth, cluster.latency]
+        if problem.executed is not None:  # the simulator runs the graph TF executes
+            executed = problem.executed
+            arrays += [executed.edge_tensor, executed.edge_dst, executed.ctrl_src,
+                       executed.ctrl_dst]
+        if problem.partner is not None:
+            arrays += [problem.partner, problem.partner_time]
+        for array in arrays:
             array = np.ascontiguousarray(array)
             h.update(f"{array.dtype.str}{array.shape}".encode() + array.tobytes())
         return h.hexdigest()

@@ -230,7 +230,7 @@ def place_problem(problem: PlacementProblem, options: PlaceOptions, *,
     baseline_assignment = dict(zip(problem.graph.names, [cluster.names[d] for d in baseline]))
 
     t = time.perf_counter()
-    bound = lp_lower_bound(problem.graph, cluster, problem.op_time)
+    bound = lp_lower_bound(problem.sim_graph, cluster, problem.fastest_op_time)
     timings["bound"] = time.perf_counter() - t
     bound_notes = []
     if bound.status not in ("optimal", "not needed"):  # "not needed": nothing to solve

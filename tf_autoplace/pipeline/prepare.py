@@ -3,7 +3,11 @@
 :func:`build_problem` is the first half of every TensorFlow door (``autoplace``, the TF2 and
 SavedModel doors, the benchmark and the training-family builders): it reads a MetaGraphDef into
 an OpGraph, costs every op on every device of the cluster, checks that the graph can be placed
-at all, and groups it with Merge-and-Colocate. :func:`cost_graph_problem` does the same for a
+at all, and groups it with Merge-and-Colocate. When the cost model measured how TensorFlow
+runs the graph (a profile: which ops Grappler folded or fused away, which ops change kernel
+apart from a partner), the problem carries that to its simulator (the executed graph,
+:mod:`tf_autoplace.graph.executed`, and the partner times); with estimated costs it does
+not. :func:`cost_graph_problem` does the same for a
 cost graph (:mod:`tf_autoplace.graph.costgraph`), whose op times come with it, and
 :func:`export_cost_graph` turns a built problem into one, so a graph ingested and costed here
 can be placed again, shared or inspected without TensorFlow.
@@ -23,6 +27,7 @@ from tf_autoplace.cost import AnalyticalCostModel, CostModel, TableCostModel
 from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
 from tf_autoplace.graph import ingest
 from tf_autoplace.graph.costgraph import CostGraph
+from tf_autoplace.graph.executed import executed_graph
 from tf_autoplace.graph.opgraph import OpGraph
 from tf_autoplace.grouping import GroupingConfig, merge_and_colocate
 
@@ -78,6 +83,9 @@ def _cost_and_group(graph: OpGraph, cluster: Cluster, cost_model: CostModel,
     _check_fits_at_all(graph, cluster)
     t = time.perf_counter()
     op_time = cost_model.op_time(graph, cluster)
+    ran = cost_model.executed_ops(graph, cluster)
+    executed = executed_graph(graph, ran) if ran is not None else None
+    partner, partner_time = cost_model.partner_times(graph, cluster, op_time) or (None, None)
     timings["cost"] = time.perf_counter() - t
     unrunnable = ~np.isfinite(op_time).any(axis=1)
     if unrunnable.any():
@@ -90,7 +98,8 @@ def _cost_and_group(graph: OpGraph, cluster: Cluster, cost_model: CostModel,
     t = time.perf_counter()
     groups = merge_and_colocate(graph, grouping)
     timings["group"] = time.perf_counter() - t
-    return PlacementProblem(graph=graph, cluster=cluster, op_time=op_time, grouping=groups)
+    return PlacementProblem(graph=graph, cluster=cluster, op_time=op_time, grouping=groups,
+                            executed=executed, partner=partner, partner_time=partner_time)
 
 
 def _check_fits_at_all(graph, cluster: Cluster) -> None:

@@ -24,15 +24,17 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12\x63ost_profile.proto\x12\x0ctf_autoplace\"k\n\x06OpCost\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65vice_kind\x18\x02 \x01(\t\x12\x17\n\x0f\x63ompute_time_us\x18\x03 \x01(\x01\x12\x14\n\x0coutput_bytes\x18\x04 \x01(\x03\x12\x0f\n\x07op_type\x18\x05 \x01(\t\"D\n\x0b\x43ostProfile\x12\x13\n\x0b\x64\x65scription\x18\x01 \x01(\t\x12 \n\x02op\x18\x02 \x03(\x0b\x32\x14.tf_autoplace.OpCostb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12\x63ost_profile.proto\x12\x0ctf_autoplace\"\xb0\x01\n\x06OpCost\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65vice_kind\x18\x02 \x01(\t\x12\x17\n\x0f\x63ompute_time_us\x18\x03 \x01(\x01\x12\x14\n\x0coutput_bytes\x18\x04 \x01(\x03\x12\x0f\n\x07op_type\x18\x05 \x01(\t\x12\x13\n\x0b\x64id_not_run\x18\x06 \x01(\x08\x12\x0f\n\x07partner\x18\x07 \x01(\t\x12\x1d\n\x15partner_apart_time_us\x18\x08 \x01(\x01\"S\n\tDeviceRun\x12\x13\n\x0b\x64\x65vice_kind\x18\x01 \x01(\t\x12\x14\n\x0cstep_time_us\x18\x02 \x01(\x01\x12\x1b\n\x13traced_step_time_us\x18\x03 \x01(\x01\"j\n\x0b\x43ostProfile\x12\x13\n\x0b\x64\x65scription\x18\x01 \x01(\t\x12 \n\x02op\x18\x02 \x03(\x0b\x32\x14.tf_autoplace.OpCost\x12$\n\x03run\x18\x03 \x03(\x0b\x32\x17.tf_autoplace.DeviceRunb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'cost_profile_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_OPCOST']._serialized_start=36
-  _globals['_OPCOST']._serialized_end=143
-  _globals['_COSTPROFILE']._serialized_start=145
-  _globals['_COSTPROFILE']._serialized_end=213
+  _globals['_OPCOST']._serialized_start=37
+  _globals['_OPCOST']._serialized_end=213
+  _globals['_DEVICERUN']._serialized_start=215
+  _globals['_DEVICERUN']._serialized_end=298
+  _globals['_COSTPROFILE']._serialized_start=300
+  _globals['_COSTPROFILE']._serialized_end=406
 # @@protoc_insertion_point(module_scope)

@@ -18,7 +18,8 @@ of one host, which TensorFlow runs on one thread pool) share one executor with t
 * ``Q_core[e]``: runnable ops placed on the executor's devices. An op is *runnable* once every
   parent has finished and every input produced on another device has been transferred to its
   device. An idle core takes the head of the queue; op ``i`` on ``d`` takes ``op_time[i, d]``
-  seconds (the cost model already added any per-op overhead).
+  seconds (the cost model already added any per-op overhead), or ``partner_time[i, d]`` when
+  the op has a partner placed on another device (see "Partners" below).
 * ``Q_transfer[d]``: tensors waiting to leave ``d`` for a device of another executor (one
   outgoing bus per device). Sending ``b`` bytes from ``d`` to ``d'`` takes
   ``latency[d, d'] + b / bandwidth[d, d']`` seconds; transfers overlap compute; one transfer at
@@ -57,6 +58,16 @@ to a Recv kernel, work the executor's threads do, so it joins ``Q_core`` (in the
 visited, among the runnable ops) and occupies a core for ``latency + bytes / bandwidth``, the
 link's figures for that pair (measured by ``tf-autoplace profile``). With one-core executors
 of one device each (no core groups) the model is exactly the paper's.
+
+Partners (our extension: kernels that change with the placement)
+----------------------------------------------------------------
+Some ops run a faster kernel only when another op, their *partner*, is on the same device: a
+rewrite that needs both in one partition is lost when they are apart (oneDNN's MaxPoolGrad
+reads a workspace that its MaxPool writes only when both are on one device). The simulator
+optionally takes ``partner[n]`` (the partner's op index, -1 for none) and
+``partner_time[n, D]``: op ``i`` on ``d`` takes ``partner_time[i, d]`` instead of
+``op_time[i, d]`` when ``partner[i]`` is placed on another device than ``d``. A profile
+measures both times (:mod:`tf_autoplace.hw.profiler`).
 
 Modelling choices the paper leaves open (what this module does)
 ----------------------------------------------------------------
@@ -163,12 +174,15 @@ class SimResult:
 
 # ======================================================================== numba kernel
 @cached_njit
-def _simulate(placement, op_time, num_devices, bandwidth, latency, tensor_bytes,
-              out_tensor_ptr, out_tensors, dep_tensor, dep_op,
+def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth, latency,
+              tensor_bytes, out_tensor_ptr, out_tensors, dep_tensor, dep_op,
               cons_ptr, in_ptr, in_dep, persistent, num_graph_tensors, executor, exec_base):
     """The event loop (module docstring). Arrays built by :class:`Simulator`, with T tensors
     (the ``num_graph_tensors`` graph tensors, then one control dummy per op), P dependency
     pairs and E executors:
+
+      partner[n], partner_time[n, D]: op i takes partner_time[i, d] on d when its partner
+        (partner[i] >= 0) is on another device (module docstring, "Partners").
 
       out_tensor_ptr[n+1], out_tensors: tensors produced by op i (CSR), its dummy last.
       dep_tensor[P], dep_op[P]: dependency pair p, "op dep_op[p] reads tensor dep_tensor[p]",
@@ -200,7 +214,12 @@ def _simulate(placement, op_time, num_devices, bandwidth, latency, tensor_bytes,
     dur = np.empty(n)
     resident = np.zeros(D, np.int64)  # persistent bytes per device
     for i in range(n):
-        dur[i] = op_time[i, placement[i]]
+        d = placement[i]
+        j = partner[i]
+        if j >= 0 and placement[j] != d:  # apart from its partner: the other kernel
+            dur[i] = partner_time[i, d]
+        else:
+            dur[i] = op_time[i, d]
         resident[placement[i]] += persistent[i]
 
     start = np.full(n, np.nan)
@@ -507,6 +526,40 @@ def check_op_time(graph: OpGraph, cluster: Cluster, op_time) -> np.ndarray:
     return arr
 
 
+def check_partners(graph: OpGraph, op_time: np.ndarray, partner, partner_time
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Return ``(partner, partner_time)`` as read-only int32 [n] and float64 [n, D] arrays
+    (both None: no partners, ``partner_time`` is ``op_time``), or raise
+    :class:`~tf_autoplace.errors.InvalidGraphError` naming what is wrong."""
+    n = graph.num_ops
+    if (partner is None) != (partner_time is None):
+        raise InvalidGraphError("partner and partner_time go together: give both or neither")
+    if partner is None:
+        none = np.full(n, -1, np.int32)
+        none.setflags(write=False)
+        return none, op_time
+    index = np.asarray(partner)
+    if index.shape != (n,) or not np.issubdtype(index.dtype, np.integer):
+        raise InvalidGraphError(f"partner must be [{n}] integer op indices (-1: none), got "
+                                f"{index.dtype} {index.shape}")
+    if n and (index.min() < -1 or index.max() >= n or (index == np.arange(n)).any()):
+        bad = int(np.flatnonzero((index < -1) | (index >= n) | (index == np.arange(n)))[0])
+        raise InvalidGraphError(f"op {graph.names[bad]!r} has partner {int(index[bad])}; a "
+                                f"partner is another op's index in [0, {n}) or -1")
+    times = np.array(partner_time, dtype=np.float64, order="C")
+    if times.shape != op_time.shape:
+        raise InvalidGraphError(f"partner_time has shape {times.shape}; expected "
+                                f"{op_time.shape}, as op_time")
+    if np.isnan(times).any() or (times < 0).any():
+        i, d = np.argwhere(np.isnan(times) | (times < 0))[0]
+        raise InvalidGraphError(f"partner_time[{i}, {d}] (op {graph.names[i]!r}) is "
+                                f"{times[i, d]}; times must be >= 0")
+    index = index.astype(np.int32)
+    index.setflags(write=False)
+    times.setflags(write=False)
+    return index, times
+
+
 def _readonly(*arrays):
     for a in arrays:
         a.setflags(write=False)
@@ -523,12 +576,19 @@ class Simulator:
       cluster: devices and links (``bandwidth`` in bytes/s, ``latency`` in s).
       op_time: [n, D] float64 seconds, op i's compute time on device d, overhead included;
         ``inf`` where the op has no kernel.
+      partner: [n] int, the op whose placement decides op i's kernel (-1: none), or None
+        (module docstring, "Partners").
+      partner_time: [n, D] float64 seconds, op i's time on d when its partner is on another
+        device; given with ``partner``.
     """
 
-    def __init__(self, graph: OpGraph, cluster: Cluster, op_time: np.ndarray):
+    def __init__(self, graph: OpGraph, cluster: Cluster, op_time: np.ndarray, *,
+                 partner: np.ndarray | None = None, partner_time: np.ndarray | None = None):
         self.graph = graph
         self.cluster = cluster
         self.op_time = check_op_time(graph, cluster, op_time)
+        self.partner, self.partner_time = check_partners(graph, self.op_time, partner,
+                                                         partner_time)
         n = graph.num_ops
         t = len(graph.tensor_op)
         self._num_devices = cluster.num_devices
@@ -585,7 +645,7 @@ class Simulator:
         _readonly(self._bandwidth, self._latency, self._tensor_bytes, self._out_tensor_ptr,
                   self._out_tensors, self._dep_tensor, self._dep_op, self._cons_ptr,
                   self._in_ptr, self._in_dep, self._persistent, self._executor,
-                  self._exec_base)
+                  self._exec_base, self.partner, self.partner_time)
         self.op_time.setflags(write=False)
 
     def __setstate__(self, state: dict) -> None:
@@ -616,7 +676,8 @@ class Simulator:
 
     def _simulate(self, placement):
         p = self._check_placement(placement)
-        out = _simulate(p, self.op_time, self._num_devices, self._bandwidth, self._latency,
+        out = _simulate(p, self.op_time, self.partner, self.partner_time, self._num_devices,
+                        self._bandwidth, self._latency,
                         self._tensor_bytes, self._out_tensor_ptr, self._out_tensors,
                         self._dep_tensor, self._dep_op, self._cons_ptr,
                         self._in_ptr, self._in_dep, self._persistent,
