@@ -1,0 +1,71 @@
+"""Buffer sharing (tf_autoplace.graph.buffers): the op-type rules against TensorFlow's op
+registry, and what ingestion records for a small graph."""
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.core.framework import op_def_pb2
+from tensorflow.python.client import pywrap_tf_session
+
+from tf_autoplace.graph import buffers, ingest
+
+
+def _registered_ops():
+    data = pywrap_tf_session.TF_GetBuffer(pywrap_tf_session.TF_GetAllOpList())
+    ops = op_def_pb2.OpList()
+    ops.ParseFromString(data)
+    return ops.op
+
+
+def test_reference_updates_forward_exactly_the_ops_that_return_a_reference():
+    # The prefix rule for reference-variable updates: an op of those families forwards its
+    # input exactly when TF declares its output a reference (the variable it updated).
+    checked = 0
+    for op in _registered_ops():
+        if not op.name.startswith(("Apply", "SparseApply", "Assign", "Scatter")):
+            continue
+        if not op.output_arg:
+            continue  # resource updates return nothing
+        checked += 1
+        returns_ref = any(arg.is_ref for arg in op.output_arg)
+        assert buffers.forwards_input(op.name) == returns_ref, op.name
+    assert checked > 30
+
+
+def test_every_forwarding_type_is_a_registered_op():
+    names = {op.name for op in _registered_ops()}
+    assert buffers.FORWARD_TYPES <= names
+    assert buffers.VIEW_TYPES <= names
+
+
+def test_output_aliases():
+    assert buffers.output_aliases("ReadVariableOp", 1, [7]) == [buffers.ALIAS_VIEW]
+    assert buffers.output_aliases("VariableV2", 1, []) == [buffers.ALIAS_VIEW]
+    assert buffers.output_aliases("Reshape", 1, [3, 4]) == [3]
+    assert buffers.output_aliases("Switch", 2, [5, 6]) == [5, 5]
+    assert buffers.output_aliases("IdentityN", 3, [1, 2]) == [1, 2, buffers.ALIAS_NONE]
+    assert buffers.output_aliases("MatMul", 1, [1, 2]) == [buffers.ALIAS_NONE]
+    assert buffers.output_aliases("Snapshot", 1, [1]) == [buffers.ALIAS_NONE]  # copies
+    assert buffers.output_aliases("Identity", 1, []) == [buffers.ALIAS_NONE]
+
+
+def test_ingestion_records_which_outputs_share_a_buffer():
+    graph = tf.Graph()
+    with graph.as_default():
+        v = tf.Variable(tf.zeros([4, 4]), name="v")
+        x = tf.compat.v1.placeholder(tf.float32, [4, 4], name="x")
+        read = v.read_value()
+        y = tf.matmul(x, read, name="y")
+        r = tf.reshape(y, [16], name="r")
+        tf.identity(r, name="out")
+    g = ingest.to_opgraph(ingest.load_meta_graph(graph))
+    out_tensor = {g.names[op]: t for t, op in enumerate(g.tensor_op.tolist())}
+    alias = g.tensor_alias
+    assert alias[out_tensor["v"]] == buffers.ALIAS_VIEW
+    (value,) = [name for name, t in zip(g.names, g.op_types) if t == "ReadVariableOp"
+                and name.startswith("Read")]
+    assert alias[out_tensor[value]] == buffers.ALIAS_VIEW
+    assert read.op.type == "Identity" and alias[out_tensor[read.op.name]] == out_tensor[value]
+    assert alias[out_tensor["y"]] == buffers.ALIAS_NONE
+    assert alias[out_tensor["r"]] == out_tensor["y"]
+    assert alias[out_tensor["out"]] == out_tensor["r"]
+    assert np.all(alias[[out_tensor["x"]]] == buffers.ALIAS_NONE)
