@@ -2,6 +2,7 @@
 registry, and what ingestion records for a small graph."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 from tensorflow.core.framework import op_def_pb2
 from tensorflow.python.client import pywrap_tf_session
@@ -69,3 +70,47 @@ def test_ingestion_records_which_outputs_share_a_buffer():
     assert alias[out_tensor["r"]] == out_tensor["y"]
     assert alias[out_tensor["out"]] == out_tensor["r"]
     assert np.all(alias[[out_tensor["x"]]] == buffers.ALIAS_NONE)
+
+
+def _forwarded(make_output) -> bool:
+    """Does the op ``make_output(a, b)`` builds write into the buffer of ``a`` (a tensor only
+    it reads) in a traced TF step?"""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [64, 64], name="x")
+        a = tf.multiply(x, 2.0, name="a")
+        b = tf.multiply(x, 3.0, name="b")
+        y = make_output(a, b)
+        total = tf.reduce_sum(y)
+    config = tf.compat.v1.ConfigProto()
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    with tf.compat.v1.Session(graph=graph, config=config) as session:
+        metadata = tf.compat.v1.RunMetadata()
+        session.run(total, {x: np.ones([64, 64], np.float32)},
+                    options=tf.compat.v1.RunOptions(trace_level=3), run_metadata=metadata)
+    ptr = {node.node_name: out.tensor_description.allocation_description.ptr
+           for dev in metadata.step_stats.dev_stats for node in dev.node_stats
+           for out in node.output}
+    return ptr[y.op.name] == ptr["a"] != 0
+
+
+@pytest.mark.parametrize("op_type, make", [
+    ("AddV2", lambda a, b: tf.raw_ops.AddV2(x=a, y=b)),
+    ("Mul", lambda a, b: tf.raw_ops.Mul(x=a, y=b)),
+    ("Relu", lambda a, b: tf.raw_ops.Relu(features=a)),
+    ("ReluGrad", lambda a, b: tf.raw_ops.ReluGrad(gradients=a, features=b)),
+    ("Tanh", lambda a, b: tf.raw_ops.Tanh(x=a)),
+    ("BiasAdd", lambda a, b: tf.raw_ops.BiasAdd(value=a, bias=tf.ones([64]))),
+    ("AddN", lambda a, b: tf.raw_ops.AddN(inputs=[a, b])),
+    ("SelectV2", lambda a, b: tf.raw_ops.SelectV2(condition=tf.ones([64, 64], tf.bool), t=a,
+                                                  e=b)),
+])
+def test_the_reusing_types_write_into_an_input_only_they_hold(op_type, make):
+    assert buffers.reuse_inputs(op_type, 2)[0] in (0, 1)
+    assert _forwarded(make)
+
+
+def test_a_type_outside_the_list_allocates():
+    assert buffers.reuse_inputs("Cast", 1) == () and buffers.reuse_inputs("MatMul", 2) == ()
+    assert not _forwarded(lambda a, b: tf.cast(tf.cast(a, tf.int32), tf.float32))
+    assert buffers.reuse_inputs("AddN", 3) == (0, 1, 2)

@@ -14,6 +14,7 @@ import pytest
 
 from tf_autoplace.core.cluster import Cluster, Device
 from tf_autoplace.errors import InfeasiblePlacementError, InvalidGraphError
+from tf_autoplace.graph.buffers import NOT_REUSABLE, reuse_inputs
 from tf_autoplace.graph.opgraph import OpGraph, from_edges
 from tf_autoplace.sim import (
     SimResult,
@@ -319,6 +320,35 @@ def test_within_a_core_group_a_tensor_is_handed_over_by_reference():
     np.testing.assert_array_equal(r.peak_memory, [MB, 0])
 
 
+def test_an_elementwise_op_takes_over_an_input_only_it_still_holds():
+    # op0 -> op1 -> op2, t0 = t1 = 3 MB (op2's output: 0 bytes), 1 ms each.
+    def run(types, placement=(0, 0, 0), cluster=None, extra=()):
+        g = from_edges(len(types), [(0, 1, 3 * MB), (1, 2, 3 * MB), *extra])
+        g = dataclasses.replace(g, op_types=types)
+        cluster = cluster or make_cluster(1)
+        return Simulator(g, cluster, times_ms([1] * len(types), cluster.num_devices)).run(
+            np.asarray(placement)).peak_memory
+    # A MatMul allocates: op1 runs with t0 and t1 (6 MB). A Relu writes into t0, which only
+    # it still holds: one 3 MB buffer throughout.
+    assert run(("MatMul", "MatMul", "MatMul"))[0] == 6 * MB
+    assert run(("MatMul", "Relu", "MatMul"))[0] == 3 * MB
+    # A constant's value is never taken over.
+    assert run(("Const", "Relu", "MatMul"))[0] == 6 * MB
+    # Another reader of t0 (op3, queued after op1) keeps the Relu from taking it.
+    assert run(("MatMul", "Relu", "MatMul", "MatMul"), (0, 0, 0, 0),
+               extra=[(0, 3, 3 * MB)])[0] == 6 * MB
+    # Handed over by reference within a core group, dev 0's buffer is taken on dev 1: dev 1
+    # allocates nothing for the Relu, and the buffer stays dev 0's until op2 has finished.
+    np.testing.assert_array_equal(run(("MatMul", "Relu", "MatMul"), (0, 1, 1),
+                                      shared_cluster(2, 2)), [3 * MB, 0])
+    np.testing.assert_array_equal(run(("MatMul", "MatMul", "MatMul"), (0, 1, 1),
+                                      shared_cluster(2, 2)), [3 * MB, 3 * MB])
+    # A copy from a device of another executor is not taken over (the model keeps the copy
+    # apart): dev 1 holds the copy and the Relu's output.
+    np.testing.assert_array_equal(run(("MatMul", "Relu", "MatMul"), (0, 1, 1),
+                                      make_cluster(2)), [3 * MB, 6 * MB])
+
+
 def test_graph_tensor_alias_is_checked():
     with pytest.raises(InvalidGraphError, match="tensor_alias"):
         with_aliases(CHAIN3, [-1, 1, -1])  # a tensor sharing itself
@@ -475,6 +505,10 @@ def reference_simulate(graph, cluster, op_time, placement):
     producer = lambda key: src_of[key] if key < T else key - T
     size = lambda key: int(graph.tensor_bytes[key]) if key < T else 0
     shares = lambda key: int(graph.tensor_alias[key]) if key < T else -1
+    inputs_of = collections.defaultdict(list)  # data inputs in input order
+    for t, d in zip(graph.edge_tensor.tolist(), graph.edge_dst.tolist()):
+        inputs_of[d].append(t)
+    own_outputs = collections.Counter(src_of)
     by_ref = lambda a, b: executor[a] == executor[b]  # one core group (or one device)
     consumers = collections.defaultdict(list)
     missing = collections.defaultdict(set)
@@ -514,6 +548,16 @@ def reference_simulate(graph, cluster, op_time, placement):
         heapq.heappush(events, (t, seq[0], where))
         seq[0] += 1
 
+    def only_reader(t, i, d):
+        """Op i (on d) is all that holds input t's buffer: it may write its output there."""
+        b = buffer_of[t]
+        if b is None or graph.op_types[producer(b)] in NOT_REUSABLE:
+            return False
+        dt = placement[producer(t)]
+        if dt == d:
+            return holders[b] == {(t, i)}
+        return by_ref(dt, d) and holders[b] == {("to", t, d)} and holders[(t, d)] == {i}
+
     def start_op(now, i, e, k):
         d = placement[i]
         start[i] = now
@@ -521,8 +565,21 @@ def reference_simulate(graph, cluster, op_time, placement):
             j = shares(key)
             if j == -2:
                 buffer_of[key] = None
-            elif j >= 0 and (j, i) in deps and by_ref(placement[producer(j)], d):
+                continue
+            if j >= 0 and (j, i) in deps and by_ref(placement[producer(j)], d):
                 buffer_of[key] = buffer_of[j]
+                continue
+            ins = inputs_of[i]
+            taken = None
+            if key < T and j == -1 and own_outputs[i] == 1:
+                for p in reuse_inputs(graph.op_types[i], len(ins)):
+                    t = ins[p]
+                    if ins.count(t) == 1 and size(t) == size(key) and only_reader(t, i, d) \
+                            and size(buffer_of[t]) == size(key):
+                        taken = buffer_of[t]
+                        break
+            if taken is not None:
+                buffer_of[key] = taken
             else:
                 buffer_of[key] = key
                 holders[key] = set()
@@ -618,9 +675,15 @@ def reference_simulate(graph, cluster, op_time, placement):
             sum(size(x[0]) for x in transfers), transfers)
 
 
+REUSE_TEST_TYPES = ("Identity", "MatMul", "AddV2", "Relu", "AddN", "BiasAdd", "Const",
+                    "Placeholder")
+
+
 def random_aliases(rng, graph):
-    """``graph`` with some tensors views (-2) or sharing a tensor their producer reads, and a
-    few sharing a tensor it does not read (their own buffer, then)."""
+    """``graph`` with some tensors views (-2) or sharing a tensor their producer reads, a few
+    sharing a tensor it does not read (their own buffer, then), and op types among
+    :data:`REUSE_TEST_TYPES` (some take over an input's buffer; a constant's or a fed value's
+    is never taken)."""
     n = len(graph.tensor_op)
     alias = np.full(n, -1, np.int32)
     reads = collections.defaultdict(list)
@@ -634,7 +697,11 @@ def random_aliases(rng, graph):
             alias[k] = reads[op][int(rng.integers(len(reads[op])))]
         elif u < 0.55 and n > 1:
             alias[k] = (k + 1 + int(rng.integers(n - 1))) % n
-    return dataclasses.replace(graph, tensor_alias=alias)
+    types = tuple(REUSE_TEST_TYPES[int(t)] for t in rng.integers(0, len(REUSE_TEST_TYPES),
+                                                                   graph.num_ops))
+    # Equal sizes make taking over an input possible: 0 or 1 MB (tiny graphs stay tiny).
+    sizes = np.asarray(graph.tensor_bytes) // (2 * MB) * MB
+    return dataclasses.replace(graph, tensor_alias=alias, op_types=types, tensor_bytes=sizes)
 
 
 def _assert_matches_reference(sim, graph, cluster, op_time, placement):

@@ -17,12 +17,18 @@ fill with :func:`output_aliases`, one op at a time, from the op's type and the t
   ``Exit``, ``Switch``, ``NextIteration``) and the reference-variable updates (``Assign``,
   ``ApplyAdam``, ``ScatterUpdate``, ... return their variable input). The tensor's buffer
   lives until every holder of either tensor is done.
-* every other output has its own buffer (``ALIAS_NONE``, -1). ``Snapshot`` copies on purpose;
-  in-place kernels that reuse an input only when nothing else reads it (``Add``, ``Relu``,
-  ...) are not modelled: whether they can depends on the schedule.
+* every other output has its own buffer (``ALIAS_NONE``, -1). ``Snapshot`` copies on purpose.
 
-Checked against TF 2.21 on CPU: the outputs of the forwarding types above carry their input's
-buffer address in a traced step's allocation descriptions (``Snapshot``'s does not).
+Elementwise kernels (``AddV2``, ``Relu``, ``ReluGrad``, ``BiasAdd``, ``AddN``, ...;
+:data:`REUSE_INPUTS`) go further at run time: they write their output into an input's buffer
+when nothing else holds that buffer any more and it has the output's size. Whether they can
+depends on the schedule, so the simulator decides it as it runs (:func:`reuse_inputs` says which
+inputs an op tries); a constant's or a fed value's buffer is never taken over
+(:data:`NOT_REUSABLE`).
+
+Checked against TF 2.21 on CPU: the outputs of the forwarding types and, when their input has
+no other reader, of the reusing types carry their input's buffer address in a traced step's
+allocation descriptions (``Snapshot``'s and ``Cast``'s do not).
 """
 
 from __future__ import annotations
@@ -70,3 +76,28 @@ def output_aliases(op_type: str, num_outputs: int, inputs: Sequence[int]) -> lis
     if op_type == "IdentityN":
         return [int(inputs[p]) if p < len(inputs) else ALIAS_NONE for p in range(num_outputs)]
     return [int(inputs[0])] * num_outputs
+
+
+# Kernels that write their output into an input's buffer when nothing else holds that buffer
+# (TensorFlow's forward_input_or_allocate_output), and the inputs they try, in order.
+_UNARY = ("Relu", "Relu6", "Elu", "Selu", "Softplus", "LeakyRelu", "Tanh", "Sigmoid", "Neg",
+          "Sqrt", "Rsqrt", "Square", "Exp", "Log", "Log1p", "Abs", "Sign", "Floor", "Round",
+          "Reciprocal", "Erf", "Sin", "Cos", "ZerosLike", "OnesLike", "ClipByValue")
+_BINARY = ("AddV2", "Sub", "Mul", "RealDiv", "Maximum", "Minimum", "SquaredDifference", "Pow",
+           "DivNoNan", "MulNoNan", "FloorDiv", "Xdivy", "ReluGrad", "Relu6Grad", "EluGrad",
+           "SoftplusGrad", "TanhGrad", "SigmoidGrad", "RsqrtGrad", "SqrtGrad", "ReciprocalGrad")
+REUSE_INPUTS = {**{t: (0,) for t in _UNARY}, **{t: (0, 1) for t in _BINARY},
+                "BiasAdd": (0,), "Select": (1, 2), "SelectV2": (1, 2)}
+# Producers whose buffers no kernel takes over: a constant's value lives in its kernel, a fed
+# value in the caller's memory.
+NOT_REUSABLE = frozenset({"Const", "HostConst", "Placeholder", "PlaceholderV2"})
+
+
+def reuse_inputs(op_type: str, num_inputs: int) -> tuple[int, ...]:
+    """The input positions whose buffer an op of ``op_type`` with ``num_inputs`` data inputs
+    writes its output into when nothing else holds that buffer and it has the output's size
+    (tried in this order; ``AddN`` tries every input): TensorFlow's in-place elementwise
+    kernels. Empty for every other type."""
+    if op_type == "AddN":
+        return tuple(range(num_inputs))
+    return tuple(p for p in REUSE_INPUTS.get(op_type, ()) if p < num_inputs)

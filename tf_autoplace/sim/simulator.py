@@ -84,14 +84,19 @@ Modelling choices the paper leaves open (what this module does)
   op's inputs and outputs are live together while it runs, but a finished op's inputs are not
   counted against the op that starts after it at the same instant. ``persistent_bytes`` of the
   ops placed on a device (variables) count for the whole step. Peak memory per device is that
-  persistent total plus the peak of the live transient bytes. Three rules follow TensorFlow's
-  runtime (``OpGraph.tensor_alias``, :mod:`tf_autoplace.graph.buffers`):
+  persistent total plus the peak of the live transient bytes. Four rules follow TensorFlow's
+  runtime (``OpGraph.tensor_alias`` and the op types, :mod:`tf_autoplace.graph.buffers`):
 
   - a *view* of a variable (a variable op's output, ``ReadVariableOp``'s value) allocates
     nothing: its bytes are the variable's, counted as persistent;
   - an output that *shares an input's buffer* (``Identity``, ``Reshape``, ...) allocates
     nothing when that input is on the same device or was handed over by reference: the buffer
     lives until the last holder of either tensor has finished;
+  - an elementwise kernel (``AddV2``, ``Relu``, ``BiasAdd``, ``AddN``, ...:
+    :func:`~tf_autoplace.graph.buffers.reuse_inputs`) writes its one output into an input's
+    buffer when, as it starts, it is the only holder of that buffer (not a constant's, not a
+    fed value's, not a copy from another executor) and the buffer has the output's size; the
+    inputs are tried in the order the kernel tries them;
   - a transfer between devices of *different executors* copies: the copy is allocated on the
     destination when the transfer starts and freed when the last consumer there finishes, and
     the source is held until the copy is done. Within a *core group* (logical CPU devices of
@@ -128,7 +133,7 @@ import numpy as np
 
 from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.errors import InfeasiblePlacementError, InvalidGraphError
-from tf_autoplace.graph.buffers import ALIAS_VIEW
+from tf_autoplace.graph.buffers import ALIAS_NONE, ALIAS_VIEW, NOT_REUSABLE, reuse_inputs
 from tf_autoplace.graph.opgraph import OpGraph
 from tf_autoplace.sim.jit import cached_njit
 
@@ -178,7 +183,7 @@ class SimResult:
 def _simulate(placement, op_time, num_devices, bandwidth, latency, tensor_bytes,
               out_tensor_ptr, out_tensors, dep_tensor, dep_op,
               cons_ptr, in_ptr, in_dep, persistent, num_graph_tensors, executor, exec_base,
-              alias):
+              alias, reuse_ptr, reuse_pair, takeable):
     """The event loop (module docstring). Arrays built by :class:`Simulator`, with T tensors
     (the ``num_graph_tensors`` graph tensors, then one control dummy per op), P dependency
     pairs and E executors:
@@ -196,6 +201,8 @@ def _simulate(placement, op_time, num_devices, bandwidth, latency, tensor_bytes,
         q >= 0 the buffer of tensor dep_tensor[q], which its producer reads through pair q,
         when that input is on the producer's device or was handed over by reference (module
         docstring, "Memory").
+      reuse_ptr[n+1], reuse_pair: the dependency pairs whose buffer op i's one output may take
+        over, in the order tried (CSR); takeable[T]: tensor k's own buffer may be taken over.
 
     Returns what :class:`SimResult` holds (peak memory with the persistent bytes, transfers
     with -1 for a dummy), and the number of ops that ran, so that nothing is left for numpy
@@ -326,6 +333,22 @@ def _simulate(placement, op_time, num_devices, bandwidth, latency, tensor_bytes,
                             if xx == -1 or executor[x_src[xx]] == executor[x_dst[xx]]:
                                 root[kt] = root[dep_tensor[a]]
                                 continue
+                        taken = False  # an input's buffer that only this op still holds
+                        for c in range(reuse_ptr[item], reuse_ptr[item + 1]):
+                            q = reuse_pair[c]
+                            r = root[dep_tensor[q]]
+                            if r < 0 or not takeable[r] or refs[r] != 1 or \
+                                    tensor_bytes[r] != tensor_bytes[kt]:
+                                continue
+                            xx = dep_xfer[q]
+                            if xx != -1 and (executor[x_src[xx]] != executor[x_dst[xx]]
+                                             or x_refs[xx] != 1):
+                                continue
+                            root[kt] = r
+                            taken = True
+                            break
+                        if taken:
+                            continue
                         root[kt] = kt
                         buf_dev[kt] = d
                         live[d] += tensor_bytes[kt]
@@ -567,6 +590,38 @@ def _alias_pairs(graph: OpGraph, pair_key: np.ndarray) -> np.ndarray:
     return alias
 
 
+def _reuse_pairs(graph: OpGraph, pair_key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The kernel's ``reuse_ptr`` and ``reuse_pair`` (see :func:`_simulate`): for each op with
+    one output of its own whose type reuses inputs (:func:`tf_autoplace.graph.buffers.
+    reuse_inputs`), the dependency pairs of those inputs, in the order tried, that have the
+    output's size."""
+    n = graph.num_ops
+    order = np.argsort(graph.edge_dst, kind="stable")  # each op's inputs in input order
+    ptr = np.searchsorted(graph.edge_dst[order], np.arange(n + 1))
+    inputs = graph.edge_tensor[order].tolist()
+    outputs = np.bincount(graph.tensor_op, minlength=n)
+    out_tensor = np.full(n, -1, np.int64)
+    out_tensor[graph.tensor_op] = np.arange(len(graph.tensor_op))
+    counts, pairs = np.zeros(n, np.int64), []
+    for i, op_type in enumerate(graph.op_types):
+        positions = reuse_inputs(op_type, int(ptr[i + 1] - ptr[i])) if outputs[i] == 1 else ()
+        k = out_tensor[i]
+        if not positions or graph.tensor_alias[k] != ALIAS_NONE:
+            continue
+        mine = inputs[ptr[i]:ptr[i + 1]]
+        seen = set()
+        for p in positions:
+            j = mine[p]
+            # An input read twice is held twice: TensorFlow does not take it over.
+            if j in seen or mine.count(j) > 1 or graph.tensor_bytes[j] != graph.tensor_bytes[k]:
+                continue
+            seen.add(j)
+            pairs.append(int(np.searchsorted(pair_key, j * n + i)))
+            counts[i] += 1
+    return (np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+            np.asarray(pairs, np.int64))
+
+
 def _readonly(*arrays):
     for a in arrays:
         a.setflags(write=False)
@@ -628,11 +683,16 @@ class Simulator:
         self._tensor_bytes = np.concatenate([graph.tensor_bytes, np.zeros(n, np.int64)])
         self._persistent = graph.persistent_bytes.astype(np.int64)
         self._alias = _alias_pairs(graph, key)
+        self._reuse_ptr, self._reuse_pair = _reuse_pairs(graph, key)
+        self._takeable = np.zeros(t + n, bool)
+        self._takeable[:t] = [graph.op_types[i] not in NOT_REUSABLE
+                              for i in graph.tensor_op.tolist()]
         if max(num_t, len(dep_tensor)) >= 2**31:
             raise InvalidGraphError(f"the graph has {num_t} tensors and {len(dep_tensor)} "
                                     "dependencies; the simulator indexes them with int32")
         for name in ("_dep_tensor", "_dep_op", "_cons_ptr", "_in_ptr", "_in_dep",
-                     "_out_tensors", "_out_tensor_ptr", "_alias"):
+                     "_out_tensors", "_out_tensor_ptr", "_alias", "_reuse_ptr",
+                     "_reuse_pair"):
             setattr(self, name, getattr(self, name).astype(np.int32))
         self._freeze()
 
@@ -646,7 +706,8 @@ class Simulator:
         _readonly(self._bandwidth, self._latency, self._tensor_bytes, self._out_tensor_ptr,
                   self._out_tensors, self._dep_tensor, self._dep_op, self._cons_ptr,
                   self._in_ptr, self._in_dep, self._persistent, self._executor,
-                  self._exec_base, self._alias)
+                  self._exec_base, self._alias, self._reuse_ptr, self._reuse_pair,
+                  self._takeable)
         self.op_time.setflags(write=False)
 
     def __setstate__(self, state: dict) -> None:
@@ -682,7 +743,7 @@ class Simulator:
                         self._dep_tensor, self._dep_op, self._cons_ptr,
                         self._in_ptr, self._in_dep, self._persistent,
                         len(self.graph.tensor_op), self._executor, self._exec_base,
-                        self._alias)
+                        self._alias, self._reuse_ptr, self._reuse_pair, self._takeable)
         num_done = out[0]
         if num_done != self.graph.num_ops:
             raise InvalidGraphError(
