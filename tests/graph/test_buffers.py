@@ -88,10 +88,10 @@ def _forwarded(make_output) -> bool:
         metadata = tf.compat.v1.RunMetadata()
         session.run(total, {x: np.ones([64, 64], np.float32)},
                     options=tf.compat.v1.RunOptions(trace_level=3), run_metadata=metadata)
-    ptr = {node.node_name: out.tensor_description.allocation_description.ptr
+    ptr = {(node.node_name, out.slot): out.tensor_description.allocation_description.ptr
            for dev in metadata.step_stats.dev_stats for node in dev.node_stats
            for out in node.output}
-    return ptr[y.op.name] == ptr["a"] != 0
+    return ptr[(y.op.name, y.value_index)] == ptr[("a", 0)] != 0
 
 
 @pytest.mark.parametrize("op_type, make", [
@@ -106,11 +106,18 @@ def _forwarded(make_output) -> bool:
                                                   e=b)),
 ])
 def test_the_reusing_types_write_into_an_input_only_they_hold(op_type, make):
-    assert buffers.reuse_inputs(op_type, 2)[0] in (0, 1)
+    output, inputs = buffers.reuse_inputs(op_type, 2)
+    assert output == 0 and inputs[0] in (0, 1)
     assert _forwarded(make)
 
 
+def test_the_cross_entropy_writes_its_gradient_into_the_logits():
+    assert buffers.reuse_inputs("SparseSoftmaxCrossEntropyWithLogits", 2) == (1, (0,))
+    assert _forwarded(lambda a, b: tf.raw_ops.SparseSoftmaxCrossEntropyWithLogits(
+        features=a, labels=tf.zeros([64], tf.int32))[1])
+
+
 def test_a_type_outside_the_list_allocates():
-    assert buffers.reuse_inputs("Cast", 1) == () and buffers.reuse_inputs("MatMul", 2) == ()
+    assert buffers.reuse_inputs("Cast", 1) == (-1, ()) == buffers.reuse_inputs("MatMul", 2)
     assert not _forwarded(lambda a, b: tf.cast(tf.cast(a, tf.int32), tf.float32))
-    assert buffers.reuse_inputs("AddN", 3) == (0, 1, 2)
+    assert buffers.reuse_inputs("AddN", 3) == (0, (0, 1, 2))

@@ -508,7 +508,6 @@ def reference_simulate(graph, cluster, op_time, placement):
     inputs_of = collections.defaultdict(list)  # data inputs in input order
     for t, d in zip(graph.edge_tensor.tolist(), graph.edge_dst.tolist()):
         inputs_of[d].append(t)
-    own_outputs = collections.Counter(src_of)
     by_ref = lambda a, b: executor[a] == executor[b]  # one core group (or one device)
     consumers = collections.defaultdict(list)
     missing = collections.defaultdict(set)
@@ -571,8 +570,10 @@ def reference_simulate(graph, cluster, op_time, placement):
                 continue
             ins = inputs_of[i]
             taken = None
-            if key < T and j == -1 and own_outputs[i] == 1:
-                for p in reuse_inputs(graph.op_types[i], len(ins)):
+            port, positions = reuse_inputs(graph.op_types[i], len(ins))
+            mine = [t for t in range(T) if src_of[t] == i]  # outputs in port order
+            if key < T and j == -1 and 0 <= port < len(mine) and mine[port] == key:
+                for p in positions:
                     t = ins[p]
                     if ins.count(t) == 1 and size(t) == size(key) and only_reader(t, i, d) \
                             and size(buffer_of[t]) == size(key):
@@ -676,7 +677,7 @@ def reference_simulate(graph, cluster, op_time, placement):
 
 
 REUSE_TEST_TYPES = ("Identity", "MatMul", "AddV2", "Relu", "AddN", "BiasAdd", "Const",
-                    "Placeholder")
+                    "Placeholder", "SparseSoftmaxCrossEntropyWithLogits")
 
 
 def random_aliases(rng, graph):

@@ -19,9 +19,10 @@ fill with :func:`output_aliases`, one op at a time, from the op's type and the t
   lives until every holder of either tensor is done.
 * every other output has its own buffer (``ALIAS_NONE``, -1). ``Snapshot`` copies on purpose.
 
-Elementwise kernels (``AddV2``, ``Relu``, ``ReluGrad``, ``BiasAdd``, ``AddN``, ...;
-:data:`REUSE_INPUTS`) go further at run time: they write their output into an input's buffer
-when nothing else holds that buffer any more and it has the output's size. Whether they can
+Elementwise kernels (``AddV2``, ``Relu``, ``ReluGrad``, ``BiasAdd``, ``AddN``, ``Softmax``,
+the cross-entropy's gradient, ...; :data:`REUSE_INPUTS`) go further at run time: they write an
+output into an input's buffer when nothing else holds that buffer any more and it has the
+output's size. Whether they can
 depends on the schedule, so the simulator decides it as it runs (:func:`reuse_inputs` says which
 inputs an op tries); a constant's or a fed value's buffer is never taken over
 (:data:`NOT_REUSABLE`).
@@ -78,26 +79,33 @@ def output_aliases(op_type: str, num_outputs: int, inputs: Sequence[int]) -> lis
     return [int(inputs[0])] * num_outputs
 
 
-# Kernels that write their output into an input's buffer when nothing else holds that buffer
-# (TensorFlow's forward_input_or_allocate_output), and the inputs they try, in order.
+# Kernels that write an output into an input's buffer when nothing else holds that buffer
+# (TensorFlow's forward_input_or_allocate_output): type -> (that output, the inputs tried in
+# order).
 _UNARY = ("Relu", "Relu6", "Elu", "Selu", "Softplus", "LeakyRelu", "Tanh", "Sigmoid", "Neg",
           "Sqrt", "Rsqrt", "Square", "Exp", "Log", "Log1p", "Abs", "Sign", "Floor", "Round",
-          "Reciprocal", "Erf", "Sin", "Cos", "ZerosLike", "OnesLike", "ClipByValue")
+          "Reciprocal", "Erf", "Sin", "Cos", "ZerosLike", "OnesLike", "ClipByValue", "Softmax",
+          "LogSoftmax")
 _BINARY = ("AddV2", "Sub", "Mul", "RealDiv", "Maximum", "Minimum", "SquaredDifference", "Pow",
            "DivNoNan", "MulNoNan", "FloorDiv", "Xdivy", "ReluGrad", "Relu6Grad", "EluGrad",
            "SoftplusGrad", "TanhGrad", "SigmoidGrad", "RsqrtGrad", "SqrtGrad", "ReciprocalGrad")
-REUSE_INPUTS = {**{t: (0,) for t in _UNARY}, **{t: (0, 1) for t in _BINARY},
-                "BiasAdd": (0,), "Select": (1, 2), "SelectV2": (1, 2)}
+REUSE_INPUTS = {**{t: (0, (0,)) for t in _UNARY}, **{t: (0, (0, 1)) for t in _BINARY},
+                "BiasAdd": (0, (0,)), "Select": (0, (1, 2)), "SelectV2": (0, (1, 2)),
+                # the gradient (output 1) goes into the logits' buffer
+                "SparseSoftmaxCrossEntropyWithLogits": (1, (0,)),
+                "SoftmaxCrossEntropyWithLogits": (1, (0,))}
 # Producers whose buffers no kernel takes over: a constant's value lives in its kernel, a fed
 # value in the caller's memory.
 NOT_REUSABLE = frozenset({"Const", "HostConst", "Placeholder", "PlaceholderV2"})
 
 
-def reuse_inputs(op_type: str, num_inputs: int) -> tuple[int, ...]:
-    """The input positions whose buffer an op of ``op_type`` with ``num_inputs`` data inputs
-    writes its output into when nothing else holds that buffer and it has the output's size
-    (tried in this order; ``AddN`` tries every input): TensorFlow's in-place elementwise
-    kernels. Empty for every other type."""
+def reuse_inputs(op_type: str, num_inputs: int) -> tuple[int, tuple[int, ...]]:
+    """``(output, inputs)``: the output of an op of ``op_type`` with ``num_inputs`` data inputs
+    that TensorFlow writes into the buffer of one of ``inputs`` (input positions, tried in
+    this order) when nothing else holds that buffer and it has the output's size (its
+    in-place kernels; ``AddN`` tries every input). ``(-1, ())`` for every other type."""
     if op_type == "AddN":
-        return tuple(range(num_inputs))
-    return tuple(p for p in REUSE_INPUTS.get(op_type, ()) if p < num_inputs)
+        return (0, tuple(range(num_inputs))) if num_inputs else (-1, ())
+    output, inputs = REUSE_INPUTS.get(op_type, (-1, ()))
+    inputs = tuple(p for p in inputs if p < num_inputs)
+    return (output, inputs) if inputs else (-1, ())

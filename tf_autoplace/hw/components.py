@@ -19,8 +19,9 @@ workload where the others matter little:
   simulator's figures are the same slopes of its simulated step and of its core work, on the
   cluster that ``Cluster.local`` describes.
 * **concurrency** (:func:`check_concurrency`): two independent chains of matrix products,
-  measured and simulated (profiled op times, the local cluster) as one chain alone, two chains
-  on one logical CPU and one chain on each of two; and two CPU-bound processes pinned to two
+  measured and simulated (the op times profiled with one chain alone, for both chains; the
+  local cluster) as one chain alone, two chains on one logical CPU and one chain on each of
+  two; and two CPU-bound processes pinned to two
   different cores against one alone (:func:`process_contention`), where the simulator's core
   group assumes ``cores`` times the work of one core.
 * **peak memory per device** (:func:`check_memory`): for several placements of each graph on
@@ -478,16 +479,29 @@ def check_concurrency(config: Config, log=None) -> ConcurrencyCheck:
     """The concurrency check (module docstring)."""
     log = log or (lambda message: None)
     cluster = local_cluster(config.num_logical_cpus)
+    # One chain alone is profiled; the second chain's ops are the same ops and get the same
+    # times, so that the check sees the simulator's concurrency, not a profile taken while
+    # two chains contended.
+    one = Workload.from_graph(matmul_chains(1, config.chain_ops, config.matrix_size),
+                              fetches=["train"])
+    profile = profile_ops(one, kinds=("CPU",), config=config.profile)
+    for op in [op for op in profile.op if op.name.startswith("chain0/")]:
+        twin = profile.op.add()
+        twin.CopyFrom(op)
+        twin.name = "chain1/" + op.name[len("chain0/"):]
+    built = {}  # chains -> (workload, problem)
+    for chains in (1, 2):
+        workload = one if chains == 1 else Workload.from_graph(
+            matmul_chains(2, config.chain_ops, config.matrix_size), fetches=["train"])
+        meta_graph = ingest.load_meta_graph(step_graph_def(workload))
+        problem, _ = build_problem(meta_graph, cluster, cost_model=ProfileCostModel.from_proto(
+            profile, fallback=AnalyticalCostModel(meta_graph)))
+        built[chains] = (workload, problem)
     cases = []
     for label, chains, split in (("one chain, one device", 1, False),
                                  ("two chains, one device", 2, False),
                                  ("two chains, one per device", 2, True)):
-        graph = matmul_chains(chains, config.chain_ops, config.matrix_size)
-        workload = Workload.from_graph(graph, fetches=["train"])
-        meta_graph = ingest.load_meta_graph(step_graph_def(workload))
-        profile = profile_ops(workload, kinds=("CPU",), config=config.profile)
-        problem, _ = build_problem(meta_graph, cluster, cost_model=ProfileCostModel.from_proto(
-            profile, fallback=AnalyticalCostModel(meta_graph)))
+        workload, problem = built[chains]
         devices = np.array([1 if split and name.startswith("chain1") else 0
                             for name in problem.graph.names], np.int32)
         cases.append((label, workload, problem, devices))

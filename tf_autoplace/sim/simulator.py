@@ -92,8 +92,8 @@ Modelling choices the paper leaves open (what this module does)
   - an output that *shares an input's buffer* (``Identity``, ``Reshape``, ...) allocates
     nothing when that input is on the same device or was handed over by reference: the buffer
     lives until the last holder of either tensor has finished;
-  - an elementwise kernel (``AddV2``, ``Relu``, ``BiasAdd``, ``AddN``, ...:
-    :func:`~tf_autoplace.graph.buffers.reuse_inputs`) writes its one output into an input's
+  - an in-place kernel (``AddV2``, ``Relu``, ``BiasAdd``, ``AddN``, ``Softmax``, ...:
+    :func:`~tf_autoplace.graph.buffers.reuse_inputs`) writes its output into an input's
     buffer when, as it starts, it is the only holder of that buffer (not a constant's, not a
     fed value's, not a copy from another executor) and the buffer has the output's size; the
     inputs are tried in the order the kernel tries them;
@@ -183,7 +183,7 @@ class SimResult:
 def _simulate(placement, op_time, num_devices, bandwidth, latency, tensor_bytes,
               out_tensor_ptr, out_tensors, dep_tensor, dep_op,
               cons_ptr, in_ptr, in_dep, persistent, num_graph_tensors, executor, exec_base,
-              alias, reuse_ptr, reuse_pair, takeable):
+              alias, reuse_out, reuse_ptr, reuse_pair, takeable):
     """The event loop (module docstring). Arrays built by :class:`Simulator`, with T tensors
     (the ``num_graph_tensors`` graph tensors, then one control dummy per op), P dependency
     pairs and E executors:
@@ -201,8 +201,9 @@ def _simulate(placement, op_time, num_devices, bandwidth, latency, tensor_bytes,
         q >= 0 the buffer of tensor dep_tensor[q], which its producer reads through pair q,
         when that input is on the producer's device or was handed over by reference (module
         docstring, "Memory").
-      reuse_ptr[n+1], reuse_pair: the dependency pairs whose buffer op i's one output may take
-        over, in the order tried (CSR); takeable[T]: tensor k's own buffer may be taken over.
+      reuse_out[n]: the tensor of op i that may take over an input's buffer (-1: none);
+        reuse_ptr[n+1], reuse_pair: the dependency pairs whose buffer it may take, in the order
+        tried (CSR); takeable[T]: tensor k's own buffer may be taken over.
 
     Returns what :class:`SimResult` holds (peak memory with the persistent bytes, transfers
     with -1 for a dummy), and the number of ops that ran, so that nothing is left for numpy
@@ -335,6 +336,8 @@ def _simulate(placement, op_time, num_devices, bandwidth, latency, tensor_bytes,
                                 continue
                         taken = False  # an input's buffer that only this op still holds
                         for c in range(reuse_ptr[item], reuse_ptr[item + 1]):
+                            if kt != reuse_out[item]:
+                                break
                             q = reuse_pair[c]
                             r = root[dep_tensor[q]]
                             if r < 0 or not takeable[r] or refs[r] != 1 or \
@@ -590,35 +593,38 @@ def _alias_pairs(graph: OpGraph, pair_key: np.ndarray) -> np.ndarray:
     return alias
 
 
-def _reuse_pairs(graph: OpGraph, pair_key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The kernel's ``reuse_ptr`` and ``reuse_pair`` (see :func:`_simulate`): for each op with
-    one output of its own whose type reuses inputs (:func:`tf_autoplace.graph.buffers.
-    reuse_inputs`), the dependency pairs of those inputs, in the order tried, that have the
-    output's size."""
+def _reuse_pairs(graph: OpGraph, pair_key: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The kernel's ``reuse_out``, ``reuse_ptr`` and ``reuse_pair`` (see :func:`_simulate`):
+    for each op whose type writes an output into an input's buffer (:func:`tf_autoplace.graph.
+    buffers.reuse_inputs`) and whose that output has no other buffer (``ALIAS_NONE``), that
+    output and the dependency pairs of the inputs tried, in order, that have its size and that
+    the op reads once (TensorFlow does not take over an input the op holds twice)."""
     n = graph.num_ops
     order = np.argsort(graph.edge_dst, kind="stable")  # each op's inputs in input order
     ptr = np.searchsorted(graph.edge_dst[order], np.arange(n + 1))
     inputs = graph.edge_tensor[order].tolist()
-    outputs = np.bincount(graph.tensor_op, minlength=n)
-    out_tensor = np.full(n, -1, np.int64)
-    out_tensor[graph.tensor_op] = np.arange(len(graph.tensor_op))
+    by_op = np.argsort(graph.tensor_op, kind="stable")  # each op's outputs in port order
+    out_ptr = np.searchsorted(graph.tensor_op[by_op], np.arange(n + 1))
+    reuse_out = np.full(n, -1, np.int64)
     counts, pairs = np.zeros(n, np.int64), []
     for i, op_type in enumerate(graph.op_types):
-        positions = reuse_inputs(op_type, int(ptr[i + 1] - ptr[i])) if outputs[i] == 1 else ()
-        k = out_tensor[i]
-        if not positions or graph.tensor_alias[k] != ALIAS_NONE:
+        port, positions = reuse_inputs(op_type, int(ptr[i + 1] - ptr[i]))
+        if port < 0 or port >= out_ptr[i + 1] - out_ptr[i]:
+            continue
+        k = int(by_op[out_ptr[i] + port])
+        if graph.tensor_alias[k] != ALIAS_NONE:
             continue
         mine = inputs[ptr[i]:ptr[i + 1]]
-        seen = set()
         for p in positions:
             j = mine[p]
-            # An input read twice is held twice: TensorFlow does not take it over.
-            if j in seen or mine.count(j) > 1 or graph.tensor_bytes[j] != graph.tensor_bytes[k]:
+            if mine.count(j) > 1 or graph.tensor_bytes[j] != graph.tensor_bytes[k]:
                 continue
-            seen.add(j)
             pairs.append(int(np.searchsorted(pair_key, j * n + i)))
             counts[i] += 1
-    return (np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+        if counts[i]:
+            reuse_out[i] = k
+    return (reuse_out, np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
             np.asarray(pairs, np.int64))
 
 
@@ -683,7 +689,7 @@ class Simulator:
         self._tensor_bytes = np.concatenate([graph.tensor_bytes, np.zeros(n, np.int64)])
         self._persistent = graph.persistent_bytes.astype(np.int64)
         self._alias = _alias_pairs(graph, key)
-        self._reuse_ptr, self._reuse_pair = _reuse_pairs(graph, key)
+        self._reuse_out, self._reuse_ptr, self._reuse_pair = _reuse_pairs(graph, key)
         self._takeable = np.zeros(t + n, bool)
         self._takeable[:t] = [graph.op_types[i] not in NOT_REUSABLE
                               for i in graph.tensor_op.tolist()]
@@ -691,8 +697,8 @@ class Simulator:
             raise InvalidGraphError(f"the graph has {num_t} tensors and {len(dep_tensor)} "
                                     "dependencies; the simulator indexes them with int32")
         for name in ("_dep_tensor", "_dep_op", "_cons_ptr", "_in_ptr", "_in_dep",
-                     "_out_tensors", "_out_tensor_ptr", "_alias", "_reuse_ptr",
-                     "_reuse_pair"):
+                     "_out_tensors", "_out_tensor_ptr", "_alias", "_reuse_out",
+                     "_reuse_ptr", "_reuse_pair"):
             setattr(self, name, getattr(self, name).astype(np.int32))
         self._freeze()
 
@@ -706,8 +712,8 @@ class Simulator:
         _readonly(self._bandwidth, self._latency, self._tensor_bytes, self._out_tensor_ptr,
                   self._out_tensors, self._dep_tensor, self._dep_op, self._cons_ptr,
                   self._in_ptr, self._in_dep, self._persistent, self._executor,
-                  self._exec_base, self._alias, self._reuse_ptr, self._reuse_pair,
-                  self._takeable)
+                  self._exec_base, self._alias, self._reuse_out, self._reuse_ptr,
+                  self._reuse_pair, self._takeable)
         self.op_time.setflags(write=False)
 
     def __setstate__(self, state: dict) -> None:
@@ -743,7 +749,8 @@ class Simulator:
                         self._dep_tensor, self._dep_op, self._cons_ptr,
                         self._in_ptr, self._in_dep, self._persistent,
                         len(self.graph.tensor_op), self._executor, self._exec_base,
-                        self._alias, self._reuse_ptr, self._reuse_pair, self._takeable)
+                        self._alias, self._reuse_out, self._reuse_ptr, self._reuse_pair,
+                        self._takeable)
         num_done = out[0]
         if num_done != self.graph.num_ops:
             raise InvalidGraphError(
