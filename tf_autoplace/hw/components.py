@@ -674,9 +674,9 @@ def markdown(*, ops=(), transfers=None, concurrency=None, memory=(), header="") 
                 ("step time of being split at all", split["measured"], split["simulated"]),
                 ("CPU work of being split at all", split["measured_cpu"],
                  split["simulated_core"])):
-            over = f"{simulated / measured:.2f}" if measured > 0 else "n/a"
-            lines.append(f"| {what} | {measured * 1e6:.2f} us | {simulated * 1e6:.2f} us | "
-                         f"{over} |")
+            over = f"{simulated / measured + 0.0:.2f}" if measured > 0 else "n/a"
+            lines.append(f"| {what} | {measured * 1e6 + 0.0:.2f} us | "
+                         f"{simulated * 1e6 + 0.0:.2f} us | {over} |")
         lines.append("")
     if concurrency is not None:
         c = concurrency
