@@ -88,10 +88,15 @@ def _forwarded(make_output) -> bool:
         metadata = tf.compat.v1.RunMetadata()
         session.run(total, {x: np.ones([64, 64], np.float32)},
                     options=tf.compat.v1.RunOptions(trace_level=3), run_metadata=metadata)
-    ptr = {(node.node_name, out.slot): out.tensor_description.allocation_description.ptr
-           for dev in metadata.step_stats.dev_stats for node in dev.node_stats
-           for out in node.output}
-    return ptr[(y.op.name, y.value_index)] == ptr[("a", 0)] != 0
+    nodes = {node.node_name: node for dev in metadata.step_stats.dev_stats
+             for node in dev.node_stats}
+    ptr = {(name, out.slot): out.tensor_description.allocation_description.ptr
+           for name, node in nodes.items() for out in node.output}
+    # The same address alone could be a released buffer given out again: the op must also
+    # have allocated nothing of the output's size.
+    allocated = [r.alloc_bytes for used in nodes[y.op.name].memory
+                 for r in used.allocation_records if r.alloc_bytes > 0]
+    return ptr[(y.op.name, y.value_index)] == ptr[("a", 0)] != 0 and 64 * 64 * 4 not in allocated
 
 
 @pytest.mark.parametrize("op_type, make", [

@@ -133,7 +133,13 @@ import numpy as np
 
 from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.errors import InfeasiblePlacementError, InvalidGraphError
-from tf_autoplace.graph.buffers import ALIAS_NONE, ALIAS_VIEW, NOT_REUSABLE, reuse_inputs
+from tf_autoplace.graph.buffers import (
+    ALIAS_NONE,
+    ALIAS_VIEW,
+    NOT_REUSABLE,
+    REUSE_INPUTS,
+    reuse_inputs,
+)
 from tf_autoplace.graph.opgraph import OpGraph
 from tf_autoplace.sim.jit import cached_njit
 
@@ -597,35 +603,38 @@ def _reuse_pairs(graph: OpGraph, pair_key: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The kernel's ``reuse_out``, ``reuse_ptr`` and ``reuse_pair`` (see :func:`_simulate`):
     for each op whose type writes an output into an input's buffer (:func:`tf_autoplace.graph.
-    buffers.reuse_inputs`) and whose that output has no other buffer (``ALIAS_NONE``), that
+    buffers.reuse_inputs`) and whose such output has no other buffer (``ALIAS_NONE``): that
     output and the dependency pairs of the inputs tried, in order, that have its size and that
     the op reads once (TensorFlow does not take over an input the op holds twice)."""
     n = graph.num_ops
     order = np.argsort(graph.edge_dst, kind="stable")  # each op's inputs in input order
-    ptr = np.searchsorted(graph.edge_dst[order], np.arange(n + 1))
+    ptr = np.searchsorted(graph.edge_dst[order], np.arange(n + 1)).tolist()
     inputs = graph.edge_tensor[order].tolist()
     by_op = np.argsort(graph.tensor_op, kind="stable")  # each op's outputs in port order
-    out_ptr = np.searchsorted(graph.tensor_op[by_op], np.arange(n + 1))
+    out_ptr = np.searchsorted(graph.tensor_op[by_op], np.arange(n + 1)).tolist()
+    by_op = by_op.tolist()
+    nbytes, alias = graph.tensor_bytes.tolist(), graph.tensor_alias.tolist()
     reuse_out = np.full(n, -1, np.int64)
-    counts, pairs = np.zeros(n, np.int64), []
+    counts, wanted = np.zeros(n, np.int64), []  # wanted: pair keys, tensor * n + op
     for i, op_type in enumerate(graph.op_types):
-        port, positions = reuse_inputs(op_type, int(ptr[i + 1] - ptr[i]))
+        if op_type not in REUSE_INPUTS and op_type != "AddN":
+            continue
+        port, positions = reuse_inputs(op_type, ptr[i + 1] - ptr[i])
         if port < 0 or port >= out_ptr[i + 1] - out_ptr[i]:
             continue
-        k = int(by_op[out_ptr[i] + port])
-        if graph.tensor_alias[k] != ALIAS_NONE:
+        k = by_op[out_ptr[i] + port]
+        if alias[k] != ALIAS_NONE:
             continue
         mine = inputs[ptr[i]:ptr[i + 1]]
         for p in positions:
             j = mine[p]
-            if mine.count(j) > 1 or graph.tensor_bytes[j] != graph.tensor_bytes[k]:
-                continue
-            pairs.append(int(np.searchsorted(pair_key, j * n + i)))
-            counts[i] += 1
+            if mine.count(j) == 1 and nbytes[j] == nbytes[k]:
+                wanted.append(j * n + i)
+                counts[i] += 1
         if counts[i]:
             reuse_out[i] = k
-    return (reuse_out, np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
-            np.asarray(pairs, np.int64))
+    pairs = np.searchsorted(pair_key, np.asarray(wanted, np.int64)).astype(np.int64)
+    return reuse_out, np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), pairs
 
 
 def _readonly(*arrays):
@@ -690,9 +699,8 @@ class Simulator:
         self._persistent = graph.persistent_bytes.astype(np.int64)
         self._alias = _alias_pairs(graph, key)
         self._reuse_out, self._reuse_ptr, self._reuse_pair = _reuse_pairs(graph, key)
-        self._takeable = np.zeros(t + n, bool)
-        self._takeable[:t] = [graph.op_types[i] not in NOT_REUSABLE
-                              for i in graph.tensor_op.tolist()]
+        reusable = np.array([op_type not in NOT_REUSABLE for op_type in graph.op_types], bool)
+        self._takeable = np.concatenate([reusable[graph.tensor_op], np.zeros(n, bool)])
         if max(num_t, len(dep_tensor)) >= 2**31:
             raise InvalidGraphError(f"the graph has {num_t} tensors and {len(dep_tensor)} "
                                     "dependencies; the simulator indexes them with int32")
