@@ -36,6 +36,7 @@ LAYERS = [
     {"placers"},  # the registry, auto and one folder per learned placer
     {"pipeline.options"},  # what a door hands the engine: a placer, a cluster, ..., checked
     {"pipeline.engine", "zoo.benchmark", "hw.fidelity"},  # run placers end to end
+    {"hw.components"},  # the simulator's parts against this machine, on fidelity's graphs
     {"tf2"},
     {"api"},
     {"flags", "testing"},

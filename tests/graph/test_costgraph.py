@@ -56,7 +56,8 @@ def _cluster():
 
 def _same(a: costgraph.CostGraph, b: costgraph.CostGraph):
     for field in ("persistent_bytes", "tensor_op", "tensor_bytes", "edge_tensor", "edge_dst",
-                  "ctrl_src", "ctrl_dst", "colocation", "kernels", "shape_known"):
+                  "ctrl_src", "ctrl_dst", "colocation", "kernels", "shape_known",
+                  "tensor_alias"):
         np.testing.assert_array_equal(getattr(a.graph, field), getattr(b.graph, field), field)
     assert (a.graph.names, a.graph.op_types) == (b.graph.names, b.graph.op_types)
     assert a.times.keys() == b.times.keys()
@@ -131,6 +132,28 @@ def test_cost_graphs_round_trip_in_every_form(tmp_path, fmt, name):
         assert doc["format_version"] == 1 and "output_bytes" in doc["op"][0]
 
 
+def test_buffer_sharing_is_read_from_output_alias_or_the_op_type():
+    # w/read is a ReadVariableOp: a view of w (derived from its type). matmul says its second
+    # output shares its input 1 (w/read's value): a view too, through it.
+    cg = costgraph.decode(_hand_with("output_bytes: [1024, 2048]",
+                                     "output_bytes: [1024, 2048] output_alias: [-1, 1]"), "text")
+    g = cg.graph
+    first = {g.names[op]: t for t, op in reversed(list(enumerate(g.tensor_op.tolist())))}
+    assert g.tensor_alias[first["w/read"]] == -2
+    assert g.tensor_alias[first["matmul"]] == -1
+    assert g.tensor_alias[first["matmul"] + 1] == first["w/read"]
+    # Written where the type would say otherwise, so it reads back the same.
+    again = costgraph.decode(costgraph.encode(cg, "text"), "text")
+    np.testing.assert_array_equal(again.graph.tensor_alias, g.tensor_alias)
+    written = {op.name: list(op.output_alias) for op in costgraph.to_proto(cg).op}
+    assert written["matmul"] == [-1, 1] and written["w/read"] == []
+    # A hand-built graph whose Identity ops do not share (from_edges) keeps that in a file.
+    made = problems.random_problem(12, seed=1)
+    assert set(made.graph.op_types) == {"Identity"} and (made.graph.tensor_alias == -1).all()
+    back = costgraph.decode(costgraph.encode(export_cost_graph(made), "binary"), "binary")
+    assert (back.graph.tensor_alias == -1).all()
+
+
 def test_a_tensor_numbering_that_is_not_op_by_op_comes_back_equivalent():
     # Tensors numbered [op1, op0, op1]: written op by op, read back as [op0, op1, op1].
     graph = OpGraph(
@@ -176,6 +199,10 @@ def _hand_with(old: str, new: str) -> bytes:
     (_hand_with('op { name: "x" type: "Placeholder"',
                 'op { name: "x" type: "Placeholder" control_input: "loss"'), "cycle"),
     (b'format_version: 1 op { name: "a" bogus: 3 }', "not a text CostGraph"),
+    (_hand_with("output_bytes: [1024, 2048]", "output_bytes: [1024, 2048] output_alias: -1"),
+     "'matmul' has 1 output_alias entries for 2 outputs"),
+    (_hand_with("output_bytes: [1024, 2048]", "output_bytes: [1024, 2048] output_alias: [-1, 2]"),
+     r"'matmul' has output_alias 2; expected -1 .* \[0, 2\)"),
 ])
 def test_every_malformed_cost_graph_is_a_typed_error_naming_the_problem(data, message):
     with pytest.raises(InvalidGraphError, match=message):
@@ -261,6 +288,9 @@ def test_a_zoo_graph_exported_to_a_cost_graph_is_placed_as_the_tf_path_places_it
     again = cost_graph_problem(costgraph.read(path), cluster)
     np.testing.assert_array_equal(again.op_time, problem.op_time)  # every device, CPU too
     np.testing.assert_array_equal(again.grouping.labels, problem.grouping.labels)
+    # Buffer sharing comes back from the op types and inputs as ingestion derived it.
+    np.testing.assert_array_equal(again.graph.tensor_alias, problem.graph.tensor_alias)
+    assert (problem.graph.tensor_alias != -1).any()
     report = tf_autoplace.place_cost_graph(path, cluster="k80x2", placer=make(), seed=4)
 
     assert report.assignment == tf_report.assignment

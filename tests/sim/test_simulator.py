@@ -14,6 +14,7 @@ import pytest
 
 from tf_autoplace.core.cluster import Cluster, Device
 from tf_autoplace.errors import InfeasiblePlacementError, InvalidGraphError
+from tf_autoplace.graph.buffers import NOT_REUSABLE, reuse_inputs
 from tf_autoplace.graph.opgraph import OpGraph, from_edges
 from tf_autoplace.sim import (
     SimResult,
@@ -272,6 +273,91 @@ def test_copy_on_destination_allocated_at_transfer_start():
     np.testing.assert_array_equal(r.peak_memory, [5 * MB, 8 * MB])
 
 
+def with_aliases(graph, alias):
+    return dataclasses.replace(graph, tensor_alias=np.asarray(alias, np.int32))
+
+
+def test_a_view_of_a_variable_allocates_nothing():
+    # op0 a variable (4 MB persistent), op1 reads it (a view, 4 MB: no bytes of its own),
+    # op2 reads that and makes 100 bytes.
+    g = with_aliases(from_edges(3, [(0, 1, 0), (1, 2, 4 * MB)],
+                                persistent_bytes=[4 * MB, 0, 0]), [-2, -2, -1])
+    r = simulate(g, make_cluster(1), [1, 1, 1], [0, 0, 0])
+    np.testing.assert_array_equal(r.peak_memory, [4 * MB])
+    # Sent to a device of another executor, the view is copied there (4 MB on dev 1).
+    r = simulate(g, make_cluster(2), [1, 1, 1], [0, 0, 1])
+    np.testing.assert_array_equal(r.peak_memory, [4 * MB, 4 * MB])
+
+
+def test_an_output_that_shares_its_input_keeps_that_buffer_alive():
+    # op0 -> op1 -> op2 -> op3 on one device, 1 ms each; t0 = t1 = 3 MB, t2 = 1 MB.
+    chain = from_edges(4, [(0, 1, 3 * MB), (1, 2, 3 * MB), (2, 3, MB)])
+    run = lambda alias: simulate(with_aliases(chain, alias), make_cluster(1), [1] * 4,
+                                 [0] * 4).peak_memory[0]
+    # Own buffers: op1 runs with t0 and t1 (6 MB).
+    assert run([-1, -1, -1, -1]) == 6 * MB
+    # op1 shares t0: one 3 MB buffer, which op2 still reads when it adds t2 (4 MB). Had the
+    # buffer gone when op1 (its reader) ended, op2 would run with 1 MB and the peak be 3 MB.
+    assert run([-1, 0, -1, -1]) == 4 * MB
+
+
+def test_an_output_cannot_share_an_input_that_was_copied_from_another_executor():
+    g = with_aliases(from_edges(3, [(0, 1, 3 * MB), (1, 2, 3 * MB)]), [-1, 0, -1])
+    r = simulate(g, make_cluster(2), [1, 1, 1], [0, 1, 1])
+    # dev 1: the copy of t0 (3 MB) and op1's own output (3 MB) while op1 runs.
+    np.testing.assert_array_equal(r.peak_memory, [3 * MB, 6 * MB])
+
+
+def test_within_a_core_group_a_tensor_is_handed_over_by_reference():
+    # CHAIN3 split over two devices of one core group: t0 (1 MB) is not copied to dev 1; it
+    # stays charged to dev 0 until op1 (on dev 1) has finished. op1's output t1 (1 MB) is dev
+    # 1's. Across executors (make_cluster) the same split copies t0 (test above: 1 and 2 MB).
+    r = simulate(CHAIN3, shared_cluster(2, 2), [1, 1, 1], [0, 1, 1])
+    np.testing.assert_array_equal(r.peak_memory, [MB, MB])
+    # A sharing output on dev 1 keeps dev 0's buffer: op1 shares t0, so dev 1 holds nothing.
+    g = with_aliases(CHAIN3, [-1, 0, -1])
+    r = simulate(g, shared_cluster(2, 2), [1, 1, 1], [0, 1, 1])
+    np.testing.assert_array_equal(r.peak_memory, [MB, 0])
+
+
+def test_an_elementwise_op_takes_over_an_input_only_it_still_holds():
+    # op0 -> op1 -> op2, t0 = t1 = 3 MB (op2's output: 0 bytes), 1 ms each.
+    def run(types, placement=(0, 0, 0), cluster=None, extra=()):
+        g = from_edges(len(types), [(0, 1, 3 * MB), (1, 2, 3 * MB), *extra])
+        g = dataclasses.replace(g, op_types=types)
+        cluster = cluster or make_cluster(1)
+        return Simulator(g, cluster, times_ms([1] * len(types), cluster.num_devices)).run(
+            np.asarray(placement)).peak_memory
+    # A MatMul allocates: op1 runs with t0 and t1 (6 MB). A Relu writes into t0, which only
+    # it still holds: one 3 MB buffer throughout.
+    assert run(("MatMul", "MatMul", "MatMul"))[0] == 6 * MB
+    assert run(("MatMul", "Relu", "MatMul"))[0] == 3 * MB
+    # A constant's value is never taken over.
+    assert run(("Const", "Relu", "MatMul"))[0] == 6 * MB
+    # Another reader of t0 (op3, queued after op1) keeps the Relu from taking it.
+    assert run(("MatMul", "Relu", "MatMul", "MatMul"), (0, 0, 0, 0),
+               extra=[(0, 3, 3 * MB)])[0] == 6 * MB
+    # Handed over by reference within a core group, dev 0's buffer is taken on dev 1: dev 1
+    # allocates nothing for the Relu, and the buffer stays dev 0's until op2 has finished.
+    np.testing.assert_array_equal(run(("MatMul", "Relu", "MatMul"), (0, 1, 1),
+                                      shared_cluster(2, 2)), [3 * MB, 0])
+    np.testing.assert_array_equal(run(("MatMul", "MatMul", "MatMul"), (0, 1, 1),
+                                      shared_cluster(2, 2)), [3 * MB, 3 * MB])
+    # A copy from a device of another executor is not taken over (the model keeps the copy
+    # apart): dev 1 holds the copy and the Relu's output.
+    np.testing.assert_array_equal(run(("MatMul", "Relu", "MatMul"), (0, 1, 1),
+                                      make_cluster(2)), [3 * MB, 6 * MB])
+
+
+def test_graph_tensor_alias_is_checked():
+    with pytest.raises(InvalidGraphError, match="tensor_alias"):
+        with_aliases(CHAIN3, [-1, 1, -1])  # a tensor sharing itself
+    with pytest.raises(InvalidGraphError, match="tensor_alias"):
+        with_aliases(CHAIN3, [-1, -3, -1])
+    with pytest.raises(InvalidGraphError, match="entries"):
+        with_aliases(CHAIN3, [-1, -1])
+
+
 def test_memory_penalized_runtime():
     g = from_edges(2, [], persistent_bytes=[3 * 10**9, 0])
     cluster = make_cluster(2, memory=10**9)
@@ -341,6 +427,8 @@ def test_lower_bound_never_exceeds_makespan():
     for trial in range(50):
         n, d = int(rng.integers(1, 40)), int(rng.integers(1, 5))
         g = random_graph(rng, n)
+        if trial % 3:
+            g = random_aliases(rng, g)
         cluster = make_cluster(d, bandwidth_gbps=float(rng.uniform(0.5, 10)),
                                latency_us=float(rng.uniform(0, 50)))
         op_time = random_times(rng, n, d, ties=trial % 2 == 0)
@@ -422,6 +510,11 @@ def reference_simulate(graph, cluster, op_time, placement, partner=None, partner
             deps.add((T + s, d))  # the control dummy of op s
     producer = lambda key: src_of[key] if key < T else key - T
     size = lambda key: int(graph.tensor_bytes[key]) if key < T else 0
+    shares = lambda key: int(graph.tensor_alias[key]) if key < T else -1
+    inputs_of = collections.defaultdict(list)  # data inputs in input order
+    for t, d in zip(graph.edge_tensor.tolist(), graph.edge_dst.tolist()):
+        inputs_of[d].append(t)
+    by_ref = lambda a, b: executor[a] == executor[b]  # one core group (or one device)
     consumers = collections.defaultdict(list)
     missing = collections.defaultdict(set)
     for key, op in sorted(deps):
@@ -437,23 +530,69 @@ def reference_simulate(graph, cluster, op_time, placement, partner=None, partner
     on_core = [[None] * int(c) for c in cores]
     on_bus = [None] * D
     live, peak = [0] * D, [0] * D
-    holders = {}  # (key, device) -> what still needs that copy
+    buffer_of = {}  # tensor -> the tensor whose buffer holds its bytes (None: a view)
+    holders = {}    # buffer -> what still needs it; (key, device) -> what needs that copy
     sent, transfers, events, seq = set(), [], [], [0]
 
     def alloc(dev, nbytes):
         live[dev] += nbytes
         peak[dev] = max(peak[dev], live[dev])
 
-    def release(key, dev, holder):
-        holders[(key, dev)].discard(holder)
-        if not holders[(key, dev)]:
-            live[dev] -= size(key)
+    def release_buffer(key, holder):
+        b = buffer_of[key]
+        if b is not None:
+            holders[b].discard(holder)
+            if not holders[b]:
+                live[placement[producer(b)]] -= size(b)
 
     def start_transfer(now, key, src, dst, where):
-        alloc(dst, size(key))
+        if not by_ref(src, dst):
+            alloc(dst, size(key))  # a copy
         transfers.append([key, src, dst, now, None])
         t = now + cluster.latency[src, dst] + size(key) / cluster.bandwidth[src, dst]
         heapq.heappush(events, (t, seq[0], where))
+        seq[0] += 1
+
+    def only_reader(t, i, d):
+        """Op i (on d) is all that holds input t's buffer: it may write its output there."""
+        b = buffer_of[t]
+        if b is None or graph.op_types[producer(b)] in NOT_REUSABLE:
+            return False
+        dt = placement[producer(t)]
+        if dt == d:
+            return holders[b] == {(t, i)}
+        return by_ref(dt, d) and holders[b] == {("to", t, d)} and holders[(t, d)] == {i}
+
+    def start_op(now, i, e, k):
+        d = placement[i]
+        start[i] = now
+        for key in outputs[i]:
+            j = shares(key)
+            if j == -2:
+                buffer_of[key] = None
+                continue
+            if j >= 0 and (j, i) in deps and by_ref(placement[producer(j)], d):
+                buffer_of[key] = buffer_of[j]
+                continue
+            ins = inputs_of[i]
+            taken = None
+            port, positions = reuse_inputs(graph.op_types[i], len(ins))
+            mine = [t for t in range(T) if src_of[t] == i]  # outputs in port order
+            if key < T and j == -1 and 0 <= port < len(mine) and mine[port] == key:
+                for p in positions:
+                    t = ins[p]
+                    if ins.count(t) == 1 and size(t) == size(key) and only_reader(t, i, d) \
+                            and size(buffer_of[t]) == size(key):
+                        taken = buffer_of[t]
+                        break
+            if taken is not None:
+                buffer_of[key] = taken
+            else:
+                buffer_of[key] = key
+                holders[key] = set()
+                live[d] += size(key)
+        peak[d] = max(peak[d], live[d])
+        heapq.heappush(events, (now + duration(i), seq[0], ("core", e, k)))
         seq[0] += 1
 
     def wakeup(now, execs, buses):
@@ -462,13 +601,7 @@ def reference_simulate(graph, cluster, op_time, placement, partner=None, partner
                 if on_core[e][k] is None and core_q[e]:
                     item = on_core[e][k] = core_q[e].popleft()
                     if item[0] == "op":
-                        i, d = item[1], placement[item[1]]
-                        start[i] = now
-                        for key in outputs[i]:
-                            live[d] += size(key)
-                        peak[d] = max(peak[d], live[d])
-                        heapq.heappush(events, (now + duration(i), seq[0], ("core", e, k)))
-                        seq[0] += 1
+                        start_op(now, item[1], e, k)
                     else:
                         start_transfer(now, item[1], item[2], item[3], ("core", e, k))
         for s in buses:
@@ -483,7 +616,8 @@ def reference_simulate(graph, cluster, op_time, placement, partner=None, partner
                 missing[j].discard(key)
                 if not missing[j]:
                     core_q[executor[dst]].append(("op", j))
-        release(key, s, ("to", dst))
+        if not by_ref(s, dst):
+            release_buffer(key, ("to", key, dst))  # the copy is made
 
     for i in range(n):
         if not missing[i]:
@@ -508,16 +642,16 @@ def reference_simulate(graph, cluster, op_time, placement, partner=None, partner
         d = placement[i]
         end[i] = now
         for key in outputs[i]:
-            holders[(key, d)] = set()
+            held = set()
             for j in consumers[key]:
                 dj = placement[j]
                 if dj == d:
-                    holders[(key, d)].add(j)
+                    held.add((key, j))
                     missing[j].discard(key)
                     if not missing[j]:
                         core_q[e].append(("op", j))
                 else:
-                    holders[(key, d)].add(("to", dj))
+                    held.add(("to", key, dj))
                     if (key, dj) not in sent:
                         sent.add((key, dj))
                         if executor[dj] == e:
@@ -526,15 +660,55 @@ def reference_simulate(graph, cluster, op_time, placement, partner=None, partner
                             bus_q[d].append((key, dj))
                         holders[(key, dj)] = set()
                     holders[(key, dj)].add(j)
-            if not holders[(key, d)]:
-                live[d] -= size(key)
+            b = buffer_of[key]
+            if b is not None:
+                holders[b] |= held
+                if not holders[b]:
+                    live[placement[producer(b)]] -= size(b)
         for key in {k for k, op in deps if op == i}:
-            release(key, d, i)
+            if placement[producer(key)] == d:
+                release_buffer(key, (key, i))
+                continue
+            holders[(key, d)].discard(i)
+            if not holders[(key, d)]:
+                if by_ref(placement[producer(key)], d):  # the last reader of a hand-over
+                    release_buffer(key, ("to", key, d))
+                else:
+                    live[d] -= size(key)  # the last reader of a copy
         wakeup(now, [e], [d])
     assert None not in end
     persistent = np.bincount(placement, weights=graph.persistent_bytes, minlength=D)
     return (np.array(start), np.array(end), np.array(peak) + persistent.astype(np.int64),
             sum(size(x[0]) for x in transfers), transfers)
+
+
+REUSE_TEST_TYPES = ("Identity", "MatMul", "AddV2", "Relu", "AddN", "BiasAdd", "Const",
+                    "Placeholder", "SparseSoftmaxCrossEntropyWithLogits")
+
+
+def random_aliases(rng, graph):
+    """``graph`` with some tensors views (-2) or sharing a tensor their producer reads, a few
+    sharing a tensor it does not read (their own buffer, then), and op types among
+    :data:`REUSE_TEST_TYPES` (some take over an input's buffer; a constant's or a fed value's
+    is never taken)."""
+    n = len(graph.tensor_op)
+    alias = np.full(n, -1, np.int32)
+    reads = collections.defaultdict(list)
+    for t, d in zip(graph.edge_tensor.tolist(), graph.edge_dst.tolist()):
+        reads[d].append(t)
+    for k, op in enumerate(graph.tensor_op.tolist()):
+        u = rng.random()
+        if u < 0.15:
+            alias[k] = -2
+        elif u < 0.5 and reads[op]:
+            alias[k] = reads[op][int(rng.integers(len(reads[op])))]
+        elif u < 0.55 and n > 1:
+            alias[k] = (k + 1 + int(rng.integers(n - 1))) % n
+    types = tuple(REUSE_TEST_TYPES[int(t)] for t in rng.integers(0, len(REUSE_TEST_TYPES),
+                                                                   graph.num_ops))
+    # Equal sizes make taking over an input possible: 0 or 1 MB (tiny graphs stay tiny).
+    sizes = np.asarray(graph.tensor_bytes) // (2 * MB) * MB
+    return dataclasses.replace(graph, tensor_alias=alias, op_types=types, tensor_bytes=sizes)
 
 
 def _assert_matches_reference(sim, graph, cluster, op_time, placement, partner=None,
@@ -580,6 +754,8 @@ def test_matches_reference_on_random_graphs(seed, shared, partners):
     for trial in range(10):
         n, d = int(rng.integers(1, 30)), int(rng.integers(1, 5))
         g = random_graph(rng, n)
+        if trial % 3:
+            g = random_aliases(rng, g)
         cluster = make_cluster(d, bandwidth_gbps=float(rng.uniform(0.5, 10)),
                                latency_us=float(rng.choice([0.0, 25.0])))
         if shared:
@@ -609,7 +785,7 @@ def test_matches_reference_with_many_devices_and_simultaneous_events(seed, share
     # or 1 ms). The order of equal-time events (by creation) decides the timeline here; with
     # core groups, also the order in which an executor's idle cores are filled.
     rng = np.random.default_rng(100 + seed)
-    g = random_graph(rng, 80, max_bytes=1)
+    g = random_aliases(rng, random_graph(rng, 80, max_bytes=1))
     cluster = make_cluster(8, latency_us=float([0.0, 1000.0][seed % 2]))
     if shared:
         cluster = random_core_groups(rng, cluster)

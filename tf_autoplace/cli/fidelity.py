@@ -3,6 +3,7 @@ r"""Simulator fidelity on this machine: simulated vs measured step times of many
     tf-autoplace fidelity --out_md=fidelity.md --out_json=fidelity.json
     tf-autoplace fidelity --graphs=lstm --max_load=1.5   # wait for a quiet machine
     tf-autoplace fidelity --graphs= --graph_file=my_train.pb   # your own training graph
+    tf-autoplace fidelity --components --out_md=components.md   # each part on its own
 
 For each graph (``--graphs``: see ``tf_autoplace.hw.fidelity.GRAPHS``; ``--graph_file``: a
 GraphDef or MetaGraphDef of your own, whose train op one step runs), at least 20 distinct
@@ -16,17 +17,26 @@ profiled once per run (timed copies and, between logical CPUs, the CPU work of a
 ``tf_autoplace.hw.transfers``). When the 1-minute load is above 1.5 the
 tool warns that its figures are not publishable. Progress goes to stderr. See
 :mod:`tf_autoplace.hw.fidelity`.
+
+With ``--components`` the tool checks the simulator's parts one at a time instead (op compute
+time, cross-device transfers, concurrency on shared cores, peak memory per device; choose with
+``--component``), on the same graphs, and prints one table per part with the load, the
+command line and the commit it ran at. See :mod:`tf_autoplace.hw.components`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import subprocess
+import sys
 import time
 
 from absl import app, flags
 
 from tf_autoplace.errors import AutoplaceError
+from tf_autoplace.hw import components as components_lib
 from tf_autoplace.hw import fidelity
 from tf_autoplace.hw.protocol import QUIET_LOAD, load_average
 from tf_autoplace.hw.runner import RunConfig
@@ -46,11 +56,74 @@ flags.DEFINE_float("max_load", None, "wait until the 1-minute load average is at
 flags.DEFINE_integer("seed", 0, "placer seed")
 flags.DEFINE_string("out_md", None, "write the markdown tables here")
 flags.DEFINE_string("out_json", None, "write every figure as JSON here")
+flags.DEFINE_bool("components", False, "check the simulator's parts one at a time instead "
+                  "(tf_autoplace.hw.components)")
+flags.DEFINE_list("component", list(components_lib.COMPONENTS),
+                  f"with --components: which parts, among {list(components_lib.COMPONENTS)}")
 FLAGS = flags.FLAGS
 
 
-def main(argv):
+def _commit() -> str:
+    """The source tree's git commit (with ``+changes`` when it has uncommitted ones), or
+    ``unknown`` outside a git checkout."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        head = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--",
+                                "tf_autoplace"], capture_output=True, text=True,
+                               check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+changes" if dirty else "")
+
+
+def _components(argv) -> int:
     del argv
+    try:
+        config = components_lib.Config(
+            num_logical_cpus=FLAGS.num_logical_cpus, rounds=FLAGS.steps,
+            warmup_steps=FLAGS.warmup_steps,
+            profile=RunConfig(steps=1, warmup_steps=FLAGS.warmup_steps,
+                              trace_steps=FLAGS.trace_steps), seed=FLAGS.seed)
+        unknown = sorted(set(FLAGS.component) - set(components_lib.COMPONENTS))
+        if unknown:
+            raise app.UsageError(f"unknown components {unknown}; choose among "
+                                 f"{list(components_lib.COMPONENTS)}")
+    except AutoplaceError as e:
+        raise app.UsageError(str(e)) from None
+    log = fidelity.progress
+    fidelity.wait_for_quiet(FLAGS.max_load, log)
+    began = time.perf_counter()
+    load = components_lib.load()
+    command = " ".join(["tf-autoplace fidelity"] + sys.argv[1:])
+    header = (f"## Simulator components against this machine\n\nCommand: `{command}`; commit "
+              f"{_commit()}; {os.cpu_count()} cores; 1-minute load at the start {load:.2f}"
+              + (" (above 1.5: not publishable)" if load > 1.5 else "") + "\n")
+    if load > 1.5:
+        log(f"warning: the load is {load:.2f} (> 1.5); these figures are not publishable")
+    results = components_lib.run(config, graphs=FLAGS.graphs, components=FLAGS.component,
+                                 log=log)
+    text = components_lib.markdown(header=header, **results)
+    if FLAGS.out_md:
+        with open(FLAGS.out_md, "w", encoding="utf-8") as f:
+            f.write(text)
+    if FLAGS.out_json:
+        with open(FLAGS.out_json, "w", encoding="utf-8") as f:
+            json.dump({"command": command, "commit": _commit(), "config": repr(config),
+                       "load_at_start": load, "results": {
+                           key: ([dataclasses.asdict(r) for r in value]
+                                 if isinstance(value, list) else
+                                 (dataclasses.asdict(value) if value is not None else None))
+                           for key, value in results.items()}}, f, indent=1)
+    print(text)
+    log(f"done in {time.perf_counter() - began:.0f} s")
+    return 0
+
+
+def main(argv):
+    if FLAGS.components:
+        return _components(argv)
     try:
         config = fidelity.Config(
             num_logical_cpus=FLAGS.num_logical_cpus, random_placements=FLAGS.random_placements,

@@ -24,7 +24,8 @@ for (its kernels); ops with the same non-empty ``colocation_group`` share a devi
 Reading builds the OpGraph in the file's order: op ``i`` is the file's ``i``-th op, its output
 tensors are numbered op by op in output order, data edges consumer by consumer in input order,
 control edges likewise, and colocation groups by first appearance (the numbering
-:func:`tf_autoplace.graph.ingest.to_opgraph` gives too). Writing lists an op's tensors in
+:func:`tf_autoplace.graph.ingest.to_opgraph` gives too); which outputs share a buffer comes from
+the op types and inputs, as ingestion derives it (:mod:`tf_autoplace.graph.buffers`). Writing lists an op's tensors in
 tensor-index order as its outputs and names each colocation group of more than one op after its
 first op. So writing and reading again gives back the same OpGraph whenever its tensors are
 numbered op by op (what ingestion produces), and an equivalent one (the same simulation)
@@ -44,6 +45,7 @@ from google.protobuf import json_format, text_format
 from google.protobuf import message as _pb_message
 
 from tf_autoplace.errors import ConfigError, InvalidGraphError
+from tf_autoplace.graph import buffers
 from tf_autoplace.graph.opgraph import KERNEL_KINDS, OpGraph
 from tf_autoplace.proto import cost_graph_pb2
 
@@ -115,6 +117,7 @@ def from_proto(proto: cost_graph_pb2.CostGraph) -> CostGraph:
     times = {kind: np.full(n, np.inf) for kind in KERNEL_KINDS}
     edge_tensor, edge_dst, ctrl_src, ctrl_dst, group_of = [], [], [], [], {}
     colocation = np.empty(n, dtype=np.int32)
+    tensor_alias = []
     for i, op in enumerate(ops):
         what = f"op {op.name!r}"
         if any(b < 0 for b in op.output_bytes) or op.persistent_bytes < 0:
@@ -141,6 +144,7 @@ def from_proto(proto: cost_graph_pb2.CostGraph) -> CostGraph:
                                         f"has {len(ops[src].output_bytes)} output(s)")
             edge_tensor.append(first_tensor[src] + ref.output)
             edge_dst.append(i)
+        tensor_alias += _output_aliases(op, what, edge_tensor[len(edge_tensor) - len(op.input):])
         for name in op.control_input:
             if name not in index:
                 raise InvalidGraphError(f"{what} waits for {name!r}, which does not exist")
@@ -157,8 +161,30 @@ def from_proto(proto: cost_graph_pb2.CostGraph) -> CostGraph:
         edge_tensor=edge_tensor, edge_dst=edge_dst, ctrl_src=ctrl_src, ctrl_dst=ctrl_dst,
         colocation=colocation,
         kernels=np.stack([np.isfinite(times[kind]) for kind in KERNEL_KINDS], axis=1),
-        shape_known=[not op.shape_unknown for op in ops], kernel_kinds=KERNEL_KINDS)
+        shape_known=[not op.shape_unknown for op in ops], kernel_kinds=KERNEL_KINDS,
+        tensor_alias=np.array(tensor_alias, dtype=np.int32))
     return CostGraph(graph=graph, times=times, description=proto.description)
+
+
+def _output_aliases(op, what: str, inputs: list) -> list[int]:
+    """The ``tensor_alias`` entries of ``op``'s outputs: its ``output_alias`` (input positions
+    turned into the tensors those inputs read), else derived from its type."""
+    if not op.output_alias:
+        return buffers.output_aliases(op.type, len(op.output_bytes), inputs)
+    if len(op.output_alias) != len(op.output_bytes):
+        raise InvalidGraphError(f"{what} has {len(op.output_alias)} output_alias entries for "
+                                f"{len(op.output_bytes)} outputs; give one per output or none")
+    out = []
+    for a in op.output_alias:
+        if a in (buffers.ALIAS_NONE, buffers.ALIAS_VIEW):
+            out.append(int(a))
+        elif 0 <= a < len(inputs):
+            out.append(int(inputs[a]))
+        else:
+            raise InvalidGraphError(f"{what} has output_alias {a}; expected -1 (own buffer), "
+                                    f"-2 (a view of a variable) or an input index in "
+                                    f"[0, {len(inputs)})")
+    return out
 
 
 def to_proto(cost_graph: CostGraph) -> cost_graph_pb2.CostGraph:
@@ -188,9 +214,18 @@ def to_proto(cost_graph: CostGraph) -> cost_graph_pb2.CostGraph:
         ops.append(op)
     for t in order.tolist():
         ops[int(graph.tensor_op[t])].output_bytes.append(int(graph.tensor_bytes[t]))
+    inputs = [[] for _ in ops]  # each op's input tensors, in the order written
     for t, dst in zip(graph.edge_tensor.tolist(), graph.edge_dst.tolist()):
         src = int(graph.tensor_op[t])
         ops[dst].input.add(op=graph.names[src], output=int(output_of[t]))
+        inputs[dst].append(t)
+    # output_alias only where the op type would say otherwise (a reader derives it then).
+    outputs = np.split(order, np.cumsum(counts)[:-1])
+    for i, op in enumerate(ops):
+        actual = graph.tensor_alias[outputs[i]].tolist()
+        if actual != buffers.output_aliases(op.type, len(actual), inputs[i]):
+            op.output_alias.extend(a if a < 0 else (inputs[i].index(a) if a in inputs[i]
+                                                    else buffers.ALIAS_NONE) for a in actual)
     for src, dst in zip(graph.ctrl_src.tolist(), graph.ctrl_dst.tolist()):
         ops[dst].control_input.append(graph.names[src])
     return out

@@ -6,7 +6,8 @@ Two steps, both public:
   binary or text format; corrupt input raises :class:`InvalidGraphError`).
 - :func:`to_opgraph` reads that graph into an :class:`OpGraph`: per op its type, output tensor
   sizes (Grappler static shape inference), persistent memory (variables), data and control edges,
-  colocation groups and the device kinds it has kernels for.
+  colocation groups, the device kinds it has kernels for, and which outputs share a buffer with
+  an input or a variable (:func:`tf_autoplace.graph.buffers.output_aliases`).
 
 Shape fallback: a dimension Grappler cannot infer (-1) counts as ``unknown_dim`` elements (default
 1, so an unknown batch dimension makes a tensor look small) and the op is marked
@@ -53,14 +54,14 @@ from tensorflow.core.protobuf import meta_graph_pb2
 from tensorflow.python.framework import op_def_registry
 
 from tf_autoplace.errors import InfeasiblePlacementError, InvalidGraphError
-from tf_autoplace.graph import grappler
+from tf_autoplace.graph import buffers, grappler
 from tf_autoplace.graph.kernels import kernel_kinds
 from tf_autoplace.graph.opgraph import KERNEL_KINDS, OpGraph
 
 GraphLike = Union[tf.Graph, graph_pb2.GraphDef, meta_graph_pb2.MetaGraphDef, bytes, str,
                   os.PathLike]
 
-VARIABLE_OPS = frozenset({"VarHandleOp", "VariableV2", "Variable", "TemporaryVariable"})
+VARIABLE_OPS = buffers.VARIABLE_TYPES
 CONST_OPS = frozenset({"Const", "HostConst"})
 # Bytes a graph's tensors and variables may add up to: sums of sizes stay exact in int64.
 MAX_GRAPH_BYTES = 2**62
@@ -320,6 +321,7 @@ def to_opgraph(meta_graph: meta_graph_pb2.MetaGraphDef, *, unknown_dim: int = 1)
 
     uf = _UnionFind(n)
     edge_tensor, edge_dst, ctrl_src, ctrl_dst = [], [], [], []
+    inputs_of: list[list[int]] = [[] for _ in range(n)]  # data inputs' tensors, input order
     n_back = 0
     for i, node in enumerate(nodes):
         for inp in node.input:
@@ -341,9 +343,19 @@ def to_opgraph(meta_graph: meta_graph_pb2.MetaGraphDef, *, unknown_dim: int = 1)
                 uf.union(src, i)
             edge_tensor.append(t)
             edge_dst.append(i)
+            inputs_of[i].append(t)
         for target in _colocation_targets(node):
             uf.union(index[target], i)
 
+    ports_of: list[dict[int, int]] = [{} for _ in range(n)]  # op -> {port: tensor}
+    for (i, port), t in tensor_id.items():
+        ports_of[i][port] = t
+    tensor_alias = np.full(len(tensor_op), buffers.ALIAS_NONE, np.int32)
+    for i, ports in enumerate(ports_of):
+        if ports:
+            aliases = buffers.output_aliases(nodes[i].op, max(ports) + 1, inputs_of[i])
+            for port, t in ports.items():
+                tensor_alias[t] = aliases[port]
     persistent = [_variable_bytes(node) for node in nodes]
     _check_countable(nodes, persistent, tensor_op, tensor_bytes)
     kernels = np.array([[kind in kernel_kinds(node, library_functions) for kind in KERNEL_KINDS]
@@ -362,7 +374,7 @@ def to_opgraph(meta_graph: meta_graph_pb2.MetaGraphDef, *, unknown_dim: int = 1)
         edge_dst=np.array(edge_dst, dtype=np.int32),
         ctrl_src=np.array(ctrl_src, dtype=np.int32), ctrl_dst=np.array(ctrl_dst, dtype=np.int32),
         colocation=uf.labels(), kernels=kernels, shape_known=shape_known,
-        kernel_kinds=KERNEL_KINDS, n_back_edges=n_back)
+        kernel_kinds=KERNEL_KINDS, n_back_edges=n_back, tensor_alias=tensor_alias)
 
 
 def _check_countable(nodes, persistent: list, tensor_op: list, tensor_bytes: list) -> None:

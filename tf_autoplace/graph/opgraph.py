@@ -19,7 +19,17 @@ ctrl_src, ctrl_dst  [c] int32  control dependency ``src -> dst``
 colocation          [n] int32  colocation group id: ops with the same id share a device
 kernels             [n, k] bool  ``kernels[i, j]``: op i has a kernel for ``kernel_kinds[j]``
 shape_known         [n] bool   False where some output dimension was unknown (see ingest)
+tensor_alias        [t] int32  where tensor i's buffer comes from (below)
 ==================  =========  ================================================================
+
+``tensor_alias`` says which tensors TensorFlow hands over without allocating
+(:mod:`tf_autoplace.graph.buffers`): -1 (``ALIAS_NONE``) a buffer of its own, -2
+(``ALIAS_VIEW``) a view of a variable's persistent buffer (no bytes of its own), ``j >= 0`` the
+buffer of tensor ``j``, an input of its producer (shared, not copied). Ingestion and the cost
+graph reader derive it from the op types and inputs (so the fingerprint, which hashes those,
+covers it); a graph built by hand without it gives every tensor its own buffer. Only the
+simulator's memory accounting reads it, and it treats ``j`` as the tensor's own buffer when the
+producer does not read ``j`` (a rewired graph) or reads it as a copy from another device.
 
 The graph is acyclic: v1 while-loop back edges (``NextIteration -> Merge``) are dropped at
 ingestion and counted in ``n_back_edges``; they do not order ops within one step.
@@ -34,6 +44,7 @@ import networkx as nx
 import numpy as np
 
 from tf_autoplace.errors import InvalidGraphError
+from tf_autoplace.graph.buffers import ALIAS_NONE, ALIAS_VIEW
 
 KERNEL_KINDS = ("CPU", "GPU")
 
@@ -64,6 +75,7 @@ class OpGraph:
     shape_known: np.ndarray
     kernel_kinds: tuple[str, ...] = KERNEL_KINDS
     n_back_edges: int = 0
+    tensor_alias: np.ndarray | None = None
 
     def __post_init__(self):
         n = len(self.names)
@@ -89,6 +101,20 @@ class OpGraph:
                 f"kernels has shape {self.kernels.shape}, expected {(n, len(self.kernel_kinds))}")
         if len(self.tensor_op) != len(self.tensor_bytes):
             raise InvalidGraphError("tensor_op and tensor_bytes differ in length")
+        num_tensors = len(self.tensor_op)
+        alias = (np.full(num_tensors, ALIAS_NONE, np.int32) if self.tensor_alias is None
+                 else self.tensor_alias)
+        object.__setattr__(self, "tensor_alias", _as(alias, np.int32, "tensor_alias"))
+        if len(self.tensor_alias) != num_tensors:
+            raise InvalidGraphError(f"tensor_alias has {len(self.tensor_alias)} entries for "
+                                    f"{num_tensors} tensors")
+        bad = (self.tensor_alias < ALIAS_VIEW) | (self.tensor_alias >= num_tensors) | (
+            self.tensor_alias == np.arange(num_tensors))
+        if bad.any():
+            t = int(np.flatnonzero(bad)[0])
+            raise InvalidGraphError(
+                f"tensor_alias[{t}] is {int(self.tensor_alias[t])}; expected {ALIAS_NONE}, "
+                f"{ALIAS_VIEW} or another tensor's index in [0, {num_tensors})")
         if len(self.edge_tensor) != len(self.edge_dst) or len(self.ctrl_src) != len(self.ctrl_dst):
             raise InvalidGraphError("edge arrays differ in length")
         for name, arr, hi in (("tensor_op", self.tensor_op, n), ("edge_dst", self.edge_dst, n),

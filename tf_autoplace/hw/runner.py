@@ -183,11 +183,16 @@ class PlacedSession:
 
     def traced_step(self) -> TracedStep:
         """Run one step with full tracing."""
+        return TracedStep.from_step_stats(self.traced_metadata().step_stats)
+
+    def traced_metadata(self) -> tf.compat.v1.RunMetadata:
+        """Run one step with full tracing; its RunMetadata (every node's timing, outputs and
+        allocations in ``step_stats``)."""
         options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
         metadata = tf.compat.v1.RunMetadata()
         with _tf_errors():
             self.session.run(self._fetches, self._feeds, options=options, run_metadata=metadata)
-        return TracedStep.from_step_stats(metadata.step_stats)
+        return metadata
 
     def partition_graphs(self) -> list:
         """Run one step and return the GraphDefs TensorFlow ran on each device: the graph

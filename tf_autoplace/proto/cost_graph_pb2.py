@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x10\x63ost_graph.proto\x12\x0ctf_autoplace\"\'\n\tTensorRef\x12\n\n\x02op\x18\x01 \x01(\t\x12\x0e\n\x06output\x18\x02 \x01(\x05\".\n\x06OpTime\x12\x13\n\x0b\x64\x65vice_kind\x18\x01 \x01(\t\x12\x0f\n\x07seconds\x18\x02 \x01(\x01\"\xed\x01\n\x0b\x43ostGraphOp\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\x14\n\x0coutput_bytes\x18\x03 \x03(\x03\x12\x18\n\x10persistent_bytes\x18\x04 \x01(\x03\x12\"\n\x04time\x18\x05 \x03(\x0b\x32\x14.tf_autoplace.OpTime\x12&\n\x05input\x18\x06 \x03(\x0b\x32\x17.tf_autoplace.TensorRef\x12\x15\n\rcontrol_input\x18\x07 \x03(\t\x12\x18\n\x10\x63olocation_group\x18\x08 \x01(\t\x12\x15\n\rshape_unknown\x18\t \x01(\x08\"_\n\tCostGraph\x12\x16\n\x0e\x66ormat_version\x18\x01 \x01(\x05\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12%\n\x02op\x18\x03 \x03(\x0b\x32\x19.tf_autoplace.CostGraphOpb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x10\x63ost_graph.proto\x12\x0ctf_autoplace\"\'\n\tTensorRef\x12\n\n\x02op\x18\x01 \x01(\t\x12\x0e\n\x06output\x18\x02 \x01(\x05\".\n\x06OpTime\x12\x13\n\x0b\x64\x65vice_kind\x18\x01 \x01(\t\x12\x0f\n\x07seconds\x18\x02 \x01(\x01\"\x83\x02\n\x0b\x43ostGraphOp\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\x14\n\x0coutput_bytes\x18\x03 \x03(\x03\x12\x18\n\x10persistent_bytes\x18\x04 \x01(\x03\x12\"\n\x04time\x18\x05 \x03(\x0b\x32\x14.tf_autoplace.OpTime\x12&\n\x05input\x18\x06 \x03(\x0b\x32\x17.tf_autoplace.TensorRef\x12\x15\n\rcontrol_input\x18\x07 \x03(\t\x12\x18\n\x10\x63olocation_group\x18\x08 \x01(\t\x12\x15\n\rshape_unknown\x18\t \x01(\x08\x12\x14\n\x0coutput_alias\x18\n \x03(\x05\"_\n\tCostGraph\x12\x16\n\x0e\x66ormat_version\x18\x01 \x01(\x05\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12%\n\x02op\x18\x03 \x03(\x0b\x32\x19.tf_autoplace.CostGraphOpb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,7 +36,7 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_OPTIME']._serialized_start=75
   _globals['_OPTIME']._serialized_end=121
   _globals['_COSTGRAPHOP']._serialized_start=124
-  _globals['_COSTGRAPHOP']._serialized_end=361
-  _globals['_COSTGRAPH']._serialized_start=363
-  _globals['_COSTGRAPH']._serialized_end=458
+  _globals['_COSTGRAPHOP']._serialized_end=383
+  _globals['_COSTGRAPH']._serialized_start=385
+  _globals['_COSTGRAPH']._serialized_end=480
 # @@protoc_insertion_point(module_scope)

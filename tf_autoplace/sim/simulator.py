@@ -90,14 +90,30 @@ Modelling choices the paper leaves open (what this module does)
   everything after it ends at ``inf``, so the makespan (and the reward) is ``inf``. A caller
   that wants an error checks kernels before simulating.
 * **Memory.** A tensor is allocated on its producer's device when the producer *starts* (all
-  outputs at once) and freed when its last consumer on that device has finished and all its
-  outgoing transfers are done; a tensor nobody reads is freed when its producer ends. A copy
-  sent to another device is allocated there when the transfer starts and freed when the last
-  consumer on that device finishes. Within one event frees happen before the next op starts,
-  so an op's inputs and outputs are live together while it runs, but a finished op's inputs
-  are not counted against the op that starts after it at the same instant. ``persistent_bytes``
-  of the ops placed on a device (variables) count for the whole step. Peak memory per device is
-  that persistent total plus the peak of the live transient bytes.
+  outputs at once) and freed when the last op holding it has finished; a tensor nobody reads is
+  freed when its producer ends. Within one event frees happen before the next op starts, so an
+  op's inputs and outputs are live together while it runs, but a finished op's inputs are not
+  counted against the op that starts after it at the same instant. ``persistent_bytes`` of the
+  ops placed on a device (variables) count for the whole step. Peak memory per device is that
+  persistent total plus the peak of the live transient bytes. Four rules follow TensorFlow's
+  runtime (``OpGraph.tensor_alias`` and the op types, :mod:`tf_autoplace.graph.buffers`):
+
+  - a *view* of a variable (a variable op's output, ``ReadVariableOp``'s value) allocates
+    nothing: its bytes are the variable's, counted as persistent;
+  - an output that *shares an input's buffer* (``Identity``, ``Reshape``, ...) allocates
+    nothing when that input is on the same device or was handed over by reference: the buffer
+    lives until the last holder of either tensor has finished;
+  - an in-place kernel (``AddV2``, ``Relu``, ``BiasAdd``, ``AddN``, ``Softmax``, ...:
+    :func:`~tf_autoplace.graph.buffers.reuse_inputs`) writes its output into an input's
+    buffer when, as it starts, it is the only holder of that buffer (not a constant's, not a
+    fed value's, not a copy from another executor) and the buffer has the output's size; the
+    inputs are tried in the order the kernel tries them;
+  - a transfer between devices of *different executors* copies: the copy is allocated on the
+    destination when the transfer starts and freed when the last consumer there finishes, and
+    the source is held until the copy is done. Within a *core group* (logical CPU devices of
+    one process) TensorFlow hands the tensor over by reference: nothing is allocated on the
+    destination, and the buffer stays charged to the device that allocated it until the last
+    consumer on any device has finished.
 
 Implementation
 --------------
@@ -128,6 +144,13 @@ import numpy as np
 
 from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.errors import ConfigError, InfeasiblePlacementError, InvalidGraphError
+from tf_autoplace.graph.buffers import (
+    ALIAS_NONE,
+    ALIAS_VIEW,
+    NOT_REUSABLE,
+    REUSE_INPUTS,
+    reuse_inputs,
+)
 from tf_autoplace.graph.opgraph import OpGraph
 from tf_autoplace.sim.jit import cached_njit
 
@@ -176,7 +199,8 @@ class SimResult:
 @cached_njit
 def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth, latency,
               tensor_bytes, out_tensor_ptr, out_tensors, dep_tensor, dep_op,
-              cons_ptr, in_ptr, in_dep, persistent, num_graph_tensors, executor, exec_base):
+              cons_ptr, in_ptr, in_dep, persistent, num_graph_tensors, executor, exec_base,
+              alias, reuse_out, reuse_ptr, reuse_pair, takeable):
     """The event loop (module docstring). Arrays built by :class:`Simulator`, with T tensors
     (the ``num_graph_tensors`` graph tensors, then one control dummy per op), P dependency
     pairs and E executors:
@@ -192,6 +216,14 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
       persistent[n]: bytes op i keeps for the whole step (variables).
       executor[D]: the executor that runs device d's ops (its core group's, or its own).
       exec_base[E+1]: executor e owns the core slots exec_base[e]..exec_base[e+1]-1.
+      alias[T]: how tensor k gets its buffer when its producer starts: -1 its own
+        (``tensor_bytes[k]`` allocated), -2 none (a view of a variable's persistent buffer),
+        q >= 0 the buffer of tensor dep_tensor[q], which its producer reads through pair q,
+        when that input is on the producer's device or was handed over by reference (module
+        docstring, "Memory").
+      reuse_out[n]: the tensor of op i that may take over an input's buffer (-1: none);
+        reuse_ptr[n+1], reuse_pair: the dependency pairs whose buffer it may take, in the order
+        tried (CSR); takeable[T]: tensor k's own buffer may be taken over.
 
     Returns what :class:`SimResult` holds (peak memory with the persistent bytes, transfers
     with -1 for a dummy), and the number of ops that ran, so that nothing is left for numpy
@@ -257,7 +289,13 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
     bus_running = np.full(D, -1, np.int32)
 
     dep_xfer = np.full(P, -1, np.int32)     # transfer that delivered pair p; -1: same device
-    src_refs = np.zeros(T, np.int32)        # holders of a tensor on its producer's device
+    # Buffers: tensor k's bytes live in the buffer of tensor root[k] (k itself, the tensor it
+    # shares, or -1 for a view with no bytes), allocated on buf_dev[root]; refs[r] counts what
+    # still holds buffer r: consumers reading it where it is, outgoing transfers (a copy until
+    # it arrives, a hand-over by reference until the last consumer at the other end is done).
+    root = np.full(T, -1, np.int32)
+    buf_dev = np.zeros(T, np.int32)
+    refs = np.zeros(T, np.int32)
     sent_tensor = np.full(D, -1, np.int32)  # scratch for dedup: tensor last sent to each device
     sent_x = np.full(D, -1, np.int32)       # ... and that transfer
 
@@ -311,19 +349,46 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
                     start[item] = now
                     busy[d] += dur[item]
                     for p in range(out_tensor_ptr[item], out_tensor_ptr[item + 1]):
-                        live[d] += tensor_bytes[out_tensors[p]]
+                        kt = out_tensors[p]
+                        a = alias[kt]
+                        if a == -2:  # a view of a variable: no bytes of its own
+                            root[kt] = -1
+                            continue
+                        if a >= 0:  # shares its input's buffer if that is here or by ref
+                            xx = dep_xfer[a]
+                            if xx == -1 or executor[x_src[xx]] == executor[x_dst[xx]]:
+                                root[kt] = root[dep_tensor[a]]
+                                continue
+                        taken = False  # an input's buffer that only this op still holds
+                        for c in range(reuse_ptr[item], reuse_ptr[item + 1]):
+                            if kt != reuse_out[item]:
+                                break
+                            q = reuse_pair[c]
+                            r = root[dep_tensor[q]]
+                            if r < 0 or not takeable[r] or refs[r] != 1 or \
+                                    tensor_bytes[r] != tensor_bytes[kt]:
+                                continue
+                            xx = dep_xfer[q]
+                            if xx != -1 and (executor[x_src[xx]] != executor[x_dst[xx]]
+                                             or x_refs[xx] != 1):
+                                continue
+                            root[kt] = r
+                            taken = True
+                            break
+                        if taken:
+                            continue
+                        root[kt] = kt
+                        buf_dev[kt] = d
+                        live[d] += tensor_bytes[kt]
                     if live[d] > peak[d]:
                         peak[d] = live[d]
                     ev_time[k] = now + dur[item]
-                else:
+                else:  # a hand-over within a core group: by reference, nothing copied
                     x = item - n
                     x_start[x] = now
                     s = x_src[x]
                     dst = x_dst[x]
                     nbytes = tensor_bytes[x_tensor[x]]
-                    live[dst] += nbytes
-                    if live[dst] > peak[dst]:
-                        peak[dst] = live[dst]
                     ev_time[k] = now + latency[s, dst] + nbytes / bandwidth[s, dst]
                 ev_seq[k] = next_seq
                 next_seq += 1
@@ -454,22 +519,29 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
                     xx = sent_x[dj]
                     dep_xfer[q] = xx
                     x_refs[xx] += 1
-                src_refs[k] = holds
-                if holds == 0:  # nobody reads it: freed when its producer ends
-                    live[d] -= tensor_bytes[k]
-            # i no longer needs its inputs: the last holder of each frees its bytes.
+                r = root[k]
+                if r >= 0:
+                    refs[r] += holds
+                    if refs[r] == 0:  # nobody reads it: freed when its producer ends
+                        live[buf_dev[r]] -= tensor_bytes[r]
+            # i no longer needs its inputs: the last holder of each frees its bytes (a
+            # copy's on d; a buffer handed over by reference, on the device that owns it).
             for c in range(in_ptr[i], in_ptr[i + 1]):
                 q = in_dep[c]
                 k = dep_tensor[q]
                 xx = dep_xfer[q]
-                if xx == -1:
-                    src_refs[k] -= 1
-                    if src_refs[k] == 0:
-                        live[d] -= tensor_bytes[k]
-                else:
+                if xx != -1:
                     x_refs[xx] -= 1
-                    if x_refs[xx] == 0:
+                    if x_refs[xx] != 0:
+                        continue
+                    if executor[x_src[xx]] != executor[x_dst[xx]]:
                         live[d] -= tensor_bytes[k]
+                        continue
+                r = root[k]
+                if r >= 0:
+                    refs[r] -= 1
+                    if refs[r] == 0:
+                        live[buf_dev[r]] -= tensor_bytes[r]
             wake_exec[0] = e
             wake_bus[0] = d
             num_wake_bus = 1
@@ -490,9 +562,11 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
                         else:
                             q_next[q_tail[e]] = j
                         q_tail[e] = j
-            src_refs[k] -= 1
-            if src_refs[k] == 0:
-                live[s] -= tensor_bytes[k]
+            r = root[k]
+            if r >= 0 and executor[s] != e:  # a copy has arrived: the source may go
+                refs[r] -= 1
+                if refs[r] == 0:
+                    live[buf_dev[r]] -= tensor_bytes[r]
             wake_exec[0] = e
 
     transfer_bytes = 0
@@ -558,6 +632,62 @@ def check_partners(graph: OpGraph, op_time: np.ndarray, partner, partner_time
     index.setflags(write=False)
     times.setflags(write=False)
     return index, times
+
+
+def _alias_pairs(graph: OpGraph, pair_key: np.ndarray) -> np.ndarray:
+    """The kernel's ``alias`` array (see :func:`_simulate`) for ``graph``'s tensors and one
+    control dummy per op: -2 for a view, the dependency pair through which the producer reads
+    the tensor it shares (``pair_key`` = tensor * n + op, sorted), -1 otherwise (its own
+    buffer, also when the producer does not read that tensor)."""
+    n = graph.num_ops
+    alias = np.full(len(graph.tensor_op) + n, -1, np.int64)
+    shared = graph.tensor_alias
+    alias[:len(shared)][shared == ALIAS_VIEW] = -2
+    k = np.flatnonzero(shared >= 0)
+    want = shared[k].astype(np.int64) * n + graph.tensor_op[k]
+    q = np.searchsorted(pair_key, want)
+    found = q < len(pair_key)
+    found[found] = pair_key[q[found]] == want[found]
+    alias[k[found]] = q[found]
+    return alias
+
+
+def _reuse_pairs(graph: OpGraph, pair_key: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The kernel's ``reuse_out``, ``reuse_ptr`` and ``reuse_pair`` (see :func:`_simulate`):
+    for each op whose type writes an output into an input's buffer (:func:`tf_autoplace.graph.
+    buffers.reuse_inputs`) and whose such output has no other buffer (``ALIAS_NONE``): that
+    output and the dependency pairs of the inputs tried, in order, that have its size and that
+    the op reads once (TensorFlow does not take over an input the op holds twice)."""
+    n = graph.num_ops
+    order = np.argsort(graph.edge_dst, kind="stable")  # each op's inputs in input order
+    ptr = np.searchsorted(graph.edge_dst[order], np.arange(n + 1)).tolist()
+    inputs = graph.edge_tensor[order].tolist()
+    by_op = np.argsort(graph.tensor_op, kind="stable")  # each op's outputs in port order
+    out_ptr = np.searchsorted(graph.tensor_op[by_op], np.arange(n + 1)).tolist()
+    by_op = by_op.tolist()
+    nbytes, alias = graph.tensor_bytes.tolist(), graph.tensor_alias.tolist()
+    reuse_out = np.full(n, -1, np.int64)
+    counts, wanted = np.zeros(n, np.int64), []  # wanted: pair keys, tensor * n + op
+    for i, op_type in enumerate(graph.op_types):
+        if op_type not in REUSE_INPUTS and op_type != "AddN":
+            continue
+        port, positions = reuse_inputs(op_type, ptr[i + 1] - ptr[i])
+        if port < 0 or port >= out_ptr[i + 1] - out_ptr[i]:
+            continue
+        k = by_op[out_ptr[i] + port]
+        if alias[k] != ALIAS_NONE:
+            continue
+        mine = inputs[ptr[i]:ptr[i + 1]]
+        for p in positions:
+            j = mine[p]
+            if mine.count(j) == 1 and nbytes[j] == nbytes[k]:
+                wanted.append(j * n + i)
+                counts[i] += 1
+        if counts[i]:
+            reuse_out[i] = k
+    pairs = np.searchsorted(pair_key, np.asarray(wanted, np.int64)).astype(np.int64)
+    return reuse_out, np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), pairs
 
 
 def _readonly(*arrays):
@@ -627,11 +757,16 @@ class Simulator:
         self._out_tensor_ptr = np.searchsorted(producer[out], np.arange(n + 1)).astype(np.int64)
         self._tensor_bytes = np.concatenate([graph.tensor_bytes, np.zeros(n, np.int64)])
         self._persistent = graph.persistent_bytes.astype(np.int64)
+        self._alias = _alias_pairs(graph, key)
+        self._reuse_out, self._reuse_ptr, self._reuse_pair = _reuse_pairs(graph, key)
+        reusable = np.array([op_type not in NOT_REUSABLE for op_type in graph.op_types], bool)
+        self._takeable = np.concatenate([reusable[graph.tensor_op], np.zeros(n, bool)])
         if max(num_t, len(dep_tensor)) >= 2**31:
             raise InvalidGraphError(f"the graph has {num_t} tensors and {len(dep_tensor)} "
                                     "dependencies; the simulator indexes them with int32")
         for name in ("_dep_tensor", "_dep_op", "_cons_ptr", "_in_ptr", "_in_dep",
-                     "_out_tensors", "_out_tensor_ptr"):
+                     "_out_tensors", "_out_tensor_ptr", "_alias", "_reuse_out",
+                     "_reuse_ptr", "_reuse_pair"):
             setattr(self, name, getattr(self, name).astype(np.int32))
         self._freeze()
 
@@ -645,7 +780,8 @@ class Simulator:
         _readonly(self._bandwidth, self._latency, self._tensor_bytes, self._out_tensor_ptr,
                   self._out_tensors, self._dep_tensor, self._dep_op, self._cons_ptr,
                   self._in_ptr, self._in_dep, self._persistent, self._executor,
-                  self._exec_base, self.partner, self.partner_time)
+                  self._exec_base, self.partner, self.partner_time, self._alias,
+                  self._reuse_out, self._reuse_ptr, self._reuse_pair, self._takeable)
         self.op_time.setflags(write=False)
 
     def __setstate__(self, state: dict) -> None:
@@ -681,7 +817,9 @@ class Simulator:
                         self._tensor_bytes, self._out_tensor_ptr, self._out_tensors,
                         self._dep_tensor, self._dep_op, self._cons_ptr,
                         self._in_ptr, self._in_dep, self._persistent,
-                        len(self.graph.tensor_op), self._executor, self._exec_base)
+                        len(self.graph.tensor_op), self._executor, self._exec_base,
+                        self._alias, self._reuse_out, self._reuse_ptr, self._reuse_pair,
+                        self._takeable)
         num_done = out[0]
         if num_done != self.graph.num_ops:
             raise InvalidGraphError(
