@@ -4,7 +4,8 @@
 one device) for the one with the shortest *simulated* step, and proves how close it is: it
 returns the fastest placement it simulated and a bound no valid placement that fits in memory
 can beat in the simulator. When the two meet, the placement is optimal under the simulator's
-cost model. It is meant for problems of tens of groups and up to a few hundred ops.
+cost model. It proves optimality on problems of tens of groups and up to a few hundred ops; on larger
+ones its bound still holds (with fewer or no disjunctive pairs).
 
 The scheduling MILP (a relaxation of the simulator)
 ---------------------------------------------------
@@ -51,8 +52,8 @@ solve). Where the MILP is looser than the simulator: it picks the best order of 
 device (the simulator takes them first come, first served); transfers queue on a bus only
 through the bus-load row, not in time; a tensor sent twice counts once; transient memory is
 not counted; and core groups (several devices on shared cores) get only their load row, no
-disjunctions. Pairs beyond ``max_pairs`` (those with the smallest times) are dropped, which
-only loosens it.
+disjunctions. Pairs are drawn only among the ``PAIR_OPS`` longest ops, and beyond
+``max_pairs`` those with the smallest times are dropped, which only loosens it.
 
 From a relaxation to an exact answer
 ------------------------------------
@@ -94,7 +95,7 @@ from tf_autoplace.sim.simulator import Simulator, check_op_time
 
 DEFAULT_TIME_LIMIT_S = 60.0
 DEFAULT_MAX_PAIRS = 20_000
-MAX_OPS = 5_000  # the reachability matrix is n x n bits
+PAIR_OPS = 2_000  # disjunctive pairs are drawn among this many ops, the longest
 SAFETY = 1e-6  # of U, taken off HiGHS's dual bound
 
 
@@ -163,16 +164,20 @@ def _swap_invariant(cluster: Cluster, a: int, b: int) -> bool:
                for m in (np.asarray(cluster.latency), np.asarray(cluster.bandwidth)))
 
 
-def _reachable(graph: OpGraph, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-    """[n, n] bool, ``r[i, j]``: a path leads from i to j (i != j)."""
+def _reachable(graph: OpGraph, src: np.ndarray, dst: np.ndarray,
+               among: np.ndarray) -> np.ndarray:
+    """[n, k] bool, ``r[i, a]``: a path leads from op i to op ``among[a]`` (i != among[a])."""
     n = graph.num_ops
-    reach = np.zeros((n, n), bool)
+    column = np.full(n, -1, np.int64)
+    column[among] = np.arange(len(among))
+    reach = np.zeros((n, len(among)), bool)
     children = [[] for _ in range(n)]
     for a, b in zip(src.tolist(), dst.tolist()):
         children[a].append(b)
     for i in graph.topological_order()[::-1].tolist():
         for c in children[i]:
-            reach[i, c] = True
+            if column[c] >= 0:
+                reach[i, column[c]] = True
             reach[i] |= reach[c]
     return reach
 
@@ -292,13 +297,17 @@ def _build(graph, cluster, op_time, labels, scale, max_pairs, classes):
     solo = np.array([cores[executor[d]] == 1 and np.sum(executor == executor[d]) == 1
                      for d in range(num_dev)])
     shareable = allowed & solo[None, :]
-    reach = _reachable(graph, src, dst)
-    positive = fastest > 0
-    cand = np.flatnonzero(positive)
+    cand = np.flatnonzero(fastest > 0)
+    if max_pairs == 0:
+        cand = cand[:0]
+    if len(cand) > PAIR_OPS:
+        cand = np.sort(cand[np.argsort(-fastest[cand], kind="stable")[:PAIR_OPS]])
+    reach = _reachable(graph, src, dst, cand)  # [n, len(cand)]
     pairs = []
     for a_pos, i in enumerate(cand.tolist()):
-        js = cand[a_pos + 1:]
-        js = js[~reach[i, js] & ~reach[js, i]]
+        b = np.arange(a_pos + 1, len(cand))
+        js = cand[b]
+        js = js[~reach[i, b] & ~reach[js, a_pos]]
         js = js[(shareable[labels[i]][None, :] & shareable[labels[js]]).any(axis=1)]
         pairs.extend((min(fastest[i], fastest[j]), i, int(j)) for j in js.tolist())
     if len(pairs) > max_pairs:
@@ -362,11 +371,16 @@ def _bus_rows(graph, cluster, labels, scale, x_of, z, new_col, r, col_t):
     out = []
     per_device = [[] for _ in range(num_dev)]
     # graph tensors, then each op's control dummy (0 bytes)
-    items = [(int(graph.tensor_op[k]), float(graph.tensor_bytes[k]),
-              np.unique(labels[graph.edge_dst[graph.edge_tensor == k]]))
-             for k in range(len(graph.tensor_op))]
-    items += [(int(s), 0.0, np.unique(labels[graph.ctrl_dst[graph.ctrl_src == s]]))
-              for s in np.unique(graph.ctrl_src).tolist()]
+    items = []
+    for key, dst, producer, nbytes in (
+            (graph.edge_tensor, graph.edge_dst, graph.tensor_op, graph.tensor_bytes),
+            (graph.ctrl_src, graph.ctrl_dst, np.arange(graph.num_ops), None)):
+        order = np.argsort(key, kind="stable")
+        bounds = np.searchsorted(key[order], np.arange(len(producer) + 1))
+        for k in np.flatnonzero(np.diff(bounds)).tolist():
+            consumers = np.unique(labels[dst[order[bounds[k]:bounds[k + 1]]]])
+            items.append((int(producer[k]), 0.0 if nbytes is None else float(nbytes[k]),
+                          consumers))
     for producer, nbytes, consumers in items:
         g = labels[producer]
         consumers = consumers[consumers != g]
@@ -528,7 +542,7 @@ def solve_placement(graph: OpGraph, cluster: Cluster, op_time: np.ndarray, label
     docstring).
 
     Args:
-      graph: the op graph (at most ``MAX_OPS`` ops).
+      graph: the op graph.
       cluster: the devices.
       op_time: [n, D] seconds per op and device, ``inf`` where there is no kernel.
       labels: [n] int, the group of each op (every op of a group goes to one device; groups
@@ -537,7 +551,8 @@ def solve_placement(graph: OpGraph, cluster: Cluster, op_time: np.ndarray, label
         the result is never slower than the fastest of them.
       time_limit_s: wall-time limit of the search (> 0); the bound stays proven when it ends
         the search.
-      max_pairs: the most disjunctive pairs the MILP holds (>= 0).
+      max_pairs: the most disjunctive pairs the MILP holds (>= 0), drawn among the
+        ``PAIR_OPS`` ops with the longest times.
       max_solves: the most MILPs to solve (>= 1), a budget that does not depend on the
         machine's speed; None: no limit but the time.
       simulator: the problem's simulator, if the caller has one.
@@ -546,7 +561,7 @@ def solve_placement(graph: OpGraph, cluster: Cluster, op_time: np.ndarray, label
       An :class:`ExactResult`.
 
     Raises:
-      ConfigError: bad arguments, a graph over ``MAX_OPS`` ops, or no start that fits.
+      ConfigError: bad arguments, or no start that fits.
       InfeasiblePlacementError: some group fits on no device.
     """
     began = time.perf_counter()
@@ -556,9 +571,6 @@ def solve_placement(graph: OpGraph, cluster: Cluster, op_time: np.ndarray, label
         raise ConfigError(f"max_pairs must be an int >= 0, got {max_pairs!r}")
     if max_solves is not None and not (isinstance(max_solves, int) and max_solves >= 1):
         raise ConfigError(f"max_solves must be None or an int >= 1, got {max_solves!r}")
-    if graph.num_ops > MAX_OPS:
-        raise ConfigError(f"solve_placement takes graphs of at most {MAX_OPS} ops; this one has "
-                          f"{graph.num_ops} (group it and bound it with lp_lower_bound instead)")
     op_time = check_op_time(graph, cluster, op_time)
     labels = np.asarray(labels, np.int64)
     if labels.shape != (graph.num_ops,) or labels.min() < 0:

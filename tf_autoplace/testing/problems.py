@@ -74,10 +74,12 @@ def training_problem(num_layers: int, seed: int, *, num_gpus: int = 2, host: boo
     ``B_l`` (twice the forward time) reading the gradients of the layers that read ``F_l``
     (the loss's for the last layers), the activations ``F_l`` read and ``F_l``'s own output,
     and sending a gradient to each of its inputs' backward ops; two layers in three also have
-    a variable ``V_l`` (persistent weights, read by ``F_l`` and ``B_l``, colocated with
-    ``B_l``, which applies the update). Forward times are log-normal (median 1 ms),
-    activations log-normal (median 2 MB), weights 1-50 MB. The groups are the layers (the loss
-    joins the last), as ``colocate_gradients_with_ops`` would keep them.
+    a variable ``V_l`` (persistent weights, read by ``F_l`` and ``B_l``, which applies the
+    update). Forward times are log-normal (median 1 ms), activations log-normal (median 2 MB),
+    weights 1-50 MB. Each layer is one TF colocation group and one placement group (the loss
+    joins the last), as ``colocate_gradients_with_ops`` and the variable's colocation would
+    keep them: every placer, whether it moves groups or colocation groups, then searches the
+    same placements.
     """
     if num_layers < 1:
         raise ValueError(f"num_layers must be >= 1, got {num_layers}")
@@ -100,20 +102,19 @@ def training_problem(num_layers: int, seed: int, *, num_gpus: int = 2, host: boo
     has_var = rng.random(num_layers) < 2 / 3
     weights = rng.integers(10**6, 5 * 10**7, num_layers)
 
-    names, times, persistent, label, coloc = [], [], [], [], []
+    names, times, persistent, label = [], [], [], []
 
-    def op(name, seconds, layer, nbytes=0, colocate=None):
+    def op(name, seconds, layer, nbytes=0):
         names.append(name)
         times.append(seconds)
         persistent.append(nbytes)
         label.append(layer)
-        coloc.append(len(names) - 1 if colocate is None else colocate)
         return len(names) - 1
 
     F = [op(f"F{layer}", fwd_s[layer], layer) for layer in range(num_layers)]
     loss = op("loss", 1e-5, num_layers - 1)
     B = [op(f"B{layer}", 2 * fwd_s[layer], layer) for layer in range(num_layers)]
-    V = {layer: op(f"V{layer}", 0.0, layer, int(weights[layer]), colocate=B[layer])
+    V = {layer: op(f"V{layer}", 0.0, layer, int(weights[layer]))
          for layer in range(num_layers) if has_var[layer]}
     edges = []
     for layer in range(num_layers):
@@ -129,7 +130,7 @@ def training_problem(num_layers: int, seed: int, *, num_gpus: int = 2, host: boo
             edges.append((V[layer], F[layer], int(weights[layer])))
             edges.append((V[layer], B[layer], int(weights[layer])))
     graph = from_edges(len(names), edges, names=names, persistent_bytes=persistent,
-                       colocation=coloc)
+                       colocation=label)
     clus = cluster(num_gpus, gpu_memory=gpu_memory, host=host, bandwidth_gbps=7.6,
                    latency_us=25.0)
     gpu = np.asarray(times)
