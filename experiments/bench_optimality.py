@@ -22,7 +22,8 @@ the simulator. When they meet, ``best`` is the optimum. A placer's step over the
 much slower than optimal it may be (an upper estimate of its distance); over ``best``, how
 much slower than a placement that exists (a lower estimate); both are the distance itself
 where the optimum is proven. ``--part=i/k`` runs every k-th problem from the i-th, for
-running in several processes; ``--from_csv`` renders CSVs together.
+running in several processes; ``--skip_csv`` skips the problems earlier runs hold (a run with
+other placers can go on from them); ``--from_csv`` renders CSVs together.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ flags.DEFINE_list("placers", ["auto", "best_heuristic", "post", "placeto", "m_sc
 flags.DEFINE_float("time_limit_s", 60.0, "the solver's time limit per problem")
 flags.DEFINE_string("part", "0/1", "i/k: run problems i, i+k, i+2k, ...")
 flags.DEFINE_list("from_csv", None, "render these CSVs instead of running")
+flags.DEFINE_list("skip_csv", None, "skip the problems these CSVs already hold")
 flags.DEFINE_string("out_csv", None, "write the rows here")
 flags.DEFINE_string("out_md", None, "write the summary here")
 FLAGS = flags.FLAGS
@@ -221,8 +223,9 @@ def main(argv):
         index, count = int(index), int(count)
         rows = []
         todo = list(zoo_problems() if FLAGS.zoo else random_problems())
+        done = {r.problem for r in read_csv(FLAGS.skip_csv or [])}
         for k, (name, build) in enumerate(todo):
-            if k % count != index:
+            if k % count != index or name in done:
                 continue
             rows += run(name, build())
             solver = rows[-1]
