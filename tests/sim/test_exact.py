@@ -1,13 +1,17 @@
 """The exact solver (tf_autoplace.sim.exact): its optimum is the brute-force optimum over all
 group placements, simulated, and its bound never exceeds a simulated placement."""
 
+import dataclasses
 import itertools
 
 import numpy as np
 import pytest
 
 from tf_autoplace.core.cluster import Cluster, Device
+from tf_autoplace.core.problem import PlacementProblem
 from tf_autoplace.errors import ConfigError
+from tf_autoplace.graph.opgraph import from_edges
+from tf_autoplace.grouping import Grouping
 from tf_autoplace.heuristics import BestHeuristicPlacer, SingleDevicePlacer
 from tf_autoplace.sim import lp_lower_bound
 from tf_autoplace.sim.exact import interchangeable, solve_placement
@@ -67,6 +71,36 @@ def test_the_optimum_respects_memory():
     assert result.optimal
     assert result.step_s == pytest.approx(_brute_force(problem), rel=1e-12)
     assert (problem.simulator.run(result.devices).peak_memory <= problem.cluster.memory).all()
+
+
+@pytest.mark.parametrize("cores", [1, 2])
+def test_devices_sharing_cores_match_the_brute_force(cores):
+    # GPUs 1 and 2 share `cores` cores: with 2 they may run two ops at once, which the MILP
+    # must not forbid.
+    base = problems.training_problem(5, 12, num_gpus=3)
+    devices = tuple(dataclasses.replace(d, core_group="shared" if k else "")
+                    for k, d in enumerate(base.cluster.devices))
+    shared = dataclasses.replace(base.cluster, devices=devices, core_groups=(("shared", cores),))
+    problem = dataclasses.replace(base, cluster=shared)
+    result = _solve(problem)
+    assert result.optimal
+    assert result.step_s == pytest.approx(_brute_force(problem), rel=1e-12)
+
+
+def test_a_device_with_two_cores_runs_two_ops_at_once():
+    # Four independent 1 ms ops; GPU 1 has two cores (a core group of its own), GPU 0 one core
+    # and 2.5 ms per op: the optimum runs them two at a time on GPU 1, 2 ms. A MILP that ran
+    # them one at a time there would stop at one op on GPU 0 (2.5 ms).
+    graph = from_edges(4, [])
+    two = problems.cluster(2, host=False)
+    devices = (two.devices[0], dataclasses.replace(two.devices[1], core_group="pair"))
+    two = dataclasses.replace(two, devices=devices, core_groups=(("pair", 2),))
+    op_time = np.tile([[2.5e-3, 1e-3]], (4, 1))
+    problem = PlacementProblem(graph=graph, cluster=two, op_time=op_time,
+                               grouping=Grouping.from_labels(graph, np.arange(4)))
+    result = _solve(problem, [np.zeros(4, np.int32)])
+    assert result.optimal and result.step_s == pytest.approx(2e-3)
+    assert result.bound_s <= 2e-3 * (1 + 1e-9)
 
 
 def test_random_dags_with_a_host_match_the_brute_force():

@@ -31,7 +31,10 @@ Rows: ``sum_d x[g, d] = 1``; ``s_i + p_i + q_i <= T``; for every edge ``j -> i``
 control) ``s_i >= s_j + p_j + m_ji z[g(j), g(i)]`` with ``m_ji`` the shortest ``latency +
 bytes / bandwidth`` over pairs of distinct devices for the largest tensor j sends i (0 bytes
 for a control edge), no ``z`` term within a group; for every disjunctive pair, with ``U`` as
-big-M, ``s_j >= s_i + p_i - U (1 - y) - U z`` and ``s_i >= s_j + p_j - U y - U z``; per
+big-M, ``s_j >= s_i + p_i - U (1 - y) - U z`` and ``s_i >= s_j + p_j - U y - U z`` (with
+core groups in the cluster, ``1 - w`` in place of ``z``, where ``w[i, j] >= x[g(i), d] +
+x[g(j), d] - 1`` for each device d outside a core group: two ops on a device of a core group
+may run at once); per
 executor ``E`` with ``c`` cores ``sum_{d in E} sum_i t[i, d] x[g(i), d] <= c T``; per device
 ``sum_g persistent[g] x[g, d] <= memory[d]``; when every executor is one device, per device
 ``sum_k b_k v[k, d] <= T`` with ``v[k, d] >= z[g(k), g(c)] + x[g(k), d] - 1`` for each consumer
@@ -319,13 +322,26 @@ def _build(graph, cluster, op_time, labels, scale, max_pairs, classes):
         y_pairs.append((i, j, y))
         ci, vi = p_terms(i)
         cj, vj = p_terms(j)
-        zc = [] if labels[i] == labels[j] else [z(labels[i], labels[j])]
+        if solo.all():  # "apart" is z (0 within a group): the pair is ordered unless apart
+            off = [] if labels[i] == labels[j] else [z(labels[i], labels[j])]
+            rhs = 0.0
+        else:  # ordered only on one device outside a core group: w = 1 there
+            w = new_col(0.0, 1.0, False)
+            for d in np.flatnonzero(shareable[labels[i]] & shareable[labels[j]]).tolist():
+                a, b = x_of[labels[i], d], x_of[labels[j], d]
+                if a == b:
+                    r.append(([w, a], [1.0, -1.0], 0.0, np.inf))
+                else:  # w >= x[g(i), d] + x[g(j), d] - 1
+                    r.append(([w, a, b], [1.0, -1.0, -1.0], -1.0, np.inf))
+            off, rhs = [w], -1.0  # U (1 - w) in place of U z
+        sign = 1.0 if solo.all() else -1.0
         # s_j - s_i - p_i - y + z >= -1   (i first when y = 1, unless apart)
-        r.append(([s_col[j], s_col[i]] + ci + [y] + zc,
-                  [1.0, -1.0] + [-x for x in vi] + [-1.0] + [1.0] * len(zc), -1.0, np.inf))
+        r.append(([s_col[j], s_col[i]] + ci + [y] + off,
+                  [1.0, -1.0] + [-x for x in vi] + [-1.0] + [sign] * len(off), -1.0 + rhs,
+                  np.inf))
         # s_i - s_j - p_j + y + z >= 0    (j first when y = 0, unless apart)
-        r.append(([s_col[i], s_col[j]] + cj + [y] + zc,
-                  [1.0, -1.0] + [-x for x in vj] + [1.0] + [1.0] * len(zc), 0.0, np.inf))
+        r.append(([s_col[i], s_col[j]] + cj + [y] + off,
+                  [1.0, -1.0] + [-x for x in vj] + [1.0] + [sign] * len(off), rhs, np.inf))
 
     for e in range(len(cores)):
         devs = np.flatnonzero(executor == e)
