@@ -107,3 +107,10 @@ def test_report_to_proto_holds_the_placement_and_its_figures():
 
 def test_report_to_proto_leaves_an_unknown_seed_unset():
     assert not _report(seed=None).to_proto().HasField("seed")
+
+
+def test_report_to_proto_carries_the_certificate_only_with_a_bound():
+    proto = _report().to_proto()
+    assert proto.HasField("optimality_gap")
+    assert proto.optimality_gap == pytest.approx(100 * (0.6 / 0.45 - 1))
+    assert not _report(lp_lower_bound_s=float("nan")).to_proto().HasField("optimality_gap")

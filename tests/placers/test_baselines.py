@@ -1,4 +1,4 @@
-"""The papers' baselines (cpu_only, random, expert, metis, m_topo) on hand-made graphs with
+"""The papers' baselines (cpu_only, random, expert, metis, m_topo, m_sct) on hand-made graphs with
 hand-set costs, and on a small zoo NMT on the K80 x2 cluster."""
 
 import platform
@@ -11,7 +11,9 @@ from tf_autoplace.core.cluster import resolve_cluster
 from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
 from tf_autoplace.graph.opgraph import from_edges
 from tf_autoplace.grouping import group_graph
+from tf_autoplace.heuristics.metf import list_schedule
 from tf_autoplace.heuristics.metis import pymetis_available
+from tf_autoplace.heuristics.msct import favourite_children
 from tf_autoplace.heuristics.multilevel import csr_from_edges, edge_cut, partition
 from tf_autoplace.placers import (
     PLACERS,
@@ -26,7 +28,7 @@ from tf_autoplace.placers import (
 from tf_autoplace.testing import problems
 
 GB = problems.GB
-BASELINES = ("cpu_only", "random", "expert", "metis", "m_topo")
+BASELINES = ("cpu_only", "random", "expert", "metis", "m_topo", "m_sct")
 
 
 def _cluster(num_gpus=2, gpu_memory=10 * GB, cpu=True):
@@ -370,3 +372,41 @@ def test_expert_places_layer_i_on_gpu_i_for_a_small_nmt(small_nmt):
                             ("gradients/softmax/", 1)):
             ops = [i for i, name in enumerate(names) if name.startswith(prefix) and connected[i]]
             assert ops and set(devices[ops].tolist()) == {gpu}, prefix
+
+
+# --------------------------------------------------------------------------------- m-SCT
+@pytest.mark.parametrize("seed", range(4))
+def test_m_sct_favourite_children_are_a_matching_of_edges_between_groups(seed):
+    problem = problems.training_problem(30, seed, num_gpus=2 + 2 * (seed % 2))
+    favourite, status = favourite_children(problem)
+    assert status == "optimal"
+    chosen = np.flatnonzero(favourite >= 0)
+    assert len(chosen) > 0
+    children = favourite[chosen]
+    assert len(set(children.tolist())) == len(children)  # at most one favourite parent
+    labels = problem.grouping.labels
+    assert (labels[chosen] != labels[children]).all()
+    g = problem.graph
+    edges = set(zip(np.concatenate([g.edge_src, g.ctrl_src]).tolist(),
+                    np.concatenate([g.edge_dst, g.ctrl_dst]).tolist()))
+    assert all((int(i), int(j)) in edges for i, j in zip(chosen, children))
+
+
+def test_m_sct_keeps_a_favourite_child_on_its_parents_device():
+    # A fork: op 0 sends 1 GB to op 1 and a control dummy to op 2 (1 ms each, 2 GPUs at
+    # 1 GB/s). The LP can zero only one of the two transfers, the larger: op 1 is 0's
+    # favourite child, placed with it.
+    graph = from_edges(3, [(0, 1, 10**9)], control=[(0, 2)])
+    problem = _problem(graph, _cluster(cpu=False), gpu_s=1e-3)
+    favourite, status = favourite_children(problem)
+    assert status == "optimal" and favourite.tolist() == [1, -1, -1]
+    devices = list_schedule(problem, favourite)
+    assert devices[1] == devices[0]
+
+
+def test_m_sct_without_edges_between_groups_is_m_etf():
+    graph = from_edges(4, [(0, 1, 10**6), (2, 3, 10**6)], colocation=[0, 0, 2, 2])
+    problem = _problem(graph, _cluster(), gpu_s=1e-3)
+    favourite, status = favourite_children(problem)
+    assert status == "no edge between groups" and (favourite == -1).all()
+    assert np.array_equal(get_placer("m_sct").propose(problem), get_placer("m_etf").propose(problem))

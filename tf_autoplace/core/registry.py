@@ -93,6 +93,8 @@ ENTRIES = (
                 "the fastest placement of every fast heuristic that fits"),
     PlacerEntry("m_etf", "tf_autoplace.heuristics:MemoryAwareETFPlacer", "heuristic",
                 "Baechi's memory-aware earliest-finish-time list scheduling"),
+    PlacerEntry("m_sct", "tf_autoplace.heuristics:MemoryAwareSCTPlacer", "heuristic",
+                "Baechi's m-SCT: favourite-child LP (HiGHS), then m-ETF's list schedule"),
     PlacerEntry("expert", "tf_autoplace.heuristics:ExpertPlacer", "heuristic",
                 "the papers' human expert: one layer per GPU, CNNs on one GPU"),
     PlacerEntry("metis", "tf_autoplace.heuristics:MetisPlacer", "heuristic",

@@ -11,10 +11,11 @@ from tf_autoplace.heuristics.cpu_only import CpuOnlyPlacer
 from tf_autoplace.heuristics.expert import ExpertPlacer
 from tf_autoplace.heuristics.metf import MemoryAwareETFPlacer
 from tf_autoplace.heuristics.metis import MetisPlacer
+from tf_autoplace.heuristics.msct import MemoryAwareSCTPlacer
 from tf_autoplace.heuristics.random_placer import RandomPlacer
 from tf_autoplace.heuristics.single import SingleDevicePlacer
 from tf_autoplace.heuristics.topo import MemoryAwareTopoPlacer
 
 __all__ = ["DEFAULT_CANDIDATES", "FAST_HEURISTICS", "HEURISTICS", "BestHeuristicPlacer",
-           "CpuOnlyPlacer", "ExpertPlacer", "MemoryAwareETFPlacer", "MemoryAwareTopoPlacer",
-           "MetisPlacer", "RandomPlacer", "SingleDevicePlacer"]
+           "CpuOnlyPlacer", "ExpertPlacer", "MemoryAwareETFPlacer", "MemoryAwareSCTPlacer",
+           "MemoryAwareTopoPlacer", "MetisPlacer", "RandomPlacer", "SingleDevicePlacer"]

@@ -79,86 +79,119 @@ def upward_rank(problem: PlacementProblem) -> np.ndarray:
     return rank
 
 
+def list_schedule(problem: PlacementProblem, favourite: np.ndarray | None = None) -> np.ndarray:
+    """The m-ETF schedule of the module docstring (steps 1-3), as [n] int32 devices.
+
+    Args:
+      favourite: [n] int, each op's favourite child (-1: none), for Baechi's m-SCT
+        (:mod:`tf_autoplace.heuristics.msct`): the device that ran an op is kept for its
+        favourite child, which ops of unplaced groups then avoid where another device can
+        take them; and the favourite child goes to that device when it can start there as
+        early as anywhere. None: plain m-ETF.
+
+    Raises:
+      InfeasiblePlacementError: a group's variables fit on no device.
+    """
+    graph, cluster, op_time = problem.graph, problem.cluster, problem.op_time
+    n, num_dev = graph.num_ops, cluster.num_devices
+    labels = problem.grouping.labels
+    num_groups = problem.grouping.num_groups
+    group_ok = problem.group_allowed
+    persistent = np.bincount(labels, weights=graph.persistent_bytes, minlength=num_groups)
+    reserve = persistent + np.bincount(labels, weights=graph.output_bytes,
+                                       minlength=num_groups)
+    capacity = cluster.memory.astype(np.float64)
+    used = np.zeros(num_dev)
+    used_persistent = np.zeros(num_dev)
+
+    starts, parents, pbytes, pkey, *_ = _in_edges(graph)
+    rank = upward_rank(problem)
+    topo_pos = np.empty(n, np.int64)
+    topo_pos[graph.topological_order()] = np.arange(n)
+    order = np.lexsort((topo_pos, -rank))
+
+    latency, bandwidth = cluster.latency, cluster.bandwidth
+    group_device = np.full(num_groups, -1, np.int64)
+    device = np.full(n, -1, np.int64)
+    end = np.zeros(n)
+    free_at = np.zeros(num_dev)
+    link_free = np.zeros(num_dev)  # when each device's outgoing link is next idle
+    arrived: dict[tuple[int, int], float] = {}  # (sent key, destination) -> arrival time
+    all_devices = np.arange(num_dev)
+    on_compute = np.isin(all_devices, compute_devices(problem))
+    kept_for = np.full(num_dev, -1, np.int64)  # m-SCT: the favourite child a device waits for
+    for i in order.tolist():
+        g = labels[i]
+        lo, hi = starts[i], starts[i + 1]
+        inputs = sorted(zip(end[parents[lo:hi]].tolist(), parents[lo:hi].tolist(),
+                            pbytes[lo:hi].tolist(), pkey[lo:hi].tolist()))
+        if group_device[g] >= 0:
+            candidates = [int(group_device[g])]
+        else:
+            ok = group_ok[g] & on_compute if (group_ok[g] & on_compute).any() else group_ok[g]
+            fits = ok & (used + reserve[g] <= capacity)
+            if not fits.any():
+                fits = ok & (used_persistent + persistent[g] <= capacity)
+            if not fits.any():
+                raise InfeasiblePlacementError(
+                    f"m_etf: no device has room for the variables of the group of op "
+                    f"{graph.names[i]!r} ({format_bytes(persistent[g])})")
+            if favourite is not None:
+                free = fits & ((kept_for < 0) | (kept_for == i))
+                if free.any():
+                    fits = free
+            candidates = all_devices[fits].tolist()
+        best, kept, earliest = None, None, np.inf
+        for d in candidates:
+            ready, links, sends = 0.0, {}, []
+            for p_end, p, nb, key in inputs:
+                src = int(device[p])
+                if src == d:
+                    ready = max(ready, p_end)
+                elif (key, d) in arrived:
+                    ready = max(ready, arrived[(key, d)])
+                else:
+                    begin = max(p_end, links.get(src, link_free[src]))
+                    links[src] = begin + latency[src, d] + nb / bandwidth[src, d]
+                    arrived_at = links[src]
+                    sends.append((key, arrived_at))
+                    ready = max(ready, arrived_at)
+            begin = max(free_at[d], ready)
+            finish = begin + op_time[i, d]
+            if best is None or finish < best[0]:
+                best = (finish, d, links, sends)
+            if favourite is not None:
+                earliest = min(earliest, begin)
+                if kept_for[d] == i:
+                    kept = (finish, d, links, sends, begin)
+        if favourite is not None:
+            if kept is not None and kept[4] <= earliest:
+                best = kept[:4]
+            kept_for[kept_for == i] = -1
+        finish, d, links, sends = best
+        if group_device[g] < 0:
+            group_device[g] = d
+            used[d] += reserve[g]
+            used_persistent[d] += persistent[g]
+        for src, busy_until in links.items():
+            link_free[src] = busy_until
+        for key, arrived_at in sends:
+            arrived[(key, d)] = arrived_at
+        device[i], end[i] = d, finish
+        free_at[d] = finish
+        if favourite is not None and favourite[i] >= 0 and device[favourite[i]] < 0 and \
+                group_device[labels[favourite[i]]] in (-1, d):
+            kept_for[d] = favourite[i]
+    return device.astype(np.int32)
+
+
 class MemoryAwareETFPlacer(Placer):
     """Baechi-style m-ETF over the problem's groups (see module docstring)."""
 
     name = "m_etf"
 
     def _place(self, problem: PlacementProblem, rng: np.random.Generator) -> np.ndarray:
-        graph, cluster, op_time = problem.graph, problem.cluster, problem.op_time
-        n, num_dev = graph.num_ops, cluster.num_devices
-        labels = problem.grouping.labels
-        num_groups = problem.grouping.num_groups
-        group_ok = problem.group_allowed
-        persistent = np.bincount(labels, weights=graph.persistent_bytes, minlength=num_groups)
-        reserve = persistent + np.bincount(labels, weights=graph.output_bytes,
-                                           minlength=num_groups)
-        capacity = cluster.memory.astype(np.float64)
-        used = np.zeros(num_dev)
-        used_persistent = np.zeros(num_dev)
-
-        starts, parents, pbytes, pkey, *_ = _in_edges(graph)
-        rank = upward_rank(problem)
-        topo_pos = np.empty(n, np.int64)
-        topo_pos[graph.topological_order()] = np.arange(n)
-        order = np.lexsort((topo_pos, -rank))
-
-        latency, bandwidth = cluster.latency, cluster.bandwidth
-        group_device = np.full(num_groups, -1, np.int64)
-        device = np.full(n, -1, np.int64)
-        end = np.zeros(n)
-        free_at = np.zeros(num_dev)
-        link_free = np.zeros(num_dev)  # when each device's outgoing link is next idle
-        arrived: dict[tuple[int, int], float] = {}  # (sent key, destination) -> arrival time
-        all_devices = np.arange(num_dev)
-        on_compute = np.isin(all_devices, compute_devices(problem))
-        for i in order.tolist():
-            g = labels[i]
-            lo, hi = starts[i], starts[i + 1]
-            inputs = sorted(zip(end[parents[lo:hi]].tolist(), parents[lo:hi].tolist(),
-                                pbytes[lo:hi].tolist(), pkey[lo:hi].tolist()))
-            if group_device[g] >= 0:
-                candidates = [int(group_device[g])]
-            else:
-                ok = group_ok[g] & on_compute if (group_ok[g] & on_compute).any() else group_ok[g]
-                fits = ok & (used + reserve[g] <= capacity)
-                if not fits.any():
-                    fits = ok & (used_persistent + persistent[g] <= capacity)
-                if not fits.any():
-                    raise InfeasiblePlacementError(
-                        f"m_etf: no device has room for the variables of the group of op "
-                        f"{graph.names[i]!r} ({format_bytes(persistent[g])})")
-                candidates = all_devices[fits].tolist()
-            best = None
-            for d in candidates:
-                ready, links, sends = 0.0, {}, []
-                for p_end, p, nb, key in inputs:
-                    src = int(device[p])
-                    if src == d:
-                        ready = max(ready, p_end)
-                    elif (key, d) in arrived:
-                        ready = max(ready, arrived[(key, d)])
-                    else:
-                        begin = max(p_end, links.get(src, link_free[src]))
-                        links[src] = begin + latency[src, d] + nb / bandwidth[src, d]
-                        arrived_at = links[src]
-                        sends.append((key, arrived_at))
-                        ready = max(ready, arrived_at)
-                finish = max(free_at[d], ready) + op_time[i, d]
-                if best is None or finish < best[0]:
-                    best = (finish, d, links, sends)
-            finish, d, links, sends = best
-            if group_device[g] < 0:
-                group_device[g] = d
-                used[d] += reserve[g]
-                used_persistent[d] += persistent[g]
-            for src, busy_until in links.items():
-                link_free[src] = busy_until
-            for key, arrived_at in sends:
-                arrived[(key, d)] = arrived_at
-            device[i], end[i] = d, finish
-            free_at[d] = finish
-        return self._no_worse_than_single_device(problem, device.astype(np.int32))
+        return self._no_worse_than_single_device(problem, list_schedule(problem))
 
     def _no_worse_than_single_device(self, problem: PlacementProblem,
                                      devices: np.ndarray) -> np.ndarray:
@@ -168,7 +201,7 @@ class MemoryAwareETFPlacer(Placer):
         ours, theirs = problem.simulator.run(devices), problem.simulator.run(single)
         if theirs.makespan < ours.makespan and not check_memory(problem, theirs):
             self.notes.append(
-                f"m_etf's schedule simulated at {ours.makespan * 1e3:.2f} ms, slower than all "
+                f"{self.name}'s schedule simulated at {ours.makespan * 1e3:.2f} ms, slower than all "
                 f"on one device ({theirs.makespan * 1e3:.2f} ms); the single-device placement "
                 "is used")
             return single

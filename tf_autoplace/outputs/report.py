@@ -158,6 +158,26 @@ class PlacementReport:
         return _ratio(self.step_time_s, self.lp_lower_bound_s)
 
     @property
+    def optimality_gap(self) -> float | None:
+        """The certificate: the placement is at most this many percent slower than the best
+        possible placement under this cost model (the simulator with these op times), i.e.
+        ``100 * (step_time_s / lp_lower_bound_s - 1)``, since no valid placement simulates
+        faster than ``lp_lower_bound_s``. None without a bound (NaN, or 0 under a positive
+        step); 0 when both are 0."""
+        bound, step = self.lp_lower_bound_s, self.step_time_s
+        if not math.isfinite(bound) or not math.isfinite(step) or (bound <= 0 < step):
+            return None
+        return 0.0 if step == bound or bound <= 0 else max(0.0, 100.0 * (step / bound - 1.0))
+
+    def certificate(self) -> str | None:
+        """The certificate as a sentence (None without a bound)."""
+        gap = self.optimality_gap
+        if gap is None:
+            return None
+        return (f"at most {gap:.1f}% slower than the best possible placement under this cost "
+                "model")
+
+    @property
     def baseline_fits(self) -> bool:
         return all(d.fits for d in self.baseline_devices)
 
@@ -169,7 +189,8 @@ class PlacementReport:
         out["notes"] = list(self.notes)
         out.update(speedup=self.speedup, ratio_to_lower_bound=self.ratio_to_lower_bound,
                    ratio_to_lp_lower_bound=self.ratio_to_lp_lower_bound,
-                   baseline_fits=self.baseline_fits, measured_speedup=self.measured_speedup)
+                   baseline_fits=self.baseline_fits, measured_speedup=self.measured_speedup,
+                   optimality_gap=self.optimality_gap)
         for name in ("measured_step_interval_s", "measured_baseline_interval_s",
                      "measure_load"):
             out[name] = list(out[name])
@@ -202,6 +223,8 @@ class PlacementReport:
             out.verify_reason = self.verification.decision.reason
         if self.seed is not None:
             out.seed = int(self.seed)
+        if self.optimality_gap is not None:
+            out.optimality_gap = self.optimality_gap
         for loads, field in ((self.devices, out.device),
                              (self.baseline_devices, out.baseline_device)):
             for d in loads:
@@ -272,6 +295,7 @@ class PlacementReport:
             f"(placed / bound = {self.ratio_to_lower_bound:.2f})",
             f"  LP lower bound        {self.lp_lower_bound_s * 1e3:10.2f} ms "
             f"(placed / bound = {self.ratio_to_lp_lower_bound:.2f})",
+            f"  certificate           {self.certificate() or 'no bound, no certificate'}",
             f"  single-device step    {self.baseline_step_time_s * 1e3:10.2f} ms "
             f"(speedup {self.speedup:.2f}x{'' if self.baseline_fits else ', baseline does not fit'})",
         ]

@@ -34,6 +34,7 @@ from tf_autoplace.heuristics import (
     CpuOnlyPlacer,
     ExpertPlacer,
     MemoryAwareETFPlacer,
+    MemoryAwareSCTPlacer,
     MemoryAwareTopoPlacer,
     MetisPlacer,
     RandomPlacer,
@@ -207,7 +208,7 @@ def policy_placers() -> list[str]:
 
 __all__ = ["DEFAULT_PLACER", "PLACERS", "AutoConfig", "AutoPlacer", "BestHeuristicPlacer",
            "CpuOnlyPlacer", "ExpertPlacer", "GdpConfig", "GdpPlacer", "HDPConfig", "HDPPlacer",
-           "MemoryAwareETFPlacer", "MemoryAwareTopoPlacer", "MetisPlacer", "Placement",
+           "MemoryAwareETFPlacer", "MemoryAwareSCTPlacer", "MemoryAwareTopoPlacer", "MetisPlacer", "Placement",
            "PlacementProblem", "Placer", "PlacetoConfig", "PlacetoPlacer", "PostConfig",
            "PostPlacer", "RandomPlacer", "SavedPlacement", "SingleDevicePlacer", "check_memory",
            "check_placement", "get_placer", "parse_options", "policy_placers", "takes_budget", "takes_policy",

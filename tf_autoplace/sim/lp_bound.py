@@ -112,7 +112,7 @@ def device_classes(op_time: np.ndarray) -> np.ndarray:
 
 
 @dataclasses.dataclass
-class _Model:
+class LinearModel:
     """An LP in HiGHS's form, built row by row as COO triplets."""
 
     num_cols: int
@@ -206,7 +206,7 @@ def _build(graph, cluster, op_time, head, tail, *, scale):
     x_of = np.full((num_groups, num_classes), -1, np.int64)
     x_of[xg, xk] = np.arange(num_x)
     col_t = num_x
-    model = _Model(num_cols=num_x + 1)
+    model = LinearModel(num_cols=num_x + 1)
 
     model.add(xg, np.arange(num_x), np.ones(num_x))
     model.close(np.ones(num_groups), np.ones(num_groups))
@@ -233,18 +233,16 @@ def _build(graph, cluster, op_time, head, tail, *, scale):
     return model, num_x
 
 
-def _solve(model: _Model, num_x: int, time_limit_s: float) -> tuple[float, str]:
-    """Solve with HiGHS and return ``(certified value, status)`` (module docstring, "Proof of
-    the number reported"); the value is NaN when HiGHS gave no duals."""
+def highs_solver(model: LinearModel, cost, col_lo, col_up, *, time_limit_s: float,
+                 integer=None, options=()):
+    """A silent single-threaded HiGHS solver holding ``min cost.z`` over ``model``'s rows and
+    the column boxes ``[col_lo, col_up]`` (``integer``: [cols] bool, integer columns), with
+    the time limit and further ``(option, value)`` pairs set; not yet run. Returns
+    ``(solver, rows, cols, vals, row_lo, row_up)``, the matrix sorted by column."""
     rows, cols, vals, row_lo, row_up = model.arrays()
     order = np.lexsort((rows, cols))
     rows, cols, vals = rows[order], cols[order], vals[order]
     ncol, nrow = model.num_cols, model.num_rows
-    cost = np.zeros(ncol)
-    cost[-1] = 1.0
-    col_lo = np.zeros(ncol)
-    col_up = np.concatenate([np.ones(num_x), [np.inf]])
-
     lp = highspy.HighsLp()
     lp.num_col_, lp.num_row_ = ncol, nrow
     lp.col_cost_, lp.col_lower_, lp.col_upper_ = cost, col_lo, col_up
@@ -253,6 +251,9 @@ def _solve(model: _Model, num_x: int, time_limit_s: float) -> tuple[float, str]:
     lp.a_matrix_.start_ = np.searchsorted(cols, np.arange(ncol + 1)).astype(np.int32)
     lp.a_matrix_.index_ = rows.astype(np.int32)
     lp.a_matrix_.value_ = vals
+    if integer is not None:
+        lp.integrality_ = [highspy.HighsVarType.kInteger if b else
+                           highspy.HighsVarType.kContinuous for b in integer]
     # highspy.Highs, the Python wrapper, prints HiGHS's banner on stdout the first time a process
     # builds one, before silent() can act: a line in the user's program output. The core class
     # it wraps prints nothing and has every method used here (the wrapper is the fallback
@@ -261,7 +262,22 @@ def _solve(model: _Model, num_x: int, time_limit_s: float) -> tuple[float, str]:
     solver.setOptionValue("output_flag", False)
     solver.setOptionValue("time_limit", float(time_limit_s))
     solver.setOptionValue("threads", 1)
+    for name, value in options:
+        solver.setOptionValue(name, value)
     solver.passModel(lp)
+    return solver, rows, cols, vals, row_lo, row_up
+
+
+def _solve(model: LinearModel, num_x: int, time_limit_s: float) -> tuple[float, str]:
+    """Solve with HiGHS and return ``(certified value, status)`` (module docstring, "Proof of
+    the number reported"); the value is NaN when HiGHS gave no duals."""
+    ncol = model.num_cols
+    cost = np.zeros(ncol)
+    cost[-1] = 1.0
+    col_lo = np.zeros(ncol)
+    col_up = np.concatenate([np.ones(num_x), [np.inf]])
+    solver, rows, cols, vals, row_lo, row_up = highs_solver(model, cost, col_lo, col_up,
+                                                            time_limit_s=time_limit_s)
     solver.run()
     status = solver.getModelStatus()
     name = ("optimal" if status == highspy.HighsModelStatus.kOptimal

@@ -61,3 +61,81 @@ def random_problem(n: int = 200, seed: int = 0, *, num_gpus: int = 2, max_groups
     times = np.random.default_rng([seed, 1]).lognormal(np.log(1e-3), 1.0, n)
     return problem(graph, cluster(num_gpus, gpu_memory=gpu_memory, host=host), times,
                    max_groups=max_groups)
+
+
+def training_problem(num_layers: int, seed: int, *, num_gpus: int = 2, host: bool = False,
+                     gpu_memory: int = 10 * GB) -> PlacementProblem:
+    """A random training-like graph of ``num_layers`` layers, one placement group each, on
+    ``num_gpus`` GPUs (and a CPU host 10x slower with ``host``) linked as in Placeto's setup
+    (7.6 GB/s, 25 us).
+
+    Layer l has a forward op ``F_l`` reading one earlier layer's output (the previous one, or
+    with probability 0.4 one or two of the four before it: branches and skips), a backward op
+    ``B_l`` (twice the forward time) reading the gradients of the layers that read ``F_l``
+    (the loss's for the last layers), the activations ``F_l`` read and ``F_l``'s own output,
+    and sending a gradient to each of its inputs' backward ops; two layers in three also have
+    a variable ``V_l`` (persistent weights, read by ``F_l`` and ``B_l``, which applies the
+    update). Forward times are log-normal (median 1 ms), activations log-normal (median 2 MB),
+    weights 1-50 MB. Each layer is one TF colocation group and one placement group (the loss
+    joins the last), as ``colocate_gradients_with_ops`` and the variable's colocation would
+    keep them: every placer, whether it moves groups or colocation groups, then searches the
+    same placements.
+    """
+    if num_layers < 1:
+        raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+    rng = np.random.default_rng([seed, 47])
+    parents = [[]]
+    for layer in range(1, num_layers):
+        if rng.random() < 0.6 or layer < 2:
+            parents.append([layer - 1])
+        else:
+            lo = max(0, layer - 4)
+            k = min(layer - lo, int(rng.integers(1, 3)))
+            parents.append(sorted(rng.choice(np.arange(lo, layer), size=k, replace=False)
+                                  .tolist()))
+    children = [[] for _ in range(num_layers)]
+    for layer, ps in enumerate(parents):
+        for p in ps:
+            children[p].append(layer)
+    fwd_s = rng.lognormal(np.log(1e-3), 0.7, num_layers)
+    act = rng.lognormal(np.log(2e6), 0.8, num_layers).astype(np.int64) + 1
+    has_var = rng.random(num_layers) < 2 / 3
+    weights = rng.integers(10**6, 5 * 10**7, num_layers)
+
+    names, times, persistent, label = [], [], [], []
+
+    def op(name, seconds, layer, nbytes=0):
+        names.append(name)
+        times.append(seconds)
+        persistent.append(nbytes)
+        label.append(layer)
+        return len(names) - 1
+
+    F = [op(f"F{layer}", fwd_s[layer], layer) for layer in range(num_layers)]
+    loss = op("loss", 1e-5, num_layers - 1)
+    B = [op(f"B{layer}", 2 * fwd_s[layer], layer) for layer in range(num_layers)]
+    V = {layer: op(f"V{layer}", 0.0, layer, int(weights[layer]))
+         for layer in range(num_layers) if has_var[layer]}
+    edges = []
+    for layer in range(num_layers):
+        for p in parents[layer]:
+            edges.append((F[p], F[layer], int(act[p])))      # forward activation
+            edges.append((F[p], B[layer], int(act[p])))      # saved for the backward pass
+            edges.append((B[layer], B[p], int(act[p])))      # gradient to the input
+        edges.append((F[layer], B[layer], int(act[layer])))
+        if not children[layer]:
+            edges.append((F[layer], loss, int(act[layer])))
+            edges.append((loss, B[layer], int(act[layer])))
+        if layer in V:
+            edges.append((V[layer], F[layer], int(weights[layer])))
+            edges.append((V[layer], B[layer], int(weights[layer])))
+    graph = from_edges(len(names), edges, names=names, persistent_bytes=persistent,
+                       colocation=label)
+    clus = cluster(num_gpus, gpu_memory=gpu_memory, host=host, bandwidth_gbps=7.6,
+                   latency_us=25.0)
+    gpu = np.asarray(times)
+    times_by_kind = {"GPU": gpu, "CPU": gpu * 10}
+    op_time = TableCostModel({k: times_by_kind[k] for k in {d.kind for d in clus.devices}}
+                             ).op_time(graph, clus)
+    return PlacementProblem(graph=graph, cluster=clus, op_time=op_time,
+                            grouping=Grouping.from_labels(graph, label))

@@ -1,0 +1,39 @@
+"""The report's certificate: how much slower than the best possible placement it may be."""
+
+import json
+import math
+
+import pytest
+
+from tf_autoplace.outputs.report import DeviceLoad, PlacementReport
+
+GPU = DeviceLoad(name="/device:GPU:0", kind="GPU", num_ops=1, compute_s=0.1,
+                 peak_memory_bytes=1, memory_bytes=10)
+
+
+def _report(step, bound):
+    return PlacementReport(placer="m_etf", step_time_s=step, lower_bound_s=0.0,
+                           lp_lower_bound_s=bound, devices=(GPU,), baseline_step_time_s=1.0,
+                           baseline_devices=(GPU,), num_ops=1, num_groups=1,
+                           num_colocation_groups=1, ops_with_unknown_shapes=0, timings_s={})
+
+
+@pytest.mark.parametrize("step,bound,gap", [
+    (0.6, 0.4, 50.0),       # 0.6 s against a bound of 0.4 s: at most 50% slower
+    (0.5, 0.5, 0.0),        # at the bound: optimal
+    (0.101, 0.1, 1.0),
+    (0.0, 0.0, 0.0),        # every op takes 0 s
+    (0.2, math.nan, None),  # no bound
+    (0.2, 0.0, None),       # a bound of 0 under a positive step proves nothing
+])
+def test_the_gap_is_the_step_over_the_bound(step, bound, gap):
+    report = _report(step, bound)
+    if gap is None:
+        assert report.optimality_gap is None and report.certificate() is None
+        assert "no bound, no certificate" in str(report)
+    else:
+        assert report.optimality_gap == pytest.approx(gap)
+        assert f"at most {gap:.1f}% slower than the best possible placement under this cost " \
+               "model" in str(report)
+    assert json.loads(report.to_json())["optimality_gap"] == (
+        None if gap is None else pytest.approx(gap))
