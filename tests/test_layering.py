@@ -35,6 +35,7 @@ LAYERS = [
     {"pipeline.options"},  # what a door hands the engine: a placer, a cluster, ..., checked
     {"pipeline.engine", "zoo.benchmark", "hw.fidelity"},  # run placers end to end
     {"tf2"},
+    {"keras"},  # Keras models: their train/test/predict steps through the TF2 door
     {"api"},
     {"flags", "testing"},
     {"cli"},
