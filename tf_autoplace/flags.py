@@ -531,6 +531,7 @@ def install(settings: AutoplaceSettings | None = None) -> bool:
         from tensorflow.python.client import session as tf_session
 
         from tf_autoplace.errors import ConfigError
+        from tf_autoplace.rewrite import sessions  # noqa: F401  (records runs below the hook)
 
         if _original_extend is None:
             original = getattr(tf_session.BaseSession, "_extend_graph", None)
