@@ -68,9 +68,10 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
         or a ``tf_autoplace.pipeline.cache.PlacementCache``. With it, the same graph, cluster, placer
         and seed get the stored placement at once (``report.from_cache``).
       progress: True (default) shows a search that takes more than 2 s (a bar on a terminal,
-        absl log lines otherwise), False shows nothing, or a
-        ``tf_autoplace.outputs.progress.Progress`` (``SearchProgress(logdir=...)`` also writes the
-        search curve as TensorBoard scalars).
+        otherwise log lines of the Python logger ``tf_autoplace.progress``, which reach stderr
+        with no logging set up), False shows nothing, or a
+        ``tf_autoplace.outputs.progress.Progress`` (``SearchProgress(logdir=...)`` also writes
+        the search curve as TensorBoard scalars).
       measure_steps: when > 0, also run the placed graph and the single-device baseline for
         this many timed steps on this machine (its devices must be the cluster's) and put the
         measured step times in the report (:func:`tf_autoplace.hw.measure.measure`); graphs only.

@@ -43,9 +43,10 @@ Flags:
                         cannot be run on its own (a step that needs a queue runner or an input
                         the binary feeds), the graph keeps TensorFlow's default placement and a
                         warning says why.
-  --autoplace_progress  log the search's progress (absl INFO lines every 10 s for a search
-                        longer than 2 s: placements done of the budget, best step time so far,
-                        time left; default true).
+  --autoplace_progress  log the search's progress (INFO lines of the Python logger
+                        ``tf_autoplace.progress`` every 10 s for a search longer than 2 s:
+                        placements done of the budget, best step time so far, time left;
+                        default true).
   --autoplace_progress_logdir  also write the search curve as TensorBoard scalars here.
 
 How it works (checked on TF 2.21). A v1 ``Session`` hands its graph to the runtime in
@@ -130,7 +131,8 @@ flags.DEFINE_integer("autoplace_verify", -1,
                      "apply the measured fastest; 0: off; -1 (default): 15 when "
                      "--autoplace_cluster is 'local' (this machine), off otherwise.")
 flags.DEFINE_bool("autoplace_progress", True,
-                  "Log the placement search's progress (absl INFO lines).")
+                  "Log the placement search's progress (INFO lines, logger "
+                  "tf_autoplace.progress).")
 flags.DEFINE_string("autoplace_progress_logdir", None,
                     "Also write the search curve as TensorBoard scalars here.")
 
