@@ -39,22 +39,9 @@ from tf_autoplace.hw.profiler import profile_ops
 from tf_autoplace.hw.runner import RunConfig
 from tf_autoplace.hw.transfers import profile_links
 from tf_autoplace.hw.workload import Workload
+from tf_autoplace.cli import profile_flags  # noqa: F401  (defines this command's flags)
 
-flags.DEFINE_string("graph", None, "GraphDef or MetaGraphDef file (binary or text).")
-flags.DEFINE_string("model", None, "A model zoo name instead (tf_autoplace.zoo.MODELS).")
-flags.DEFINE_multi_string("knob", [], "Zoo model size knob as name=value (int), repeatable.")
-flags.DEFINE_list("fetches", None, "What one step runs (default: the train op).")
-flags.DEFINE_list("init", None, "Ops run once first (default: the variable initializer).")
-flags.DEFINE_integer("num_logical_cpus", 2, "Logical CPU devices of the local cluster "
-                     "(0: this machine's GPUs and its CPU host).")
-flags.DEFINE_integer("warmup_steps", 3, "Untimed steps first.")
-flags.DEFINE_integer("trace_steps", 10, "Traced steps whose per-op median is written.")
-flags.DEFINE_integer("seed", 0, "Seed of the made-up inputs.")
-flags.DEFINE_string("out_profile", None, "Write the CostProfile (text) here.")
-flags.DEFINE_string("out_cluster", None, "Also measure the links and write the ClusterSpec "
-                    "(text) here.")
-flags.mark_flags_as_required(["out_profile"])
-FLAGS = flags.FLAGS
+FLAGS = flags.FLAGS  # this command's flags: tf_autoplace.cli.profile_flags
 
 
 def _write(path: str, text: str) -> None:

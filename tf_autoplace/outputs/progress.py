@@ -85,7 +85,8 @@ def log_line(message: str) -> None:
 class Progress:
     """The interface every search reports through, and the quiet reporter (module docstring).
 
-    A phase is ``start``, any number of ``update``, ``finish``; :meth:`phase` wraps them."""
+    A phase is ``start``, any number of ``update``, then ``finish`` (or ``abort`` when it stops
+    early); :meth:`phase` wraps them."""
 
     def start(self, label: str, total: int | None, *, deadline: float | None = None) -> None:
         """A phase ``label`` begins that will simulate ``total`` placements (None: unknown)
@@ -98,13 +99,20 @@ class Progress:
     def finish(self) -> None:
         """The phase ended."""
 
+    def abort(self) -> None:
+        """The phase stopped early (an error, an interrupt): nothing more is said of it.
+        By default the same as :meth:`finish`."""
+        self.finish()
+
     @contextlib.contextmanager
     def phase(self, label: str, total: int | None, *, deadline: float | None = None):
         self.start(label, total, deadline=deadline)
         try:
             yield self
-        finally:
-            self.finish()
+        except BaseException:
+            self.abort()
+            raise
+        self.finish()
 
 
 QUIET = Progress()
@@ -202,6 +210,11 @@ class SearchProgress(Progress):
             log_line(f"autoplace: {p.label}: done, {p.line(now, final=True)}")
         if self.logdir and p.curve:
             _write_scalars(self.logdir, p.label, p.curve + [(p.done, p.best)])
+
+    def abort(self) -> None:
+        p, self._phase = self._phase, None
+        if p is not None and p.bar is not None:
+            p.bar.close()  # the bar stays as it was drawn; no "done" line
 
 
 class _Phase:

@@ -53,6 +53,7 @@ from tf_autoplace.proto import cost_graph_pb2
 from tf_autoplace.rewrite import apply_to_graph, apply_to_graph_def, replaced_devices
 from tf_autoplace.rewrite import sessions
 from tf_autoplace.sim import lp_lower_bound
+from tf_autoplace.sim.jit import interruptible
 
 
 def _profile_notes(profile: ProfileCostModel, path) -> list[str]:
@@ -67,6 +68,7 @@ def _profile_notes(profile: ProfileCostModel, path) -> list[str]:
     return notes
 
 
+@interruptible
 def place_graph(graph, options: PlaceOptions) -> PlacementReport:
     """Place a graph as ``options`` say.
 
@@ -80,6 +82,8 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
       ``graph_def``.
 
     Raises:
+      KeyboardInterrupt: an interrupt, as such (never chained to numba's SystemError); a
+        ``tf.Graph`` is left as it was.
       ConfigError: a ``tf.Graph`` that an open v1 Session has already run: TensorFlow fixed
         its devices there (:mod:`tf_autoplace.rewrite.sessions`).
       AutoplaceError: bad input, or no valid placement; a ``tf.Graph`` is left as it was.
@@ -168,6 +172,7 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
     return dataclasses.replace(report, graph_def=placed_graph_def)
 
 
+@interruptible
 def place_cost_graph(cost_graph, options: PlaceOptions) -> PlacementReport:
     """Place a cost graph as ``options`` say.
 

@@ -20,15 +20,24 @@ location when the function is decorated. :func:`cached_njit` sets ``CACHE_DIR`` 
 duration of that one decoration only, so neither the process environment nor the cache of
 anyone else's numba functions changes, and it works whether or not numba was imported first.
 Worker processes decorate the kernels again on import and so use the same directory.
+
+An interrupt (Ctrl-C) that arrives while a compiled kernel calls back into Python (a cached
+kernel unpickles its constants through ``_numba_unpickle``) comes out of numba as a
+``SystemError`` chained to the KeyboardInterrupt. :func:`interruptible` wraps the functions
+that run kernels for a caller (the engine's doors) so that the caller gets a plain
+KeyboardInterrupt instead.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 
 import numba
 import numba.core.config
 import platformdirs
+
+from tf_autoplace.errors import interrupt_in
 
 CACHE_ENV = "NUMBA_CACHE_DIR"
 
@@ -54,3 +63,22 @@ def cached_njit(fn):
         return numba.njit(cache=True)(fn)
     finally:
         config.CACHE_DIR = previous
+
+
+def interruptible(fn):
+    """``fn``, raising a fresh KeyboardInterrupt of the same type (no chained SystemError)
+    where an interrupt reached it wrapped in another exception (see the module doc)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # noqa: B036  (only to find an interrupt in its chain)
+            interrupt = interrupt_in(e)
+            if interrupt is None:
+                raise
+        raise type(interrupt)(*interrupt.args)  # outside the handler: nothing chained
+
+    return wrapper
