@@ -141,6 +141,27 @@ def _enabled(name) -> bool:
     return (name or "").strip().lower() not in _OFF
 
 
+_SETTINGS_FLAGS = sorted(name for name in FLAGS if name.startswith("autoplace_")
+                         and name != "autoplace_placement")  # every one defined above
+_warned: set = set()
+
+
+@flags.multi_flags_validator(["autoplace", "autoplace_placement", *_SETTINGS_FLAGS])
+def _warn_settings_without_autoplace(values) -> bool:
+    """An --autoplace_* setting given while autoplacement is off (no --autoplace, no
+    --autoplace_placement) does nothing: say so at parsing, once per set of flags."""
+    if _enabled(values["autoplace"]) or values["autoplace_placement"]:
+        return True
+    given = tuple(name for name in _SETTINGS_FLAGS if FLAGS[name].present)
+    if given and given not in _warned:
+        _warned.add(given)
+        logging.warning(
+            "%s given without --autoplace: autoplacement is off and %s nothing; add "
+            "--autoplace=auto (or another placer) to place the graph",
+            ", ".join(f"--{name}" for name in given), "it does" if len(given) == 1 else "they do")
+    return True
+
+
 @flags.validator("autoplace_budget_s", message="--autoplace_budget_s must be >= 0 seconds")
 def _check_budget(value) -> bool:
     return value is not None and value >= 0

@@ -193,7 +193,9 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
         print(f"error: cannot write output: {e}", file=sys.stderr)
         return 1
     print(report)
-    print(f"wrote {output_path}")
+    for path in (output_path, save_policy, report_json, *extra_paths.values()):
+        if path:  # every output, each written (none is written unless all are)
+            print(f"wrote {path}")
     return 0
 
 
