@@ -51,6 +51,7 @@ def test_batches_whose_shape_changes_are_refused_or_run_with_a_free_dimension(ch
     assert kind == "ConfigError"
     assert "[None, 5, 4]" in message and "[8, 7, 4]" in message and "input_spec" in message
     np.testing.assert_allclose(r["losses"], r["reference"], rtol=1e-5)
+    assert r["removed"]  # remove() gives the model back Keras' own functions
 
 
 @pytest.mark.parametrize("case, message", [
