@@ -1,6 +1,6 @@
 """Shared fixtures: a temporary placement cache directory, the repository root, a tiny
 hand-checkable TF graph, proto writers, a runner for the repository's scripts as
-subprocesses, and an ``hdp`` registered with a one-update sample budget.
+subprocesses (and for child scripts of checks), and an ``hdp`` registered with a one-update sample budget.
 
 The suite leaves the environment it runs in as it found it: the session records which
 ``tf_autoplace`` is installed in the interpreter before the first test and fails if it differs
@@ -9,6 +9,7 @@ after the last (:func:`installed_tf_autoplace`)."""
 import dataclasses
 import hashlib
 import importlib.metadata
+import json
 import os
 import site
 import subprocess
@@ -136,6 +137,20 @@ def run_scripts():
             stdout, stderr = proc.communicate(timeout=timeout)
             results[name] = (proc.returncode, stdout, stderr)
         return results
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def run_checks(run_scripts):
+    """``run_checks(script, timeout=300)`` runs a child script (``tests/tf2_child.py``, ...)
+    that prints one JSON object of check results on its last line of stdout, and returns that
+    object; a child that exits with an error fails the test with the end of its stderr."""
+
+    def run(script, timeout=300):
+        code, stdout, stderr = run_scripts({"checks": [script]}, timeout=timeout)["checks"]
+        assert code == 0, stderr[-3000:]
+        return json.loads(stdout.strip().splitlines()[-1])
 
     return run
 

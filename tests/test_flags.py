@@ -40,6 +40,8 @@ RUNS = {
     "plain": ["--print_devices"],
     "placed": ["--print_devices", "--autoplace=m_etf", f"--autoplace_cluster={CPU2}",
                "--autoplace_report={dir}/report.json"],
+    # Settings of a placement that is off: a warning at parsing, then the unplaced run.
+    "settings_without_autoplace": ["--autoplace_cluster=cpu2", "--autoplace_budget_s=5"],
     "bad_placer": ["--autoplace=no_such_placer", f"--autoplace_cluster={CPU2}"],
     "bad_cluster": ["--autoplace=m_etf", "--autoplace_cluster={dir}/bad.pbtxt"],
     "bad_budget": ["--autoplace=m_etf", f"--autoplace_cluster={CPU2}",
@@ -94,6 +96,17 @@ def test_without_flag_nothing_is_placed(runs):
     assert len(_losses(out)) == 4
     assert _devices(out) == {f"{HOST}CPU:0"}
     assert "autoplace:" not in err  # the hook was never installed
+
+
+def test_autoplace_settings_without_autoplace_warn_at_parsing(runs):
+    rc, out, err, _ = runs["settings_without_autoplace"]
+    assert rc == 0, err
+    warnings = [line for line in err.splitlines() if "given without --autoplace" in line]
+    assert len(warnings) == 1, err
+    assert "--autoplace_budget_s, --autoplace_cluster given without --autoplace: " \
+           "autoplacement is off and they do nothing" in warnings[0]
+    assert _losses(out) == _losses(runs["plain"][1])  # and nothing was placed
+    assert "autoplace: placed" not in err
 
 
 def test_with_flag_same_losses_and_both_devices_execute(runs):

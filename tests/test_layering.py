@@ -38,6 +38,7 @@ LAYERS = [
     {"pipeline.engine", "zoo.benchmark", "hw.fidelity"},  # run placers end to end
     {"hw.components"},  # the simulator's parts against this machine, on fidelity's graphs
     {"tf2"},
+    {"keras"},  # Keras models: their train/test/predict steps through the TF2 door
     {"api"},
     {"flags", "testing"},
     {"cli"},

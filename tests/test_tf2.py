@@ -4,10 +4,7 @@ Logical devices can only be configured before TF initialises its runtime, so the
 one child process (tests/tf2_child.py, started once per module) and these tests read its JSON.
 """
 
-import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -17,13 +14,8 @@ BOTH = [f"{HOST}CPU:0", f"{HOST}CPU:1"]
 
 
 @pytest.fixture(scope="module")
-def child(repo_root):
-    pythonpath = os.pathsep.join(p for p in (repo_root, os.environ.get("PYTHONPATH")) if p)
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=pythonpath)
-    proc = subprocess.run([sys.executable, os.path.join("tests", "tf2_child.py")],
-                          cwd=repo_root, env=env, text=True, capture_output=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+def child(run_checks):
+    return run_checks(os.path.join("tests", "tf2_child.py"))
 
 
 def _result(child, name):

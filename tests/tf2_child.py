@@ -256,14 +256,11 @@ def errors():
     return out
 
 
-def main():
+def run_checks(checks) -> None:
+    """Run each (name, check) and print {name: result} as JSON on one line; a check that
+    raises reports its exception and traceback instead, so the test fails with them."""
     results = {}
-    for name, check in [("keras", check_keras_training_step),
-                        ("dispatch", check_dispatch_nested_and_kwargs),
-                        ("control_flow", check_control_flow_with_nested_call),
-                        ("specialized_call", check_specialized_call),
-                        ("keras_lstm", check_keras_lstm_training_step),
-                        ("errors", errors)]:
+    for name, check in checks:
         try:
             results[name] = check()
         except Exception as e:  # reported to the test, which fails with the message
@@ -273,6 +270,15 @@ def main():
                              "traceback": traceback.format_exc()}
     print(json.dumps(results))
     sys.stdout.flush()
+
+
+def main():
+    run_checks([("keras", check_keras_training_step),
+                ("dispatch", check_dispatch_nested_and_kwargs),
+                ("control_flow", check_control_flow_with_nested_call),
+                ("specialized_call", check_specialized_call),
+                ("keras_lstm", check_keras_lstm_training_step),
+                ("errors", errors)])
 
 
 if __name__ == "__main__":

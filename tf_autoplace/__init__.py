@@ -12,10 +12,10 @@ A graph from elsewhere comes as a cost graph (``protos/cost_graph.proto``)::
     report = tf_autoplace.place_cost_graph("model.costgraph.pbtxt", cluster="k80x4")
 
 The core (OpGraph, grouping, simulator, placers) is plain numpy; TensorFlow is imported only when
-an entry point that needs it (``autoplace``) is first used.
+an entry point that needs it (``autoplace``) is first used, and numpy when ``Cluster`` is (so
+that ``tf-autoplace COMMAND --help`` starts at once).
 """
 
-from tf_autoplace.core.cluster import Cluster, Device
 from tf_autoplace.errors import (
     AutoplaceError,
     ClusterSpecError,
@@ -25,6 +25,8 @@ from tf_autoplace.errors import (
 )
 
 _LAZY = {
+    "Cluster": ("tf_autoplace.core.cluster", "Cluster"),
+    "Device": ("tf_autoplace.core.cluster", "Device"),
     "autoplace": ("tf_autoplace.api", "autoplace"),
     "place_cost_graph": ("tf_autoplace.api", "place_cost_graph"),
     "apply_placement": ("tf_autoplace.api", "apply_placement"),

@@ -3,14 +3,15 @@ that comes as a cost graph rather than from TensorFlow; apply_placement(): apply
 
 Each checks its arguments once into a :class:`~tf_autoplace.pipeline.options.PlaceOptions`,
 then ``autoplace`` dispatches on what it is given: a ``tf.function`` or ConcreteFunction goes to
-the TF2 door (:mod:`tf_autoplace.tf2`), anything else is a graph and goes to
+the TF2 door (:mod:`tf_autoplace.tf2`), a Keras model to the Keras door
+(:mod:`tf_autoplace.keras`), anything else is a graph and goes to
 :func:`tf_autoplace.pipeline.engine.place_graph`. ``place_cost_graph`` goes to
 :func:`tf_autoplace.pipeline.engine.place_cost_graph`.
 """
 
 from __future__ import annotations
 
-from tf_autoplace import tf2
+from tf_autoplace import keras, tf2
 from tf_autoplace.cost import CostModel
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.grouping import GroupingConfig
@@ -21,7 +22,8 @@ from tf_autoplace.placers import DEFAULT_PLACER, SavedPlacement
 
 def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
               grouping: GroupingConfig = GroupingConfig(), cost_model: CostModel | None = None,
-              cost_profile=None, unknown_dim: int = 1, budget_s: float | None = None,
+              cost_profile=None, unknown_dim: int | None = None,
+              budget_s: float | None = None,
               ray_address: str | None = None, policy=None, cache=False, progress=True,
               measure_steps: int = 0, measure_feeds: dict | None = None, verify: int = 0):
     """Choose a device for every op of ``graph`` and write it into the graph.
@@ -30,7 +32,9 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
       graph: a ``tf.Graph`` (rewritten in place), or a GraphDef, MetaGraphDef, serialized bytes
         or file path (left alone; the placed copy is returned as ``report.graph_def``), or a
         ``tf.function`` with an ``input_signature`` / a ConcreteFunction (left alone; see
-        Returns and :func:`tf_autoplace.tf2.autoplace_function`).
+        Returns and :func:`tf_autoplace.tf2.autoplace_function`), or a compiled Keras 3 or
+        tf_keras model (its fit/evaluate/predict then run placed functions, placed on their
+        first batch: :func:`tf_autoplace.keras.autoplace_model`).
       cluster: a :class:`Cluster`, the name of a shipped spec (``"k80x4"``,
         :func:`tf_autoplace.core.cluster.shipped_clusters`), the path of a text ``ClusterSpec``, or
         ``"local"``/None for this machine's devices.
@@ -45,7 +49,8 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
         on the one the graph will train on) whose measured op times replace the analytical
         estimates; ops it lacks keep the analytical estimate, and the report's notes count
         them and the profile's ops the graph lacks.
-      unknown_dim: elements assumed for a dimension whose size is unknown.
+      unknown_dim: elements assumed for a dimension whose size is unknown; None: 1 (for a
+        Keras model, the first batch's size).
       budget_s: wall-time cap in seconds (>= 0) for placers that search (``auto``, ``placeto``,
         ``post``, ``hdp``, ``gdp``; their default budgets are sample or step counts, which keep
         results reproducible; a time cap that cuts the search short makes them depend on the
@@ -63,9 +68,10 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
         or a ``tf_autoplace.pipeline.cache.PlacementCache``. With it, the same graph, cluster, placer
         and seed get the stored placement at once (``report.from_cache``).
       progress: True (default) shows a search that takes more than 2 s (a bar on a terminal,
-        absl log lines otherwise), False shows nothing, or a
-        ``tf_autoplace.outputs.progress.Progress`` (``SearchProgress(logdir=...)`` also writes the
-        search curve as TensorBoard scalars).
+        otherwise log lines of the Python logger ``tf_autoplace.progress``, which reach stderr
+        with no logging set up), False shows nothing, or a
+        ``tf_autoplace.outputs.progress.Progress`` (``SearchProgress(logdir=...)`` also writes
+        the search curve as TensorBoard scalars).
       measure_steps: when > 0, also run the placed graph and the single-device baseline for
         this many timed steps on this machine (its devices must be the cluster's) and put the
         measured step times in the report (:func:`tf_autoplace.hw.measure.measure`); graphs only.
@@ -82,14 +88,20 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
     Returns:
       A :class:`PlacementReport`; for a function, the placed callable
       (:class:`tf_autoplace.tf2.PlacedFunction`, called like the function, report in its
-      ``.report``). Raises an :class:`AutoplaceError` subclass on bad input or when no valid
+      ``.report``); for a Keras model, its :class:`tf_autoplace.keras.KerasPlacement`
+      (reports in ``.reports`` once fit/evaluate/predict ran a batch). Raises an :class:`AutoplaceError` subclass on bad input or when no valid
       placement is found; the graph is then left as it was.
     """
     options = PlaceOptions.make(
         placer=placer, cluster=cluster, seed=seed, budget_s=budget_s, ray_address=ray_address,
         policy=policy, grouping=grouping, cost_model=cost_model, cost_profile=cost_profile,
-        unknown_dim=unknown_dim, cache=cache, progress=progress, measure_steps=measure_steps,
-        measure_feeds=measure_feeds, verify=verify)
+        unknown_dim=1 if unknown_dim is None else unknown_dim, cache=cache, progress=progress,
+        measure_steps=measure_steps, measure_feeds=measure_feeds, verify=verify)
+    if keras.is_keras_model(graph):
+        if verify or measure_steps or cost_profile is not None:
+            raise ConfigError("verify, measure_steps and cost_profile are for graphs; a Keras "
+                              "model is timed by fitting it")
+        return keras.place_model(graph, options, unknown_dim_given=unknown_dim is not None)
     if tf2.is_function(graph):
         if verify:
             raise ConfigError("verify is for graphs (tf.Graph, GraphDef, MetaGraphDef): a "

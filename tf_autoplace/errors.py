@@ -2,6 +2,8 @@
 
 Everything we raise on purpose derives from :class:`AutoplaceError`, so a caller can catch one
 type. Each subclass names the kind of problem; each message names the offending value.
+An interrupt stays what it is, a KeyboardInterrupt (:class:`Terminated` for SIGTERM in the
+``tf-autoplace`` command), whatever code it arrives in (:func:`interrupt_in`).
 """
 
 
@@ -35,3 +37,25 @@ class WorkerError(AutoplaceError, RuntimeError):
 class MeasurementError(AutoplaceError, RuntimeError):
     """TensorFlow could not run a graph this machine was asked to time (a placement its runtime
     rejects, memory exhausted, ...); the message carries TensorFlow's."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised by the ``tf-autoplace`` command's signal handler so that it unwinds the
+    program as Ctrl-C's KeyboardInterrupt does (outputs not yet written are not written)."""
+
+
+def interrupt_in(error: BaseException) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt (or :class:`Terminated`) that ``error`` stands for: ``error``
+    itself, or one in the chain of exceptions it was raised from or while handling, else None.
+
+    numba's compiled code reports an interrupt that arrives while it calls back into Python
+    (its cached functions unpickle their constants so) as a ``SystemError: <function
+    _numba_unpickle ...> returned a result with an exception set`` whose context is the
+    KeyboardInterrupt."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None

@@ -43,9 +43,10 @@ Flags:
                         cannot be run on its own (a step that needs a queue runner or an input
                         the binary feeds), the graph keeps TensorFlow's default placement and a
                         warning says why.
-  --autoplace_progress  log the search's progress (absl INFO lines every 10 s for a search
-                        longer than 2 s: placements done of the budget, best step time so far,
-                        time left; default true).
+  --autoplace_progress  log the search's progress (INFO lines of the Python logger
+                        ``tf_autoplace.progress`` every 10 s for a search longer than 2 s:
+                        placements done of the budget, best step time so far, time left;
+                        default true).
   --autoplace_progress_logdir  also write the search curve as TensorBoard scalars here.
 
 How it works (checked on TF 2.21). A v1 ``Session`` hands its graph to the runtime in
@@ -130,13 +131,35 @@ flags.DEFINE_integer("autoplace_verify", -1,
                      "apply the measured fastest; 0: off; -1 (default): 15 when "
                      "--autoplace_cluster is 'local' (this machine), off otherwise.")
 flags.DEFINE_bool("autoplace_progress", True,
-                  "Log the placement search's progress (absl INFO lines).")
+                  "Log the placement search's progress (INFO lines, logger "
+                  "tf_autoplace.progress).")
 flags.DEFINE_string("autoplace_progress_logdir", None,
                     "Also write the search curve as TensorBoard scalars here.")
 
 
 def _enabled(name) -> bool:
     return (name or "").strip().lower() not in _OFF
+
+
+_SETTINGS_FLAGS = sorted(name for name in FLAGS if name.startswith("autoplace_")
+                         and name != "autoplace_placement")  # every one defined above
+_warned: set = set()
+
+
+@flags.multi_flags_validator(["autoplace", "autoplace_placement", *_SETTINGS_FLAGS])
+def _warn_settings_without_autoplace(values) -> bool:
+    """An --autoplace_* setting given while autoplacement is off (no --autoplace, no
+    --autoplace_placement) does nothing: say so at parsing, once per set of flags."""
+    if _enabled(values["autoplace"]) or values["autoplace_placement"]:
+        return True
+    given = tuple(name for name in _SETTINGS_FLAGS if FLAGS[name].present)
+    if given and given not in _warned:
+        _warned.add(given)
+        logging.warning(
+            "%s given without --autoplace: autoplacement is off and %s nothing; add "
+            "--autoplace=auto (or another placer) to place the graph",
+            ", ".join(f"--{name}" for name in given), "it does" if len(given) == 1 else "they do")
+    return True
 
 
 @flags.validator("autoplace_budget_s", message="--autoplace_budget_s must be >= 0 seconds")
@@ -537,6 +560,7 @@ def install(settings: AutoplaceSettings | None = None) -> bool:
         from tensorflow.python.client import session as tf_session
 
         from tf_autoplace.errors import ConfigError
+        from tf_autoplace.rewrite import sessions  # noqa: F401  (records runs below the hook)
 
         if _original_extend is None:
             original = getattr(tf_session.BaseSession, "_extend_graph", None)

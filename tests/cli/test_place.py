@@ -109,7 +109,9 @@ def test_binary_graph_def_in_binary_out_with_json_report(runs):
     workdir, results, inputs = runs
     code, stdout, stderr = results["graph_def"]
     assert code == 0, stderr
-    assert f"wrote {workdir / 'placed.pb'}" in stdout
+    # Every file it wrote is listed, one line each.
+    assert [line for line in stdout.splitlines() if line.startswith("wrote ")] == [
+        f"wrote {workdir / 'placed.pb'}", f"wrote {workdir / 'report.json'}"]
     placed = graph_pb2.GraphDef.FromString((workdir / "placed.pb").read_bytes())
     _assert_placed(placed, inputs["graph_def"])
     assert {n.device for n in placed.node} == CPU2_DEVICES  # the placer uses both CPUs here

@@ -55,6 +55,39 @@ def test_shipped_k80_specs(num_gpus):
                                   [[False] * num_gpus + [True], [True] * num_gpus + [False]])
 
 
+@pytest.mark.parametrize("gpu, num_gpus, sms, mhz, gbps, arch, speed, nvlink, pcie", [
+    (gpu, n, *figures) for n in (2, 4, 8) for gpu, figures in (
+        ("a100", (108, 1410, 2039.0, "8.0", 1.0, 300e9, 32e9)),
+        ("h100", (132, 1980, 3350.0, "9.0", 2.0, 450e9, 64e9)))])
+def test_shipped_a100_and_h100_specs_link_gpus_by_nvlink_and_the_host_by_pcie(
+        gpu, num_gpus, sms, mhz, gbps, arch, speed, nvlink, pcie):
+    cluster = resolve_cluster(f"{gpu}x{num_gpus}")
+    assert cluster.names == tuple(f"{HOST}GPU:{i}" for i in range(num_gpus)) + (f"{HOST}CPU:0",)
+    for d in cluster.devices[:num_gpus]:
+        assert (d.num_cores, d.frequency_mhz, d.memory_bandwidth_gbps, d.architecture,
+                d.speed, d.memory_bytes) == (sms, mhz, gbps, arch, speed, 79_500_000_000)
+    host = num_gpus
+    gpus = np.arange(num_gpus)
+    between = cluster.bandwidth[np.ix_(gpus, gpus)][~np.eye(num_gpus, dtype=bool)]
+    np.testing.assert_allclose(between, nvlink, rtol=1e-12)  # NVLink through NVSwitch
+    np.testing.assert_allclose(cluster.bandwidth[gpus, host], pcie, rtol=1e-12)  # PCIe
+    np.testing.assert_allclose(cluster.bandwidth[host, gpus], pcie, rtol=1e-12)
+    np.testing.assert_allclose(_off_diagonal(cluster.latency), 10e-6, rtol=1e-12)
+
+
+def test_the_script_writes_exactly_the_shipped_specs(tmp_path):
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, os.path.join(REPO, "tools", "make_cluster_specs.py"),
+                    f"--out_dir={tmp_path}"], check=True, capture_output=True, cwd=REPO)
+    shipped = importlib.resources.files("tf_autoplace").joinpath("clusters")
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert written == sorted(p.name for p in shipped.iterdir() if p.name.endswith(".pbtxt"))
+    for name in written:
+        assert (tmp_path / name).read_bytes() == shipped.joinpath(name).read_bytes(), name
+
+
 def test_shipped_cpu2_spec_shares_two_cores_and_says_placement_does_not_pay():
     cluster = resolve_cluster("cpu2")
     assert cluster.names == (f"{HOST}CPU:0", f"{HOST}CPU:1")
@@ -291,9 +324,9 @@ def test_resolve_cluster_takes_names_paths_clusters_and_says_what_it_knows(tmp_p
     assert resolve_cluster("k80x4").names == ("/device:CPU:0",)
     assert resolve_cluster("k80x8").num_devices == 9
     with pytest.raises(ClusterSpecError, match=r"'k80x3': it is neither a file nor a shipped "
-                                               r"cluster \(cpu2, k80x2, .*or 'local'\)"):
+                                               r"cluster \(a100x2, .*cpu2, .*k80x2, .*or 'local'\)"):
         resolve_cluster("k80x3")
-    with pytest.raises(ClusterSpecError, match="no shipped cluster named 'k80x3'; shipped: cpu2"):
+    with pytest.raises(ClusterSpecError, match="no shipped cluster named 'k80x3'; shipped: a100x2, .*cpu2"):
         shipped_cluster("k80x3")
     with pytest.raises(ClusterSpecError, match=r"cannot read cluster spec 'gone/k80x2.pbtxt'"):
         resolve_cluster("gone/k80x2.pbtxt")

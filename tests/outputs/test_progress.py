@@ -102,7 +102,7 @@ def test_hdp_reports_its_search():
 def test_log_lines_say_how_far_and_the_best_so_far(caplog):
     progress = SearchProgress("log", delay_s=0, every_s=0)
     placer = AutoPlacer(max_samples=200)
-    with caplog.at_level(logging.INFO, logger="absl"):
+    with caplog.at_level(logging.INFO, logger="tf_autoplace.progress"):
         placer.place(_problem(), seed=0, progress=progress)
     lines = [r.getMessage() for r in caplog.records if "auto: local search" in r.getMessage()]
     assert len(lines) > 20
@@ -111,6 +111,45 @@ def test_log_lines_say_how_far_and_the_best_so_far(caplog):
     assert lines[-1].startswith(f"autoplace: auto: local search: done, "
                                 f"{placer.stats['samples']}/")
     assert f"best {placer.stats['end_ms']:.2f} ms" in lines[-1]
+
+
+_SCRIPT = """
+import sys
+import tf_autoplace
+from tf_autoplace.outputs.progress import SearchProgress
+from tf_autoplace.placers import AutoPlacer
+from tf_autoplace.testing import small_cnn
+
+progress = {"lines": SearchProgress(delay_s=0, every_s=0), "quiet": False}[sys.argv[1]]
+tf_autoplace.autoplace(small_cnn().graph, cluster="%s", placer=AutoPlacer(max_samples=200),
+                       progress=progress)
+print("done")
+""" % CPU2
+
+
+@pytest.mark.parametrize("case", ["lines", "quiet"])
+def test_a_script_whose_stderr_is_a_file_logs_lines_without_absl_app(case, tmp_path, repo_root):
+    """A plain script (no absl.app, no logging set up) with stderr redirected to a file gets
+    the log lines there ("auto": stderr is not a terminal); progress=False writes none."""
+    import os
+    import subprocess
+    import sys
+
+    err = tmp_path / "stderr.txt"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
+               PYTHONPATH=os.pathsep.join(p for p in (repo_root, os.environ.get("PYTHONPATH"))
+                                          if p))
+    with open(err, "w", encoding="utf-8") as f:
+        proc = subprocess.run([sys.executable, "-c", _SCRIPT, case], cwd=repo_root, env=env,
+                              stdout=subprocess.PIPE, stderr=f, text=True, timeout=300)
+    text = err.read_text(encoding="utf-8")
+    assert proc.returncode == 0 and proc.stdout.strip() == "done", text[-2000:]
+    lines = [line for line in text.splitlines() if "autoplace: auto: local search" in line]
+    if case == "quiet":
+        assert lines == []
+    else:
+        assert len(lines) > 5 and "/200 placements (" in lines[0]
+        assert "autoplace: auto: local search: done, " in lines[-1]
 
 
 def test_a_bar_on_a_stream():
@@ -123,7 +162,7 @@ def test_a_bar_on_a_stream():
 
 
 def test_nothing_shows_before_the_delay_or_when_quiet(caplog, capsys):
-    with caplog.at_level(logging.INFO, logger="absl"):
+    with caplog.at_level(logging.INFO, logger="tf_autoplace.progress"):
         slow = SearchProgress("log", delay_s=3600)
         AutoPlacer(max_samples=100).place(_problem(), seed=0, progress=slow)
         tf_autoplace.autoplace(small_cnn().graph, cluster=CPU2,

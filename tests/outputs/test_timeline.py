@@ -120,6 +120,27 @@ def test_plot_report_writes_a_png(tmp_path):
     assert len(data) > 20_000  # two panels with text, not an empty canvas
 
 
+def test_memory_panel_shows_each_device_against_its_own_capacity(tmp_path):
+    """A 10.7 GB GPU beside a 524 GB device: 3.2 GB on the GPU is 30% of its bar's scale, not
+    a sliver of the host's (the panel draws memory_shares)."""
+    graph = from_edges(6, EDGES, control=[(1, 4)],
+                       persistent_bytes=[3.2e9, 0, 0, 1e9, 0, 0])
+    devices = [Device("/job:localhost/replica:0/task:0/device:GPU:0", "GPU",
+                      memory_bytes=10_700_000_000),
+               Device("/job:localhost/replica:0/task:0/device:GPU:1", "GPU",
+                      memory_bytes=524_000_000_000)]
+    cluster = Cluster.uniform(devices, bandwidth_gbps=1.0, latency_us=10.0)
+    op_time = TableCostModel({"GPU": np.full(6, 1e-3)}).op_time(graph, cluster)
+    sim = Simulator(graph, cluster, op_time).run(PLACEMENT)
+    variables, peak = timeline.memory_shares(graph, cluster, PLACEMENT, sim)
+    np.testing.assert_allclose(variables, [100 * 3.2e9 / 10.7e9, 100 * 1e9 / 524e9])
+    np.testing.assert_allclose(peak, 100 * sim.peak_memory / cluster.memory)
+    assert peak[0] > 29.9 and peak[0] >= variables[0]
+    pytest.importorskip("matplotlib", reason="the plot extra (matplotlib) is not installed")
+    timeline.plot_report(tmp_path / "shares.png", graph, cluster, PLACEMENT, sim)
+    assert (tmp_path / "shares.png").read_bytes()[:8] == PNG_MAGIC
+
+
 def test_plot_report_without_matplotlib_asks_for_the_plot_extra(tmp_path, monkeypatch):
     for name in list(sys.modules):
         if name == "matplotlib" or name.startswith("matplotlib."):

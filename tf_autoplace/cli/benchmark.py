@@ -20,31 +20,14 @@ import time
 
 from absl import app, flags
 
+from tf_autoplace.cli import benchmark_flags  # noqa: F401  (defines this command's flags)
 from tf_autoplace.core.cluster import resolve_cluster
 from tf_autoplace.errors import AutoplaceError
 from tf_autoplace.grouping import GroupingConfig
 from tf_autoplace.placers import get_placer
 from tf_autoplace.zoo import benchmark as bench
 
-flags.DEFINE_list("placers", list(bench.PLACER_NAMES),
-                  "placers to run (tf_autoplace.core.registry); name@SECONDS gives a placer "
-                  "that searches that budget_s (gdp@0: GDP zero-shot)")
-flags.DEFINE_list("pairs", None, "model:cluster pairs; default: the papers' pairs "
-                  f"(--quick: {','.join(bench.QUICK_PAIRS)}). Models: {','.join(bench.MODELS)}")
-flags.DEFINE_bool("quick", False, "small model knobs (QUICK_KNOBS), a few minutes on 2 cores")
-flags.DEFINE_string("out_md", None, "write the markdown tables here")
-flags.DEFINE_string("out_csv", None, "write the placement rows as CSV here")
-flags.DEFINE_string("plot_png", None, "write a grouped bar chart of step times here "
-                    "(needs matplotlib)")
-flags.DEFINE_integer("sim_runs", 20, "simulations timed per pair for the simulator speed")
-flags.DEFINE_integer("seed", 0, "seed given to every placer")
-flags.DEFINE_list("from_csv", None, "render the markdown of earlier runs' CSV files (e.g. one "
-                  "per placer subset on the same pairs) instead of running anything")
-flags.DEFINE_float("budget_s", None, "time budget of every placer that searches (default: "
-                   "each its own); a generous one lets sample budgets end the searches, so "
-                   "step times do not depend on the machine's load")
-flags.DEFINE_integer("max_groups", GroupingConfig().max_groups, "Merge-and-Colocate N")
-FLAGS = flags.FLAGS
+FLAGS = flags.FLAGS  # this command's flags: tf_autoplace.cli.benchmark_flags
 
 
 def main(argv):
@@ -65,13 +48,15 @@ def main(argv):
             raise app.UsageError("--plot_png needs matplotlib: pip install "
                                  "'tf_autoplace[plot]' (or drop --plot_png)") from None
     try:
-        for name in FLAGS.placers:
+        placers = bench.PLACER_NAMES if FLAGS.placers is None else FLAGS.placers
+        for name in placers:
             get_placer(bench.parse_placer(name)[0], budget_s=FLAGS.budget_s)
         pairs = bench.parse_pairs(FLAGS.pairs or (bench.QUICK_PAIRS if FLAGS.quick
                                                   else bench.FULL_PAIRS))
         for _, cluster in pairs:  # a misspelt cluster fails now, not after building a model
             resolve_cluster(cluster)
-        grouping = GroupingConfig(max_groups=FLAGS.max_groups)
+        grouping = (GroupingConfig() if FLAGS.max_groups is None
+                    else GroupingConfig(max_groups=FLAGS.max_groups))
     except AutoplaceError as e:
         raise app.UsageError(str(e)) from None
     title = (f"Placer baselines, {'quick' if FLAGS.quick else 'paper'} sizes "
@@ -85,12 +70,12 @@ def main(argv):
             bench.write_csv(FLAGS.out_csv, rows)
 
     start = time.perf_counter()
-    rows, infos = bench.benchmark(pairs, FLAGS.placers, quick=FLAGS.quick, seed=FLAGS.seed,
+    rows, infos = bench.benchmark(pairs, placers, quick=FLAGS.quick, seed=FLAGS.seed,
                                   sim_runs=FLAGS.sim_runs, grouping=grouping, on_pair=write,
                                   budget_s=FLAGS.budget_s)
     write(rows, infos)
     if FLAGS.plot_png:
-        bench.write_plot(FLAGS.plot_png, rows, FLAGS.placers)
+        bench.write_plot(FLAGS.plot_png, rows, placers)
     print(bench.markdown(rows, infos, title=title))
     bench.progress(f"done in {time.perf_counter() - start:.0f} s")
     return 0

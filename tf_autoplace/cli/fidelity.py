@@ -35,6 +35,7 @@ import time
 
 from absl import app, flags
 
+from tf_autoplace.cli import fidelity_flags  # noqa: F401  (defines this command's flags)
 from tf_autoplace.errors import AutoplaceError
 from tf_autoplace.hw import components as components_lib
 from tf_autoplace.hw import fidelity
@@ -42,25 +43,7 @@ from tf_autoplace.hw.protocol import QUIET_LOAD, load_average
 from tf_autoplace.hw.runner import RunConfig
 from tf_autoplace.hw.transfers import profile_links, profile_send_costs
 
-flags.DEFINE_list("graphs", list(fidelity.GRAPHS), f"graphs among {list(fidelity.GRAPHS)}")
-flags.DEFINE_multi_string("graph_file", [], "a training graph of your own (GraphDef or "
-                          "MetaGraphDef, binary or text); repeatable")
-flags.DEFINE_integer("num_logical_cpus", 2, "logical CPU devices (0: the GPUs and the CPU host)")
-flags.DEFINE_integer("random_placements", 8, "uniformly random placements per graph")
-flags.DEFINE_integer("learned_samples", 2000, "simulated placements per learned placer")
-flags.DEFINE_integer("steps", 15, "timed steps per placement (rounds)")
-flags.DEFINE_integer("warmup_steps", 3, "untimed steps per placement first")
-flags.DEFINE_integer("trace_steps", 10, "traced steps for the op profile")
-flags.DEFINE_integer("interleave", 64, "placements measured together (at once: all of them)")
-flags.DEFINE_float("max_load", None, "wait until the 1-minute load average is at most this")
-flags.DEFINE_integer("seed", 0, "placer seed")
-flags.DEFINE_string("out_md", None, "write the markdown tables here")
-flags.DEFINE_string("out_json", None, "write every figure as JSON here")
-flags.DEFINE_bool("components", False, "check the simulator's parts one at a time instead "
-                  "(tf_autoplace.hw.components)")
-flags.DEFINE_list("component", list(components_lib.COMPONENTS),
-                  f"with --components: which parts, among {list(components_lib.COMPONENTS)}")
-FLAGS = flags.FLAGS
+FLAGS = flags.FLAGS  # this command's flags: tf_autoplace.cli.fidelity_flags
 
 
 def _commit() -> str:
@@ -80,13 +63,15 @@ def _commit() -> str:
 
 def _components(argv) -> int:
     del argv
+    chosen = (list(components_lib.COMPONENTS) if FLAGS.component is None
+              else FLAGS.component)
     try:
         config = components_lib.Config(
             num_logical_cpus=FLAGS.num_logical_cpus, rounds=FLAGS.steps,
             warmup_steps=FLAGS.warmup_steps,
             profile=RunConfig(steps=1, warmup_steps=FLAGS.warmup_steps,
                               trace_steps=FLAGS.trace_steps), seed=FLAGS.seed)
-        unknown = sorted(set(FLAGS.component) - set(components_lib.COMPONENTS))
+        unknown = sorted(set(chosen) - set(components_lib.COMPONENTS))
         if unknown:
             raise app.UsageError(f"unknown components {unknown}; choose among "
                                  f"{list(components_lib.COMPONENTS)}")
@@ -102,8 +87,9 @@ def _components(argv) -> int:
               + (" (above 1.5: not publishable)" if load > 1.5 else "") + "\n")
     if load > 1.5:
         log(f"warning: the load is {load:.2f} (> 1.5); these figures are not publishable")
-    results = components_lib.run(config, graphs=FLAGS.graphs, components=FLAGS.component,
-                                 log=log)
+    results = components_lib.run(
+        config, graphs=tuple(components_lib.GRAPHS) if FLAGS.graphs is None else FLAGS.graphs,
+        components=chosen, log=log)
     text = components_lib.markdown(header=header, **results)
     if FLAGS.out_md:
         with open(FLAGS.out_md, "w", encoding="utf-8") as f:
@@ -124,6 +110,8 @@ def _components(argv) -> int:
 def main(argv):
     if FLAGS.components:
         return _components(argv)
+    del argv
+    graphs = list(fidelity.GRAPHS) if FLAGS.graphs is None else FLAGS.graphs
     try:
         config = fidelity.Config(
             num_logical_cpus=FLAGS.num_logical_cpus, random_placements=FLAGS.random_placements,
@@ -132,10 +120,10 @@ def main(argv):
             profile=RunConfig(steps=1, warmup_steps=FLAGS.warmup_steps,
                               trace_steps=FLAGS.trace_steps),
             interleave=FLAGS.interleave, max_load=FLAGS.max_load, seed=FLAGS.seed)
-        unknown = sorted(set(FLAGS.graphs) - set(fidelity.GRAPHS))
+        unknown = sorted(set(graphs) - set(fidelity.GRAPHS))
         if unknown:
             raise app.UsageError(f"unknown graphs {unknown}; choose among {list(fidelity.GRAPHS)}")
-        if not FLAGS.graphs and not FLAGS.graph_file:
+        if not graphs and not FLAGS.graph_file:
             raise app.UsageError("nothing to measure: give --graphs or --graph_file")
     except AutoplaceError as e:
         raise app.UsageError(str(e)) from None
@@ -160,7 +148,7 @@ def main(argv):
     title = (f"Simulated vs measured step times on this machine "
              f"({config.num_logical_cpus or 'GPUs +'} logical CPUs, seed {config.seed})")
     jobs = [(name, lambda name=name: fidelity.evaluate_graph(name, config, profiled_cluster,
-                                                             log)) for name in FLAGS.graphs]
+                                                             log)) for name in graphs]
     jobs += [(path, lambda path=path: fidelity.evaluate_file(path, config, profiled_cluster,
                                                              log=log))
              for path in FLAGS.graph_file]

@@ -10,67 +10,127 @@
 ``pip install .`` installs it (setup.py ``entry_points``); from a checkout,
 ``python -m tf_autoplace.cli COMMAND ...`` is the same.
 
-Each subcommand is a module of absl flags defined when it is imported, and several define the
-same names (``--cluster``, ``--seed``), so only the chosen one is imported, by name, after the
-command line is read (no cycle is involved). SIGTERM ends a command as Ctrl-C does, through
-the cleanup that leaves no partial output (:mod:`tf_autoplace.outputs.files`).
+Each subcommand is a module, and its absl flags are defined in a module of their own,
+``<command>_flags``, imported by the command's module. Several define the same names
+(``--cluster``, ``--seed``), so only the chosen one is imported, by name, after the command
+line is read (no cycle is involved). ``tf-autoplace COMMAND --help`` imports only the flags
+module and reads the command's docstring from its source: it answers at once, without
+TensorFlow, and exits 0.
+
+Ctrl-C and SIGTERM end a command the same way: the interrupt unwinds it through the cleanup that
+leaves no partial output (:mod:`tf_autoplace.outputs.files`; SIGTERM is raised as
+:class:`tf_autoplace.errors.Terminated`, a KeyboardInterrupt), then one line says what was
+interrupted and what it left, and the status is 130 (128 + SIGINT) or 143 (128 + SIGTERM), as
+a shell reports a program the signal ended.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
+import importlib.util
 import signal
 import sys
 
 from absl import app, flags
 
-PROG = "tf-autoplace"
+from tf_autoplace.errors import Terminated, interrupt_in
 
-# command -> (module of tf_autoplace.cli, what it does)
+PROG = "tf-autoplace"
+HELP = ("-h", "--help", "-help", "help", "--helpshort", "-?")
+HELP_FULL = ("--helpfull", "-helpfull")
+
+# command -> (module of tf_autoplace.cli, what it does, what an interrupt leaves)
 COMMANDS = {
     "place": ("place", "place a GraphDef, MetaGraphDef or SavedModel file; write the placed "
-                       "copy and the report"),
+                       "copy and the report", "nothing was written"),
     "place-model": ("place_model", "build a model-zoo training graph, place it, print the "
-                                   "report"),
-    "benchmark": ("benchmark", "placers x zoo models x clusters: step times, bounds, memory"),
+                                   "report", "nothing was written"),
+    "benchmark": ("benchmark", "placers x zoo models x clusters: step times, bounds, memory",
+                  "--out_md and --out_csv hold the pairs finished before it, nothing else "
+                  "was written"),
     "train-placeto": ("train_placeto", "pretrain a Placeto policy on graph families, with its "
-                                       "manifest"),
-    "train-gdp": ("train_gdp", "pretrain a GDP policy for 2, 4 and 8 GPUs, with its manifest"),
-    "profile": ("profile", "profile a training graph's ops and this machine's links"),
-    "fidelity": ("fidelity", "how well the simulator ranks placements against measured runs"),
+                                       "manifest", "no policy or manifest was written"),
+    "train-gdp": ("train_gdp", "pretrain a GDP policy for 2, 4 and 8 GPUs, with its manifest",
+                  "no policy or manifest was written"),
+    "profile": ("profile", "profile a training graph's ops and this machine's links",
+                "--out_profile is written once the op profile is done and --out_cluster at the "
+                "end; nothing else was written"),
+    "fidelity": ("fidelity", "how well the simulator ranks placements against measured runs",
+                 "--out_md and --out_json hold the graphs finished before it, nothing else was "
+                 "written"),
 }
 
 
 def usage() -> str:
     width = max(len(name) for name in COMMANDS)
-    rows = "\n".join(f"  {name:<{width}}  {what}" for name, (_, what) in COMMANDS.items())
+    rows = "\n".join(f"  {name:<{width}}  {what}" for name, (_, what, _) in COMMANDS.items())
     return (f"usage: {PROG} COMMAND [--flag=value ...]\n\n"
             f"Device placement for TensorFlow graphs. Commands:\n{rows}\n\n"
             f"{PROG} COMMAND --help lists a command's flags.")
 
 
 def _terminate(signum, frame):
-    del frame
-    raise SystemExit(128 + signum)
+    del signum, frame
+    raise Terminated()
+
+
+def _docstring(module: str) -> str:
+    """The docstring of ``tf_autoplace.cli.<module>``, read from its source without importing
+    it (the command modules import TensorFlow)."""
+    spec = importlib.util.find_spec(f"tf_autoplace.cli.{module}")
+    with open(spec.origin, encoding="utf-8") as f:
+        return ast.get_docstring(ast.parse(f.read())) or ""
+
+
+def _help(name: str, full: bool) -> int:
+    """Print ``name``'s usage, docstring and flags (``full``: absl's own flags too) to stdout,
+    from its flags module: nothing that imports TensorFlow."""
+    module = COMMANDS[name][0]
+    flags_module = importlib.import_module(f"tf_autoplace.cli.{module}_flags")
+    listing = (flags.FLAGS.get_help() if full
+               else flags.FLAGS.module_help(flags_module.__name__))
+    print(f"usage: {PROG} {name} [--flag=value ...]\n\n{_docstring(module)}\n\nflags:\n"
+          f"{listing}\n\n{PROG} {name} --helpfull also lists absl's own flags.")
+    return 0
+
+
+def _run(name: str) -> int:
+    """Import ``name``'s module and run its ``main`` under absl with ``sys.argv``."""
+    command = importlib.import_module(f"tf_autoplace.cli.{COMMANDS[name][0]}")
+    sys.modules["__main__"].__doc__ = command.__doc__
+    flags_module = f"tf_autoplace.cli.{COMMANDS[name][0]}_flags"
+    for flag in flags.FLAGS.get_key_flags_for_module(flags_module):
+        flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
+    app.run(command.main, argv=sys.argv)  # exits with main's status
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run ``argv[1]``'s command with the rest of ``argv`` (default ``sys.argv``)."""
+    """Run ``argv[1]``'s command with the rest of ``argv`` (default ``sys.argv``); returns the
+    exit status."""
     argv = list(sys.argv if argv is None else argv)
-    if len(argv) < 2 or argv[1] in ("-h", "--help", "-help", "help"):
+    if len(argv) < 2 or argv[1] in HELP:
         print(usage(), file=sys.stdout if len(argv) >= 2 else sys.stderr)
         return 0 if len(argv) >= 2 else 2
     name = argv[1]
     if name not in COMMANDS:
         print(f"{PROG}: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
-    command = importlib.import_module(f"tf_autoplace.cli.{COMMANDS[name][0]}")
+    asked = [arg for arg in argv[2:] if arg in HELP or arg in HELP_FULL]
+    if asked:
+        return _help(name, full=any(arg in HELP_FULL for arg in asked))
     # The command runs as a program of its own: sys.argv[0] names it (absl's usage line, and a
-    # manifest that records the command line), and --help shows its docstring and key flags.
+    # manifest that records the command line).
     sys.argv = [f"{PROG} {name}", *argv[2:]]
-    sys.modules["__main__"].__doc__ = command.__doc__
-    for flag in flags.FLAGS.get_key_flags_for_module(command.__name__):
-        flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
     signal.signal(signal.SIGTERM, _terminate)
-    app.run(command.main, argv=sys.argv)  # exits with main's status
-    return 0
+    try:
+        return _run(name)
+    except BaseException as e:  # noqa: B036  (SystemExit, the command's status, goes on)
+        interrupt = interrupt_in(e)
+        if interrupt is None:
+            raise
+        terminated = isinstance(interrupt, Terminated)
+        print(f"{PROG} {name}: interrupted by {'SIGTERM' if terminated else 'Ctrl-C (SIGINT)'}"
+              f"; {COMMANDS[name][2]}", file=sys.stderr)
+        return 128 + (signal.SIGTERM if terminated else signal.SIGINT)

@@ -1,4 +1,4 @@
-"""``tf-autoplace place-model``: build a model-zoo training graph, place it, print the report.
+r"""``tf-autoplace place-model``: build a model-zoo training graph, place it, print the report.
 
     tf-autoplace place-model --model=inception_v3 --cluster=k80x2
 
@@ -24,24 +24,12 @@ from absl import flags
 
 from tf_autoplace import zoo
 from tf_autoplace.api import autoplace
-from tf_autoplace.core import registry
+from tf_autoplace.cli import place_model_flags  # noqa: F401  (defines this command's flags)
 from tf_autoplace.errors import AutoplaceError
 from tf_autoplace.outputs import files
 from tf_autoplace.placers import get_placer
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string("model", "inception_v3", "Model zoo name (tf_autoplace.zoo.MODELS).")
-flags.DEFINE_multi_string("knob", [], "Model size knob as name=value (int), repeatable.")
-flags.DEFINE_string("cluster", "k80x2", "Shipped cluster name, cluster spec file or 'local'.")
-flags.DEFINE_string("placer", "auto", f"Placer: {registry.listing()} (default: auto).")
-flags.DEFINE_multi_string("placer_option", [], "NAME=VALUE: a setting of the placer's config "
-                          "(e.g. --placer=hdp --placer_option=start=uniform); repeatable.")
-flags.DEFINE_integer("seed", 0, "Random seed.")
-flags.DEFINE_string("report_json", None, "Also write the report as JSON here.")
-flags.DEFINE_string("ray_address", None, "Simulate on this Ray cluster ('auto', HOST:PORT or "
-                    "'local'); default: this machine's processes.")
-flags.DEFINE_integer("measure_steps", 0, "Also time this many steps of the placed graph and of "
-                     "the single-device baseline on this machine (0: do not).")
+FLAGS = flags.FLAGS  # this command's flags: tf_autoplace.cli.place_model_flags
 
 
 def main(argv):

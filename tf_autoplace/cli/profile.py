@@ -42,6 +42,7 @@ from absl import app, flags
 from google.protobuf import text_format
 
 from tf_autoplace import zoo
+from tf_autoplace.cli import profile_flags  # noqa: F401  (defines this command's flags)
 from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.errors import AutoplaceError
 from tf_autoplace.hw import transfers
@@ -49,26 +50,7 @@ from tf_autoplace.hw.profiler import profile_ops, with_profiled_cores
 from tf_autoplace.hw.runner import RunConfig
 from tf_autoplace.hw.workload import Workload
 
-flags.DEFINE_string("graph", None, "GraphDef or MetaGraphDef file (binary or text).")
-flags.DEFINE_string("model", None, "A model zoo name instead (tf_autoplace.zoo.MODELS).")
-flags.DEFINE_multi_string("knob", [], "Zoo model size knob as name=value (int), repeatable.")
-flags.DEFINE_list("fetches", None, "What one step runs (default: the train op).")
-flags.DEFINE_list("init", None, "Ops run once first (default: the variable initializer).")
-flags.DEFINE_integer("num_logical_cpus", 2, "Logical CPU devices of the local cluster "
-                     "(0: this machine's GPUs and its CPU host).")
-flags.DEFINE_integer("warmup_steps", 3, "Untimed steps first.")
-flags.DEFINE_integer("steps", 10, "Timed untraced steps (their median is the run's step).")
-flags.DEFINE_integer("trace_steps", 10, "Traced steps whose per-op median is written.")
-flags.DEFINE_integer("transfer_steps", None, "Timed rounds of each link and Send benchmark of "
-                     "--out_cluster (default: tf_autoplace.hw.transfers' own, 30 and 40).")
-flags.DEFINE_bool("partners", True, "Also time the ops whose kernel changes when a partner op "
-                  "is on another device (a calibration run).")
-flags.DEFINE_integer("seed", 0, "Seed of the made-up inputs.")
-flags.DEFINE_string("out_profile", None, "Write the CostProfile (text) here.")
-flags.DEFINE_string("out_cluster", None, "Also measure the links and write the ClusterSpec "
-                    "(text) here.")
-flags.mark_flags_as_required(["out_profile"])
-FLAGS = flags.FLAGS
+FLAGS = flags.FLAGS  # this command's flags: tf_autoplace.cli.profile_flags
 
 
 def _write(path: str, text: str) -> None:

@@ -86,7 +86,10 @@ def load_meta_graph(source: GraphLike) -> meta_graph_pb2.MetaGraphDef:
         return read_graph_file(source)[0]
     raise InvalidGraphError(
         f"cannot place a {type(source).__name__}; expected tf.Graph, GraphDef, MetaGraphDef, "
-        "bytes or a file path")
+        "bytes or a file path, a tf.function or ConcreteFunction (tf_autoplace.autoplace, "
+        "tf_autoplace.tf2.autoplace_function), or a compiled Keras model "
+        "(tf_autoplace.keras.autoplace_model: its fit, evaluate and predict run placed "
+        "functions)")
 
 
 def read_graph_file(path: str | os.PathLike) -> tuple[meta_graph_pb2.MetaGraphDef, bool]:

@@ -14,8 +14,15 @@ shows a phase that lasts longer than ``delay_s`` (2 s: a quick search stays sile
 
 - ``"bar"``: a tqdm bar on stderr with the placements simulated of the budget, the best step
   time so far, the elapsed time and the time left;
-- ``"log"``: an absl INFO line every ``every_s`` seconds with the same figures, and one when
-  the phase ends (for logs that are files: training binaries and batch jobs);
+- ``"log"``: an INFO line every ``every_s`` seconds with the same figures, and one when the
+  phase ends (for output that is not a terminal: scripts whose stderr goes to a file, ``nohup``,
+  CI, notebooks, training binaries), through the Python logger ``tf_autoplace.progress``
+  (:data:`LOGGER`). It shows without any logging set up: the logger's level is INFO unless the
+  program set one, and when no handler would take its records (a script that configured no
+  logging) a line goes to stderr as ``HH:MM:SS autoplace: ...``. Where handlers exist (absl's
+  under ``absl.app``, ``logging.basicConfig``, a notebook's), the lines go to them. A program
+  hides them with ``logging.getLogger("tf_autoplace.progress").setLevel(logging.WARNING)``, a
+  caller with ``progress=False``;
 - ``"auto"`` (the default): the bar when stderr is a terminal, log lines otherwise.
 
 The time left is what the remaining placements take at the rate so far, or the time to the
@@ -30,24 +37,56 @@ search can report after every batch of simulations.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import re
 import sys
 import time
 
 import tqdm
-from absl import logging
 
 from tf_autoplace.errors import ConfigError
 
 MODES = ("auto", "bar", "log")
 _POSTFIX_EVERY_S = 0.1  # how often the bar's text (best, time left) is recomputed
+LOGGER = logging.getLogger("tf_autoplace.progress")
+if LOGGER.level == logging.NOTSET:  # shown by default; a program may set another level
+    LOGGER.setLevel(logging.INFO)
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a record comes (as logging's last resort
+    does, which shows warnings only)."""
+
+    def __init__(self):
+        logging.Handler.__init__(self)
+        self.setFormatter(logging.Formatter("%(asctime)s %(message)s", datefmt="%H:%M:%S"))
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+
+_STDERR = _StderrHandler()
+
+
+def log_line(message: str) -> None:
+    """Log ``message`` at INFO on :data:`LOGGER`; when no handler would take it (nothing
+    configured logging), write it to stderr instead of dropping it."""
+    if not LOGGER.isEnabledFor(logging.INFO):
+        return
+    if LOGGER.hasHandlers():
+        LOGGER.info(message)
+    else:
+        _STDERR.handle(LOGGER.makeRecord(LOGGER.name, logging.INFO, __file__, 0, message,
+                                         None, None))
 
 
 class Progress:
     """The interface every search reports through, and the quiet reporter (module docstring).
 
-    A phase is ``start``, any number of ``update``, ``finish``; :meth:`phase` wraps them."""
+    A phase is ``start``, any number of ``update``, then ``finish`` (or ``abort`` when it stops
+    early); :meth:`phase` wraps them."""
 
     def start(self, label: str, total: int | None, *, deadline: float | None = None) -> None:
         """A phase ``label`` begins that will simulate ``total`` placements (None: unknown)
@@ -60,13 +99,20 @@ class Progress:
     def finish(self) -> None:
         """The phase ended."""
 
+    def abort(self) -> None:
+        """The phase stopped early (an error, an interrupt): nothing more is said of it.
+        By default the same as :meth:`finish`."""
+        self.finish()
+
     @contextlib.contextmanager
     def phase(self, label: str, total: int | None, *, deadline: float | None = None):
         self.start(label, total, deadline=deadline)
         try:
             yield self
-        finally:
-            self.finish()
+        except BaseException:
+            self.abort()
+            raise
+        self.finish()
 
 
 QUIET = Progress()
@@ -150,7 +196,7 @@ class SearchProgress(Progress):
         elif now - p.start >= self.delay_s and (p.logged_at is None
                                                  or now - p.logged_at >= self.every_s):
             p.logged_at = now
-            logging.info("autoplace: %s: %s", p.label, p.line(now))
+            log_line(f"autoplace: {p.label}: {p.line(now)}")
 
     def finish(self) -> None:
         p, self._phase = self._phase, None
@@ -161,9 +207,14 @@ class SearchProgress(Progress):
             p.bar.set_postfix_str(p.figures(now, final=True), refresh=False)
             p.bar.close()
         elif p.logged_at is not None or now - p.start >= self.delay_s:
-            logging.info("autoplace: %s: done, %s", p.label, p.line(now, final=True))
+            log_line(f"autoplace: {p.label}: done, {p.line(now, final=True)}")
         if self.logdir and p.curve:
             _write_scalars(self.logdir, p.label, p.curve + [(p.done, p.best)])
+
+    def abort(self) -> None:
+        p, self._phase = self._phase, None
+        if p is not None and p.bar is not None:
+            p.bar.close()  # the bar stays as it was drawn; no "done" line
 
 
 class _Phase:

@@ -163,9 +163,22 @@ def _busy_intervals(start: np.ndarray, end: np.ndarray, gap: float) -> list[tupl
     return [(s, e - s) for s, e in bars]
 
 
+def memory_shares(graph: OpGraph, cluster: Cluster, placement: np.ndarray,
+                  sim: SimResult) -> tuple[np.ndarray, np.ndarray]:
+    """``(variables, peak)``, each [num_devices] float64: a device's variables (persistent
+    bytes, at most its capacity) and its simulated peak memory, in percent of that device's
+    own memory capacity, as the PNG's memory panel draws them."""
+    placement = _check(graph, cluster, placement, sim)
+    cap = cluster.memory.astype(np.float64)
+    persistent = np.bincount(placement, weights=graph.persistent_bytes.astype(np.float64),
+                             minlength=cluster.num_devices)
+    return 100 * np.minimum(persistent, cap) / cap, 100 * sim.peak_memory / cap
+
+
 def plot_report(path: str | os.PathLike, graph: OpGraph, cluster: Cluster,
                 placement: np.ndarray, sim: SimResult) -> None:
-    """Write a PNG: per-device Gantt chart of the step (top), peak memory vs capacity (bottom).
+    """Write a PNG: per-device Gantt chart of the step (top), and each device's peak memory as
+    a share of its own capacity, with the bytes (bottom).
 
     ``path`` is a file path or a binary file object.
 
@@ -210,30 +223,28 @@ def plot_report(path: str | os.PathLike, graph: OpGraph, cluster: Cluster,
                   f"{sim.num_transfers} transfers ({sim.transfer_bytes / 1e6:.1f} MB)", loc="left")
     top.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2, fontsize=8, frameon=False)
 
-    # --- bottom: peak memory (variables + transient) against capacity.
-    gb = 1e9
-    persistent = np.bincount(placement, weights=graph.persistent_bytes.astype(np.float64),
-                             minlength=num_dev) / gb
-    peak = sim.peak_memory.astype(np.float64) / gb
-    cap = cluster.memory.astype(np.float64) / gb
+    # --- bottom: peak memory (variables + transient) as a share of each device's capacity,
+    # so a GPU's peak shows beside a host whose memory is fifty times larger.
+    peak = sim.peak_memory.astype(np.float64)
+    cap = cluster.memory.astype(np.float64)
+    variables, share = memory_shares(graph, cluster, placement, sim)
     x = np.arange(num_dev)
     over = peak > cap
-    bottom.bar(x, persistent, 0.6, color="tab:green", label="variables (persistent)")
-    within = np.minimum(peak, cap)
-    bottom.bar(x, np.maximum(within - persistent, 0), 0.6, bottom=persistent,
+    bottom.bar(x, variables, 0.6, color="tab:green", label="variables (persistent)")
+    bottom.bar(x, np.maximum(np.minimum(share, 100) - variables, 0), 0.6, bottom=variables,
                color="tab:olive", label="peak transient tensors")
     if over.any():
-        base = np.maximum(cap, persistent)
-        bottom.bar(x, np.where(over, peak - base, 0), 0.6, bottom=base, color="tab:red",
+        bottom.bar(x, np.where(over, share - 100, 0), 0.6, bottom=100, color="tab:red",
                    label="over capacity")
-    bottom.hlines(cap, x - 0.4, x + 0.4, colors="black", linewidth=2, label="capacity")
+    bottom.axhline(100, color="black", linewidth=1.5, label="capacity (100%)")
     for i in range(num_dev):
-        note = "OUT OF MEMORY" if over[i] else f"{100 * peak[i] / cap[i]:.2g}% of capacity"
-        bottom.annotate(f"{format_bytes(peak[i] * gb)}\n{note}", (x[i], max(peak[i], cap[i])),
-                        xytext=(0, 4), textcoords="offset points", ha="center", fontsize=8)
+        note = "OUT OF MEMORY" if over[i] else f"{share[i]:.2g}%"
+        bottom.annotate(f"{format_bytes(peak[i])} of {format_bytes(cap[i])}\n{note}",
+                        (x[i], max(share[i], 0)), xytext=(0, 4), textcoords="offset points",
+                        ha="center", fontsize=8)
     bottom.set_xticks(x, labels)
-    bottom.set_ylabel("GB")
-    bottom.set_ylim(0, max(cap.max(), peak.max()) * 1.3)
-    bottom.set_title("Peak memory per device")
-    bottom.legend(loc="upper left", fontsize=8, ncol=3, frameon=False)
+    bottom.set_ylabel("% of the device's memory")
+    bottom.set_ylim(0, max(100.0, share.max()) * 1.35)
+    bottom.set_title("Peak memory per device, as a share of its own capacity")
+    bottom.legend(loc="upper left", fontsize=8, ncol=4, frameon=False)
     fig.savefig(path, dpi=100, format="png")

@@ -51,7 +51,9 @@ from tf_autoplace.pipeline.options import PlaceOptions
 from tf_autoplace.pipeline.prepare import build_problem, cost_graph_problem
 from tf_autoplace.proto import cost_graph_pb2
 from tf_autoplace.rewrite import apply_to_graph, apply_to_graph_def, replaced_devices
+from tf_autoplace.rewrite import sessions
 from tf_autoplace.sim import lp_lower_bound
+from tf_autoplace.sim.jit import interruptible
 
 
 def _profile_notes(profile: ProfileCostModel, path) -> list[str]:
@@ -66,6 +68,7 @@ def _profile_notes(profile: ProfileCostModel, path) -> list[str]:
     return notes
 
 
+@interruptible
 def place_graph(graph, options: PlaceOptions) -> PlacementReport:
     """Place a graph as ``options`` say.
 
@@ -79,8 +82,22 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
       ``graph_def``.
 
     Raises:
+      KeyboardInterrupt: an interrupt, as such (never chained to numba's SystemError); a
+        ``tf.Graph`` is left as it was.
+      ConfigError: a ``tf.Graph`` that an open v1 Session has already run: TensorFlow fixed
+        its devices there (:mod:`tf_autoplace.rewrite.sessions`).
       AutoplaceError: bad input, or no valid placement; a ``tf.Graph`` is left as it was.
     """
+    notes = []
+    if isinstance(graph, tf.Graph):
+        sessions.check_not_run(graph)
+        unseen = len(sessions.unseen_sessions(graph))
+        if unseen:
+            notes.append(
+                f"{unseen} open tf.compat.v1.Session(s) on this graph were created before "
+                "tf_autoplace was imported: if one already ran the graph, TensorFlow keeps the "
+                "devices it ran with in that session (check a step's "
+                "RunMetadata.partition_graphs, or place before the first run)")
     placer, cluster, seed = options.placer, options.resolved_cluster(), options.seed
     cost_model, cost_profile = options.cost_model, options.cost_profile
     measure_steps = options.measure_steps
@@ -112,7 +129,6 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
                                         unknown_dim=options.unknown_dim, timings=timings)
     if placer.needs_workload:  # its reward comes from running placements here
         problem = dataclasses.replace(problem, workload=workload)
-    notes = []
     if kernels.gpu_kernel_note() and any(d.kind == "GPU" for d in problem.cluster.devices):
         notes.append(kernels.gpu_kernel_note())
     if cost_profile is not None:
@@ -156,6 +172,7 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
     return dataclasses.replace(report, graph_def=placed_graph_def)
 
 
+@interruptible
 def place_cost_graph(cost_graph, options: PlaceOptions) -> PlacementReport:
     """Place a cost graph as ``options`` say.
 

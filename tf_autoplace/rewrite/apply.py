@@ -76,7 +76,7 @@ def apply_to_graph(graph: tf.Graph, placement: Mapping[str, str]) -> None:
     try:
         for op in ops:
             op._set_device(devices[op.name])  # pylint: disable=protected-access
-    except Exception:
+    except BaseException:  # an interrupt too: the graph is placed whole or not at all
         for op, old in before:
             op._set_device(old)  # pylint: disable=protected-access
         raise

@@ -28,10 +28,17 @@ such directory (no home directory, a cache directory that cannot be created or w
 a service account or a container's arbitrary user), or numba finds no place to cache,
 :func:`cached_njit` compiles without an on-disk cache and logs one warning per process saying
 why; the simulator then compiles its kernels in each process (seconds) and works the same.
+
+An interrupt (Ctrl-C) that arrives while a compiled kernel calls back into Python (a cached
+kernel unpickles its constants through ``_numba_unpickle``) comes out of numba as a
+``SystemError`` chained to the KeyboardInterrupt. :func:`interruptible` wraps the functions
+that run kernels for a caller (the engine's doors) so that the caller gets a plain
+KeyboardInterrupt instead.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 
 import numba
@@ -39,7 +46,7 @@ import numba.core.config
 from absl import logging
 
 from tf_autoplace.core.cachedir import private_directory, user_cache_dir
-from tf_autoplace.errors import ConfigError
+from tf_autoplace.errors import ConfigError, interrupt_in
 
 CACHE_ENV = "NUMBA_CACHE_DIR"
 
@@ -102,3 +109,22 @@ def _warn_uncached(why: str) -> None:
         logging.warning("tf_autoplace: the simulator's kernels are compiled without an on-disk "
                         "cache (each process compiles them again, seconds): %s. Set %s to a "
                         "private writable directory to cache them.", why, CACHE_ENV)
+
+
+def interruptible(fn):
+    """``fn``, raising a fresh KeyboardInterrupt of the same type (no chained SystemError)
+    where an interrupt reached it wrapped in another exception (see the module doc)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # noqa: B036  (only to find an interrupt in its chain)
+            interrupt = interrupt_in(e)
+            if interrupt is None:
+                raise
+        raise type(interrupt)(*interrupt.args)  # outside the handler: nothing chained
+
+    return wrapper

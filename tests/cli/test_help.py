@@ -1,0 +1,53 @@
+"""``tf-autoplace COMMAND --help``: exit status 0, every command's flags and readable examples,
+without importing TensorFlow (so without its start-up log lines and its seconds)."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tf_autoplace.cli.main import COMMANDS
+
+# Runs the command line's main as `python -m tf_autoplace.cli` does, then says whether
+# TensorFlow (or numba) was imported on the way.
+WRAPPER = """
+import sys
+from tf_autoplace.cli.main import main
+code = main(["tf-autoplace", *sys.argv[1:]])
+print("IMPORTED", sorted(m for m in ("tensorflow", "numba") if m in sys.modules))
+sys.exit(code)
+"""
+
+
+def _env(repo_root):
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (repo_root, os.environ.get("PYTHONPATH")) if p))
+
+
+def test_python_m_cli_place_help_exits_0_with_no_tensorflow_log_lines(repo_root):
+    proc = subprocess.run([sys.executable, "-m", "tf_autoplace.cli", "place", "--help"],
+                          cwd=repo_root, env=_env(repo_root), text=True, capture_output=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""  # TensorFlow logs its start-up to stderr: none here
+    assert proc.stdout.startswith("usage: tf-autoplace place [--flag=value ...]")
+    assert "--input:" in proc.stdout and "--cluster:" in proc.stdout
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_command_help_lists_its_flags_without_importing_tensorflow(command, repo_root):
+    proc = subprocess.run([sys.executable, "-c", WRAPPER, command, "--help"], cwd=repo_root,
+                          env=_env(repo_root), text=True, capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out, imported = proc.stdout.rsplit("IMPORTED", 1)
+    assert imported.strip() == "[]"
+    doc, listing = out.split("\nflags:\n", 1)
+    assert f"tf-autoplace {command}" in doc
+    assert re.search(r"^  --\w+: ", listing, re.M)
+    # Examples keep their line continuations: no run of spaces where a "\" and a newline were.
+    assert not [line for line in doc.splitlines() if re.search(r"\S {5,}\S", line)]
+    continued = [line for line in doc.splitlines() if line.endswith("\\")]
+    if command in ("place", "place-model"):
+        assert continued  # their multi-line examples

@@ -1,0 +1,135 @@
+"""Ctrl-C and SIGTERM during a search: the command prints one line and exits 130 / 143 with
+nothing written; the Python API raises a plain KeyboardInterrupt with the graph untouched.
+
+Each case runs a search in a child process and sends the signal once the child has logged a
+progress line of the search (its stderr is a pipe, so progress comes as log lines), not after
+a fixed time. The three cases run at once.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from tf_autoplace.testing import small_cnn
+
+TRIGGER = "autoplace: auto"  # a progress line: the search is under way
+
+API_CHILD = """
+import json
+import tf_autoplace
+from tf_autoplace.testing import small_cnn
+
+graph = small_cnn().graph
+before = [op.device for op in graph.get_operations()]
+out = {"raised": None}
+try:
+    tf_autoplace.autoplace(graph, cluster="k80x2")
+except BaseException as e:
+    out = {"raised": type(e).__name__,
+           "chained": [type(x).__name__ for x in (e.__cause__, e.__context__) if x is not None]}
+out["untouched"] = [op.device for op in graph.get_operations()] == before
+print(json.dumps(out))
+"""
+
+
+def _interrupt(argv, sig, *, group, cwd, env):
+    """Run ``argv``, send ``sig`` (to its process group when ``group``, as Ctrl-C in a terminal
+    does) after its first progress line; returns (status, stdout, stderr lines after the
+    signal, whether the signal was sent)."""
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    sent = False
+    for line in proc.stderr:
+        if TRIGGER in line:
+            if group:
+                os.killpg(proc.pid, sig)
+            else:
+                proc.send_signal(sig)
+            sent = True
+            break
+    after = proc.stderr.read().splitlines()
+    stdout = proc.stdout.read()
+    return proc.wait(timeout=300), stdout, after, sent
+
+
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory, repo_root):
+    work = tmp_path_factory.mktemp("interrupts")
+    graph = work / "model.pb"
+    graph.write_bytes(small_cnn().graph.as_graph_def().SerializeToString())
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
+               PYTHONPATH=os.pathsep.join(p for p in (repo_root, os.environ.get("PYTHONPATH"))
+                                          if p))
+
+    def place(out):
+        os.mkdir(work / out)
+        return [sys.executable, "-m", "tf_autoplace.cli", "place", f"--input={graph}",
+                f"--output={work / out / 'placed.pb'}", "--cluster=k80x2",
+                f"--report_json={work / out / 'report.json'}"]
+
+    cases = {"ctrl_c": (place("ctrl_c"), signal.SIGINT, True),
+             "sigterm": (place("sigterm"), signal.SIGTERM, False),
+             "api": ([sys.executable, "-c", API_CHILD], signal.SIGINT, False)}
+    results = {}
+
+    def run(name, argv, sig, group):
+        results[name] = _interrupt(argv, sig, group=group, cwd=repo_root, env=env)
+
+    threads = [threading.Thread(target=run, args=(name, *case)) for name, case in cases.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return work, results
+
+
+@pytest.mark.parametrize("case, status, signal_name", [
+    ("ctrl_c", 130, "Ctrl-C (SIGINT)"), ("sigterm", 143, "SIGTERM")])
+def test_a_command_interrupted_prints_one_line_and_writes_nothing(interrupted, case, status,
+                                                                 signal_name):
+    work, results = interrupted
+    code, stdout, after, sent = results[case]
+    assert sent, "the search logged no progress line before it ended"
+    assert [line for line in after if line.strip()] == [
+        f"tf-autoplace place: interrupted by {signal_name}; nothing was written"], after
+    assert code == status
+    assert os.listdir(work / case) == []  # no output, no temporary
+
+
+def test_the_api_raises_a_plain_keyboard_interrupt_and_leaves_the_graph(interrupted):
+    _, results = interrupted
+    code, stdout, after, sent = results["api"]
+    assert sent, "the search logged no progress line before it ended"
+    assert code == 0, after[-20:]
+    got = json.loads(stdout.strip().splitlines()[-1])
+    assert got == {"raised": "KeyboardInterrupt", "chained": [], "untouched": True}
+    assert not any("SystemError" in line for line in after)
+
+
+def test_an_interrupt_numba_wrapped_in_a_system_error_comes_out_plain():
+    """What numba's compiled code raises when Ctrl-C lands while it unpickles a cached
+    kernel's constants: a SystemError whose cause and context are the KeyboardInterrupt."""
+    from tf_autoplace.errors import Terminated, interrupt_in
+    from tf_autoplace.sim.jit import interruptible
+
+    def numba_like(interrupt):
+        try:
+            raise interrupt
+        except KeyboardInterrupt as e:
+            raise SystemError("<function _numba_unpickle> returned a result with an exception "
+                              "set") from e
+
+    for kind in (KeyboardInterrupt, Terminated):
+        with pytest.raises(kind) as caught:
+            interruptible(numba_like)(kind())
+        assert caught.type is kind
+        assert caught.value.__cause__ is None and caught.value.__context__ is None
+    error = ValueError("not an interrupt")
+    with pytest.raises(ValueError) as caught:
+        interruptible(lambda: (_ for _ in ()).throw(error))()
+    assert caught.value is error and interrupt_in(error) is None

@@ -1,0 +1,200 @@
+"""Child process for tests/test_keras.py: Keras 3 and tf_keras models trained with fit on two
+logical CPU devices, placed and unplaced.
+
+Logical devices must be configured before TensorFlow initialises its runtime, so these checks
+run in a fresh interpreter and print one JSON object (check name -> result) on the last line.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from tf2_child import CPU2, executed_devices, run_checks  # configures two logical CPUs
+
+import tf_autoplace  # noqa: E402
+from tf_autoplace import keras as tk  # noqa: E402
+
+PLACE = dict(cluster=CPU2, placer="random", seed=0, progress=False)
+
+
+def data(n=40, shape=(16,), seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.normal(size=(n, *shape)).astype(np.float32),
+            rng.normal(size=(n, 1)).astype(np.float32))
+
+
+def keras3_model():
+    """A functional Keras 3 model with BatchNormalization (moving statistics are variables the
+    train step assigns)."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((16,))
+    a = keras.layers.BatchNormalization()(keras.layers.Dense(32, activation="relu")(inp))
+    b = keras.layers.Dense(32, activation="tanh")(inp)
+    out = keras.layers.Dense(1)(keras.layers.Concatenate()([a, b]))
+    model = keras.Model(inp, out)
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="mse", metrics=["mae"],
+                  jit_compile=False)
+    return model
+
+
+def tf_keras_model():
+    import tf_keras
+
+    tf.keras.utils.set_random_seed(0)
+    init = tf_keras.initializers.GlorotUniform(seed=0)
+    model = tf_keras.Sequential([
+        tf_keras.Input((16,)),
+        tf_keras.layers.Dense(32, activation="relu", kernel_initializer=init),
+        tf_keras.layers.BatchNormalization(),
+        tf_keras.layers.Dense(32, activation="tanh", kernel_initializer=init),
+        tf_keras.layers.Dense(1, kernel_initializer=init)])
+    model.compile(optimizer=tf_keras.optimizers.Adam(1e-2), loss="mse", metrics=["mae"])
+    return model
+
+
+def batch_losses(callbacks_module):
+    class Losses(callbacks_module.Callback):
+        def __init__(self):
+            super().__init__()
+            self.losses = []
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.losses.append(float(logs["loss"]))
+
+    return Losses()
+
+
+def fit_placed_and_unplaced(build, callbacks_module, *, through_autoplace=False):
+    """The losses of fit (2 epochs of 3 batches, the last one short) for the model unplaced
+    and placed, with what the placed run executed where, and evaluate/predict of both."""
+    x, y = data()
+    reference = build()
+    ref_losses = batch_losses(callbacks_module)
+    reference.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0,
+                  callbacks=[ref_losses])
+
+    model = build()
+    placement = (tf_autoplace.autoplace(model, **PLACE) if through_autoplace
+                 else tk.autoplace_model(model, **PLACE))
+    losses = batch_losses(callbacks_module)
+    _, executed = executed_devices(lambda: model.fit(
+        x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[losses]))
+    train_function, train_report = model.train_function, placement.reports["train"]
+    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[losses])
+    return {
+        "reference": ref_losses.losses, "losses": losses.losses,
+        "is_placement": isinstance(placement, tk.KerasPlacement),
+        "executed": executed,
+        "report_devices": [d.num_ops for d in train_report.devices],
+        "reused": model.train_function is train_function
+        and placement.reports["train"] is train_report,
+        "evaluate": [model.evaluate(x, y, verbose=0), reference.evaluate(x, y, verbose=0)],
+        "predict_diff": float(np.abs(model.predict(x, verbose=0)
+                                     - reference.predict(x, verbose=0)).max()),
+        "kinds": sorted(placement.reports),
+    }
+
+
+def check_keras3():
+    import keras
+
+    return fit_placed_and_unplaced(keras3_model, keras.callbacks, through_autoplace=True)
+
+
+def check_tf_keras():
+    import tf_keras
+
+    return fit_placed_and_unplaced(tf_keras_model, tf_keras.callbacks)
+
+
+def check_single_device_bitwise():
+    """Placed on one device, the train step gives the unplaced losses bit for bit."""
+    import keras
+
+    x, y = data()
+    losses = {}
+    for placed in (False, True):
+        model = keras3_model()
+        if placed:
+            tk.autoplace_model(model, **dict(PLACE, placer="single"))
+        recorder = batch_losses(keras.callbacks)
+        model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0, callbacks=[recorder])
+        losses[placed] = recorder.losses
+    return {"reference": losses[False], "losses": losses[True]}
+
+
+def sequence_model():
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((None, 4))  # sequences of any length
+    h = keras.layers.Dense(8, activation="relu")(inp)
+    out = keras.layers.Dense(1)(keras.layers.GlobalAveragePooling1D()(h))
+    model = keras.Model(inp, out)
+    model.compile(optimizer="sgd", loss="mse", jit_compile=False)
+    return model
+
+
+def check_changing_shapes():
+    """Sequences of length 5, then 7: refused with the shapes named when placed from the first
+    batch; run, with the unplaced losses, when input_spec leaves the length free."""
+    short, long_ = data(8, (5, 4), seed=1), data(8, (7, 4), seed=2)
+    out = {}
+    model = sequence_model()
+    tk.autoplace_model(model, **PLACE)
+    model.fit(*short, batch_size=8, verbose=0)
+    try:
+        model.fit(*long_, batch_size=8, verbose=0)
+        out["refused"] = None
+    except tf_autoplace.AutoplaceError as e:
+        out["refused"] = [type(e).__name__, str(e)]
+
+    reference, model = sequence_model(), sequence_model()
+    spec = (tf.TensorSpec([None, None, 4]), tf.TensorSpec([None, 1]))
+    placement = tk.autoplace_model(model, input_spec=spec, **PLACE)
+    out["losses"] = [model.fit(*d, batch_size=8, verbose=0).history["loss"][0]
+                     for d in (short, long_)]
+    out["reference"] = [reference.fit(*d, batch_size=8, verbose=0).history["loss"][0]
+                        for d in (short, long_)]
+    placement.remove()  # Keras' own functions again
+    model.fit(*short, batch_size=8, verbose=0)
+    out["removed"] = ("make_train_function" not in model.__dict__
+                      and not hasattr(model, tk._ATTR))
+    return out
+
+
+def errors():
+    import keras
+
+    def compiled(**kwargs):
+        model = keras3_model()
+        model.compile(optimizer="sgd", loss="mse", **kwargs)
+        return model
+
+    uncompiled = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    cases = {
+        "uncompiled": lambda: tk.autoplace_model(uncompiled, **PLACE),
+        "run_eagerly": lambda: tk.autoplace_model(compiled(run_eagerly=True), **PLACE),
+        "jit_compile": lambda: tk.autoplace_model(compiled(jit_compile=True), **PLACE),
+        "not_a_model": lambda: tk.autoplace_model(object(), **PLACE),
+        "verify": lambda: tf_autoplace.autoplace(keras3_model(), verify=15, **PLACE),
+    }
+    out = {}
+    for name, case in cases.items():
+        try:
+            case()
+            out[name] = None
+        except tf_autoplace.AutoplaceError as e:
+            out[name] = [type(e).__name__, str(e)]
+    return out
+
+
+def main():
+    run_checks([("keras3", check_keras3), ("tf_keras", check_tf_keras),
+                ("single", check_single_device_bitwise), ("shapes", check_changing_shapes),
+                ("errors", errors)])
+
+
+if __name__ == "__main__":
+    main()

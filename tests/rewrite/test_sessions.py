@@ -1,0 +1,101 @@
+"""A graph an open Session has run keeps the devices it ran with: placing it is a ConfigError,
+the graph is left as it was; closed sessions and sessions that have not run do not count, and
+a session whose creation was not seen is named in the report's notes."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_autoplace
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.rewrite import apply_to_graph, sessions
+
+CPU2 = "testdata/cpu2_independent.pbtxt"
+PLACE = dict(cluster=CPU2, placer="m_etf", seed=0, progress=False)
+
+
+def _two_branches():
+    """Two independent matmul chains and their sum: m_etf puts one chain on each device."""
+    graph = tf.Graph()
+    with graph.as_default():
+        branches = []
+        for i in range(2):
+            w = tf.Variable(tf.random.stateless_normal((128, 128), seed=(i, 0)), name=f"w{i}")
+            h = w
+            for j in range(4):
+                h = tf.matmul(h, w, name=f"mm{i}_{j}")
+            branches.append(tf.reduce_sum(h))
+        tf.add(*branches, name="out")
+        tf.compat.v1.global_variables_initializer()
+    return graph
+
+
+def _session(graph):
+    config = tf.compat.v1.ConfigProto(device_count={"CPU": 2}, allow_soft_placement=False)
+    return tf.compat.v1.Session(graph=graph, config=config)
+
+
+def _run(session):
+    """Run ``out`` once; the devices its nodes ran on (from the partition graphs) and its
+    value."""
+    options = tf.compat.v1.RunOptions(output_partition_graphs=True)
+    metadata = tf.compat.v1.RunMetadata()
+    value = session.run("out:0", options=options, run_metadata=metadata)
+    devices = {n.device for g in metadata.partition_graphs for n in g.node}
+    return sorted(tf.DeviceSpec.from_string(d).device_index for d in devices), value
+
+
+def _devices(graph):
+    return {op.name: op.device for op in graph.get_operations()}
+
+
+def test_a_graph_an_open_session_ran_is_refused_and_left_as_it_was():
+    graph = _two_branches()
+    session = _session(graph)
+    session.run("init")
+    before = _devices(graph)
+    with pytest.raises(ConfigError, match="already been run by 1 open tf.compat.v1.Session.*"
+                                          "Place the graph before the first session.run"):
+        tf_autoplace.autoplace(graph, **PLACE)
+    assert _devices(graph) == before
+    session.close()  # a closed session cannot run again: placing is fine now
+    report = tf_autoplace.autoplace(graph, **PLACE)
+    assert {d.num_ops > 0 for d in report.devices} == {True}
+    with _session(graph) as fresh:
+        fresh.run("init")
+        assert _run(fresh)[0] == [0, 1]
+
+
+def test_why_the_check_is_needed_tensorflow_ignores_devices_set_after_a_run():
+    graph = _two_branches()
+    with _session(graph) as session:
+        session.run("init")
+        assert _run(session)[0] == [0]
+        apply_to_graph(graph, {op.name: f"/device:CPU:{i % 2}"
+                               for i, op in enumerate(graph.get_operations())})
+        assert _run(session)[0] == [0]  # still where it first ran
+    with _session(graph) as fresh:  # a new session takes the devices
+        fresh.run("init")
+        assert _run(fresh)[0] == [0, 1]
+
+
+def test_a_session_created_before_placing_takes_the_placement_if_it_has_not_run():
+    graph = _two_branches()
+    with _session(graph) as session:
+        report = tf_autoplace.autoplace(graph, **PLACE)
+        assert not any("created before tf_autoplace was imported" in n for n in report.notes)
+        session.run("init")
+        devices, value = _run(session)
+    assert devices == [0, 1]
+    with _session(_two_branches()) as unplaced:
+        unplaced.run("init")
+        np.testing.assert_allclose(value, _run(unplaced)[1], rtol=1e-6)
+
+
+def test_a_session_whose_creation_was_not_seen_is_named_in_the_notes():
+    graph = _two_branches()
+    with _session(graph) as session:
+        sessions._created.discard(session)  # as if made before tf_autoplace was imported
+        report = tf_autoplace.autoplace(graph, **PLACE)
+    assert any(n.startswith("1 open tf.compat.v1.Session(s) on this graph were created before "
+                            "tf_autoplace was imported") for n in report.notes)

@@ -1,0 +1,67 @@
+"""The Keras door: model.fit / evaluate / predict run placed functions (Keras 3 and tf_keras),
+checked on two logical CPU devices in a child process (tests/keras_child.py), since logical
+devices must be configured before TensorFlow starts its runtime."""
+
+import os
+
+import numpy as np
+import pytest
+
+from tests.test_tf2 import BOTH
+
+
+@pytest.fixture(scope="module")
+def child(run_checks):
+    return run_checks(os.path.join("tests", "keras_child.py"), timeout=900)
+
+
+def _result(child, name):
+    result = child[name]
+    assert "exception" not in result, result.get("traceback")
+    return result
+
+
+@pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])
+def test_fit_runs_placed_steps_with_the_unplaced_losses_on_both_devices(child, flavour):
+    r = _result(child, flavour)
+    assert len(r["losses"]) == len(r["reference"]) == 6  # 2 epochs of 3 batches (one short)
+    np.testing.assert_allclose(r["losses"], r["reference"], rtol=1e-5)
+    np.testing.assert_allclose(*r["evaluate"], rtol=1e-5)
+    assert r["predict_diff"] < 1e-5
+    assert sorted(r["executed"]) == BOTH and min(r["executed"].values()) > 10
+    assert min(r["report_devices"]) > 0  # the report's placement uses both devices too
+    assert r["kinds"] == ["predict", "test", "train"]
+    assert r["reused"]  # the second fit ran the function placed in the first
+    assert r["is_placement"]
+
+
+def test_on_one_device_the_losses_are_bitwise_the_unplaced_ones(child):
+    r = _result(child, "single")
+    assert len(r["losses"]) == 6 and r["losses"] == r["reference"]
+
+
+def test_autoplace_takes_a_keras_model_to_the_keras_door(child):
+    assert _result(child, "keras3")["is_placement"]  # keras3 goes through autoplace()
+
+
+def test_batches_whose_shape_changes_are_refused_or_run_with_a_free_dimension(child):
+    r = _result(child, "shapes")
+    assert r["refused"] is not None, "a batch of another sequence length was run"
+    kind, message = r["refused"]
+    assert kind == "ConfigError"
+    assert "[None, 5, 4]" in message and "[8, 7, 4]" in message and "input_spec" in message
+    np.testing.assert_allclose(r["losses"], r["reference"], rtol=1e-5)
+    assert r["removed"]  # remove() gives the model back Keras' own functions
+
+
+@pytest.mark.parametrize("case, message", [
+    ("uncompiled", "compile(...) before autoplace_model"),
+    ("run_eagerly", "run_eagerly=True"),
+    ("jit_compile", "jit_compile=False"),
+    ("not_a_model", "expected a Keras 3 or tf_keras Model"),
+    ("verify", "a Keras model is timed by fitting it"),
+])
+def test_models_that_cannot_run_placed_steps_are_config_errors(child, case, message):
+    got = _result(child, "errors")[case]
+    assert got is not None, f"{case} did not raise"
+    assert got[0] == "ConfigError" and message in got[1], got

@@ -1,0 +1,24 @@
+"""The flags of ``tf-autoplace fidelity``, declared apart from the command (which imports
+TensorFlow) so that ``tf-autoplace fidelity --help`` lists them without importing it."""
+
+from absl import flags
+
+flags.DEFINE_list("graphs", None, "graphs among tf_autoplace.hw.fidelity.GRAPHS (cnn, lstm, "
+                  "transformer, ...; default: all of them; --graphs= for none)")
+flags.DEFINE_multi_string("graph_file", [], "a training graph of your own (GraphDef or "
+                          "MetaGraphDef, binary or text); repeatable")
+flags.DEFINE_integer("num_logical_cpus", 2, "logical CPU devices (0: the GPUs and the CPU host)")
+flags.DEFINE_integer("random_placements", 8, "uniformly random placements per graph")
+flags.DEFINE_integer("learned_samples", 2000, "simulated placements per learned placer")
+flags.DEFINE_integer("steps", 15, "timed steps per placement (rounds)")
+flags.DEFINE_integer("warmup_steps", 3, "untimed steps per placement first")
+flags.DEFINE_integer("trace_steps", 10, "traced steps for the op profile")
+flags.DEFINE_integer("interleave", 64, "placements measured together (at once: all of them)")
+flags.DEFINE_float("max_load", None, "wait until the 1-minute load average is at most this")
+flags.DEFINE_integer("seed", 0, "placer seed")
+flags.DEFINE_string("out_md", None, "write the markdown tables here")
+flags.DEFINE_string("out_json", None, "write every figure as JSON here")
+flags.DEFINE_bool("components", False, "check the simulator's parts one at a time instead "
+                  "(tf_autoplace.hw.components)")
+flags.DEFINE_list("component", None, "with --components: which parts, among "
+                  "tf_autoplace.hw.components.COMPONENTS (default: all of them)")

@@ -1,0 +1,346 @@
+"""Keras door: ``model.fit``, ``evaluate`` and ``predict`` run placed functions.
+
+Keras 3 (TensorFlow backend) and tf_keras both run a model through three functions they build
+on first use, ``model.train_function``, ``test_function`` and ``predict_function``: each takes
+batches from the epoch's iterator and calls a ``tf.function`` of ``train_step`` /
+``test_step`` / ``predict_step`` on one batch (Keras 3's ``TensorFlowTrainer._make_function``,
+tf_keras' ``Model.make_train_function``; checked with Keras 3.15 and tf_keras 2.21).
+:func:`autoplace_model` replaces the model's ``make_train_function``, ``make_test_function``
+and ``make_predict_function`` with ones that build the same loop around a *placed* step:
+
+1. On the first batch a function sees, its step (``model.train_step(data)``, for tf_keras
+   followed by the model's step counter, as tf_keras does) is traced as a ``tf.function`` with
+   the batch's structure and dtypes, every dimension as the batch has it but the batch
+   dimension, which is left free (any batch size runs, the last short batch of an epoch
+   included), or with the ``input_spec`` given.
+2. That function is placed by the TF2 door (:func:`tf_autoplace.tf2.place_function`: its
+   graph placed by the engine, the model's and optimizer's variables pinned to the devices
+   they live on) and kept: every later batch runs it, and a later ``fit``/``evaluate``/
+   ``predict`` reuses it. ``compile()`` again drops it (Keras builds its functions anew then),
+   and the next batch places the new step.
+3. Its report is in :attr:`KerasPlacement.reports` under ``"train"``, ``"test"`` or
+   ``"predict"``.
+
+Free dimensions are counted at the first batch's size in the cost model (``unknown_dim``),
+so the simulated figures are the first batch's. A batch whose shape does not fit the placed
+function (a dimension the first batch fixed has another size) is a ConfigError that names both
+shapes: give ``input_spec`` with None in the dimensions that vary.
+
+Not supported (ConfigError at :func:`autoplace_model`): a model not compiled, compiled with
+``run_eagerly=True`` (nothing is traced) or ``jit_compile=True`` (an XLA cluster runs on one
+device and ignores per-op devices; compile with ``jit_compile=False``, which is also what
+Keras picks on machines without GPUs), created under a ``tf.distribute`` strategy (the
+strategy places the replicas), a Keras 3 backend other than TensorFlow, or ragged or sparse
+batches (the TF2 door's limits).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import tensorflow as tf
+
+from tf_autoplace.cost import CostModel
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.grouping import GroupingConfig
+from tf_autoplace.pipeline.options import PlaceOptions
+from tf_autoplace.placers import DEFAULT_PLACER
+from tf_autoplace.tf2 import place_function
+
+KINDS = ("train", "test", "predict")
+_ATTR = "_tf_autoplace_placement"  # where a model keeps its KerasPlacement
+
+
+def _flavour(obj) -> str | None:
+    """"keras" for a Keras 3 model, "tf_keras" for a tf_keras one, else None. Looks only at
+    the Keras packages already imported: a model's own package is."""
+    for package in ("keras", "tf_keras"):
+        module = sys.modules.get(package)
+        model_class = getattr(module, "Model", None) if module is not None else None
+        if isinstance(model_class, type) and isinstance(obj, model_class):
+            return package
+    return None
+
+
+def is_keras_model(obj) -> bool:
+    """True for a Keras 3 or tf_keras ``Model`` (``Sequential`` and functional ones included)."""
+    return _flavour(obj) is not None
+
+
+def _steps_per_execution(model) -> int:
+    value = getattr(model, "steps_per_execution", 1)
+    if hasattr(value, "numpy"):  # tf_keras keeps it in a variable
+        value = value.numpy()
+    return max(int(value or 1), 1)
+
+
+def _check_model(model, flavour: str) -> None:
+    """ConfigError unless ``model`` runs compiled ``tf.function`` steps on the default
+    strategy, the only way it can run placed steps."""
+    name = type(model).__name__
+    if flavour == "keras":
+        import keras
+
+        if keras.backend.backend() != "tensorflow":
+            raise ConfigError(f"this {name} runs on Keras 3's {keras.backend.backend()!r} "
+                              "backend; tf_autoplace places TensorFlow graphs: set "
+                              "KERAS_BACKEND=tensorflow")
+    if not getattr(model, "compiled", getattr(model, "_is_compiled", False)):
+        raise ConfigError(f"call {name}.compile(...) before autoplace_model: the functions "
+                          "fit, evaluate and predict run are built from the compiled model")
+    if model.run_eagerly:
+        raise ConfigError(f"this {name} was compiled with run_eagerly=True: nothing is traced, "
+                          "so there is no graph to place; compile with run_eagerly=False")
+    if model.jit_compile:
+        raise ConfigError(f"this {name} was compiled with jit_compile=True (Keras picks it on "
+                          "machines with a GPU): an XLA cluster runs on one device and "
+                          "ignores per-op devices; compile with jit_compile=False to place it")
+    strategy = getattr(model, "_distribute_strategy", None) or getattr(
+        model, "_distribution_strategy", None)
+    if strategy is not None:
+        raise ConfigError(f"this {name} was created under a tf.distribute strategy "
+                          f"({type(strategy).__name__}), which places its replicas itself; "
+                          "create the model outside the strategy's scope to place it")
+
+
+def _step_function(model, kind: str, flavour: str):
+    """The ``tf.function`` Keras runs for one batch of ``kind`` on the default strategy."""
+    step = getattr(model, f"{kind}_step")
+    if flavour == "keras":  # Keras 3 traces its step without AutoGraph
+        return tf.function(lambda data: step(data), autograph=False)
+    counter = getattr(model, f"_{kind}_counter")
+
+    def run(data):  # tf_keras' run_step: the step, then its counter once the step succeeded
+        outputs = step(data)
+        first = [t for t in tf.nest.flatten(outputs, expand_composites=True)
+                 if not isinstance(t, tf.Variable)][:1]
+        with tf.control_dependencies(first):
+            counter.assign_add(1)
+        return outputs
+
+    return tf.function(run)
+
+
+def _as_tensors(data):
+    """A batch as the placed function takes it: Keras 3's ``tf.experimental.Optional``
+    entries (an absent sample weight) as None, arrays as tensors."""
+    def convert(value):
+        if value is None or isinstance(value, tf.experimental.Optional):
+            return None
+        return value if tf.is_tensor(value) else tf.convert_to_tensor(value)
+
+    return tf.nest.map_structure(convert, data)
+
+
+def _free_batch_dimension(data):
+    """``data``'s TensorSpecs with the first dimension of every non-scalar tensor free."""
+    def spec(t):
+        if t is None:
+            return None
+        shape = t.shape.as_list()
+        return tf.TensorSpec([None] + shape[1:] if shape else [], t.dtype)
+
+    return tf.nest.map_structure(spec, data)
+
+
+def _batch_size(data) -> int:
+    for t in tf.nest.flatten(data):
+        if t is not None and t.shape.rank:
+            return int(t.shape[0])
+    return 1
+
+
+def _shapes(structure) -> str:
+    return str(tf.nest.map_structure(
+        lambda t: None if t is None else t.shape.as_list(), structure))
+
+
+class _PlacedStep:
+    """One kind's step: placed on the first batch it is called with, then reused."""
+
+    def __init__(self, placement: "KerasPlacement", kind: str):
+        self._placement, self._kind = placement, kind
+        self._placed, self._spec = None, None
+
+    def __call__(self, data):
+        data = _as_tensors(data)
+        if self._placed is None:
+            self._place(data)
+        try:
+            tf.nest.assert_same_structure(self._spec, data)
+            fits = all(s is None and t is None or (s is not None and t is not None and
+                                                   s.is_compatible_with(t))
+                       for s, t in zip(tf.nest.flatten(self._spec), tf.nest.flatten(data)))
+        except (ValueError, TypeError):
+            fits = False
+        if not fits:
+            raise ConfigError(
+                f"the model's {self._kind} function was placed for batches shaped "
+                f"{_shapes(self._spec)} (None: any size), and this batch is shaped "
+                f"{_shapes(data)}: give tf_autoplace.keras.autoplace_model(..., input_spec=...) "
+                "with None in every dimension that varies between batches, or feed batches "
+                "of one shape")
+        return self._placed(data)
+
+    def _place(self, data):
+        p = self._placement
+        spec = p.input_spec
+        if spec is not None and self._kind == "predict" and isinstance(spec, (tuple, list)):
+            spec = (spec[0],)  # predict's batches carry x alone
+        spec = _free_batch_dimension(data) if spec is None else spec
+        options = p.options
+        if p.unknown_dim is None:  # free dimensions count at the first batch's size
+            options = options.replace(unknown_dim=_batch_size(data))
+        step = _step_function(p.model, self._kind, p.flavour)
+        placed, report = place_function(step, (spec,), {}, options)
+        self._placed, self._spec = placed, spec
+        p.reports[self._kind] = report
+
+
+def _iterator_function(step: _PlacedStep, model):
+    """Keras' train/test function (and tf_keras' predict function): up to
+    ``steps_per_execution`` batches from the iterator, the last one's outputs returned."""
+    def function(iterator):
+        outputs = None
+        for _ in range(_steps_per_execution(model)):
+            try:
+                data = next(iterator)
+            except (StopIteration, tf.errors.OutOfRangeError):
+                break
+            outputs = step(data)
+        if outputs is None:
+            raise StopIteration
+        return outputs
+
+    return function
+
+
+def _keras3_predict_function(step: _PlacedStep):
+    """Keras 3's predict function: a list of batches in, their outputs joined on axis 0."""
+    def function(batches):
+        outputs = [step(data) for data in batches]
+        if len(outputs) == 1:
+            return outputs[0]
+        return tf.nest.map_structure(lambda *parts: tf.concat(parts, axis=0), *outputs)
+
+    return function
+
+
+class KerasPlacement:
+    """What :func:`autoplace_model` did to a model: its functions run placed steps.
+
+    Attributes:
+      model: the model.
+      flavour: ``"keras"`` (Keras 3) or ``"tf_keras"``.
+      options: how its steps are placed.
+      input_spec: the batch spec given, or None (each function's first batch).
+      unknown_dim: elements counted per free dimension, or None (the first batch's size).
+      reports: ``"train"``, ``"test"``, ``"predict"`` -> the PlacementReport of that
+        function's placed step, once it ran.
+    """
+
+    def __init__(self, model, flavour: str, options: PlaceOptions, input_spec=None,
+                 unknown_dim: int | None = None):
+        self.model, self.flavour, self.options = model, flavour, options
+        self.input_spec, self.unknown_dim = input_spec, unknown_dim
+        self.reports: dict = {}
+        self._originals: dict = {}
+
+    @property
+    def report(self):
+        """The train function's report (None until ``fit`` ran a batch)."""
+        return self.reports.get("train")
+
+    def _install(self) -> None:
+        for kind in KINDS:
+            attribute = f"{kind}_function"
+            self._originals[kind] = self.model.__dict__.get(f"make_{attribute}")
+
+            def make(force=False, kind=kind, attribute=attribute):
+                current = getattr(self.model, attribute, None)
+                if current is not None and not force:
+                    return current
+                step = _PlacedStep(self, kind)
+                function = (_keras3_predict_function(step)
+                            if kind == "predict" and self.flavour == "keras"
+                            else _iterator_function(step, self.model))
+                setattr(self.model, attribute, function)
+                return function
+
+            setattr(self.model, f"make_{attribute}", make)
+            setattr(self.model, attribute, None)  # built (and placed) on first use
+
+    def remove(self) -> None:
+        """Give the model back Keras' own functions (built again on their next use)."""
+        for kind, original in self._originals.items():
+            name = f"make_{kind}_function"
+            if original is None:
+                self.model.__dict__.pop(name, None)
+            else:
+                setattr(self.model, name, original)
+            setattr(self.model, f"{kind}_function", None)
+        if getattr(self.model, _ATTR, None) is self:
+            delattr(self.model, _ATTR)
+
+
+def autoplace_model(model, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
+                    input_spec=None, grouping: GroupingConfig = GroupingConfig(),
+                    cost_model: CostModel | None = None, unknown_dim: int | None = None,
+                    budget_s: float | None = None, ray_address: str | None = None,
+                    policy=None, cache=False, progress=True) -> KerasPlacement:
+    """Make ``model.fit``, ``evaluate`` and ``predict`` run placed functions (module doc).
+
+    Call it after ``model.compile(...)`` and before ``fit``; the placement happens on the
+    first batch each function runs.
+
+    Args:
+      model: a compiled Keras 3 (TensorFlow backend) or tf_keras ``Model``.
+      cluster, placer, seed, grouping, cost_model, budget_s, ray_address, policy, cache,
+        progress: as for :func:`tf_autoplace.autoplace`.
+      input_spec: TensorSpecs of one batch as ``fit``/``evaluate`` pass it to the step
+        (``(x, y)`` or ``(x, y, sample_weight)``, each a nest like the data), with None in
+        every dimension that varies between batches; ``predict`` uses its first element.
+        None: each function's first batch, its batch dimension free.
+      unknown_dim: elements counted per free dimension in the cost model; None: the first
+        batch's size.
+
+    Returns:
+      The :class:`KerasPlacement` (its ``reports`` fill as the functions first run). Calling
+      this again on the same model replaces the earlier one.
+
+    Raises:
+      ConfigError: a model that cannot run placed functions (module doc), or options out of
+        range. Errors of the placement itself come from the first ``fit``/``evaluate``/
+        ``predict`` batch, and leave the model's variables as they were.
+    """
+    options = PlaceOptions.make(
+        placer=placer, cluster=cluster, seed=seed, budget_s=budget_s, ray_address=ray_address,
+        policy=policy, grouping=grouping, cost_model=cost_model,
+        unknown_dim=1 if unknown_dim is None else unknown_dim, cache=cache,
+        progress=progress)
+    return place_model(model, options, input_spec=input_spec,
+                       unknown_dim_given=unknown_dim is not None)
+
+
+def place_model(model, options: PlaceOptions, *, input_spec=None,
+                unknown_dim_given: bool = False) -> KerasPlacement:
+    """:func:`autoplace_model` with its options checked (``autoplace(model, ...)`` comes
+    here); ``unknown_dim_given``: the options' ``unknown_dim`` is the caller's, not to be
+    replaced by the first batch's size. Returns the :class:`KerasPlacement`."""
+    flavour = _flavour(model)
+    if flavour is None:
+        raise ConfigError(f"expected a Keras 3 or tf_keras Model, got "
+                          f"{type(model).__module__}.{type(model).__qualname__}")
+    _check_model(model, flavour)
+    if input_spec is not None and not all(
+            isinstance(s, tf.TensorSpec) or s is None for s in tf.nest.flatten(input_spec)):
+        raise ConfigError(f"input_spec must be a nest of tf.TensorSpec (None for an absent "
+                          f"entry), got {input_spec!r}")
+    previous = getattr(model, _ATTR, None)
+    if previous is not None:
+        previous.remove()
+    placement = KerasPlacement(model, flavour, options, input_spec=input_spec,
+                               unknown_dim=options.unknown_dim if unknown_dim_given else None)
+    placement._install()
+    setattr(model, _ATTR, placement)
+    return placement

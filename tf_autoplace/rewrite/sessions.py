@@ -1,0 +1,98 @@
+"""Which open v1 Sessions have run a graph: TensorFlow fixes a graph's devices there.
+
+A v1 ``Session`` hands its graph to the runtime in ``BaseSession._extend_graph``, which every
+``run``, ``make_callable`` and ``partial_run_setup`` calls first; the runtime copies each op,
+device included, the first time it sees it. A device set on that op later never reaches that
+session: TensorFlow's C API notes the change and, at the session's next run, logs a warning
+that it has no effect (hidden at the usual log levels), and the op keeps running where it ran.
+Placing such a graph would report devices the session does not use.
+
+TensorFlow has no public way to ask whether a session has run a graph (the record is inside the
+C session). So this module, imported with ``tf_autoplace``, wraps ``BaseSession.__init__`` and
+``_extend_graph`` and keeps, per graph, the sessions that ran it (weakly: a session that is
+deleted drops out, and one that is closed no longer counts, since it cannot run again).
+:func:`check_not_run` raises a ConfigError for a graph that an open session has run.
+
+What it cannot see: a session created before this module was imported may have run the graph
+before; :func:`unseen_sessions` lists the open sessions on a graph whose creation was not
+seen, and the placement's report says so. A user can check a session directly: run one step
+with ``options=tf.compat.v1.RunOptions(output_partition_graphs=True)`` and a ``RunMetadata``,
+and read the devices of the nodes in ``run_metadata.partition_graphs``.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import threading
+import weakref
+
+from tensorflow.python.client import session as tf_session  # private: the v1 Session class
+
+from tf_autoplace.errors import ConfigError
+
+_MARK = "_tf_autoplace_records_runs"
+_lock = threading.Lock()
+_ran: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # tf.Graph -> WeakSet
+_created: "weakref.WeakSet" = weakref.WeakSet()  # sessions created since install()
+
+
+def _open(session) -> bool:
+    return not getattr(session, "_closed", False)
+
+
+def install() -> None:
+    """Start recording session runs (done once, when the module is imported; again is a
+    no-op). The flags' placement hook, which also wraps ``_extend_graph``, imports this module
+    before it wraps, so a run is recorded after the hook placed the graph."""
+    cls = tf_session.BaseSession
+    with _lock:
+        if getattr(cls._extend_graph, _MARK, False):
+            return
+        extend, init = cls._extend_graph, cls.__init__
+
+        @functools.wraps(extend)
+        def extend_graph(self, *args, **kwargs):
+            result = extend(self, *args, **kwargs)
+            with _lock:
+                _ran.setdefault(self.graph, weakref.WeakSet()).add(self)
+            return result
+
+        @functools.wraps(init)
+        def session_init(self, *args, **kwargs):
+            init(self, *args, **kwargs)
+            with _lock:
+                _created.add(self)
+
+        setattr(extend_graph, _MARK, True)
+        cls._extend_graph, cls.__init__ = extend_graph, session_init
+
+
+def sessions_that_ran(graph) -> list:
+    """The open sessions that have run ``graph`` since this module was imported."""
+    with _lock:
+        return [s for s in _ran.get(graph, ()) if _open(s)]
+
+
+def unseen_sessions(graph) -> list:
+    """The open sessions on ``graph`` that were created before this module was imported:
+    whether they ran it cannot be known."""
+    return [s for s in gc.get_referrers(graph)
+            if isinstance(s, tf_session.BaseSession) and s.graph is graph and _open(s)
+            and s not in _created]
+
+
+def check_not_run(graph) -> None:
+    """Raise ConfigError if an open session has run ``graph``: its devices are fixed there."""
+    ran = sessions_that_ran(graph)
+    if ran:
+        raise ConfigError(
+            f"this tf.Graph has already been run by {len(ran)} open tf.compat.v1.Session"
+            f"{'s' if len(ran) > 1 else ''}: TensorFlow fixed its ops' devices at that "
+            "session's first run and would not take this placement (the ops would keep "
+            "running where they run now). Place the graph before the first session.run (a "
+            "training binary can use --autoplace, which places it at that moment), or close "
+            "the session (sess.close()) and create a new one after placing")
+
+
+install()
