@@ -21,6 +21,7 @@ ROOT = os.path.dirname(tf_autoplace.__file__)
 # role (outputs, pipeline, hw, zoo) may have modules on several floors.
 LAYERS = [
     {"errors", "proto"},
+    {"core.tasks"},  # the jobs and tasks of a TensorFlow cluster, which a Cluster may span
     {"core.cluster", "outputs.files", "outputs.progress", "graph", "zoo"},
     # hw runs graphs on this machine and measures them: it reads clusters and graphs, and what
     # it writes (profiles, link fits) feeds cost models and the simulator from outside.
