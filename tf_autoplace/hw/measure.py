@@ -30,7 +30,8 @@ def measure(report: PlacementReport, workload: Workload, *, steps: int = 10,
             config: RunConfig | None = None) -> PlacementReport:
     """``report`` with measured step times: the placed graph (``report.assignment``) and the
     single-device baseline (``report.baseline_assignment``) each run ``steps`` timed steps of
-    ``workload`` on this machine (after ``config.warmup_steps``; the rest of ``config`` as
+    ``workload`` on this machine, or on the TensorFlow cluster of ``config.target`` (after
+    ``config.warmup_steps``; the rest of ``config`` as
     :class:`~tf_autoplace.hw.runner.RunConfig`), their steps alternating, and one more traced
     step of the placed graph becomes the measured lanes of the Chrome trace.
 

@@ -18,8 +18,9 @@ fingerprint (so the placement can be applied again) and a learned placer's fine-
 It holds no algorithm.
 
 With ``measure_steps``, :func:`place_graph` then times the placed graph and the single-device
-baseline on this machine (:func:`tf_autoplace.hw.measure.measure`) before it rewrites a
-``tf.Graph``, so a graph that cannot be timed is left as it was.
+baseline on this machine, or on the servers of a cluster of TensorFlow tasks (its ``target``;
+:func:`tf_autoplace.hw.measure.measure`), before it rewrites a ``tf.Graph``, so a graph that
+cannot be timed is left as it was.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from tf_autoplace.graph.fingerprint import fingerprint
 from tf_autoplace.grouping import GroupingConfig
 from tf_autoplace.heuristics import SingleDevicePlacer
 from tf_autoplace.hw.measure import measure
+from tf_autoplace.hw.runner import RunConfig
 from tf_autoplace.hw.workload import Workload
 from tf_autoplace.learning.eager import policy_context
 from tf_autoplace.outputs.progress import as_progress
@@ -50,7 +52,8 @@ from tf_autoplace.pipeline.cache import PlacementCache, as_cache
 from tf_autoplace.pipeline.prepare import build_problem, cost_graph_problem
 from tf_autoplace.placers import DEFAULT_PLACER, get_placer
 from tf_autoplace.proto import cost_graph_pb2
-from tf_autoplace.rewrite import apply_to_graph, apply_to_graph_def, replaced_devices
+from tf_autoplace.rewrite import (apply_to_graph, apply_to_graph_def, check_annotations,
+                                  replaced_devices)
 from tf_autoplace.sim import lp_lower_bound
 
 MAX_SEED = 2**63 - 1  # a PlacementResult's seed is an int64
@@ -111,6 +114,7 @@ def place_graph(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
         raise ConfigError(f"measure_steps must be an int >= 0, got {measure_steps!r}")
     timings: dict[str, float] = {}
     meta_graph = ingest.load_meta_graph(graph)
+    check_annotations(meta_graph.graph_def, cluster)  # written for another TF cluster?
     if cost_profile is not None:  # measured times; what the profile lacks is estimated
         cost_model = ProfileCostModel.from_file(cost_profile,
                                                 fallback=AnalyticalCostModel(meta_graph))
@@ -148,7 +152,8 @@ def place_graph(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
             "the placer's choice, within kernel and colocation constraints",))
     if measure_steps:
         t = time.perf_counter()
-        report = measure(report, workload, steps=int(measure_steps))
+        report = measure(report, workload, steps=int(measure_steps),
+                         config=RunConfig(target=cluster.target))
         timings["measure"] = time.perf_counter() - t
 
     t = time.perf_counter()  # last: any error above leaves a tf.Graph as it was
