@@ -11,6 +11,7 @@ from tf_autoplace.heuristics.expert import ExpertPlacer
 from tf_autoplace.heuristics.metf import MemoryAwareETFPlacer
 from tf_autoplace.heuristics.metis import MetisPlacer
 from tf_autoplace.heuristics.random_placer import RandomPlacer
+from tf_autoplace.heuristics.replica_setter import ReplicaDeviceSetterPlacer
 from tf_autoplace.heuristics.single import SingleDevicePlacer
 from tf_autoplace.heuristics.topo import MemoryAwareTopoPlacer
 
@@ -19,8 +20,9 @@ HEURISTICS = {
     "cpu_only": CpuOnlyPlacer,
     "random": RandomPlacer,
     "best_heuristic": BestHeuristicPlacer,
+    "replica_device_setter": ReplicaDeviceSetterPlacer,
 }
 
 __all__ = ["DEFAULT_CANDIDATES", "FAST_HEURISTICS", "HEURISTICS", "BestHeuristicPlacer",
            "CpuOnlyPlacer", "ExpertPlacer", "MemoryAwareETFPlacer", "MemoryAwareTopoPlacer",
-           "MetisPlacer", "RandomPlacer", "SingleDevicePlacer"]
+           "MetisPlacer", "RandomPlacer", "ReplicaDeviceSetterPlacer", "SingleDevicePlacer"]
