@@ -38,6 +38,8 @@ COMMANDS = {
     "train-gdp": ("train_gdp", "pretrain a GDP policy for 2, 4 and 8 GPUs, with its manifest"),
     "profile": ("profile", "profile a training graph's ops and this machine's links"),
     "fidelity": ("fidelity", "how well the simulator ranks placements against measured runs"),
+    "serve-local": ("serve_local", "run a TensorFlow cluster of server processes on this "
+                                   "machine until Ctrl-C, and write its ClusterSpec"),
 }
 
 
