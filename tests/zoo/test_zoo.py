@@ -23,6 +23,8 @@ SMALL = {
                     (1200, 1700)),
     "wavenet": (dict(stacks=2, layers_per_stack=3, channels=4, skip_channels=8, length=16,
                      batch=2, classes=256), (1400, 1900)),
+    "wide_deep": (dict(fields=3, vocab=50, embedding_dim=4, dense_dim=3, layers=2, hidden=8,
+                       shards=2, batch=4, classes=2), (740, 1010)),
 }
 SEQUENCE_MODELS = ("nmt", "rnnlm", "transformer", "wavenet")
 # NASNet-Mobile has full-size cells even at 32x32 pixels: ~10-20 s per build on 2 cores.
@@ -44,9 +46,9 @@ def _session(graph: tf.Graph) -> tf.compat.v1.Session:
     return tf.compat.v1.Session(graph=graph, config=config)
 
 
-def test_models_are_the_papers_models():
+def test_models_are_the_papers_models_and_wide_and_deep():
     assert zoo.MODELS == ("inception_v3", "resnet50", "nasnet", "nmt", "rnnlm", "transformer",
-                          "wavenet")
+                          "wavenet", "wide_deep")
     assert set(SMALL) == set(zoo.MODELS)
 
 
@@ -137,3 +139,17 @@ def test_nmt_scopes_follow_the_pipeline():
 def test_bad_names_and_knobs_raise_config_error(name, knobs, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         zoo.build(name, **knobs)
+
+
+def test_wide_and_deep_tables_are_pieces_a_placement_may_split():
+    from tf_autoplace.graph import ingest
+
+    model = small("wide_deep")
+    graph = ingest.to_opgraph(ingest.load_meta_graph(model.graph))
+    group = {name: int(graph.colocation[graph.index(name)]) for name in graph.names
+             if name.startswith("embeddings/field_0/table/part_")
+             and name.count("/") == 3}
+    assert set(group) == {"embeddings/field_0/table/part_0", "embeddings/field_0/table/part_1"}
+    assert len(set(group.values())) == 2  # one colocation group per piece
+    updates = [op.type for op in model.graph.get_operations() if "Apply" in op.type]
+    assert "ResourceSparseApplyAdagrad" in updates  # rows of the looked-up ids only

@@ -1,4 +1,5 @@
-"""Model zoo: TF1-style training graphs of the models the device-placement papers place.
+"""Model zoo: TF1-style training graphs of the models the device-placement papers place, and a
+Wide & Deep recommender (embedding tables to spread over the tasks of a TensorFlow cluster).
 
 Each model is built from code in its own ``tf.Graph`` (forward, backward and optimizer update)
 with size knobs, so small versions run in tests and full versions (the defaults) in
@@ -34,6 +35,10 @@ transformer     :mod:`~tf_autoplace.zoo.transformer`   layers=8, length=256, bat
 wavenet         :mod:`~tf_autoplace.zoo.wavenet`       stacks=4, layers_per_stack=9,
                                                        channels=64, skip_channels=256,
                                                        length=4096, batch=16, classes=256
+wide_deep       :mod:`~tf_autoplace.zoo.wide_deep`     fields=8, vocab=100000,
+                                                       embedding_dim=32, dense_dim=16,
+                                                       layers=3, hidden=512, shards=2,
+                                                       batch=256, classes=2
 ==============  =====================================  ==================================
 
 The sequence models name their layers' scopes in ``ModelGraph.layer_scopes`` (pipeline
@@ -54,6 +59,7 @@ from tf_autoplace.zoo.resnet import build_resnet50
 from tf_autoplace.zoo.rnnlm import build_rnnlm
 from tf_autoplace.zoo.transformer import build_transformer
 from tf_autoplace.zoo.wavenet import build_wavenet
+from tf_autoplace.zoo.wide_deep import build_wide_deep
 
 _BUILDERS = {
     "inception_v3": build_inception_v3,
@@ -63,6 +69,7 @@ _BUILDERS = {
     "rnnlm": build_rnnlm,
     "transformer": build_transformer,
     "wavenet": build_wavenet,
+    "wide_deep": build_wide_deep,
 }
 
 MODELS = tuple(_BUILDERS)
