@@ -98,3 +98,18 @@ def test_the_trace_and_labels_name_the_task(cluster):
     assert "/job:worker/replica:0/task:1/device:GPU:0" in str(report)
     np.testing.assert_array_equal(t.placement, [cluster.index(report.assignment[n])
                                                 for n in t.graph.names])
+
+
+def test_measured_rewards_run_on_the_clusters_servers(cluster):
+    import dataclasses
+
+    from tf_autoplace.hw.workload import Workload
+    from tf_autoplace.learning.measured import MeasuredEvaluator
+    from tf_autoplace.pipeline.prepare import build_problem
+    from tf_autoplace.graph import ingest
+
+    tg = small_cnn()
+    problem, _ = build_problem(ingest.load_meta_graph(tg.graph), cluster)
+    workload = Workload(graph_def=tg.graph.as_graph_def(), fetches=(tg.train_op,))
+    evaluator = MeasuredEvaluator(dataclasses.replace(problem, workload=workload))
+    assert evaluator.config.target == cluster.target == "grpc://localhost:2223"
