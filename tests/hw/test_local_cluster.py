@@ -20,7 +20,7 @@ from tf_autoplace import flags as autoplace_flags
 from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.hw import local_cluster
-from tf_autoplace.hw.cluster_profile import profile_cluster
+from tf_autoplace.hw.cluster_profile import profile_cluster, served_devices
 from tf_autoplace.hw.local_cluster import describe, task_cores
 from tf_autoplace.hw.runner import RunConfig
 from tf_autoplace.hw.workload import Workload
@@ -160,6 +160,17 @@ def test_profiling_the_servers_gives_links_over_grpc_and_op_costs_per_task(clust
     assert "task ps:0" in found.profile.description
     with pytest.raises(ConfigError, match="TensorFlow cluster"):
         profile_cluster(tf_autoplace.Cluster.local(), workload)
+
+
+def test_the_servers_say_which_devices_each_task_has(cluster):
+    spec = {}
+    for task in cluster.tasks:
+        spec.setdefault(task.job, []).append(task.address)
+    served = served_devices(spec)
+    assert set(served) == {"ps:0", "worker:0"}
+    assert all(c.names == ("/device:CPU:0",) for c in served.values())
+    again = Cluster.from_tf(spec, devices=served)
+    assert again.names == cluster.names and again.target == cluster.target
 
 
 def test_every_server_ends_after_the_block_and_after_an_exception_in_it():

@@ -511,8 +511,10 @@ class Cluster:
             shipped name such as ``"k80x2"``, a spec file, ``"local"``) for every task, or a
             dict from a job name (``"ps"``) or a task (``"worker:1"``, or ``("worker", 1)``) to
             one, the task's entry before its job's; tasks it does not cover, and None, get
-            :meth:`local`'s devices (each task taken for a machine like this one). Measured
-            devices come from :func:`tf_autoplace.hw.cluster_profile.profile_cluster`.
+            :meth:`local`'s devices (each task taken for a machine like this one). The devices
+            running servers have: :func:`tf_autoplace.hw.cluster_profile.served_devices`;
+            their measured speeds and links:
+            :func:`tf_autoplace.hw.cluster_profile.profile_cluster`.
           links: the link classes' figures, ``{"task" | "host" | "network": LinkClass or
             (bandwidth_gbps, latency_us)}``; a class not given keeps its default (for "task":
             the links of the task's own devices; else

@@ -22,6 +22,10 @@ that run elsewhere), through Sessions on that target:
    profile's time over the speed) has the task's total. Per-op differences between tasks are
    averaged into that one factor: a CostProfile holds one time per op and device kind.
 
+Which devices each task has can be asked of its server too: :func:`served_devices` lists them
+(``Session.list_devices`` on the target) for ``Cluster.from_tf(spec,
+devices=served_devices(spec))``.
+
 A task is profiled alone (the others idle), as ``tf-autoplace profile`` profiles one device at a
 time: tasks that share cores slow each other when they run together, which the cluster's core
 groups describe and the profile does not.
@@ -33,9 +37,9 @@ import dataclasses
 
 import numpy as np
 
-from tf_autoplace.core.cluster import Cluster
-from tf_autoplace.core.tasks import LinkClass
-from tf_autoplace.errors import ConfigError
+from tf_autoplace.core.cluster import Cluster, Device
+from tf_autoplace.core.tasks import LinkClass, parse_tasks
+from tf_autoplace.errors import ConfigError, MeasurementError
 from tf_autoplace.hw import profiler, transfers
 from tf_autoplace.hw.runner import RunConfig
 from tf_autoplace.hw.workload import Workload
@@ -132,6 +136,56 @@ def profile_cluster(cluster: Cluster, workload: Workload | None = None, *, links
                           profile=profile, link_fits=fits, class_fits=class_fits,
                           task_seconds={cluster.tasks[k].name: t for k, t in totals.items()},
                           reference=name)
+
+
+def served_devices(spec, *, timeout_s: float = 60.0) -> dict[str, Cluster]:
+    """The devices the servers of a running TensorFlow cluster have, per task: ``{"worker:0":
+    one-machine Cluster, ...}``, what :meth:`Cluster.from_tf`'s ``devices`` takes.
+
+    Args:
+      spec: the TensorFlow cluster, in any form :meth:`Cluster.from_tf` takes (its target is
+        the server asked).
+      timeout_s: how long the servers may take to answer (> 0).
+
+    Each task's CPU and GPU devices, as its server reports them (``Session.list_devices``:
+    kind, index and memory limit), with this machine's description of a device of the same
+    kind (:meth:`Cluster.local`: cores, clock, memory bandwidth) where this machine has one,
+    and the local cluster's links between them; profile the cluster to measure what matters.
+
+    Raises:
+      ClusterSpecError: a malformed TensorFlow cluster.
+      MeasurementError: the servers did not answer.
+    """
+    import tensorflow as tf  # TF only when servers are asked
+
+    tasks, target = parse_tasks(spec)
+    config = tf.compat.v1.ConfigProto(operation_timeout_in_ms=int(timeout_s * 1000))
+    try:
+        with tf.compat.v1.Session(target, graph=tf.Graph(), config=config) as session:
+            listed = session.list_devices()
+    except tf.errors.OpError as e:
+        raise MeasurementError(f"the servers at {target} did not list their devices: "
+                               f"{type(e).__name__}: {e.message}") from e
+    local = {d.kind: d for d in reversed(Cluster.local().devices)}
+    per_task: dict[str, list[Device]] = {}
+    for attributes in listed:
+        name = tf.DeviceSpec.from_string(attributes.name)
+        if name.device_type not in ("CPU", "GPU"):
+            continue
+        like = local.get(name.device_type)
+        device = Device(name=f"/device:{name.device_type}:{name.device_index}",
+                        kind=name.device_type,
+                        memory_bytes=int(attributes.memory_limit_bytes) or 2**30)
+        if like is not None:
+            device = dataclasses.replace(
+                like, name=device.name, memory_bytes=device.memory_bytes, core_group="")
+        per_task.setdefault(f"{name.job}:{name.task}", []).append(device)
+    missing = [t.name for t in tasks if t.name not in per_task]
+    if missing:
+        raise MeasurementError(f"the servers at {target} list no CPU or GPU device of "
+                               f"task(s) {missing}")
+    return {name: Cluster.uniform(devices, bandwidth_gbps=10.0, latency_us=5.0)
+            for name, devices in per_task.items()}
 
 
 def _class_fits(cluster: Cluster, fits: dict) -> dict[str, LinkClass]:
