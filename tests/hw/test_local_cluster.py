@@ -293,8 +293,10 @@ def test_profile_command_profiles_the_servers_serve_local_runs(tmp_path):
     spec, profile, measured = (tmp_path / name for name in ("c.pbtxt", "p.pbtxt", "m.pbtxt"))
     server = subprocess.Popen(
         [sys.executable, "-m", "tf_autoplace.cli", "serve-local", "--tasks=2", "--ps_tasks=1",
-         f"--out_cluster={spec}"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=REPO)
+         "--profile_links", f"--out_cluster={spec}"], stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, cwd=REPO)
     try:
+        assert server.stdout.readline().startswith(b"links of class host: ")
         assert server.stdout.readline().startswith(b"serving ps:0, worker:0")
         done = subprocess.run(
             [sys.executable, "-m", "tf_autoplace.cli", "profile", f"--cluster={spec}",

@@ -36,7 +36,8 @@ COMMANDS = {
     "train-placeto": ("train_placeto", "pretrain a Placeto policy on graph families, with its "
                                        "manifest"),
     "train-gdp": ("train_gdp", "pretrain a GDP policy for 2, 4 and 8 GPUs, with its manifest"),
-    "profile": ("profile", "profile a training graph's ops and this machine's links"),
+    "profile": ("profile", "profile a training graph's ops and this machine's links (or a "
+                           "TensorFlow cluster's servers)"),
     "fidelity": ("fidelity", "how well the simulator ranks placements against measured runs"),
     "serve-local": ("serve_local", "run a TensorFlow cluster of server processes on this "
                                    "machine until Ctrl-C, and write its ClusterSpec"),
