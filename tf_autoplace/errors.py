@@ -30,8 +30,9 @@ class ConfigError(AutoplaceError, ValueError):
 
 
 class WorkerError(AutoplaceError, RuntimeError):
-    """The workers a search runs on could not be started (a Ray cluster without room for
-    them, actors that never came up)."""
+    """The processes work runs on could not be started: the workers of a search (a Ray
+    cluster without room for them, actors that never came up) or the servers of a local
+    TensorFlow cluster."""
 
 
 class MeasurementError(AutoplaceError, RuntimeError):

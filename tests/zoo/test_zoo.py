@@ -142,3 +142,16 @@ def test_nmt_scopes_follow_the_pipeline():
 def test_bad_names_and_knobs_raise_config_error(name, knobs, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         zoo.build(name, **knobs)
+
+
+def test_wide_and_deep_tables_are_pieces_a_placement_may_split():
+    from tf_autoplace.graph import ingest
+
+    model = small("wide_deep")
+    graph = ingest.to_opgraph(ingest.load_meta_graph(model.graph))
+    group = {name: int(graph.colocation[graph.index(name)]) for name in graph.names
+             if name.startswith("embedding_") and name.endswith("/table")}
+    assert set(group) == {"embedding_0/table", "embedding_1/table"}
+    assert len(set(group.values())) == 2  # one colocation group per table
+    updates = [op.type for op in model.graph.get_operations() if "Apply" in op.type]
+    assert any("SparseApplyAdagrad" in u for u in updates)  # rows of the looked-up ids only

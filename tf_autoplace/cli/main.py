@@ -53,12 +53,17 @@ COMMANDS = {
                                        "manifest", "no policy or manifest was written"),
     "train-gdp": ("train_gdp", "pretrain a GDP policy for 2, 4 and 8 GPUs, with its manifest",
                   "no policy or manifest was written"),
-    "profile": ("profile", "profile a training graph's ops and this machine's links",
+    "profile": ("profile", "profile a training graph's ops and this machine's links (or a "
+                           "TensorFlow cluster's servers)",
                 "--out_profile is written once the op profile is done and --out_cluster at the "
                 "end; nothing else was written"),
     "fidelity": ("fidelity", "how well the simulator ranks placements against measured runs",
                  "--out_md and --out_json hold the graphs finished before it, nothing else was "
                  "written"),
+    "serve-local": ("serve_local", "run a TensorFlow cluster of server processes on this "
+                                   "machine until Ctrl-C, and write its ClusterSpec",
+                    "every server process has ended; --out_cluster is written only while "
+                    "they serve"),
 }
 
 

@@ -28,6 +28,16 @@ many cores as the profiled run ran ops at once (the sum of its ops' times over i
 step, rounded, between 1 and the host's cores; ``tf_autoplace.hw.profiler.with_profiled_cores``).
 It writes this machine's text ``ClusterSpec`` with those figures.
 
+A TensorFlow cluster whose servers run (``--cluster``: a text ``ClusterSpec`` with tasks and a
+target, as ``tf-autoplace serve-local`` writes it) is profiled the same way through its
+target (``tf_autoplace.hw.cluster_profile``): the graph runs on each task in turn, the profile
+holds the target task's op times and the written spec every other task's speed against it, and
+with ``--out_cluster`` the links between its devices are timed over gRPC (between tasks) and in
+memory (within one)::
+
+    tf-autoplace profile --cluster=cluster.pbtxt --model=rnnlm --knob=layers=2 \
+        --out_profile=rnnlm.pbtxt --out_cluster=cluster_measured.pbtxt
+
 A TF2 function is profiled from Python: ``profile_ops(Workload.from_function(fn, *args))``.
 Timings on a shared machine are noisy: the tool prints the 1-minute load average with them.
 """
@@ -43,9 +53,10 @@ from google.protobuf import text_format
 
 from tf_autoplace import zoo
 from tf_autoplace.cli import profile_flags  # noqa: F401  (defines this command's flags)
-from tf_autoplace.core.cluster import Cluster
-from tf_autoplace.errors import AutoplaceError
+from tf_autoplace.core.cluster import Cluster, resolve_cluster
+from tf_autoplace.errors import AutoplaceError, ClusterSpecError
 from tf_autoplace.hw import transfers
+from tf_autoplace.hw.cluster_profile import profile_cluster
 from tf_autoplace.hw.profiler import profile_ops, with_profiled_cores
 from tf_autoplace.hw.runner import RunConfig
 from tf_autoplace.hw.workload import Workload
@@ -78,8 +89,12 @@ def main(argv):
         load = os.getloadavg()[0]
         config = RunConfig(steps=FLAGS.steps, warmup_steps=FLAGS.warmup_steps,
                            trace_steps=FLAGS.trace_steps)
+        description = f"{what}; tf-autoplace profile; load {load:.2f}"
+        if FLAGS.cluster:
+            _profile_tf_cluster(workload, config, description, load)
+            return 0
         profile = profile_ops(workload, config=config, partners=FLAGS.partners,
-                              description=f"{what}; tf-autoplace profile; load {load:.2f}")
+                              description=description)
         _write(FLAGS.out_profile, text_format.MessageToString(profile))
         print(f"wrote {FLAGS.out_profile}: {profile.description}")
         if FLAGS.out_cluster:
@@ -89,10 +104,7 @@ def main(argv):
                 ladder_config = dataclasses.replace(ladder_config, steps=FLAGS.transfer_steps)
             cluster, fits = transfers.profile_links(Cluster.local(FLAGS.num_logical_cpus),
                                                     config=link_config)
-            for (i, j), fit in fits.items():
-                print(f"link {cluster.names[i]} <-> {cluster.names[j]}: "
-                      f"{fit.latency_s * 1e6:.2f} us + bytes / {fit.bandwidth_bps / 1e9:.4g} GB/s "
-                      f"(rms residual {fit.rms_error_s * 1e6:.2f} us)")
+            _print_fits(cluster, fits)
             cluster, sends = transfers.profile_send_costs(cluster, config=ladder_config)
             for group, fit in sends.items():
                 print(f"core group {group!r}: one Send adds {fit.send_s * 1e6:.2f} us of CPU work "
@@ -114,4 +126,33 @@ def main(argv):
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+def _profile_tf_cluster(workload: Workload, config: RunConfig, description: str,
+                        load: float) -> None:
+    """``--cluster``: profile the servers of a TensorFlow cluster and write what was asked."""
+    cluster = resolve_cluster(FLAGS.cluster)
+    if not cluster.tasks or not cluster.target:
+        raise ClusterSpecError(f"--cluster={FLAGS.cluster!r} lists no TensorFlow tasks with a "
+                               "target; tf-autoplace serve-local writes such a spec")
+    found = profile_cluster(cluster, workload, links=bool(FLAGS.out_cluster), op_config=config,
+                            description=description)
+    _write(FLAGS.out_profile, text_format.MessageToString(found.profile))
+    print(f"wrote {FLAGS.out_profile}: {found.profile.description}")
+    if FLAGS.out_cluster:
+        _print_fits(found.cluster, found.link_fits)
+        for name, fit in found.class_fits.items():
+            print(f"links of class {name}: {fit.latency_us:.2f} us + bytes / "
+                  f"{fit.bandwidth_gbps:.4g} GB/s (median of its pairs)")
+        _write(FLAGS.out_cluster,
+               f"# The TensorFlow cluster at {cluster.target} as tf-autoplace profile measured "
+               f"it (load {load:.2f}).\n" + text_format.MessageToString(found.cluster.to_proto()))
+        print(f"wrote {FLAGS.out_cluster}")
+
+
+def _print_fits(cluster: Cluster, fits: dict) -> None:
+    for (i, j), fit in fits.items():
+        print(f"link {cluster.names[i]} <-> {cluster.names[j]}: "
+              f"{fit.latency_s * 1e6:.2f} us + bytes / {fit.bandwidth_bps / 1e9:.4g} GB/s "
+              f"(rms residual {fit.rms_error_s * 1e6:.2f} us)")
 

@@ -10,6 +10,8 @@ flags.DEFINE_list("fetches", None, "What one step runs (default: the train op)."
 flags.DEFINE_list("init", None, "Ops run once first (default: the variable initializer).")
 flags.DEFINE_integer("num_logical_cpus", 2, "Logical CPU devices of the local cluster "
                      "(0: this machine's GPUs and its CPU host).")
+flags.DEFINE_string("cluster", None, "Profile the servers of this TensorFlow cluster instead (a "
+                    "text ClusterSpec with tasks and a target, as serve-local writes).")
 flags.DEFINE_integer("warmup_steps", 3, "Untimed steps first.")
 flags.DEFINE_integer("steps", 10, "Timed untraced steps (their median is the run's step).")
 flags.DEFINE_integer("trace_steps", 10, "Traced steps whose per-op median is written.")

@@ -26,6 +26,18 @@ that share ``cores`` cores (``Device.core_group``, ``Cluster.core_groups``); the
 the ops of a group's devices on those cores together (:mod:`tf_autoplace.sim.simulator`). A
 device outside any group has cores of its own, as a GPU does. :meth:`Cluster.executors` gives
 the simulator its view: one executor per group, and one per ungrouped device.
+
+A TensorFlow cluster. The devices may live on the tasks of a TensorFlow cluster (jobs of
+``tf.distribute.Server`` processes, :mod:`tf_autoplace.core.tasks`): ``Cluster.tasks`` lists
+them and every device then names its task (``/job:worker/replica:0/task:1/device:CPU:0``);
+``Cluster.target`` is the ``grpc://`` address a Session connects to to run a graph placed
+there. :meth:`Cluster.from_tf` builds one from a ``tf.train.ClusterSpec``, a ``TF_CONFIG`` or a
+cluster resolver, with each task's devices taken from a one-machine cluster (a shipped spec, a
+spec file, a :class:`Cluster`) and the links between tasks from their class (same task, same
+machine, over the network; :func:`tf_autoplace.core.tasks.link_class`); a text spec says the
+same with ``task``, ``link_class`` and ``target`` (``protos/cluster.proto``), and ``link``
+entries override single pairs. A device name that names a job or task the cluster lacks is a
+:class:`ClusterSpecError` that names it, wherever it comes from (:meth:`Cluster.check_task`).
 """
 
 from __future__ import annotations
@@ -43,6 +55,14 @@ import numpy as np
 from google.protobuf import message as _pb_message
 from google.protobuf import text_format
 
+from tf_autoplace.core.tasks import (
+    DEFAULT_LINK_CLASSES,
+    LINK_CLASSES,
+    LinkClass,
+    Task,
+    link_class,
+    parse_tasks,
+)
 from tf_autoplace.errors import ClusterSpecError, ConfigError
 from tf_autoplace.proto import cluster_pb2
 
@@ -175,6 +195,10 @@ class Cluster:
       op_overhead_s: fixed cost added to every op's compute time.
       core_groups: (name, cores) of each core group the devices name, in order (module
         docstring); every group has at least one device and ``cores >= 1``.
+      tasks: the tasks of the TensorFlow cluster the devices live on (module docstring; empty:
+        one machine, run in a local Session). With tasks, every device names one of them.
+      target: the ``grpc://host:port`` a Session connects to to run on the tasks ("": a local
+        Session).
     """
 
     devices: tuple[Device, ...]
@@ -182,6 +206,8 @@ class Cluster:
     latency: np.ndarray
     op_overhead_s: float = PLACETO_OP_OVERHEAD_US * 1e-6
     core_groups: tuple[tuple[str, int], ...] = ()
+    tasks: tuple[Task, ...] = ()
+    target: str = ""
 
     def __post_init__(self):
         if not self.devices:
@@ -227,6 +253,29 @@ class Cluster:
             if d.core_group and d.core_group not in declared:
                 raise ClusterSpecError(f"device {d.name!r} names core group {d.core_group!r}, "
                                        f"which the cluster does not declare ({declared})")
+        self._check_tasks(specs)
+
+    def _check_tasks(self, specs) -> None:
+        tasks = tuple(self.tasks)
+        object.__setattr__(self, "tasks", tasks)
+        if not all(isinstance(t, Task) for t in tasks):
+            raise ClusterSpecError(f"tasks must be Task objects, got "
+                                   f"{[type(t).__name__ for t in tasks]}")
+        names = [t.name for t in tasks]
+        if len(set(names)) != len(names):
+            raise ClusterSpecError(f"the cluster lists a task twice: {names}")
+        if not isinstance(self.target, str) or (self.target
+                                                and not self.target.startswith("grpc://")):
+            raise ClusterSpecError(f"target {self.target!r} is not a 'grpc://host:port' address")
+        if not tasks:
+            return
+        for d, spec in zip(self.devices, specs):
+            if spec.job is None or spec.task is None:
+                raise ClusterSpecError(
+                    f"device {d.name!r} names no job and task; in a cluster of TensorFlow tasks "
+                    f"({', '.join(names)}) every device names its task, as in "
+                    f"'{tasks[0].device_prefix}/device:CPU:0'")
+            self.check_task(d.name)
 
     # --------------------------------------------------------------------------- accessors
     @property
@@ -236,6 +285,59 @@ class Cluster:
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(d.name for d in self.devices)
+
+    @property
+    def jobs(self) -> tuple[str, ...]:
+        """The jobs of the cluster's tasks, in task order (empty without tasks)."""
+        return tuple(dict.fromkeys(t.job for t in self.tasks))
+
+    @functools.cached_property
+    def device_tasks(self) -> np.ndarray:
+        """[D] int64: the index in ``tasks`` of each device's task (all -1 without tasks)."""
+        where = {(t.job, t.index): k for k, t in enumerate(self.tasks)}
+        out = np.full(self.num_devices, -1, np.int64)
+        if where:
+            for i, d in enumerate(self.devices):
+                spec = device_spec(d.name)
+                out[i] = where[(spec.job, spec.task)]
+        out.setflags(write=False)
+        return out
+
+    def task_of(self, device: int) -> Task | None:
+        """The task device ``device`` (an index) lives on; None without tasks."""
+        k = int(self.device_tasks[device])
+        return self.tasks[k] if k >= 0 else None
+
+    def link_class(self, i: int, j: int) -> str:
+        """The class of the link from device ``i`` to device ``j``: ``"task"``, ``"host"`` or
+        ``"network"`` (:func:`tf_autoplace.core.tasks.link_class`); "" without tasks."""
+        a, b = self.task_of(i), self.task_of(j)
+        return link_class(a, b) if a is not None else ""
+
+    def check_task(self, name: str) -> None:
+        """Raise ClusterSpecError when the device string ``name`` (a full device name, or a
+        partial one such as ``/job:ps/task:1``) names a job or a task the cluster's tasks lack;
+        a cluster without tasks takes any."""
+        if not self.tasks:
+            return
+        import tensorflow as tf  # TF only when a device is named
+
+        try:
+            spec = tf.DeviceSpec.from_string(name)
+        except (ValueError, TypeError) as e:
+            raise ClusterSpecError(f"device name {name!r} is not a TF device string: {e}") \
+                from e
+        if spec.job is not None and spec.job not in self.jobs:
+            raise ClusterSpecError(
+                f"{name!r} names the job {spec.job!r}, which the cluster lacks (its tasks: "
+                f"{', '.join(t.name for t in self.tasks)})")
+        if spec.task is not None:
+            jobs = [spec.job] if spec.job is not None else list(self.jobs)
+            if not any(t.job in jobs and t.index == spec.task for t in self.tasks):
+                where = f"job {spec.job!r}" if spec.job is not None else "any job"
+                raise ClusterSpecError(
+                    f"{name!r} names task {spec.task} of {where}, which the cluster lacks (its "
+                    f"tasks: {', '.join(t.name for t in self.tasks)})")
 
     @property
     def memory(self) -> np.ndarray:
@@ -255,22 +357,44 @@ class Cluster:
     def index(self, name: str) -> int:
         """The device ``name`` denotes: the one of that name, else the one TensorFlow would
         resolve it to (``/device:GPU:1`` for ``/job:localhost/replica:0/task:0/device:GPU:1``;
-        names are canonical and no two devices are one)."""
+        names are canonical and no two devices are one). ClusterSpecError when there is none,
+        when ``name`` could be several (``/device:CPU:0`` on a cluster of several tasks) or
+        names a job or task the cluster lacks."""
         for i, d in enumerate(self.devices):
             if d.name == name:
                 return i
         spec = device_spec(name)
-        for i, d in enumerate(self.devices):
-            if same_device(spec, device_spec(d.name)):
-                return i
+        self.check_task(name)
+        found = [i for i, d in enumerate(self.devices)
+                 if same_device(spec, device_spec(d.name))]
+        if len(found) > 1:
+            raise ClusterSpecError(f"{name!r} could be any of {[self.names[i] for i in found]}; "
+                                   "name the job and task")
+        if found:
+            return found[0]
         raise ClusterSpecError(f"no device named {name!r}; devices are {list(self.names)}")
 
     def default_device(self) -> int:
-        """The device a single-device placement uses: the first GPU, else the first device."""
-        for i, d in enumerate(self.devices):
-            if d.kind == "GPU":
+        """The device a single-device placement uses: the first GPU, else the first device; on
+        a cluster of tasks, of the task the target names when it names one (the master, where
+        a graph runs without a hop to another server)."""
+        order = list(range(self.num_devices))
+        home = self.target_task()
+        if home is not None:
+            order.sort(key=lambda i: int(self.device_tasks[i]) != home)
+        for i in order:
+            if self.devices[i].kind == "GPU":
                 return i
-        return 0
+        return order[0]
+
+    def target_task(self) -> int | None:
+        """The index in ``tasks`` of the task whose address the target is (None: no target, or
+        none of the tasks')."""
+        address = self.target.removeprefix("grpc://")
+        for k, task in enumerate(self.tasks):
+            if address and task.address == address:
+                return k
+        return None
 
     def executors(self) -> tuple[np.ndarray, np.ndarray]:
         """``(executor [D], cores [E])``: the executor that runs each device's ops and how many
@@ -304,7 +428,8 @@ class Cluster:
         kept = {d.core_group for d in devices}
         return Cluster(devices=devices, bandwidth=self.bandwidth[np.ix_(idx, idx)],
                        latency=self.latency[np.ix_(idx, idx)], op_overhead_s=self.op_overhead_s,
-                       core_groups=tuple(g for g in self.core_groups if g[0] in kept))
+                       core_groups=tuple(g for g in self.core_groups if g[0] in kept),
+                       tasks=self.tasks, target=self.target)
 
     # ------------------------------------------------------------------------- constructors
     @classmethod
@@ -343,7 +468,26 @@ class Cluster:
             latency_us=given("default_latency_us", PLACETO_LATENCY_US),
             op_overhead_us=given("op_overhead_us", PLACETO_OP_OVERHEAD_US),
             core_groups=[(g.name, g.cores) for g in spec.core_group])
+        tasks = tuple(Task(t.job, t.index, t.address) for t in spec.task)
+        if spec.link_class and not tasks:
+            raise ClusterSpecError("link classes (link_class) are for a cluster of TensorFlow "
+                                   "tasks; this spec lists no task")
+        classes = {}
+        for entry in spec.link_class:
+            if entry.name in classes:
+                raise ClusterSpecError(f"link class {entry.name!r} is given twice")
+            default = DEFAULT_LINK_CLASSES.get(entry.name, LinkClass(
+                given("default_bandwidth_gbps", PLACETO_BANDWIDTH_GBPS),
+                given("default_latency_us", PLACETO_LATENCY_US)))
+            classes[entry.name] = LinkClass(
+                entry.bandwidth_gbps if entry.HasField("bandwidth_gbps") else
+                default.bandwidth_gbps,
+                entry.latency_us if entry.HasField("latency_us") else default.latency_us)
+        cluster = dataclasses.replace(cluster, tasks=tasks, target=spec.target)
         bw, lat = cluster.bandwidth.copy(), cluster.latency.copy()
+        if tasks:
+            _class_links([cluster.task_of(i) for i in range(cluster.num_devices)],
+                         _link_classes(classes), bw, lat)
         for link in spec.link:
             i, j = cluster.index(link.src), cluster.index(link.dst)
             if link.HasField("bandwidth_gbps"):
@@ -351,6 +495,62 @@ class Cluster:
             if link.HasField("latency_us"):
                 lat[i, j] = link.latency_us * 1e-6
         return dataclasses.replace(cluster, bandwidth=bw, latency=lat)
+
+    @classmethod
+    def from_tf(cls, spec, devices=None, *, links=None, target: str | None = None) -> "Cluster":
+        """The cluster of the tasks of a TensorFlow cluster.
+
+        Args:
+          spec: the TensorFlow cluster: a ``tf.train.ClusterSpec``, a dict of jobs, a
+            ``TF_CONFIG`` (JSON string or dict) or a cluster resolver
+            (:func:`tf_autoplace.core.tasks.parse_tasks`).
+          devices: what each task holds, as a one-machine cluster whose devices the task gets
+            under its own name (``/job:localhost/replica:0/task:0/device:GPU:1`` becomes
+            ``/job:worker/replica:0/task:3/device:GPU:1``) with their links and core groups
+            (a group per task): anything :func:`resolve_cluster` takes (a :class:`Cluster`, a
+            shipped name such as ``"k80x2"``, a spec file, ``"local"``) for every task, or a
+            dict from a job name (``"ps"``) or a task (``"worker:1"``, or ``("worker", 1)``) to
+            one, the task's entry before its job's; tasks it does not cover, and None, get
+            :meth:`local`'s devices (each task taken for a machine like this one). The devices
+            running servers have: :func:`tf_autoplace.hw.cluster_profile.served_devices`;
+            their measured speeds and links:
+            :func:`tf_autoplace.hw.cluster_profile.profile_cluster`.
+          links: the link classes' figures, ``{"task" | "host" | "network": LinkClass or
+            (bandwidth_gbps, latency_us)}``; a class not given keeps its default (for "task":
+            the links of the task's own devices; else
+            :data:`tf_autoplace.core.tasks.DEFAULT_LINK_CLASSES`).
+          target: the ``grpc://`` address a Session connects to; None: the one ``spec`` gives
+            (:func:`tf_autoplace.core.tasks.parse_tasks`).
+
+        Returns:
+          The Cluster, its devices in task order (tasks sorted by job and index), ``tasks`` and
+          ``target`` set; its op overhead is the first task's.
+
+        Raises:
+          ClusterSpecError: a malformed TensorFlow cluster; a key of ``devices`` naming a job
+            or task the cluster lacks; a task's devices that already name another task; an
+            unknown link class.
+        """
+        tasks, found = parse_tasks(spec)
+        templates = _task_templates(tasks, devices)
+        classes = _link_classes(links)
+        out, groups, owner = [], [], []
+        for task, template in zip(tasks, templates):
+            for device in template.devices:
+                out.append(_in_task(device, task))
+                owner.append(task)
+            groups += [(f"{task.name}/{name}", cores) for name, cores in template.core_groups]
+        d = len(out)
+        bw, lat = np.zeros((d, d)), np.zeros((d, d))
+        start = 0
+        for template in templates:
+            block = slice(start, start + template.num_devices)
+            bw[block, block], lat[block, block] = template.bandwidth, template.latency
+            start += template.num_devices
+        _class_links(owner, classes, bw, lat)
+        return cls(devices=tuple(out), bandwidth=bw, latency=lat,
+                   op_overhead_s=templates[0].op_overhead_s, core_groups=tuple(groups),
+                   tasks=tasks, target=found if target is None else target)
 
     @classmethod
     def from_text(cls, text: str) -> "Cluster":
@@ -424,6 +624,9 @@ class Cluster:
                             model=d.model)
         for name, cores in self.core_groups:
             spec.core_group.add(name=name, cores=int(cores))
+        for task in self.tasks:
+            spec.task.add(job=task.job, index=task.index, address=task.address)
+        spec.target = self.target
         for i, a in enumerate(self.devices):
             for j, b in enumerate(self.devices):
                 if i != j:
@@ -431,6 +634,78 @@ class Cluster:
                                   bandwidth_gbps=self.bandwidth[i, j] / 1e9,
                                   latency_us=self.latency[i, j] * 1e6)
         return spec
+
+
+def _link_classes(links) -> dict[str, LinkClass]:
+    """``links`` (as :meth:`Cluster.from_tf` takes it) with the defaults of the classes it does
+    not give ("task" stays absent: the task's own links)."""
+    if links is None:
+        links = {}
+    if not isinstance(links, dict):
+        raise ClusterSpecError(f"links must be a dict of link classes {LINK_CLASSES}, got "
+                               f"{type(links).__name__}")
+    out = dict(DEFAULT_LINK_CLASSES)
+    for name, value in links.items():
+        if name not in LINK_CLASSES:
+            raise ClusterSpecError(f"unknown link class {name!r}; the classes are {LINK_CLASSES}")
+        if isinstance(value, LinkClass):
+            out[name] = value
+        elif isinstance(value, (tuple, list)) and len(value) == 2:
+            out[name] = LinkClass(*value)
+        else:
+            raise ClusterSpecError(f"link class {name!r} must be a LinkClass or (bandwidth_gbps, "
+                                   f"latency_us), got {value!r}")
+    return out
+
+
+def _class_links(owner: list, classes: dict[str, LinkClass], bandwidth: np.ndarray,
+                 latency: np.ndarray) -> None:
+    """Set, in place, every link between devices whose tasks are ``owner[i]`` to the figures of
+    its class in ``classes`` (a class absent from it keeps the links given)."""
+    for i, a in enumerate(owner):
+        for j, b in enumerate(owner):
+            figures = classes.get(link_class(a, b)) if i != j else None
+            if figures is not None:
+                bandwidth[i, j] = figures.bandwidth_gbps * 1e9
+                latency[i, j] = figures.latency_us * 1e-6
+
+
+def _task_templates(tasks: tuple[Task, ...], devices) -> list[Cluster]:
+    """The one-machine cluster of each task (see :meth:`Cluster.from_tf`'s ``devices``)."""
+    local = functools.cache(Cluster.local)
+    if not isinstance(devices, dict):
+        template = local() if devices is None else resolve_cluster(devices)
+        templates = [template] * len(tasks)
+    else:
+        by_name = {}
+        for key, value in devices.items():
+            if isinstance(key, tuple) and len(key) == 2:
+                key = f"{key[0]}:{key[1]}"
+            if not isinstance(key, str) or not any(key in (t.job, t.name) for t in tasks):
+                raise ClusterSpecError(
+                    f"devices are given for {key!r}, which is neither a job nor a task of the "
+                    f"cluster (its tasks: {', '.join(t.name for t in tasks)})")
+            by_name[key] = value
+        templates = []
+        for task in tasks:
+            value = by_name.get(task.name, by_name.get(task.job))
+            templates.append(local() if value is None else resolve_cluster(value))
+    for task, template in zip(tasks, templates):
+        if template.tasks:
+            raise ClusterSpecError(f"the devices of task {task.name} must be one machine's; the "
+                                   f"cluster given for it has tasks of its own")
+    return templates
+
+
+def _in_task(device: Device, task: Task) -> Device:
+    """``device`` of a one-machine cluster, renamed into ``task`` (core group too)."""
+    spec = device_spec(device.name)
+    if spec.job not in (None, "localhost") or (spec.task or 0) or (spec.replica or 0):
+        raise ClusterSpecError(f"the devices of task {task.name} must be one machine's "
+                               f"(/job:localhost/replica:0/task:0 or no job); got {device.name!r}")
+    return dataclasses.replace(
+        device, name=f"{task.device_prefix}/device:{spec.device_type}:{spec.device_index}",
+        core_group=f"{task.name}/{device.core_group}" if device.core_group else "")
 
 
 @functools.lru_cache(maxsize=1)

@@ -107,6 +107,9 @@ ENTRIES = (
                 "every op on the CPU host"),
     PlacerEntry("random", "tf_autoplace.heuristics:RandomPlacer", "heuristic",
                 "each group on a random allowed device: the floor"),
+    PlacerEntry("replica_device_setter", "tf_autoplace.heuristics:ReplicaDeviceSetterPlacer",
+                "heuristic", "TF1's replica_device_setter: variables on the ps tasks by bytes, "
+                "the rest on the worker"),
 )
 _BY_NAME = {e.name: e for e in ENTRIES}
 assert len(_BY_NAME) == len(ENTRIES), "placer names must be unique"

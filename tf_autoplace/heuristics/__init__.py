@@ -13,9 +13,11 @@ from tf_autoplace.heuristics.metf import MemoryAwareETFPlacer
 from tf_autoplace.heuristics.metis import MetisPlacer
 from tf_autoplace.heuristics.msct import MemoryAwareSCTPlacer
 from tf_autoplace.heuristics.random_placer import RandomPlacer
+from tf_autoplace.heuristics.replica_setter import ReplicaDeviceSetterPlacer
 from tf_autoplace.heuristics.single import SingleDevicePlacer
 from tf_autoplace.heuristics.topo import MemoryAwareTopoPlacer
 
 __all__ = ["DEFAULT_CANDIDATES", "FAST_HEURISTICS", "HEURISTICS", "BestHeuristicPlacer",
            "CpuOnlyPlacer", "ExpertPlacer", "MemoryAwareETFPlacer", "MemoryAwareSCTPlacer",
-           "MemoryAwareTopoPlacer", "MetisPlacer", "RandomPlacer", "SingleDevicePlacer"]
+           "MemoryAwareTopoPlacer", "MetisPlacer", "RandomPlacer", "ReplicaDeviceSetterPlacer",
+           "SingleDevicePlacer"]

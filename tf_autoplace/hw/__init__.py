@@ -9,9 +9,13 @@ Modules: :mod:`~tf_autoplace.hw.workload` (what one training step runs),
 :mod:`~tf_autoplace.hw.isolated` (one op timed on its own, untraced),
 :mod:`~tf_autoplace.hw.fidelity` and :mod:`~tf_autoplace.hw.components` (the simulator against
 this machine: whole placements, and each of its parts on its own).
-Only ``trace`` is imported here: the others import TensorFlow.
+:mod:`~tf_autoplace.hw.local_cluster` (a TensorFlow cluster of server processes on this machine,
+:func:`local_cluster`; each server is :mod:`~tf_autoplace.hw.server`) and
+:mod:`~tf_autoplace.hw.cluster_profile` (op costs per task and links over gRPC of such a
+cluster). Only ``trace`` and ``local_cluster`` are imported here: the others import TensorFlow.
 """
 
+from tf_autoplace.hw.local_cluster import local_cluster
 from tf_autoplace.hw.trace import TracedStep
 
-__all__ = ["TracedStep"]
+__all__ = ["TracedStep", "local_cluster"]

@@ -256,7 +256,14 @@ def collect_placements(problem: PlacementProblem, config: Config,
         except AutoplaceError as e:
             log(f"  {name}: {e}")
         log(f"  {name} placed in {time.perf_counter() - began:.0f} s")
-    out = []
+    return distinct(candidates)
+
+
+def distinct(candidates, out=None) -> list[tuple[str, np.ndarray]]:
+    """``(label, devices)`` pairs with identical placements counted once, under their labels
+    joined by " = " (``"single 0 = m_etf"``), in first-seen order; appended to ``out`` when
+    given (a list of such pairs already distinct)."""
+    out = [] if out is None else out
     for label, devices in candidates:
         same = next((k for k, (_, kept) in enumerate(out) if np.array_equal(kept, devices)),
                     None)

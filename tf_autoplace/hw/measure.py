@@ -50,7 +50,8 @@ def measure(report: PlacementReport, workload: Workload, *, steps: int = 15,
       report: a report made by the engine (it keeps both assignments).
       workload: what one step runs.
       steps: timed steps of each (the protocol's minimum or more).
-      config: the Sessions' settings (:class:`~tf_autoplace.hw.runner.RunConfig`).
+      config: the Sessions' settings (:class:`~tf_autoplace.hw.runner.RunConfig`); its
+        ``target`` runs them on the servers of a TensorFlow cluster instead of in-process.
       seed: orders the rounds and seeds the intervals.
 
     Returns:

@@ -50,11 +50,12 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 
 import numpy as np
 import tensorflow as tf
 
-from tf_autoplace.core.cluster import Cluster
+from tf_autoplace.core.cluster import Cluster, same_device
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph import ingest
 from tf_autoplace.graph.opgraph import OpGraph
@@ -111,14 +112,26 @@ def _graph_op(name: str, graph_names) -> str | None:
     return None
 
 
-def op_times(trace: TracedStep, kind: str, graph_names) -> dict[str, float]:
-    """Seconds each graph op took on devices of ``kind`` in one traced step (module doc)."""
+@functools.lru_cache(maxsize=None)
+def _lane_on(lane: str, device: str) -> bool:
+    """Whether step-stats lane ``lane`` (a device, or one of its streams) is ``device``'s."""
+    base = lane.split("/stream:")[0].split("/memcpy")[0]
+    try:
+        return same_device(tf.DeviceSpec.from_string(base), tf.DeviceSpec.from_string(device))
+    except (ValueError, TypeError):
+        return False
+
+
+def op_times(trace: TracedStep, kind: str, graph_names,
+             device: str | None = None) -> dict[str, float]:
+    """Seconds each graph op took on devices of ``kind`` in one traced step (module doc); on
+    ``device``'s lanes only, when given (one task's device of a TensorFlow cluster)."""
     graph_names = set(graph_names)
     lanes = collections.defaultdict(lambda: collections.defaultdict(float))
     for d, name, start, end in zip(trace.device.tolist(), trace.names, trace.start.tolist(),
                                    trace.end.tolist()):
         lane_kind, lane = _lane_kind(trace.devices[d])
-        if lane_kind != kind:
+        if lane_kind != kind or (device is not None and not _lane_on(trace.devices[d], device)):
             continue
         node = _graph_op(name, graph_names)
         if node is not None:
@@ -203,14 +216,21 @@ def measure_partners(workload: Workload, graph: OpGraph, kind: str, single_kerne
 
 
 def profile_ops(workload: Workload, *, kinds=None, config: RunConfig = DEFAULT_CONFIG,
-                description: str = "", partners: bool = True) -> cost_profile_pb2.CostProfile:
-    """Measure every op of ``workload`` on each of ``kinds`` (default: :func:`local_kinds`) and
-    return the profile (module docstring). ``config.steps`` untraced steps time the run, then
-    ``config.trace_steps`` (>= 1) steps are traced (its ``DeviceRun``). ``partners``: also
-    run the calibration that finds the ops whose kernel changes apart from a partner."""
+                description: str = "", partners: bool = True,
+                devices=None) -> cost_profile_pb2.CostProfile:
+    """Measure every op of ``workload`` on each of ``kinds`` (default: :func:`local_kinds`; the
+    kinds of ``devices`` when given) and return the profile (module docstring).
+    ``config.steps`` untraced steps time the run, then ``config.trace_steps`` (>= 1) steps are
+    traced (its ``DeviceRun``). ``partners``: also run the calibration that finds the ops whose
+    kernel changes apart from a partner. ``devices`` (kind -> device name; default
+    ``/device:<kind>:0``) says which device of each kind runs the graph: on a TensorFlow
+    cluster (``config.target``), one task's (``/job:worker/replica:0/task:1/device:CPU:0``)."""
     if config.trace_steps < 1:
         raise ConfigError(f"profiling needs trace_steps >= 1, got {config.trace_steps}")
-    kinds = tuple(kinds) if kinds is not None else local_kinds()
+    devices = dict(devices or {})
+    if kinds is None:
+        kinds = tuple(devices) if devices else local_kinds()
+    kinds = tuple(kinds)
     nodes = list(workload.graph_def.node)
     names = [n.name for n in nodes]
     name_set = set(names)
@@ -218,10 +238,11 @@ def profile_ops(workload: Workload, *, kinds=None, config: RunConfig = DEFAULT_C
     profile = cost_profile_pb2.CostProfile()
     notes = []
     for kind in kinds:
-        device = f"/device:{kind}:0"
+        device = devices.get(kind, f"/device:{kind}:0")
         cfg = config if kind == "CPU" else dataclasses.replace(config, soft_placement=True)
         measured = run(workload, {name: device for name in names}, cfg)
-        per_step = [op_times(trace, kind, names) for trace in measured.traces]
+        per_step = [op_times(trace, kind, names, device if devices else None)
+                    for trace in measured.traces]
         ran_anywhere = set()
         single_kernels = {}
         for trace in measured.traces:

@@ -10,6 +10,14 @@ included) and finally runs ``trace_steps`` more with full tracing, whose step st
 op's start and end on its device (:class:`TracedStep`). Tracing slows a step down, so the timed
 steps are never traced.
 
+On a TensorFlow cluster (``RunConfig.target``, a ``grpc://`` address of one of its servers, as
+``Cluster.target`` gives it), the Session is one of that server's: the devices are the
+servers' (``/job:worker/replica:0/task:1/device:CPU:0``), the client sends the graph and the
+feeds and receives the fetches, and the master partitions the graph over the tasks. TensorFlow's
+servers keep variables across sessions, by name: each placed session here gets a container of
+its own (every stateful op's ``container`` attr), so that two placements of one graph measured
+together do not step each other's variables; the servers keep those until they stop.
+
 The step time reported is the median of the timed steps: a shared machine has outliers, and the
 median ignores a few. Nothing here depends on the machine being quiet, but the figures do:
 report the load with them.
@@ -24,6 +32,8 @@ nodes than the graph: an op that does not appear did not run as its own kernel.
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import os
 import re
 import time
 from typing import Mapping
@@ -31,12 +41,15 @@ from typing import Mapping
 import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
+from tensorflow.python.framework import op_def_registry
 
+from tf_autoplace.core.cluster import same_device
 from tf_autoplace.errors import ConfigError, MeasurementError
 from tf_autoplace.hw.trace import TracedStep
 from tf_autoplace.hw.workload import Workload
 
 _DEVICE = re.compile(r"device:(CPU|GPU):(\d+)$", re.IGNORECASE)
+_CONTAINERS = itertools.count()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +66,11 @@ class RunConfig:
       soft_placement: let TF move ops whose device cannot run them (off: a placement runs as
         given or fails; the profiler turns it on to time a graph on a GPU whose ops are not all
         GPU ops).
+      target: run on a TensorFlow cluster: the ``grpc://host:port`` of one of its servers
+        (``Cluster.target``); "" runs in this process (module docstring).
+      timeout_s: on a cluster, a step (or an init) that takes longer than this many seconds
+        fails with a MeasurementError instead of waiting for a server that may have died
+        (0: no limit).
     """
 
     steps: int = 10
@@ -62,6 +80,8 @@ class RunConfig:
     intra_op_threads: int = 0
     grappler: bool = True
     soft_placement: bool = False
+    target: str = ""
+    timeout_s: float = 600.0
 
     def __post_init__(self):
         for field, low in (("steps", 1), ("warmup_steps", 0), ("trace_steps", 0),
@@ -69,6 +89,13 @@ class RunConfig:
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ConfigError(f"{field} must be an int >= {low}, got {value!r}")
+        if not isinstance(self.target, str) or (self.target
+                                                and not self.target.startswith("grpc://")):
+            raise ConfigError(f"target must be '' or a 'grpc://host:port' address, got "
+                              f"{self.target!r}")
+        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) \
+                or not self.timeout_s >= 0:
+            raise ConfigError(f"timeout_s must be a number >= 0, got {self.timeout_s!r}")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -109,20 +136,41 @@ def session_device_counts(device_names) -> dict[str, int]:
 
 
 def session_config(config: RunConfig, device_names=()) -> tf.compat.v1.ConfigProto:
-    """The Session's ConfigProto for ``config``, with the devices of ``device_names``."""
+    """The Session's ConfigProto for ``config``, with the devices of ``device_names`` (in
+    this process; on a cluster the servers have theirs)."""
     proto = tf.compat.v1.ConfigProto(
-        device_count=session_device_counts(device_names),
         allow_soft_placement=config.soft_placement,
         inter_op_parallelism_threads=config.inter_op_threads,
         intra_op_parallelism_threads=config.intra_op_threads)
+    if config.target:
+        proto.operation_timeout_in_ms = int(config.timeout_s * 1000)
+    else:
+        proto.device_count.update(session_device_counts(device_names))
     if not config.grappler:
         proto.graph_options.rewrite_options.disable_meta_optimizer = True
     return proto
 
 
-def placed_graph_def(graph_def: graph_pb2.GraphDef,
-                     assignment: Mapping[str, str] | None) -> graph_pb2.GraphDef:
-    """A copy of ``graph_def`` with ``assignment``'s devices (other nodes keep theirs).
+def open_session(graph: tf.Graph, config: RunConfig, device_names=()) -> tf.compat.v1.Session:
+    """A v1 Session on ``graph`` as ``config`` says: in this process with the devices of
+    ``device_names``, or on the TensorFlow cluster of ``config.target``."""
+    return tf.compat.v1.Session(config.target, graph=graph,
+                                config=session_config(config, device_names))
+
+
+def missing_devices(used, have) -> list[str]:
+    """The device strings of ``used`` (placed ops' devices) that no device of ``have`` (a
+    Session's) can be: compared as TensorFlow resolves them (``/device:CPU:0`` is
+    ``/job:localhost/replica:0/task:0/device:CPU:0``)."""
+    have = [tf.DeviceSpec.from_string(d) for d in have]
+    return [d for d in used
+            if not any(same_device(tf.DeviceSpec.from_string(d), h) for h in have)]
+
+
+def placed_graph_def(graph_def: graph_pb2.GraphDef, assignment: Mapping[str, str] | None,
+                     container: str = "") -> graph_pb2.GraphDef:
+    """A copy of ``graph_def`` with ``assignment``'s devices (other nodes keep theirs), and
+    with every stateful op that takes a ``container`` in ``container`` when one is given.
     Colocation attributes stay: a valid placement keeps colocated ops together anyway."""
     out = graph_pb2.GraphDef()
     out.CopyFrom(graph_def)
@@ -131,6 +179,11 @@ def placed_graph_def(graph_def: graph_pb2.GraphDef,
             device = assignment.get(node.name)
             if device is not None:
                 node.device = device
+    if container:
+        for node in out.node:
+            op_def = op_def_registry.get(node.op)
+            if op_def is not None and any(a.name == "container" for a in op_def.attr):
+                node.attr["container"].s = container.encode()
     return out
 
 
@@ -145,7 +198,9 @@ class PlacedSession:
     def __init__(self, workload: Workload, assignment: Mapping[str, str] | None,
                  config: RunConfig):
         self.config = config
-        graph_def = placed_graph_def(workload.graph_def, assignment)
+        self.container = (f"tf_autoplace_{os.getpid()}_{next(_CONTAINERS)}" if config.target
+                          else "")
+        graph_def = placed_graph_def(workload.graph_def, assignment, self.container)
         used = sorted({n.device for n in graph_def.node if n.device})
         graph = tf.Graph()
         try:
@@ -155,15 +210,18 @@ class PlacedSession:
             raise MeasurementError(f"TensorFlow cannot import the graph to run it: {e}") from e
         self._fetches = list(workload.fetches)
         self._feeds = dict(workload.feeds)
-        self.session = tf.compat.v1.Session(graph=graph, config=session_config(config, used))
+        with _tf_errors():
+            self.session = open_session(graph, config, used)
         try:
-            self.devices = tuple(d.name for d in self.session.list_devices())
-            have = {canonical_device(d) for d in self.devices if _DEVICE.search(d)}
-            missing = [d for d in used if canonical_device(d) not in have]
+            with _tf_errors():
+                self.devices = tuple(d.name for d in self.session.list_devices())
+            missing = missing_devices(used, self.devices)
             if missing:
-                raise ConfigError(f"the placement uses {missing}, which this machine does not "
-                                  f"have (it has {sorted(have)}); a measured run needs the "
-                                  "cluster's devices to be local")
+                where = (f"the TensorFlow cluster at {config.target}" if config.target
+                         else "this machine")
+                raise ConfigError(f"the placement uses {missing}, which {where} does not have "
+                                  f"(it has {list(self.devices)}); a measured run needs the "
+                                  "cluster's devices")
             with _tf_errors():
                 if workload.init:
                     self.session.run(list(workload.init), self._feeds)

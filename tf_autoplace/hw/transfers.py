@@ -52,7 +52,7 @@ import tensorflow as tf
 
 from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.errors import ConfigError
-from tf_autoplace.hw.runner import PlacedSession, RunConfig, session_config
+from tf_autoplace.hw.runner import PlacedSession, RunConfig, open_session
 from tf_autoplace.hw.workload import Workload
 
 NO_COPY_BANDWIDTH_GBPS = 1e6
@@ -119,7 +119,8 @@ def _chain_graph(a: str, b: str, nbytes: int, hops: int):
     graph = tf.Graph()
     with graph.as_default():
         with tf.device(a):
-            value = tf.Variable(tf.zeros([max(nbytes // 4, 1)]), name="value")
+            # One name per size: a TensorFlow cluster's servers keep variables by name.
+            value = tf.Variable(tf.zeros([max(nbytes // 4, 1)]), name=f"value{nbytes}")
             x = value.read_value()
         for k in range(hops):
             with tf.device(b if k % 2 == 0 else a):
@@ -133,9 +134,10 @@ def _chain_graph(a: str, b: str, nbytes: int, hops: int):
 def time_copies(a: str, b: str, nbytes: int, *, hops: int = 16,
                 config: RunConfig = DEFAULT_CONFIG) -> float:
     """Median seconds of one step of the chain of ``hops`` copies of ``nbytes`` between ``a``
-    and ``b`` (``a == b``: the same chain without a transfer)."""
+    and ``b`` (``a == b``: the same chain without a transfer), in this process or on the
+    TensorFlow cluster of ``config.target``."""
     graph, step, init = _chain_graph(a, b, nbytes, hops)
-    with tf.compat.v1.Session(graph=graph, config=session_config(config, [a, b])) as session:
+    with open_session(graph, config, [a, b]) as session:
         session.run(init)
         call = session.make_callable(step)
         for _ in range(config.warmup_steps):
@@ -166,9 +168,10 @@ def measure_link(a: str, b: str, *, sizes=DEFAULT_SIZES, hops: int = 16,
 
 def profile_links(cluster: Cluster, *, sizes=DEFAULT_SIZES, hops: int = 16,
                   config: RunConfig = DEFAULT_CONFIG) -> tuple[Cluster, dict]:
-    """``cluster`` with every link's latency and bandwidth measured on this machine (one fit
-    per pair of devices, used both ways), and the fits by (i, j) with ``i < j``. Its devices
-    must be local."""
+    """``cluster`` with every link's latency and bandwidth measured (one fit per pair of
+    devices, used both ways), and the fits by (i, j) with ``i < j``. Its devices must be this
+    machine's, or its servers' when ``config.target`` is a TensorFlow cluster's address (over
+    gRPC between two tasks, in memory within one)."""
     bandwidth, latency = cluster.bandwidth.copy(), cluster.latency.copy()
     fits = {}
     for i in range(cluster.num_devices):

@@ -6,8 +6,9 @@ searches here the same option (``reward="measured"`` on the ``auto``, ``placeto`
 placers):
 it has :class:`~tf_autoplace.learning.rollouts.Evaluator`'s interface, so a search that scores batches
 through it does not change, but each placement's step time is the median of ``steps`` timed
-steps of the placed graph on this machine (:func:`tf_autoplace.hw.runner.run`, a fresh Session
-per placement after ``warmup_steps``).
+steps of the placed graph on this machine, or on the servers of a cluster of TensorFlow tasks
+(its ``target``) (:func:`tf_autoplace.hw.runner.run`, a fresh Session per placement after
+``warmup_steps``).
 
 What stays simulated, and why:
 
@@ -75,7 +76,9 @@ class MeasuredEvaluator:
         self.problem = problem
         self.memory_penalty = float(memory_penalty)
         check_reward("measured", steps)
-        self.config = RunConfig(steps=steps, warmup_steps=WARMUP_STEPS)
+        # On a cluster of TensorFlow tasks, placements run on its servers (its target).
+        self.config = RunConfig(steps=steps, warmup_steps=WARMUP_STEPS,
+                                target=problem.cluster.target)
         self.workers = 1
         self.samples = 0
         self.runs = 0

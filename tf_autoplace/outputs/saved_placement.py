@@ -18,7 +18,9 @@ caller to place (-1).
 or else the one cluster device whose ``tf.DeviceSpec`` agrees with it wherever both say
 something (``/device:gpu:0`` is ``/job:localhost/replica:0/task:0/device:GPU:0``, as TensorFlow
 reads it in a local session). A device the cluster lacks, or one that could be several, is an
-:class:`~tf_autoplace.errors.InfeasiblePlacementError` that names it.
+:class:`~tf_autoplace.errors.InfeasiblePlacementError` that names it; on a cluster of
+TensorFlow tasks, a device of a job or task the cluster lacks is a
+:class:`~tf_autoplace.errors.ClusterSpecError` that names the job or task.
 """
 
 from __future__ import annotations
@@ -187,6 +189,7 @@ def _device_index(problem: PlacementProblem, saved: set[str]) -> dict[str, int]:
         if device in exact:
             out[device] = exact[device]
             continue
+        problem.cluster.check_task(device)  # another TF cluster's job or task: say which
         if specs is None:
             specs = [_spec(name) for name in cluster_names]
         want = _spec(device)

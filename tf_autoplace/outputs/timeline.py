@@ -2,8 +2,9 @@
 
 :func:`chrome_trace` writes the Chrome trace event format, the one TensorFlow's own
 ``tensorflow.python.client.timeline`` writes, so chrome://tracing or https://ui.perfetto.dev open
-it. Layout: one process (``pid`` = device index, named after the device) per device, with two
-threads: ``tid`` 0 "ops" holds one complete event (``"ph": "X"``) per op placed there, from its
+it. Layout: one process (``pid`` = device index, named after the device) per device, in cluster
+order (on a cluster of TensorFlow tasks, the devices of one task together, each process
+labelled with its task, ``worker:1``), with two threads: ``tid`` 0 "ops" holds one complete event (``"ph": "X"``) per op placed there, from its
 simulated start to end; ``tid`` 1 "transfers out" holds the tensors the device sends (its one
 outgoing bus, Placeto A.5), from the time the transfer takes the bus to its arrival. Times are
 microseconds from the start of the step.
@@ -29,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 
 import numpy as np
 
@@ -57,8 +59,16 @@ class TimelineData:
 
 
 def short_device_name(name: str) -> str:
-    """``/job:localhost/replica:0/task:0/device:GPU:0`` -> ``GPU:0`` (for labels)."""
-    return name.rsplit("device:", 1)[-1] if "device:" in name else name
+    """A device's label: ``/job:localhost/replica:0/task:0/device:GPU:0`` -> ``GPU:0``; a
+    device of a TensorFlow cluster's task keeps the task,
+    ``/job:worker/replica:0/task:1/device:CPU:0`` -> ``worker:1/CPU:0``."""
+    if "device:" not in name:
+        return name
+    prefix, _, device = name.rpartition("device:")
+    job, task = re.search(r"/job:([^/]+)", prefix), re.search(r"/task:(\d+)", prefix)
+    if job is None or job.group(1) == "localhost":
+        return device
+    return f"{job.group(1)}:{task.group(1) if task else 0}/{device}"
 
 
 def _check(graph: OpGraph, cluster: Cluster, placement, sim: SimResult) -> np.ndarray:
@@ -93,6 +103,10 @@ def chrome_trace(graph: OpGraph, cluster: Cluster, placement: np.ndarray,
             {"name": "thread_name", "ph": "M", "pid": d, "tid": TRANSFERS_TID,
              "args": {"name": "transfers out"}},
         ]
+        task = cluster.task_of(d)
+        if task is not None:
+            events.append({"name": "process_labels", "ph": "M", "pid": d,
+                           "args": {"labels": f"task {task.name}"}})
     out_bytes = graph.output_bytes
     start_us, end_us = sim.start * 1e6, sim.end * 1e6
     for i in np.argsort(sim.start, kind="stable").tolist():

@@ -19,8 +19,9 @@ It holds no algorithm, and checks no option: a door built the :class:`PlaceOptio
 (:mod:`tf_autoplace.pipeline.options`).
 
 With ``measure_steps``, :func:`place_graph` then times the placed graph and the single-device
-baseline on this machine (:func:`tf_autoplace.hw.measure.measure`) before it rewrites a
-``tf.Graph``, so a graph that cannot be timed is left as it was.
+baseline on this machine, or on the servers of a cluster of TensorFlow tasks (its ``target``;
+:func:`tf_autoplace.hw.measure.measure`), before it rewrites a ``tf.Graph``, so a graph that
+cannot be timed is left as it was.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from tf_autoplace.graph.fingerprint import fingerprint
 from tf_autoplace.heuristics import BestHeuristicPlacer, SingleDevicePlacer
 from tf_autoplace.hw.measure import measure, runs_here
 from tf_autoplace.hw.profiler import profile_ops
+from tf_autoplace.hw.runner import RunConfig
 from tf_autoplace.hw.verify import SINGLE, Candidate, verify
 from tf_autoplace.hw.workload import Workload
 from tf_autoplace.learning.eager import policy_context
@@ -50,8 +52,8 @@ from tf_autoplace.pipeline.cache import PlacementCache
 from tf_autoplace.pipeline.options import PlaceOptions
 from tf_autoplace.pipeline.prepare import build_problem, cost_graph_problem
 from tf_autoplace.proto import cost_graph_pb2
-from tf_autoplace.rewrite import apply_to_graph, apply_to_graph_def, replaced_devices
-from tf_autoplace.rewrite import sessions
+from tf_autoplace.rewrite import (apply_to_graph, apply_to_graph_def, check_annotations,
+                                  replaced_devices, sessions)
 from tf_autoplace.sim import lp_lower_bound
 from tf_autoplace.sim.jit import interruptible
 
@@ -101,16 +103,17 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
     placer, cluster, seed = options.placer, options.resolved_cluster(), options.seed
     cost_model, cost_profile = options.cost_model, options.cost_profile
     measure_steps = options.measure_steps
-    if (measure_steps or options.verify) and not runs_here(cluster, len(
-            tf.config.list_physical_devices("GPU"))):
+    if (measure_steps or options.verify) and not cluster.target and not runs_here(
+            cluster, len(tf.config.list_physical_devices("GPU"))):
         raise ConfigError(
             f"{'verify' if options.verify else 'measure_steps'} runs placements on this "
             f"machine, and this machine does not have all of the cluster's devices "
-            f"{cluster.names}: use cluster='local' (or Cluster.local(...)), or place "
-            "without it")
+            f"{cluster.names}: use cluster='local' (or Cluster.local(...)), a TensorFlow "
+            "cluster with a target, or place without it")
     verifying = bool(options.verify) and cluster.num_devices > 1  # one device: nothing to choose
     timings: dict[str, float] = {}
     meta_graph = ingest.load_meta_graph(graph)
+    check_annotations(meta_graph.graph_def, cluster)  # written for another TF cluster?
     if cost_profile is not None:  # measured times; what the profile lacks is estimated
         cost_model = ProfileCostModel.from_file(cost_profile,
                                                 fallback=AnalyticalCostModel(meta_graph))
@@ -159,7 +162,8 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
         timings["verify"] = time.perf_counter() - t
     if measure_steps:
         t = time.perf_counter()
-        report = measure(report, workload, steps=int(measure_steps), seed=int(seed))
+        report = measure(report, workload, steps=int(measure_steps), seed=int(seed),
+                         config=RunConfig(target=cluster.target))
         timings["measure"] = time.perf_counter() - t
 
     t = time.perf_counter()  # last: any error above leaves a tf.Graph as it was
@@ -317,7 +321,8 @@ def _verify(report: PlacementReport, problem: PlacementProblem, workload: Worklo
         return dataclasses.replace(report, notes=report.notes + (
             "verify: the placer and the best heuristic both chose the single-device placement; "
             "there was nothing to measure against it",))
-    verification = verify(workload, candidates, steps=options.verify, seed=int(options.seed))
+    verification = verify(workload, candidates, steps=options.verify, seed=int(options.seed),
+                          config=RunConfig(target=cluster.target))
     applied = next(c for c in candidates if c.name == verification.decision.applied)
     note = f"verified on this machine: applied {applied.name}: {verification.decision.reason}"
     if applied.assignment == report.assignment:

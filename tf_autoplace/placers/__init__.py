@@ -38,6 +38,7 @@ from tf_autoplace.heuristics import (
     MemoryAwareTopoPlacer,
     MetisPlacer,
     RandomPlacer,
+    ReplicaDeviceSetterPlacer,
     SingleDevicePlacer,
 )
 from tf_autoplace.learning.workers import check_ray_address
@@ -210,6 +211,6 @@ __all__ = ["DEFAULT_PLACER", "PLACERS", "AutoConfig", "AutoPlacer", "BestHeurist
            "CpuOnlyPlacer", "ExpertPlacer", "GdpConfig", "GdpPlacer", "HDPConfig", "HDPPlacer",
            "MemoryAwareETFPlacer", "MemoryAwareSCTPlacer", "MemoryAwareTopoPlacer", "MetisPlacer", "Placement",
            "PlacementProblem", "Placer", "PlacetoConfig", "PlacetoPlacer", "PostConfig",
-           "PostPlacer", "RandomPlacer", "SavedPlacement", "SingleDevicePlacer", "check_memory",
+           "PostPlacer", "RandomPlacer", "ReplicaDeviceSetterPlacer", "SavedPlacement", "SingleDevicePlacer", "check_memory",
            "check_placement", "get_placer", "parse_options", "policy_placers", "takes_budget", "takes_policy",
            "takes_ray_address", "validate"]

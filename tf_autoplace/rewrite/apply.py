@@ -6,6 +6,8 @@
 - :func:`apply_to_graph_def` returns a placed copy of a ``GraphDef`` (the input is not modified).
 - :func:`replaced_devices` lists the device annotations the graph had that the placement
   overrides (every op's device is the placer's choice; the report's notes say which it changed).
+- :func:`check_annotations` refuses a graph whose annotations name a job or task of a
+  TensorFlow cluster the cluster being placed on lacks (a graph written for another cluster).
 
 Device strings are full TF names (``/job:localhost/replica:0/task:0/device:GPU:1``), checked with
 ``tf.DeviceSpec``; the mapping is by op name, so the graph must hold exactly the ops that were
@@ -19,8 +21,8 @@ from typing import Mapping, Sequence
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
-from tf_autoplace.core.cluster import same_device
-from tf_autoplace.errors import InfeasiblePlacementError, InvalidGraphError
+from tf_autoplace.core.cluster import Cluster, same_device
+from tf_autoplace.errors import ClusterSpecError, InfeasiblePlacementError, InvalidGraphError
 
 
 def canonical_device(device: str) -> str:
@@ -66,6 +68,25 @@ def replaced_devices(graph_def: graph_pb2.GraphDef,
         if not kept[pair]:
             out.append((node.name, *pair))
     return out
+
+
+def check_annotations(graph_def: graph_pb2.GraphDef, cluster: Cluster) -> None:
+    """Raise ClusterSpecError naming the op, its annotation and the job or task, when a device
+    annotation of ``graph_def`` (``/job:ps/task:2``, as ``replica_device_setter`` writes them)
+    names a job or task that ``cluster``'s TensorFlow tasks lack. A cluster without tasks (one
+    machine) takes any annotation: the placement replaces them all."""
+    if not cluster.tasks:
+        return
+    first = {}
+    for node in graph_def.node:
+        if node.device:
+            first.setdefault(node.device, node.name)
+    for device, op in first.items():
+        try:
+            cluster.check_task(device)
+        except ClusterSpecError as e:
+            raise ClusterSpecError(f"op {op!r} of the graph is annotated {device!r}, for "
+                                   f"another TensorFlow cluster: {e}") from e
 
 
 def apply_to_graph(graph: tf.Graph, placement: Mapping[str, str]) -> None:

@@ -72,15 +72,18 @@ def while_loop_graph() -> tf.Graph:
     return g
 
 
-def run_training_steps(tg: TrainingGraph, *, steps: int = 3, num_cpus: int = 2):
-    """Run ``steps`` training steps in a fresh v1 Session with ``num_cpus`` logical CPUs and
+def run_training_steps(tg: TrainingGraph, *, steps: int = 3, num_cpus: int = 2,
+                       target: str = ""):
+    """Run ``steps`` training steps in a fresh v1 Session with ``num_cpus`` logical CPUs (or on
+    the TensorFlow cluster of ``target``, with its servers' devices) and
     ``allow_soft_placement=False``. Returns (losses, set of devices in the partition graphs)."""
-    config = tf.compat.v1.ConfigProto(device_count={"CPU": num_cpus},
-                                      allow_soft_placement=False,
+    config = tf.compat.v1.ConfigProto(allow_soft_placement=False,
                                       inter_op_parallelism_threads=1,
                                       intra_op_parallelism_threads=1)
+    if not target:
+        config.device_count["CPU"] = num_cpus
     losses = []
-    with tf.compat.v1.Session(graph=tg.graph, config=config) as sess:
+    with tf.compat.v1.Session(target, graph=tg.graph, config=config) as sess:
         sess.run(tg.init_op)
         for _ in range(steps):
             loss, _ = sess.run([tg.loss, tg.train_op], tg.feed)

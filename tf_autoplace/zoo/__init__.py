@@ -1,4 +1,5 @@
-"""Model zoo: TF1-style training graphs of the models the device-placement papers place.
+"""Model zoo: TF1-style training graphs of the models the device-placement papers place, and a
+Wide & Deep recommender (embedding tables to spread over the tasks of a TensorFlow cluster).
 
 Each model is built from code in its own ``tf.Graph`` (forward, backward and optimizer update)
 with size knobs, so small versions run in tests and full versions (the defaults) in

@@ -1,4 +1,4 @@
-"""Building blocks of the hand-written zoo models (NMT, RNNLM, Transformer, WaveNet).
+"""Building blocks of the hand-written zoo models (NMT, RNNLM, Transformer, WaveNet, Wide & Deep).
 
 All of them work on fully defined static shapes and create their variables with
 ``tf.compat.v1.get_variable`` in the current variable scope. Random initializers get a fixed
@@ -27,9 +27,12 @@ def scope(path: str):
         yield
 
 
-def variable(name: str, shape: Sequence[int], init: str = "glorot") -> tf.Variable:
+def variable(name: str, shape: Sequence[int], init: str = "glorot",
+             shards: int = 1) -> tf.Variable:
     """A variable in the current variable scope; ``init`` is ``"glorot"`` (uniform, seeded),
-    ``"embedding"`` (normal with stddev 1/sqrt(last dim), seeded), ``"zeros"`` or ``"ones"``."""
+    ``"embedding"`` (normal with stddev 1/sqrt(last dim), seeded), ``"zeros"`` or ``"ones"``.
+    With ``shards > 1`` it is a partitioned variable of that many pieces, rows split in
+    contiguous ranges (``fixed_size_partitioner``), each piece a variable of its own."""
     full_name = f"{tf.compat.v1.get_variable_scope().name}/{name}"
     seed = zlib.crc32(full_name.encode()) & 0x7FFFFFFF
     initializers = {
@@ -39,7 +42,9 @@ def variable(name: str, shape: Sequence[int], init: str = "glorot") -> tf.Variab
         "zeros": tf.compat.v1.zeros_initializer,
         "ones": tf.compat.v1.ones_initializer,
     }
-    return tf.compat.v1.get_variable(name, shape, tf.float32, initializer=initializers[init]())
+    partitioner = tf.compat.v1.fixed_size_partitioner(shards) if shards > 1 else None
+    return tf.compat.v1.get_variable(name, shape, tf.float32, initializer=initializers[init](),
+                                     partitioner=partitioner)
 
 
 def dense(x: tf.Tensor, units: int, name: str) -> tf.Tensor:

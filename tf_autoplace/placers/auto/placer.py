@@ -6,7 +6,8 @@ it
 
 1. **collects starts**: every fast heuristic on the whole cluster and on prefixes of its GPUs,
    with over-memory placements repaired by moving work to the CPU host and failing heuristics
-   skipped (:class:`~tf_autoplace.heuristics.BestHeuristicPlacer`); then, from the best
+   skipped (:class:`~tf_autoplace.heuristics.BestHeuristicPlacer`), and on a cluster of
+   TensorFlow tasks the placement ``replica_device_setter`` makes; then, from the best
    heuristic's placement, the zero-shot placement of each learned policy shipped for this many
    action devices (``learned``; a pretrained Placeto policy improves it in one greedy episode
    of a few dozen simulations) and, where the sample budget is large enough to pay for it,
@@ -42,7 +43,8 @@ import numpy as np
 
 from tf_autoplace.core.problem import PlacementProblem, Placer, check_memory
 from tf_autoplace.errors import ConfigError
-from tf_autoplace.heuristics import BestHeuristicPlacer, SingleDevicePlacer
+from tf_autoplace.heuristics import (BestHeuristicPlacer, ReplicaDeviceSetterPlacer,
+                                    SingleDevicePlacer)
 from tf_autoplace.learning.eager import policy_context
 from tf_autoplace.learning.measured import MeasuredEvaluator, check_reward
 from tf_autoplace.learning.rollouts import Evaluator
@@ -189,7 +191,8 @@ class AutoPlacer(Placer):
     def starts(self, problem: PlacementProblem, seed: int, *, max_samples: int,
                deadline: float) -> tuple[list[tuple[str, np.ndarray, float]], int]:
         """Distinct start placements that fit, fastest first, as ``(label, devices, step s)``:
-        every fast heuristic's (best_heuristic's candidates) and each learned placer's
+        every fast heuristic's (best_heuristic's candidates), ``replica_device_setter``'s on a
+        cluster of several TensorFlow tasks, and each learned placer's
         placement from the best of them; and how many placements the learned starts simulated
         (Post's count against ``max_samples``)."""
         heuristic = BestHeuristicPlacer()
@@ -198,6 +201,11 @@ class AutoPlacer(Placer):
         if not ranked or not ranked[0].fits:  # best_heuristic says why, with the total need
             heuristic.place(problem)
         out = [(c.label, c.devices, c.step_s) for c in ranked if c.fits]
+        if len(problem.cluster.tasks) > 1:  # a TF cluster: the placement TF1 users write
+            devices = ReplicaDeviceSetterPlacer().propose(problem)
+            sim = problem.simulator.run(devices)
+            if not check_memory(problem, sim):
+                out.append(("replica_device_setter", devices, sim.makespan))
         action = problem.cluster.compute_devices()
         units = int(problem.graph.colocation.max()) + 1
         if "placeto" in self.config.learned and len(action) > 1 and units >= MIN_LEARNED_UNITS:

@@ -1,0 +1,195 @@
+"""A cluster of TensorFlow tasks: Cluster.from_tf from every form TF gives a cluster in, devices per
+task, link classes and their overrides, the proto round trip, and a ClusterSpecError naming the
+job or task for a device the cluster lacks, wherever the device comes from."""
+
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from google.protobuf import text_format
+
+from tf_autoplace.core.cluster import Cluster, Device
+from tf_autoplace.core.tasks import (
+    DEFAULT_LINK_CLASSES,
+    LinkClass,
+    Task,
+    host_of,
+    link_class,
+    parse_tasks,
+)
+from tf_autoplace.errors import ClusterSpecError
+
+TF_CONFIG = json.dumps({
+    "cluster": {"worker": ["localhost:2222", "127.0.0.1:2223", "10.0.0.7:2222"],
+                "ps": ["localhost:2224"]},
+    "task": {"type": "worker", "index": 1}})
+PS0, W0, W1, W2 = (f"/job:{job}/replica:0/task:{i}/device:CPU:" for job, i in
+                   (("ps", 0), ("worker", 0), ("worker", 1), ("worker", 2)))
+GB, US = 1e9, 1e-6
+
+
+def test_tf_config_gives_the_tasks_devices_target_and_link_classes():
+    cluster = Cluster.from_tf(TF_CONFIG, devices="cpu2")
+
+    assert [t.name for t in cluster.tasks] == ["ps:0", "worker:0", "worker:1", "worker:2"]
+    assert cluster.names == tuple(p + str(i) for p in (PS0, W0, W1, W2) for i in (0, 1))
+    assert cluster.target == "grpc://127.0.0.1:2223"  # TF_CONFIG's own task
+    assert cluster.jobs == ("ps", "worker")
+    assert cluster.device_tasks.tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+    # ps:0, worker:0 and worker:1 are on loopback (one machine); worker:2 is on another host.
+    assert [cluster.link_class(2, j) for j in range(8)] == [
+        "host", "host", "task", "task", "host", "host", "network", "network"]
+    # Inside a task: cpu2's links (10 GB/s, 5 us); between tasks: the classes' defaults.
+    host, network = DEFAULT_LINK_CLASSES["host"], DEFAULT_LINK_CLASSES["network"]
+    assert cluster.bandwidth[2, 3] == pytest.approx(10 * GB)
+    assert cluster.latency[2, 3] == pytest.approx(5 * US)
+    assert cluster.bandwidth[0, 2] == pytest.approx(host.bandwidth_gbps * GB)
+    assert cluster.latency[0, 2] == pytest.approx(host.latency_us * US)
+    assert cluster.bandwidth[2, 6] == pytest.approx(network.bandwidth_gbps * GB)
+    assert cluster.latency[6, 2] == pytest.approx(network.latency_us * US)
+    # Each task's logical CPUs keep sharing their task's cores, not another task's.
+    assert cluster.default_device() == 4  # the target's task first
+
+
+def test_every_form_of_a_tf_cluster_gives_the_same_tasks():
+    jobs = {"ps": ["h1:1"], "worker": ["h2:1", "h3:1"]}
+    want = (Task("ps", 0, "h1:1"), Task("worker", 0, "h2:1"), Task("worker", 1, "h3:1"))
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec(jobs), master="grpc://h3:1")
+    for spec, target in ((jobs, "grpc://h2:1"), (tf.train.ClusterSpec(jobs), "grpc://h2:1"),
+                         ({"cluster": jobs}, "grpc://h2:1"), (json.dumps({"cluster": jobs}),
+                                                               "grpc://h2:1"),
+                         (resolver, "grpc://h3:1"),
+                         ({"ps": ["h1:1"], "worker": {1: "h3:1", 0: "h2:1"}}, "grpc://h2:1")):
+        assert parse_tasks(spec) == (want, target)
+    assert parse_tasks({"chief": ["c:1"], "worker": ["w:1"]})[1] == "grpc://c:1"
+
+
+@pytest.mark.parametrize("spec,message", [
+    ("not json", "must be JSON"),
+    ({"cluster": ["a:1"]}, "needs a 'cluster' dict"),
+    ({"cluster": {"worker": ["a:1"]}, "task": {"type": "ps", "index": 0}}, "task ps:0 is not"),
+    ({"worker": "a:1"}, "must list its tasks"),
+    ({"worker": [""]}, "task worker:0 has the address ''"),
+    ({"1worker": ["a:1"]}, "job name '1worker'"),
+    ({"worker": {-1: "a:1"}}, "task index -1"),
+    ({}, "has no tasks"),
+    (42, "got int"),
+])
+def test_a_malformed_tf_cluster_is_a_cluster_spec_error_naming_what(spec, message):
+    with pytest.raises(ClusterSpecError, match=message):
+        Cluster.from_tf(spec, devices="cpu2")
+
+
+def test_devices_per_job_and_per_task_and_link_classes_given():
+    jobs = {"ps": ["localhost:1"], "worker": ["localhost:2", "localhost:3"]}
+    cluster = Cluster.from_tf(jobs, devices={"ps": "cpu2", "worker": "k80x2",
+                                             ("worker", 1): "cpu2"},
+                              links={"host": (2.0, 50.0), "task": LinkClass(20.0, 1.0)})
+    assert cluster.names == (PS0 + "0", PS0 + "1", "/job:worker/replica:0/task:0/device:GPU:0",
+                             "/job:worker/replica:0/task:0/device:GPU:1", W0 + "0",
+                             W1 + "0", W1 + "1")
+    off = ~np.eye(7, dtype=bool)
+    same_task = cluster.device_tasks[:, None] == cluster.device_tasks[None, :]
+    np.testing.assert_allclose(cluster.bandwidth[off & same_task], 20 * GB)
+    np.testing.assert_allclose(cluster.bandwidth[off & ~same_task], 2 * GB)
+    np.testing.assert_allclose(cluster.latency[off & ~same_task], 50 * US)
+    assert cluster.default_device() == 2  # a GPU of the target's task (worker:0)
+    with pytest.raises(ClusterSpecError, match="'chief', which is neither a job nor a task"):
+        Cluster.from_tf(jobs, devices={"chief": "cpu2"})
+    with pytest.raises(ClusterSpecError, match="'worker:7'"):
+        Cluster.from_tf(jobs, devices={"worker:7": "cpu2"})
+    with pytest.raises(ClusterSpecError, match="unknown link class 'wan'"):
+        Cluster.from_tf(jobs, devices="cpu2", links={"wan": (1.0, 1.0)})
+    with pytest.raises(ClusterSpecError, match="bandwidth_gbps=0"):
+        Cluster.from_tf(jobs, devices="cpu2", links={"host": (0, 1.0)})
+
+
+def test_proto_round_trip_keeps_tasks_target_and_links():
+    cluster = Cluster.from_tf(TF_CONFIG, devices="cpu2")
+    again = Cluster.from_text(text_format.MessageToString(cluster.to_proto()))
+    assert again.names == cluster.names and again.tasks == cluster.tasks
+    assert again.target == cluster.target
+    off = ~np.eye(cluster.num_devices, dtype=bool)  # the diagonal is unused
+    np.testing.assert_allclose(again.bandwidth[off], cluster.bandwidth[off], rtol=1e-12)
+    np.testing.assert_allclose(again.latency[off], cluster.latency[off], rtol=1e-12)
+
+
+def test_spec_link_classes_then_per_pair_links_override():
+    text = """
+    default_bandwidth_gbps: 10  default_latency_us: 5
+    device { name: "/job:ps/replica:0/task:0/device:CPU:0" kind: "CPU" memory_bytes: 100 }
+    device { name: "/job:worker/replica:0/task:0/device:CPU:0" kind: "CPU" memory_bytes: 100 }
+    device { name: "/job:worker/replica:0/task:0/device:CPU:1" kind: "CPU" memory_bytes: 100 }
+    device { name: "/job:worker/replica:0/task:1/device:CPU:0" kind: "CPU" memory_bytes: 100 }
+    task { job: "ps" index: 0 address: "a:1" }
+    task { job: "worker" index: 0 address: "a:2" }
+    task { job: "worker" index: 1 address: "b:1" }
+    link_class { name: "host" bandwidth_gbps: 3 latency_us: 30 }
+    link_class { name: "network" latency_us: 70 }
+    link { src: "/job:worker/replica:0/task:1/device:CPU:0"
+           dst: "/job:ps/replica:0/task:0/device:CPU:0" bandwidth_gbps: 0.5 }
+    target: "grpc://a:2"
+    """
+    cluster = Cluster.from_text(text)
+    assert cluster.bandwidth[0, 1] == pytest.approx(3 * GB)      # host class
+    assert cluster.latency[1, 0] == pytest.approx(30 * US)
+    assert cluster.bandwidth[1, 2] == pytest.approx(10 * GB)     # within a task: the default
+    assert cluster.latency[1, 2] == pytest.approx(5 * US)
+    assert cluster.bandwidth[0, 3] == pytest.approx(DEFAULT_LINK_CLASSES["network"]
+                                                    .bandwidth_gbps * GB)
+    assert cluster.latency[0, 3] == pytest.approx(70 * US)       # network class, latency given
+    assert cluster.bandwidth[3, 0] == pytest.approx(0.5 * GB)    # the pair's own link
+    assert cluster.latency[3, 0] == pytest.approx(70 * US)       # ... keeps its class latency
+    assert cluster.target == "grpc://a:2" and cluster.default_device() == 1
+
+
+@pytest.mark.parametrize("name,message", [
+    ("/job:chief/replica:0/task:0/device:CPU:0", "names the job 'chief', which the cluster "
+                                                 "lacks"),
+    ("/job:worker/replica:0/task:5/device:CPU:0", "names task 5 of job 'worker', which the "
+                                                  "cluster lacks"),
+    ("/job:ps/task:3", "names task 3 of job 'ps'"),
+])
+def test_a_device_of_an_unknown_job_or_task_is_a_cluster_spec_error_naming_it(name, message):
+    cluster = Cluster.from_tf(TF_CONFIG, devices="cpu2")
+    with pytest.raises(ClusterSpecError, match=message):
+        cluster.check_task(name)
+    if "device:" in name:
+        with pytest.raises(ClusterSpecError, match=message):
+            cluster.index(name)
+    with pytest.raises(ClusterSpecError, match=message):  # a spec naming such a device
+        Cluster(devices=(Device(name if "device:" in name else name + "/device:CPU:0", "CPU",
+                                100),),
+                bandwidth=np.ones((1, 1)), latency=np.zeros((1, 1)), tasks=cluster.tasks)
+
+
+def test_a_device_without_its_task_is_refused_or_ambiguous():
+    cluster = Cluster.from_tf(TF_CONFIG, devices="cpu2")
+    with pytest.raises(ClusterSpecError, match="could be any of"):
+        cluster.index("/device:CPU:0")
+    assert cluster.index("/job:ps/device:CPU:1") == 1
+    with pytest.raises(ClusterSpecError, match="names no job and task"):
+        Cluster(devices=(Device("/device:CPU:0", "CPU", 100),), bandwidth=np.ones((1, 1)),
+                latency=np.zeros((1, 1)), tasks=cluster.tasks)
+    with pytest.raises(ClusterSpecError, match="'grpc://host:port'"):
+        Cluster.from_tf(TF_CONFIG, devices="cpu2", target="localhost:2222")
+    with pytest.raises(ClusterSpecError, match="must be one machine's"):
+        Cluster.from_tf(TF_CONFIG, devices=cluster)
+
+
+def test_a_cluster_without_tasks_takes_any_device_name_as_before():
+    cluster = Cluster.from_text(
+        'device { name: "/device:CPU:0" kind: "CPU" memory_bytes: 100 }')
+    cluster.check_task("/job:anything/task:9")
+    assert cluster.tasks == () and cluster.target == "" and cluster.link_class(0, 0) == ""
+    assert cluster.to_proto().target == "" and not cluster.to_proto().task
+
+
+def test_hosts_and_link_classes():
+    assert host_of("localhost:1") == host_of("127.0.0.2:5") == host_of("[::1]:3") == "loopback"
+    assert host_of("Node-1:22") == "node-1" and host_of("") == ""
+    a, b, c = Task("w", 0, "localhost:1"), Task("w", 1, "127.0.0.1:2"), Task("w", 2, "n:1")
+    assert (link_class(a, a), link_class(a, b), link_class(a, c)) == ("task", "host", "network")
+    assert link_class(Task("w", 0), Task("w", 1)) == "network"  # machines not known

@@ -1,0 +1,317 @@
+"""Local TensorFlow server processes as a cluster (loopback only): placed training graphs run on
+them with the unplaced loss (through autoplace, measure_steps and the --autoplace hook with a
+MonitoredTrainingSession whose master is a server), profiling them, and no server process left
+behind: after the block, after an exception in it, after the parent is killed, and after
+serve-local ends."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from google.protobuf import text_format
+
+import tf_autoplace
+from tf_autoplace import flags as autoplace_flags
+from tf_autoplace.core.cluster import Cluster
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.hw import local_cluster
+from tf_autoplace.hw.cluster_profile import profile_cluster, served_devices
+from tf_autoplace.hw.local_cluster import describe, task_cores
+from tf_autoplace.hw.runner import RunConfig
+from tf_autoplace.hw.workload import Workload
+from tf_autoplace.outputs.timeline import chrome_trace
+from tf_autoplace.testing.graphs import run_training_steps, small_cnn
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="reads /proc to find the server processes")
+SERVER = b"tf_autoplace.hw.server"
+HANG_GUARD_S = 180  # only against a hang: the servers normally start in seconds
+
+
+def _servers(parent: int | None = None) -> list[int]:
+    """Live (not zombie) server processes, the children of ``parent`` (default: any)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                command = f.read()
+        except OSError:
+            continue
+        state, ppid = fields[0], int(fields[1])
+        if SERVER in command and state != b"Z" and (parent is None or ppid == parent):
+            out.append(int(entry))
+    return out
+
+
+def _alive(pids) -> list[int]:
+    alive = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] != b"Z":
+                    alive.append(pid)
+        except OSError:
+            pass
+    return alive
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with local_cluster(2, ps_tasks=1) as tf_cluster:
+        yield tf_cluster
+
+
+def test_the_cluster_has_a_ps_and_a_worker_task_with_a_target(cluster):
+    assert [t.name for t in cluster.tasks] == ["ps:0", "worker:0"]
+    assert cluster.names == ("/job:ps/replica:0/task:0/device:CPU:0",
+                             "/job:worker/replica:0/task:0/device:CPU:0")
+    assert cluster.target == f"grpc://{cluster.tasks[1].address}"
+    assert cluster.link_class(0, 1) == "host"
+    assert len(_servers(os.getpid())) == 2
+    if len(os.sched_getaffinity(0)) >= 2:  # each pinned to a core of its own
+        assert len(cluster.core_groups) == 2 and all(c == 1 for _, c in cluster.core_groups)
+
+
+@pytest.mark.parametrize("placer", ["replica_device_setter", "random"])
+def test_a_training_graph_placed_across_the_servers_runs_with_the_unplaced_loss(cluster,
+                                                                                 placer):
+    unplaced, _ = run_training_steps(small_cnn(), steps=3, num_cpus=1)
+    tg = small_cnn()
+    tf_autoplace.autoplace(tg.graph, cluster=cluster, placer=placer, progress=False)
+    losses, devices = run_training_steps(tg, steps=3, target=cluster.target)
+    np.testing.assert_allclose(losses, unplaced, rtol=1e-5)
+    assert {tf.DeviceSpec.from_string(d).job for d in devices if d} == {"ps", "worker"}
+
+
+def test_autoplace_measures_on_the_servers_and_the_trace_names_the_tasks(cluster):
+    tg = small_cnn()
+    report = tf_autoplace.autoplace(tg.graph.as_graph_def(), cluster=cluster,
+                                    placer="replica_device_setter", progress=False,
+                                    measure_steps=2)
+    assert np.isfinite(report.measured_step_time_s) and report.measured_step_time_s > 0
+    trace = chrome_trace(report.timeline.graph, report.timeline.cluster,
+                         report.timeline.placement, report.timeline.sim,
+                         report.timeline.measured)["traceEvents"]
+    processes = {e["pid"]: e["args"]["name"] for e in trace if e["name"] == "process_name"}
+    assert processes[0] == cluster.names[0] and processes[1] == cluster.names[1]
+    labels = {e["pid"]: e["args"]["labels"] for e in trace if e["name"] == "process_labels"}
+    assert labels == {0: "task ps:0", 1: "task worker:0"}
+    measured = {name for name in processes.values() if name.startswith("measured")}
+    assert any("/job:ps/" in name for name in measured)
+    assert any("/job:worker/" in name for name in measured)
+    transfers = [e["name"] for e in trace if e.get("cat") == "Transfer"]
+    assert transfers and all(name.endswith(("-> ps:0/CPU:0", "-> worker:0/CPU:0"))
+                             for name in transfers)
+
+
+def test_the_autoplace_flag_places_for_a_monitored_session_on_a_server(cluster, tmp_path):
+    spec = tmp_path / "cluster.pbtxt"
+    spec.write_text(text_format.MessageToString(cluster.to_proto()))
+    unplaced, _ = run_training_steps(small_cnn(), steps=2, num_cpus=1)
+    tg = small_cnn()
+    autoplace_flags.install(autoplace_flags.AutoplaceSettings(
+        placer="replica_device_setter", cluster=str(spec), cache=False, progress=False))
+    try:
+        losses = []
+        with tg.graph.as_default():
+            config = tf.compat.v1.ConfigProto(allow_soft_placement=False)
+            with tf.compat.v1.train.MonitoredTrainingSession(
+                    master=cluster.target, config=config, save_checkpoint_secs=None,
+                    save_summaries_steps=None, log_step_count_steps=None) as session:
+                for _ in range(2):
+                    loss, _ = session.run([tg.loss, tg.train_op], tg.feed)
+                    losses.append(float(loss))
+    finally:
+        autoplace_flags.uninstall()
+    report = autoplace_flags.report_for(tg.graph)
+    assert report is not None and report.placer == "replica_device_setter"
+    np.testing.assert_allclose(losses, unplaced, rtol=1e-5)
+    jobs = {tf.DeviceSpec.from_string(op.device).job for op in tg.graph.get_operations()}
+    assert jobs == {"ps", "worker"}
+
+
+def test_profiling_the_servers_gives_links_over_grpc_and_op_costs_per_task(cluster):
+    tg = small_cnn(batch=2)
+    workload = Workload(graph_def=tg.graph.as_graph_def(), fetches=(tg.train_op,),
+                        init=(tg.init_op,), feeds=tg.feed)
+    quick = RunConfig(steps=3, warmup_steps=1, grappler=False)
+    found = profile_cluster(cluster, workload, link_config=quick, sizes=(1 << 10, 1 << 16),
+                            hops=4, op_config=RunConfig(steps=1, warmup_steps=1, trace_steps=2))
+    assert set(found.link_fits) == {(0, 1)} and set(found.class_fits) == {"host"}
+    fit = found.link_fits[(0, 1)]
+    assert found.cluster.bandwidth[0, 1] == found.cluster.bandwidth[1, 0] == fit.bandwidth_bps
+    assert found.reference == "worker:0" and set(found.task_seconds) == {"ps:0", "worker:0"}
+    speeds = [d.speed for d in found.cluster.devices]
+    assert speeds[1] == 1.0 and speeds[0] == pytest.approx(
+        found.task_seconds["worker:0"] / found.task_seconds["ps:0"])
+    profiled = {op.name for op in found.profile.op}
+    assert {op.name for op in tg.graph.get_operations()} == profiled
+    assert "task ps:0" in found.profile.description
+    with pytest.raises(ConfigError, match="TensorFlow cluster"):
+        profile_cluster(tf_autoplace.Cluster.local(), workload)
+
+
+def test_the_servers_say_which_devices_each_task_has(cluster):
+    spec = {}
+    for task in cluster.tasks:
+        spec.setdefault(task.job, []).append(task.address)
+    served = served_devices(spec)
+    assert set(served) == {"ps:0", "worker:0"}
+    assert all(c.names == ("/device:CPU:0",) for c in served.values())
+    again = Cluster.from_tf(spec, devices=served)
+    assert again.names == cluster.names and again.target == cluster.target
+
+
+def test_every_server_ends_after_the_block_and_after_an_exception_in_it():
+    before = set(_servers(os.getpid()))  # the module's cluster
+    with local_cluster(1) as one:
+        pids = set(_servers(os.getpid())) - before
+        assert len(pids) == 1 and one.target
+    assert not _alive(pids)
+    with pytest.raises(RuntimeError, match="inside"):
+        with local_cluster(1):
+            pids = set(_servers(os.getpid())) - before
+            assert len(pids) == 1
+            raise RuntimeError("inside the block")
+    assert not _alive(pids)
+
+
+def test_every_server_ends_when_its_parent_is_killed(tmp_path):
+    script = tmp_path / "parent.py"
+    script.write_text("import time\nfrom tf_autoplace.hw import local_cluster\n"
+                      "with local_cluster(2):\n    print('serving', flush=True)\n"
+                      "    time.sleep(3600)\n")
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, cwd=REPO,
+                              env=dict(os.environ, PYTHONPATH=REPO))
+    try:
+        assert parent.stdout.readline().strip() == b"serving"
+        pids = _servers(parent.pid)
+        assert len(pids) == 2
+    finally:
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+    for _ in range(HANG_GUARD_S * 10):
+        if not _alive(pids):
+            break
+        time.sleep(0.1)
+    assert not _alive(pids)
+
+
+def test_serve_local_writes_the_spec_serves_and_ends_everything_on_sigterm(tmp_path):
+    spec = tmp_path / "cluster.pbtxt"
+    command = subprocess.Popen(
+        [sys.executable, "-m", "tf_autoplace.cli", "serve-local", "--tasks=2",
+         f"--out_cluster={spec}"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=REPO)
+    try:
+        line = command.stdout.readline().decode()
+        assert line.startswith("serving worker:0, worker:1 at grpc://localhost:"), line
+        cluster = Cluster.from_file(spec)
+        pids = _servers(command.pid)
+        assert len(pids) == 2 and len(cluster.tasks) == 2 and cluster.target in line
+        graph = tf.Graph()
+        with graph.as_default():
+            with tf.device(cluster.names[0]):
+                a = tf.ones([4, 4])
+            with tf.device(cluster.names[1]):
+                b = tf.reduce_sum(tf.matmul(a, a))
+        with tf.compat.v1.Session(cluster.target, graph=graph) as session:
+            assert session.run(b) == 64.0
+    finally:
+        command.send_signal(signal.SIGTERM)
+        out, _ = command.communicate(timeout=HANG_GUARD_S)
+    assert command.returncode == 128 + signal.SIGTERM
+    assert not spec.exists()
+    assert not _alive(pids)
+
+
+@pytest.mark.parametrize("tasks,cores,expected,shared", [
+    (2, [0, 1], [(0,), (1,)], False),
+    (2, [0, 1, 2, 3], [(0, 1), (2, 3)], False),
+    (4, [0, 1], [(0,), (1,), (0,), (1,)], True),
+    (1, [3], [(3,)], False),
+])
+def test_tasks_get_cores_of_their_own_where_there_are_enough(tasks, cores, expected, shared):
+    placement = task_cores(tasks, cores)
+    assert placement.cores == tuple(expected) and placement.shared == shared
+    assert task_cores(2, cores, pin=False).cores == (tuple(cores),) * 2
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(num_tasks=0), "num_tasks must be an int >= 1"),
+    (dict(num_tasks=2, ps_tasks=2), "leaves no 'worker' task"),
+    (dict(num_tasks=2, job="ps"), "job must not be 'ps'"),
+    (dict(num_tasks=1, threads=0), "threads must be None or an int >= 1"),
+])
+def test_bad_arguments_are_config_errors_before_any_process_starts(kwargs, message):
+    before = set(_servers(os.getpid()))
+    with pytest.raises(ConfigError, match=message):
+        with local_cluster(**kwargs):
+            pass
+    assert set(_servers(os.getpid())) == before
+
+
+def test_tasks_on_shared_cores_form_one_core_group_of_those_cores():
+    spec = {"ps": ["localhost:1"], "worker": ["localhost:2", "localhost:3", "localhost:4"]}
+    shared = describe(spec, task_cores(4, [0, 1]), cpus_per_task=2)
+    assert dict(shared.core_groups) == {"cores 0": 1, "cores 1": 1}
+    groups = {}
+    for i, device in enumerate(shared.devices):
+        groups.setdefault(device.core_group, set()).add(shared.task_of(i).name)
+        assert device.num_cores == 1
+    assert groups == {"cores 0": {"ps:0", "worker:1"}, "cores 1": {"worker:0", "worker:2"}}
+    own = describe(spec, task_cores(4, range(8)))
+    assert dict(own.core_groups) == {f"cores {2 * k},{2 * k + 1}": 2 for k in range(4)}
+    assert [d.num_cores for d in own.devices] == [2] * 4
+    assert own.target == "grpc://localhost:2"
+
+
+@pytest.mark.slow
+def test_more_tasks_than_cores_start_and_share_cores():
+    available = sorted(os.sched_getaffinity(0))
+    with local_cluster(len(available) + 1, startup_timeout_s=HANG_GUARD_S) as shared:
+        sizes = {}
+        for i, device in enumerate(shared.devices):
+            sizes.setdefault(device.core_group, set()).add(shared.task_of(i).name)
+        assert max(len(tasks) for tasks in sizes.values()) == 2  # task 0 and task C
+        assert dict(shared.core_groups) == {f"cores {c}": 1 for c in available}
+
+
+@pytest.mark.slow
+def test_profile_command_profiles_the_servers_serve_local_runs(tmp_path):
+    spec, profile, measured = (tmp_path / name for name in ("c.pbtxt", "p.pbtxt", "m.pbtxt"))
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tf_autoplace.cli", "serve-local", "--tasks=2", "--ps_tasks=1",
+         "--profile_links", f"--out_cluster={spec}"], stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, cwd=REPO)
+    try:
+        assert server.stdout.readline().startswith(b"links of class host: ")
+        assert server.stdout.readline().startswith(b"serving ps:0, worker:0")
+        done = subprocess.run(
+            [sys.executable, "-m", "tf_autoplace.cli", "profile", f"--cluster={spec}",
+             "--model=rnnlm", "--knob=layers=1", "--knob=length=2", "--knob=batch=2",
+             "--knob=hidden=8", "--knob=embedding_dim=8", "--knob=vocab=20",
+             "--warmup_steps=1", "--trace_steps=2", f"--out_profile={profile}",
+             f"--out_cluster={measured}"], capture_output=True, text=True, cwd=REPO,
+            timeout=HANG_GUARD_S * 3)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "links of class host" in done.stdout
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.communicate(timeout=HANG_GUARD_S)
+    cluster = Cluster.from_file(measured)
+    assert [t.name for t in cluster.tasks] == ["ps:0", "worker:0"] and cluster.target
+    assert cluster.devices[1].speed == 1.0 and cluster.devices[0].speed > 0
+    text = profile.read_text()
+    assert "op times of task worker:0" in text and "compute_time_us" in text

@@ -1,0 +1,198 @@
+"""Profile a TensorFlow cluster whose servers run: op costs per task, and the links between its
+devices over gRPC, as a ClusterSpec and a CostProfile.
+
+What ``tf-autoplace profile`` does for this machine (:mod:`~tf_autoplace.hw.profiler`,
+:mod:`~tf_autoplace.hw.transfers`), :func:`profile_cluster` does for the tasks of a
+:class:`~tf_autoplace.core.cluster.Cluster` with a ``target`` (one that
+:func:`~tf_autoplace.hw.local_cluster.local_cluster` yields, or ``Cluster.from_tf`` of servers
+that run elsewhere), through Sessions on that target:
+
+1. **links**: for every pair of devices, chains of copies of several sizes are timed against
+   the same chains without copies and ``latency + bytes / bandwidth`` is fitted
+   (:func:`~tf_autoplace.hw.transfers.profile_links`): between two tasks the tensors go over
+   gRPC (loopback, on one machine), within a task through memory. Each pair keeps its own fit;
+   :attr:`ClusterProfile.class_fits` sums them up per link class (the median latency and
+   bandwidth of the class's pairs), the figures ``Cluster.from_tf(links=...)`` takes;
+2. **ops** (given a workload): the graph runs with every op on one task at a time, on its first
+   device of each kind, and each op's median traced time on that task is kept
+   (:func:`~tf_autoplace.hw.profiler.profile_ops`). The CostProfile holds the times of the
+   *reference* task (the target's, where a graph runs without a hop to another server; else the
+   first task). Every other task's devices get a ``speed``: the reference task's total op time
+   over the task's own, so that the simulator's time of an op on a device of that task (the
+   profile's time over the speed) has the task's total. Per-op differences between tasks are
+   averaged into that one factor: a CostProfile holds one time per op and device kind.
+
+Which devices each task has can be asked of its server too: :func:`served_devices` lists them
+(``Session.list_devices`` on the target) for ``Cluster.from_tf(spec,
+devices=served_devices(spec))``.
+
+A task is profiled alone (the others idle), as ``tf-autoplace profile`` profiles one device at a
+time: tasks that share cores slow each other when they run together, which the cluster's core
+groups describe and the profile does not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from tf_autoplace.core.cluster import Cluster, Device
+from tf_autoplace.core.tasks import LinkClass, parse_tasks
+from tf_autoplace.errors import ConfigError, MeasurementError
+from tf_autoplace.hw import profiler, transfers
+from tf_autoplace.hw.runner import RunConfig
+from tf_autoplace.hw.workload import Workload
+from tf_autoplace.proto import cost_profile_pb2
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ClusterProfile:
+    """What :func:`profile_cluster` measured.
+
+    Attributes:
+      cluster: the cluster with the measured links and each task's ``speed``.
+      profile: the reference task's op times (None when no workload was profiled).
+      link_fits: ``(i, j) -> LinkFit`` of every pair of devices, ``i < j``.
+      class_fits: link class -> the median latency and bandwidth of its pairs' fits.
+      task_seconds: task name -> total measured op time of one step on it (s).
+      reference: the name of the reference task ("" without a workload).
+    """
+
+    cluster: Cluster
+    profile: cost_profile_pb2.CostProfile | None
+    link_fits: dict
+    class_fits: dict
+    task_seconds: dict
+    reference: str = ""
+
+
+def profile_cluster(cluster: Cluster, workload: Workload | None = None, *, links: bool = True,
+                    op_config: RunConfig = profiler.DEFAULT_CONFIG,
+                    link_config: RunConfig = transfers.DEFAULT_CONFIG,
+                    sizes=transfers.DEFAULT_SIZES, hops: int = 16,
+                    description: str = "") -> ClusterProfile:
+    """Measure ``cluster``'s links and, given ``workload``, its op costs per task (module
+    docstring).
+
+    Args:
+      cluster: a cluster of TensorFlow tasks whose servers run at ``cluster.target``.
+      workload: one training step of the graph to profile (None: links only).
+      links: measure the links (False: keep the cluster's).
+      op_config: how the ops are timed (``trace_steps`` traced steps after ``warmup_steps``);
+        its target is the cluster's.
+      link_config, sizes, hops: how the links are timed (:func:`tf_autoplace.hw.transfers.
+        profile_links`); its target is the cluster's.
+      description: said first in the profile's description.
+
+    Returns:
+      A :class:`ClusterProfile`.
+
+    Raises:
+      ConfigError: a cluster without tasks or without a target.
+      MeasurementError: TensorFlow could not run a graph on the servers.
+    """
+    if not cluster.tasks or not cluster.target:
+        raise ConfigError("profile_cluster profiles the servers of a TensorFlow cluster: give a "
+                          "Cluster with tasks and a target (local_cluster, Cluster.from_tf); "
+                          "for this machine alone, tf-autoplace profile")
+    measured, fits = cluster, {}
+    if links:
+        measured, fits = transfers.profile_links(
+            cluster, sizes=sizes, hops=hops,
+            config=dataclasses.replace(link_config, target=cluster.target))
+    class_fits = _class_fits(cluster, fits)
+    if workload is None:
+        return ClusterProfile(cluster=measured, profile=None, link_fits=fits,
+                              class_fits=class_fits, task_seconds={})
+    config = dataclasses.replace(op_config, target=cluster.target)
+    home = cluster.target_task()
+    reference = home if home is not None else 0
+    profiles, totals = {}, {}
+    for k, task in enumerate(cluster.tasks):
+        devices = {}
+        for d in np.flatnonzero(cluster.device_tasks == k).tolist():
+            devices.setdefault(cluster.devices[d].kind, cluster.names[d])
+        if not devices:
+            continue
+        profiles[k] = profiler.profile_ops(workload, config=config, devices=devices,
+                                           partners=False, description=f"task {task.name}")
+        totals[k] = sum(op.compute_time_us for op in profiles[k].op) * 1e-6
+    if reference not in profiles:
+        reference = min(profiles)
+    devices = list(measured.devices)
+    for d, device in enumerate(devices):
+        k = int(cluster.device_tasks[d])
+        if k in totals and totals[k] > 0 and totals[reference] > 0:
+            devices[d] = dataclasses.replace(device, speed=totals[reference] / totals[k])
+    profile = profiles[reference]
+    name = cluster.tasks[reference].name
+    profile.description = "; ".join(filter(None, [
+        description, f"op times of task {name} (the reference); the other tasks' devices have "
+        "speed = its total op time / theirs",
+        *(f"task {cluster.tasks[k].name}: {p.description.split('; ', 1)[1]}"
+          for k, p in profiles.items())]))
+    return ClusterProfile(cluster=dataclasses.replace(measured, devices=tuple(devices)),
+                          profile=profile, link_fits=fits, class_fits=class_fits,
+                          task_seconds={cluster.tasks[k].name: t for k, t in totals.items()},
+                          reference=name)
+
+
+def served_devices(spec, *, timeout_s: float = 60.0) -> dict[str, Cluster]:
+    """The devices the servers of a running TensorFlow cluster have, per task: ``{"worker:0":
+    one-machine Cluster, ...}``, what :meth:`Cluster.from_tf`'s ``devices`` takes.
+
+    Args:
+      spec: the TensorFlow cluster, in any form :meth:`Cluster.from_tf` takes (its target is
+        the server asked).
+      timeout_s: how long the servers may take to answer (> 0).
+
+    Each task's CPU and GPU devices, as its server reports them (``Session.list_devices``:
+    kind, index and memory limit), with this machine's description of a device of the same
+    kind (:meth:`Cluster.local`: cores, clock, memory bandwidth) where this machine has one,
+    and the local cluster's links between them; profile the cluster to measure what matters.
+
+    Raises:
+      ClusterSpecError: a malformed TensorFlow cluster.
+      MeasurementError: the servers did not answer.
+    """
+    import tensorflow as tf  # TF only when servers are asked
+
+    tasks, target = parse_tasks(spec)
+    config = tf.compat.v1.ConfigProto(operation_timeout_in_ms=int(timeout_s * 1000))
+    try:
+        with tf.compat.v1.Session(target, graph=tf.Graph(), config=config) as session:
+            listed = session.list_devices()
+    except tf.errors.OpError as e:
+        raise MeasurementError(f"the servers at {target} did not list their devices: "
+                               f"{type(e).__name__}: {e.message}") from e
+    local = {d.kind: d for d in reversed(Cluster.local().devices)}
+    per_task: dict[str, list[Device]] = {}
+    for attributes in listed:
+        name = tf.DeviceSpec.from_string(attributes.name)
+        if name.device_type not in ("CPU", "GPU"):
+            continue
+        like = local.get(name.device_type)
+        device = Device(name=f"/device:{name.device_type}:{name.device_index}",
+                        kind=name.device_type,
+                        memory_bytes=int(attributes.memory_limit_bytes) or 2**30)
+        if like is not None:
+            device = dataclasses.replace(
+                like, name=device.name, memory_bytes=device.memory_bytes, core_group="")
+        per_task.setdefault(f"{name.job}:{name.task}", []).append(device)
+    missing = [t.name for t in tasks if t.name not in per_task]
+    if missing:
+        raise MeasurementError(f"the servers at {target} list no CPU or GPU device of "
+                               f"task(s) {missing}")
+    return {name: Cluster.uniform(devices, bandwidth_gbps=10.0, latency_us=5.0)
+            for name, devices in per_task.items()}
+
+
+def _class_fits(cluster: Cluster, fits: dict) -> dict[str, LinkClass]:
+    """Link class -> the median latency and bandwidth of the fits of its pairs."""
+    by_class: dict[str, list] = {}
+    for (i, j), fit in fits.items():
+        by_class.setdefault(cluster.link_class(i, j), []).append(fit)
+    return {name: LinkClass(float(np.median([f.bandwidth_bps for f in group])) / 1e9,
+                            float(np.median([f.latency_s for f in group])) * 1e6)
+            for name, group in sorted(by_class.items())}
