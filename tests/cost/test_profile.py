@@ -170,3 +170,15 @@ def test_execution_survives_the_proto():
 def test_bad_execution_records_are_config_errors(text, match):
     with pytest.raises(ConfigError, match=match):
         ProfileCostModel.from_text(text)
+
+
+def test_measured_steps_are_read_checked_and_kept_by_the_proto():
+    model = ProfileCostModel.from_text(PROFILE + 'run { device_kind: "GPU" step_time_us: 250 '
+                                       'traced_step_time_us: 400 }')
+    assert model.measured_steps() == {"GPU": pytest.approx(250e-6)}
+    assert ProfileCostModel.from_proto(model.to_proto()).measured_steps() == \
+        model.measured_steps()
+    assert ProfileCostModel.from_text(PROFILE).measured_steps() == {}
+    with pytest.raises(ConfigError, match="two runs on GPU"):
+        ProfileCostModel.from_text(PROFILE + 'run { device_kind: "GPU" step_time_us: 1 }\n'
+                                   'run { device_kind: "GPU" step_time_us: 2 }')

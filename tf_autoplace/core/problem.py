@@ -60,6 +60,9 @@ class PlacementProblem:
       partner: [n] int, the op whose device decides op i's kernel (-1: none), or None.
       partner_time: [n, D] seconds op i takes on d when its partner is on another device;
         given with ``partner``.
+      time_scale: ``{device kind: factor}`` by which the measured op times of that kind were
+        scaled to the run they were measured in (:func:`tf_autoplace.pipeline.prepare.
+        build_problem`); empty when nothing was scaled.
     """
 
     graph: OpGraph
@@ -70,6 +73,7 @@ class PlacementProblem:
     executed: OpGraph | None = dataclasses.field(default=None, repr=False)
     partner: np.ndarray | None = dataclasses.field(default=None, repr=False)
     partner_time: np.ndarray | None = dataclasses.field(default=None, repr=False)
+    time_scale: dict = dataclasses.field(default_factory=dict, repr=False)
 
     def __post_init__(self):
         n, d = self.graph.num_ops, self.cluster.num_devices

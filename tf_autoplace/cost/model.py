@@ -58,6 +58,14 @@ class CostModel(abc.ABC):
         knows of none: None."""
         return None
 
+    def measured_steps(self) -> dict[str, float]:
+        """``{device kind: seconds}``: the untraced step of the run the op times were measured
+        in, every op on one device of that kind (a profile's runs). The problem's op times of
+        that kind are scaled so that the simulated single-device step equals it
+        (:func:`tf_autoplace.pipeline.prepare.build_problem`). An estimate measured nothing:
+        empty."""
+        return {}
+
     @staticmethod
     def transfer_time(cluster: Cluster, nbytes: float, src: int, dst: int) -> float:
         if src == dst:

@@ -33,7 +33,13 @@ What the profiled runs showed of how TensorFlow executes the graph, the simulato
   then runs the graph TensorFlow executes (:mod:`tf_autoplace.graph.executed`);
 * ``partner`` and ``partner_apart_time_us`` give an (op, kind) the time it takes when its
   partner op is on another device (:meth:`ProfileCostModel.partner_times`; the simulator's
-  "Partners"). An op has at most one partner, the same on every kind.
+  "Partners"). An op has at most one partner, the same on every kind;
+* a ``run`` of a kind gives the untraced step of the profiled run, every op on one device of
+  that kind (:meth:`ProfileCostModel.measured_steps`). Op times come from traced steps, which
+  run slower than untraced ones, and the simulator's cores are whole while a process runs a
+  fractional number of ops at once; the problem's op times of that kind are therefore scaled
+  so that the simulated single-device step equals this measured one (the calibration of
+  :func:`tf_autoplace.pipeline.prepare.build_problem`).
 """
 
 from __future__ import annotations
@@ -70,15 +76,17 @@ class ProfileCostModel(CostModel):
         the profiled run on that kind; their time must be 0.
       partners: {(op name, device kind): (partner op name, seconds)}: the op's time on that
         kind when the partner is on another device.
+      steps: {device kind: seconds}: the untraced step of the profiled run on that kind
+        (:meth:`measured_steps`).
 
     Raises:
       ConfigError: a time that is negative or not finite, a pair of ``not_run`` or
         ``partners`` without a time, an op marked not run with a time, or an op with two
-        partners (or itself as its partner).
+        partners (or itself as its partner), a step that is not positive and finite.
     """
 
     def __init__(self, times: dict[str, dict[str, float]], *, fallback: CostModel | None = None,
-                 not_run=(), partners: dict | None = None):
+                 not_run=(), partners: dict | None = None, steps: dict | None = None):
         self._times = {}
         for name, per_kind in times.items():
             for kind, t in per_kind.items():
@@ -105,6 +113,12 @@ class ProfileCostModel(CostModel):
                 raise ConfigError(f"op {name!r} has partners {partner_of[name]!r} and "
                                   f"{partner!r}; an op has one partner")
             self._partners[(name, kind)] = (str(partner), float(t))
+        self._steps = {}
+        for kind, t in sorted((steps or {}).items()):
+            _check_time(f"measured step on {kind}", t)
+            if not t > 0:
+                raise ConfigError(f"the measured step on {kind} must be > 0 seconds, got {t!r}")
+            self._steps[str(kind)] = float(t)
         self.fallback = fallback
         self.num_unprofiled_ops = 0
         self.num_unused = 0
@@ -129,7 +143,13 @@ class ProfileCostModel(CostModel):
             if entry.partner:
                 partners[(entry.name, entry.device_kind)] = (
                     entry.partner, entry.partner_apart_time_us * 1e-6)
-        return cls(times, fallback=fallback, not_run=not_run, partners=partners)
+        steps = {}
+        for run in profile.run:
+            if run.device_kind and run.step_time_us > 0:
+                if run.device_kind in steps:
+                    raise ConfigError(f"the profile has two runs on {run.device_kind}")
+                steps[run.device_kind] = run.step_time_us * 1e-6
+        return cls(times, fallback=fallback, not_run=not_run, partners=partners, steps=steps)
 
     @classmethod
     def from_text(cls, text: str, *, fallback: CostModel | None = None) -> "ProfileCostModel":
@@ -162,7 +182,12 @@ class ProfileCostModel(CostModel):
                 out.op.add(name=name, device_kind=kind, compute_time_us=t * 1e6,
                            did_not_run=(name, kind) in self._not_run, partner=partner,
                            partner_apart_time_us=apart * 1e6)
+        for kind, t in self._steps.items():
+            out.run.add(device_kind=kind, step_time_us=t * 1e6)
         return out
+
+    def measured_steps(self) -> dict[str, float]:
+        return dict(self._steps)
 
     # ----------------------------------------------------------------- how the graph runs
     def executed_ops(self, graph: OpGraph, cluster: Cluster) -> np.ndarray | None:

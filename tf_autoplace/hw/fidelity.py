@@ -21,9 +21,11 @@ or a user's own GraphDef/MetaGraphDef file, :func:`evaluate_file`), :func:`evalu
    on the local cluster as ``Cluster.local`` describes it, the profiled costs on the profiled
    cluster, the profiled costs on that cluster with its shared-core groups removed (the
    devices taken as independent, the simulator's model before core groups existed), and the
-   problem a profile gives (:func:`~tf_autoplace.pipeline.prepare.build_problem` with the
-   profile's cost model: the graph TensorFlow executes, the partner times) on the profiled
-   cluster whose core group has the cores the profiled run used at once
+   problem a profile gives, which is what ``autoplace(..., cost_profile=...)`` places with
+   (variant "as placed with a profile": :func:`~tf_autoplace.pipeline.prepare.build_problem`
+   with the profile's cost model: the graph TensorFlow executes, the partner times, the op
+   times calibrated to the profiled run's measured step) on the profiled cluster whose core
+   group has the cores the profiled run used at once
    (:func:`~tf_autoplace.hw.profiler.with_profiled_cores`), as ``tf-autoplace profile``
    writes it;
 5. measures every placement under the measurement protocol
@@ -79,7 +81,7 @@ GRAPHS = {
     "wide_deep": ("wide_deep", {}),
 }
 VARIANTS = ("analytical", "profiled", "profiled, independent devices",
-            "profiled, executed graph")
+            "as placed with a profile")
 LEARNED = (*registry.names("search"), *registry.names("learned"))
 MOVE_SHARES = (0.02, 0.05, 0.1, 0.2, 0.35, 0.5)
 
@@ -365,7 +367,7 @@ def evaluate(name: str, meta_graph, workload: Workload, config: Config,
             problem.graph, independent, profiled.op_time(problem.graph, independent)),
     }
     executed_cluster, _ = with_profiled_cores(profiled_cluster, profile)
-    simulators["profiled, executed graph"] = build_problem(
+    simulators["as placed with a profile"] = build_problem(
         meta_graph, executed_cluster, cost_model=profiled)[0].simulator
     simulated = {variant: tuple(float(sim.makespan(d)) for d in devices)
                  for variant, sim in simulators.items()}

@@ -41,7 +41,7 @@ from tf_autoplace.graph import costgraph, ingest, kernels
 from tf_autoplace.graph.fingerprint import fingerprint
 from tf_autoplace.heuristics import BestHeuristicPlacer, SingleDevicePlacer
 from tf_autoplace.hw.measure import measure, runs_here
-from tf_autoplace.hw.profiler import profile_ops
+from tf_autoplace.hw.profiler import profile_ops, with_profiled_cores
 from tf_autoplace.hw.runner import RunConfig
 from tf_autoplace.hw.verify import SINGLE, Candidate, verify
 from tf_autoplace.hw.workload import Workload
@@ -124,8 +124,12 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
     profiled_here = verifying and cost_model is None
     if profiled_here:  # verified candidates are ranked by costs measured on these devices
         t = time.perf_counter()
-        cost_model = ProfileCostModel.from_proto(profile_ops(workload),
+        profile = profile_ops(workload)
+        cost_model = ProfileCostModel.from_proto(profile,
                                                  fallback=AnalyticalCostModel(meta_graph))
+        # As tf-autoplace profile --out_cluster: the CPU core group runs as many ops at once
+        # as the profiled process did.
+        cluster, _ = with_profiled_cores(cluster, profile)
         timings["profile"] = time.perf_counter() - t
     problem, cost_model = build_problem(meta_graph, cluster, grouping=options.grouping,
                                         cost_model=cost_model,
@@ -139,6 +143,9 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
     if profiled_here:
         notes.append("op times were profiled on this machine's devices before the search "
                      "(verify without a cost profile)")
+    for kind, factor in sorted(problem.time_scale.items()):
+        notes.append(f"the profiled {kind} op times were scaled by {factor:.3g} so that the "
+                     f"simulated single-device step equals the profiled run's measured step")
     fallback = getattr(cost_model, "num_fallback_ops", 0)
     if fallback:
         notes.append(f"{fallback} ops were not costed by Grappler; their time is a "

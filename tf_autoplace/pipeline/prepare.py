@@ -7,7 +7,11 @@ at all, and groups it with Merge-and-Colocate. When the cost model measured how 
 runs the graph (a profile: which ops Grappler folded or fused away, which ops change kernel
 apart from a partner), the problem carries that to its simulator (the executed graph,
 :mod:`tf_autoplace.graph.executed`, and the partner times); with estimated costs it does
-not. :func:`cost_graph_problem` does the same for a
+not. When it also measured the step those op times come from (a profile's untraced step, every
+op on one device), the op times of that device kind are scaled so that the simulated
+single-device step equals the measured one (:func:`calibrate`): traced op times run slower
+than untraced steps, and a process runs a fractional number of ops at once where the
+simulator's cores are whole; one measured point fixes the scale of both. :func:`cost_graph_problem` does the same for a
 cost graph (:mod:`tf_autoplace.graph.costgraph`), whose op times come with it, and
 :func:`export_cost_graph` turns a built problem into one, so a graph ingested and costed here
 can be placed again, shared or inspected without TensorFlow.
@@ -30,6 +34,7 @@ from tf_autoplace.graph.costgraph import CostGraph
 from tf_autoplace.graph.executed import executed_graph
 from tf_autoplace.graph.opgraph import OpGraph
 from tf_autoplace.grouping import GroupingConfig, merge_and_colocate
+from tf_autoplace.sim import Simulator
 
 
 def build_problem(meta_graph, cluster: Cluster, *, grouping: GroupingConfig = GroupingConfig(),
@@ -94,12 +99,58 @@ def _cost_and_group(graph: OpGraph, cluster: Cluster, cost_model: CostModel,
         raise InfeasiblePlacementError(
             f"no device in the cluster can run op {graph.names[i]!r} ({graph.op_types[i]}); "
             f"its kernels are for {kinds}")
+    op_time, partner_time, scale = calibrate(executed if executed is not None else graph,
+                                             cluster, op_time, partner, partner_time,
+                                             cost_model.measured_steps())
 
     t = time.perf_counter()
     groups = merge_and_colocate(graph, grouping)
     timings["group"] = time.perf_counter() - t
     return PlacementProblem(graph=graph, cluster=cluster, op_time=op_time, grouping=groups,
-                            executed=executed, partner=partner, partner_time=partner_time)
+                            executed=executed, partner=partner, partner_time=partner_time,
+                            time_scale=scale)
+
+
+def calibrate(sim_graph: OpGraph, cluster: Cluster, op_time: np.ndarray,
+              partner: np.ndarray | None, partner_time: np.ndarray | None,
+              steps: dict[str, float]):
+    """Scale each device kind's op times to the step they were measured in.
+
+    For each kind in ``steps`` that the cluster has, the graph is simulated with every op on
+    the first device of that kind (as the profiled run placed it) and the op times (and
+    partner times) of all devices of that kind are multiplied by ``measured / simulated``.
+    A kind some op cannot run on is left as it is: the profiled run then put those ops
+    elsewhere, and the single-device step is not the run that was measured.
+
+    Args:
+      sim_graph: the graph the simulator runs (the executed graph when known).
+      cluster: the devices.
+      op_time: [n, D] seconds.
+      partner, partner_time: as :class:`~tf_autoplace.core.problem.PlacementProblem`'s.
+      steps: ``{device kind: measured single-device step in seconds}``
+        (:meth:`~tf_autoplace.cost.model.CostModel.measured_steps`).
+
+    Returns:
+      ``(op_time, partner_time, {kind: factor})``: new arrays when a kind was scaled.
+    """
+    scale = {}
+    for kind, step in sorted(steps.items()):
+        devices = [d for d, device in enumerate(cluster.devices) if device.kind == kind]
+        if not devices or not np.isfinite(op_time[:, devices[0]]).all():
+            continue
+        simulated = float(Simulator(sim_graph, cluster, op_time, partner=partner,
+                                    partner_time=partner_time).makespan(
+            np.full(sim_graph.num_ops, devices[0], np.int32)))
+        if not simulated > 0:
+            continue
+        factor = step / simulated
+        op_time = op_time.copy()
+        op_time[:, devices] *= factor
+        if partner_time is not None:
+            partner_time = partner_time.copy()
+            partner_time[:, devices] *= factor
+        scale[kind] = factor
+    return op_time, partner_time, scale
 
 
 def _check_fits_at_all(graph, cluster: Cluster) -> None:

@@ -1,0 +1,55 @@
+"""Calibration of measured op times to the step they were measured in (pipeline.prepare)."""
+
+import numpy as np
+import pytest
+
+from tf_autoplace.core.cluster import Cluster, Device
+from tf_autoplace.graph.opgraph import from_edges
+from tf_autoplace.pipeline.prepare import calibrate
+from tf_autoplace.sim import Simulator
+
+GB = 10**9
+
+
+def _problem(gpu_kernel_for_last=True):
+    kernels = np.ones((5, 2), bool)
+    kernels[4, 1] = gpu_kernel_for_last
+    graph = from_edges(5, [(0, 1, 4096), (0, 2, 4096), (1, 3, 1024), (2, 3, 1024),
+                           (3, 4, 64)], kernels=kernels)
+    cluster = Cluster.uniform([Device("/device:CPU:0", "CPU", 64 * GB),
+                               Device("/device:GPU:0", "GPU", 16 * GB),
+                               Device("/device:GPU:1", "GPU", 16 * GB, speed=2.0)])
+    op_time = np.array([[1, 2, 1], [3, 5, 2.5], [4, 7, 3.5], [2, 3, 1.5], [1, 1, 0.5]]) * 1e-3
+    op_time[:, 1:] = np.where(kernels[:, 1:2], op_time[:, 1:], np.inf)
+    return graph, cluster, op_time
+
+
+def test_each_kind_is_scaled_so_its_single_device_step_is_the_measured_one():
+    graph, cluster, op_time = _problem()
+    scaled, _, scale = calibrate(graph, cluster, op_time, None, None,
+                                 {"CPU": 20e-3, "GPU": 4e-3, "TPU": 1.0})
+    assert set(scale) == {"CPU", "GPU"}  # a kind the cluster lacks is ignored
+    sim = Simulator(graph, cluster, scaled)
+    assert sim.makespan(np.zeros(5, np.int32)) == pytest.approx(20e-3)
+    assert sim.makespan(np.ones(5, np.int32)) == pytest.approx(4e-3)
+    # every device of a kind gets the same factor: their speeds relative to each other stay
+    np.testing.assert_allclose(scaled[:, 2] / scaled[:, 1], op_time[:, 2] / op_time[:, 1])
+    np.testing.assert_allclose(scaled[:, 0], op_time[:, 0] * scale["CPU"])
+    assert (op_time[:, 0] == [1e-3, 3e-3, 4e-3, 2e-3, 1e-3]).all()  # the input is not changed
+
+
+def test_a_kind_some_op_cannot_run_on_is_left_alone():
+    graph, cluster, op_time = _problem(gpu_kernel_for_last=False)
+    scaled, _, scale = calibrate(graph, cluster, op_time, None, None, {"GPU": 4e-3})
+    assert scale == {} and scaled is op_time
+
+
+def test_partner_times_are_scaled_with_their_kind():
+    graph, cluster, op_time = _problem()
+    partner = np.array([-1, -1, -1, 1, -1], np.int32)
+    partner_time = op_time.copy()
+    partner_time[3] *= 2
+    _, scaled_partner, scale = calibrate(graph, cluster, op_time, partner, partner_time,
+                                         {"CPU": 5e-3})
+    np.testing.assert_allclose(scaled_partner[:, 0], partner_time[:, 0] * scale["CPU"])
+    np.testing.assert_allclose(scaled_partner[:, 1:], partner_time[:, 1:])
