@@ -90,6 +90,22 @@ def test_ops_that_did_not_run_are_left_without_edges():
     assert _transfers(executed, [0, 1, 1]) == 0
 
 
+def test_ops_that_did_not_run_hold_no_memory():
+    # x, an initializer, did not run in the step: its 1 MB output is never allocated.
+    graph = from_edges(3, [(0, 2, 1000 * KB), (1, 2, KB)], names=["init", "c", "add"],
+                       op_types=["RandomStandardNormal", "MatMul", "AddV2"])
+    ran = np.array([False, True, True])
+    executed = executed_graph(graph, ran)
+    assert executed.tensor_bytes[executed.tensor_op == 0].sum() == 0
+    assert (executed.tensor_bytes[executed.tensor_op != 0]
+            == graph.tensor_bytes[graph.tensor_op != 0]).all()
+    cluster = _cluster()
+    op_time = np.full((3, cluster.num_devices), 1e-4)
+    peak = Simulator(executed, cluster, op_time).run(np.zeros(3, np.int32)).peak_memory[0]
+    assert peak < Simulator(graph, cluster, op_time).run(np.zeros(3, np.int32)).peak_memory[0]
+    assert peak < 1000 * KB
+
+
 def test_every_op_ran_gives_the_graph_itself():
     assert executed_graph(FOLDED, np.ones(3, bool)) is FOLDED
 

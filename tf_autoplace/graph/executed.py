@@ -16,8 +16,10 @@ own; :func:`executed_graph` rewires the graph from that record:
   reads it, so each op that reads it (directly or through other bypassed ops) reads the
   tensors of its nearest ancestors that did run instead, and waits for their control
   dependencies; a transfer is charged where such a tensor crosses devices;
-* ops keep their indices, output tensors, sizes, colocation and kernels (placements carry
-  over unchanged); only edges change. An op that did not run is left without edges.
+* ops keep their indices, output tensors, colocation and kernels (placements carry over
+  unchanged), and the edges change. An op that did not run is left without edges, and its
+  outputs take no memory: a step never allocates them (an initializer outside the step, an
+  op fused into another, a constant folded into its consumer's kernel).
 
 The rewiring is the same for every placement, which is its approximation: Grappler keeps an
 Identity or NoOp that sits on a device boundary, and a fusion of two ops placed apart cannot
@@ -98,7 +100,9 @@ def executed_graph(graph: OpGraph, ran) -> OpGraph:
                 controls.add((s, i))
     edges, controls = sorted(edges), sorted(controls)
     return dataclasses.replace(
-        graph, edge_tensor=np.array([t for t, _ in edges], np.int32).reshape(-1),
+        graph, tensor_bytes=np.where(ran[graph.tensor_op], graph.tensor_bytes, 0).astype(
+            graph.tensor_bytes.dtype),
+        edge_tensor=np.array([t for t, _ in edges], np.int32).reshape(-1),
         edge_dst=np.array([d for _, d in edges], np.int32).reshape(-1),
         ctrl_src=np.array([s for s, _ in controls], np.int32).reshape(-1),
         ctrl_dst=np.array([d for _, d in controls], np.int32).reshape(-1))
