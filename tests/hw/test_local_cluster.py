@@ -98,7 +98,7 @@ def test_autoplace_measures_on_the_servers_and_the_trace_names_the_tasks(cluster
     tg = small_cnn()
     report = tf_autoplace.autoplace(tg.graph.as_graph_def(), cluster=cluster,
                                     placer="replica_device_setter", progress=False,
-                                    measure_steps=2)
+                                    measure_steps=15)
     assert np.isfinite(report.measured_step_time_s) and report.measured_step_time_s > 0
     trace = chrome_trace(report.timeline.graph, report.timeline.cluster,
                          report.timeline.placement, report.timeline.sim,
