@@ -66,6 +66,16 @@ ZOO_PLACERS = "auto,best_heuristic,expert,metis,m_etf,placeto,post,hdp,gdp@0,gdp
 SECTIONS = {s.name: s for s in (
     Section("zoo", (_cli("benchmark", f"--placers={ZOO_PLACERS}", "--budget_s=3600"),), 8.0),
     Section("auto_search", (_cli("benchmark", "--placers=auto"),), 1.0, measured=True),
+    Section("zoo_new_gpus", (_cli(
+        "benchmark", "--quick", "--placers=auto,best_heuristic,expert,metis,m_etf",
+        "--budget_s=3600", "--pairs=" + ",".join(
+            f"{pair}:{gpu}{n}" for gpu in ("a100x", "h100x") for pair, n in (
+                ("inception_v3", 2), ("nmt2", 2), ("rnnlm4", 4), ("nmt4", 4),
+                ("transformer8", 8), ("nmt8", 8)))),), 1.0),
+    Section("optimality", (_script("bench_optimality.py"),), 1.0),
+    Section("ray", (_script("bench_ray.py", "--pair=nmt8_long:k80x8", "--workers=1,2",
+                            "--batch=16", "--batches=10", "--ray_address=local"),), 0.3,
+            measured=True),
     Section("bounds", (_script("bench_bound.py"),), 0.5),
     Section("gdp", (_script("eval_gdp.py", "--long_steps=200", "--long_budget_s=600"),), 4.0),
     Section("hdp_seeds", (_script("eval_hdp.py", "--pairs=nmt2:k80x2,nmt4:k80x4,nmt8:k80x8",
@@ -77,8 +87,13 @@ SECTIONS = {s.name: s for s in (
     Section("simulator_speed", (_script("bench_sim.py", "--runs=100", "--pairs=inception_v3:"
                                         "k80x2,inception_v3:k80x4,inception_v3:k80x8,"
                                         "nmt8_long:k80x8"),), 0.3, measured=True),
-    Section("fidelity", (_cli("fidelity", "--max_load=1.5"),), 2.0, measured=True),
+    Section("fidelity", (_cli("fidelity", "--max_load=1.5", "--graphs=lstm,transformer,"
+                              "cnn_branches,two_tower,wide_deep"),), 0.3, measured=True),
     Section("fidelity_components", (_cli("fidelity", "--components", "--max_load=1.5"),), 0.5,
+            measured=True),
+    Section("fidelity_memory", (_cli("fidelity", "--components", "--component=memory",
+                                     "--max_load=1.5"),), 0.1, measured=True),
+    Section("tf_cluster2", (_script("bench_tf_cluster.py", "--tasks=2", "--ps_tasks=1"),), 0.1,
             measured=True),
     Section("policy_reuse", tuple(
         _script("bench_policy_reuse.py", f"--placer={p}", "--model=transformer",
