@@ -353,7 +353,8 @@ class AutoplaceSettings:
 
 def _check_verify_cluster(spec, steps) -> None:
     """ConfigError unless ``spec`` (a cluster spec, or "local") names devices this machine can
-    run, and ``steps`` is enough for the measurement protocol."""
+    run or a TensorFlow cluster with a target (measured on its servers), and ``steps`` is
+    enough for the measurement protocol."""
     import tensorflow as tf
 
     from tf_autoplace.core.cluster import resolve_cluster
@@ -365,7 +366,7 @@ def _check_verify_cluster(spec, steps) -> None:
     if spec == "local":
         return
     cluster = resolve_cluster(spec)
-    if not runs_here(cluster, len(tf.config.list_physical_devices("GPU"))):
+    if not cluster.target and not runs_here(cluster, len(tf.config.list_physical_devices("GPU"))):
         raise ConfigError(
             f"--autoplace_verify measures placements on this machine, and "
             f"--autoplace_cluster={spec!r} has devices this machine does not have "

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 from google.protobuf import text_format
 
-from tf_autoplace.core.cluster import Cluster, Device
+from tf_autoplace.core.cluster import Cluster, Device, resolve_cluster
 from tf_autoplace.core.tasks import (
     DEFAULT_LINK_CLASSES,
     LinkClass,
@@ -40,10 +40,11 @@ def test_tf_config_gives_the_tasks_devices_target_and_link_classes():
     # ps:0, worker:0 and worker:1 are on loopback (one machine); worker:2 is on another host.
     assert [cluster.link_class(2, j) for j in range(8)] == [
         "host", "host", "task", "task", "host", "host", "network", "network"]
-    # Inside a task: cpu2's links (10 GB/s, 5 us); between tasks: the classes' defaults.
+    # Inside a task: cpu2's own link; between tasks: the classes' defaults.
     host, network = DEFAULT_LINK_CLASSES["host"], DEFAULT_LINK_CLASSES["network"]
-    assert cluster.bandwidth[2, 3] == pytest.approx(10 * GB)
-    assert cluster.latency[2, 3] == pytest.approx(5 * US)
+    cpu2 = resolve_cluster("cpu2")
+    assert cluster.bandwidth[2, 3] == pytest.approx(cpu2.bandwidth[0, 1])
+    assert cluster.latency[2, 3] == pytest.approx(cpu2.latency[0, 1])
     assert cluster.bandwidth[0, 2] == pytest.approx(host.bandwidth_gbps * GB)
     assert cluster.latency[0, 2] == pytest.approx(host.latency_us * US)
     assert cluster.bandwidth[2, 6] == pytest.approx(network.bandwidth_gbps * GB)

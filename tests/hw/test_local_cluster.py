@@ -94,11 +94,25 @@ def test_a_training_graph_placed_across_the_servers_runs_with_the_unplaced_loss(
     assert {tf.DeviceSpec.from_string(d).job for d in devices if d} == {"ps", "worker"}
 
 
+def test_verify_measures_the_candidates_on_the_servers(cluster):
+    tg = small_cnn()
+    report = tf_autoplace.autoplace(tg.graph.as_graph_def(), cluster=cluster, placer="metis",
+                                    progress=False, verify=15)
+    verification = report.verification
+    names = [c.name for c in verification.candidates]
+    assert "single device" in names and len(names) >= 2
+    assert verification.decision.applied in names
+    for name in names:
+        times = verification.measured[name]
+        assert np.isfinite(times.median_s) and times.median_s > 0
+    assert set(report.assignment.values()) <= set(cluster.names)
+
+
 def test_autoplace_measures_on_the_servers_and_the_trace_names_the_tasks(cluster):
     tg = small_cnn()
     report = tf_autoplace.autoplace(tg.graph.as_graph_def(), cluster=cluster,
                                     placer="replica_device_setter", progress=False,
-                                    measure_steps=2)
+                                    measure_steps=15)
     assert np.isfinite(report.measured_step_time_s) and report.measured_step_time_s > 0
     trace = chrome_trace(report.timeline.graph, report.timeline.cluster,
                          report.timeline.placement, report.timeline.sim,

@@ -56,9 +56,14 @@ def test_profile_round_trips_through_the_proto_and_drives_the_cost_model(cnn):
     model = ProfileCostModel.from_text(text, fallback=AnalyticalCostModel(meta_graph))
     problem, _ = build_problem(meta_graph, cluster, cost_model=model)
     i = problem.graph.names.index("left/Relu")
-    expected = by_name["left/Relu"].compute_time_us * 1e-6
+    # calibrated: scaled so that the simulated single-device step is the profiled run's
+    scale = problem.time_scale["CPU"]
+    assert 0 < scale < np.inf and set(problem.time_scale) == {"CPU"}
+    expected = by_name["left/Relu"].compute_time_us * 1e-6 * scale
     np.testing.assert_allclose(problem.op_time[i], expected / np.array(
         [d.speed for d in cluster.devices]))
+    single = problem.simulator.makespan(np.zeros(problem.graph.num_ops, np.int32))
+    assert single == pytest.approx(back.run[0].step_time_us * 1e-6)
 
 
 def test_op_times_take_each_ops_span_and_sum_repeats():

@@ -60,9 +60,10 @@ def test_the_readme_placer_table_lists_the_registry_in_its_order():
 
 
 def test_the_command_lines_help_lists_every_placer():
-    from tf_autoplace.cli import place
+    from tf_autoplace.cli import place_flags
 
-    helps = {f.name: f.help for f in place.flags.FLAGS.get_flags_for_module(place.__name__)}
+    helps = {f.name: f.help
+             for f in place_flags.flags.FLAGS.get_flags_for_module(place_flags.__name__)}
     assert all(name in helps["placer"] for name in registry.names())
 
 

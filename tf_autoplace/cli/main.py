@@ -62,8 +62,7 @@ COMMANDS = {
                  "written"),
     "serve-local": ("serve_local", "run a TensorFlow cluster of server processes on this "
                                    "machine until Ctrl-C, and write its ClusterSpec",
-                    "every server process has ended; --out_cluster is written only while "
-                    "they serve"),
+                    "every server process has ended and --out_cluster was removed"),
 }
 
 
