@@ -172,6 +172,11 @@ def errors():
         model.compile(optimizer="sgd", loss="mse", **kwargs)
         return model
 
+    def fit_with_spec(spec):
+        model = keras3_model()
+        tk.autoplace_model(model, input_spec=spec, **PLACE)
+        model.fit(*data(8), batch_size=8, verbose=0)
+
     uncompiled = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
     cases = {
         "uncompiled": lambda: tk.autoplace_model(uncompiled, **PLACE),
@@ -179,6 +184,9 @@ def errors():
         "jit_compile": lambda: tk.autoplace_model(compiled(jit_compile=True), **PLACE),
         "not_a_model": lambda: tk.autoplace_model(object(), **PLACE),
         "verify": lambda: tf_autoplace.autoplace(keras3_model(), verify=15, **PLACE),
+        # another feature size than the model's and the batch's: refused before Keras traces
+        "input_spec": lambda: fit_with_spec((tf.TensorSpec([None, 17]),
+                                             tf.TensorSpec([None, 1]))),
     }
     out = {}
     for name, case in cases.items():

@@ -8,13 +8,25 @@ untouched, the process alive and never waiting forever.
 - saved policies: the shipped Placeto and GDP policies with their weights or settings damaged
   (a ConfigError naming the file, or a placement);
 - placement cache entries: damaged after a first placement wrote them (the second placement
-  must place validly and read back only a whole, valid entry).
+  must place validly and read back only a whole, valid entry);
+- TensorFlow clusters: descriptions of jobs and tasks (dicts, TF_CONFIG, ClusterSpecs,
+  resolvers, text specs with tasks, devices and link classes), damaged or not: a valid cluster
+  (its devices on its tasks, its links of the documented class and figures) on which the base
+  graph places, or a ClusterSpecError/ConfigError naming the damage;
+- Keras models: small random Keras 3 models fit placed on two logical CPUs, with the losses
+  and weights of an unplaced twin, or misuses of the Keras door that must be AutoplaceErrors;
+- verified placements: tiny graphs placed with verify on this machine's two logical CPUs: the
+  applied placement one of the measured candidates and never measured slower than the single
+  device beyond noise, the report saying so, the graph left runnable (no timing is asserted).
 
 The cases run in child processes (tests/fuzz_child.py), so an abort in C++ code fails the test
 with the case that caused it instead of killing pytest. By default 300 graph cases (about 25 s
-of CPU) and 40 + 20 + 20 of the other families (about 15 s); ``pytest -m slow`` runs 3,000 more
-graph cases with the learned placer among the placers, and 1,000 + 300 + 300 more of the
-others.
+of CPU), 40 + 20 + 20 cost graphs, policies and cache entries (about 15 s), and 40 + 6 + 8
+TensorFlow clusters, Keras models and verified placements (about 15 s; no server process is
+started); ``pytest -m slow`` runs 3,000 more graph cases with the learned placer among the
+placers, 1,000 + 300 + 300 more of the next three families and 1,000 + 60 + 60 of the last
+three, and places the base graph on 30 descriptions of two local server processes and runs it
+there.
 """
 
 import collections
@@ -29,6 +41,8 @@ from tf_autoplace.testing import fuzz
 
 SEED = 0
 ERRORS = {"InvalidGraphError", "ClusterSpecError", "InfeasiblePlacementError", "ConfigError"}
+# verify measures: a graph TensorFlow cannot run unplaced either ends in a MeasurementError.
+VERIFY_ERRORS = ERRORS | {"MeasurementError"}
 
 
 def _run_child(repo_root, specs, *extra, timeout):
@@ -62,7 +76,7 @@ def _run_child(repo_root, specs, *extra, timeout):
     return results
 
 
-def _check(results, *, placed_share, errors, untouched=True):
+def _check(results, *, placed_share, errors, untouched=True, allowed=ERRORS):
     bad = [r for r in results if r["problems"] or (untouched and not r["untouched"])]
     assert not bad, json.dumps(bad[:5], indent=1)
     outcomes = collections.Counter(r["error"] or "placed" for r in results)
@@ -70,7 +84,7 @@ def _check(results, *, placed_share, errors, untouched=True):
     assert outcomes["placed"] >= placed_share * len(results), outcomes
     for error, least in errors.items():
         assert outcomes[error] >= least, outcomes
-    assert set(outcomes) <= {"placed"} | ERRORS, outcomes
+    assert set(outcomes) <= {"placed"} | allowed, outcomes
     return outcomes
 
 
@@ -93,6 +107,20 @@ def _check_others(results):
     assert any(r["from_cache"] for r in caches) and not all(r["from_cache"] for r in caches)
 
 
+def _check_doors(results):
+    clusters = results["tf_clusters"]
+    _check(clusters, placed_share=0.2, errors={"ClusterSpecError": len(clusters) // 5},
+           allowed={"ClusterSpecError", "ConfigError"})
+    keras = results["keras"]
+    _check(keras, placed_share=0.3, errors={"ConfigError": 1})
+    # Some placements the losses were compared on use both devices.
+    assert any(r.get("devices_used", 0) > 1 for r in keras), keras
+    verified = results["verify"]
+    _check(verified, placed_share=0.5, errors={}, allowed=VERIFY_ERRORS)
+    # Some cases measured candidates and decided (the others: nothing to measure, or an error).
+    assert any(r.get("applied") for r in verified), verified
+
+
 def test_damaged_graphs_and_specs_place_validly_or_raise_autoplace_errors(repo_root):
     _check_graphs(_run_child(repo_root, ["graphs:0:300"], timeout=600)["graphs"])
 
@@ -100,6 +128,11 @@ def test_damaged_graphs_and_specs_place_validly_or_raise_autoplace_errors(repo_r
 def test_damaged_cost_graphs_policies_and_cache_entries(repo_root):
     _check_others(_run_child(repo_root, ["cost_graphs:0:40", "policies:0:20", "caches:0:20"],
                              timeout=600))
+
+
+def test_tf_clusters_keras_models_and_verified_placements(repo_root):
+    _check_doors(_run_child(repo_root, ["tf_clusters:0:40", "keras:0:6", "verify:0:8"],
+                            timeout=600))
 
 
 @pytest.mark.slow
@@ -111,3 +144,17 @@ def test_many_more_damaged_inputs_with_every_placer(repo_root):
 def test_many_more_damaged_cost_graphs_policies_and_cache_entries(repo_root):
     _check_others(_run_child(repo_root, ["cost_graphs:40:1000", "policies:20:300",
                                          "caches:20:300"], "all", timeout=7200))
+
+
+@pytest.mark.slow
+def test_many_more_tf_clusters_keras_models_and_verified_placements(repo_root):
+    _check_doors(_run_child(repo_root, ["tf_clusters:40:1000", "keras:6:60", "verify:8:60"],
+                            timeout=7200))
+
+
+@pytest.mark.slow
+def test_descriptions_of_running_servers_place_graphs_that_run_on_them(repo_root):
+    """Slow: starts two TensorFlow server processes (tf_autoplace.hw.local_cluster)."""
+    served = _run_child(repo_root, ["served:0:30"], timeout=1800)["served"]
+    _check(served, placed_share=1.0, errors={})
+    assert any(r["tasks_used"] == ["ps", "worker"] for r in served), served

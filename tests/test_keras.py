@@ -60,6 +60,7 @@ def test_batches_whose_shape_changes_are_refused_or_run_with_a_free_dimension(ch
     ("jit_compile", "jit_compile=False"),
     ("not_a_model", "expected a Keras 3 or tf_keras Model"),
     ("verify", "a Keras model is timed by fitting it"),
+    ("input_spec", "does not fit the model's first train batch"),
 ])
 def test_models_that_cannot_run_placed_steps_are_config_errors(child, case, message):
     got = _result(child, "errors")[case]

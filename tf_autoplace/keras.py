@@ -24,7 +24,9 @@ and ``make_predict_function`` with ones that build the same loop around a *place
 Free dimensions are counted at the first batch's size in the cost model (``unknown_dim``),
 so the simulated figures are the first batch's. A batch whose shape does not fit the placed
 function (a dimension the first batch fixed has another size) is a ConfigError that names both
-shapes: give ``input_spec`` with None in the dimensions that vary.
+shapes: give ``input_spec`` with None in the dimensions that vary. So is an ``input_spec`` the
+first batch does not fit (another structure, dtype, rank or fixed size), before anything is
+traced.
 
 Not supported (ConfigError at :func:`autoplace_model`): a model not compiled, compiled with
 ``run_eagerly=True`` (nothing is traced) or ``jit_compile=True`` (an XLA cluster runs on one
@@ -155,6 +157,24 @@ def _shapes(structure) -> str:
         lambda t: None if t is None else t.shape.as_list(), structure))
 
 
+def _specs(structure) -> str:
+    """``structure``'s shapes and dtypes, as ``[[None, 8] float32, ...]``."""
+    return str(tf.nest.map_structure(
+        lambda t: None if t is None else f"{t.shape.as_list()} {t.dtype.name}", structure))
+
+
+def _fits(spec, data) -> bool:
+    """Whether the batch ``data`` (tensors and None) has the structure of ``spec`` and each
+    tensor fits its TensorSpec (dtype, and every dimension the spec fixes)."""
+    try:
+        tf.nest.assert_same_structure(spec, data)
+    except (ValueError, TypeError):
+        return False
+    return all(s is None and t is None or (s is not None and t is not None
+                                           and s.is_compatible_with(t))
+               for s, t in zip(tf.nest.flatten(spec), tf.nest.flatten(data)))
+
+
 class _PlacedStep:
     """One kind's step: placed on the first batch it is called with, then reused."""
 
@@ -166,14 +186,7 @@ class _PlacedStep:
         data = _as_tensors(data)
         if self._placed is None:
             self._place(data)
-        try:
-            tf.nest.assert_same_structure(self._spec, data)
-            fits = all(s is None and t is None or (s is not None and t is not None and
-                                                   s.is_compatible_with(t))
-                       for s, t in zip(tf.nest.flatten(self._spec), tf.nest.flatten(data)))
-        except (ValueError, TypeError):
-            fits = False
-        if not fits:
+        if not _fits(self._spec, data):
             raise ConfigError(
                 f"the model's {self._kind} function was placed for batches shaped "
                 f"{_shapes(self._spec)} (None: any size), and this batch is shaped "
@@ -187,6 +200,11 @@ class _PlacedStep:
         spec = p.input_spec
         if spec is not None and self._kind == "predict" and isinstance(spec, (tuple, list)):
             spec = (spec[0],)  # predict's batches carry x alone
+        if spec is not None and not _fits(spec, data):  # else Keras' ValueError when traced
+            raise ConfigError(
+                f"input_spec {_specs(spec)} does not fit the model's first {self._kind} batch "
+                f"{_specs(data)}: give the structure fit passes to the step ((x, y) or (x, y, "
+                "sample_weight)), its dtypes, and None in every dimension that varies")
         spec = _free_batch_dimension(data) if spec is None else spec
         options = p.options
         if p.unknown_dim is None:  # free dimensions count at the first batch's size

@@ -146,7 +146,8 @@ def parse_tasks(spec) -> tuple[tuple[Task, ...], str]:
     them), and the ``grpc://`` address a client Session connects to ("" if none can be told).
 
     Raises ClusterSpecError for anything else, a TF_CONFIG that is not JSON or has no
-    ``"cluster"``, a bad job name, index or address, or a cluster without tasks."""
+    ``"cluster"``, a bad job name, index or address, a task listed twice (``{0: a, "0": b}``),
+    or a cluster without tasks."""
     target, chosen = "", None
     if hasattr(spec, "cluster_spec") and callable(spec.cluster_spec):  # a cluster resolver
         master = spec.master() if callable(getattr(spec, "master", None)) else ""
@@ -185,11 +186,17 @@ def parse_tasks(spec) -> tuple[tuple[Task, ...], str]:
         else:
             raise ClusterSpecError(f"job {job!r} must list its tasks' addresses (a list, or a "
                                    f"dict index -> address), got {addresses!r}")
+        seen = {}
         for index, address in sorted(items, key=lambda kv: _index(job, kv[0])):
             if not isinstance(address, str) or not address:
                 raise ClusterSpecError(f"task {job}:{index} has the address {address!r}; must be "
                                        "'host:port'")
-            tasks.append(Task(job, _index(job, index), address))
+            value = _index(job, index)
+            if value in seen:  # {0: ..., "0": ...}: two keys, one task
+                raise ClusterSpecError(f"task {job}:{value} is listed twice (as {seen[value]!r} "
+                                       f"and {index!r})")
+            seen[value] = index
+            tasks.append(Task(job, value, address))
     if not tasks:
         raise ClusterSpecError("the TensorFlow cluster has no tasks")
     if chosen is not None:
