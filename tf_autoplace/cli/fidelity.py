@@ -39,6 +39,7 @@ from tf_autoplace.cli import fidelity_flags  # noqa: F401  (defines this command
 from tf_autoplace.errors import AutoplaceError
 from tf_autoplace.hw import components as components_lib
 from tf_autoplace.hw import fidelity
+from tf_autoplace.hw.profiler import DEFAULT_CONFIG as PROFILE_CONFIG
 from tf_autoplace.hw.protocol import QUIET_LOAD, load_average
 from tf_autoplace.hw.runner import RunConfig
 from tf_autoplace.hw.transfers import profile_links, profile_send_costs
@@ -61,6 +62,14 @@ def _commit() -> str:
     return head + ("+changes" if dirty else "")
 
 
+def _profile_config() -> RunConfig:
+    """How ops are profiled: as ``tf-autoplace profile`` does by default (its untraced steps,
+    whose median calibrates the op times, then the traced ones), with this command's warm-up
+    and traced steps."""
+    return dataclasses.replace(PROFILE_CONFIG, warmup_steps=FLAGS.warmup_steps,
+                               trace_steps=FLAGS.trace_steps)
+
+
 def _components(argv) -> int:
     del argv
     chosen = (list(components_lib.COMPONENTS) if FLAGS.component is None
@@ -69,8 +78,7 @@ def _components(argv) -> int:
         config = components_lib.Config(
             num_logical_cpus=FLAGS.num_logical_cpus, rounds=FLAGS.steps,
             warmup_steps=FLAGS.warmup_steps,
-            profile=RunConfig(steps=1, warmup_steps=FLAGS.warmup_steps,
-                              trace_steps=FLAGS.trace_steps), seed=FLAGS.seed)
+            profile=_profile_config(), seed=FLAGS.seed)
         unknown = sorted(set(chosen) - set(components_lib.COMPONENTS))
         if unknown:
             raise app.UsageError(f"unknown components {unknown}; choose among "
@@ -117,8 +125,7 @@ def main(argv):
             num_logical_cpus=FLAGS.num_logical_cpus, random_placements=FLAGS.random_placements,
             learned_samples=FLAGS.learned_samples,
             run=RunConfig(steps=FLAGS.steps, warmup_steps=FLAGS.warmup_steps),
-            profile=RunConfig(steps=1, warmup_steps=FLAGS.warmup_steps,
-                              trace_steps=FLAGS.trace_steps),
+            profile=_profile_config(),
             interleave=FLAGS.interleave, max_load=FLAGS.max_load, seed=FLAGS.seed)
         unknown = sorted(set(graphs) - set(fidelity.GRAPHS))
         if unknown:

@@ -87,7 +87,7 @@ class Config:
     num_logical_cpus: int = 2
     rounds: int = 15
     warmup_steps: int = 3
-    profile: RunConfig = RunConfig(steps=1, warmup_steps=3, trace_steps=10)
+    profile: RunConfig = RunConfig(steps=10, warmup_steps=3, trace_steps=10)
     op_types: int = 12
     ops_per_type: int = 3
     transfer_hops: int = 32
