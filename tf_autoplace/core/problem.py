@@ -29,7 +29,8 @@ from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
 from tf_autoplace.graph.opgraph import OpGraph
 from tf_autoplace.grouping import Grouping
 from tf_autoplace.outputs.progress import QUIET, Progress
-from tf_autoplace.sim import SimResult, Simulator
+from tf_autoplace.sim import SimResult
+from tf_autoplace.sim.layout import OrderedSimulator
 
 # Attributes a placer sets while placing, which its result does not depend on.
 _RUN_STATE = frozenset({"notes", "stats", "progress", "trained_policy"})
@@ -64,8 +65,10 @@ class PlacementProblem:
             raise ValueError(f"grouping covers {len(self.grouping.labels)} ops, graph has {n}")
 
     @functools.cached_property
-    def simulator(self) -> Simulator:
-        return Simulator(self.graph, self.cluster, self.op_time)
+    def simulator(self) -> OrderedSimulator:
+        """The problem's simulator: the graph's ops numbered in run order, which gives the
+        same results as ``Simulator`` sooner on large graphs (:mod:`tf_autoplace.sim.layout`)."""
+        return OrderedSimulator(self.graph, self.cluster, self.op_time)
 
     @functools.cached_property
     def allowed(self) -> np.ndarray:

@@ -45,12 +45,14 @@ def cache_dir() -> str:
 
 
 def cached_njit(fn):
-    """``numba.njit(cache=True)(fn)`` with the on-disk cache in :func:`cache_dir`."""
+    """``numba.njit(cache=True, nogil=True)(fn)`` with the on-disk cache in :func:`cache_dir`.
+    The kernels touch no Python object, so they release the GIL: threads of one process
+    (:class:`~tf_autoplace.learning.rollouts.Evaluator`) run them on several cores at once."""
     config = numba.core.config
     config.reload_config()  # picks up a NUMBA_CACHE_DIR set after numba was imported
     previous = config.CACHE_DIR
     config.CACHE_DIR = cache_dir()
     try:
-        return numba.njit(cache=True)(fn)
+        return numba.njit(cache=True, nogil=True)(fn)
     finally:
         config.CACHE_DIR = previous

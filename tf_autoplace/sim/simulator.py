@@ -523,9 +523,14 @@ class Simulator:
       cluster: devices and links (``bandwidth`` in bytes/s, ``latency`` in s).
       op_time: [n, D] float64 seconds, op i's compute time on device d, overhead included;
         ``inf`` where the op has no kernel.
+      consumer_rank: [n] distinct numbers, or None (the op index): the consumers of a tensor
+        are visited in this order (module docstring, "Queue order"). A simulator of the graph
+        renumbered (:mod:`tf_autoplace.sim.layout`) passes the old indices, so that the
+        renumbering changes no result.
     """
 
-    def __init__(self, graph: OpGraph, cluster: Cluster, op_time: np.ndarray):
+    def __init__(self, graph: OpGraph, cluster: Cluster, op_time: np.ndarray,
+                 consumer_rank: np.ndarray | None = None):
         self.graph = graph
         self.cluster = cluster
         self.op_time = check_op_time(graph, cluster, op_time)
@@ -550,6 +555,9 @@ class Simulator:
         # One pair per (tensor, consumer op), sorted by tensor then op.
         key = np.unique(dep_tensor * n + dep_op)
         dep_tensor, dep_op = key // n, key % n
+        if consumer_rank is not None:  # each tensor's consumers in that order instead
+            by = np.lexsort((np.asarray(consumer_rank)[dep_op], dep_tensor))
+            dep_tensor, dep_op = dep_tensor[by], dep_op[by]
         num_t = t + n
         self._dep_tensor, self._dep_op = dep_tensor, dep_op
         self._cons_ptr = np.searchsorted(dep_tensor, np.arange(num_t + 1)).astype(np.int64)

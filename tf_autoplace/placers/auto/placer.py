@@ -45,7 +45,7 @@ from tf_autoplace.errors import ConfigError
 from tf_autoplace.heuristics import BestHeuristicPlacer, SingleDevicePlacer
 from tf_autoplace.learning.eager import policy_context
 from tf_autoplace.learning.measured import MeasuredEvaluator, check_reward
-from tf_autoplace.learning.rollouts import Evaluator
+from tf_autoplace.learning.rollouts import Evaluator, available_cpus
 from tf_autoplace.learning.workers import check_ray_address, cluster_cpus
 from tf_autoplace.placers.auto.local_search import LocalSearch, LocalSearchConfig, race
 from tf_autoplace.placers.placeto.env import PlacementEnv
@@ -68,7 +68,8 @@ MIN_SAMPLES, MAX_SAMPLES = 1_000, 100_000
 @dataclasses.dataclass(frozen=True)
 class AutoConfig:
     """Attributes:
-      max_samples: placements the local search simulates (> 0), or None: as many as make
+      max_samples: placements the local search scores (> 0; a candidate it scored already from
+        the same placement is not simulated again), or None: as many as make
         ``search_work`` op simulations (``search_work / num_ops`` placements, within
         [``MIN_SAMPLES``, ``MAX_SAMPLES``]). A simulation costs time in proportion to the
         graph's size, so this keeps the search's wall time about the same on every graph while
@@ -83,6 +84,9 @@ class AutoConfig:
         candidates, one chunk per worker). The placement does not depend on it.
       ray_address: simulate on a Ray cluster: ``"auto"``, ``"HOST:PORT"``, ``"local"``; None:
         local processes. The placement does not depend on it.
+      threads: with one worker (this process), threads that simulate a step's candidates
+        (>= 1), or None: as many as the CPUs this process may use, at most ``search.batch``.
+        The placement does not depend on it.
       starts: how many of the fastest distinct starts the search races (>= 1).
       seeds_per_start: searches from each start, each with its own random draws (>= 1):
         which local optimum a search ends in depends on its first moves as much as on its
@@ -111,6 +115,7 @@ class AutoConfig:
     budget_s: float = 120.0
     workers: int | None = None
     ray_address: str | None = None
+    threads: int | None = None
     starts: int = 4
     seeds_per_start: int = 2
     learned: tuple[str, ...] = LEARNED
@@ -132,6 +137,9 @@ class AutoConfig:
         if self.workers is not None and not (isinstance(self.workers, int) and self.workers >= 1):
             raise ConfigError(f"workers must be None or an int >= 1, got {self.workers!r}")
         check_ray_address(self.ray_address)
+        if self.threads is not None and (isinstance(self.threads, bool) or not (
+                isinstance(self.threads, int) and self.threads >= 1)):
+            raise ConfigError(f"threads must be None or an int >= 1, got {self.threads!r}")
         check_reward(self.reward, self.measure_steps, self.workers, self.ray_address)
         if not (isinstance(self.starts, int) and self.starts >= 1):
             raise ConfigError(f"starts must be an int >= 1, got {self.starts!r}")
@@ -176,8 +184,9 @@ class AutoPlacer(Placer):
         if workers is None:
             workers = 1 if cfg.ray_address is None else max(1, min(
                 cfg.search.batch, cluster_cpus(cfg.ray_address)))
+        threads = cfg.threads or max(1, min(cfg.search.batch, available_cpus()))
         return Evaluator(problem, workers=workers, memory_penalty=cfg.search.memory_penalty,
-                         ray_address=cfg.ray_address)
+                         ray_address=cfg.ray_address, threads=threads)
 
     def samples_for(self, problem: PlacementProblem) -> int:
         """The search's placement budget on ``problem`` (see ``AutoConfig.max_samples``)."""
@@ -271,15 +280,18 @@ class AutoPlacer(Placer):
             else:
                 end_s = problem.simulator.run(winner.current).makespan
         samples = spent + sum(s.samples for s in searches)
+        simulations = spent + sum(s.simulations for s in searches)
         self.stats = dict(start=label, start_ms=start_s * 1e3, end_ms=end_s * 1e3,
-                          samples=samples, stopped=winner.stopped, curve=winner.curve,
+                          samples=samples, simulations=simulations, stopped=winner.stopped,
+                          curve=winner.curve,
                           searches=[(lab, s.curve[0][1] * 1e3, s.best * 1e3, s.samples)
                                     for (lab, _, _), s in zip(labels, searches)],
                           seconds=time.perf_counter() - began)
         tried = ", ".join(f"{lab} {s.curve[0][1] * 1e3:.1f} -> {s.best * 1e3:.1f} ms"
                           for (lab, _, _), s in zip(labels, searches))
         summary = (f"auto: {len(searches)} local searches from {len(starts)} start(s) in "
-                   f"{samples} {'measured' if measured else 'simulated'} placements ({tried}); "
+                   f"{samples} {'measured' if measured else 'scored'} placements "
+                   f"({'' if measured else f'{simulations} simulated; '}{tried}); "
                    f"the best started from {label} "
                    f"({start_s * 1e3:.2f} "
                    f"ms) and reached {end_s * 1e3:.2f} ms "
