@@ -65,7 +65,7 @@ def evaluate_batch(problem: PlacementProblem, placements: np.ndarray,
     out = np.empty((len(placements), 3))
     capacity = problem.cluster.memory.astype(np.float64)
     for b, devices in enumerate(placements):
-        sim = problem.simulator.run(devices)
+        sim = problem.simulator.summary(devices)  # makespan and peak memory only
         over = max(0.0, float((sim.peak_memory.astype(np.float64) - capacity).max()) / GB)
         out[b] = (memory_penalized_runtime(sim, problem.cluster, memory_penalty),
                   sim.makespan, over)

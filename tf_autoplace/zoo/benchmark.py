@@ -108,8 +108,8 @@ PLACER_NAMES = tuple(n for n in registry.names("heuristic") if n != "best_heuris
 
 # --------------------------------------------------------------------------- counting hook
 class CountingSimulator(OrderedSimulator):
-    """The problem's simulator, counting its simulations (``run`` and ``makespan`` calls,
-    from any thread)."""
+    """The problem's simulator, counting its simulations (``run``, ``summary`` and
+    ``makespan`` calls, from any thread)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -123,6 +123,10 @@ class CountingSimulator(OrderedSimulator):
     def run(self, placement):
         self._count()
         return super().run(placement)
+
+    def summary(self, placement):
+        self._count()
+        return super().summary(placement)
 
     def makespan(self, placement):
         self._count()

@@ -196,11 +196,14 @@ class AutoPlacer(Placer):
                            MIN_SAMPLES, MAX_SAMPLES))
 
     def starts(self, problem: PlacementProblem, seed: int, *, max_samples: int,
-               deadline: float) -> tuple[list[tuple[str, np.ndarray, float]], int]:
+               deadline: float, evaluator: Evaluator | None = None
+               ) -> tuple[list[tuple[str, np.ndarray, float]], int]:
         """Distinct start placements that fit, fastest first, as ``(label, devices, step s)``:
         every fast heuristic's (best_heuristic's candidates) and each learned placer's
         placement from the best of them; and how many placements the learned starts simulated
-        (Post's count against ``max_samples``)."""
+        (Post's count against ``max_samples``). ``evaluator`` simulates Post's batches (the
+        search's own, on its threads or workers) when it scores with Post's memory penalty;
+        None: Post makes its own."""
         heuristic = BestHeuristicPlacer()
         ranked = heuristic.ranked(problem)
         self.notes.extend(heuristic.notes)
@@ -223,8 +226,10 @@ class AutoPlacer(Placer):
         if ("post" in self.config.learned and len(action) > 1 and units >= MIN_LEARNED_UNITS
                 and post.max_samples is not None
                 and max_samples >= POST_BUDGET_SHARE * post.max_samples):
+            shared = (evaluator if evaluator is not None
+                      and evaluator.memory_penalty == post.memory_penalty else None)
             found = post_search.search(problem, post, seed, heuristic=out[0][1],
-                                       deadline=deadline)
+                                       deadline=deadline, evaluator=shared)
             spent = found.samples
             if found.fits:
                 out.append(("post", found.devices, problem.simulator.run(found.devices).makespan))
@@ -253,17 +258,17 @@ class AutoPlacer(Placer):
             return np.zeros(problem.graph.num_ops, dtype=np.int32)
         max_samples = self.samples_for(problem)
         deadline = began + cfg.budget_s
-        with self.progress.phase("auto: starting placements", None):
-            starts, spent = self.starts(problem, seed, max_samples=max_samples,
-                                        deadline=deadline)
-            starts = starts[:cfg.starts]
-            self.progress.update(len(starts), starts[0][2])
         measured = cfg.reward == "measured"
-        # A simulated bound says nothing about measured times: no early stop on it then.
-        bound = 0.0 if measured else lower_bound(problem.graph, problem.cluster, problem.op_time)
-        with self._evaluator(problem) as evaluator, \
-                self.progress.phase("auto: local search", max_samples - spent,
-                                    deadline=deadline):
+        with self._evaluator(problem) as evaluator:
+            with self.progress.phase("auto: starting placements", None):
+                starts, spent = self.starts(problem, seed, max_samples=max_samples,
+                                            deadline=deadline,
+                                            evaluator=None if measured else evaluator)
+                starts = starts[:cfg.starts]
+                self.progress.update(len(starts), starts[0][2])
+            # A simulated bound says nothing about measured times: no early stop on it then.
+            bound = 0.0 if measured else lower_bound(problem.graph, problem.cluster,
+                                                     problem.op_time)
             searches, labels = [], []
             for k, (label, devices, start_s) in enumerate(starts):
                 first = LocalSearch(problem, devices, cfg.search, seed=_seed(seed, k, 0),
@@ -271,8 +276,10 @@ class AutoPlacer(Placer):
                 for j in range(cfg.seeds_per_start):
                     searches.append(first if j == 0 else first.fork(_seed(seed, k, j)))
                     labels.append((label, start_s, devices))
-            winner = race(searches, max_samples - spent, deadline=deadline, lower_bound=bound,
-                          progress=self.progress)
+            with self.progress.phase("auto: local search", max_samples - spent,
+                                     deadline=deadline):
+                winner = race(searches, max_samples - spent, deadline=deadline,
+                              lower_bound=bound, progress=self.progress)
             label, start_s, start = labels[searches.index(winner)]
             if measured:  # both ends as measured here, not simulated
                 start_s = evaluator.step_time(start)
