@@ -40,11 +40,26 @@ def test_a_process_pool_gives_the_same_figures_in_the_same_order():
     np.testing.assert_array_equal(a.overflow_gb, b.overflow_gb)
 
 
+def test_threads_give_the_same_figures_in_the_same_order():
+    problem = random_problem(150, seed=5)
+    batch = _placements(problem, 7, seed=2)
+    with Evaluator(problem) as one, Evaluator(problem, threads=3) as three:
+        a, b = one.evaluate(batch), three.evaluate(batch)
+        assert three.threads == 3 and three.samples == 7
+        single = three.evaluate(batch[:1])  # one row: no thread needed
+    np.testing.assert_array_equal(a.scores, b.scores)
+    np.testing.assert_array_equal(a.overflow_gb, b.overflow_gb)
+    assert single.scores[0] == a.scores[0]
+
+
 def test_bad_arguments_are_config_errors():
     problem = random_problem(20, seed=0)
     with pytest.raises(ConfigError, match="workers"):
         Evaluator(problem, workers=0)
     with pytest.raises(ConfigError, match="memory_penalty"):
         Evaluator(problem, memory_penalty=-1)
+    for threads in (0, 1.5, True):
+        with pytest.raises(ConfigError, match="threads"):
+            Evaluator(problem, threads=threads)
     with pytest.raises(ConfigError, match=r"shape \[B, 20\]"):
         Evaluator(problem).evaluate(np.zeros((2, 19), int))

@@ -65,24 +65,40 @@ def _registered(op_type: str) -> tuple:
     return tuple(out)
 
 
-def _satisfied(node, constraints) -> bool:
-    for attr, allowed in constraints:
-        if attr not in node.attr:
-            continue  # attr left at its default: TF would fill it in; do not reject on that
-        value = node.attr[attr]
-        types = list(value.list.type) if value.HasField("list") else [value.type]
-        if any(t not in allowed for t in types):
-            return False
-    return True
+@functools.lru_cache(maxsize=None)
+def _constrained_attrs(op_type: str) -> tuple[str, ...]:
+    """The attrs some kernel of ``op_type`` constrains (the only ones kinds depend on)."""
+    return tuple(sorted({attr for _, constraints in _registered(op_type)
+                         for attr, _ in constraints}))
+
+
+def _type_attrs(node) -> tuple:
+    """``((attr, types), ...)`` for each constrained attr the node sets (one type, or a list)."""
+    out = []
+    for attr in _constrained_attrs(node.op):
+        if attr in node.attr:  # left at its default: TF would fill it in; do not reject on that
+            value = node.attr[attr]
+            out.append((attr, tuple(value.list.type) if value.HasField("list")
+                        else (value.type,)))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=None)
+def _kinds(op_type: str, type_attrs: tuple) -> frozenset:
+    """The kinds of :func:`kernel_kinds` for an op type and its constrained attrs: a graph's
+    ops repeat a few of these, so each is worked out once."""
+    values = dict(type_attrs)
+    kinds = set()
+    for device_type, constraints in _registered(op_type):
+        if device_type in KERNEL_KINDS or device_type == "DEFAULT":
+            if all(attr not in values or all(t in allowed for t in values[attr])
+                   for attr, allowed in constraints):
+                kinds.update(KERNEL_KINDS if device_type == "DEFAULT" else (device_type,))
+    return frozenset(kinds)
 
 
 def kernel_kinds(node, library_functions=frozenset()) -> frozenset:
     """The subset of KERNEL_KINDS that can run ``node`` (a NodeDef)."""
     if node.op in library_functions:
         return frozenset(KERNEL_KINDS)
-    kinds = set()
-    for device_type, constraints in _registered(node.op):
-        if device_type in KERNEL_KINDS or device_type == "DEFAULT":
-            if _satisfied(node, constraints):
-                kinds.update(KERNEL_KINDS if device_type == "DEFAULT" else (device_type,))
-    return frozenset(kinds)
+    return _kinds(node.op, _type_attrs(node))

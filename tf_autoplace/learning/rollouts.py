@@ -8,7 +8,8 @@ and the memory-penalised runtime ``R = r + c * ReLU(m - M)`` (Placeto A.7, throu
 
 Backends (:mod:`tf_autoplace.learning.workers`):
 
-* ``workers=1``: in the calling process.
+* ``workers=1``: in the calling process, on ``threads`` threads (the simulator's kernel
+  releases the GIL, so two threads simulate two placements at once on two cores).
 * ``workers > 1``: a pool of ``spawn`` processes. The problem is sent to each worker once,
   when it starts (pickled into the pool's initializer), not with every batch.
 * ``ray_address`` set: ``workers`` Ray actors. The problem is put in Ray's object store once
@@ -23,7 +24,9 @@ whatever the backend and the number of workers.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
+import os
 
 import numpy as np
 
@@ -62,7 +65,7 @@ def evaluate_batch(problem: PlacementProblem, placements: np.ndarray,
     out = np.empty((len(placements), 3))
     capacity = problem.cluster.memory.astype(np.float64)
     for b, devices in enumerate(placements):
-        sim = problem.simulator.run(devices)
+        sim = problem.simulator.summary(devices)  # makespan and peak memory only
         over = max(0.0, float((sim.peak_memory.astype(np.float64) - capacity).max()) / GB)
         out[b] = (memory_penalized_runtime(sim, problem.cluster, memory_penalty),
                   sim.makespan, over)
@@ -80,6 +83,14 @@ def _run_chunk(problem: PlacementProblem, task) -> np.ndarray:
     return evaluate_batch(problem, placements, memory_penalty)
 
 
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
 class Evaluator:
     """Scores batches of placements of one problem (see the module docstring).
 
@@ -89,20 +100,31 @@ class Evaluator:
       memory_penalty: c in R = r + c * ReLU(m - M), seconds per GB over capacity.
       ray_address: run the workers as Ray actors on this cluster (``"auto"``,
         ``"HOST:PORT"``, ``"local"``); None: local processes.
+      threads: with one in-process worker, threads that simulate the rows of a batch
+        (>= 1; the calling thread is one of them). The scores do not depend on it.
 
     ``samples`` counts the placements evaluated so far. Use as a context manager (or call
-    :meth:`close`) so that workers end with the search.
+    :meth:`close`) so that workers and threads end with the search.
+
+    Raises:
+      ConfigError: a memory penalty below 0, or threads not an int >= 1.
     """
 
     def __init__(self, problem: PlacementProblem, *, workers: int = 1,
-                 memory_penalty: float = 2.0, ray_address: str | None = None):
+                 memory_penalty: float = 2.0, ray_address: str | None = None,
+                 threads: int = 1):
         if not (isinstance(memory_penalty, (int, float)) and memory_penalty >= 0):
             raise ConfigError(f"memory_penalty must be a number >= 0, got {memory_penalty!r}")
+        if isinstance(threads, bool) or not (isinstance(threads, int) and threads >= 1):
+            raise ConfigError(f"threads must be an int >= 1, got {threads!r}")
         self.problem = problem
         self.memory_penalty = float(memory_penalty)
         self.samples = 0
         self.pool = worker_pool(_problem, (problem,), workers=workers, ray_address=ray_address)
         self.workers = self.pool.size
+        self.threads = threads if self.pool.backend == "in-process" else 1
+        self._threads = (concurrent.futures.ThreadPoolExecutor(self.threads - 1)
+                         if self.threads > 1 else None)
 
     def evaluate(self, placements: np.ndarray) -> Evaluation:
         """Simulate each row of ``placements`` ([B, n] int device index per op)."""
@@ -110,7 +132,13 @@ class Evaluator:
         n = self.problem.graph.num_ops
         if placements.ndim != 2 or placements.shape[1] != n:
             raise ConfigError(f"placements must have shape [B, {n}], got {placements.shape}")
-        if self.pool.backend == "in-process" or len(placements) < 2:
+        if self._threads is not None and len(placements) >= 2:
+            chunks = [c for c in np.array_split(placements, self.threads) if len(c)]
+            others = [self._threads.submit(evaluate_batch, self.problem, c, self.memory_penalty)
+                      for c in chunks[1:]]
+            first = evaluate_batch(self.problem, chunks[0], self.memory_penalty)
+            rows = np.concatenate([first] + [f.result() for f in others])
+        elif self.pool.backend == "in-process" or len(placements) < 2:
             rows = evaluate_batch(self.problem, placements, self.memory_penalty)
         else:
             chunks = [c for c in np.array_split(placements, self.workers) if len(c)]
@@ -121,6 +149,9 @@ class Evaluator:
 
     def close(self) -> None:
         self.pool.close()
+        if self._threads is not None:
+            self._threads.shutdown()
+            self._threads = None
 
     def __enter__(self) -> "Evaluator":
         return self

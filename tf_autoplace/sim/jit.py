@@ -66,22 +66,24 @@ def cache_dir() -> str | None:
 
 
 def cached_njit(fn):
-    """``numba.njit(cache=True)(fn)`` with the on-disk cache in :func:`cache_dir`; compiled
-    without an on-disk cache (one warning per process) when that directory cannot be used
-    (module doc)."""
+    """``numba.njit(cache=True, nogil=True)(fn)`` with the on-disk cache in :func:`cache_dir`;
+    compiled without an on-disk cache (one warning per process) when that directory cannot be
+    used (module doc). The kernels touch no Python object, so they release the GIL: threads of
+    one process (:class:`~tf_autoplace.learning.rollouts.Evaluator`) run them on several cores
+    at once."""
     directory, why = _usable_cache_dir()
     if directory is None:
         _warn_uncached(why)
-        return numba.njit(fn)
+        return numba.njit(nogil=True)(fn)
     config = numba.core.config
     config.reload_config()  # picks up a NUMBA_CACHE_DIR set after numba was imported
     previous = config.CACHE_DIR
     config.CACHE_DIR = directory
     try:
-        return numba.njit(cache=True)(fn)
+        return numba.njit(cache=True, nogil=True)(fn)
     except RuntimeError as e:  # "cannot cache function ...: no locator available"
         _warn_uncached(f"numba cannot cache there ({e})")
-        return numba.njit(fn)
+        return numba.njit(nogil=True)(fn)
     finally:
         config.CACHE_DIR = previous
 

@@ -710,10 +710,15 @@ class Simulator:
         (module docstring, "Partners").
       partner_time: [n, D] float64 seconds, op i's time on d when its partner is on another
         device; given with ``partner``.
+      consumer_rank: [n] distinct numbers, or None (the op index): the consumers of a tensor
+        are visited in this order (module docstring, "Queue order"). A simulator of the graph
+        renumbered (:mod:`tf_autoplace.sim.layout`) passes the old indices, so that the
+        renumbering changes no result.
     """
 
     def __init__(self, graph: OpGraph, cluster: Cluster, op_time: np.ndarray, *,
-                 partner: np.ndarray | None = None, partner_time: np.ndarray | None = None):
+                 partner: np.ndarray | None = None, partner_time: np.ndarray | None = None,
+                 consumer_rank: np.ndarray | None = None):
         self.graph = graph
         self.cluster = cluster
         self.op_time = check_op_time(graph, cluster, op_time)
@@ -740,6 +745,12 @@ class Simulator:
         # One pair per (tensor, consumer op), sorted by tensor then op.
         key = np.unique(dep_tensor * n + dep_op)
         dep_tensor, dep_op = key // n, key % n
+        pair_at = None  # pair_at[p]: where pair p of ``key`` is in the kernel's pair order
+        if consumer_rank is not None:  # each tensor's consumers in that order instead
+            by = np.lexsort((np.asarray(consumer_rank)[dep_op], dep_tensor))
+            dep_tensor, dep_op = dep_tensor[by], dep_op[by]
+            pair_at = np.empty_like(by)
+            pair_at[by] = np.arange(len(by))
         num_t = t + n
         self._dep_tensor, self._dep_op = dep_tensor, dep_op
         self._cons_ptr = np.searchsorted(dep_tensor, np.arange(num_t + 1)).astype(np.int64)
@@ -759,6 +770,10 @@ class Simulator:
         self._persistent = graph.persistent_bytes.astype(np.int64)
         self._alias = _alias_pairs(graph, key)
         self._reuse_out, self._reuse_ptr, self._reuse_pair = _reuse_pairs(graph, key)
+        if pair_at is not None:  # both name pairs by their place in ``key``
+            shared = self._alias >= 0
+            self._alias[shared] = pair_at[self._alias[shared]]
+            self._reuse_pair = pair_at[self._reuse_pair]
         reusable = np.array([op_type not in NOT_REUSABLE for op_type in graph.op_types], bool)
         self._takeable = np.concatenate([reusable[graph.tensor_op], np.zeros(n, bool)])
         if max(num_t, len(dep_tensor)) >= 2**31:

@@ -38,6 +38,7 @@ import hashlib
 import json
 import math
 import os
+import threading
 import time
 
 from tf_autoplace import zoo
@@ -59,7 +60,8 @@ from tf_autoplace.placers import (
     get_placer,
 )
 from tf_autoplace.placers.placeto.pretrain import samples_to_reach
-from tf_autoplace.sim import Simulator, lp_lower_bound
+from tf_autoplace.sim import lp_lower_bound
+from tf_autoplace.sim.layout import OrderedSimulator
 
 # name -> (zoo model, knobs at paper size). Layer counts follow the papers' variants.
 MODELS = {
@@ -107,20 +109,39 @@ PLACER_NAMES = tuple(n for n in registry.names("heuristic") if n != "best_heuris
 
 
 # --------------------------------------------------------------------------- counting hook
-class CountingSimulator(Simulator):
-    """A Simulator that counts its simulations (``run`` and ``makespan`` calls)."""
+class CountingSimulator(OrderedSimulator):
+    """The problem's simulator, counting its simulations (``run``, ``summary`` and
+    ``makespan`` calls, from any thread)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.calls = 0
+        self._lock = threading.Lock()
+
+    def _count(self) -> None:
+        with self._lock:
+            self.calls += 1
 
     def run(self, placement):
-        self.calls += 1
+        self._count()
         return super().run(placement)
 
+    def summary(self, placement):
+        self._count()
+        return super().summary(placement)
+
     def makespan(self, placement):
-        self.calls += 1
+        self._count()
         return super().makespan(placement)
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_lock")  # a lock does not pickle: a worker process counts for itself
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -129,7 +150,8 @@ class CountedProblem(PlacementProblem):
 
     @functools.cached_property
     def simulator(self) -> CountingSimulator:
-        return CountingSimulator(self.graph, self.cluster, self.op_time)
+        return CountingSimulator(self.sim_graph, self.cluster, self.op_time,
+                                 partner=self.partner, partner_time=self.partner_time)
 
 
 # -------------------------------------------------------------------------------- records
@@ -335,7 +357,7 @@ def reach(curve, target: float):
 
 def simulations_per_second(problem: PlacementProblem, runs: int) -> float:
     """Simulator speed on this graph: one random-group placement, ``runs`` timed runs."""
-    simulator = Simulator(problem.graph, problem.cluster, problem.op_time)
+    simulator = OrderedSimulator(problem.graph, problem.cluster, problem.op_time)
     devices = RandomPlacer().propose(problem, seed=0)
     simulator.run(devices)  # warm-up (and the JIT compile in a fresh environment)
     start = time.perf_counter()

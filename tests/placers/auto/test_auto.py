@@ -12,7 +12,7 @@ from tf_autoplace.heuristics.best import device_counts
 from tf_autoplace.heuristics.single import SingleDevicePlacer
 from tf_autoplace.learning.rollouts import Evaluator
 from tf_autoplace.placers import AutoPlacer, check_memory, check_placement
-from tf_autoplace.placers.auto.local_search import LocalSearchConfig, local_search
+from tf_autoplace.placers.auto.local_search import LocalSearch, LocalSearchConfig, local_search
 from tf_autoplace.placers.placeto.env import EnvConfig, PlacementEnv
 from tf_autoplace.testing.problems import GB, cluster, problem, random_dag, random_problem
 
@@ -126,6 +126,56 @@ def test_local_search_same_seed_same_result_in_process_or_pool():
         assert runs[0].curve == other.curve
 
 
+class _Forgetful(set):
+    """A memory of scored moves that never remembers one."""
+
+    def __contains__(self, key):
+        return False
+
+    def update(self, *keys):
+        pass
+
+
+class _SimulatesEverything(LocalSearch):
+    """The local search without its memory of moves scored from the current placement."""
+
+    def _changed(self):
+        super()._changed()
+        self.tried = _Forgetful()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_repeated_moves_are_scored_from_memory_and_change_nothing(seed):
+    # A move already scored from the current placement is not simulated again; the search
+    # takes exactly the steps of one that simulates every candidate, in fewer simulations.
+    p = random_problem(300, seed=10 + seed, num_gpus=4, max_groups=48)
+    start = BestHeuristicPlacer().propose(p)
+    config = LocalSearchConfig(sweep_below=0, levels=(4, 16, 64))
+    runs = []
+    for cls in (LocalSearch, _SimulatesEverything):
+        with Evaluator(p) as evaluator:
+            search = cls(p, start, config, seed=seed, evaluator=evaluator)
+            search.run(600)
+            runs.append((search, evaluator.samples))
+    (memo, memo_sims), (plain, plain_sims) = runs
+    np.testing.assert_array_equal(memo.current, plain.current)
+    assert memo.curve == plain.curve and memo.samples == plain.samples == 600
+    assert plain_sims == plain.simulations > 580  # (a move drawn twice in one batch: once)
+    assert memo_sims == memo.simulations < 0.9 * plain_sims
+
+
+def test_local_search_same_result_on_one_thread_or_several():
+    p = random_problem(250, seed=6, num_gpus=4)
+    start = BestHeuristicPlacer().propose(p)
+    runs = []
+    for threads in (1, 2):
+        with Evaluator(p, threads=threads) as evaluator:
+            runs.append(local_search(p, start, LocalSearchConfig(sweep_below=0), seed=3,
+                                     max_samples=200, evaluator=evaluator))
+    np.testing.assert_array_equal(runs[0].devices, runs[1].devices)
+    assert runs[0].curve == runs[1].curve
+
+
 def test_sweeps_end_at_a_local_optimum_of_single_moves():
     p = random_problem(12, seed=7, num_gpus=2, max_groups=12)
     with Evaluator(p) as evaluator:
@@ -169,7 +219,8 @@ def test_one_device_returns_at_once():
 
 
 @pytest.mark.parametrize("kwargs", [dict(max_samples=0), dict(budget_s=-1), dict(workers=0),
-                                    dict(learned=("gdp2",))])
+                                    dict(learned=("gdp2",)), dict(threads=0),
+                                    dict(threads=True)])
 def test_bad_auto_settings_are_config_errors(kwargs):
     with pytest.raises(ConfigError):
         AutoPlacer(**kwargs)

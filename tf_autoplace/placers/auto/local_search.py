@@ -20,12 +20,17 @@ placement, a learned policy's zero-shot placement):
   devices that can run it: an action device (the GPUs) uniformly, or, with probability
   ``host_share``, another device such as the CPU host. Colocation groups of the block that
   cannot run on the destination stay where they are.
-* **Acceptance.** Candidates are simulated ``batch`` at a time (in parallel when the
-  :class:`~tf_autoplace.learning.rollouts.Evaluator` has workers); the best one is kept if its
-  memory-penalised runtime R (Placeto A.7) is lower than the current placement's. Once the
-  current placement fits in memory, candidates that overflow are never taken. So the search
-  never ends worse than its start, never trades a fitting placement for a faster one that
-  overflows, and a start that overflows can be repaired by moves that relieve memory.
+* **Acceptance.** Candidates are scored ``batch`` at a time (in parallel when the
+  :class:`~tf_autoplace.learning.rollouts.Evaluator` has workers or threads); the best one is
+  kept if its memory-penalised runtime R (Placeto A.7) is lower than the current placement's.
+  Once the current placement fits in memory, candidates that overflow are never taken. So the
+  search never ends worse than its start, never trades a fitting placement for a faster one
+  that overflows, and a start that overflows can be repaired by moves that relieve memory.
+* **Repeated candidates.** Between two gains the current placement stays the same, and the
+  draws repeat moves (a coarse level has few blocks, and the heavy ones are drawn often): a
+  move already scored from the current placement did not gain then and cannot now, so it is
+  counted as a scored placement again but not simulated again. The search takes the same
+  steps as if it were; only the simulations are saved.
 * **Small problems** (at most ``sweep_below`` possible moves over all levels) are searched by
   sweeps instead of draws: every move, in random order, first gain taken, until a whole sweep
   from the current placement gains nothing. That is a local optimum of every block move, so
@@ -136,8 +141,10 @@ class LocalSearch:
 
     Attributes:
       current: [n] the best placement so far; ``best`` its R; ``fits`` whether it fits.
-      samples: placements simulated so far (the start's included); ``curve`` as in
+      samples: placements scored so far (the start's included); ``curve`` as in
         :class:`LocalSearchResult`; ``stopped``: why the last leg ended (None before any).
+      simulations: placements of those actually simulated (the others repeated a candidate
+        already scored from the same current placement).
     """
 
     def __init__(self, problem: PlacementProblem, start: np.ndarray, config: LocalSearchConfig,
@@ -150,8 +157,9 @@ class LocalSearch:
         self.current = np.asarray(start, dtype=np.int32).copy()
         first = evaluator.evaluate(self.current[None, :])
         self.best, self.fits = float(first.scores[0]), bool(first.fits[0])
-        self.samples, self.curve = 1, [(1, self.best)]
+        self.samples, self.simulations, self.curve = 1, 1, [(1, self.best)]
         self.op_time = np.where(problem.allowed, problem.op_time, 0.0)
+        self._changed()
         self.coloc = problem.graph.colocation
         self.coloc_ok = problem.colocation_allowed  # [C, D]
         self.action = problem.cluster.compute_devices()
@@ -169,16 +177,28 @@ class LocalSearch:
         other.curve = list(self.curve)
         other.queue = list(self.queue)
         other.current = self.current.copy()
+        other.weights, other.tried = copy.copy(self.weights), copy.copy(self.tried)
         return other
+
+    def _changed(self) -> None:
+        """Forget what depended on the previous current placement: each op's time on its
+        device, the block weights and the moves already scored from it."""
+        self.busy = self.op_time[np.arange(len(self.current)), self.current]
+        self.weights, self.tried = {}, set()
 
     def _align(self) -> None:
         self.blocks, self.aligned, self.since_gain = (
             _Blocks(self.problem, self.current, self.config.levels), self.current, 0)
+        self.weights, self.allowed = {}, {}
 
-    def _targets(self, members: np.ndarray) -> tuple[list[int], list[int]]:
-        """Action devices and other devices some of the block could move to."""
+    def _targets(self, level: int, block: int) -> tuple[list[int], list[int]]:
+        """Action devices and other devices some of block ``block`` of ``level`` could move
+        to."""
+        members = self.blocks.members[level][block]
         here = int(self.current[members[0]])
-        ok = self.coloc_ok[self.coloc[members]].any(axis=0)
+        ok = self.allowed.get((level, block))
+        if ok is None:
+            ok = self.allowed[level, block] = self.coloc_ok[self.coloc[members]].any(axis=0)
         return ([int(d) for d in self.action if d != here and ok[d]],
                 [int(d) for d in self.others if d != here and ok[d]])
 
@@ -186,15 +206,23 @@ class LocalSearch:
         """The members that move: whole colocation groups that can run on ``dst``."""
         return members[self.coloc_ok[self.coloc[members], dst] & (self.current[members] != dst)]
 
+    def _block_weights(self, level: int) -> np.ndarray:
+        """The probability of drawing each block of ``level``: in proportion to its compute
+        time on its current device, every block some chance."""
+        p = self.weights.get(level)
+        if p is None:
+            weight = np.bincount(self.blocks.labels[level], weights=self.busy,
+                                 minlength=len(self.blocks.members[level]))
+            weight = weight + max(weight.sum(), 1.0) * 1e-3 / len(weight)
+            p = self.weights[level] = weight / weight.sum()
+        return p
+
     def _random_move(self):
         level = int(self.rng.integers(len(self.blocks.labels)))
-        members_of = self.blocks.members[level]
-        weight = np.bincount(self.blocks.labels[level],
-                             weights=self.op_time[np.arange(len(self.current)), self.current],
-                             minlength=len(members_of))
-        weight = weight + max(weight.sum(), 1.0) * 1e-3 / len(weight)  # every block a chance
-        members = members_of[int(self.rng.choice(len(weight), p=weight / weight.sum()))]
-        action, others = self._targets(members)
+        p = self._block_weights(level)
+        block = int(self.rng.choice(len(p), p=p))
+        members = self.blocks.members[level][block]
+        action, others = self._targets(level, block)
         if others and (not action or self.rng.random() < self.config.host_share):
             action = others
         if not action:
@@ -206,9 +234,9 @@ class LocalSearch:
     def _sweep(self) -> list:
         """Every move of every block to every device it could go to, in random order."""
         moves, seen = [], set()
-        for members_of in self.blocks.members:
-            for members in members_of:
-                action, others = self._targets(members)
+        for level, members_of in enumerate(self.blocks.members):
+            for block, members in enumerate(members_of):
+                action, others = self._targets(level, block)
                 for dst in action + others:
                     moved = self._movable(members, dst)
                     key = (dst, moved.tobytes())
@@ -264,24 +292,38 @@ class LocalSearch:
         return moves or None
 
     def _try_moves(self, moves: list) -> bool:
-        """Simulate ``moves`` from the current placement; keep the best if it gains."""
+        """Score ``moves`` from the current placement; keep the best if it gains. A move
+        already scored from this placement (or earlier in the batch) is not simulated again:
+        it did not gain, so it scores ``inf`` here, which takes the same step."""
         candidates = np.repeat(self.current[None, :], len(moves), axis=0)
         for row, (members, dst) in zip(candidates, moves):
             row[members] = dst
-        evaluation = self.evaluator.evaluate(candidates)
+        keys = [(dst, members.tobytes()) for members, dst in moves]
+        new = {}  # key -> its first row
+        for k, key in enumerate(keys):
+            if key not in self.tried and key not in new:
+                new[key] = k
+        rows = list(new.values())
+        scores, fits = np.full(len(moves), np.inf), np.zeros(len(moves), bool)
+        if rows:
+            evaluation = self.evaluator.evaluate(candidates[rows])
+            scores[rows], fits[rows] = evaluation.scores, evaluation.fits
+            self.simulations += len(rows)
         # Once the placement fits, a candidate that overflows is never taken, however fast.
-        scores = np.where(evaluation.fits | (not self.fits), evaluation.scores, np.inf)
+        scores = np.where(fits | (not self.fits), scores, np.inf)
         self.samples += len(moves)
         k = int(np.argmin(scores))
         if scores[k] < self.best:
             self.best, self.current = float(scores[k]), candidates[k]
-            self.fits = bool(evaluation.fits[k])
+            self.fits = bool(fits[k])
             self.curve.append((self.samples, self.best))
             self.since_gain = 0
+            self._changed()
             if self.sweeping:
                 self._align()
                 self.queue = self._sweep()
             return True
+        self.tried.update(keys)
         self.since_gain += len(moves)
         if (not self.sweeping and self.since_gain >= self.config.realign_after
                 and not np.array_equal(self.current, self.aligned)):

@@ -47,7 +47,7 @@ from tf_autoplace.heuristics import (BestHeuristicPlacer, ReplicaDeviceSetterPla
                                     SingleDevicePlacer)
 from tf_autoplace.learning.eager import policy_context
 from tf_autoplace.learning.measured import MeasuredEvaluator, check_reward
-from tf_autoplace.learning.rollouts import Evaluator
+from tf_autoplace.learning.rollouts import Evaluator, available_cpus
 from tf_autoplace.learning.workers import check_ray_address, cluster_cpus
 from tf_autoplace.placers.auto.local_search import LocalSearch, LocalSearchConfig, race
 from tf_autoplace.placers.placeto.env import PlacementEnv
@@ -70,7 +70,8 @@ MIN_SAMPLES, MAX_SAMPLES = 1_000, 100_000
 @dataclasses.dataclass(frozen=True)
 class AutoConfig:
     """Attributes:
-      max_samples: placements the local search simulates (> 0), or None: as many as make
+      max_samples: placements the local search scores (> 0; a candidate it scored already from
+        the same placement is not simulated again), or None: as many as make
         ``search_work`` op simulations (``search_work / num_ops`` placements, within
         [``MIN_SAMPLES``, ``MAX_SAMPLES``]). A simulation costs time in proportion to the
         graph's size, so this keeps the search's wall time about the same on every graph while
@@ -85,6 +86,9 @@ class AutoConfig:
         candidates, one chunk per worker). The placement does not depend on it.
       ray_address: simulate on a Ray cluster: ``"auto"``, ``"HOST:PORT"``, ``"local"``; None:
         local processes. The placement does not depend on it.
+      threads: with one worker (this process), threads that simulate a step's candidates
+        (>= 1), or None: as many as the CPUs this process may use, at most ``search.batch``.
+        The placement does not depend on it.
       starts: how many of the fastest distinct starts the search races (>= 1).
       seeds_per_start: searches from each start, each with its own random draws (>= 1):
         which local optimum a search ends in depends on its first moves as much as on its
@@ -113,6 +117,7 @@ class AutoConfig:
     budget_s: float = 120.0
     workers: int | None = None
     ray_address: str | None = None
+    threads: int | None = None
     starts: int = 4
     seeds_per_start: int = 2
     learned: tuple[str, ...] = LEARNED
@@ -134,6 +139,9 @@ class AutoConfig:
         if self.workers is not None and not (isinstance(self.workers, int) and self.workers >= 1):
             raise ConfigError(f"workers must be None or an int >= 1, got {self.workers!r}")
         check_ray_address(self.ray_address)
+        if self.threads is not None and (isinstance(self.threads, bool) or not (
+                isinstance(self.threads, int) and self.threads >= 1)):
+            raise ConfigError(f"threads must be None or an int >= 1, got {self.threads!r}")
         check_reward(self.reward, self.measure_steps, self.workers, self.ray_address)
         if not (isinstance(self.starts, int) and self.starts >= 1):
             raise ConfigError(f"starts must be an int >= 1, got {self.starts!r}")
@@ -178,8 +186,9 @@ class AutoPlacer(Placer):
         if workers is None:
             workers = 1 if cfg.ray_address is None else max(1, min(
                 cfg.search.batch, cluster_cpus(cfg.ray_address)))
+        threads = cfg.threads or max(1, min(cfg.search.batch, available_cpus()))
         return Evaluator(problem, workers=workers, memory_penalty=cfg.search.memory_penalty,
-                         ray_address=cfg.ray_address)
+                         ray_address=cfg.ray_address, threads=threads)
 
     def samples_for(self, problem: PlacementProblem) -> int:
         """The search's placement budget on ``problem`` (see ``AutoConfig.max_samples``)."""
@@ -189,12 +198,15 @@ class AutoPlacer(Placer):
                            MIN_SAMPLES, MAX_SAMPLES))
 
     def starts(self, problem: PlacementProblem, seed: int, *, max_samples: int,
-               deadline: float) -> tuple[list[tuple[str, np.ndarray, float]], int]:
+               deadline: float, evaluator: Evaluator | None = None
+               ) -> tuple[list[tuple[str, np.ndarray, float]], int]:
         """Distinct start placements that fit, fastest first, as ``(label, devices, step s)``:
         every fast heuristic's (best_heuristic's candidates), ``replica_device_setter``'s on a
         cluster of several TensorFlow tasks, and each learned placer's
         placement from the best of them; and how many placements the learned starts simulated
-        (Post's count against ``max_samples``)."""
+        (Post's count against ``max_samples``). ``evaluator`` simulates Post's batches (the
+        search's own, on its threads or workers) when it scores with Post's memory penalty;
+        None: Post makes its own."""
         heuristic = BestHeuristicPlacer()
         ranked = heuristic.ranked(problem)
         self.notes.extend(heuristic.notes)
@@ -222,8 +234,10 @@ class AutoPlacer(Placer):
         if ("post" in self.config.learned and len(action) > 1 and units >= MIN_LEARNED_UNITS
                 and post.max_samples is not None
                 and max_samples >= POST_BUDGET_SHARE * post.max_samples):
+            shared = (evaluator if evaluator is not None
+                      and evaluator.memory_penalty == post.memory_penalty else None)
             found = post_search.search(problem, post, seed, heuristic=out[0][1],
-                                       deadline=deadline)
+                                       deadline=deadline, evaluator=shared)
             spent = found.samples
             if found.fits:
                 out.append(("post", found.devices, problem.simulator.run(found.devices).makespan))
@@ -252,17 +266,17 @@ class AutoPlacer(Placer):
             return np.zeros(problem.graph.num_ops, dtype=np.int32)
         max_samples = self.samples_for(problem)
         deadline = began + cfg.budget_s
-        with self.progress.phase("auto: starting placements", None):
-            starts, spent = self.starts(problem, seed, max_samples=max_samples,
-                                        deadline=deadline)
-            starts = starts[:cfg.starts]
-            self.progress.update(len(starts), starts[0][2])
         measured = cfg.reward == "measured"
-        # A simulated bound says nothing about measured times: no early stop on it then.
-        bound = 0.0 if measured else lower_bound(problem.graph, problem.cluster, problem.op_time)
-        with self._evaluator(problem) as evaluator, \
-                self.progress.phase("auto: local search", max_samples - spent,
-                                    deadline=deadline):
+        with self._evaluator(problem) as evaluator:
+            with self.progress.phase("auto: starting placements", None):
+                starts, spent = self.starts(problem, seed, max_samples=max_samples,
+                                            deadline=deadline,
+                                            evaluator=None if measured else evaluator)
+                starts = starts[:cfg.starts]
+                self.progress.update(len(starts), starts[0][2])
+            # A simulated bound says nothing about measured times: no early stop on it then.
+            bound = 0.0 if measured else lower_bound(problem.graph, problem.cluster,
+                                                     problem.op_time)
             searches, labels = [], []
             for k, (label, devices, start_s) in enumerate(starts):
                 first = LocalSearch(problem, devices, cfg.search, seed=_seed(seed, k, 0),
@@ -270,8 +284,10 @@ class AutoPlacer(Placer):
                 for j in range(cfg.seeds_per_start):
                     searches.append(first if j == 0 else first.fork(_seed(seed, k, j)))
                     labels.append((label, start_s, devices))
-            winner = race(searches, max_samples - spent, deadline=deadline, lower_bound=bound,
-                          progress=self.progress)
+            with self.progress.phase("auto: local search", max_samples - spent,
+                                     deadline=deadline):
+                winner = race(searches, max_samples - spent, deadline=deadline,
+                              lower_bound=bound, progress=self.progress)
             label, start_s, start = labels[searches.index(winner)]
             if measured:  # both ends as measured here, not simulated
                 start_s = evaluator.step_time(start)
@@ -279,15 +295,18 @@ class AutoPlacer(Placer):
             else:
                 end_s = problem.simulator.run(winner.current).makespan
         samples = spent + sum(s.samples for s in searches)
+        simulations = spent + sum(s.simulations for s in searches)
         self.stats = dict(start=label, start_ms=start_s * 1e3, end_ms=end_s * 1e3,
-                          samples=samples, stopped=winner.stopped, curve=winner.curve,
+                          samples=samples, simulations=simulations, stopped=winner.stopped,
+                          curve=winner.curve,
                           searches=[(lab, s.curve[0][1] * 1e3, s.best * 1e3, s.samples)
                                     for (lab, _, _), s in zip(labels, searches)],
                           seconds=time.perf_counter() - began)
         tried = ", ".join(f"{lab} {s.curve[0][1] * 1e3:.1f} -> {s.best * 1e3:.1f} ms"
                           for (lab, _, _), s in zip(labels, searches))
         summary = (f"auto: {len(searches)} local searches from {len(starts)} start(s) in "
-                   f"{samples} {'measured' if measured else 'simulated'} placements ({tried}); "
+                   f"{samples} {'measured' if measured else 'scored'} placements "
+                   f"({'' if measured else f'{simulations} simulated; '}{tried}); "
                    f"the best started from {label} "
                    f"({start_s * 1e3:.2f} "
                    f"ms) and reached {end_s * 1e3:.2f} ms "

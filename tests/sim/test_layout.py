@@ -1,0 +1,142 @@
+"""Tests of tf_autoplace.sim.layout: the simulator on ops renumbered in run order gives the same
+results, field by field, as on the graph's own numbering; a numbering that breaks one of the
+orders the simulator reads does not."""
+
+import numpy as np
+import pytest
+
+from tf_autoplace.errors import InfeasiblePlacementError
+from tf_autoplace.sim import Simulator
+from tf_autoplace.sim.layout import OrderedSimulator, relabel, run_order
+
+from tests.sim.test_simulator import (
+    _assert_matches_reference,
+    make_cluster,
+    random_aliases,
+    random_core_groups,
+    random_graph,
+    random_partners,
+    random_times,
+)
+
+FIELDS = ("peak_memory", "start", "end", "busy", "transfer_tensor", "transfer_op",
+          "transfer_src", "transfer_dst", "transfer_start", "transfer_end")
+
+
+def _shuffled(rng, graph):
+    """The graph with its ops numbered at random (so not in topological order)."""
+    return relabel(graph, rng.permutation(graph.num_ops))[0]
+
+
+def _differences(a, b) -> list[str]:
+    diff = [] if a.makespan == b.makespan else ["makespan"]
+    diff += [f for f in FIELDS if not np.array_equal(getattr(a, f), getattr(b, f))]
+    return diff + ([] if a.transfer_bytes == b.transfer_bytes else ["transfer_bytes"])
+
+
+def _case(seed, *, memory=None, partners=None):
+    """A random case: graph, cluster, op times; with ``memory`` (default: on 3 seeds of 4)
+    views, shared buffers and in-place kernels (:func:`random_aliases`), with ``partners``
+    (default: on every other seed) partner times; ``partners`` is ``(partner,
+    partner_time)`` or None."""
+    rng = np.random.default_rng(seed)
+    n, d = int(rng.integers(2, 60)), int(rng.integers(1, 5))
+    graph = random_graph(rng, n, max_bytes=int(rng.choice([1, 4 * 10**6])))
+    if memory if memory is not None else seed % 4 != 0:
+        graph = random_aliases(rng, graph)
+    graph = _shuffled(rng, graph)
+    cluster = make_cluster(d, bandwidth_gbps=float(rng.uniform(0.5, 10)),
+                           latency_us=float(rng.choice([0.0, 25.0])))
+    if seed % 2:
+        cluster = random_core_groups(rng, cluster)
+    op_time = random_times(rng, n, d, ties=seed % 3 != 0)  # ties: same-time events decide
+    mates = (random_partners(rng, op_time) if (partners if partners is not None
+                                               else seed % 4 >= 2) else None)
+    return rng, graph, cluster, op_time, mates
+
+
+def _simulators(graph, cluster, op_time, mates):
+    kwargs = {} if mates is None else dict(partner=mates[0], partner_time=mates[1])
+    return (Simulator(graph, cluster, op_time, **kwargs),
+            OrderedSimulator(graph, cluster, op_time, **kwargs))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_same_results_as_the_graphs_own_numbering(seed):
+    rng, graph, cluster, op_time, mates = _case(seed)
+    plain, ordered = _simulators(graph, cluster, op_time, mates)
+    for _ in range(5):
+        placement = rng.integers(0, cluster.num_devices, graph.num_ops)
+        a, b = plain.run(placement), ordered.run(placement)
+        assert _differences(a, b) == []
+        assert ordered.makespan(placement) == a.makespan
+        summary = ordered.summary(placement)  # its own numbering, the same totals
+        assert summary.makespan == a.makespan and summary.transfer_bytes == a.transfer_bytes
+        np.testing.assert_array_equal(summary.peak_memory, a.peak_memory)
+        np.testing.assert_array_equal(summary.busy, a.busy)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_matches_the_reference_simulator(seed):
+    # Against the plain-Python reference of tests/sim/test_simulator.py, with buffer reuse,
+    # core groups and partners.
+    rng, graph, cluster, op_time, mates = _case(seed, memory=True, partners=seed % 2 == 0)
+    _, ordered = _simulators(graph, cluster, op_time, mates)
+    partner, partner_time = (None, None) if mates is None else mates
+    for _ in range(3):
+        _assert_matches_reference(ordered, graph, cluster, op_time,
+                                  rng.integers(0, cluster.num_devices, graph.num_ops),
+                                  partner, partner_time)
+
+
+def _broken(make, **case) -> int:
+    """On how many of 40 cases ``make(graph, cluster, op_time)`` simulates differently."""
+    broken = 0
+    for seed in range(40):
+        rng, graph, cluster, op_time, _ = _case(seed, **case)
+        placement = rng.integers(0, cluster.num_devices, graph.num_ops)
+        broken += bool(_differences(Simulator(graph, cluster, op_time).run(placement),
+                                    make(graph, cluster, op_time).run(placement)))
+    return broken
+
+
+def test_a_numbering_that_breaks_the_orders_changes_results():
+    # The same check fails when the renumbered simulator does not keep an order the module
+    # docstring lists: the ops without dependencies (numbered in reverse) or each tensor's
+    # consumers (visited by their new index).
+    def reverse(graph, cluster, op_time):
+        return OrderedSimulator(graph, cluster, op_time, order=np.arange(graph.num_ops)[::-1])
+    assert _broken(reverse, memory=False, partners=False) >= 20
+
+    def new_consumer_order(graph, cluster, op_time):
+        ordered = OrderedSimulator(graph, cluster, op_time)
+        renumbered, _ = relabel(graph, ordered.order)
+        ordered._inner = Simulator(renumbered, cluster, ordered.op_time[ordered.order])
+        return ordered
+    assert _broken(new_consumer_order, memory=False, partners=False) >= 10
+
+
+def test_run_order_keeps_the_ops_without_inputs_first_in_their_order():
+    _, graph, _, _, _ = _case(3)
+    order = run_order(graph)
+    assert sorted(order.tolist()) == list(range(graph.num_ops))
+    has_input = np.zeros(graph.num_ops, bool)
+    has_input[graph.edge_dst] = has_input[graph.ctrl_dst] = True
+    sources = np.flatnonzero(~has_input)
+    np.testing.assert_array_equal(order[:len(sources)], sources)
+    position = np.empty(graph.num_ops, np.int64)
+    position[order] = np.arange(graph.num_ops)
+    src = np.concatenate([graph.edge_src, graph.ctrl_src])
+    dst = np.concatenate([graph.edge_dst, graph.ctrl_dst])
+    assert np.all(position[src] < position[dst])  # a FIFO device starts producers first
+
+
+def test_a_bad_placement_is_named_as_the_simulator_names_it():
+    _, graph, cluster, op_time, _ = _case(4)
+    ordered = OrderedSimulator(graph, cluster, op_time)
+    with pytest.raises(InfeasiblePlacementError, match="expected"):
+        ordered.run(np.zeros(graph.num_ops + 1, np.int32))
+    bad = np.zeros(graph.num_ops, np.int32)
+    bad[1] = cluster.num_devices
+    with pytest.raises(InfeasiblePlacementError, match=repr(graph.names[1])):
+        ordered.run(bad)
