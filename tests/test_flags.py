@@ -43,11 +43,6 @@ RUNS = {
     # Settings of a placement that is off: a warning at parsing, then the unplaced run.
     "settings_without_autoplace": ["--autoplace_cluster=cpu2", "--autoplace_budget_s=5"],
     "bad_placer": ["--autoplace=no_such_placer", f"--autoplace_cluster={CPU2}"],
-    "bad_cluster": ["--autoplace=m_etf", "--autoplace_cluster={dir}/bad.pbtxt"],
-    "bad_budget": ["--autoplace=m_etf", f"--autoplace_cluster={CPU2}",
-                   "--autoplace_budget_s=-1"],
-    "bad_policy": ["--autoplace=m_etf", f"--autoplace_cluster={CPU2}",
-                   "--autoplace_policy={dir}"],
     # A placer's setting from the command line: a Post search of 24 placements.
     "post_option": ["--autoplace=post", f"--autoplace_cluster={CPU2}",
                     "--autoplace_placer_option=max_samples=24",
@@ -62,7 +57,6 @@ RUNS = {
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, repo_root):
     workdir = tmp_path_factory.mktemp("example_train")
-    (workdir / "bad.pbtxt").write_text('device { name: "/device:CPU:0" kind: ')
     (workdir / "profile.pbtxt").write_text(
         'op { name: "not_in_the_graph" device_kind: "CPU" compute_time_us: 5 }')
     pythonpath = os.pathsep.join(p for p in (repo_root, os.environ.get("PYTHONPATH")) if p)
@@ -136,17 +130,28 @@ def test_report_json_is_written_and_valid(runs):
                                "autoplace_placer_option": [], "autoplace_verify": 0}
 
 
-@pytest.mark.parametrize("name, message", [
-    ("bad_placer", "'no_such_placer' is not a placer"),
-    ("bad_cluster", "malformed cluster spec"),
-    ("bad_budget", "--autoplace_budget_s must be >= 0"),
-    ("bad_policy", "go with a learned placer"),
-])
-def test_bad_flags_exit_nonzero_with_clear_message(runs, name, message):
-    rc, out, err, _ = runs[name]
+def test_a_bad_flag_stops_the_binary_before_it_trains(runs):
+    rc, out, err, _ = runs["bad_placer"]
     assert rc != 0
-    assert message in err
+    assert "'no_such_placer' is not a placer" in err
     assert "step " not in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--autoplace=m_etf", "--autoplace_cluster={dir}/bad.pbtxt"], "malformed cluster spec"),
+    (["--autoplace=m_etf", f"--autoplace_cluster={CPU2}", "--autoplace_budget_s=-1"],
+     "--autoplace_budget_s must be >= 0"),
+    (["--autoplace=m_etf", f"--autoplace_cluster={CPU2}", "--autoplace_policy={dir}"],
+     "go with a learned placer"),
+])
+def test_bad_flags_are_refused_at_parsing_with_a_clear_message(tmp_path, argv, message):
+    # In this process, as the binary above parses them (each binary imports TensorFlow).
+    (tmp_path / "bad.pbtxt").write_text('device { name: "/device:CPU:0" kind: ')
+    try:
+        with pytest.raises(flags.Error, match=re.escape(message)):
+            flags.FLAGS(["train.py", *(arg.format(dir=tmp_path) for arg in argv)])
+    finally:
+        flags.FLAGS.unparse_flags()
 
 
 def test_a_placer_option_reaches_the_placer(runs):

@@ -1,7 +1,9 @@
 """``tf-autoplace place`` end to end, as a user runs it: a subprocess per invocation.
 
 Every invocation imports TensorFlow (seconds each), so all of them are started together once per
-module and the tests read their results.
+module and the tests read their results. Invocations that only fail on their input (a damaged
+or missing graph, a bad cluster, an unknown placer, a placement of another graph) run the
+command's ``place.run`` in this process, where TensorFlow is loaded already.
 """
 
 import json
@@ -40,20 +42,12 @@ RUNS = {
     "measured": ("cnn_meta.pbtxt", "placed_measured.pbtxt",
                  ["--placer=m_etf", "--measure_steps=15", "--report_json={dir}/r_measured.json",
                   "--trace_json={dir}/t_measured.json"]),
-    "corrupt_input": ("corrupt.pb", "out_corrupt.pb", ["--report_json={dir}/r_corrupt.json"]),
-    "missing_input": ("missing.pb", "out_missing.pb", ["--report_json={dir}/r_missing.json"]),
-    "bad_cluster": ("cnn.pb", "out_cluster.pb", ["--cluster={dir}/bad_cluster.pbtxt",
-                                                 "--report_json={dir}/r_cluster.json"]),
-    "unknown_placer": ("cnn.pb", "out_placer.pb", ["--placer=no_such_placer",
-                                                   "--report_json={dir}/r_placer.json"]),
     # The same input and seed, twice: the same bytes.
     "repeat_1": ("cnn.pb", "repeat_1.pb", ["--placer=m_etf", "--seed=3"]),
     "repeat_2": ("cnn.pb", "repeat_2.pb", ["--placer=m_etf", "--seed=3"]),
     # A placement saved by an earlier run, applied without searching.
     "saved_placement": ("cnn.pb", "placed_saved.pb", ["--placement={dir}/saved.pbtxt",
                                                       "--report_json={dir}/r_saved.json"]),
-    "foreign_placement": ("tiny.pb", "out_foreign.pb", ["--placement={dir}/saved.pbtxt",
-                                                        "--report_json={dir}/r_foreign.json"]),
     # Measured op times (one op made very slow) instead of the analytical estimates.
     "profiled": ("cnn.pb", "placed_profiled.pb", ["--placer=m_etf",
                                                   "--cost_profile={dir}/cnn_profile.pbtxt",
@@ -63,6 +57,30 @@ RUNS = {
                                                      "--placer_option=max_samples=24",
                                                      "--report_json={dir}/r_option.json"]),
 }
+
+# name -> (input file, output file, place.run settings) for the failing invocations run in this
+# process ({dir}: the module's directory).
+ERROR_RUNS = {
+    "corrupt_input": ("corrupt.pb", "out_corrupt.pb", dict(report_json="{dir}/r_corrupt.json")),
+    "missing_input": ("missing.pb", "out_missing.pb", dict(report_json="{dir}/r_missing.json")),
+    "bad_cluster": ("cnn.pb", "out_cluster.pb", dict(cluster="{dir}/bad_cluster.pbtxt",
+                                                     report_json="{dir}/r_cluster.json")),
+    "unknown_placer": ("cnn.pb", "out_placer.pb", dict(placer="no_such_placer",
+                                                       report_json="{dir}/r_placer.json")),
+    "foreign_placement": ("tiny.pb", "out_foreign.pb", dict(placement="{dir}/saved.pbtxt",
+                                                            report_json="{dir}/r_foreign.json")),
+}
+
+
+def _run_failing(workdir, name, capsys):
+    """``place.run`` of ERROR_RUNS[name] in this process: (status, stderr)."""
+    inp, out, settings = ERROR_RUNS[name]
+    kwargs = dict(cluster=CPU2_SPLIT, placer="m_etf", seed=0, max_groups=2000,
+                  report_json=None, progress=False)
+    kwargs.update({key: value.format(dir=workdir) for key, value in settings.items()})
+    capsys.readouterr()
+    status = place.run(str(workdir / inp), str(workdir / out), **kwargs)
+    return status, capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")
@@ -192,19 +210,17 @@ def test_a_cost_profile_replaces_the_estimates_of_the_ops_it_names(runs):
     ("bad_cluster", "bad_cluster.pbtxt: malformed cluster spec"),
     ("unknown_placer", "no_such_placer"),
 ])
-def test_errors_exit_non_zero_with_a_message_and_write_nothing(runs, name, message):
-    workdir, results, _ = runs
-    code, stdout, stderr = results[name]
+def test_errors_exit_non_zero_with_a_message_and_write_nothing(runs, capsys, name, message):
+    workdir, _, _ = runs
+    code, stderr = _run_failing(workdir, name, capsys)
     assert code != 0
     error_lines = [line for line in stderr.splitlines() if line.startswith("error: ")]
     assert len(error_lines) == 1, stderr
     assert re.search(message, error_lines[0]), error_lines[0]
     assert "Traceback" not in stderr
-    _, out, extra = RUNS[name]
+    _, out, settings = ERROR_RUNS[name]
     assert not (workdir / out).exists()
-    report = [flag.split("=", 1)[1].format(dir=workdir) for flag in extra
-              if flag.startswith("--report_json")]
-    assert report and not os.path.exists(report[0])
+    assert not os.path.exists(settings["report_json"].format(dir=workdir))
     assert not list(workdir.glob(".tmp_autoplace_*"))  # no half-written temporary left
 
 
@@ -281,9 +297,9 @@ def test_a_saved_placement_is_applied_without_searching(runs):
     assert report["step_time_s"] == pytest.approx(inputs["saved"].step_time_s)
 
 
-def test_a_placement_for_another_graph_fails_and_writes_nothing(runs):
-    workdir, results, _ = runs
-    rc, _, err = results["foreign_placement"]
+def test_a_placement_for_another_graph_fails_and_writes_nothing(runs, capsys):
+    workdir, _, _ = runs
+    rc, err = _run_failing(workdir, "foreign_placement", capsys)
     assert rc == 1 and "was made for another graph" in err
     assert not (workdir / "out_foreign.pb").exists() and not (workdir / "r_foreign.json").exists()
 
