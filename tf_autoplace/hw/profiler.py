@@ -27,8 +27,10 @@ it came from (``scope/MatMul_2``, :func:`grappler_origin`). Other nodes the runt
 (Send/Recv, Grappler's new constants) are not graph ops and are not written; the description
 counts them with the rest.
 
-Each kind's run also records its median untraced step and its median traced step
-(``DeviceRun``): the sum of the ops' times over the traced step they were measured in is how
+Each kind's run also records its untraced step (the median over :data:`STEP_SESSIONS` Sessions
+of each one's median: on a shared machine one Session's median moves by a fifth from one
+Session to the next, and this step calibrates every op time,
+:func:`tf_autoplace.pipeline.prepare.calibrate`) and its median traced step (``DeviceRun``): the sum of the ops' times over the traced step they were measured in is how
 many ops the process ran at once (:func:`parallelism`), which ``tf-autoplace profile`` writes
 into the cluster's core group. The traced step, not the untraced one: on a shared machine the
 load changes between the untraced and the traced steps, and a ratio across them swings with
@@ -64,6 +66,7 @@ from tf_autoplace.hw.workload import Workload
 from tf_autoplace.proto import cost_profile_pb2
 
 DEFAULT_CONFIG = RunConfig(steps=10, warmup_steps=3, trace_steps=10)
+STEP_SESSIONS = 3  # Sessions whose median untraced step is the run's step
 _ARITHMETIC = "ArithmeticOptimizer/"
 
 
@@ -220,8 +223,9 @@ def profile_ops(workload: Workload, *, kinds=None, config: RunConfig = DEFAULT_C
                 devices=None) -> cost_profile_pb2.CostProfile:
     """Measure every op of ``workload`` on each of ``kinds`` (default: :func:`local_kinds`; the
     kinds of ``devices`` when given) and return the profile (module docstring).
-    ``config.steps`` untraced steps time the run, then ``config.trace_steps`` (>= 1) steps are
-    traced (its ``DeviceRun``). ``partners``: also run the calibration that finds the ops whose
+    ``config.steps`` untraced steps time the run (in each of :data:`STEP_SESSIONS` Sessions:
+    the run's step is the median of their medians), then ``config.trace_steps`` (>= 1) steps
+    are traced (its ``DeviceRun``). ``partners``: also run the calibration that finds the ops whose
     kernel changes apart from a partner. ``devices`` (kind -> device name; default
     ``/device:<kind>:0``) says which device of each kind runs the graph: on a TensorFlow
     cluster (``config.target``), one task's (``/job:worker/replica:0/task:1/device:CPU:0``)."""
@@ -240,7 +244,13 @@ def profile_ops(workload: Workload, *, kinds=None, config: RunConfig = DEFAULT_C
     for kind in kinds:
         device = devices.get(kind, f"/device:{kind}:0")
         cfg = config if kind == "CPU" else dataclasses.replace(config, soft_placement=True)
-        measured = run(workload, {name: device for name in names}, cfg)
+        assignment = {name: device for name in names}
+        measured = run(workload, assignment, cfg)
+        # The untraced step calibrates the op times: one Session's median moves by a fifth
+        # from one Session to the next on a shared machine, so it is the median over several.
+        step_s = float(np.median([measured.step_time_s] + [
+            run(workload, assignment, dataclasses.replace(cfg, trace_steps=0)).step_time_s
+            for _ in range(STEP_SESSIONS - 1)]))
         per_step = [op_times(trace, kind, names, device if devices else None)
                     for trace in measured.traces]
         ran_anywhere = set()
@@ -266,12 +276,12 @@ def profile_ops(workload: Workload, *, kinds=None, config: RunConfig = DEFAULT_C
                 entry.partner = apart[node.name][0]
                 entry.partner_apart_time_us = apart[node.name][1] * 1e6
             profile.op.append(entry)
-        profile.run.add(device_kind=kind, step_time_us=measured.step_time_s * 1e6,
+        profile.run.add(device_kind=kind, step_time_us=step_s * 1e6,
                         traced_step_time_us=float(np.median(
                             [trace.span_s for trace in measured.traces])) * 1e6)
         notes.append(f"{kind}: {timed} ops timed, {skipped} did not execute in a step (0), "
                      f"{len(apart)} change kernel apart from a partner, "
-                     f"step {measured.step_time_s * 1e3:.2f} ms")
+                     f"step {step_s * 1e3:.2f} ms (median of {STEP_SESSIONS} sessions)")
     profile.description = "; ".join(
         ([description] if description else [])
         + [f"median of {config.trace_steps} traced steps after {config.warmup_steps} warm-up"]
