@@ -164,3 +164,24 @@ def test_a_profiled_problem_simulates_the_graph_tensorflow_executes(cnn):
     if any(op.partner for op in profile.op):
         grad = graph.index("gradients/right_pool/MaxPool_grad/MaxPoolGrad")
         assert problem.partner[grad] == graph.index("right_pool/MaxPool")
+
+
+def test_the_runs_step_is_the_median_over_several_sessions(cnn, monkeypatch):
+    from tf_autoplace.hw import profiler
+    from tf_autoplace.hw.runner import Measurement
+
+    _, workload, profile = cnn
+    real_run, sessions = profiler.run, []
+
+    def run(workload, assignment, config):
+        measured = real_run(workload, assignment, config)
+        sessions.append(config.trace_steps)
+        step = (0.030, 0.001, 0.002)[len(sessions) - 1]  # a slow Session, then two fast
+        return Measurement(step_times_s=np.full(3, step), traces=measured.traces,
+                           devices=measured.devices)
+
+    monkeypatch.setattr(profiler, "run", run)
+    again = profile_ops(workload, kinds=("CPU",), config=CONFIG, partners=False)
+    assert len(sessions) == profiler.STEP_SESSIONS == 3
+    assert sessions[1:] == [0, 0]  # only the first Session is traced
+    assert again.run[0].step_time_us == pytest.approx(2000.0)  # the median, not the first
