@@ -38,23 +38,13 @@ import numpy as np
 from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.graph.opgraph import OpGraph
 from tf_autoplace.sim.jit import cached_njit
-from tf_autoplace.sim.simulator import SimResult, Simulator, check_op_time, check_partners
-
-
-def _dependencies(graph: OpGraph) -> tuple[np.ndarray, np.ndarray, int]:
-    """``(keys, consumer, t)``: every (tensor, consumer) dependency the simulator keeps, as
-    ``tensor * n + consumer`` sorted (so by tensor, then consumer), with tensors numbered as
-    the simulator numbers them (graph tensors ``0..t-1``, op ``s``'s control dummy ``t + s``)."""
-    n, t = graph.num_ops, len(graph.tensor_op)
-    data = graph.edge_src.astype(np.int64) * n + graph.edge_dst
-    ctrl = graph.ctrl_src.astype(np.int64) * n + graph.ctrl_dst
-    keep = ~np.isin(ctrl, data)  # a data edge orders the pair already
-    tensor = np.concatenate([graph.edge_tensor.astype(np.int64),
-                             t + graph.ctrl_src[keep].astype(np.int64)])
-    consumer = np.concatenate([graph.edge_dst.astype(np.int64),
-                               graph.ctrl_dst[keep].astype(np.int64)])
-    keys = np.unique(tensor * n + consumer)
-    return keys, keys % n, t
+from tf_autoplace.sim.simulator import (
+    SimResult,
+    Simulator,
+    check_op_time,
+    check_partners,
+    dependency_keys,
+)
 
 
 @cached_njit
@@ -94,7 +84,8 @@ def run_order(graph: OpGraph) -> np.ndarray:
     first, in their own order, as the simulator queues them; a step of any placement follows
     this order in broad strokes, so ops that run close in time get close indices."""
     n = graph.num_ops
-    keys, consumer, _ = _dependencies(graph)
+    keys = dependency_keys(graph)
+    consumer = keys % n
     producer = np.concatenate([graph.tensor_op.astype(np.int64), np.arange(n)])[keys // n]
     ptr, cons = _csr(producer, consumer, n)
     order = _fifo(n, ptr, cons, np.bincount(consumer, minlength=n).astype(np.int64))

@@ -695,6 +695,22 @@ def _readonly(*arrays):
         a.setflags(write=False)
 
 
+def dependency_keys(graph: OpGraph) -> np.ndarray:
+    """Every (tensor, consumer) dependency the simulator keeps, as ``tensor * n + consumer``,
+    sorted (so by tensor, then consumer) and unique. Tensors are numbered as the simulator
+    numbers them: graph tensors ``0..t-1``, then op ``s``'s control dummy as ``t + s``; a
+    control edge between two ops a data edge already orders is dropped."""
+    n, t = graph.num_ops, len(graph.tensor_op)
+    data = graph.edge_src.astype(np.int64) * n + graph.edge_dst
+    ctrl = graph.ctrl_src.astype(np.int64) * n + graph.ctrl_dst
+    keep = ~np.isin(ctrl, data)
+    tensor = np.concatenate([graph.edge_tensor.astype(np.int64),
+                             t + graph.ctrl_src[keep].astype(np.int64)])
+    consumer = np.concatenate([graph.edge_dst.astype(np.int64),
+                               graph.ctrl_dst[keep].astype(np.int64)])
+    return np.unique(tensor * n + consumer)
+
+
 class Simulator:
     """Predicts step time and peak memory of placements of one graph on one cluster.
 
@@ -734,17 +750,9 @@ class Simulator:
         self._exec_base = np.concatenate([[0], np.cumsum(cores)]).astype(np.int32)
 
         # Tensor ids: graph tensors 0..t-1, then the control dummy of op s as t + s (0 bytes).
-        edge_src = graph.edge_src.astype(np.int64)
-        data_pairs = edge_src * n + graph.edge_dst
-        ctrl_pairs = graph.ctrl_src.astype(np.int64) * n + graph.ctrl_dst
-        keep = ~np.isin(ctrl_pairs, data_pairs)  # a data edge orders the pair already
-        ctrl_src = graph.ctrl_src[keep].astype(np.int64)
-        ctrl_dst = graph.ctrl_dst[keep].astype(np.int64)
-        dep_tensor = np.concatenate([graph.edge_tensor.astype(np.int64), t + ctrl_src])
-        dep_op = np.concatenate([graph.edge_dst.astype(np.int64), ctrl_dst])
-        # One pair per (tensor, consumer op), sorted by tensor then op.
-        key = np.unique(dep_tensor * n + dep_op)
+        key = dependency_keys(graph)
         dep_tensor, dep_op = key // n, key % n
+        ctrl_src = dep_tensor[dep_tensor >= t] - t
         pair_at = None  # pair_at[p]: where pair p of ``key`` is in the kernel's pair order
         if consumer_rank is not None:  # each tensor's consumers in that order instead
             by = np.lexsort((np.asarray(consumer_rank)[dep_op], dep_tensor))
