@@ -85,3 +85,16 @@ def test_busy_figures_are_marked_not_publishable():
     assert "Not publishable" in fidelity.markdown([busy], title="t")
     quiet = dataclasses.replace(busy, load=(0.5, 1.2))
     assert quiet.quiet and "Not publishable" not in fidelity.markdown([quiet], title="t")
+
+
+def test_the_drift_compares_the_rounds_single_device_step_with_the_profiles():
+    result = fidelity.GraphResult(
+        graph="g", num_ops=1, labels=("single 0 = best_heuristic", "single 1", "random 0"),
+        transfers=(0, 0, 5), measured_s=(0.012, 0.013, 0.02),
+        simulated_s={v: (0.015, 0.015, 0.02) for v in fidelity.VARIANTS}, load=(0.5, 0.6),
+        steps=15, profile_step_s=0.015)
+    assert result.drift() == pytest.approx(0.8)
+    assert "15.00 ms; the rounds measured that placement at 12.00 ms (0.80x)" in (
+        fidelity.markdown([result], title="t"))
+    assert dataclasses.replace(result, profile_step_s=0.0).drift() is None
+    assert dataclasses.replace(result, labels=("a", "b", "c")).drift() is None

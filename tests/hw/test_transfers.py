@@ -63,7 +63,7 @@ def test_ladder_placements_cut_from_no_edge_to_every_edge():
     assert len({p.tobytes() for p in placements.values()}) == len(placements)
 
 
-def test_the_send_fit_counts_tensorflows_sends_and_fits_the_cpu_time():
+def test_the_send_fit_counts_tensorflows_sends_and_fits_the_work_per_send():
     cluster = Cluster.local(num_logical_cpus=2)
     config = RunConfig(steps=3, warmup_steps=1)
     fitted, fits = profile_send_costs(cluster, config=config)
@@ -71,6 +71,7 @@ def test_the_send_fit_counts_tensorflows_sends_and_fits_the_cpu_time():
     single, alternate = fit.sends[0], fit.sends[1]
     assert single == 0 and alternate > 0  # TF's own count, from its partition graphs
     assert fit.send_s >= 0 and fit.base_s >= 0 and len(fit.seconds) == len(fit.sends)
+    assert fit.busy_cores >= 1 and fit.send_s == pytest.approx(fit.step_send_s * fit.busy_cores)
     assert fitted.latency[0, 1] == fitted.latency[1, 0] == fit.send_s
     np.testing.assert_array_equal(fitted.bandwidth, cluster.bandwidth)
 

@@ -22,8 +22,9 @@ With ``--out_cluster`` it also measures the local cluster (``--num_logical_cpus`
 CPUs, or 0: the GPUs and the CPU host; ``tf_autoplace.hw.transfers``): chains of copies of
 several sizes between every pair of devices give each link's latency and bandwidth; between
 two devices that share a core group (logical CPUs of one process) a ladder of small ops under
-placements with more and more of TensorFlow's Sends gives the CPU time one Send adds to a
-step, which becomes their link latency (work on the shared cores); and the core group gets as
+placements with more and more of TensorFlow's Sends gives the time one Send adds to a step,
+times the cores the process kept busy, which becomes their link latency (work on the shared
+cores); and the core group gets as
 many cores as the profiled run ran ops at once (the sum of its ops' times over its traced
 step, rounded, between 1 and the host's cores; ``tf_autoplace.hw.profiler.with_profiled_cores``).
 It writes this machine's text ``ClusterSpec`` with those figures.
@@ -107,9 +108,7 @@ def main(argv):
             _print_fits(cluster, fits)
             cluster, sends = transfers.profile_send_costs(cluster, config=ladder_config)
             for group, fit in sends.items():
-                print(f"core group {group!r}: one Send adds {fit.send_s * 1e6:.2f} us of CPU work "
-                      f"(ladder, {min(fit.sends)}..{max(fit.sends)} Sends, rms residual "
-                      f"{fit.rms_error_s * 1e6:.1f} us): its links' latency")
+                print(f"core group {group!r}: {fit.summary()}: its links' latency")
             cluster, ran = with_profiled_cores(cluster, profile)
             cores = ", ".join(f"{name!r}: {c}" for name, c in cluster.core_groups)
             if ran is not None:

@@ -15,8 +15,8 @@ or a user's own GraphDef/MetaGraphDef file, :func:`evaluate_file`), :func:`evalu
    count once;
 3. profiles the graph's ops on this machine (:func:`tf_autoplace.hw.profiler.profile_ops`)
    and, once per run, the links between its devices
-   (:func:`tf_autoplace.hw.transfers.profile_links`, and within a core group the CPU work of
-   one Send, :func:`~tf_autoplace.hw.transfers.profile_send_costs`);
+   (:func:`tf_autoplace.hw.transfers.profile_links`, and within a core group the work of one
+   Send, :func:`~tf_autoplace.hw.transfers.profile_send_costs`);
 4. simulates every placement under each cost variant (:data:`VARIANTS`): the analytical costs
    on the local cluster as ``Cluster.local`` describes it, the profiled costs on the profiled
    cluster, the profiled costs on that cluster with its shared-core groups removed (the
@@ -183,6 +183,8 @@ class GraphResult:
       measured_low_s / measured_high_s: [P] the medians' 95% bootstrap intervals.
       distinguishable: (pairs of placements whose intervals do not overlap, all pairs).
       steps: timed rounds per placement.
+      profile_step_s: the profile's untraced single-device step (what the op times were
+        calibrated to; 0 when unknown).
     """
 
     graph: str
@@ -197,6 +199,7 @@ class GraphResult:
     measured_high_s: tuple[float, ...] = ()
     distinguishable: tuple[int, int] = (0, 0)
     steps: int = 0
+    profile_step_s: float = 0.0
 
     @property
     def quiet(self) -> bool:
@@ -208,6 +211,16 @@ class GraphResult:
 
     def relative_error(self, variant: str) -> float:
         return median_relative_error(self.simulated_s[variant], self.measured_s)
+
+    def drift(self) -> float | None:
+        """The protocol's measured single-device step over the profile's (``single 0``, the
+        placement the profile ran): how far this machine moved between the profile and the
+        measurements, which shifts every calibrated prediction alike and which no cost model
+        can remove. None when either is unknown."""
+        single = [k for k, label in enumerate(self.labels) if label.startswith("single 0")]
+        if not single or not self.profile_step_s > 0:
+            return None
+        return self.measured_s[single[0]] / self.profile_step_s
 
 
 def local_cluster(num_logical_cpus: int) -> Cluster:
@@ -379,7 +392,8 @@ def evaluate(name: str, meta_graph, workload: Workload, config: Config,
                        measured_low_s=tuple(m.low_s for m in measured),
                        measured_high_s=tuple(m.high_s for m in measured),
                        distinguishable=(pairs, len(measured) * (len(measured) - 1) // 2),
-                       steps=config.run.steps)
+                       steps=config.run.steps,
+                       profile_step_s=profiled.measured_steps().get("CPU", 0.0))
 
 
 def markdown(results: list[GraphResult], *, title: str) -> str:
@@ -404,6 +418,7 @@ def markdown(results: list[GraphResult], *, title: str) -> str:
         lines += ["", f"### {r.graph} ({r.num_ops} ops)", "", f"Profile: {r.profile_note}", "",
                   "Spearman of cross-device transfers (analytical simulation) and measured "
                   f"step time: {spearman(r.transfers, r.measured_s):.3f}", "",
+                  *_drift_lines(r),
                   f"| placement | transfers | measured ms (median of {r.steps} [95% interval]) | "
                   + " | ".join(f"{v} ms" for v in VARIANTS) + " |",
                   "| --- | ---: | ---: | " + " | ".join("---:" for _ in VARIANTS) + " |"]
@@ -415,6 +430,16 @@ def markdown(results: list[GraphResult], *, title: str) -> str:
                          + " | ".join(f"{r.simulated_s[v][k] * 1e3:.2f}" for v in VARIANTS)
                          + " |")
     return "\n".join(lines) + "\n"
+
+
+def _drift_lines(result: GraphResult) -> list[str]:
+    drift = result.drift()
+    if drift is None:
+        return []
+    return [f"The profile's single-device step (the calibration point) was "
+            f"{result.profile_step_s * 1e3:.2f} ms; the rounds measured that placement at "
+            f"{drift * result.profile_step_s * 1e3:.2f} ms ({drift:.2f}x): the machine's speed "
+            "between the two, which moves every calibrated prediction alike.", ""]
 
 
 def progress(message: str) -> None:

@@ -33,13 +33,17 @@ cores with the ops. :func:`measure_send_cost` times that in context: a *ladder* 
 previous value, as layers of a network do), under placements that cut from none to every
 edge (all on one device, alternate chains, a share of ops moved, random). For each placement
 TensorFlow's own Send count is read from the partition graphs it runs (Grappler on, as in a
-user's step), the placements run in interleaved rounds, and the median CPU time the process
-spends on a step (all its threads) is regressed on the Send count: the slope is the work one
-Send adds. CPU time rather than wall time: on a shared machine a step's wall time also holds
-the time other processes had the cores, which changes from one round to the next, while the
-work does not, so the CPU slope is the steadier of the two. The simulator charges it as the
-link latency between two devices of a core group, work on the group's cores
-(:func:`profile_send_costs`; ``tf-autoplace profile --out_cluster`` writes it).
+user's step), the placements run in interleaved rounds, and the median wall time of a step is
+regressed on the Send count: the slope is the time one Send adds to a step. The simulator
+charges a Send as work on the group's cores, and the process ran the ladder's steps on more
+than one core at once, so that slope is multiplied by the cores the Send-free placement kept
+busy (its median CPU time, all threads, over its median wall time) to give the work one Send
+adds. Why not regress CPU time on Sends directly: the executor's threads spin while they wait
+for work, and how long they spin depends on what else the machine runs, so on this shared
+machine that slope moved from 1.7 to 10.6 us between runs while the wall-time slope stayed
+within 2.6-3.6 us (docs/experiments.md). The simulator charges the fitted work as the link
+latency between two devices of a core group (:func:`profile_send_costs`;
+``tf-autoplace profile --out_cluster`` writes it).
 """
 
 from __future__ import annotations
@@ -189,18 +193,30 @@ class SendFit:
     """The work one Send adds to a step, fitted on ladder placements (module docstring).
 
     Attributes:
-      send_s: CPU seconds one Send/Recv pair adds to a step (>= 0).
-      base_s: the fitted CPU seconds of a step without a Send (>= 0).
+      send_s: core seconds of work one Send/Recv pair adds to a step (>= 0):
+        ``step_send_s * busy_cores``.
+      step_send_s: wall seconds one Send adds to a step (the fitted slope, >= 0).
+      busy_cores: cores the Send-free placement kept busy (CPU over wall time, >= 1).
+      base_s: the fitted wall seconds of a step without a Send (>= 0).
       sends: TensorFlow's Send count of each placement.
-      seconds: the median CPU seconds of a step of each placement.
+      seconds: the median wall seconds of a step of each placement.
       rms_error_s: root-mean-square residual of the fit (s).
     """
 
     send_s: float
+    step_send_s: float
+    busy_cores: float
     base_s: float
     sends: tuple[int, ...]
     seconds: tuple[float, ...]
     rms_error_s: float
+
+    def summary(self) -> str:
+        """One line for a log: what one Send adds and what the fit stands on."""
+        return (f"one Send adds {self.step_send_s * 1e6:.2f} us to a step, "
+                f"{self.send_s * 1e6:.2f} us of work on {self.busy_cores:.2f} busy cores "
+                f"(ladder, {min(self.sends)}..{max(self.sends)} Sends, rms residual "
+                f"{self.rms_error_s * 1e6:.1f} us)")
 
 
 def _ladder_graph(width: int, length: int, size: int = 2048):
@@ -246,7 +262,7 @@ def count_sends(partition_graphs) -> int:
 def measure_send_cost(a: str, b: str, *, width: int = 8, length: int = 40, seed: int = 0,
                       config: RunConfig = LADDER_CONFIG) -> SendFit:
     """Run the ladder's placements between devices ``a`` and ``b`` in interleaved rounds and
-    fit the CPU time one Send adds to a step (module docstring). ``config.steps`` rounds after
+    fit the work one Send adds to a step (module docstring). ``config.steps`` rounds after
     ``config.warmup_steps``; ``seed`` draws the placements and the rounds' orders."""
     if a == b:
         raise ConfigError(f"a Send joins two devices; got {a!r} twice")
@@ -265,7 +281,7 @@ def measure_send_cost(a: str, b: str, *, width: int = 8, length: int = 40, seed:
         for assignment in assignments:
             sessions.append(PlacedSession(workload, assignment, config))
         sends = [count_sends(placed.partition_graphs()) for placed in sessions]
-        seconds = np.median(_cpu_per_step(sessions, config, seed), axis=1)
+        wall, cpu = _timed_steps(sessions, config, seed)
     finally:
         for placed in sessions:
             placed.close()
@@ -273,28 +289,32 @@ def measure_send_cost(a: str, b: str, *, width: int = 8, length: int = 40, seed:
     if len(np.unique(x)) < 2:
         raise ConfigError(f"the ladder's placements between {a} and {b} all made {sends[0]} "
                           "Sends; nothing to fit")
+    seconds = np.median(wall, axis=1)
     base, per_send = _nonnegative_line(x, seconds)
     residual = seconds - (base + per_send * x)
-    return SendFit(send_s=per_send, base_s=base, sends=tuple(sends),
-                   seconds=tuple(seconds.tolist()),
+    free = int(np.argmin(x))  # the Send-free placement ("single")
+    busy = max(float(np.median(cpu[free]) / seconds[free]), 1.0) if seconds[free] > 0 else 1.0
+    return SendFit(send_s=per_send * busy, step_send_s=per_send, busy_cores=busy, base_s=base,
+                   sends=tuple(sends), seconds=tuple(seconds.tolist()),
                    rms_error_s=float(np.sqrt(np.mean(residual ** 2))))
 
 
-def _cpu_per_step(sessions, config: RunConfig, seed: int) -> np.ndarray:
-    """[P, config.steps] CPU seconds of this process (all threads) in each timed step of each
-    session: warm-up steps, then rounds in which every session steps once, in an order
-    shuffled per round with ``seed``."""
+def _timed_steps(sessions, config: RunConfig, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """([P, config.steps] wall seconds, the same in CPU seconds of this process, all threads)
+    of each timed step of each session: warm-up steps, then rounds in which every session
+    steps once, in an order shuffled per round with ``seed``."""
     rng = np.random.default_rng(seed)
     for placed in sessions:
         for _ in range(config.warmup_steps):
             placed.step()
-    out = np.empty((len(sessions), config.steps))
+    wall = np.empty((len(sessions), config.steps))
+    cpu = np.empty_like(wall)
     for r in range(config.steps):
         for k in rng.permutation(len(sessions)).tolist():
             began = time.process_time()
-            sessions[k].step()
-            out[k, r] = time.process_time() - began
-    return out
+            wall[k, r] = sessions[k].step()
+            cpu[k, r] = time.process_time() - began
+    return wall, cpu
 
 
 def profile_send_costs(cluster: Cluster, *, config: RunConfig = LADDER_CONFIG,
