@@ -166,22 +166,24 @@ def test_a_profiled_problem_simulates_the_graph_tensorflow_executes(cnn):
         assert problem.partner[grad] == graph.index("right_pool/MaxPool")
 
 
-def test_the_runs_step_is_the_median_over_several_sessions(cnn, monkeypatch):
+def test_the_runs_step_is_the_median_over_interleaved_sessions(cnn, monkeypatch):
     from tf_autoplace.hw import profiler
     from tf_autoplace.hw.runner import Measurement
 
     _, workload, profile = cnn
-    real_run, sessions = profiler.run, []
+    real_interleaved, calls = profiler.run_interleaved, []
 
-    def run(workload, assignment, config):
-        measured = real_run(workload, assignment, config)
-        sessions.append(config.trace_steps)
-        step = (0.030, 0.001, 0.002)[len(sessions) - 1]  # a slow Session, then two fast
-        return Measurement(step_times_s=np.full(3, step), traces=measured.traces,
-                           devices=measured.devices)
+    def run_interleaved(workload, assignments, config):
+        measured = real_interleaved(workload, assignments, config)
+        calls.append((len(assignments), config.trace_steps))
+        steps = (0.030, 0.001, 0.002, 0.003, 0.004)  # a slow Session, then faster ones
+        return [Measurement(step_times_s=np.full(3, step), traces=m.traces, devices=m.devices)
+                for step, m in zip(steps, measured)]
 
-    monkeypatch.setattr(profiler, "run", run)
+    monkeypatch.setattr(profiler, "run_interleaved", run_interleaved)
     again = profile_ops(workload, kinds=("CPU",), config=CONFIG, partners=False)
-    assert len(sessions) == profiler.STEP_SESSIONS == 3
-    assert sessions[1:] == [0, 0]  # only the first Session is traced
-    assert again.run[0].step_time_us == pytest.approx(2000.0)  # the median, not the first
+    assert calls == [(profiler.STEP_SESSIONS, 0)] and profiler.STEP_SESSIONS == 5  # untraced
+    assert again.run[0].step_time_us == pytest.approx(3000.0)  # the median, not the first
+    assert "median of 5 interleaved sessions" in again.description
+
+

@@ -27,10 +27,14 @@ it came from (``scope/MatMul_2``, :func:`grappler_origin`). Other nodes the runt
 (Send/Recv, Grappler's new constants) are not graph ops and are not written; the description
 counts them with the rest.
 
-Each kind's run also records its untraced step (the median over :data:`STEP_SESSIONS` Sessions
-of each one's median: on a shared machine one Session's median moves by a fifth from one
-Session to the next, and this step calibrates every op time,
-:func:`tf_autoplace.pipeline.prepare.calibrate`) and its median traced step (``DeviceRun``): the sum of the ops' times over the traced step they were measured in is how
+Each kind's run also records its untraced step and its median traced step (``DeviceRun``).
+The untraced step calibrates every op time (:func:`tf_autoplace.pipeline.prepare.calibrate`),
+so it is measured as placements are (:func:`tf_autoplace.hw.runner.run_interleaved`):
+:data:`STEP_SESSIONS` Sessions of the single-device placement, stepped in interleaved rounds,
+and the median of their medians. On a shared machine one Session's median moves by a fifth
+from one Session to the next (more on steps of a millisecond or two), and Sessions run one
+after another also see the machine at different moments. In the traced step, the sum of the
+ops' times over the traced step they were measured in is how
 many ops the process ran at once (:func:`parallelism`), which ``tf-autoplace profile`` writes
 into the cluster's core group. The traced step, not the untraced one: on a shared machine the
 load changes between the untraced and the traced steps, and a ratio across them swings with
@@ -61,12 +65,12 @@ from tf_autoplace.core.cluster import Cluster, same_device
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph import ingest
 from tf_autoplace.graph.opgraph import OpGraph
-from tf_autoplace.hw.runner import RunConfig, TracedStep, canonical_device, run
+from tf_autoplace.hw.runner import RunConfig, TracedStep, canonical_device, run, run_interleaved
 from tf_autoplace.hw.workload import Workload
 from tf_autoplace.proto import cost_profile_pb2
 
 DEFAULT_CONFIG = RunConfig(steps=10, warmup_steps=3, trace_steps=10)
-STEP_SESSIONS = 3  # Sessions whose median untraced step is the run's step
+STEP_SESSIONS = 5  # interleaved Sessions whose median untraced step is the run's step
 _ARITHMETIC = "ArithmeticOptimizer/"
 
 
@@ -223,9 +227,9 @@ def profile_ops(workload: Workload, *, kinds=None, config: RunConfig = DEFAULT_C
                 devices=None) -> cost_profile_pb2.CostProfile:
     """Measure every op of ``workload`` on each of ``kinds`` (default: :func:`local_kinds`; the
     kinds of ``devices`` when given) and return the profile (module docstring).
-    ``config.steps`` untraced steps time the run (in each of :data:`STEP_SESSIONS` Sessions:
-    the run's step is the median of their medians), then ``config.trace_steps`` (>= 1) steps
-    are traced (its ``DeviceRun``). ``partners``: also run the calibration that finds the ops whose
+    ``config.steps`` untraced rounds of :data:`STEP_SESSIONS` interleaved Sessions time the run
+    (its step is the median of their medians), then, in another Session,
+    ``config.trace_steps`` (>= 1) steps are traced (its ``DeviceRun``). ``partners``: also run the calibration that finds the ops whose
     kernel changes apart from a partner. ``devices`` (kind -> device name; default
     ``/device:<kind>:0``) says which device of each kind runs the graph: on a TensorFlow
     cluster (``config.target``), one task's (``/job:worker/replica:0/task:1/device:CPU:0``)."""
@@ -245,12 +249,11 @@ def profile_ops(workload: Workload, *, kinds=None, config: RunConfig = DEFAULT_C
         device = devices.get(kind, f"/device:{kind}:0")
         cfg = config if kind == "CPU" else dataclasses.replace(config, soft_placement=True)
         assignment = {name: device for name in names}
+        # The untraced step calibrates the op times: measured as placements are (module
+        # docstring), in interleaved Sessions, before the traced Session.
+        step_s = float(np.median([m.step_time_s for m in run_interleaved(
+            workload, [assignment] * STEP_SESSIONS, dataclasses.replace(cfg, trace_steps=0))]))
         measured = run(workload, assignment, cfg)
-        # The untraced step calibrates the op times: one Session's median moves by a fifth
-        # from one Session to the next on a shared machine, so it is the median over several.
-        step_s = float(np.median([measured.step_time_s] + [
-            run(workload, assignment, dataclasses.replace(cfg, trace_steps=0)).step_time_s
-            for _ in range(STEP_SESSIONS - 1)]))
         per_step = [op_times(trace, kind, names, device if devices else None)
                     for trace in measured.traces]
         ran_anywhere = set()
@@ -281,7 +284,7 @@ def profile_ops(workload: Workload, *, kinds=None, config: RunConfig = DEFAULT_C
                             [trace.span_s for trace in measured.traces])) * 1e6)
         notes.append(f"{kind}: {timed} ops timed, {skipped} did not execute in a step (0), "
                      f"{len(apart)} change kernel apart from a partner, "
-                     f"step {step_s * 1e3:.2f} ms (median of {STEP_SESSIONS} sessions)")
+                     f"step {step_s * 1e3:.2f} ms (median of {STEP_SESSIONS} interleaved sessions)")
     profile.description = "; ".join(
         ([description] if description else [])
         + [f"median of {config.trace_steps} traced steps after {config.warmup_steps} warm-up"]
