@@ -120,23 +120,45 @@ def write_proto():
 
 
 @pytest.fixture(scope="session")
-def run_scripts():
-    """``run_scripts({name: [script, *args]}, timeout=300)`` runs each script with this Python,
-    from the repository root, all at once (each imports TensorFlow, seconds of CPU), with the
-    checkout importable and TF's C++ logging off. Returns ``{name: (returncode, stdout,
-    stderr)}``."""
+def start_scripts():
+    """``start_scripts({name: [script, *args]})`` starts each script with this Python, from the
+    repository root, all at once (each imports TensorFlow, seconds of CPU), with the checkout
+    importable and TF's C++ logging off, and returns ``wait(timeout=300)``, which returns
+    ``{name: (returncode, stdout, stderr)}``. A test does its in-process work between the two,
+    while the scripts import TensorFlow."""
 
-    def run(argvs, timeout=300):
+    def start(argvs):
         pythonpath = os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=pythonpath)
         procs = {name: subprocess.Popen([sys.executable, *argv], cwd=REPO, env=env, text=True,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
                  for name, argv in argvs.items()}
-        results = {}
-        for name, proc in procs.items():
-            stdout, stderr = proc.communicate(timeout=timeout)
-            results[name] = (proc.returncode, stdout, stderr)
-        return results
+
+        def wait(timeout=300):
+            results = {}
+            try:
+                for name, proc in procs.items():
+                    stdout, stderr = proc.communicate(timeout=timeout)
+                    results[name] = (proc.returncode, stdout, stderr)
+            finally:
+                for proc in procs.values():
+                    if proc.poll() is None:
+                        proc.kill()
+                        proc.communicate()
+            return results
+
+        return wait
+
+    return start
+
+
+@pytest.fixture(scope="session")
+def run_scripts(start_scripts):
+    """``run_scripts({name: [script, *args]}, timeout=300)``: :func:`start_scripts` and wait
+    for them. Returns ``{name: (returncode, stdout, stderr)}``."""
+
+    def run(argvs, timeout=300):
+        return start_scripts(argvs)(timeout)
 
     return run
 

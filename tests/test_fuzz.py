@@ -19,8 +19,9 @@ untouched, the process alive and never waiting forever.
   applied placement one of the measured candidates and never measured slower than the single
   device beyond noise, the report saying so, the graph left runnable (no timing is asserted).
 
-The cases run in child processes (tests/fuzz_child.py), so an abort in C++ code fails the test
-with the case that caused it instead of killing pytest. By default 300 graph cases (about 25 s
+The cases run in child processes (tests/fuzz_child.py; the default ones of every family in one
+child, which imports TensorFlow once), so an abort in C++ code fails the test with the case that
+caused it instead of killing pytest. By default 300 graph cases (about 25 s
 of CPU), 40 + 20 + 20 cost graphs, policies and cache entries (about 15 s), and 40 + 6 + 8
 TensorFlow clusters, Keras models and verified placements (about 15 s; no server process is
 started); ``pytest -m slow`` runs 3,000 more graph cases with the learned placer among the
@@ -121,18 +122,24 @@ def _check_doors(results):
     assert any(r.get("applied") for r in verified), verified
 
 
-def test_damaged_graphs_and_specs_place_validly_or_raise_autoplace_errors(repo_root):
-    _check_graphs(_run_child(repo_root, ["graphs:0:300"], timeout=600)["graphs"])
+@pytest.fixture(scope="module")
+def default_cases(repo_root):
+    """The default cases of every family, in one child process (one TensorFlow start)."""
+    return _run_child(repo_root, ["graphs:0:300", "cost_graphs:0:40", "policies:0:20",
+                                  "caches:0:20", "tf_clusters:0:40", "keras:0:6", "verify:0:8"],
+                      timeout=900)
 
 
-def test_damaged_cost_graphs_policies_and_cache_entries(repo_root):
-    _check_others(_run_child(repo_root, ["cost_graphs:0:40", "policies:0:20", "caches:0:20"],
-                             timeout=600))
+def test_damaged_graphs_and_specs_place_validly_or_raise_autoplace_errors(default_cases):
+    _check_graphs(default_cases["graphs"])
 
 
-def test_tf_clusters_keras_models_and_verified_placements(repo_root):
-    _check_doors(_run_child(repo_root, ["tf_clusters:0:40", "keras:0:6", "verify:0:8"],
-                            timeout=600))
+def test_damaged_cost_graphs_policies_and_cache_entries(default_cases):
+    _check_others(default_cases)
+
+
+def test_tf_clusters_keras_models_and_verified_placements(default_cases):
+    _check_doors(default_cases)
 
 
 @pytest.mark.slow

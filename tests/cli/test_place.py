@@ -1,11 +1,13 @@
-"""``tf-autoplace place`` end to end, as a user runs it: a subprocess per invocation.
+"""``tf-autoplace place`` end to end, as a user runs it.
 
-Every invocation imports TensorFlow (seconds each), so all of them are started together once per
-module and the tests read their results. Invocations that only fail on their input (a damaged
-or missing graph, a bad cluster, an unknown placer, a placement of another graph) run the
-command's ``place.run`` in this process, where TensorFlow is loaded already.
+A process that runs the command imports TensorFlow (seconds each), so two invocations run as
+commands (the default placer end to end, and a repeat whose bytes must equal those of a run in
+another process), started once per module; the rest run the command's ``place.run`` in this
+process, where TensorFlow is loaded already, with the settings its flags would give.
 """
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -32,30 +34,36 @@ HOST = "/job:localhost/replica:0/task:0/device:"
 CPU2_SPLIT = os.path.join(REPO, "testdata", "cpu2_independent.pbtxt")
 CPU2_DEVICES = {f"{HOST}CPU:0", f"{HOST}CPU:1"}
 
-# name -> (input file, output file, extra flags); inputs are written by the fixture below.
+# name -> (input file, output file, extra flags): the invocations run as a user runs them, one
+# process each (inputs are written by the fixture below).
 RUNS = {
     # No --placer: the default placer (auto) runs end to end through the tool.
     "graph_def": ("cnn.pb", "placed.pb", ["--report_json={dir}/report.json"]),
-    "meta_graph_text": ("cnn_meta.pbtxt", "placed_meta.pbtxt", ["--placer=m_etf"]),
+    # The same input and seed as "repeat_in_process": the same bytes from another process.
+    "repeat": ("cnn.pb", "repeat_1.pb", ["--placer=m_etf", "--seed=3"]),
+}
+
+# name -> (input file, output file, place.run settings): successful invocations run in this
+# process, where TensorFlow is loaded already ({dir}: the module's directory).
+IN_PROCESS_RUNS = {
+    "meta_graph_text": ("cnn_meta.pbtxt", "placed_meta.pbtxt", dict(placer="m_etf")),
     # A cost graph in, its placement (a PlacementResult, JSON by the name) out.
-    "cost_graph": ("cnn.costgraph.pbtxt", "placement.json", ["--placer=m_etf"]),
+    "cost_graph": ("cnn.costgraph.pbtxt", "placement.json", dict(placer="m_etf")),
     "measured": ("cnn_meta.pbtxt", "placed_measured.pbtxt",
-                 ["--placer=m_etf", "--measure_steps=15", "--report_json={dir}/r_measured.json",
-                  "--trace_json={dir}/t_measured.json"]),
-    # The same input and seed, twice: the same bytes.
-    "repeat_1": ("cnn.pb", "repeat_1.pb", ["--placer=m_etf", "--seed=3"]),
-    "repeat_2": ("cnn.pb", "repeat_2.pb", ["--placer=m_etf", "--seed=3"]),
+                 dict(placer="m_etf", measure_steps=15, report_json="{dir}/r_measured.json",
+                      trace_json="{dir}/t_measured.json")),
+    "repeat_in_process": ("cnn.pb", "repeat_2.pb", dict(placer="m_etf", seed=3)),
     # A placement saved by an earlier run, applied without searching.
-    "saved_placement": ("cnn.pb", "placed_saved.pb", ["--placement={dir}/saved.pbtxt",
-                                                      "--report_json={dir}/r_saved.json"]),
+    "saved_placement": ("cnn.pb", "placed_saved.pb", dict(placement="{dir}/saved.pbtxt",
+                                                          report_json="{dir}/r_saved.json")),
     # Measured op times (one op made very slow) instead of the analytical estimates.
-    "profiled": ("cnn.pb", "placed_profiled.pb", ["--placer=m_etf",
-                                                  "--cost_profile={dir}/cnn_profile.pbtxt",
-                                                  "--report_json={dir}/r_profiled.json"]),
-    # A placer's setting from the command line: a Post search of 24 placements.
-    "placer_option": ("cnn.pb", "placed_option.pb", ["--placer=post",
-                                                     "--placer_option=max_samples=24",
-                                                     "--report_json={dir}/r_option.json"]),
+    "profiled": ("cnn.pb", "placed_profiled.pb", dict(placer="m_etf",
+                                                      cost_profile="{dir}/cnn_profile.pbtxt",
+                                                      report_json="{dir}/r_profiled.json")),
+    # A placer's setting as the flag gives it: a Post search of 24 placements.
+    "placer_option": ("cnn.pb", "placed_option.pb", dict(placer="post",
+                                                         placer_options=["max_samples=24"],
+                                                         report_json="{dir}/r_option.json")),
 }
 
 # name -> (input file, output file, place.run settings) for the failing invocations run in this
@@ -72,19 +80,28 @@ ERROR_RUNS = {
 }
 
 
-def _run_failing(workdir, name, capsys):
+def _place_run(workdir, inp, out, settings):
+    """``place.run`` in this process with the command's defaults and ``settings`` (strings
+    formatted with ``dir=workdir``): (status, stdout, stderr)."""
+    kwargs = dict(cluster=CPU2_SPLIT, placer="auto", seed=0, max_groups=2000,
+                  report_json=None, progress=False)
+    kwargs.update({key: value.format(dir=workdir) if isinstance(value, str) else value
+                   for key, value in settings.items()})
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        status = place.run(str(workdir / inp), str(workdir / out), **kwargs)
+    return status, stdout.getvalue(), stderr.getvalue()
+
+
+def _run_failing(workdir, name):
     """``place.run`` of ERROR_RUNS[name] in this process: (status, stderr)."""
     inp, out, settings = ERROR_RUNS[name]
-    kwargs = dict(cluster=CPU2_SPLIT, placer="m_etf", seed=0, max_groups=2000,
-                  report_json=None, progress=False)
-    kwargs.update({key: value.format(dir=workdir) for key, value in settings.items()})
-    capsys.readouterr()
-    status = place.run(str(workdir / inp), str(workdir / out), **kwargs)
-    return status, capsys.readouterr().err
+    status, _, stderr = _place_run(workdir, inp, out, {"placer": "m_etf", **settings})
+    return status, stderr
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, run_scripts, write_proto):
+def runs(tmp_path_factory, start_scripts, write_proto):
     """Write the inputs, run every RUNS entry (all at once), return (dir, results, inputs)."""
     workdir = tmp_path_factory.mktemp("autoplace_graphdef")
     graph = small_cnn().graph
@@ -109,11 +126,16 @@ def runs(tmp_path_factory, run_scripts, write_proto):
         f'op {{ name: "{slow_op}" device_kind: "CPU" compute_time_us: 2000000 }}\n'
         'op { name: "not_in_the_graph" device_kind: "CPU" compute_time_us: 5 }\n')
 
-    results = run_scripts({
+    wait = start_scripts({
         name: ["-m", "tf_autoplace.cli", "place", f"--input={workdir / inp}",
                f"--output={workdir / out}", "--cluster=testdata/cpu2_independent.pbtxt",
                *(flag.format(dir=workdir) for flag in extra)]
         for name, (inp, out, extra) in RUNS.items()})
+    try:  # in this process while the commands import TensorFlow
+        results = {name: _place_run(workdir, *run) for name, run in IN_PROCESS_RUNS.items()}
+    finally:
+        commands = wait()
+    results.update(commands)
     return workdir, results, {"graph_def": graph_def, "meta_graph": meta_graph, "saved": saved}
 
 
@@ -210,9 +232,9 @@ def test_a_cost_profile_replaces_the_estimates_of_the_ops_it_names(runs):
     ("bad_cluster", "bad_cluster.pbtxt: malformed cluster spec"),
     ("unknown_placer", "no_such_placer"),
 ])
-def test_errors_exit_non_zero_with_a_message_and_write_nothing(runs, capsys, name, message):
+def test_errors_exit_non_zero_with_a_message_and_write_nothing(runs, name, message):
     workdir, _, _ = runs
-    code, stderr = _run_failing(workdir, name, capsys)
+    code, stderr = _run_failing(workdir, name)
     assert code != 0
     error_lines = [line for line in stderr.splitlines() if line.startswith("error: ")]
     assert len(error_lines) == 1, stderr
@@ -269,7 +291,7 @@ def test_a_negative_seed_is_refused_at_flag_parsing():
 
 def test_same_input_and_seed_give_the_same_bytes_serialized_deterministically(runs):
     workdir, results, _ = runs
-    assert results["repeat_1"][0] == results["repeat_2"][0] == 0
+    assert results["repeat"][0] == results["repeat_in_process"][0] == 0, results["repeat"][2]
     first, second = (workdir / "repeat_1.pb").read_bytes(), (workdir / "repeat_2.pb").read_bytes()
     assert first == second
     # Deterministic serialization (maps sorted by key), not an accident of this run's order.
@@ -297,9 +319,9 @@ def test_a_saved_placement_is_applied_without_searching(runs):
     assert report["step_time_s"] == pytest.approx(inputs["saved"].step_time_s)
 
 
-def test_a_placement_for_another_graph_fails_and_writes_nothing(runs, capsys):
+def test_a_placement_for_another_graph_fails_and_writes_nothing(runs):
     workdir, _, _ = runs
-    rc, err = _run_failing(workdir, "foreign_placement", capsys)
+    rc, err = _run_failing(workdir, "foreign_placement")
     assert rc == 1 and "was made for another graph" in err
     assert not (workdir / "out_foreign.pb").exists() and not (workdir / "r_foreign.json").exists()
 
