@@ -213,9 +213,10 @@ def test_every_server_ends_when_its_parent_is_killed(tmp_path):
     script.write_text("import time\nfrom tf_autoplace.hw import local_cluster\n"
                       "with local_cluster(2):\n    print('serving', flush=True)\n"
                       "    time.sleep(3600)\n")
+    # A killed parent cannot remove its servers' log directory: keep it in this test's.
     parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, cwd=REPO,
-                              env=dict(os.environ, PYTHONPATH=REPO))
+                              env=dict(os.environ, PYTHONPATH=REPO, TMPDIR=str(tmp_path)))
     try:
         assert parent.stdout.readline().strip() == b"serving"
         pids = _servers(parent.pid)

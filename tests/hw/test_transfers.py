@@ -71,7 +71,8 @@ def test_the_send_fit_counts_tensorflows_sends_and_fits_the_work_per_send():
     single, alternate = fit.sends[0], fit.sends[1]
     assert single == 0 and alternate > 0  # TF's own count, from its partition graphs
     assert fit.send_s >= 0 and fit.base_s >= 0 and len(fit.seconds) == len(fit.sends)
-    assert fit.busy_cores >= 1 and fit.send_s == pytest.approx(fit.step_send_s * fit.busy_cores)
+    assert len(fit.block_send_s) == 5 and fit.step_send_s >= 0  # LADDER_BLOCKS, each fitted
+    assert fit.send_s == pytest.approx(np.median(fit.block_send_s))
     assert fitted.latency[0, 1] == fitted.latency[1, 0] == fit.send_s
     np.testing.assert_array_equal(fitted.bandwidth, cluster.bandwidth)
 
@@ -79,3 +80,5 @@ def test_the_send_fit_counts_tensorflows_sends_and_fits_the_work_per_send():
 def test_a_send_joins_two_devices():
     with pytest.raises(ConfigError, match="twice"):
         measure_send_cost("/device:CPU:0", "/device:CPU:0")
+    with pytest.raises(ConfigError, match="blocks must be an int >= 1"):
+        measure_send_cost("/device:CPU:0", "/device:CPU:1", blocks=0)

@@ -13,7 +13,7 @@ and measured under the measurement protocol (interleaved rounds, at least 15 tim
 median with a 95% interval, the load before and after); the tool prints per graph the Spearman
 rank correlation and the median absolute relative error of each cost variant, how many pairs
 of placements the measurement told apart, then every placement's figures. The links are
-profiled once per run (timed copies and, between logical CPUs, the work of a Send;
+profiled once per run (timed copies and, between logical CPUs, the CPU work of a Send;
 ``tf_autoplace.hw.transfers``). When the 1-minute load is above 1.5 the
 tool warns that its figures are not publishable. Progress goes to stderr. See
 :mod:`tf_autoplace.hw.fidelity`.

@@ -22,8 +22,8 @@ With ``--out_cluster`` it also measures the local cluster (``--num_logical_cpus`
 CPUs, or 0: the GPUs and the CPU host; ``tf_autoplace.hw.transfers``): chains of copies of
 several sizes between every pair of devices give each link's latency and bandwidth; between
 two devices that share a core group (logical CPUs of one process) a ladder of small ops under
-placements with more and more of TensorFlow's Sends gives the time one Send adds to a step,
-times the cores the process kept busy, which becomes their link latency (work on the shared
+placements with more and more of TensorFlow's Sends gives the CPU work one Send adds to a
+step (the median over blocks of rounds), which becomes their link latency (work on the shared
 cores); and the core group gets as
 many cores as the profiled run ran ops at once (the sum of its ops' times over its traced
 step, rounded, between 1 and the host's cores; ``tf_autoplace.hw.profiler.with_profiled_cores``).

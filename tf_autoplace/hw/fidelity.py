@@ -15,8 +15,8 @@ or a user's own GraphDef/MetaGraphDef file, :func:`evaluate_file`), :func:`evalu
    count once;
 3. profiles the graph's ops on this machine (:func:`tf_autoplace.hw.profiler.profile_ops`)
    and, once per run, the links between its devices
-   (:func:`tf_autoplace.hw.transfers.profile_links`, and within a core group the work of one
-   Send, :func:`~tf_autoplace.hw.transfers.profile_send_costs`);
+   (:func:`tf_autoplace.hw.transfers.profile_links`, and within a core group the CPU work of
+   one Send, :func:`~tf_autoplace.hw.transfers.profile_send_costs`);
 4. simulates every placement under each cost variant (:data:`VARIANTS`): the analytical costs
    on the local cluster as ``Cluster.local`` describes it, the profiled costs on the profiled
    cluster, the profiled costs on that cluster with its shared-core groups removed (the

@@ -229,8 +229,8 @@ def profile_ops(workload: Workload, *, kinds=None, config: RunConfig = DEFAULT_C
     kinds of ``devices`` when given) and return the profile (module docstring).
     ``config.steps`` untraced rounds of :data:`STEP_SESSIONS` interleaved Sessions time the run
     (its step is the median of their medians), then, in another Session,
-    ``config.trace_steps`` (>= 1) steps are traced (its ``DeviceRun``). ``partners``: also run the calibration that finds the ops whose
-    kernel changes apart from a partner. ``devices`` (kind -> device name; default
+    ``config.trace_steps`` (>= 1) steps are traced (its ``DeviceRun``). ``partners``: also run
+    the calibration that finds the ops whose kernel changes apart from a partner. ``devices`` (kind -> device name; default
     ``/device:<kind>:0``) says which device of each kind runs the graph: on a TensorFlow
     cluster (``config.target``), one task's (``/job:worker/replica:0/task:1/device:CPU:0``)."""
     if config.trace_steps < 1:

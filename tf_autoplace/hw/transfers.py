@@ -33,17 +33,18 @@ cores with the ops. :func:`measure_send_cost` times that in context: a *ladder* 
 previous value, as layers of a network do), under placements that cut from none to every
 edge (all on one device, alternate chains, a share of ops moved, random). For each placement
 TensorFlow's own Send count is read from the partition graphs it runs (Grappler on, as in a
-user's step), the placements run in interleaved rounds, and the median wall time of a step is
-regressed on the Send count: the slope is the time one Send adds to a step. The simulator
-charges a Send as work on the group's cores, and the process ran the ladder's steps on more
-than one core at once, so that slope is multiplied by the cores the Send-free placement kept
-busy (its median CPU time, all threads, over its median wall time) to give the work one Send
-adds. Why not regress CPU time on Sends directly: the executor's threads spin while they wait
-for work, and how long they spin depends on what else the machine runs, so on this shared
-machine that slope moved from 1.7 to 10.6 us between runs while the wall-time slope stayed
-within 2.6-3.6 us (docs/experiments.md). The simulator charges the fitted work as the link
-latency between two devices of a core group (:func:`profile_send_costs`;
-``tf-autoplace profile --out_cluster`` writes it).
+user's step), and the placements run in interleaved rounds. The median CPU time the process
+spends on a step (all its threads) regressed on the Send count gives the work one Send adds,
+which is what the simulator charges (work on the group's cores); the median wall time
+regressed the same way gives what one Send adds to a step (:attr:`SendFit.step_send_s`, the
+figure for devices that do not share cores, such as the tasks of a TensorFlow cluster). The
+rounds come in :data:`LADDER_BLOCKS` blocks, each fitted on its own, and the fit keeps the
+median of the blocks' slopes: a ladder step takes a millisecond, and on this shared machine
+its speed and the cores it gets change from one tenth of a second to the next (one fit's
+blocks ranged from 5.0 to 11.1 us a Send; a whole fit once came out at 10.6 us where others
+gave 4-6 us), while the median of five blocks stayed between 4.8 and 6.2 us over five fits.
+The simulator charges the work as the link latency between two devices of a core group
+(:func:`profile_send_costs`; ``tf-autoplace profile --out_cluster`` writes it).
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ DEFAULT_SIZES = (1 << 10, 1 << 16, 1 << 20, 1 << 23)  # 1 KiB .. 8 MiB
 DEFAULT_CONFIG = RunConfig(steps=30, warmup_steps=5, grappler=False)
 LADDER_CONFIG = RunConfig(steps=40, warmup_steps=5)  # Grappler on, as in a user's step
 LADDER_MOVED_SHARES = (0.05, 0.2, 0.5)
+LADDER_BLOCKS = 5  # blocks of rounds fitted apart; the fit is their median
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,29 +195,32 @@ class SendFit:
     """The work one Send adds to a step, fitted on ladder placements (module docstring).
 
     Attributes:
-      send_s: core seconds of work one Send/Recv pair adds to a step (>= 0):
-        ``step_send_s * busy_cores``.
-      step_send_s: wall seconds one Send adds to a step (the fitted slope, >= 0).
-      busy_cores: cores the Send-free placement kept busy (CPU over wall time, >= 1).
-      base_s: the fitted wall seconds of a step without a Send (>= 0).
+      send_s: CPU seconds of work one Send/Recv pair adds to a step (>= 0; the median of the
+        blocks' slopes).
+      step_send_s: wall seconds one Send adds to a step (>= 0; the median of the blocks'
+        slopes).
+      base_s: the fitted CPU seconds of a step without a Send over all rounds (>= 0).
       sends: TensorFlow's Send count of each placement.
-      seconds: the median wall seconds of a step of each placement.
-      rms_error_s: root-mean-square residual of the fit (s).
+      seconds: the median CPU seconds of a step of each placement over all rounds.
+      rms_error_s: root-mean-square residual of the CPU fit over all rounds (s).
+      block_send_s: each block's CPU slope.
     """
 
     send_s: float
     step_send_s: float
-    busy_cores: float
     base_s: float
     sends: tuple[int, ...]
     seconds: tuple[float, ...]
     rms_error_s: float
+    block_send_s: tuple[float, ...] = ()
 
     def summary(self) -> str:
         """One line for a log: what one Send adds and what the fit stands on."""
-        return (f"one Send adds {self.step_send_s * 1e6:.2f} us to a step, "
-                f"{self.send_s * 1e6:.2f} us of work on {self.busy_cores:.2f} busy cores "
-                f"(ladder, {min(self.sends)}..{max(self.sends)} Sends, rms residual "
+        return (f"one Send adds {self.send_s * 1e6:.2f} us of CPU work and "
+                f"{self.step_send_s * 1e6:.2f} us to a step (ladder, {min(self.sends)}.."
+                f"{max(self.sends)} Sends, median of {len(self.block_send_s)} blocks of rounds "
+                f"whose CPU slopes range {min(self.block_send_s, default=0) * 1e6:.2f}-"
+                f"{max(self.block_send_s, default=0) * 1e6:.2f} us, rms residual "
                 f"{self.rms_error_s * 1e6:.1f} us)")
 
 
@@ -260,15 +265,17 @@ def count_sends(partition_graphs) -> int:
 
 
 def measure_send_cost(a: str, b: str, *, width: int = 8, length: int = 40, seed: int = 0,
-                      config: RunConfig = LADDER_CONFIG) -> SendFit:
+                      config: RunConfig = LADDER_CONFIG, blocks: int = LADDER_BLOCKS) -> SendFit:
     """Run the ladder's placements between devices ``a`` and ``b`` in interleaved rounds and
-    fit the work one Send adds to a step (module docstring). ``config.steps`` rounds after
-    ``config.warmup_steps``; ``seed`` draws the placements and the rounds' orders."""
+    fit the work one Send adds to a step (module docstring). ``blocks`` (>= 1) blocks of
+    ``config.steps`` rounds after ``config.warmup_steps``; ``seed`` draws the placements and
+    the rounds' orders."""
     if a == b:
         raise ConfigError(f"a Send joins two devices; got {a!r} twice")
-    for what, value in (("width", width), ("length", length)):
-        if not (isinstance(value, int) and value >= 2):
-            raise ConfigError(f"the ladder's {what} must be an int >= 2, got {value!r}")
+    for what, value, least in (("width", width, 2), ("length", length, 2),
+                               ("blocks", blocks, 1)):
+        if not (isinstance(value, int) and value >= least):
+            raise ConfigError(f"the ladder's {what} must be an int >= {least}, got {value!r}")
     graph_def, rungs, step, init = _ladder_graph(width, length)
     workload = Workload(graph_def=graph_def, fetches=(step,), init=(init,))
     assignments = []
@@ -281,7 +288,7 @@ def measure_send_cost(a: str, b: str, *, width: int = 8, length: int = 40, seed:
         for assignment in assignments:
             sessions.append(PlacedSession(workload, assignment, config))
         sends = [count_sends(placed.partition_graphs()) for placed in sessions]
-        wall, cpu = _timed_steps(sessions, config, seed)
+        wall, cpu = _timed_steps(sessions, config.warmup_steps, config.steps * blocks, seed)
     finally:
         for placed in sessions:
             placed.close()
@@ -289,27 +296,32 @@ def measure_send_cost(a: str, b: str, *, width: int = 8, length: int = 40, seed:
     if len(np.unique(x)) < 2:
         raise ConfigError(f"the ladder's placements between {a} and {b} all made {sends[0]} "
                           "Sends; nothing to fit")
-    seconds = np.median(wall, axis=1)
+    cpu_slopes, wall_slopes = [], []
+    for block in np.split(np.arange(wall.shape[1]), blocks):
+        cpu_slopes.append(_nonnegative_line(x, np.median(cpu[:, block], axis=1))[1])
+        wall_slopes.append(_nonnegative_line(x, np.median(wall[:, block], axis=1))[1])
+    seconds = np.median(cpu, axis=1)
     base, per_send = _nonnegative_line(x, seconds)
     residual = seconds - (base + per_send * x)
-    free = int(np.argmin(x))  # the Send-free placement ("single")
-    busy = max(float(np.median(cpu[free]) / seconds[free]), 1.0) if seconds[free] > 0 else 1.0
-    return SendFit(send_s=per_send * busy, step_send_s=per_send, busy_cores=busy, base_s=base,
+    return SendFit(send_s=float(np.median(cpu_slopes)),
+                   step_send_s=float(np.median(wall_slopes)), base_s=base,
                    sends=tuple(sends), seconds=tuple(seconds.tolist()),
-                   rms_error_s=float(np.sqrt(np.mean(residual ** 2))))
+                   rms_error_s=float(np.sqrt(np.mean(residual ** 2))),
+                   block_send_s=tuple(float(v) for v in cpu_slopes))
 
 
-def _timed_steps(sessions, config: RunConfig, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """([P, config.steps] wall seconds, the same in CPU seconds of this process, all threads)
-    of each timed step of each session: warm-up steps, then rounds in which every session
-    steps once, in an order shuffled per round with ``seed``."""
+def _timed_steps(sessions, warmup_steps: int, rounds: int, seed: int
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """([P, rounds] wall seconds, the same in CPU seconds of this process, all threads) of
+    each timed step of each session: ``warmup_steps`` steps each, then ``rounds`` rounds in
+    which every session steps once, in an order shuffled per round with ``seed``."""
     rng = np.random.default_rng(seed)
     for placed in sessions:
-        for _ in range(config.warmup_steps):
+        for _ in range(warmup_steps):
             placed.step()
-    wall = np.empty((len(sessions), config.steps))
+    wall = np.empty((len(sessions), rounds))
     cpu = np.empty_like(wall)
-    for r in range(config.steps):
+    for r in range(rounds):
         for k in rng.permutation(len(sessions)).tolist():
             began = time.process_time()
             wall[k, r] = sessions[k].step()
