@@ -23,17 +23,17 @@ where there are enough, else sharing, as the cluster's core groups say):
    (``tf_autoplace.hw.fidelity.moved_share``, ``random``), identical placements counted once,
    until at least ``--min_placements``;
 3. **predict** each placement's step time with the simulator;
-4. **measure** each one on the servers: ``tf_autoplace.hw.runner.run_interleaved`` on the
-   cluster's target (every placement's Session open, ``--warmup_steps`` steps each, then
-   ``--steps`` rounds of one step per placement in shuffled order; the median per placement);
+4. **measure** each one on the servers with the fidelity tool's protocol
+   (``tf_autoplace.hw.protocol.measure_placements`` on the cluster's target: every
+   placement's Session open, ``--warmup_steps`` steps each, then ``--steps`` rounds of one step
+   per placement in shuffled order; the median per placement with its 95% bootstrap interval);
 5. report the Spearman rank correlation of predicted and measured step times, the median of
-   ``|predicted / measured - 1|``, and the measured step of ``auto``'s placement against the
-   fastest single task and against ``replica_device_setter``.
+   ``|predicted / measured - 1|``, how many pairs of placements the measurement told apart, and
+   the measured step of ``auto``'s placement against the fastest single task and against
+   ``replica_device_setter`` (``slower`` when ``auto``'s interval lies above the single task's).
 
 The 1-minute load average is recorded before and after each graph: this is a shared machine
 (``--max_load`` waits for a quieter one before each graph).
-Measurement goes through ``run_interleaved`` only, so a better protocol there (more rounds,
-intervals) is this script's too.
 """
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ from tf_autoplace.hw import local_cluster
 from tf_autoplace.hw.cluster_profile import profile_cluster
 from tf_autoplace.hw.fidelity import (distinct, median_relative_error, moved_share, spearman,
                                       wait_for_quiet)
-from tf_autoplace.hw.runner import RunConfig, run_interleaved
+from tf_autoplace.hw.protocol import measure_placements
+from tf_autoplace.hw.runner import RunConfig
 from tf_autoplace.hw.workload import Workload
 from tf_autoplace.pipeline.prepare import build_problem
 from tf_autoplace.placers import AutoPlacer, get_placer
@@ -100,14 +101,25 @@ class GraphFigures:
     labels: tuple[str, ...]
     predicted_s: tuple[float, ...]
     measured_s: tuple[float, ...]
+    low_s: tuple[float, ...]
+    high_s: tuple[float, ...]
+    distinguishable: tuple[int, int]
     transfers: tuple[int, ...]
     load: tuple[float, float]
     class_fits: dict
     seconds: float
 
+    def index(self, label: str) -> int:
+        """The measured-fastest placement that ``label`` names (labels join names with " = ")."""
+        return min((k for k, lab in enumerate(self.labels) if label in lab.split(" = ")),
+                   key=lambda k: self.measured_s[k])
+
     def measured(self, label: str) -> float:
-        return min(m for lab, m in zip(self.labels, self.measured_s)
-                   if label in lab.split(" = "))
+        return self.measured_s[self.index(label)]
+
+    def slower(self, label: str, other: str) -> bool:
+        """Whether ``label``'s interval lies above ``other``'s (slower beyond noise)."""
+        return self.low_s[self.index(label)] > self.high_s[self.index(other)]
 
     @property
     def spearman(self) -> float:
@@ -162,7 +174,7 @@ def run_graph(name: str) -> GraphFigures:
         log(f"{name}: {model_name} {knobs} on {[t.name for t in cluster.tasks]} "
             f"(core groups {cluster.core_groups}); load {load_before:.2f}")
         found = profile_cluster(
-            cluster, workload, op_config=RunConfig(steps=1, warmup_steps=FLAGS.warmup_steps,
+            cluster, workload, op_config=RunConfig(steps=10, warmup_steps=FLAGS.warmup_steps,
                                                    trace_steps=FLAGS.trace_steps),
             description=f"{name} {knobs}")
         log(f"  links: {found.class_fits}; op seconds per task: {found.task_seconds}")
@@ -174,11 +186,11 @@ def run_graph(name: str) -> GraphFigures:
         placements = collect(problem, FLAGS.seed, FLAGS.min_placements, FLAGS.auto_samples)
         log(f"  {len(placements)} distinct placements of {problem.graph.num_ops} ops; measuring")
         names, ops = problem.cluster.names, problem.graph.names
-        config = RunConfig(steps=FLAGS.steps, warmup_steps=FLAGS.warmup_steps,
-                           target=cluster.target)
-        measured = run_interleaved(workload, [dict(zip(ops, (names[d] for d in devices.tolist())))
-                                              for _, devices in placements], config,
-                                   seed=FLAGS.seed)
+        measured = measure_placements(
+            workload, {label: dict(zip(ops, (names[d] for d in devices.tolist())))
+                       for label, devices in placements},
+            steps=FLAGS.steps, warmup_steps=FLAGS.warmup_steps,
+            config=RunConfig(target=cluster.target), seed=FLAGS.seed)
         load_after = os.getloadavg()[0]
     sims = [problem.simulator.run(devices) for _, devices in placements]
     return GraphFigures(
@@ -187,34 +199,45 @@ def run_graph(name: str) -> GraphFigures:
         core_groups=tuple(problem.cluster.core_groups),
         labels=tuple(label for label, _ in placements),
         predicted_s=tuple(float(s.makespan) for s in sims),
-        measured_s=tuple(m.step_time_s for m in measured),
+        measured_s=tuple(m.median_s for m in measured.placements),
+        low_s=tuple(m.low_s for m in measured.placements),
+        high_s=tuple(m.high_s for m in measured.placements),
+        distinguishable=measured.distinguishable_pairs(),
         transfers=tuple(int(s.num_transfers) for s in sims), load=(load_before, load_after),
         class_fits={k: dataclasses.asdict(v) for k, v in found.class_fits.items()},
         seconds=time.perf_counter() - began)
 
 
+def _slower(result: GraphFigures, other: str) -> str:
+    return " (slower)" if result.slower("auto", other) else ""
+
+
 def markdown(results: list[GraphFigures], title: str) -> str:
     lines = [f"## {title}", "",
-             "| graph | ops | placements | load (1 min) | Spearman | median abs rel error | "
-             "one task, best (ms) | replica_device_setter (ms) | auto (ms) | auto / one task | "
-             "auto / replica_device_setter |",
-             "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| graph | ops | placements | distinguishable pairs | load (1 min) | Spearman | "
+             "median abs rel error | one task, best (ms) | replica_device_setter (ms) | "
+             "auto (ms) | auto / one task | auto / replica_device_setter |",
+             "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in results:
-        single = min(r.measured(f"task {t}") for t in r.tasks)
+        task = min((f"task {t}" for t in r.tasks), key=r.measured)
+        single = r.measured(task)
         rds, auto = r.measured("replica_device_setter"), r.measured("auto")
-        lines.append(f"| {r.graph} | {r.num_ops} | {len(r.labels)} | {r.load[0]:.2f} -> "
+        lines.append(f"| {r.graph} | {r.num_ops} | {len(r.labels)} | "
+                     f"{r.distinguishable[0]} / {r.distinguishable[1]} | {r.load[0]:.2f} -> "
                      f"{r.load[1]:.2f} | {r.spearman:.3f} | {r.median_error:.3f} | "
                      f"{single * 1e3:.2f} | {rds * 1e3:.2f} | {auto * 1e3:.2f} | "
-                     f"{auto / single:.3f} | {auto / rds:.3f} |")
+                     f"{auto / single:.3f}{_slower(r, task)} | "
+                     f"{auto / rds:.3f}{_slower(r, 'replica_device_setter')} |")
     for r in results:
         lines += ["", f"### {r.graph} ({r.num_ops} ops, {r.knobs})", "",
                   f"Tasks {', '.join(r.tasks)}; core groups {list(r.core_groups)}; measured "
                   f"link classes {r.class_fits}.", "",
-                  "| placement | transfers | predicted ms | measured ms |",
+                  "| placement | transfers | predicted ms | measured ms [95% interval] |",
                   "| --- | ---: | ---: | ---: |"]
         for k in np.argsort(r.measured_s).tolist():
             lines.append(f"| {r.labels[k]} | {r.transfers[k]} | {r.predicted_s[k] * 1e3:.2f} | "
-                         f"{r.measured_s[k] * 1e3:.2f} |")
+                         f"{r.measured_s[k] * 1e3:.2f} [{r.low_s[k] * 1e3:.2f}, "
+                         f"{r.high_s[k] * 1e3:.2f}] |")
     return "\n".join(lines) + "\n"
 
 

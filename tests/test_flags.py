@@ -43,14 +43,12 @@ RUNS = {
     # Settings of a placement that is off: a warning at parsing, then the unplaced run.
     "settings_without_autoplace": ["--autoplace_cluster=cpu2", "--autoplace_budget_s=5"],
     "bad_placer": ["--autoplace=no_such_placer", f"--autoplace_cluster={CPU2}"],
-    # A placer's setting from the command line: a Post search of 24 placements.
-    "post_option": ["--autoplace=post", f"--autoplace_cluster={CPU2}",
-                    "--autoplace_placer_option=max_samples=24",
-                    "--autoplace_report={dir}/r_post.json"],
-    # A profile of other ops: every op keeps its analytical time, and the report says so.
-    "profiled": ["--autoplace=m_etf", f"--autoplace_cluster={CPU2}",
-                 "--autoplace_cost_profile={dir}/profile.pbtxt",
-                 "--autoplace_report={dir}/r_profiled.json"],
+    # A placer's setting from the command line (a Post search of 24 placements) and a profile
+    # of other ops (every op keeps its analytical time, and the report says so).
+    "post_option_profiled": ["--autoplace=post", f"--autoplace_cluster={CPU2}",
+                             "--autoplace_placer_option=max_samples=24",
+                             "--autoplace_cost_profile={dir}/profile.pbtxt",
+                             "--autoplace_report={dir}/r_post.json"],
 }
 
 
@@ -155,7 +153,7 @@ def test_bad_flags_are_refused_at_parsing_with_a_clear_message(tmp_path, argv, m
 
 
 def test_a_placer_option_reaches_the_placer(runs):
-    rc, out, err, workdir = runs["post_option"]
+    rc, out, err, workdir = runs["post_option_profiled"]
     assert rc == 0, err
     report = json.loads((workdir / "r_post.json").read_text())
     assert report["flags"]["autoplace_placer_option"] == ["max_samples=24"]
@@ -166,9 +164,9 @@ def test_a_placer_option_reaches_the_placer(runs):
 
 
 def test_the_cost_profile_flag_reaches_the_placement(runs):
-    rc, out, err, workdir = runs["profiled"]
+    rc, out, err, workdir = runs["post_option_profiled"]
     assert rc == 0, err
-    report = json.loads((workdir / "r_profiled.json").read_text())
+    report = json.loads((workdir / "r_post.json").read_text())
     assert report["flags"]["autoplace_cost_profile"].endswith("profile.pbtxt")
     notes = " ".join(report["notes"])
     assert "1 ops of the cost profile are not in this graph" in notes
