@@ -14,8 +14,7 @@ cluster of ``--tasks`` server processes on this machine (``tf_autoplace.hw.local
 where there are enough, else sharing, as the cluster's core groups say):
 
 1. **profile** the servers (``tf_autoplace.hw.cluster_profile.profile_cluster``): every link
-   over gRPC (and between two tasks, what one transfer adds to a step of a ladder split
-   between them), and the graph's ops on each task; the profiled cluster and costs are what the
+   over gRPC, and the graph's ops on each task; the profiled cluster and costs are what the
    simulator predicts with and what ``auto`` places with;
 2. **placements**: the whole graph on each task, ``replica_device_setter``, every fast
    heuristic, ``auto`` (``--auto_samples`` simulated placements, seed ``--seed``), colocation
@@ -178,8 +177,6 @@ def run_graph(name: str) -> GraphFigures:
                                                    trace_steps=FLAGS.trace_steps),
             description=f"{name} {knobs}")
         log(f"  links: {found.class_fits}; op seconds per task: {found.task_seconds}")
-        for (a, b), fit in found.send_fits.items():
-            log(f"  tasks {a} <-> {b}: {fit.summary()}")
         costs = ProfileCostModel.from_proto(found.profile,
                                             fallback=AnalyticalCostModel(meta_graph))
         problem, _ = build_problem(meta_graph, found.cluster, cost_model=costs)

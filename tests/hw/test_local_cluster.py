@@ -161,17 +161,10 @@ def test_profiling_the_servers_gives_links_over_grpc_and_op_costs_per_task(clust
                         init=(tg.init_op,), feeds=tg.feed)
     quick = RunConfig(steps=3, warmup_steps=1, grappler=False)
     found = profile_cluster(cluster, workload, link_config=quick, sizes=(1 << 10, 1 << 16),
-                            hops=4, op_config=RunConfig(steps=1, warmup_steps=1, trace_steps=2),
-                            ladder_config=RunConfig(steps=3, warmup_steps=1))
+                            hops=4, op_config=RunConfig(steps=1, warmup_steps=1, trace_steps=2))
     assert set(found.link_fits) == {(0, 1)} and set(found.class_fits) == {"host"}
     fit = found.link_fits[(0, 1)]
     assert found.cluster.bandwidth[0, 1] == found.cluster.bandwidth[1, 0] == fit.bandwidth_bps
-    # The latency between the tasks is what one transfer added to a step of the ladder split
-    # between them (TensorFlow's own Send count, read from the partition graphs it ran).
-    (pair, send), = found.send_fits.items()
-    assert set(pair) == {"ps:0", "worker:0"} and send.sends[0] == 0 < max(send.sends)
-    assert found.cluster.latency[0, 1] == found.cluster.latency[1, 0] == send.step_send_s
-    assert found.class_fits["host"].latency_us == pytest.approx(send.step_send_s * 1e6)
     assert found.reference == "worker:0" and set(found.task_seconds) == {"ps:0", "worker:0"}
     speeds = [d.speed for d in found.cluster.devices]
     assert speeds[1] == 1.0 and speeds[0] == pytest.approx(
@@ -329,7 +322,6 @@ def test_profile_command_profiles_the_servers_serve_local_runs(tmp_path):
             timeout=HANG_GUARD_S * 3)
         assert done.returncode == 0, done.stderr[-2000:]
         assert "links of class host" in done.stdout
-        assert "tasks ps:0 <-> worker:0: one Send adds" in done.stdout
     finally:
         server.send_signal(signal.SIGTERM)
         server.communicate(timeout=HANG_GUARD_S)

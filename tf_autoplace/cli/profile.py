@@ -140,8 +140,6 @@ def _profile_tf_cluster(workload: Workload, config: RunConfig, description: str,
     print(f"wrote {FLAGS.out_profile}: {found.profile.description}")
     if FLAGS.out_cluster:
         _print_fits(found.cluster, found.link_fits)
-        for (a, b), fit in found.send_fits.items():
-            print(f"tasks {a} <-> {b}: {fit.summary()}: the latency between them")
         for name, fit in found.class_fits.items():
             print(f"links of class {name}: {fit.latency_us:.2f} us + bytes / "
                   f"{fit.bandwidth_gbps:.4g} GB/s (median of its pairs)")

@@ -10,17 +10,9 @@ that run elsewhere), through Sessions on that target:
 1. **links**: for every pair of devices, chains of copies of several sizes are timed against
    the same chains without copies and ``latency + bytes / bandwidth`` is fitted
    (:func:`~tf_autoplace.hw.transfers.profile_links`): between two tasks the tensors go over
-   gRPC (loopback, on one machine), within a task through memory. Then, for every two tasks,
-   the ladder of :func:`~tf_autoplace.hw.transfers.measure_send_cost` is split between their
-   first devices: a lone copy's latency is not what a transfer costs a step, where the RPC's
-   serialisation and handling take the tasks' cores from their ops and many transfers queue
-   (measured here: the chains gave 60-70 us, while steps grew by about 200 us per transfer).
-   The wall time one transfer adds to a ladder step becomes the latency between the two
-   tasks' devices (the simulator sends one tensor at a time from a device, so a step with
-   many transfers pays for each). Each pair keeps its own copy fit (``link_fits``) and ladder
-   fit (``send_fits``); :attr:`ClusterProfile.class_fits` sums the resulting cluster up per
-   link class (the median latency and bandwidth of the class's pairs), the figures
-   ``Cluster.from_tf(links=...)`` takes;
+   gRPC (loopback, on one machine), within a task through memory. Each pair keeps its own fit;
+   :attr:`ClusterProfile.class_fits` sums them up per link class (the median latency and
+   bandwidth of the class's pairs), the figures ``Cluster.from_tf(links=...)`` takes;
 2. **ops** (given a workload): the graph runs with every op on one task at a time, on its first
    device of each kind, and each op's median traced time on that task is kept
    (:func:`~tf_autoplace.hw.profiler.profile_ops`). The CostProfile holds the times of the
@@ -62,8 +54,7 @@ class ClusterProfile:
       cluster: the cluster with the measured links and each task's ``speed``.
       profile: the reference task's op times (None when no workload was profiled).
       link_fits: ``(i, j) -> LinkFit`` of every pair of devices, ``i < j``.
-      send_fits: ``(task a, task b) -> SendFit`` of the ladder split between two tasks.
-      class_fits: link class -> the median latency and bandwidth of its pairs in ``cluster``.
+      class_fits: link class -> the median latency and bandwidth of its pairs' fits.
       task_seconds: task name -> total measured op time of one step on it (s).
       reference: the name of the reference task ("" without a workload).
     """
@@ -74,13 +65,11 @@ class ClusterProfile:
     class_fits: dict
     task_seconds: dict
     reference: str = ""
-    send_fits: dict = dataclasses.field(default_factory=dict)
 
 
 def profile_cluster(cluster: Cluster, workload: Workload | None = None, *, links: bool = True,
                     op_config: RunConfig = profiler.DEFAULT_CONFIG,
                     link_config: RunConfig = transfers.DEFAULT_CONFIG,
-                    ladder_config: RunConfig = transfers.LADDER_CONFIG,
                     sizes=transfers.DEFAULT_SIZES, hops: int = 16,
                     description: str = "") -> ClusterProfile:
     """Measure ``cluster``'s links and, given ``workload``, its op costs per task (module
@@ -94,8 +83,6 @@ def profile_cluster(cluster: Cluster, workload: Workload | None = None, *, links
         its target is the cluster's.
       link_config, sizes, hops: how the links are timed (:func:`tf_autoplace.hw.transfers.
         profile_links`); its target is the cluster's.
-      ladder_config: how the ladder between two tasks is timed
-        (:func:`tf_autoplace.hw.transfers.measure_send_cost`); its target is the cluster's.
       description: said first in the profile's description.
 
     Returns:
@@ -109,17 +96,15 @@ def profile_cluster(cluster: Cluster, workload: Workload | None = None, *, links
         raise ConfigError("profile_cluster profiles the servers of a TensorFlow cluster: give a "
                           "Cluster with tasks and a target (local_cluster, Cluster.from_tf); "
                           "for this machine alone, tf-autoplace profile")
-    measured, fits, sends = cluster, {}, {}
+    measured, fits = cluster, {}
     if links:
         measured, fits = transfers.profile_links(
             cluster, sizes=sizes, hops=hops,
             config=dataclasses.replace(link_config, target=cluster.target))
-        measured, sends = _profile_task_transfers(
-            measured, dataclasses.replace(ladder_config, target=cluster.target))
-    class_fits = _class_fits(measured)
+    class_fits = _class_fits(cluster, fits)
     if workload is None:
         return ClusterProfile(cluster=measured, profile=None, link_fits=fits,
-                              class_fits=class_fits, task_seconds={}, send_fits=sends)
+                              class_fits=class_fits, task_seconds={})
     config = dataclasses.replace(op_config, target=cluster.target)
     home = cluster.target_task()
     reference = home if home is not None else 0
@@ -150,7 +135,7 @@ def profile_cluster(cluster: Cluster, workload: Workload | None = None, *, links
     return ClusterProfile(cluster=dataclasses.replace(measured, devices=tuple(devices)),
                           profile=profile, link_fits=fits, class_fits=class_fits,
                           task_seconds={cluster.tasks[k].name: t for k, t in totals.items()},
-                          reference=name, send_fits=sends)
+                          reference=name)
 
 
 def served_devices(spec, *, timeout_s: float = 60.0) -> dict[str, Cluster]:
@@ -203,34 +188,11 @@ def served_devices(spec, *, timeout_s: float = 60.0) -> dict[str, Cluster]:
             for name, devices in per_task.items()}
 
 
-def _profile_task_transfers(cluster: Cluster, config: RunConfig
-                            ) -> tuple[Cluster, dict[tuple[str, str], transfers.SendFit]]:
-    """``cluster`` with the latency between the devices of every two tasks set to the wall
-    time one transfer adds to a step of the ladder split between the tasks' first devices
-    (module docstring), and those fits by task names."""
-    latency = cluster.latency.copy()
-    first = {}
-    for d in range(len(cluster.devices)):
-        first.setdefault(int(cluster.device_tasks[d]), d)
-    fits = {}
-    for a, b in ((a, b) for a in sorted(first) for b in sorted(first) if a < b):
-        fit = transfers.measure_send_cost(cluster.names[first[a]], cluster.names[first[b]],
-                                          config=config)
-        fits[(cluster.tasks[a].name, cluster.tasks[b].name)] = fit
-        on_a = cluster.device_tasks == a
-        on_b = cluster.device_tasks == b
-        latency[np.ix_(on_a, on_b)] = latency[np.ix_(on_b, on_a)] = fit.step_send_s
-    return dataclasses.replace(cluster, latency=latency), fits
-
-
-def _class_fits(cluster: Cluster) -> dict[str, LinkClass]:
-    """Link class -> the median latency and bandwidth of its pairs of devices in
-    ``cluster``."""
+def _class_fits(cluster: Cluster, fits: dict) -> dict[str, LinkClass]:
+    """Link class -> the median latency and bandwidth of the fits of its pairs."""
     by_class: dict[str, list] = {}
-    for i in range(len(cluster.devices)):
-        for j in range(i + 1, len(cluster.devices)):
-            by_class.setdefault(cluster.link_class(i, j), []).append(
-                (cluster.latency[i, j], cluster.bandwidth[i, j]))
-    return {name: LinkClass(float(np.median([b for _, b in group])) / 1e9,
-                            float(np.median([t for t, _ in group])) * 1e6)
+    for (i, j), fit in fits.items():
+        by_class.setdefault(cluster.link_class(i, j), []).append(fit)
+    return {name: LinkClass(float(np.median([f.bandwidth_bps for f in group])) / 1e9,
+                            float(np.median([f.latency_s for f in group])) * 1e6)
             for name, group in sorted(by_class.items())}
