@@ -74,6 +74,14 @@ def test_a_users_graph_file_is_measured_under_the_protocol(tmp_path):
     hits, pairs = result.distinguishable
     assert pairs == len(result.labels) * (len(result.labels) - 1) // 2 and 0 <= hits <= pairs
     assert "distinguishable pairs" in fidelity.markdown([result], title="t")
+    # A single-device Session measured in the rounds calibrates the last variant: its
+    # single-device prediction is that Session's step, not the profile's.
+    assert result.rounds_step_s > 0 and result.profile_step_s > 0
+    single = result.labels.index(next(x for x in result.labels if x.startswith("single 0")))
+    assert result.simulated_s[fidelity.IN_ROUNDS_VARIANT][single] == pytest.approx(
+        result.rounds_step_s)
+    assert result.simulated_s[fidelity.PRODUCT_VARIANT][single] == pytest.approx(
+        result.profile_step_s)
 
 
 def test_busy_figures_are_marked_not_publishable():
@@ -92,9 +100,9 @@ def test_the_drift_compares_the_rounds_single_device_step_with_the_profiles():
         graph="g", num_ops=1, labels=("single 0 = best_heuristic", "single 1", "random 0"),
         transfers=(0, 0, 5), measured_s=(0.012, 0.013, 0.02),
         simulated_s={v: (0.015, 0.015, 0.02) for v in fidelity.VARIANTS}, load=(0.5, 0.6),
-        steps=15, profile_step_s=0.015)
+        steps=15, profile_step_s=0.015, rounds_step_s=0.012)
     assert result.drift() == pytest.approx(0.8)
-    assert "15.00 ms; the rounds measured that placement at 12.00 ms (0.80x)" in (
+    assert "15.00 ms; a single-device Session in the rounds measured 12.00 ms (0.80x)" in (
         fidelity.markdown([result], title="t"))
     assert dataclasses.replace(result, profile_step_s=0.0).drift() is None
-    assert dataclasses.replace(result, labels=("a", "b", "c")).drift() is None
+    assert dataclasses.replace(result, rounds_step_s=0.0).drift() is None

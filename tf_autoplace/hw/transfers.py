@@ -36,8 +36,8 @@ TensorFlow's own Send count is read from the partition graphs it runs (Grappler 
 user's step), and the placements run in interleaved rounds. The median CPU time the process
 spends on a step (all its threads) regressed on the Send count gives the work one Send adds,
 which is what the simulator charges (work on the group's cores); the median wall time
-regressed the same way gives what one Send adds to a step (:attr:`SendFit.step_send_s`, the
-figure for devices that do not share cores, such as the tasks of a TensorFlow cluster). The
+regressed the same way gives what one Send adds to a step (:attr:`SendFit.step_send_s`,
+reported beside it). The
 rounds come in :data:`LADDER_BLOCKS` blocks, each fitted on its own, and the fit keeps the
 median of the blocks' slopes: a ladder step takes a millisecond, and on this shared machine
 its speed and the cores it gets change from one tenth of a second to the next (one fit's
