@@ -53,3 +53,16 @@ def test_partner_times_are_scaled_with_their_kind():
                                          {"CPU": 5e-3})
     np.testing.assert_allclose(scaled_partner[:, 0], partner_time[:, 0] * scale["CPU"])
     np.testing.assert_allclose(scaled_partner[:, 1:], partner_time[:, 1:])
+
+
+def test_the_step_is_matched_on_the_device_the_profile_ran_not_a_slower_one():
+    # A TensorFlow cluster's profile holds its reference task's times; another task's device
+    # of the same kind (listed first here) has a speed relative to it.
+    graph, _, op_time = _problem()
+    cluster = Cluster.uniform([Device("/job:ps/task:0/device:CPU:0", "CPU", 64 * GB, speed=0.5),
+                               Device("/job:worker/task:0/device:CPU:0", "CPU", 64 * GB)])
+    times = np.stack([op_time[:, 0] / 0.5, op_time[:, 0]], axis=1)
+    scaled, _, _ = calibrate(graph, cluster, times, None, None, {"CPU": 20e-3})
+    sim = Simulator(graph, cluster, scaled)
+    assert sim.makespan(np.ones(5, np.int32)) == pytest.approx(20e-3)  # the reference task
+    assert sim.makespan(np.zeros(5, np.int32)) == pytest.approx(40e-3)  # half its speed

@@ -117,8 +117,10 @@ def calibrate(sim_graph: OpGraph, cluster: Cluster, op_time: np.ndarray,
     """Scale each device kind's op times to the step they were measured in.
 
     For each kind in ``steps`` that the cluster has, the graph is simulated with every op on
-    the first device of that kind (as the profiled run placed it) and the op times (and
-    partner times) of all devices of that kind are multiplied by ``measured / simulated``.
+    one device of that kind, as the profiled run placed it (the first whose ``speed`` is 1: a
+    TensorFlow cluster's profile holds its reference task's times, and the other tasks'
+    devices have speeds relative to it), and the op times (and partner times) of all devices
+    of that kind are multiplied by ``measured / simulated``.
     A kind some op cannot run on is left as it is: the profiled run then put those ops
     elsewhere, and the single-device step is not the run that was measured.
 
@@ -136,11 +138,14 @@ def calibrate(sim_graph: OpGraph, cluster: Cluster, op_time: np.ndarray,
     scale = {}
     for kind, step in sorted(steps.items()):
         devices = [d for d, device in enumerate(cluster.devices) if device.kind == kind]
-        if not devices or not np.isfinite(op_time[:, devices[0]]).all():
+        if not devices:
+            continue
+        ran = next((d for d in devices if cluster.devices[d].speed == 1.0), devices[0])
+        if not np.isfinite(op_time[:, ran]).all():
             continue
         simulated = float(Simulator(sim_graph, cluster, op_time, partner=partner,
                                     partner_time=partner_time).makespan(
-            np.full(sim_graph.num_ops, devices[0], np.int32)))
+            np.full(sim_graph.num_ops, ran, np.int32)))
         if not simulated > 0:
             continue
         factor = step / simulated
