@@ -27,7 +27,9 @@ where there are enough, else sharing, as the cluster's core groups say):
    placement's Session open, ``--warmup_steps`` steps each, then ``--steps`` rounds of one step
    per placement in shuffled order; the median per placement with its 95% bootstrap interval);
 5. report the Spearman rank correlation of predicted and measured step times, the median of
-   ``|predicted / measured - 1|``, how many pairs of placements the measurement told apart, and
+   ``|predicted / measured - 1|`` (also with the op times calibrated instead to a Session of
+   the reference task measured in the rounds beside the placements, as the fidelity tool's
+   last variant: the profile is minutes older than the rounds), how many pairs of placements the measurement told apart, and
    the measured step of ``auto``'s placement against the fastest single task and against
    ``replica_device_setter`` (``slower`` when ``auto``'s interval lies above the single task's).
 
@@ -56,6 +58,7 @@ from tf_autoplace.hw import local_cluster
 from tf_autoplace.hw.cluster_profile import profile_cluster
 from tf_autoplace.hw.fidelity import (distinct, median_relative_error, moved_share, spearman,
                                       wait_for_quiet)
+from tf_autoplace.hw.profiler import with_step
 from tf_autoplace.hw.protocol import measure_placements
 from tf_autoplace.hw.runner import RunConfig
 from tf_autoplace.hw.workload import Workload
@@ -73,6 +76,7 @@ GRAPHS = {
     "cnn": ("inception_v3", dict(image_size=75, batch=2, num_classes=10)),
 }
 MOVE_SHARES = (0.02, 0.05, 0.1, 0.2, 0.35, 0.5)
+CALIBRATION = "calibration (reference task, in the rounds)"
 
 flags.DEFINE_list("graphs", list(GRAPHS), f"graphs among {list(GRAPHS)}")
 flags.DEFINE_integer("tasks", 2, "server processes")
@@ -99,6 +103,7 @@ class GraphFigures:
     core_groups: tuple
     labels: tuple[str, ...]
     predicted_s: tuple[float, ...]
+    predicted_in_rounds_s: tuple[float, ...]
     measured_s: tuple[float, ...]
     low_s: tuple[float, ...]
     high_s: tuple[float, ...]
@@ -107,6 +112,8 @@ class GraphFigures:
     load: tuple[float, float]
     class_fits: dict
     seconds: float
+    profile_step_s: float
+    rounds_step_s: float
 
     def index(self, label: str) -> int:
         """The measured-fastest placement that ``label`` names (labels join names with " = ")."""
@@ -127,6 +134,10 @@ class GraphFigures:
     @property
     def median_error(self) -> float:
         return median_relative_error(self.predicted_s, self.measured_s)
+
+    @property
+    def median_error_in_rounds(self) -> float:
+        return median_relative_error(self.predicted_in_rounds_s, self.measured_s)
 
 
 def log(message: str) -> None:
@@ -183,23 +194,38 @@ def run_graph(name: str) -> GraphFigures:
         placements = collect(problem, FLAGS.seed, FLAGS.min_placements, FLAGS.auto_samples)
         log(f"  {len(placements)} distinct placements of {problem.graph.num_ops} ops; measuring")
         names, ops = problem.cluster.names, problem.graph.names
-        measured = measure_placements(
-            workload, {label: dict(zip(ops, (names[d] for d in devices.tolist())))
-                       for label, devices in placements},
-            steps=FLAGS.steps, warmup_steps=FLAGS.warmup_steps,
-            config=RunConfig(target=cluster.target), seed=FLAGS.seed)
+        # One more Session with every op on the reference task, as its profile ran: the
+        # calibration in the rounds (module docstring), not one of the placements compared.
+        reference = next(d for d, device in enumerate(problem.cluster.devices)
+                         if device.kind == "CPU" and device.speed == 1.0)
+        assignments = {label: dict(zip(ops, (names[d] for d in devices.tolist())))
+                       for label, devices in placements}
+        assignments[CALIBRATION] = {op: names[reference] for op in ops}
+        measured = measure_placements(workload, assignments, steps=FLAGS.steps,
+                                      warmup_steps=FLAGS.warmup_steps,
+                                      config=RunConfig(target=cluster.target), seed=FLAGS.seed)
         load_after = os.getloadavg()[0]
+    in_rounds = ProfileCostModel.from_proto(
+        with_step(found.profile, "CPU", measured[CALIBRATION].median_s),
+        fallback=AnalyticalCostModel(meta_graph))
+    recalibrated = build_problem(meta_graph, found.cluster, cost_model=in_rounds)[0].simulator
     sims = [problem.simulator.run(devices) for _, devices in placements]
+    compared = measured.placements[:-1]  # without the calibration Session
     return GraphFigures(
         graph=name, knobs=knobs, num_ops=problem.graph.num_ops,
         tasks=tuple(t.name for t in problem.cluster.tasks),
         core_groups=tuple(problem.cluster.core_groups),
         labels=tuple(label for label, _ in placements),
         predicted_s=tuple(float(s.makespan) for s in sims),
-        measured_s=tuple(m.median_s for m in measured.placements),
-        low_s=tuple(m.low_s for m in measured.placements),
-        high_s=tuple(m.high_s for m in measured.placements),
-        distinguishable=measured.distinguishable_pairs(),
+        predicted_in_rounds_s=tuple(float(recalibrated.makespan(d)) for _, d in placements),
+        measured_s=tuple(m.median_s for m in compared),
+        low_s=tuple(m.low_s for m in compared),
+        high_s=tuple(m.high_s for m in compared),
+        distinguishable=(sum(a.distinguishable(b) for i, a in enumerate(compared)
+                             for b in compared[i + 1:]),
+                         len(compared) * (len(compared) - 1) // 2),
+        profile_step_s=costs.measured_steps()["CPU"],
+        rounds_step_s=measured[CALIBRATION].median_s,
         transfers=tuple(int(s.num_transfers) for s in sims), load=(load_before, load_after),
         class_fits={k: dataclasses.asdict(v) for k, v in found.class_fits.items()},
         seconds=time.perf_counter() - began)
@@ -212,9 +238,11 @@ def _slower(result: GraphFigures, other: str) -> str:
 def markdown(results: list[GraphFigures], title: str) -> str:
     lines = [f"## {title}", "",
              "| graph | ops | placements | distinguishable pairs | load (1 min) | Spearman | "
-             "median abs rel error | one task, best (ms) | replica_device_setter (ms) | "
-             "auto (ms) | auto / one task | auto / replica_device_setter |",
-             "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "median abs rel error | calibrated in the rounds | one task, best (ms) | "
+             "replica_device_setter (ms) | auto (ms) | auto / one task | "
+             "auto / replica_device_setter |",
+             "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+             "| ---: |"]
     for r in results:
         task = min((f"task {t}" for t in r.tasks), key=r.measured)
         single = r.measured(task)
@@ -222,17 +250,22 @@ def markdown(results: list[GraphFigures], title: str) -> str:
         lines.append(f"| {r.graph} | {r.num_ops} | {len(r.labels)} | "
                      f"{r.distinguishable[0]} / {r.distinguishable[1]} | {r.load[0]:.2f} -> "
                      f"{r.load[1]:.2f} | {r.spearman:.3f} | {r.median_error:.3f} | "
+                     f"{r.median_error_in_rounds:.3f} | "
                      f"{single * 1e3:.2f} | {rds * 1e3:.2f} | {auto * 1e3:.2f} | "
                      f"{auto / single:.3f}{_slower(r, task)} | "
                      f"{auto / rds:.3f}{_slower(r, 'replica_device_setter')} |")
     for r in results:
         lines += ["", f"### {r.graph} ({r.num_ops} ops, {r.knobs})", "",
                   f"Tasks {', '.join(r.tasks)}; core groups {list(r.core_groups)}; measured "
-                  f"link classes {r.class_fits}.", "",
-                  "| placement | transfers | predicted ms | measured ms [95% interval] |",
-                  "| --- | ---: | ---: | ---: |"]
+                  f"link classes {r.class_fits}. The reference task's profiled step was "
+                  f"{r.profile_step_s * 1e3:.2f} ms; a Session of it in the rounds measured "
+                  f"{r.rounds_step_s * 1e3:.2f} ms.", "",
+                  "| placement | transfers | predicted ms | predicted, calibrated in the rounds "
+                  "ms | measured ms [95% interval] |",
+                  "| --- | ---: | ---: | ---: | ---: |"]
         for k in np.argsort(r.measured_s).tolist():
             lines.append(f"| {r.labels[k]} | {r.transfers[k]} | {r.predicted_s[k] * 1e3:.2f} | "
+                         f"{r.predicted_in_rounds_s[k] * 1e3:.2f} | "
                          f"{r.measured_s[k] * 1e3:.2f} [{r.low_s[k] * 1e3:.2f}, "
                          f"{r.high_s[k] * 1e3:.2f}] |")
     return "\n".join(lines) + "\n"

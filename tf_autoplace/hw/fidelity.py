@@ -65,7 +65,7 @@ from tf_autoplace.cost.profile import ProfileCostModel
 from tf_autoplace.errors import AutoplaceError, ConfigError
 from tf_autoplace.graph import ingest
 from tf_autoplace.heuristics import HEURISTICS
-from tf_autoplace.hw.profiler import profile_ops, with_profiled_cores
+from tf_autoplace.hw.profiler import profile_ops, with_profiled_cores, with_step
 from tf_autoplace.hw.protocol import QUIET_LOAD, StepTimes, check_steps, load_average
 from tf_autoplace.hw.protocol import measure_placements as protocol_measure
 from tf_autoplace.hw.runner import RunConfig
@@ -398,7 +398,7 @@ def evaluate(name: str, meta_graph, workload: Workload, config: Config,
         meta_graph, executed_cluster, cost_model=profiled)[0].simulator
     simulators[IN_ROUNDS_VARIANT] = build_problem(
         meta_graph, executed_cluster, cost_model=ProfileCostModel.from_proto(
-            _with_step(profile, "CPU", in_rounds.median_s), fallback=analytical))[0].simulator
+            with_step(profile, "CPU", in_rounds.median_s), fallback=analytical))[0].simulator
     simulated = {variant: tuple(float(sim.makespan(d)) for d in devices)
                  for variant, sim in simulators.items()}
     transfers = tuple(problem.simulator.run(d).num_transfers for d in devices)
@@ -413,15 +413,6 @@ def evaluate(name: str, meta_graph, workload: Workload, config: Config,
                        profile_step_s=profiled.measured_steps().get("CPU", 0.0),
                        rounds_step_s=in_rounds.median_s)
 
-
-def _with_step(profile, kind: str, step_s: float):
-    """A copy of ``profile`` whose run on ``kind`` has the untraced step ``step_s``."""
-    out = type(profile)()
-    out.CopyFrom(profile)
-    for run in out.run:
-        if run.device_kind == kind:
-            run.step_time_us = step_s * 1e6
-    return out
 
 
 def markdown(results: list[GraphResult], *, title: str) -> str:

@@ -302,6 +302,19 @@ def parallelism(profile: cost_profile_pb2.CostProfile, kind: str = "CPU") -> flo
     return sum(op.compute_time_us for op in profile.op if op.device_kind == kind) / step[0]
 
 
+def with_step(profile: cost_profile_pb2.CostProfile, kind: str, step_s: float
+              ) -> cost_profile_pb2.CostProfile:
+    """A copy of ``profile`` whose run on ``kind`` has the untraced step ``step_s``: the op
+    times then calibrate to that step (a single-device step measured at another moment, such
+    as beside the placements a fidelity check compares)."""
+    out = cost_profile_pb2.CostProfile()
+    out.CopyFrom(profile)
+    for device_run in out.run:
+        if device_run.device_kind == kind:
+            device_run.step_time_us = step_s * 1e6
+    return out
+
+
 def with_profiled_cores(cluster: Cluster, profile: cost_profile_pb2.CostProfile
                         ) -> tuple[Cluster, float | None]:
     """``cluster`` whose core groups of CPU devices get as many cores as the profiled process
