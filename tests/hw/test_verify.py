@@ -50,6 +50,16 @@ def test_the_report_shows_every_candidate_measured_beside_its_prediction(verifie
     assert proto.verify_reason == report.verification.decision.reason
     rows = report.to_dict()["verification"]["candidates"]
     assert all(r["measured_low_s"] <= r["measured_s"] <= r["measured_high_s"] for r in rows)
+    # Every prediction at this run's speed is scaled by the one factor that puts the
+    # single-device prediction on its measurement.
+    scale = report.verification.speed_scale()
+    single = next(r for r in rows if r["name"] == SINGLE)
+    assert single["predicted_at_run_speed_s"] == pytest.approx(single["measured_s"])
+    assert all(r["predicted_at_run_speed_s"] == pytest.approx(r["predicted_s"] * scale)
+               for r in rows)
+    assert [c.predicted_at_run_speed_s for c in proto.verified] == pytest.approx(
+        [r["predicted_at_run_speed_s"] for r in rows])
+    assert f"measured {scale:.2f}x its prediction" in text
     assert any("profiled on this machine" in n for n in report.notes)
 
 

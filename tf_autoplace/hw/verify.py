@@ -79,16 +79,30 @@ class Verification:
     measured: ProtocolResult
     decision: Decision
 
+    def speed_scale(self) -> float | None:
+        """The single-device placement's measured step over its predicted one: how much slower
+        (above 1) or faster this machine ran than the prediction assumed, the same for every
+        candidate (the calibration point of a profile is minutes old, and a shared machine's
+        speed moves). None without a positive prediction."""
+        single = next(c for c in self.candidates if c.name == SINGLE)
+        if not single.predicted_s > 0:
+            return None
+        return self.measured[SINGLE].median_s / single.predicted_s
+
     def rows(self) -> list[dict]:
-        """One dict per candidate: name, predicted and measured step times (median, interval),
-        devices used, tensors crossing devices, and whether it was applied."""
+        """One dict per candidate: name, predicted step time, the prediction at this run's
+        speed (times :meth:`speed_scale`; None without one), measured step time (median,
+        interval), devices used, tensors crossing devices, and whether it was applied."""
+        scale = self.speed_scale()
         out = []
         for c in self.candidates:
             m = self.measured[c.name]
-            out.append(dict(name=c.name, predicted_s=c.predicted_s, measured_s=m.median_s,
-                            measured_low_s=m.low_s, measured_high_s=m.high_s,
-                            devices_used=c.devices_used, crossing=c.crossing,
-                            applied=c.name == self.decision.applied))
+            out.append(dict(name=c.name, predicted_s=c.predicted_s,
+                            predicted_at_run_speed_s=(None if scale is None
+                                                      else c.predicted_s * scale),
+                            measured_s=m.median_s, measured_low_s=m.low_s,
+                            measured_high_s=m.high_s, devices_used=c.devices_used,
+                            crossing=c.crossing, applied=c.name == self.decision.applied))
         return out
 
 

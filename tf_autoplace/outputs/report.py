@@ -219,7 +219,7 @@ class PlacementReport:
             measure_load_before=self.measure_load[0], measure_load_after=self.measure_load[1])
         if self.verification is not None:
             for row in self.verification.rows():
-                out.verified.add(**row)
+                out.verified.add(**{key: value for key, value in row.items() if value is not None})
             out.verify_reason = self.verification.decision.reason
         if self.seed is not None:
             out.seed = int(self.seed)
@@ -313,15 +313,21 @@ class PlacementReport:
                 "(1-minute load average before and after)",
             ]
         if self.verification is not None:
-            lines.append("  verified on this machine (predicted / measured median [95% "
-                         "interval]):")
+            scale = self.verification.speed_scale()
+            lines.append("  verified on this machine (predicted / at this run's speed / "
+                         "measured median [95% interval]):")
             for row in self.verification.rows():
                 mark = "applied" if row["applied"] else ""
+                at_speed = row["predicted_at_run_speed_s"]
                 lines.append(
                     f"    {row['name']:<36} {row['predicted_s'] * 1e3:9.2f} ms / "
-                    f"{row['measured_s'] * 1e3:8.2f} ms [{row['measured_low_s'] * 1e3:.2f}, "
+                    + (f"{at_speed * 1e3:8.2f} ms / " if at_speed is not None else "       - / ")
+                    + f"{row['measured_s'] * 1e3:8.2f} ms [{row['measured_low_s'] * 1e3:.2f}, "
                     f"{row['measured_high_s'] * 1e3:.2f}]  {row['devices_used']} device(s), "
                     f"{row['crossing']} tensors cross  {mark}")
+            if scale is not None:
+                lines.append(f"    this run's speed: the single-device step measured {scale:.2f}x "
+                             "its prediction; every prediction scaled alike is the second figure")
             lines.append(f"    why: {self.verification.decision.reason}")
         lines += [
             "  placement:", table(self.devices),
