@@ -36,10 +36,11 @@ Flags:
                         placer's placement, the best heuristic's and the single-device one run
                         on this machine in interleaved rounds and the measured fastest is
                         applied, never one measured slower than the single-device placement.
-                        Default -1: on (15 steps) when the cluster is "local", since the binary
-                        is about to run the graph here anyway; off for other clusters. Asked
-                        for a cluster whose devices this machine does not have, it is a
-                        ConfigError at flag parsing. When it is on by default and the graph
+                        Default -1: on (15 steps) when the cluster is "local" or a spec of a
+                        TensorFlow cluster with a target, since the binary is about to run the
+                        graph there anyway; off for other clusters. Asked for a cluster whose
+                        devices this machine does not have, it is a ConfigError at flag
+                        parsing. When it is on by default and the graph
                         cannot be run on its own (a step that needs a queue runner or an input
                         the binary feeds), the graph keeps TensorFlow's default placement and a
                         warning says why.
@@ -127,9 +128,10 @@ flags.DEFINE_string("autoplace_cost_profile", None,
                     "times replace the analytical estimates; ops it lacks keep them.")
 flags.DEFINE_integer("autoplace_verify", -1,
                      "Measure the placer's placement, the best heuristic's and the "
-                     "single-device one for this many steps each (>= 15) on this machine and "
-                     "apply the measured fastest; 0: off; -1 (default): 15 when "
-                     "--autoplace_cluster is 'local' (this machine), off otherwise.")
+                     "single-device one for this many steps each (>= 15) on this machine (or "
+                     "a TensorFlow cluster's servers) and apply the measured fastest; 0: off; "
+                     "-1 (default): 15 when --autoplace_cluster is 'local' (this machine) or a "
+                     "spec with a target (its servers), off otherwise.")
 flags.DEFINE_bool("autoplace_progress", True,
                   "Log the placement search's progress (INFO lines, logger "
                   "tf_autoplace.progress).")
@@ -289,10 +291,10 @@ class AutoplaceSettings:
       cost_profile: a CostProfile file whose op times the placement uses, or None.
       placer_options: ``name=value`` settings of the placer's config.
       verify: timed steps per candidate of verified placement (0: off; else >= 15); the
-        cluster must be this machine's devices.
+        cluster must be this machine's devices or a TensorFlow cluster with a target.
       verify_by_default: verify was not asked for but is on because the cluster is this
-        machine: a graph that cannot be measured then keeps TF's default placement (with a
-        warning) instead of failing the binary.
+        machine or a TensorFlow cluster's servers: a graph that cannot be measured then keeps
+        TF's default placement (with a warning) instead of failing the binary.
     """
 
     placer: str
@@ -375,10 +377,24 @@ def _check_verify_cluster(spec, steps) -> None:
 
 
 def _verify_steps(flag_value: int, cluster: str) -> tuple[int, bool]:
-    """(steps, by default) for ``--autoplace_verify``: -1 is 15 on "local", else off."""
+    """(steps, by default) for ``--autoplace_verify``: -1 is 15 where the binary is about to
+    run the graph anyway (on "local", or on a TensorFlow cluster spec with a ``target``: its
+    servers), else off."""
     if flag_value == -1:
-        return (15, True) if cluster == "local" else (0, False)
+        return (15, True) if cluster == "local" or _has_target(cluster) else (0, False)
     return flag_value, False
+
+
+def _has_target(spec: str) -> bool:
+    """Whether the cluster spec ``spec`` names TensorFlow servers to run on (a ``target``); a
+    spec that does not resolve has none here (the cluster flag's own check says why)."""
+    from tf_autoplace.core.cluster import resolve_cluster
+    from tf_autoplace.errors import AutoplaceError
+
+    try:
+        return bool(resolve_cluster(spec).target)
+    except AutoplaceError:
+        return False
 
 
 @flags.multi_flags_validator(["autoplace", "autoplace_placement", "autoplace_cluster",

@@ -6,6 +6,7 @@ what the rule says for the figures measured, never a timing."""
 import pytest
 import tensorflow as tf
 from absl import flags
+from google.protobuf import text_format
 
 import tf_autoplace
 from tf_autoplace import Cluster
@@ -76,9 +77,16 @@ def test_verify_needs_this_machines_devices_and_enough_steps():
         tf_autoplace.autoplace(fn, cluster="local", verify=15)
 
 
-def test_the_flag_verifies_by_default_on_this_machine_only():
+def test_the_flag_verifies_by_default_where_the_binary_runs_the_graph(tmp_path):
     assert ap_flags._verify_steps(-1, "local") == (15, True)
     assert ap_flags._verify_steps(-1, "k80x2") == (0, False)
+    # A TensorFlow cluster's spec with a target: the binary is about to run on its servers.
+    served = Cluster.from_tf({"worker": ["localhost:1", "localhost:2"]}, devices="cpu2",
+                             target="grpc://localhost:1")
+    (tmp_path / "served.pbtxt").write_text(text_format.MessageToString(served.to_proto()))
+    assert ap_flags._verify_steps(-1, str(tmp_path / "served.pbtxt")) == (15, True)
+    assert ap_flags._verify_steps(0, str(tmp_path / "served.pbtxt")) == (0, False)
+    assert ap_flags._verify_steps(-1, str(tmp_path / "missing.pbtxt")) == (0, False)
     assert ap_flags._verify_steps(20, "cpu2") == (20, False)
     with pytest.raises(ConfigError, match="does not have"):
         ap_flags.AutoplaceSettings(placer="m_etf", cluster="k80x2", verify=15)
