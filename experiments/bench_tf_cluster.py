@@ -221,9 +221,8 @@ def run_graph(name: str) -> GraphFigures:
         measured_s=tuple(m.median_s for m in compared),
         low_s=tuple(m.low_s for m in compared),
         high_s=tuple(m.high_s for m in compared),
-        distinguishable=(sum(a.distinguishable(b) for i, a in enumerate(compared)
-                             for b in compared[i + 1:]),
-                         len(compared) * (len(compared) - 1) // 2),
+        distinguishable=dataclasses.replace(measured, placements=compared
+                                            ).distinguishable_pairs(),
         profile_step_s=costs.measured_steps()["CPU"],
         rounds_step_s=measured[CALIBRATION].median_s,
         transfers=tuple(int(s.num_transfers) for s in sims), load=(load_before, load_after),

@@ -253,7 +253,8 @@ def profile_ops(workload: Workload, *, kinds=None, config: RunConfig = DEFAULT_C
         # docstring), in interleaved Sessions, before the traced Session.
         step_s = float(np.median([m.step_time_s for m in run_interleaved(
             workload, [assignment] * STEP_SESSIONS, dataclasses.replace(cfg, trace_steps=0))]))
-        measured = run(workload, assignment, cfg)
+        # The traced Session's own timed steps are not used: one is enough before the traces.
+        measured = run(workload, assignment, dataclasses.replace(cfg, steps=1))
         per_step = [op_times(trace, kind, names, device if devices else None)
                     for trace in measured.traces]
         ran_anywhere = set()
