@@ -84,7 +84,8 @@ flags.DEFINE_integer("ps_tasks", 1, "how many of them form the job 'ps'")
 flags.DEFINE_integer("min_placements", 20, "distinct placements per graph, at least")
 flags.DEFINE_integer("auto_samples", 4000, "simulated placements of auto's search")
 flags.DEFINE_integer("steps", 15, "timed rounds per placement")
-flags.DEFINE_integer("warmup_steps", 3, "untimed steps per placement first")
+flags.DEFINE_integer("warmup_steps", 80, "untimed steps per placement first, fewer where they take over "
+                     "2 s (TensorFlow's executor settles in about 70: hw.runner.WARMUP_STEPS)")
 flags.DEFINE_integer("trace_steps", 10, "traced steps of the op profile on each task")
 flags.DEFINE_integer("seed", 0, "placer and feed seed")
 flags.DEFINE_float("max_load", None, "wait until the 1-minute load average is at most this "

@@ -11,7 +11,8 @@ flags.DEFINE_integer("num_logical_cpus", 2, "logical CPU devices (0: the GPUs an
 flags.DEFINE_integer("random_placements", 8, "uniformly random placements per graph")
 flags.DEFINE_integer("learned_samples", 2000, "simulated placements per learned placer")
 flags.DEFINE_integer("steps", 15, "timed steps per placement (rounds)")
-flags.DEFINE_integer("warmup_steps", 3, "untimed steps per placement first")
+flags.DEFINE_integer("warmup_steps", 80, "untimed steps per placement first, fewer where they take over "
+                     "2 s (TensorFlow's executor settles in about 70: hw.runner.WARMUP_STEPS)")
 flags.DEFINE_integer("trace_steps", 10, "traced steps for the op profile")
 flags.DEFINE_integer("interleave", 64, "placements measured together (at once: all of them)")
 flags.DEFINE_float("max_load", None, "wait until the 1-minute load average is at most this")

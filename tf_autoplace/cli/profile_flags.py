@@ -12,7 +12,8 @@ flags.DEFINE_integer("num_logical_cpus", 2, "Logical CPU devices of the local cl
                      "(0: this machine's GPUs and its CPU host).")
 flags.DEFINE_string("cluster", None, "Profile the servers of this TensorFlow cluster instead (a "
                     "text ClusterSpec with tasks and a target, as serve-local writes).")
-flags.DEFINE_integer("warmup_steps", 3, "Untimed steps first.")
+flags.DEFINE_integer("warmup_steps", 80, "untimed steps per placement first, fewer where they take over "
+                     "2 s (TensorFlow's executor settles in about 70: hw.runner.WARMUP_STEPS)")
 flags.DEFINE_integer("steps", 10, "Timed untraced steps (their median is the run's step).")
 flags.DEFINE_integer("trace_steps", 10, "Traced steps whose per-op median is written.")
 flags.DEFINE_integer("transfer_steps", None, "Timed rounds of each link and Send benchmark of "

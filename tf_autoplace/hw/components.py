@@ -41,7 +41,6 @@ import dataclasses
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
 import tensorflow as tf
@@ -55,7 +54,7 @@ from tf_autoplace.hw.fidelity import GRAPHS, local_cluster, moved_share
 from tf_autoplace.hw.isolated import executed_nodes, isolable, time_ops
 from tf_autoplace.hw.memory import measure_memory
 from tf_autoplace.hw.profiler import profile_ops
-from tf_autoplace.hw.runner import PlacedSession, RunConfig
+from tf_autoplace.hw.runner import WARMUP_STEPS, PlacedSession, RunConfig, time_rounds
 from tf_autoplace.hw.workload import Workload
 from tf_autoplace.pipeline.prepare import build_problem
 from tf_autoplace.placers import get_placer
@@ -86,8 +85,8 @@ class Config:
 
     num_logical_cpus: int = 2
     rounds: int = 15
-    warmup_steps: int = 3
-    profile: RunConfig = RunConfig(steps=10, warmup_steps=3, trace_steps=10)
+    warmup_steps: int = WARMUP_STEPS
+    profile: RunConfig = RunConfig(steps=10, trace_steps=10)
     op_types: int = 12
     ops_per_type: int = 3
     transfer_hops: int = 32
@@ -165,26 +164,6 @@ def error_summary(predicted, measured, within: float = 0.2) -> tuple[float, floa
 
 
 # ======================================================================= interleaved timing
-def time_interleaved(sessions, rounds: int, warmup: int, seed: int
-                     ) -> tuple[np.ndarray, np.ndarray]:
-    """``(wall [S, rounds], cpu [S, rounds])`` seconds per step of each open
-    :class:`PlacedSession` (its own workload and placement), ``warmup`` untimed steps each
-    first, then ``rounds`` rounds of one step each in an order shuffled per round; ``cpu`` is
-    the process's CPU time over the step (every thread of TensorFlow's pools)."""
-    rng = np.random.default_rng(seed)
-    for placed in sessions:
-        for _ in range(warmup):
-            placed.step()
-    wall = np.empty((len(sessions), rounds))
-    cpu = np.empty_like(wall)
-    for r in range(rounds):
-        for k in rng.permutation(len(sessions)).tolist():
-            began = time.process_time()
-            wall[k, r] = sessions[k].step()
-            cpu[k, r] = time.process_time() - began
-    return wall, cpu
-
-
 def _measure(workloads_and_assignments, config: Config, *, grappler: bool = True):
     """(wall, cpu) medians per entry of ``[(workload, assignment), ...]``, interleaved."""
     run_config = RunConfig(steps=1, warmup_steps=config.warmup_steps, grappler=grappler)
@@ -192,7 +171,8 @@ def _measure(workloads_and_assignments, config: Config, *, grappler: bool = True
     try:
         for workload, assignment in workloads_and_assignments:
             sessions.append(PlacedSession(workload, assignment, run_config))
-        wall, cpu = time_interleaved(sessions, config.rounds, config.warmup_steps, config.seed)
+        wall, cpu = time_rounds(sessions, dataclasses.replace(run_config, steps=config.rounds),
+                                np.random.default_rng(config.seed))
     finally:
         for placed in sessions:
             placed.close()

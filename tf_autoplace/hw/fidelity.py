@@ -152,8 +152,8 @@ class Config:
     num_logical_cpus: int = 2
     random_placements: int = 8
     learned_samples: int = 2000
-    run: RunConfig = RunConfig(steps=15, warmup_steps=3)
-    profile: RunConfig = RunConfig(steps=10, warmup_steps=3, trace_steps=10)
+    run: RunConfig = RunConfig(steps=15)
+    profile: RunConfig = RunConfig(steps=10, trace_steps=10)
     interleave: int = 64
     max_load: float | None = None
     seed: int = 0

@@ -69,7 +69,7 @@ from tf_autoplace.hw.runner import RunConfig, TracedStep, canonical_device, run,
 from tf_autoplace.hw.workload import Workload
 from tf_autoplace.proto import cost_profile_pb2
 
-DEFAULT_CONFIG = RunConfig(steps=10, warmup_steps=3, trace_steps=10)
+DEFAULT_CONFIG = RunConfig(steps=10, trace_steps=10)
 STEP_SESSIONS = 5  # interleaved Sessions whose median untraced step is the run's step
 _ARITHMETIC = "ArithmeticOptimizer/"
 

@@ -4,11 +4,15 @@ Every measured figure the product prints (``measure_steps``, ``verify``, ``tf-au
 fidelity``) comes from :func:`measure_placements`:
 
 1. every placement of one graph gets its own Session, all open at once
-   (:func:`tf_autoplace.hw.runner.run_interleaved`), and its warm-up steps (the first runs
-   partition, optimise and allocate);
-2. then at least :data:`MIN_STEPS` rounds, in each of which every placement runs one timed step,
-   in an order shuffled per round: a load that comes and goes on a shared machine falls on every
-   placement alike instead of on whichever ran at that moment;
+   (:func:`tf_autoplace.hw.runner.run_interleaved`), and its warm-up steps in rounds (the first
+   partition, optimise and allocate; TensorFlow's executor then takes about 70 steps to learn
+   which kernels are cheap enough to run inline: :func:`tf_autoplace.hw.runner.warm_up`);
+2. then at least :data:`MIN_STEPS` rounds, in each of which every placement runs one untimed
+   and one timed step, in an order shuffled per round: a load that comes and goes on a shared
+   machine falls on every placement alike instead of on whichever ran at that moment, and the
+   timed step follows its own placement's step, as in a training loop (a step that follows
+   other Sessions' finds the caches full of their tensors, and on graphs of small ops was up to
+   40% slower, by an amount that grew with the number of Sessions taking turns);
 3. each placement's figure is the median of its timed steps, with a 95% bootstrap interval of
    that median (:func:`median_interval`: the percentile interval of the medians of resampled
    steps);
@@ -32,7 +36,7 @@ from typing import Mapping
 import numpy as np
 
 from tf_autoplace.errors import ConfigError
-from tf_autoplace.hw.runner import Measurement, RunConfig, run_interleaved
+from tf_autoplace.hw.runner import WARMUP_STEPS, Measurement, RunConfig, run_interleaved
 from tf_autoplace.hw.workload import Workload
 
 MIN_STEPS = 15  # timed steps per placement: fewer leave the median's interval too wide to use
@@ -180,7 +184,8 @@ def check_steps(steps, what: str = "steps") -> int:
 
 
 def measure_placements(workload: Workload, assignments: Mapping[str, Mapping[str, str]], *,
-                       steps: int = MIN_STEPS, warmup_steps: int = 3, trace: str | None = None,
+                       steps: int = MIN_STEPS, warmup_steps: int = WARMUP_STEPS,
+                       trace: str | None = None,
                        config: RunConfig | None = None, seed: int = 0) -> ProtocolResult:
     """Measure placements of one workload under the protocol (module docstring).
 

@@ -4,8 +4,7 @@
 assignment (op name -> device string), opens a v1 ``Session`` that has those devices (logical
 CPU devices ``/device:CPU:0..N-1`` through ``ConfigProto.device_count``, every visible GPU) with
 soft placement off, so a placement runs exactly as given or fails, initialises the variables,
-runs ``warmup_steps`` steps (the first runs partition and optimise the graph, and allocate), then
-times ``steps`` steps one by one (wall time of ``Session.run`` around the fetches, feeds
+runs its warm-up steps (:func:`warm_up`), then times ``steps`` steps one by one (wall time of ``Session.run`` around the fetches, feeds
 included) and finally runs ``trace_steps`` more with full tracing, whose step stats give every
 op's start and end on its device (:class:`TracedStep`). Tracing slows a step down, so the timed
 steps are never traced.
@@ -17,6 +16,17 @@ feeds and receives the fetches, and the master partitions the graph over the tas
 servers keep variables across sessions, by name: each placed session here gets a container of
 its own (every stateful op's ``container`` attr), so that two placements of one graph measured
 together do not step each other's variables; the servers keep those until they stop.
+
+**Warm-up.** The first step partitions and optimises the graph and allocates. The steps after
+it keep getting faster for about :data:`WARMUP_STEPS` more: TensorFlow's executor starts every
+kernel of a new Session as "expensive" (an estimate of 10^8 cycles), sends expensive kernels to
+its thread pool instead of running them inline, and moves each kernel's estimate an eighth of
+the way towards its measured cost each time it runs, so a kernel of a few microseconds is
+inlined only after about 70 runs. On graphs of many small ops that is a quarter of the step; a
+training loop runs thousands of steps, so its steps are the settled ones. A Session therefore
+warms up for :data:`WARMUP_STEPS` steps, or fewer where those after its first
+:data:`SETUP_STEPS` would take more than ``warmup_s`` seconds: on a graph whose step takes that
+long, a kernel's dispatch is a vanishing share of it.
 
 The step time reported is the median of the timed steps: a shared machine has outliers, and the
 median ignores a few. Nothing here depends on the machine being quiet, but the figures do:
@@ -48,6 +58,8 @@ from tf_autoplace.errors import ConfigError, MeasurementError
 from tf_autoplace.hw.trace import TracedStep
 from tf_autoplace.hw.workload import Workload
 
+WARMUP_STEPS = 80  # a kernel's cost estimate falls from 1e8 cycles below 8e3 in ~71 runs
+SETUP_STEPS = 3  # the first steps partition, optimise and allocate: never cut short
 _DEVICE = re.compile(r"device:(CPU|GPU):(\d+)$", re.IGNORECASE)
 _CONTAINERS = itertools.count()
 
@@ -58,8 +70,16 @@ class RunConfig:
 
     Attributes:
       steps: timed steps (>= 1); the step time is their median.
-      warmup_steps: untimed steps before them (>= 0).
+      warmup_steps: untimed steps before them (>= 0; module docstring).
+      warmup_s: stop the warm-up of a placement earlier once its warm-up steps after the
+        first :data:`SETUP_STEPS` took this many seconds (> 0).
       trace_steps: steps run afterwards with full tracing (>= 0), for per-op times.
+      rewarm_steps: in interleaved rounds (:func:`run_interleaved`), untimed steps a placement
+        runs at its turn just before its timed step (>= 0). A step that follows other
+        Sessions' steps finds the caches and threads holding their work; a training loop's
+        step follows its own. On graphs of small ops the first is markedly slower, and by how
+        much depends on how many Sessions take turns, so timing it would measure the protocol
+        rather than the placement.
       inter_op_threads, intra_op_threads: the Session's thread pools (0: TF's default, as many
         threads as cores).
       grappler: keep the Session's Grappler optimisations on (TF's default).
@@ -74,8 +94,10 @@ class RunConfig:
     """
 
     steps: int = 10
-    warmup_steps: int = 3
+    warmup_steps: int = WARMUP_STEPS
+    warmup_s: float = 2.0
     trace_steps: int = 0
+    rewarm_steps: int = 1
     inter_op_threads: int = 0
     intra_op_threads: int = 0
     grappler: bool = True
@@ -85,7 +107,8 @@ class RunConfig:
 
     def __post_init__(self):
         for field, low in (("steps", 1), ("warmup_steps", 0), ("trace_steps", 0),
-                           ("inter_op_threads", 0), ("intra_op_threads", 0)):
+                           ("rewarm_steps", 0), ("inter_op_threads", 0),
+                           ("intra_op_threads", 0)):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ConfigError(f"{field} must be an int >= {low}, got {value!r}")
@@ -93,6 +116,9 @@ class RunConfig:
                                                 and not self.target.startswith("grpc://")):
             raise ConfigError(f"target must be '' or a 'grpc://host:port' address, got "
                               f"{self.target!r}")
+        if isinstance(self.warmup_s, bool) or not isinstance(self.warmup_s, (int, float)) \
+                or not self.warmup_s > 0:
+            raise ConfigError(f"warmup_s must be a number > 0, got {self.warmup_s!r}")
         if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) \
                 or not self.timeout_s >= 0:
             raise ConfigError(f"timeout_s must be a number >= 0, got {self.timeout_s!r}")
@@ -284,14 +310,51 @@ class _tf_errors:
         return False
 
 
+def warm_up(sessions, config: RunConfig, rng: np.random.Generator | None = None) -> None:
+    """Run each of ``sessions`` (:class:`PlacedSession`) through its untimed warm-up steps
+    (module docstring): ``config.warmup_steps`` each, a placement stopping once its own took
+    ``config.warmup_s`` seconds after its first :data:`SETUP_STEPS`. With ``rng``, in rounds in an order it shuffles, as the timed
+    steps of :func:`run_interleaved` are."""
+    spent = [0.0] * len(sessions)
+    for i in range(config.warmup_steps):
+        order = rng.permutation(len(sessions)).tolist() if rng is not None else range(
+            len(sessions))
+        warming = [k for k in order if i < SETUP_STEPS or spent[k] < config.warmup_s]
+        if not warming:
+            return
+        for k in warming:
+            took = sessions[k].step()
+            if i >= SETUP_STEPS:
+                spent[k] += took
+
+
+def time_rounds(sessions, config: RunConfig, rng: np.random.Generator
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """``(wall [S, config.steps], cpu [S, config.steps])`` seconds of each timed step of each
+    open :class:`PlacedSession` (each may run its own workload): their warm-up in rounds
+    (:func:`warm_up`), then ``config.steps`` rounds in an order ``rng`` shuffles per round, in
+    which each session runs ``config.rewarm_steps`` untimed steps and one timed step. ``cpu``
+    is the process's CPU time over the timed step (every thread of TensorFlow's pools)."""
+    warm_up(sessions, config, rng)
+    wall = np.empty((len(sessions), config.steps))
+    cpu = np.empty_like(wall)
+    for r in range(config.steps):
+        for k in rng.permutation(len(sessions)).tolist():
+            for _ in range(config.rewarm_steps):
+                sessions[k].step()
+            began = time.process_time()
+            wall[k, r] = sessions[k].step()
+            cpu[k, r] = time.process_time() - began
+    return wall, cpu
+
+
 def run(workload: Workload, assignment: Mapping[str, str] | None = None,
         config: RunConfig = RunConfig()) -> Measurement:
     """Run ``workload`` with the devices of ``assignment`` (op name -> device string; ops it
     does not name keep the graph's device) and time it (module docstring). Errors as
     :class:`PlacedSession`'s."""
     with PlacedSession(workload, assignment, config) as placed:
-        for _ in range(config.warmup_steps):
-            placed.step()
+        warm_up([placed], config)
         times = np.array([placed.step() for _ in range(config.steps)])
         traces = tuple(placed.traced_step() for _ in range(config.trace_steps))
     return Measurement(step_times_s=times, traces=traces, devices=placed.devices)
@@ -300,10 +363,10 @@ def run(workload: Workload, assignment: Mapping[str, str] | None = None,
 def run_interleaved(workload: Workload, assignments, config: RunConfig = RunConfig(), *,
                     seed: int = 0, trace: int | None = None) -> list[Measurement]:
     """Time several placements of ``workload`` together: every placement gets its own Session
-    (all open at once), its warm-up steps, then ``config.steps`` rounds in which each placement
-    runs one timed step, in an order shuffled per round with ``seed``. A load that comes and
-    goes on a shared machine then falls on every placement alike instead of on whichever ran
-    at that moment. Traced steps (``config.trace_steps`` of every placement, and one more of
+    (all open at once), its warm-up steps (:func:`warm_up`, in rounds), then ``config.steps``
+    rounds in which each placement runs ``config.rewarm_steps`` untimed steps and one timed
+    step, in an order shuffled per round with ``seed``. A load that comes and goes on a shared
+    machine then falls on every placement alike instead of on whichever ran at that moment. Traced steps (``config.trace_steps`` of every placement, and one more of
     placement number ``trace`` when given) follow the rounds. Errors as
     :class:`PlacedSession`'s."""
     assignments = list(assignments)
@@ -312,13 +375,7 @@ def run_interleaved(workload: Workload, assignments, config: RunConfig = RunConf
     try:
         for assignment in assignments:
             sessions.append(PlacedSession(workload, assignment, config))
-        for placed in sessions:
-            for _ in range(config.warmup_steps):
-                placed.step()
-        times = np.empty((len(sessions), config.steps))
-        for r in range(config.steps):
-            for k in rng.permutation(len(sessions)).tolist():
-                times[k, r] = sessions[k].step()
+        times, _ = time_rounds(sessions, config, rng)
         return [Measurement(step_times_s=times[k],
                             traces=tuple(placed.traced_step()
                                          for _ in range(config.trace_steps + (k == trace))),

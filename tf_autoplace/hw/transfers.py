@@ -57,13 +57,13 @@ import tensorflow as tf
 
 from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.errors import ConfigError
-from tf_autoplace.hw.runner import PlacedSession, RunConfig, open_session
+from tf_autoplace.hw.runner import PlacedSession, RunConfig, open_session, time_rounds
 from tf_autoplace.hw.workload import Workload
 
 NO_COPY_BANDWIDTH_GBPS = 1e6
 DEFAULT_SIZES = (1 << 10, 1 << 16, 1 << 20, 1 << 23)  # 1 KiB .. 8 MiB
-DEFAULT_CONFIG = RunConfig(steps=30, warmup_steps=5, grappler=False)
-LADDER_CONFIG = RunConfig(steps=40, warmup_steps=5)  # Grappler on, as in a user's step
+DEFAULT_CONFIG = RunConfig(steps=30, grappler=False)
+LADDER_CONFIG = RunConfig(steps=40)  # Grappler on, as in a user's step
 LADDER_MOVED_SHARES = (0.05, 0.2, 0.5)
 LADDER_BLOCKS = 5  # blocks of rounds fitted apart; the fit is their median
 
@@ -288,7 +288,8 @@ def measure_send_cost(a: str, b: str, *, width: int = 8, length: int = 40, seed:
         for assignment in assignments:
             sessions.append(PlacedSession(workload, assignment, config))
         sends = [count_sends(placed.partition_graphs()) for placed in sessions]
-        wall, cpu = _timed_steps(sessions, config.warmup_steps, config.steps * blocks, seed)
+        wall, cpu = time_rounds(sessions, dataclasses.replace(config, steps=config.steps * blocks),
+                                np.random.default_rng(seed))
     finally:
         for placed in sessions:
             placed.close()
@@ -308,25 +309,6 @@ def measure_send_cost(a: str, b: str, *, width: int = 8, length: int = 40, seed:
                    sends=tuple(sends), seconds=tuple(seconds.tolist()),
                    rms_error_s=float(np.sqrt(np.mean(residual ** 2))),
                    block_send_s=tuple(float(v) for v in cpu_slopes))
-
-
-def _timed_steps(sessions, warmup_steps: int, rounds: int, seed: int
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """([P, rounds] wall seconds, the same in CPU seconds of this process, all threads) of
-    each timed step of each session: ``warmup_steps`` steps each, then ``rounds`` rounds in
-    which every session steps once, in an order shuffled per round with ``seed``."""
-    rng = np.random.default_rng(seed)
-    for placed in sessions:
-        for _ in range(warmup_steps):
-            placed.step()
-    wall = np.empty((len(sessions), rounds))
-    cpu = np.empty_like(wall)
-    for r in range(rounds):
-        for k in rng.permutation(len(sessions)).tolist():
-            began = time.process_time()
-            wall[k, r] = sessions[k].step()
-            cpu[k, r] = time.process_time() - began
-    return wall, cpu
 
 
 def profile_send_costs(cluster: Cluster, *, config: RunConfig = LADDER_CONFIG,

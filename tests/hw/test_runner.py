@@ -1,0 +1,89 @@
+"""The runner's warm-up and rounds, on stand-in Sessions whose steps report set durations (no
+TensorFlow, no clock): how many steps each placement runs, and which are timed."""
+
+import ast
+import pathlib
+
+import numpy as np
+import pytest
+
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.hw import runner
+from tf_autoplace.hw.runner import RunConfig, time_rounds, warm_up
+
+
+class FakeSession:
+    """A placed Session whose every step takes ``step_s`` and is logged."""
+
+    def __init__(self, name, step_s, log):
+        self.name, self.step_s, self.log = name, step_s, log
+
+    def step(self):
+        self.log.append(self.name)
+        return self.step_s
+
+
+def test_each_placement_warms_up_for_the_configured_steps():
+    log = []
+    sessions = [FakeSession("a", 0.001, log), FakeSession("b", 0.002, log)]
+    warm_up(sessions, RunConfig(warmup_steps=runner.WARMUP_STEPS))
+    assert log.count("a") == log.count("b") == runner.WARMUP_STEPS
+
+
+def test_a_slow_placement_stops_warming_up_after_warmup_s_past_its_setup_steps():
+    log = []
+    sessions = [FakeSession("fast", 0.001, log), FakeSession("slow", 0.5, log)]
+    warm_up(sessions, RunConfig(warmup_steps=80, warmup_s=2.0), np.random.default_rng(0))
+    # The setup steps always run; then 0.5 s steps until 2 s are spent: four more.
+    assert log.count("slow") == runner.SETUP_STEPS + 4
+    assert log.count("fast") == 80
+
+
+def test_warm_up_runs_in_shuffled_rounds():
+    log = []
+    sessions = [FakeSession(k, 0.001, log) for k in range(4)]
+    warm_up(sessions, RunConfig(warmup_steps=5), np.random.default_rng(1))
+    rounds = [log[i:i + 4] for i in range(0, len(log), 4)]
+    assert all(sorted(r) == [0, 1, 2, 3] for r in rounds)
+    assert len({tuple(r) for r in rounds}) > 1
+
+
+def test_every_timed_step_follows_its_own_rewarm_step():
+    log = []
+    sessions = [FakeSession(k, 0.001 * (k + 1), log) for k in range(3)]
+    config = RunConfig(steps=6, warmup_steps=2, rewarm_steps=1)
+    wall, cpu = time_rounds(sessions, config, np.random.default_rng(0))
+    assert wall.shape == cpu.shape == (3, 6)
+    np.testing.assert_allclose(wall, np.array([[0.001], [0.002], [0.003]]).repeat(6, axis=1))
+    timed = log[2 * 3:]
+    pairs = [timed[i:i + 2] for i in range(0, len(timed), 2)]
+    assert len(pairs) == 18 and all(p[0] == p[1] for p in pairs)
+
+
+def test_no_rewarm_step_when_configured_off():
+    log = []
+    sessions = [FakeSession(k, 0.001, log) for k in range(3)]
+    time_rounds(sessions, RunConfig(steps=4, warmup_steps=0, rewarm_steps=0),
+                np.random.default_rng(0))
+    assert len(log) == 12
+
+
+@pytest.mark.parametrize("field, value", [("warmup_s", 0), ("warmup_s", -1.0),
+                                          ("warmup_s", True), ("rewarm_steps", -1)])
+def test_bad_warm_up_settings_are_config_errors(field, value):
+    with pytest.raises(ConfigError, match=field):
+        RunConfig(**{field: value})
+
+
+@pytest.mark.parametrize("path", ["tf_autoplace/cli/profile_flags.py",
+                                  "tf_autoplace/cli/fidelity_flags.py",
+                                  "experiments/bench_tf_cluster.py"])
+def test_the_commands_warm_up_as_the_runner_does(path):
+    # Flag modules do not import TensorFlow, so they cannot import the runner's constant; each
+    # command's --warmup_steps default must still be it. Read from the source: the commands
+    # define flags of one name in the one absl registry and cannot be imported together.
+    tree = ast.parse((pathlib.Path(__file__).parents[2] / path).read_text())
+    defaults = [call.args[1].value for call in ast.walk(tree)
+                if isinstance(call, ast.Call) and getattr(call.func, "attr", "") ==
+                "DEFINE_integer" and call.args[0].value == "warmup_steps"]
+    assert defaults == [runner.WARMUP_STEPS]
