@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from tf_autoplace.errors import ConfigError
+from tf_autoplace.hw import protocol
 from tf_autoplace.hw.protocol import (MIN_STEPS, ProtocolResult, StepTimes, check_steps,
                                       median_interval)
 from tf_autoplace.hw.verify import SINGLE, Candidate, decide
@@ -113,3 +114,37 @@ def test_the_decision_needs_the_single_device_candidate_measured():
         decide([SPLIT], _result(auto=(1.0, 1.0, 1.0)))
     with pytest.raises(ConfigError, match="was not measured"):
         decide([SPLIT, ONE], _result(**{SINGLE: (1.0, 1.0, 1.0)}))
+
+
+def test_other_cores_is_the_machines_busy_time_less_this_processs_over_the_wall_time(
+        monkeypatch):
+    clock = {"busy": 100.0, "own": 10.0, "wall": 0.0}
+    monkeypatch.setattr(protocol, "machine_busy_s", lambda: clock["busy"])
+    monkeypatch.setattr(protocol.time, "process_time", lambda: clock["own"])
+    monkeypatch.setattr(protocol.time, "perf_counter", lambda: clock["wall"])
+    others = protocol.OtherCores()
+    clock.update(busy=103.0, own=11.0, wall=2.0)
+    # 3 busy core-seconds, 1 of them ours, over 2 s: the rest of the machine used 1 core.
+    assert others.stop() == pytest.approx(1.0)
+    # /proc/stat counts in ticks: this process's own time may come out above the machine's.
+    others = protocol.OtherCores()
+    clock.update(busy=103.0, own=11.5, wall=3.0)
+    assert others.stop() == 0.0
+    others = protocol.OtherCores()
+    assert math.isnan(others.stop())  # no wall time passed: nothing to say
+
+
+def test_the_machines_busy_time_is_read_and_grows():
+    first = protocol.machine_busy_s()
+    sum(i * i for i in range(2_000_000))  # work on this core; /proc/stat counts in ticks
+    second = protocol.machine_busy_s()
+    if math.isnan(first):
+        pytest.skip("this platform has no /proc/stat")
+    assert second >= first > 0
+
+
+def test_the_load_text_names_the_other_processes_cores():
+    result = protocol.ProtocolResult(placements=(), steps=15, warmup_steps=80,
+                                     load_before=0.5, load_after=1.8, other_cores=0.07)
+    text = result.load_text()
+    assert "other processes 0.07 cores" in text and "busy" in text

@@ -52,6 +52,7 @@ tool wait until the machine is at most that busy before it profiles and measures
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 
@@ -195,6 +196,9 @@ class GraphResult:
         calibrated to; 0 when unknown).
       rounds_step_s: the single-device step of the calibration Session measured in the
         rounds (0 when unknown).
+      other_cores: cores other processes kept busy during the rounds
+        (:class:`~tf_autoplace.hw.protocol.OtherCores`; NaN when unknown). The load average
+        counts the measurement's own threads as well.
     """
 
     graph: str
@@ -211,6 +215,7 @@ class GraphResult:
     steps: int = 0
     profile_step_s: float = 0.0
     rounds_step_s: float = 0.0
+    other_cores: float = math.nan
 
     @property
     def quiet(self) -> bool:
@@ -312,11 +317,12 @@ def wait_for_quiet(max_load: float | None, log, poll_s: float = 60.0) -> None:
 
 
 def measure_placements(workload: Workload, problem: PlacementProblem, placements,
-                       config: Config) -> list[StepTimes]:
+                       config: Config) -> tuple[list[StepTimes], float]:
     """Each placement of ``problem`` measured under the protocol (batches of
-    ``config.interleave`` Sessions, each batch in its own interleaved rounds)."""
+    ``config.interleave`` Sessions, each batch in its own interleaved rounds), and the most
+    cores other processes kept busy during a batch."""
     names, ops = problem.cluster.names, problem.graph.names
-    out = []
+    out, other_cores = [], 0.0
     for start in range(0, len(placements), config.interleave):
         batch = placements[start:start + config.interleave]
         assignments = {str(start + k): dict(zip(ops, (names[d] for d in devices.tolist())))
@@ -325,7 +331,8 @@ def measure_placements(workload: Workload, problem: PlacementProblem, placements
                                   warmup_steps=config.run.warmup_steps, config=config.run,
                                   seed=config.seed + start)
         out += list(result.placements)
-    return out
+        other_cores = max(other_cores, result.other_cores)
+    return out, other_cores
 
 
 def evaluate_graph(name: str, config: Config, profiled_cluster: Cluster,
@@ -376,12 +383,13 @@ def evaluate(name: str, meta_graph, workload: Workload, config: Config,
     # One more single-device Session, as the profile ran the graph: the calibration in the
     # rounds (module docstring), not one of the placements compared.
     calibration = np.zeros(problem.graph.num_ops, np.int32)
-    *measured, in_rounds = measure_placements(workload, problem, devices + [calibration],
-                                              config)
+    (*measured, in_rounds), other_cores = measure_placements(
+        workload, problem, devices + [calibration], config)
     load_after = load_average()
     if max(load_before, load_after) > QUIET_LOAD:
-        log(f"  WARNING: load {load_before:.2f} -> {load_after:.2f} is above {QUIET_LOAD}: "
-            "the machine was busy, these figures are noisy and not publishable")
+        log(f"  WARNING: load {load_before:.2f} -> {load_after:.2f} is above {QUIET_LOAD} "
+            f"(other processes kept {other_cores:.2f} cores busy during the rounds): "
+            "these figures are not publishable as taken on a quiet machine")
     pairs = sum(measured[i].distinguishable(measured[j]) for i in range(len(measured))
                 for j in range(i + 1, len(measured)))
 
@@ -411,28 +419,29 @@ def evaluate(name: str, meta_graph, workload: Workload, config: Config,
                        distinguishable=(pairs, len(measured) * (len(measured) - 1) // 2),
                        steps=config.run.steps,
                        profile_step_s=profiled.measured_steps().get("CPU", 0.0),
-                       rounds_step_s=in_rounds.median_s)
+                       rounds_step_s=in_rounds.median_s, other_cores=other_cores)
 
 
 
 def markdown(results: list[GraphResult], *, title: str) -> str:
     """A summary table (per graph and variant) and one table of placements per graph."""
     lines = [f"## {title}", "",
-             "| graph | ops | placements | distinguishable pairs | load (1 min) | variant | "
-             "Spearman | median abs rel error |",
-             "| --- | ---: | ---: | ---: | --- | --- | ---: | ---: |"]
+             "| graph | ops | placements | distinguishable pairs | load (1 min) | "
+             "other processes (cores) | variant | Spearman | median abs rel error |",
+             "| --- | ---: | ---: | ---: | --- | ---: | --- | ---: | ---: |"]
     for r in results:
         for variant in VARIANTS:
             lines.append(f"| {r.graph} | {r.num_ops} | {len(r.labels)} | "
                          f"{r.distinguishable[0]} / {r.distinguishable[1]} | "
                          f"{r.load[0]:.2f} -> {r.load[1]:.2f}{'' if r.quiet else ' (busy)'} | "
-                         f"{variant} | {r.spearman(variant):.3f} | "
+                         f"{r.other_cores:.2f} | {variant} | {r.spearman(variant):.3f} | "
                          f"{r.relative_error(variant):.3f} |")
     busy = [r.graph for r in results if not r.quiet]
     if busy:
-        lines += ["", f"**Not publishable**: the 1-minute load was above {QUIET_LOAD} while "
-                  f"{', '.join(busy)} {'was' if len(busy) == 1 else 'were'} measured; the "
-                  "machine was shared and the figures are noisy."]
+        lines += ["", f"**Not publishable as quiet**: the 1-minute load was above {QUIET_LOAD} "
+                  f"while {', '.join(busy)} {'was' if len(busy) == 1 else 'were'} measured. "
+                  "The load average counts the measurement's own threads; the column \"other "
+                  "processes\" is the cores the rest of the machine kept busy meanwhile."]
     for r in results:
         lines += ["", f"### {r.graph} ({r.num_ops} ops)", "", f"Profile: {r.profile_note}", "",
                   "Spearman of cross-device transfers (analytical simulation) and measured "

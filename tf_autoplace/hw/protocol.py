@@ -16,7 +16,10 @@ fidelity``) comes from :func:`measure_placements`:
 3. each placement's figure is the median of its timed steps, with a 95% bootstrap interval of
    that median (:func:`median_interval`: the percentile interval of the medians of resampled
    steps);
-4. the machine's 1-minute load average is read before and after, and kept with the figures.
+4. the machine's 1-minute load average is read before and after, and kept with the figures,
+   with the cores other processes kept busy during the measurement (:func:`other_cores`): the
+   load average counts this process's own threads too, and a measurement that keeps both
+   cores of a 2-core machine busy for half a minute lifts it towards 2 by itself.
 
 Two placements are *distinguishable* only where their intervals do not overlap
 (:meth:`StepTimes.distinguishable`); otherwise the measurement cannot tell them apart and
@@ -31,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import time
 from typing import Mapping
 
 import numpy as np
@@ -50,6 +54,38 @@ def load_average() -> float:
         return float(os.getloadavg()[0])
     except (AttributeError, OSError):
         return math.nan
+
+
+def machine_busy_s() -> float:
+    """CPU seconds every core of this machine has been busy since boot (``/proc/stat``: user,
+    nice, system, irq and softirq time), NaN where the platform does not say."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = stat.readline().split()
+        if fields[0] != "cpu":
+            return math.nan
+        return sum(int(v) for v in fields[1:4] + fields[6:8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return math.nan
+
+
+class OtherCores:
+    """How many cores other processes kept busy between construction and :meth:`stop`: the
+    machine's busy CPU time (:func:`machine_busy_s`) less this process's own (every thread),
+    over the wall time. Unlike the load average it leaves out the measurement itself. NaN
+    where the platform does not say. (On a TensorFlow cluster of local servers, the servers
+    are other processes.)"""
+
+    def __init__(self):
+        self._busy, self._own, self._wall = (machine_busy_s(), time.process_time(),
+                                             time.perf_counter())
+
+    def stop(self) -> float:
+        wall = time.perf_counter() - self._wall
+        others = (machine_busy_s() - self._busy) - (time.process_time() - self._own)
+        if not (wall > 0 and math.isfinite(others)):
+            return math.nan
+        return max(0.0, others / wall)
 
 
 def median_interval(times, *, confidence: float = CONFIDENCE, resamples: int = 2000,
@@ -135,6 +171,8 @@ class ProtocolResult:
       steps: timed steps (rounds) per placement.
       warmup_steps: untimed steps per placement before the rounds.
       load_before, load_after: the 1-minute load average before and after (NaN: unknown).
+      other_cores: cores other processes kept busy during the measurement (:class:`OtherCores`;
+        NaN: unknown).
     """
 
     placements: tuple[StepTimes, ...]
@@ -142,6 +180,7 @@ class ProtocolResult:
     warmup_steps: int
     load_before: float
     load_after: float
+    other_cores: float = math.nan
 
     @property
     def quiet(self) -> bool:
@@ -164,6 +203,8 @@ class ProtocolResult:
     def load_text(self) -> str:
         """``"load 0.80 -> 1.10"``, with a warning when the machine was not quiet."""
         text = f"load {self.load_before:.2f} -> {self.load_after:.2f}"
+        if math.isfinite(self.other_cores):
+            text += f", other processes {self.other_cores:.2f} cores"
         if not self.quiet:
             text += (f" (above {QUIET_LOAD}: the machine was busy, the figures are noisy and "
                      "not comparable with a quiet machine's)")
@@ -217,10 +258,13 @@ def measure_placements(workload: Workload, assignments: Mapping[str, Mapping[str
     config = dataclasses.replace(config or RunConfig(), steps=steps, warmup_steps=warmup_steps,
                                  trace_steps=0)
     before = load_average()
+    others = OtherCores()
     measured = run_interleaved(workload, [assignments[n] for n in names], config, seed=seed,
                                trace=None if trace is None else names.index(trace))
+    other_cores = others.stop()
     after = load_average()
     return ProtocolResult(
         placements=tuple(StepTimes.of(name, m.step_times_s, seed=seed, measurement=m)
                          for name, m in zip(names, measured)),
-        steps=steps, warmup_steps=warmup_steps, load_before=before, load_after=after)
+        steps=steps, warmup_steps=warmup_steps, load_before=before, load_after=after,
+        other_cores=other_cores)
