@@ -15,7 +15,10 @@ where there are enough, else sharing, as the cluster's core groups say):
 
 1. **profile** the servers (``tf_autoplace.hw.cluster_profile.profile_cluster``): every link
    over gRPC, and the graph's ops on each task; the profiled cluster and costs are what the
-   simulator predicts with and what ``auto`` places with;
+   simulator predicts with and what ``auto`` places with, after the latency of the links
+   between tasks is fitted on the graph itself (``tf_autoplace.hw.link_fit.fit_latency``:
+   the single-task placement and four with a share of the colocation groups moved off it,
+   measured under the protocol; other draws than step 2's);
 2. **placements**: the whole graph on each task, ``replica_device_setter``, every fast
    heuristic, ``auto`` (``--auto_samples`` simulated placements, seed ``--seed``), colocation
    groups moved off the first task with several probabilities and uniformly random ones
@@ -56,6 +59,7 @@ from tf_autoplace.graph import ingest
 from tf_autoplace.heuristics import FAST_HEURISTICS, SingleDevicePlacer
 from tf_autoplace.hw import local_cluster
 from tf_autoplace.hw.cluster_profile import profile_cluster
+from tf_autoplace.hw.link_fit import fit_latency, reference_device, task_pairs
 from tf_autoplace.hw.fidelity import (distinct, median_relative_error, moved_share, spearman,
                                       wait_for_quiet)
 from tf_autoplace.hw.profiler import with_step
@@ -112,6 +116,7 @@ class GraphFigures:
     transfers: tuple[int, ...]
     load: tuple[float, float]
     class_fits: dict
+    link_fit: str
     seconds: float
     profile_step_s: float
     rounds_step_s: float
@@ -189,16 +194,20 @@ def run_graph(name: str) -> GraphFigures:
                                                    trace_steps=FLAGS.trace_steps),
             description=f"{name} {knobs}")
         log(f"  links: {found.class_fits}; op seconds per task: {found.task_seconds}")
+        reference = reference_device(found)
+        fitted, link_fit = fit_latency(
+            found.cluster, found.profile, meta_graph, workload, reference=reference,
+            pairs=task_pairs(found.cluster), what="between tasks", steps=FLAGS.steps,
+            config=RunConfig(warmup_steps=FLAGS.warmup_steps), seed=FLAGS.seed + 1)
+        log(f"  {link_fit.summary()}")
         costs = ProfileCostModel.from_proto(found.profile,
                                             fallback=AnalyticalCostModel(meta_graph))
-        problem, _ = build_problem(meta_graph, found.cluster, cost_model=costs)
+        problem, _ = build_problem(meta_graph, fitted, cost_model=costs)
         placements = collect(problem, FLAGS.seed, FLAGS.min_placements, FLAGS.auto_samples)
         log(f"  {len(placements)} distinct placements of {problem.graph.num_ops} ops; measuring")
         names, ops = problem.cluster.names, problem.graph.names
         # One more Session with every op on the reference task, as its profile ran: the
         # calibration in the rounds (module docstring), not one of the placements compared.
-        reference = next(d for d, device in enumerate(problem.cluster.devices)
-                         if device.kind == "CPU" and device.speed == 1.0)
         assignments = {label: dict(zip(ops, (names[d] for d in devices.tolist())))
                        for label, devices in placements}
         assignments[CALIBRATION] = {op: names[reference] for op in ops}
@@ -209,7 +218,7 @@ def run_graph(name: str) -> GraphFigures:
     in_rounds = ProfileCostModel.from_proto(
         with_step(found.profile, "CPU", measured[CALIBRATION].median_s),
         fallback=AnalyticalCostModel(meta_graph))
-    recalibrated = build_problem(meta_graph, found.cluster, cost_model=in_rounds)[0].simulator
+    recalibrated = build_problem(meta_graph, fitted, cost_model=in_rounds)[0].simulator
     sims = [problem.simulator.run(devices) for _, devices in placements]
     compared = measured.placements[:-1]  # without the calibration Session
     return GraphFigures(
@@ -228,7 +237,7 @@ def run_graph(name: str) -> GraphFigures:
         rounds_step_s=measured[CALIBRATION].median_s,
         transfers=tuple(int(s.num_transfers) for s in sims), load=(load_before, load_after),
         class_fits={k: dataclasses.asdict(v) for k, v in found.class_fits.items()},
-        seconds=time.perf_counter() - began)
+        link_fit=link_fit.summary(), seconds=time.perf_counter() - began)
 
 
 def _slower(result: GraphFigures, other: str) -> str:
@@ -257,7 +266,8 @@ def markdown(results: list[GraphFigures], title: str) -> str:
     for r in results:
         lines += ["", f"### {r.graph} ({r.num_ops} ops, {r.knobs})", "",
                   f"Tasks {', '.join(r.tasks)}; core groups {list(r.core_groups)}; measured "
-                  f"link classes {r.class_fits}. The reference task's profiled step was "
+                  f"link classes {r.class_fits}; {r.link_fit}. The reference task's "
+                  "profiled step was "
                   f"{r.profile_step_s * 1e3:.2f} ms; a Session of it in the rounds measured "
                   f"{r.rounds_step_s * 1e3:.2f} ms.", "",
                   "| placement | transfers | predicted ms | predicted, calibrated in the rounds "

@@ -31,7 +31,7 @@ LAYERS = [
     {"core.problem", "outputs.timeline", "rewrite"},
     {"outputs.report", "pipeline.prepare", "outputs.saved_placement", "pipeline.problem_cache"},
     # measure a placed graph into its report; training corpora built as problems; the cache
-    {"hw.measure", "zoo.corpora", "pipeline.cache"},
+    {"hw.measure", "hw.link_fit", "zoo.corpora", "pipeline.cache"},
     {"heuristics"},
     {"learning"},  # the machinery the learned placers share
     {"placers"},  # the registry, auto and one folder per learned placer

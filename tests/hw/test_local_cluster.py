@@ -19,7 +19,8 @@ import tf_autoplace
 from tf_autoplace import flags as autoplace_flags
 from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.errors import ConfigError
-from tf_autoplace.hw import local_cluster
+from tf_autoplace.graph import ingest
+from tf_autoplace.hw import link_fit, local_cluster
 from tf_autoplace.hw.cluster_profile import profile_cluster, served_devices
 from tf_autoplace.hw.local_cluster import describe, task_cores
 from tf_autoplace.hw.runner import RunConfig
@@ -175,6 +176,18 @@ def test_profiling_the_servers_gives_links_over_grpc_and_op_costs_per_task(clust
     with pytest.raises(ConfigError, match="TensorFlow cluster"):
         profile_cluster(tf_autoplace.Cluster.local(), workload)
 
+    # The link between the tasks, fitted on the graph's own split placements run on them.
+    fitted, fit = link_fit.fit_latency(
+        found.cluster, found.profile, ingest.load_meta_graph(tg.graph), workload,
+        reference=link_fit.reference_device(found), pairs=link_fit.task_pairs(found.cluster),
+        what="between tasks", config=RunConfig(warmup_steps=3))
+    assert link_fit.reference_device(found) == 1  # worker:0's CPU: the profile's task
+    assert [p.name for p in fit.measured.placements] == [link_fit.SINGLE, *fit.labels]
+    assert fit.labels and all(t > 0 for t in fit.transfers)
+    assert fit.latency_s in link_fit.LATENCIES_S
+    assert fitted.latency[0, 1] == fitted.latency[1, 0] == fit.latency_s
+    np.testing.assert_array_equal(fitted.bandwidth, found.cluster.bandwidth)
+
 
 def test_the_servers_say_which_devices_each_task_has(cluster):
     spec = {}
@@ -322,6 +335,7 @@ def test_profile_command_profiles_the_servers_serve_local_runs(tmp_path):
             timeout=HANG_GUARD_S * 3)
         assert done.returncode == 0, done.stderr[-2000:]
         assert "links of class host" in done.stdout
+        assert "links between tasks fitted on the graph" in done.stdout
     finally:
         server.send_signal(signal.SIGTERM)
         server.communicate(timeout=HANG_GUARD_S)

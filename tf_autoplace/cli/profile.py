@@ -23,18 +23,21 @@ CPUs, or 0: the GPUs and the CPU host; ``tf_autoplace.hw.transfers``): chains of
 several sizes between every pair of devices give each link's latency and bandwidth; between
 two devices that share a core group (logical CPUs of one process) a ladder of small ops under
 placements with more and more of TensorFlow's Sends gives the CPU work one Send adds to a
-step (the median over blocks of rounds), which becomes their link latency (work on the shared
-cores); and the core group gets as
-many cores as the profiled run ran ops at once (the sum of its ops' times over its traced
-step, rounded, between 1 and the host's cores; ``tf_autoplace.hw.profiler.with_profiled_cores``).
-It writes this machine's text ``ClusterSpec`` with those figures.
+step (the median over blocks of rounds), their link latency (work on the shared cores) to
+start from; the core group gets as many cores as the profiled run ran ops at once (the sum of
+its ops' times over its traced step, rounded, between 1 and the host's cores;
+``tf_autoplace.hw.profiler.with_profiled_cores``); and then the latency between the devices of
+the core group is fitted on the graph itself (``tf_autoplace.hw.link_fit.fit_latency``: the
+graph on one device and four placements moving a share of it to the others, measured under the
+protocol, and the latency at which the simulator's median prediction of those equals their
+measurement). It writes this machine's text ``ClusterSpec`` with those figures.
 
 A TensorFlow cluster whose servers run (``--cluster``: a text ``ClusterSpec`` with tasks and a
 target, as ``tf-autoplace serve-local`` writes it) is profiled the same way through its
 target (``tf_autoplace.hw.cluster_profile``): the graph runs on each task in turn, the profile
 holds the target task's op times and the written spec every other task's speed against it, and
 with ``--out_cluster`` the links between its devices are timed over gRPC (between tasks) and in
-memory (within one)::
+memory (within one), and the latency between tasks is then fitted on the graph as above::
 
     tf-autoplace profile --cluster=cluster.pbtxt --model=rnnlm --knob=layers=2 \
         --out_profile=rnnlm.pbtxt --out_cluster=cluster_measured.pbtxt
@@ -56,8 +59,10 @@ from tf_autoplace import zoo
 from tf_autoplace.cli import profile_flags  # noqa: F401  (defines this command's flags)
 from tf_autoplace.core.cluster import Cluster, resolve_cluster
 from tf_autoplace.errors import AutoplaceError, ClusterSpecError
+from tf_autoplace.graph import ingest
 from tf_autoplace.hw import transfers
 from tf_autoplace.hw.cluster_profile import profile_cluster
+from tf_autoplace.hw.link_fit import core_group_pairs, fit_latency, reference_device, task_pairs
 from tf_autoplace.hw.profiler import profile_ops, with_profiled_cores
 from tf_autoplace.hw.runner import RunConfig
 from tf_autoplace.hw.workload import Workload
@@ -113,18 +118,38 @@ def main(argv):
             cores = ", ".join(f"{name!r}: {c}" for name, c in cluster.core_groups)
             if ran is not None:
                 print(f"the profiled run ran {ran:.2f} ops at once; core groups: {cores}")
+            cluster, fitted = _fit_core_group_links(cluster, profile, workload, config)
             after = os.getloadavg()[0]
             _write(FLAGS.out_cluster,
                    f"# This machine as tf-autoplace profile measured it (load {load:.2f} -> "
                    f"{after:.2f}).\n"
                    + (f"# The profiled run ran {ran:.2f} ops at once on average.\n"
                       if ran is not None else "")
+                   + (f"# The {fitted}.\n" if fitted else "")
                    + text_format.MessageToString(cluster.to_proto()))
             print(f"wrote {FLAGS.out_cluster}")
     except AutoplaceError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+def _fit_core_group_links(cluster: Cluster, profile, workload: Workload, config: RunConfig
+                          ) -> tuple[Cluster, str]:
+    """``cluster`` with the latency between devices that share cores fitted on the profiled
+    graph (:func:`tf_autoplace.hw.link_fit.fit_latency`), and the fit's summary ("" and the
+    cluster unchanged when the profiled device shares its cores with no other)."""
+    kinds = {run.device_kind for run in profile.run}
+    reference = next((d for d, device in enumerate(cluster.devices) if device.kind in kinds),
+                     None)
+    pairs = core_group_pairs(cluster)
+    if reference is None or not pairs[reference].any():
+        return cluster, ""
+    cluster, fit = fit_latency(cluster, profile, ingest.load_meta_graph(workload.graph_def),
+                               workload, reference=reference, pairs=pairs,
+                               what="within a core group", config=config, seed=FLAGS.seed)
+    print(fit.summary())
+    return cluster, fit.summary()
 
 
 def _profile_tf_cluster(workload: Workload, config: RunConfig, description: str,
@@ -143,9 +168,18 @@ def _profile_tf_cluster(workload: Workload, config: RunConfig, description: str,
         for name, fit in found.class_fits.items():
             print(f"links of class {name}: {fit.latency_us:.2f} us + bytes / "
                   f"{fit.bandwidth_gbps:.4g} GB/s (median of its pairs)")
+        measured, note = found.cluster, ""
+        if len(cluster.tasks) > 1:
+            measured, fit = fit_latency(
+                found.cluster, found.profile, ingest.load_meta_graph(workload.graph_def),
+                workload, reference=reference_device(found), pairs=task_pairs(found.cluster),
+                what="between tasks", config=dataclasses.replace(config, target=""),
+                seed=FLAGS.seed)
+            note = f"# The {fit.summary()}.\n"
+            print(fit.summary())
         _write(FLAGS.out_cluster,
                f"# The TensorFlow cluster at {cluster.target} as tf-autoplace profile measured "
-               f"it (load {load:.2f}).\n" + text_format.MessageToString(found.cluster.to_proto()))
+               f"it (load {load:.2f}).\n" + note + text_format.MessageToString(measured.to_proto()))
         print(f"wrote {FLAGS.out_cluster}")
 
 

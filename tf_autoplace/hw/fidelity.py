@@ -26,8 +26,10 @@ or a user's own GraphDef/MetaGraphDef file, :func:`evaluate_file`), :func:`evalu
    with the profile's cost model: the graph TensorFlow executes, the partner times, the op
    times calibrated to the profiled run's measured step) on the profiled cluster whose core
    group has the cores the profiled run used at once
-   (:func:`~tf_autoplace.hw.profiler.with_profiled_cores`), as ``tf-autoplace profile``
-   writes it; and the same problem with the op times calibrated instead to a single-device
+   (:func:`~tf_autoplace.hw.profiler.with_profiled_cores`) and whose latency between the
+   logical CPUs is fitted on the graph's own split placements
+   (:func:`tf_autoplace.hw.link_fit.fit_latency`, other draws than step 2's), as
+   ``tf-autoplace profile`` writes it; and the same problem with the op times calibrated instead to a single-device
    Session measured in the rounds beside the placements (variant "as placed with a profile,
    calibrated in the rounds"). The profile's untraced step is measured minutes before the
    rounds, and this machine's speed moves by a fifth on that scale: the second variant takes
@@ -67,6 +69,7 @@ from tf_autoplace.errors import AutoplaceError, ConfigError
 from tf_autoplace.graph import ingest
 from tf_autoplace.heuristics import HEURISTICS
 from tf_autoplace.hw.profiler import profile_ops, with_profiled_cores, with_step
+from tf_autoplace.hw.link_fit import core_group_pairs, fit_latency, moved_share
 from tf_autoplace.hw.protocol import QUIET_LOAD, StepTimes, check_steps, load_average
 from tf_autoplace.hw.protocol import measure_placements as protocol_measure
 from tf_autoplace.hw.runner import RunConfig
@@ -196,6 +199,7 @@ class GraphResult:
         calibrated to; 0 when unknown).
       rounds_step_s: the single-device step of the calibration Session measured in the
         rounds (0 when unknown).
+      link_fit: the fit of the latency between the logical CPUs on the graph (its summary).
       other_cores: cores other processes kept busy during the rounds
         (:class:`~tf_autoplace.hw.protocol.OtherCores`; NaN when unknown). The load average
         counts the measurement's own threads as well.
@@ -216,6 +220,7 @@ class GraphResult:
     profile_step_s: float = 0.0
     rounds_step_s: float = 0.0
     other_cores: float = math.nan
+    link_fit: str = ""
 
     @property
     def quiet(self) -> bool:
@@ -240,21 +245,6 @@ class GraphResult:
 
 def local_cluster(num_logical_cpus: int) -> Cluster:
     return Cluster.local(num_logical_cpus=num_logical_cpus)
-
-
-def moved_share(problem: PlacementProblem, share: float, rng: np.random.Generator,
-                home: int = 0) -> np.ndarray:
-    """All on ``home`` except TF colocation groups moved, each with probability ``share``, to
-    another device that can run them (uniformly)."""
-    allowed = problem.colocation_allowed  # [C, D]
-    num = len(allowed)
-    device = np.where(allowed[:, home], home, np.argmax(allowed, axis=1))
-    move = rng.random(num) < share
-    for c in np.flatnonzero(move).tolist():
-        others = [d for d in np.flatnonzero(allowed[c]).tolist() if d != device[c]]
-        if others:
-            device[c] = others[int(rng.integers(len(others)))]
-    return device[problem.graph.colocation].astype(np.int32)
 
 
 def collect_placements(problem: PlacementProblem, config: Config,
@@ -380,6 +370,14 @@ def evaluate(name: str, meta_graph, workload: Workload, config: Config,
     profile = profile_ops(workload, config=config.profile, description=f"{name} {description}")
     profiled = ProfileCostModel.from_proto(profile, fallback=analytical)
     log(f"  profiled: {profile.description}")
+    # As tf-autoplace profile --out_cluster writes the cluster: cores as the profile ran, and
+    # the latency between the logical CPUs fitted on this graph (module docstring).
+    executed_cluster, _ = with_profiled_cores(profiled_cluster, profile)
+    executed_cluster, link_fit = fit_latency(
+        executed_cluster, profile, meta_graph, workload, reference=0,
+        pairs=core_group_pairs(executed_cluster), what="within a core group",
+        config=config.run, seed=config.seed + 1)
+    log(f"  {link_fit.summary()}")
     # One more single-device Session, as the profile ran the graph: the calibration in the
     # rounds (module docstring), not one of the placements compared.
     calibration = np.zeros(problem.graph.num_ops, np.int32)
@@ -401,7 +399,6 @@ def evaluate(name: str, meta_graph, workload: Workload, config: Config,
         "profiled, independent devices": Simulator(
             problem.graph, independent, profiled.op_time(problem.graph, independent)),
     }
-    executed_cluster, _ = with_profiled_cores(profiled_cluster, profile)
     simulators[PRODUCT_VARIANT] = build_problem(
         meta_graph, executed_cluster, cost_model=profiled)[0].simulator
     simulators[IN_ROUNDS_VARIANT] = build_problem(
@@ -419,7 +416,8 @@ def evaluate(name: str, meta_graph, workload: Workload, config: Config,
                        distinguishable=(pairs, len(measured) * (len(measured) - 1) // 2),
                        steps=config.run.steps,
                        profile_step_s=profiled.measured_steps().get("CPU", 0.0),
-                       rounds_step_s=in_rounds.median_s, other_cores=other_cores)
+                       rounds_step_s=in_rounds.median_s, other_cores=other_cores,
+                       link_fit=link_fit.summary())
 
 
 
@@ -444,6 +442,7 @@ def markdown(results: list[GraphResult], *, title: str) -> str:
                   "processes\" is the cores the rest of the machine kept busy meanwhile."]
     for r in results:
         lines += ["", f"### {r.graph} ({r.num_ops} ops)", "", f"Profile: {r.profile_note}", "",
+                  *([f"The {r.link_fit}.", ""] if r.link_fit else []),
                   "Spearman of cross-device transfers (analytical simulation) and measured "
                   f"step time: {spearman(r.transfers, r.measured_s):.3f}", "",
                   *_drift_lines(r),

@@ -1,0 +1,96 @@
+"""The fit of the links between TensorFlow tasks on the user's graph: on measurements made up
+from the simulator at a known latency, the fit finds that latency; the cluster it returns
+changes the links between tasks only."""
+
+import json
+
+import numpy as np
+import pytest
+
+from tf_autoplace import zoo
+from tf_autoplace.core.cluster import Cluster
+from tf_autoplace.cost import AnalyticalCostModel
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.graph import ingest
+from tf_autoplace.hw import link_fit
+from tf_autoplace.hw.protocol import ProtocolResult, StepTimes
+from tf_autoplace.pipeline.prepare import build_problem
+from tf_autoplace.proto import cost_profile_pb2
+
+TF_CONFIG = json.dumps({"cluster": {"worker": ["localhost:2222", "localhost:2223"]},
+                        "task": {"type": "worker", "index": 0}})
+
+
+@pytest.fixture(scope="module")
+def two_tasks():
+    cluster = Cluster.from_tf(TF_CONFIG, devices="cpu2")
+    meta_graph = ingest.load_meta_graph(zoo.build("two_tower").graph)
+    return cluster, meta_graph
+
+
+def test_with_task_latency_changes_the_links_between_tasks_only(two_tasks):
+    cluster, _ = two_tasks
+    out = link_fit.with_latency(cluster, link_fit.task_pairs(cluster), 3e-4)
+    tasks = cluster.device_tasks
+    across = tasks[:, None] != tasks[None, :]
+    assert (out.latency[across] == 3e-4).all()
+    np.testing.assert_array_equal(out.latency[~across], cluster.latency[~across])
+    np.testing.assert_array_equal(out.bandwidth, cluster.bandwidth)
+
+
+@pytest.mark.parametrize("true_latency_s", [2e-5, 4e-4])
+def test_the_fit_finds_the_latency_the_measurements_were_made_with(two_tasks, monkeypatch,
+                                                                   true_latency_s):
+    cluster, meta_graph = two_tasks
+    # No op times in the profile: the analytical model, uncalibrated, makes up the steps.
+    truth, _ = build_problem(meta_graph, link_fit.with_latency(
+        cluster, link_fit.task_pairs(cluster), true_latency_s),
+                             cost_model=AnalyticalCostModel(meta_graph))
+    index = {name: d for d, name in enumerate(cluster.names)}
+
+    def measure(workload, assignments, **kwargs):
+        del workload, kwargs
+        placed = []
+        for label, assignment in assignments.items():
+            devices = np.array([index[assignment[op]] for op in truth.graph.names], np.int32)
+            placed.append(StepTimes.of(label, np.full(15, truth.simulator.makespan(devices))))
+        return ProtocolResult(placements=tuple(placed), steps=15, warmup_steps=80,
+                              load_before=0.0, load_after=0.0)
+
+    monkeypatch.setattr(link_fit, "measure_placements", measure)
+    fitted, fit = link_fit.fit_latency(cluster, cost_profile_pb2.CostProfile(), meta_graph,
+                                       workload=None, reference=0,
+                                       pairs=link_fit.task_pairs(cluster), what="between tasks")
+    assert len(fit.labels) == len(link_fit.SHARES)
+    assert all(t > 0 for t in fit.transfers)
+    # The grid's nearest point (41 points over four decades: a factor 1.26 apart).
+    assert true_latency_s / 1.3 <= fit.latency_s <= true_latency_s * 1.3
+    assert fit.median_error(fit.predicted_s) < 0.02
+    assert fitted.latency[0, 2] == fit.latency_s and fitted.latency[0, 1] == cluster.latency[0, 1]
+
+
+def test_pairs_between_tasks_and_within_a_core_group(two_tasks):
+    cluster, _ = two_tasks  # cpu2 per task: two logical CPUs of one core group in each
+    np.testing.assert_array_equal(link_fit.task_pairs(cluster),
+                                  [[0, 0, 1, 1], [0, 0, 1, 1], [1, 1, 0, 0], [1, 1, 0, 0]])
+    local = Cluster.local(num_logical_cpus=2)
+    np.testing.assert_array_equal(link_fit.core_group_pairs(local), [[0, 1], [1, 0]])
+    np.testing.assert_array_equal(link_fit.core_group_pairs(local.independent()), 0)
+
+
+def test_moves_go_only_to_the_devices_the_pairs_name(two_tasks):
+    cluster, meta_graph = two_tasks
+    problem, _ = build_problem(meta_graph, cluster, cost_model=AnalyticalCostModel(meta_graph))
+    targets = np.array([False, False, True, False])
+    devices = link_fit.moved_share(problem, 0.5, np.random.default_rng(0), home=0,
+                                   targets=targets)
+    assert set(devices.tolist()) == {0, 2}
+
+
+def test_a_reference_without_a_partner_device_is_refused(two_tasks):
+    _, meta_graph = two_tasks
+    local = Cluster.local(num_logical_cpus=2).independent()
+    with pytest.raises(ConfigError, match="no device pair"):
+        link_fit.fit_latency(local, cost_profile_pb2.CostProfile(), meta_graph, None,
+                             reference=0, pairs=link_fit.core_group_pairs(local),
+                             what="within a core group")

@@ -1,0 +1,215 @@
+"""The cost of a transfer, fitted on the user's graph.
+
+:mod:`tf_autoplace.hw.transfers` times transfers on graphs of their own: chains of copies
+between two devices (one tensor at a time, the devices otherwise idle) and, for devices that
+share cores, a ladder of small ops whose Sends are the only difference between placements. In a
+training step the tensors cross while both sides compute: between TensorFlow server processes
+the gRPC work of each transfer takes cores from the ops, and whole graphs split over two local
+servers paid several times the chains' latency per transfer; between logical CPUs of one
+process, a step that has settled (:func:`tf_autoplace.hw.runner.warm_up`) hides most of a
+Send's work behind the ops, and the ladder's figure charged the splits of small graphs too much.
+
+So :func:`fit_latency` fits one latency for a set of device pairs on the graph itself:
+
+1. the placement with every op on the reference device and placements that move a growing
+   share of the graph's colocation groups off it (:func:`moved_share`, to the devices the
+   pairs link it to) are measured together under the protocol
+   (:func:`tf_autoplace.hw.protocol.measure_placements`);
+2. the simulator, with op times calibrated to the single-device step measured in those rounds
+   (so that the fit is about the transfers, not about the machine's speed at profiling time),
+   predicts the moved placements for each latency of a log-spaced grid, set on every pair
+   fitted (bandwidths are kept);
+3. the latency whose median predicted/measured ratio over the moved placements is closest to 1
+   is kept (the smallest among equals): the one at which the model prices this graph's
+   transfers as the devices ran them.
+
+:func:`task_pairs` are the pairs of a TensorFlow cluster in different tasks; a latency there
+delays the consumer and holds the source device's one outgoing bus, so a large one makes a step
+grow with the number of transfers, as steps split over servers do. :func:`core_group_pairs`
+are the pairs of devices sharing cores, where a transfer is executor work that occupies a core
+for its latency (:mod:`tf_autoplace.sim.simulator`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from tf_autoplace.core.cluster import Cluster
+from tf_autoplace.core.problem import PlacementProblem
+from tf_autoplace.cost import AnalyticalCostModel
+from tf_autoplace.cost.profile import ProfileCostModel
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.hw.cluster_profile import ClusterProfile
+from tf_autoplace.hw.profiler import with_step
+from tf_autoplace.hw.protocol import MIN_STEPS, ProtocolResult, measure_placements
+from tf_autoplace.hw.runner import RunConfig
+from tf_autoplace.hw.workload import Workload
+from tf_autoplace.pipeline.prepare import build_problem
+from tf_autoplace.proto import cost_profile_pb2
+from tf_autoplace.sim import Simulator
+
+SHARES = (0.05, 0.1, 0.2, 0.35)  # of the colocation groups moved off the reference device
+LATENCIES_S = tuple(np.geomspace(1e-6, 1e-2, 41).tolist())  # the grid searched
+SINGLE = "single"
+
+
+def moved_share(problem: PlacementProblem, share: float, rng: np.random.Generator,
+                home: int = 0, targets: np.ndarray | None = None) -> np.ndarray:
+    """All on ``home`` (a group that cannot run there: on the first device that can) except TF
+    colocation groups moved, each with probability ``share``, to another device that can run
+    them (uniformly; only among ``targets``, a [D] bool mask, when given)."""
+    allowed = problem.colocation_allowed  # [C, D]
+    num = len(allowed)
+    device = np.where(allowed[:, home], home, np.argmax(allowed, axis=1))
+    movable = allowed if targets is None else allowed & np.asarray(targets, bool)
+    move = rng.random(num) < share
+    for c in np.flatnonzero(move).tolist():
+        others = [d for d in np.flatnonzero(movable[c]).tolist() if d != device[c]]
+        if others:
+            device[c] = others[int(rng.integers(len(others)))]
+    return device[problem.graph.colocation].astype(np.int32)
+
+
+def task_pairs(cluster: Cluster) -> np.ndarray:
+    """[D, D] bool: the pairs of devices in different tasks of a TensorFlow cluster."""
+    tasks = np.asarray(cluster.device_tasks)
+    return tasks[:, None] != tasks[None, :]
+
+
+def core_group_pairs(cluster: Cluster) -> np.ndarray:
+    """[D, D] bool: the pairs of different devices of one core group."""
+    groups = np.array([d.core_group for d in cluster.devices])
+    same = (groups[:, None] == groups[None, :]) & (groups[:, None] != "")
+    return same & ~np.eye(len(groups), dtype=bool)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LatencyFit:
+    """What :func:`fit_latency` measured and chose.
+
+    Attributes:
+      what: the pairs fitted, in words ("between tasks", "within a core group").
+      latency_s: the fitted latency of every pair fitted (s).
+      before_s: the median latency those pairs had before (s).
+      labels: the moved placements, in order.
+      transfers: [P] their transfers over the fitted pairs and others (simulated).
+      measured: the protocol's result (the single-device placement under :data:`SINGLE`).
+      predicted_s: [P] their simulated steps at the fitted latency (s).
+      before_predicted_s: [P] the same at the pairs' latency before (s).
+    """
+
+    what: str
+    latency_s: float
+    before_s: float
+    labels: tuple[str, ...]
+    transfers: tuple[int, ...]
+    measured: ProtocolResult
+    predicted_s: tuple[float, ...]
+    before_predicted_s: tuple[float, ...]
+
+    def median_error(self, predicted) -> float:
+        """Median |predicted/measured - 1| over the moved placements."""
+        measured = np.array([self.measured[label].median_s for label in self.labels])
+        return float(np.median(np.abs(np.asarray(predicted) / measured - 1.0)))
+
+    def summary(self) -> str:
+        return (f"links {self.what} fitted on the graph: {self.latency_s * 1e6:.1f} us a "
+                f"transfer (before: {self.before_s * 1e6:.1f} us); median error over "
+                f"{len(self.labels)} moved placements {self.median_error(self.predicted_s):.1%} "
+                f"(before: {self.median_error(self.before_predicted_s):.1%})")
+
+
+def reference_device(found: ClusterProfile) -> int:
+    """The device a profiled TensorFlow cluster's op times were measured on: the reference
+    task's first device of a kind the profile has."""
+    cluster = found.cluster
+    task = [t.name for t in cluster.tasks].index(found.reference)
+    kinds = {run.device_kind for run in found.profile.run}
+    return next(d for d in np.flatnonzero(cluster.device_tasks == task).tolist()
+                if cluster.devices[d].kind in kinds)
+
+
+def with_latency(cluster: Cluster, pairs: np.ndarray, latency_s: float) -> Cluster:
+    """``cluster`` with ``latency_s`` on every pair of devices ``pairs`` ([D, D] bool) marks."""
+    latency = cluster.latency.copy()
+    latency[pairs] = latency_s
+    return dataclasses.replace(cluster, latency=latency)
+
+
+def fit_latency(cluster: Cluster, profile: cost_profile_pb2.CostProfile, meta_graph,
+                workload: Workload, *, reference: int, pairs: np.ndarray, what: str,
+                shares=SHARES, steps: int = MIN_STEPS, config: RunConfig | None = None,
+                seed: int = 0) -> tuple[Cluster, LatencyFit]:
+    """Fit one latency for the device pairs ``pairs`` on ``workload`` (module docstring).
+
+    Args:
+      cluster: the devices as profiled (links, speeds, core groups); with a ``target``, the
+        placements run on its TensorFlow servers, else in this process.
+      profile: the op times (measured on ``reference``).
+      meta_graph: the graph ``workload`` runs (what the simulator places).
+      workload: one training step of it.
+      reference: the device every op runs on in the single-device placement.
+      pairs: [D, D] bool, the pairs given the fitted latency (:func:`task_pairs`,
+        :func:`core_group_pairs`); groups move off ``reference`` to the devices it pairs.
+      what: the pairs in words, for the summary.
+      shares: the shares of colocation groups moved off ``reference``, one placement each.
+      steps: timed rounds of the protocol.
+      config: the Sessions' settings (its target is the cluster's).
+      seed: draws the moved groups and orders the rounds.
+
+    Returns:
+      ``(cluster with the fitted latency on the pairs, the fit)``.
+
+    Raises:
+      ConfigError: ``pairs`` links ``reference`` to no device, or no share moved a group.
+      MeasurementError: TensorFlow could not run a placement.
+    """
+    pairs = np.asarray(pairs, dtype=bool)
+    if pairs.shape != cluster.latency.shape or not pairs[reference].any():
+        raise ConfigError(f"no device pair to fit links on from {cluster.names[reference]}: "
+                          f"{what} it has no partner device")
+    analytical = AnalyticalCostModel(meta_graph)
+    problem, _ = build_problem(meta_graph, cluster, cost_model=ProfileCostModel.from_proto(
+        profile, fallback=analytical))
+    n = problem.graph.num_ops
+    rng = np.random.default_rng(seed)
+    placements = {SINGLE: np.full(n, reference, np.int32)}
+    for share in shares:  # groups move only to the devices the pairs link the reference to
+        devices = moved_share(problem, share, rng, home=reference, targets=pairs[reference])
+        if (devices != reference).any():
+            placements[f"moved {share:g}"] = devices
+    if len(placements) < 2:
+        raise ConfigError(f"no share of {list(shares)} moved a colocation group off device "
+                          f"{cluster.names[reference]}: nothing to fit the links on")
+    names, ops = cluster.names, problem.graph.names
+    config = dataclasses.replace(config or RunConfig(), target=cluster.target)
+    measured = measure_placements(
+        workload, {label: dict(zip(ops, (names[d] for d in devices.tolist())))
+                   for label, devices in placements.items()},
+        steps=steps, warmup_steps=config.warmup_steps, config=config, seed=seed)
+    # Op times calibrated to the single-device step of these rounds: the fit prices transfers.
+    kind = cluster.devices[reference].kind
+    calibrated, _ = build_problem(meta_graph, cluster, cost_model=ProfileCostModel.from_proto(
+        with_step(profile, kind, measured[SINGLE].median_s), fallback=analytical))
+    base = calibrated.simulator
+    labels = tuple(label for label in placements if label != SINGLE)
+    observed = np.array([measured[label].median_s for label in labels])
+
+    def predict(latency_s: float) -> np.ndarray:
+        sim = Simulator(base.graph, with_latency(cluster, pairs, latency_s), base.op_time,
+                        partner=base.partner, partner_time=base.partner_time)
+        return np.array([sim.makespan(placements[label]) for label in labels])
+
+    scores = [abs(np.log(np.median(predict(latency_s) / observed)))
+              for latency_s in LATENCIES_S]
+    best = LATENCIES_S[int(np.argmin(scores))]
+    fit = LatencyFit(what=what, latency_s=best, before_s=float(np.median(cluster.latency[pairs])),
+                     labels=labels,
+                     transfers=tuple(int(base.run(placements[label]).num_transfers)
+                                     for label in labels),
+                     measured=measured, predicted_s=tuple(predict(best).tolist()),
+                     before_predicted_s=tuple(base.makespan(placements[label])
+                                              for label in labels))
+    return with_latency(cluster, pairs, best), fit
