@@ -62,6 +62,12 @@ def test_the_report_shows_every_candidate_measured_beside_its_prediction(verifie
         [r["predicted_at_run_speed_s"] for r in rows])
     assert f"measured {scale:.2f}x its prediction" in text
     assert any("profiled on this machine" in n for n in report.notes)
+    # The two logical CPUs share cores: the transfer between them was fitted on this graph,
+    # and the search's cluster carries it.
+    fitted = [n for n in report.notes if "links within a core group fitted on the graph" in n]
+    assert len(fitted) == 1
+    latency_us = float(fitted[0].split("graph: ")[1].split(" us")[0])
+    assert report.timeline.cluster.latency[0, 1] * 1e6 == pytest.approx(latency_us, abs=0.06)
 
 
 def test_verify_needs_this_machines_devices_and_enough_steps():

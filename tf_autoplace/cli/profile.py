@@ -62,7 +62,7 @@ from tf_autoplace.errors import AutoplaceError, ClusterSpecError
 from tf_autoplace.graph import ingest
 from tf_autoplace.hw import transfers
 from tf_autoplace.hw.cluster_profile import profile_cluster
-from tf_autoplace.hw.link_fit import core_group_pairs, fit_latency, reference_device, task_pairs
+from tf_autoplace.hw.link_fit import fit_core_group, fit_latency, reference_device, task_pairs
 from tf_autoplace.hw.profiler import profile_ops, with_profiled_cores
 from tf_autoplace.hw.runner import RunConfig
 from tf_autoplace.hw.workload import Workload
@@ -118,7 +118,12 @@ def main(argv):
             cores = ", ".join(f"{name!r}: {c}" for name, c in cluster.core_groups)
             if ran is not None:
                 print(f"the profiled run ran {ran:.2f} ops at once; core groups: {cores}")
-            cluster, fitted = _fit_core_group_links(cluster, profile, workload, config)
+            cluster, fit = fit_core_group(cluster, profile,
+                                          ingest.load_meta_graph(workload.graph_def), workload,
+                                          config=config, seed=FLAGS.seed)
+            fitted = fit.summary() if fit is not None else ""
+            if fitted:
+                print(fitted)
             after = os.getloadavg()[0]
             _write(FLAGS.out_cluster,
                    f"# This machine as tf-autoplace profile measured it (load {load:.2f} -> "
@@ -132,24 +137,6 @@ def main(argv):
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0
-
-
-def _fit_core_group_links(cluster: Cluster, profile, workload: Workload, config: RunConfig
-                          ) -> tuple[Cluster, str]:
-    """``cluster`` with the latency between devices that share cores fitted on the profiled
-    graph (:func:`tf_autoplace.hw.link_fit.fit_latency`), and the fit's summary ("" and the
-    cluster unchanged when the profiled device shares its cores with no other)."""
-    kinds = {run.device_kind for run in profile.run}
-    reference = next((d for d, device in enumerate(cluster.devices) if device.kind in kinds),
-                     None)
-    pairs = core_group_pairs(cluster)
-    if reference is None or not pairs[reference].any():
-        return cluster, ""
-    cluster, fit = fit_latency(cluster, profile, ingest.load_meta_graph(workload.graph_def),
-                               workload, reference=reference, pairs=pairs,
-                               what="within a core group", config=config, seed=FLAGS.seed)
-    print(fit.summary())
-    return cluster, fit.summary()
 
 
 def _profile_tf_cluster(workload: Workload, config: RunConfig, description: str,

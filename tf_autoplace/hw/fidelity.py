@@ -69,7 +69,7 @@ from tf_autoplace.errors import AutoplaceError, ConfigError
 from tf_autoplace.graph import ingest
 from tf_autoplace.heuristics import HEURISTICS
 from tf_autoplace.hw.profiler import profile_ops, with_profiled_cores, with_step
-from tf_autoplace.hw.link_fit import core_group_pairs, fit_latency, moved_share
+from tf_autoplace.hw.link_fit import fit_core_group, moved_share
 from tf_autoplace.hw.protocol import QUIET_LOAD, StepTimes, check_steps, load_average
 from tf_autoplace.hw.protocol import measure_placements as protocol_measure
 from tf_autoplace.hw.runner import RunConfig
@@ -373,11 +373,10 @@ def evaluate(name: str, meta_graph, workload: Workload, config: Config,
     # As tf-autoplace profile --out_cluster writes the cluster: cores as the profile ran, and
     # the latency between the logical CPUs fitted on this graph (module docstring).
     executed_cluster, _ = with_profiled_cores(profiled_cluster, profile)
-    executed_cluster, link_fit = fit_latency(
-        executed_cluster, profile, meta_graph, workload, reference=0,
-        pairs=core_group_pairs(executed_cluster), what="within a core group",
-        config=config.run, seed=config.seed + 1)
-    log(f"  {link_fit.summary()}")
+    executed_cluster, link_fit = fit_core_group(executed_cluster, profile, meta_graph, workload,
+                                                config=config.run, seed=config.seed + 1)
+    if link_fit is not None:
+        log(f"  {link_fit.summary()}")
     # One more single-device Session, as the profile ran the graph: the calibration in the
     # rounds (module docstring), not one of the placements compared.
     calibration = np.zeros(problem.graph.num_ops, np.int32)
@@ -417,7 +416,7 @@ def evaluate(name: str, meta_graph, workload: Workload, config: Config,
                        steps=config.run.steps,
                        profile_step_s=profiled.measured_steps().get("CPU", 0.0),
                        rounds_step_s=in_rounds.median_s, other_cores=other_cores,
-                       link_fit=link_fit.summary())
+                       link_fit=link_fit.summary() if link_fit is not None else "")
 
 
 

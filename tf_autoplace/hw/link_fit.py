@@ -213,3 +213,26 @@ def fit_latency(cluster: Cluster, profile: cost_profile_pb2.CostProfile, meta_gr
                      before_predicted_s=tuple(base.makespan(placements[label])
                                               for label in labels))
     return with_latency(cluster, pairs, best), fit
+
+
+def fit_core_group(cluster: Cluster, profile: cost_profile_pb2.CostProfile, meta_graph,
+                   workload: Workload, *, config: RunConfig | None = None, seed: int = 0
+                   ) -> tuple[Cluster, LatencyFit | None]:
+    """:func:`fit_latency` of the pairs of devices that share cores with the device the profile
+    ran on (its first device of a profiled kind), in this process: what ``tf-autoplace
+    profile --out_cluster`` and ``verify`` without a cost profile do on logical CPUs. The
+    cluster unchanged and None where that device shares its cores with no other.
+
+    Raises:
+      ConfigError, MeasurementError: as :func:`fit_latency`'s.
+    """
+    kinds = {run.device_kind for run in profile.run}
+    reference = next((d for d, device in enumerate(cluster.devices) if device.kind in kinds),
+                     None)
+    pairs = core_group_pairs(cluster)
+    if reference is None or not pairs[reference].any():
+        return cluster, None
+    return fit_latency(cluster, profile, meta_graph, workload, reference=reference,
+                       pairs=pairs, what="within a core group",
+                       config=dataclasses.replace(config or RunConfig(), target=""),
+                       seed=seed)

@@ -40,6 +40,7 @@ from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
 from tf_autoplace.graph import costgraph, ingest, kernels
 from tf_autoplace.graph.fingerprint import fingerprint
 from tf_autoplace.heuristics import BestHeuristicPlacer, SingleDevicePlacer
+from tf_autoplace.hw.link_fit import fit_core_group
 from tf_autoplace.hw.measure import measure, runs_here
 from tf_autoplace.hw.profiler import profile_ops, with_profiled_cores
 from tf_autoplace.hw.runner import RunConfig
@@ -128,8 +129,13 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
         cost_model = ProfileCostModel.from_proto(profile,
                                                  fallback=AnalyticalCostModel(meta_graph))
         # As tf-autoplace profile --out_cluster: the CPU core group runs as many ops at once
-        # as the profiled process did.
+        # as the profiled process did, and a transfer between its devices costs what it
+        # costs in this graph.
         cluster, _ = with_profiled_cores(cluster, profile)
+        link_fit = None
+        if not cluster.target:
+            cluster, link_fit = fit_core_group(cluster, profile, meta_graph, workload,
+                                               seed=int(seed))
         timings["profile"] = time.perf_counter() - t
     problem, cost_model = build_problem(meta_graph, cluster, grouping=options.grouping,
                                         cost_model=cost_model,
@@ -143,6 +149,8 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
     if profiled_here:
         notes.append("op times were profiled on this machine's devices before the search "
                      "(verify without a cost profile)")
+        if link_fit is not None:
+            notes.append(f"the {link_fit.summary()}")
     for kind, factor in sorted(problem.time_scale.items()):
         notes.append(f"the profiled {kind} op times were scaled by {factor:.3g} so that the "
                      f"simulated single-device step equals the profiled run's measured step")
