@@ -52,22 +52,6 @@ def test_threads_give_the_same_figures_in_the_same_order():
     assert single.scores[0] == a.scores[0]
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_rows_at_or_over_the_cutoff_score_inf_the_others_as_without_it(threads):
-    problem = random_problem(150, seed=6, gpu_memory=GB // 1000)
-    batch = _placements(problem, 8, seed=3)
-    with Evaluator(problem, threads=threads) as evaluator:
-        whole = evaluator.evaluate(batch)
-        cutoff = float(np.median(whole.makespan))
-        cut = evaluator.evaluate(batch, cutoff=cutoff)
-    under = whole.makespan < cutoff
-    assert 0 < under.sum() < len(batch)
-    for field in ("scores", "makespan", "overflow_gb"):
-        np.testing.assert_array_equal(getattr(cut, field)[under], getattr(whole, field)[under])
-        assert np.isinf(getattr(cut, field)[~under]).all()
-    assert not cut.fits[~under].any()
-
-
 def test_bad_arguments_are_config_errors():
     problem = random_problem(20, seed=0)
     with pytest.raises(ConfigError, match="workers"):

@@ -98,11 +98,8 @@ class MeasuredEvaluator:
             self.runs += 1
         return self._seen[key]
 
-    def evaluate(self, placements: np.ndarray, *, cutoff: float = float("inf"),
-                 base: np.ndarray | None = None) -> Evaluation:
-        """Run each row of ``placements`` ([B, n] int device index per op). ``cutoff`` and
-        ``base`` are :class:`~tf_autoplace.learning.rollouts.Evaluator`'s; a run cannot stop
-        early or start midway, so every row is measured whole."""
+    def evaluate(self, placements: np.ndarray) -> Evaluation:
+        """Run each row of ``placements`` ([B, n] int device index per op)."""
         placements = np.asarray(placements)
         n = self.problem.graph.num_ops
         if placements.ndim != 2 or placements.shape[1] != n:

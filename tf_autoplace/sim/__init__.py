@@ -5,8 +5,8 @@ from tf_autoplace.sim.bounds import (critical_path, heads_and_tails, lower_bound
                                      transfer_path_bound)
 from tf_autoplace.sim.exact import ExactResult, solve_placement
 from tf_autoplace.sim.lp_bound import LPBound, lp_lower_bound
-from tf_autoplace.sim.simulator import SimResult, Simulator, Trace, memory_penalized_runtime
+from tf_autoplace.sim.simulator import SimResult, Simulator, memory_penalized_runtime
 
-__all__ = ["ExactResult", "LPBound", "SimResult", "Simulator", "Trace", "critical_path",
-           "heads_and_tails", "lower_bound", "lp_lower_bound", "memory_penalized_runtime", "solve_placement",
+__all__ = ["ExactResult", "LPBound", "SimResult", "Simulator", "critical_path", "heads_and_tails",
+           "lower_bound", "lp_lower_bound", "memory_penalized_runtime", "solve_placement",
            "transfer_path_bound"]

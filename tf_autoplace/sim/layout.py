@@ -32,7 +32,6 @@ and that a numbering which breaks one of these orders changes results).
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 
@@ -42,7 +41,6 @@ from tf_autoplace.sim.jit import cached_njit
 from tf_autoplace.sim.simulator import (
     SimResult,
     Simulator,
-    Trace,
     check_op_time,
     check_partners,
     dependency_keys,
@@ -175,19 +173,11 @@ class OrderedSimulator:
             a.setflags(write=False)
         return dataclasses.replace(r, **out)
 
-    def summary(self, placement: np.ndarray, *, cutoff: float = math.inf,
-                trace: Trace | None = None) -> SimResult | None:
+    def summary(self, placement: np.ndarray) -> SimResult:
         """What :meth:`run` gives, except that the per-op and per-transfer arrays are left in
         the simulator's own numbering: for a caller that reads only the makespan, the peak
-        memory, the busy time and the bytes moved, which do not depend on it. None when the
-        step time is certain to be at least ``cutoff`` seconds; ``trace``: a :meth:`trace`
-        of another placement to start from (both as for ``Simulator.run``)."""
-        return self._inner.run(self._renumbered(placement), cutoff=cutoff, trace=trace)
-
-    def trace(self, placement: np.ndarray, **kwargs) -> Trace:
-        """A trace of ``placement`` for :meth:`summary` (``Simulator.trace``, whose keyword
-        arguments it takes; the trace is in the simulator's own numbering)."""
-        return self._inner.trace(self._renumbered(placement), **kwargs)
+        memory, the busy time and the bytes moved, which do not depend on it."""
+        return self._inner.run(self._renumbered(placement))
 
     def makespan(self, placement: np.ndarray) -> float:
         """Only the predicted step time of ``placement``."""

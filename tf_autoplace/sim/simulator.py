@@ -129,28 +129,6 @@ each op's time on its device gathered once, in order, rather than read from the 
 table when the op starts; and it returns the result ready-made (peak memory with the
 persistent bytes, the transfers' producers and bytes), leaving no numpy pass over the
 transfers to the caller.
-A caller that only needs to know whether a placement is faster than a given step time (a
-search comparing a candidate with its best so far) passes that time as ``cutoff``
-(:meth:`Simulator.run`): the loop stops as soon as a lower bound on the makespan reaches it
-(the time of the last event, an executor's work left). On a search's candidates, most of them
-only a little slower than its best, that is late in the step (about the last tenth of the
-events on Inception-V3); a bound on the chain of consumers behind each op, computed for every
-placement, cut a tenth of that again but cost more than it saved.
-
-Resuming: a search simulates many placements that differ from its current one in a few ops.
-The simulation reads an op's device at a known event: at the start for an op without
-dependencies (it is queued then), else when the first op it depends on ends (its consumers'
-devices decide where each output goes); its time is read later, when it starts. Up to the
-first event that reads the device of an op the two placements put apart (or of an op whose
-partner they put apart), the two simulations are the same, event for event.
-:meth:`Simulator.trace` simulates a placement keeping, for each op, the event that first read
-its device, and snapshots of the loop's whole state (three flat arrays: the queues, the
-heap, the transfers, the buffers, the clocks, ...) at events spread over the step;
-``run(placement, trace=...)`` restores the last snapshot before the first event the new
-placement changes and goes on from there. It recomputes what it derives from the whole
-placement (each op's time, the persistent bytes per device, the bounds of ``cutoff``), so
-the step time, peak memory, busy times and transfer bytes are exactly those of a whole
-simulation (a test checks it on random graphs and placements).
 Speed: ``experiments/bench_sim.py`` (a synthetic 8,000-op graph, and random placements of zoo
 graphs with ``--pairs``; figures in BENCHMARKS.md). The first call in a fresh environment
 compiles the kernel (a few seconds; then cached on disk by numba, in the user's cache directory:
@@ -161,7 +139,6 @@ compiled version serves all of them).
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 
@@ -220,20 +197,10 @@ class SimResult:
 
 # ======================================================================== numba kernel
 @cached_njit
-def _state_sizes(n, P, T, E, S, D):
-    """Lengths of the kernel's three state arrays (ints, floats, 64-bit ints) for ``n`` ops,
-    ``P`` dependency pairs, ``T`` tensors, ``E`` executors, ``S`` core slots, ``D`` devices
-    (the views :func:`_simulate` cuts from them, and 8 and 2 scalars)."""
-    return (n + 3 * E + (n + P) + S + 6 * P + 6 * D + 3 * T + 2 * (S + D) + 8,
-            (S + D) + D + E + 2, 2 * D)
-
-
-@cached_njit
 def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth, latency,
               tensor_bytes, out_tensor_ptr, out_tensors, dep_tensor, dep_op,
               cons_ptr, in_ptr, in_dep, persistent, num_graph_tensors, executor, exec_base,
-              alias, reuse_out, reuse_ptr, reuse_pair, takeable, cutoff,
-              base, first, every, snap_at, snap_i, snap_f, snap_l):
+              alias, reuse_out, reuse_ptr, reuse_pair, takeable):
     """The event loop (module docstring). Arrays built by :class:`Simulator`, with T tensors
     (the ``num_graph_tensors`` graph tensors, then one control dummy per op), P dependency
     pairs and E executors:
@@ -257,27 +224,10 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
       reuse_out[n]: the tensor of op i that may take over an input's buffer (-1: none);
         reuse_ptr[n+1], reuse_pair: the dependency pairs whose buffer it may take, in the order
         tried (CSR); takeable[T]: tensor k's own buffer may be taken over.
-      cutoff: seconds; the simulation stops (``cut`` true, the other results partial) as soon
-        as the makespan is certain to be at least this: when an event's time reaches it (an
-        op ends no sooner than every event before it), or when an executor's work left (what
-        its running items still take, plus the ops of its devices not started) spread over
-        its cores would end past it by more than a relative 1e-9 (checked every 16 events;
-        the margin is far above the rounding of those sums, so a makespan under ``cutoff``
-        is never cut). ``inf``: never.
-      base[n], first[n], every, snap_at[k], snap_i[k, NI], snap_f[k, NF], snap_l[k, NL]:
-        a trace (module docstring, "Resuming"; sizes from :func:`_state_sizes`). Recording
-        (``every > 0``, ``base`` empty): ``first[i]`` is set to the event during which op i's
-        device is first read (-1: at the start), and before every ``every``-th event, up to
-        ``k`` times, the state is copied to the next row of ``snap_*`` and the event's number
-        to ``snap_at``. Resuming (``base`` the traced placement, ``every`` 0): the state is
-        restored from the last snapshot taken no later than the first event that reads the
-        device of an op whose device, or whose partner's, differs from ``base``; then the loop
-        goes on. Neither: empty arrays and ``every`` 0.
 
     Returns what :class:`SimResult` holds (peak memory with the persistent bytes, transfers
-    with -1 for a dummy), the number of ops that ran, whether it was cut, the number of
-    events, of snapshots recorded and the snapshot resumed from (-1: none), so that nothing
-    is left for numpy passes after the call.
+    with -1 for a dummy), and the number of ops that ran, so that nothing is left for numpy
+    passes after the call.
 
     Everything is written out in this one function on purpose: numba reference-counts arrays
     passed to helper functions, and those atomic updates cost more than the simulation itself.
@@ -295,10 +245,6 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
     # when op i starts would touch a random row of the [n, D] table for every op.
     dur = np.empty(n)
     resident = np.zeros(D, np.int64)  # persistent bytes per device
-    work = np.zeros(E)  # compute seconds of the ops of each executor
-    resuming = base.shape[0] == n and snap_at.shape[0] > 0
-    recording = every > 0 and snap_at.shape[0] > 0
-    differs = 2**31 - 1  # the first event that reads a device this placement changes
     for i in range(n):
         d = placement[i]
         j = partner[i]
@@ -307,248 +253,81 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
         else:
             dur[i] = op_time[i, d]
         resident[placement[i]] += persistent[i]
-        work[executor[d]] += dur[i]
-        if resuming and first[i] < differs and (
-                d != base[i] or (j >= 0 and placement[j] != base[j])):
-            differs = first[i]
-    # A bound over cutoff by more than summation rounding stops the simulation (see "cut").
-    margin = cutoff + 1e-9 * abs(cutoff)
-    bounded = cutoff < np.inf
 
     start = np.full(n, np.nan)
     end = np.full(n, np.nan)
-    x_op = np.empty(P, np.int32)
-    x_start = np.empty(P)
-    x_end = np.empty(P)
-    fresh = np.empty(S + D, np.int32)
+    busy = np.zeros(D)
+    live = np.zeros(D, np.int64)   # transient bytes live on each device now
+    peak = np.zeros(D, np.int64)   # ... and their maximum so far
 
-    # The loop's state: the arrays below and the scalars after them. A snapshot copies them
-    # all into one row of snap_i (ints, then 8 scalars), snap_f (floats, then 2 scalars) and
-    # snap_l (64-bit ints); separate arrays, not views of one buffer, so that the compiler
-    # knows they do not overlap. Sizes: _state_sizes.
-    NI, NF, NL = _state_sizes(n, P, T, E, S, D)
-    if snap_at.shape[0] > 0 and (snap_i.shape[1] != NI or snap_f.shape[1] != NF
-                                 or snap_l.shape[1] != NL):
-        raise ValueError("snapshot arrays of the wrong size")
-    snap = -1  # the snapshot to resume from: the last one no later than ``differs``
-    if resuming:
-        for k in range(snap_at.shape[0]):
-            if snap_at[k] <= differs:
-                snap = k
-    fill = snap < 0
     # Dependencies still missing per op; an op is runnable at 0.
     pending = np.empty(n, np.int32)
+    for i in range(n):
+        pending[i] = in_ptr[i + 1] - in_ptr[i]
+
     # Q_core per executor as linked lists (head, tail, next) of items: op i is item i, the
     # transfer record x that runs on cores (both ends in one core group) is item n + x.
     # slot_item[k]: the item core slot k runs (-1: idle).
-    q_head = np.full(E, -1, np.int32) if fill else np.empty(E, np.int32)
-    q_tail = np.full(E, -1, np.int32) if fill else np.empty(E, np.int32)
-    q_next = np.full(n + P, -1, np.int32) if fill else np.empty(n + P, np.int32)
-    slot_item = np.full(S, -1, np.int32) if fill else np.empty(S, np.int32)
+    q_head = np.full(E, -1, np.int32)
+    q_tail = np.full(E, -1, np.int32)
+    q_next = np.full(n + P, -1, np.int32)
+    slot_item = np.full(S, -1, np.int32)
+
     # Transfers: one record per (tensor, destination), so at most one per dependency pair.
     x_tensor = np.empty(P, np.int32)
+    x_op = np.empty(P, np.int32)
     x_src = np.empty(P, np.int32)
     x_dst = np.empty(P, np.int32)
-    # Consumers on x_dst yet to finish, per transfer; the last frees the copy.
-    x_refs = np.zeros(P, np.int32) if fill else np.empty(P, np.int32)
+    x_start = np.empty(P)
+    x_end = np.empty(P)
+    x_refs = np.zeros(P, np.int32)  # consumers on x_dst yet to finish; the last frees the copy
+    num_x = 0
     # Q_transfer per device (linked lists over transfer records) and the transfer on each bus.
-    bus_head = np.full(D, -1, np.int32) if fill else np.empty(D, np.int32)
-    bus_tail = np.full(D, -1, np.int32) if fill else np.empty(D, np.int32)
-    x_next = np.full(P, -1, np.int32) if fill else np.empty(P, np.int32)
-    bus_running = np.full(D, -1, np.int32) if fill else np.empty(D, np.int32)
-    # The transfer that delivered pair p; -1: same device.
-    dep_xfer = np.full(P, -1, np.int32) if fill else np.empty(P, np.int32)
+    bus_head = np.full(D, -1, np.int32)
+    bus_tail = np.full(D, -1, np.int32)
+    x_next = np.full(P, -1, np.int32)
+    bus_running = np.full(D, -1, np.int32)
+
+    dep_xfer = np.full(P, -1, np.int32)     # transfer that delivered pair p; -1: same device
     # Buffers: tensor k's bytes live in the buffer of tensor root[k] (k itself, the tensor it
     # shares, or -1 for a view with no bytes), allocated on buf_dev[root]; refs[r] counts what
     # still holds buffer r: consumers reading it where it is, outgoing transfers (a copy until
     # it arrives, a hand-over by reference until the last consumer at the other end is done).
-    root = np.full(T, -1, np.int32) if fill else np.empty(T, np.int32)
-    buf_dev = np.zeros(T, np.int32) if fill else np.empty(T, np.int32)
-    refs = np.zeros(T, np.int32) if fill else np.empty(T, np.int32)
-    # Scratch for dedup: the tensor last sent to each device, and that transfer.
-    sent_tensor = np.full(D, -1, np.int32) if fill else np.empty(D, np.int32)
-    sent_x = np.full(D, -1, np.int32) if fill else np.empty(D, np.int32)
+    root = np.full(T, -1, np.int32)
+    buf_dev = np.zeros(T, np.int32)
+    refs = np.zeros(T, np.int32)
+    sent_tensor = np.full(D, -1, np.int32)  # scratch for dedup: tensor last sent to each device
+    sent_x = np.full(D, -1, np.int32)       # ... and that transfer
+
     # Pending events: at most one per core slot (slot k: the item on it is done) and one
     # Transfer-done per bus (slot S + d), with its time and sequence number; the next event is
     # the smallest (time, seq). The pending slots form a binary min-heap (``heap[:heap_n]``);
     # the slots an event's wakeups filled (``fresh``) join it before the next one is taken.
-    ev_seq = np.full(S + D, -1, np.int32) if fill else np.empty(S + D, np.int32)
-    heap = np.empty(S + D, np.int32)
-    # Executors and buses the last event may have given work to.
-    wake_exec = np.empty(E, np.int32)
-    wake_bus = np.empty(D, np.int32)
     ev_time = np.zeros(S + D)
-    busy = np.zeros(D)
-    started = np.zeros(E)  # compute seconds of the ops each executor began
-    live = np.zeros(D, np.int64)   # transient bytes live on each device now
-    peak = np.zeros(D, np.int64)   # ... and their maximum so far
+    ev_seq = np.full(S + D, -1, np.int32)
+    next_seq = 0
+    heap = np.empty(S + D, np.int32)
+    heap_n = 0
+    fresh = np.empty(S + D, np.int32)
 
-    if snap >= 0:  # the loop's state as it was then
-        o = 0
-        pending[:] = snap_i[snap, o:o + n]
-        o += n
-        q_head[:] = snap_i[snap, o:o + E]
-        o += E
-        q_tail[:] = snap_i[snap, o:o + E]
-        o += E
-        q_next[:] = snap_i[snap, o:o + n + P]
-        o += n + P
-        slot_item[:] = snap_i[snap, o:o + S]
-        o += S
-        x_tensor[:] = snap_i[snap, o:o + P]
-        o += P
-        x_src[:] = snap_i[snap, o:o + P]
-        o += P
-        x_dst[:] = snap_i[snap, o:o + P]
-        o += P
-        x_refs[:] = snap_i[snap, o:o + P]
-        o += P
-        bus_head[:] = snap_i[snap, o:o + D]
-        o += D
-        bus_tail[:] = snap_i[snap, o:o + D]
-        o += D
-        x_next[:] = snap_i[snap, o:o + P]
-        o += P
-        bus_running[:] = snap_i[snap, o:o + D]
-        o += D
-        dep_xfer[:] = snap_i[snap, o:o + P]
-        o += P
-        root[:] = snap_i[snap, o:o + T]
-        o += T
-        buf_dev[:] = snap_i[snap, o:o + T]
-        o += T
-        refs[:] = snap_i[snap, o:o + T]
-        o += T
-        sent_tensor[:] = snap_i[snap, o:o + D]
-        o += D
-        sent_x[:] = snap_i[snap, o:o + D]
-        o += D
-        ev_seq[:] = snap_i[snap, o:o + S + D]
-        o += S + D
-        heap[:] = snap_i[snap, o:o + S + D]
-        o += S + D
-        wake_exec[:] = snap_i[snap, o:o + E]
-        o += E
-        wake_bus[:] = snap_i[snap, o:o + D]
-        o += D
-        o = 0
-        ev_time[:] = snap_f[snap, o:o + S + D]
-        o += S + D
-        busy[:] = snap_f[snap, o:o + D]
-        o += D
-        started[:] = snap_f[snap, o:o + E]
-        o += E
-        live[:] = snap_l[snap, 0:D]
-        peak[:] = snap_l[snap, D:2 * D]
-        num_x = np.int64(snap_i[snap, NI - 8])
-        next_seq = np.int64(snap_i[snap, NI - 7])
-        heap_n = np.int64(snap_i[snap, NI - 6])
-        num_done = np.int64(snap_i[snap, NI - 5])
-        num_wake_exec = np.int64(snap_i[snap, NI - 4])
-        num_wake_bus = np.int64(snap_i[snap, NI - 3])
-        num_events = np.int64(snap_i[snap, NI - 2])
-        now = snap_f[snap, NF - 2]
-        makespan = snap_f[snap, NF - 1]
-    else:
-        for i in range(n):
-            pending[i] = in_ptr[i + 1] - in_ptr[i]
-        num_x = 0
-        next_seq = 0
-        heap_n = 0
-        num_done = 0
-        makespan = 0.0
-        now = 0.0
-        num_events = 0
-        # Initial queues: ops without dependencies, in op-index order; then wake everything.
-        for i in range(n):
-            if pending[i] == 0:
-                e = executor[placement[i]]
-                if q_tail[e] == -1:
-                    q_head[e] = i
-                else:
-                    q_next[q_tail[e]] = i
-                q_tail[e] = i
-        for e in range(E):
-            wake_exec[e] = e
-        for d in range(D):
-            wake_bus[d] = d
-        num_wake_exec = E
-        num_wake_bus = D
-    if recording:  # an op's device is read at the start if it has no dependencies
-        for i in range(n):
-            first[i] = -1 if in_ptr[i + 1] == in_ptr[i] else 2**31 - 1
-    num_snaps = 0
+    # Initial queues: ops without dependencies, in op-index order; then wake everything.
+    for i in range(n):
+        if pending[i] == 0:
+            e = executor[placement[i]]
+            if q_tail[e] == -1:
+                q_head[e] = i
+            else:
+                q_next[q_tail[e]] = i
+            q_tail[e] = i
+    wake_exec = np.arange(E)  # executors and buses the last event may have given work to
+    wake_bus = np.arange(D)
+    num_wake_exec = E
+    num_wake_bus = D
 
-    cut = False
+    num_done = 0
+    makespan = 0.0
+    now = 0.0
     while True:
-        if recording and num_events % every == 0 and num_snaps < snap_at.shape[0]:
-            o = 0
-            snap_i[num_snaps, o:o + n] = pending
-            o += n
-            snap_i[num_snaps, o:o + E] = q_head
-            o += E
-            snap_i[num_snaps, o:o + E] = q_tail
-            o += E
-            snap_i[num_snaps, o:o + n + P] = q_next
-            o += n + P
-            snap_i[num_snaps, o:o + S] = slot_item
-            o += S
-            snap_i[num_snaps, o:o + P] = x_tensor
-            o += P
-            snap_i[num_snaps, o:o + P] = x_src
-            o += P
-            snap_i[num_snaps, o:o + P] = x_dst
-            o += P
-            snap_i[num_snaps, o:o + P] = x_refs
-            o += P
-            snap_i[num_snaps, o:o + D] = bus_head
-            o += D
-            snap_i[num_snaps, o:o + D] = bus_tail
-            o += D
-            snap_i[num_snaps, o:o + P] = x_next
-            o += P
-            snap_i[num_snaps, o:o + D] = bus_running
-            o += D
-            snap_i[num_snaps, o:o + P] = dep_xfer
-            o += P
-            snap_i[num_snaps, o:o + T] = root
-            o += T
-            snap_i[num_snaps, o:o + T] = buf_dev
-            o += T
-            snap_i[num_snaps, o:o + T] = refs
-            o += T
-            snap_i[num_snaps, o:o + D] = sent_tensor
-            o += D
-            snap_i[num_snaps, o:o + D] = sent_x
-            o += D
-            snap_i[num_snaps, o:o + S + D] = ev_seq
-            o += S + D
-            snap_i[num_snaps, o:o + S + D] = heap
-            o += S + D
-            snap_i[num_snaps, o:o + E] = wake_exec
-            o += E
-            snap_i[num_snaps, o:o + D] = wake_bus
-            o += D
-            o = 0
-            snap_f[num_snaps, o:o + S + D] = ev_time
-            o += S + D
-            snap_f[num_snaps, o:o + D] = busy
-            o += D
-            snap_f[num_snaps, o:o + E] = started
-            o += E
-            snap_l[num_snaps, 0:D] = live
-            snap_l[num_snaps, D:2 * D] = peak
-            snap_i[num_snaps, NI - 8] = num_x
-            snap_i[num_snaps, NI - 7] = next_seq
-            snap_i[num_snaps, NI - 6] = heap_n
-            snap_i[num_snaps, NI - 5] = num_done
-            snap_i[num_snaps, NI - 4] = num_wake_exec
-            snap_i[num_snaps, NI - 3] = num_wake_bus
-            snap_i[num_snaps, NI - 2] = num_events
-            snap_f[num_snaps, NF - 2] = now
-            snap_f[num_snaps, NF - 1] = makespan
-            snap_at[num_snaps] = num_events
-            num_snaps += 1
         num_fresh = 0
         # ------------------------------------------------------------------- Wakeup
         # An executor with an idle core starts the head of its Q_core, as long as both last.
@@ -569,7 +348,6 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
                     d = placement[item]
                     start[item] = now
                     busy[d] += dur[item]
-                    started[e] += dur[item]
                     for p in range(out_tensor_ptr[item], out_tensor_ptr[item + 1]):
                         kt = out_tensors[p]
                         a = alias[kt]
@@ -676,25 +454,6 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
                 c = child
             heap[c] = e
         now = ev_time[slot]
-        # ------------------------------------------------------------ cut
-        # Every event is followed by an op that ends no sooner (an op's own end, or the
-        # consumer of what a transfer carries), so the makespan is at least ``now``; and an
-        # executor's cores still have to run what is left of their items and every op of
-        # theirs not begun, which ends no sooner than that work spread over all its cores.
-        # Once either bound reaches ``cutoff``, the makespan cannot be under it: stop.
-        if bounded and now >= cutoff:
-            cut = True
-            break
-        if bounded and num_events % 16 == 15:
-            for e in range(E):
-                left = work[e] - started[e]
-                for k in range(exec_base[e], exec_base[e + 1]):
-                    if slot_item[k] != -1 and ev_time[k] > now:
-                        left += ev_time[k] - now
-                if now + left / (exec_base[e + 1] - exec_base[e]) > margin:
-                    cut = True
-            if cut:
-                break
         num_wake_exec = 1
         num_wake_bus = 0
 
@@ -726,8 +485,6 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
                 for q in range(cons_ptr[k], cons_ptr[k + 1]):
                     j = dep_op[q]
                     dj = placement[j]
-                    if recording and first[j] > num_events:
-                        first[j] = num_events
                     if dj == d:  # consumer on this device: one dependency satisfied
                         holds += 1
                         pending[j] -= 1
@@ -811,9 +568,6 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
                 if refs[r] == 0:
                     live[buf_dev[r]] -= tensor_bytes[r]
             wake_exec[0] = e
-        num_events += 1
-    if bounded and makespan >= cutoff:  # resumed after its last op ended: no event cut it
-        cut = True
 
     transfer_bytes = 0
     for x in range(num_x):
@@ -824,7 +578,7 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
         peak[d] += resident[d]
     return (num_done, makespan, start, end, busy, peak, transfer_bytes,
             x_tensor[:num_x], x_op[:num_x], x_src[:num_x], x_dst[:num_x],
-            x_start[:num_x], x_end[:num_x], cut, num_events, num_snaps, snap)
+            x_start[:num_x], x_end[:num_x])
 
 
 # ======================================================================== public types
@@ -957,41 +711,6 @@ def dependency_keys(graph: OpGraph) -> np.ndarray:
     return np.unique(tensor * n + consumer)
 
 
-# A trace's snapshots take at most this many bytes, and there are at most MAX_SNAPSHOTS of
-# them: on a graph of thousands of ops 32 snapshots of under a megabyte each, on one of 85k
-# ops a few of 10 MB.
-TRACE_BYTES = 48 * 2**20
-MAX_SNAPSHOTS = 32
-_NO_OPS = np.zeros(0, np.int32)
-_NO_OPS.setflags(write=False)
-_NO_RECORD = (np.zeros(0, np.int32), 0, np.zeros(0, np.int64), np.zeros((0, 0), np.int32),
-              np.zeros((0, 0)), np.zeros((0, 0), np.int64))
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class Trace:
-    """A simulation of one placement, kept so that a placement that differs from it in a few
-    ops can be simulated from the last snapshot before they differ (:meth:`Simulator.trace`).
-    ``k`` snapshots.
-
-    Attributes:
-      placement: [n] int32, the placement simulated (read-only).
-      first: [n] int32, the event during which the simulation first read op i's device
-        (-1: before the first, for an op without dependencies, which is queued at the start).
-      events: [k] int64, snapshot j holds the simulation's state before event ``events[j]``.
-      ints, floats, longs: [k, *] int32, float64, int64: the simulation's state then.
-      num_events: the events of the whole simulation.
-    """
-
-    placement: np.ndarray
-    first: np.ndarray
-    events: np.ndarray
-    ints: np.ndarray
-    floats: np.ndarray
-    longs: np.ndarray
-    num_events: int
-
-
 class Simulator:
     """Predicts step time and peak memory of placements of one graph on one cluster.
 
@@ -1114,116 +833,28 @@ class Simulator:
         p.setflags(write=False)
         return p
 
-    def _kernel(self, p, cutoff: float = math.inf, trace: "Trace | None" = None,
-                record: tuple | None = None):
-        """The kernel's results for the checked placement ``p``: from ``trace``'s last
-        snapshot before ``p`` differs from its placement when given; recording ``record`` =
-        ``(first, every, snap_at, snap_i, snap_f, snap_l)`` when given."""
-        if trace is not None:
-            first, every, snap_at = trace.first, 0, trace.events
-            snap_i, snap_f, snap_l, base = trace.ints, trace.floats, trace.longs, trace.placement
-        elif record is not None:
-            first, every, snap_at, snap_i, snap_f, snap_l = record
-            base = _NO_OPS
-        else:
-            first, every, snap_at, snap_i, snap_f, snap_l = _NO_RECORD
-            base = _NO_OPS
-        return _simulate(p, self.op_time, self.partner, self.partner_time, self._num_devices,
-                         self._bandwidth, self._latency,
-                         self._tensor_bytes, self._out_tensor_ptr, self._out_tensors,
-                         self._dep_tensor, self._dep_op, self._cons_ptr,
-                         self._in_ptr, self._in_dep, self._persistent,
-                         len(self.graph.tensor_op), self._executor, self._exec_base,
-                         self._alias, self._reuse_out, self._reuse_ptr, self._reuse_pair,
-                         self._takeable, float(cutoff),
-                         base, first, every, snap_at, snap_i, snap_f, snap_l)
-
-    def _simulate(self, placement, cutoff: float = math.inf, trace: "Trace | None" = None):
-        """The kernel's results for ``placement`` (``out[13]``: whether it stopped at
-        ``cutoff``; ``out[0]``: how many ops had ended then)."""
+    def _simulate(self, placement):
         p = self._check_placement(placement)
-        if trace is not None and trace.placement.shape != p.shape:
-            raise ConfigError(f"the trace is of a placement of {len(trace.placement)} ops; "
-                              f"this simulator's graph has {len(p)}")
-        out = self._kernel(p, cutoff, trace)
+        out = _simulate(p, self.op_time, self.partner, self.partner_time, self._num_devices,
+                        self._bandwidth, self._latency,
+                        self._tensor_bytes, self._out_tensor_ptr, self._out_tensors,
+                        self._dep_tensor, self._dep_op, self._cons_ptr,
+                        self._in_ptr, self._in_dep, self._persistent,
+                        len(self.graph.tensor_op), self._executor, self._exec_base,
+                        self._alias, self._reuse_out, self._reuse_ptr, self._reuse_pair,
+                        self._takeable)
         num_done = out[0]
-        if out[13]:
-            return out
         if num_done != self.graph.num_ops:
             raise InvalidGraphError(
                 f"simulation ended with {self.graph.num_ops - num_done} of "
                 f"{self.graph.num_ops} ops never runnable; the graph must have a cycle")
         return out
 
-    def trace(self, placement: np.ndarray, *, max_bytes: int = TRACE_BYTES,
-              events: int | None = None) -> "Trace":
-        """Simulate ``placement`` and keep snapshots of the simulation, so that placements
-        that differ from it in a few ops can be simulated from the last point before they
-        differ (:meth:`run`'s ``trace``; module docstring, "Resuming").
-
-        Args:
-          placement: [n] int device index per op.
-          max_bytes: the snapshots take at most this many bytes, and at least one is kept
-            (at most :data:`MAX_SNAPSHOTS`, spread evenly over the simulation's events).
-          events: how many events the simulation is expected to have (``Trace.num_events``
-            of a trace of a similar placement), to spread the snapshots over; None: simulate
-            once more first to count them.
-
-        Returns:
-          The :class:`Trace`.
-
-        Raises:
-          InfeasiblePlacementError: a malformed placement.
-        """
-        p = self._check_placement(placement)
-        if events is None:
-            events = int(self._simulate(p)[14])
-        n, D = self.graph.num_ops, self._num_devices
-        E = len(self._exec_base) - 1
-        sizes = _state_sizes(n, len(self._dep_tensor), len(self._tensor_bytes), E,
-                             int(self._exec_base[E]), D)
-        per = 4 * sizes[0] + 8 * sizes[1] + 8 * sizes[2]
-        count = int(np.clip(max_bytes // per, 1, MAX_SNAPSHOTS))
-        every = max(1, -(-events // count))
-        first = np.empty(n, np.int32)
-        snap_at = np.zeros(count, np.int64)
-        snaps = (np.empty((count, sizes[0]), np.int32), np.empty((count, sizes[1])),
-                 np.empty((count, sizes[2]), np.int64))
-        out = self._kernel(p, record=(first, every, snap_at) + snaps)
-        kept = int(out[15])
-        p = p.copy()
-        p.setflags(write=False)
-        return Trace(placement=p, first=first, events=snap_at[:kept].copy(),
-                     ints=snaps[0][:kept], floats=snaps[1][:kept], longs=snaps[2][:kept],
-                     num_events=int(out[14]))
-
     # ------------------------------------------------------------------------- public
-    def run(self, placement: np.ndarray, *, cutoff: float = math.inf,
-            trace: "Trace | None" = None) -> SimResult | None:
-        """Simulate one step of ``placement`` ([n] int device index per op).
-
-        Args:
-          placement: [n] int device index per op.
-          cutoff: seconds: stop as soon as the step time is certain to be at least this, and
-            return None (``inf``: never). A search that keeps a placement only when it is
-            faster than its best so far passes that best and simulates only as far as it
-            takes to tell (module docstring, "Implementation").
-          trace: a :meth:`trace` of another placement of this simulator: the simulation
-            starts from its last snapshot before the first event that reads a device where
-            the two placements differ (module docstring, "Resuming"). The makespan, peak
-            memory, busy time and transfer bytes are those of a whole simulation; the per-op
-            and per-transfer arrays hold only what happened after that snapshot (the others
-            are NaN or stale), so pass a trace only for the totals.
-
-        Raises:
-          InfeasiblePlacementError: a malformed placement.
-          ConfigError: a trace of a placement of another number of ops.
-        """
-        out = self._simulate(placement, cutoff, trace)
-        if out[13]:
-            return None
+    def run(self, placement: np.ndarray) -> SimResult:
+        """Simulate one step of ``placement`` ([n] int device index per op)."""
         (_, makespan, start, end, busy, peak_memory, transfer_bytes, x_tensor, x_op, x_src,
-         x_dst, x_start, x_end) = out[:13]
+         x_dst, x_start, x_end) = self._simulate(placement)
         _readonly(peak_memory, start, end, busy, x_tensor, x_op, x_src, x_dst, x_start, x_end)
         return SimResult(makespan=float(makespan), peak_memory=peak_memory, start=start,
                          end=end, busy=busy, transfer_bytes=int(transfer_bytes),

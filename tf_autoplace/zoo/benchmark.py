@@ -126,19 +126,13 @@ class CountingSimulator(OrderedSimulator):
         self._count()
         return super().run(placement)
 
-    def summary(self, placement, **kwargs):
+    def summary(self, placement):
         self._count()
-        return super().summary(placement, **kwargs)
+        return super().summary(placement)
 
     def makespan(self, placement):
         self._count()
         return super().makespan(placement)
-
-    def trace(self, placement, **kwargs):
-        self._count()
-        if kwargs.get("events") is None:  # and once more to count the events
-            self._count()
-        return super().trace(placement, **kwargs)
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)

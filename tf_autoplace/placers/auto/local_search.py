@@ -23,10 +23,7 @@ placement, a learned policy's zero-shot placement):
 * **Acceptance.** Candidates are scored ``batch`` at a time (in parallel when the
   :class:`~tf_autoplace.learning.rollouts.Evaluator` has workers or threads); the best one is
   kept if its memory-penalised runtime R (Placeto A.7) is lower than the current placement's.
-  Once the current placement fits in memory, candidates that overflow are never taken. A
-  candidate's simulation stops as soon as its step time is certain to be at least the current
-  R (the :class:`~tf_autoplace.learning.rollouts.Evaluator`'s ``cutoff``): it could not be
-  kept, so the search takes the same steps as if it had simulated it to the end. So the
+  Once the current placement fits in memory, candidates that overflow are never taken. So the
   search never ends worse than its start, never trades a fitting placement for a faster one
   that overflows, and a start that overflows can be repaired by moves that relieve memory.
 * **Repeated candidates.** Between two gains the current placement stays the same, and the
@@ -314,12 +311,7 @@ class LocalSearch:
         rows = list(new.values())
         scores, fits = np.full(len(moves), np.inf), np.zeros(len(moves), bool)
         if rows:
-            # A candidate is kept only if it scores under the current R: its simulation
-            # stops once its step time is certain not to (it then scores inf, as above).
-            # All are the current placement with one block moved: simulated from a trace
-            # of it, each from the last event before its move changes anything.
-            evaluation = self.evaluator.evaluate(candidates[rows], cutoff=self.best,
-                                                 base=self.current)
+            evaluation = self.evaluator.evaluate(candidates[rows])
             scores[rows], fits[rows] = evaluation.scores, evaluation.fits
             self.simulations += len(rows)
         # Once the placement fits, a candidate that overflows is never taken, however fast.
