@@ -176,6 +176,25 @@ def test_local_search_same_result_on_one_thread_or_several():
     assert runs[0].curve == runs[1].curve
 
 
+def test_block_draws_are_the_generators_choice_draws():
+    # The search draws a block from cumulative weights kept per level; the draws must be
+    # exactly those of Generator.choice with the weights as probabilities (the search took
+    # these before, and a seed must keep its placement).
+    p = random_problem(300, seed=11, num_gpus=4, max_groups=48)
+    with Evaluator(p) as evaluator:
+        search = LocalSearch(p, BestHeuristicPlacer().propose(p),
+                             LocalSearchConfig(sweep_below=0), seed=0, evaluator=evaluator)
+    for level, labels in enumerate(search.blocks.labels):
+        weight = np.bincount(labels, weights=search.busy,
+                             minlength=len(search.blocks.members[level]))
+        weight = weight + max(weight.sum(), 1.0) * 1e-3 / len(weight)
+        choose, ours = np.random.default_rng(level), np.random.default_rng(level)
+        cdf = search._block_cdf(level)
+        assert ([int(choose.choice(len(weight), p=weight / weight.sum())) for _ in range(3000)]
+                == [int(cdf.searchsorted(ours.random(), side="right")) for _ in range(3000)])
+        assert choose.random() == ours.random()  # and as many numbers drawn
+
+
 def test_sweeps_end_at_a_local_optimum_of_single_moves():
     p = random_problem(12, seed=7, num_gpus=2, max_groups=12)
     with Evaluator(p) as evaluator:

@@ -198,13 +198,18 @@ def test_untrained_policy_only_prefers_keeping_and_training_moves_towards_the_fa
     assert _prob_of_device(policy, env, 1) > 1 / (1 + np.exp(KEEP_INIT)) + 0.05
 
 
+def _wide_policy(seed, n, max_groups, policy_seed, head_seed):
+    """An environment on a random DAG of ``n`` ops and a 2-device policy whose logits depend
+    on the state but sample widely, so that the runtimes of its episodes go up and down."""
+    problem = _problem(n, _random_dag(np.random.default_rng(seed), n))
+    env = PlacementEnv(problem, EnvConfig(max_groups=max_groups, start="random", passes=2))
+    policy = PlacetoPolicy(2, env.num_features, seed=policy_seed)
+    policy.head.weights_[-1][0].assign(np.random.default_rng(head_seed).normal(size=(16, 2)))
+    return env, policy
+
+
 def test_lockstep_episodes_are_the_episodes_run_one_at_a_time():
-    rng = np.random.default_rng(12)
-    problem = _problem(24, _random_dag(rng, 24))
-    env = PlacementEnv(problem, EnvConfig(max_groups=12, start="random", passes=2))
-    policy = PlacetoPolicy(2, env.num_features, seed=3)
-    # Logits that depend on the state but sample widely, so that the runtimes go up and down.
-    policy.head.weights_[-1][0].assign(np.random.default_rng(4).normal(size=(16, 2)))
+    env, policy = _wide_policy(12, 24, 12, policy_seed=3, head_seed=4)
     policy.keep.assign(0.0)
     together = reinforce.rollouts(policy, env, [np.random.default_rng(s) for s in range(4)])
     for seed, batched in enumerate(together):
@@ -217,6 +222,27 @@ def test_lockstep_episodes_are_the_episodes_run_one_at_a_time():
         assert env.score(batched.best_actions) == pytest.approx(batched.best_score)
     assert len({e.actions.tobytes() for e in together}) > 1  # the episodes do differ
     assert any(e.best_score < e.scores[0] for e in together[1:])  # and some improve
+
+
+def test_episodes_traced_without_xla_are_the_same_episodes():
+    # The default placer's zero-shot episode runs the forward pass without XLA
+    # (jit_compile = False): the same logits to float rounding, the same greedy and sampled
+    # episodes.
+    env, policy = _wide_policy(13, 30, 16, policy_seed=5, head_seed=6)
+    episodes = {}
+    for jit in (True, False):
+        policy.jit_compile = jit
+        episodes[jit] = [reinforce.rollout(policy, env, np.random.default_rng(seed),
+                                           greedy=seed == 0) for seed in range(3)]
+    for fused, traced in zip(episodes[True], episodes[False]):
+        np.testing.assert_array_equal(fused.actions, traced.actions)
+        np.testing.assert_array_equal(fused.best_actions, traced.best_actions)
+    feats = np.random.default_rng(7).random((3, env.view.num_groups, env.num_features),
+                                            dtype=np.float32)
+    masks = pool_masks(env.view.ancestors, env.order[:3])
+    args = (feats, env.view.edge_src, env.view.edge_dst, masks, env.order[:3])
+    np.testing.assert_allclose(policy.traced_logits(*args).numpy(), policy.logits(*args).numpy(),
+                               rtol=1e-5, atol=1e-6)
 
 
 def test_all_action_episodes_score_every_device_of_every_step():

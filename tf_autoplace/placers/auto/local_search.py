@@ -206,21 +206,26 @@ class LocalSearch:
         """The members that move: whole colocation groups that can run on ``dst``."""
         return members[self.coloc_ok[self.coloc[members], dst] & (self.current[members] != dst)]
 
-    def _block_weights(self, level: int) -> np.ndarray:
-        """The probability of drawing each block of ``level``: in proportion to its compute
-        time on its current device, every block some chance."""
-        p = self.weights.get(level)
-        if p is None:
+    def _block_cdf(self, level: int) -> np.ndarray:
+        """The cumulative probability of drawing each block of ``level`` (in proportion to
+        its compute time on its current device, every block some chance), as
+        ``Generator.choice`` computes it from the probabilities."""
+        cdf = self.weights.get(level)
+        if cdf is None:
             weight = np.bincount(self.blocks.labels[level], weights=self.busy,
                                  minlength=len(self.blocks.members[level]))
             weight = weight + max(weight.sum(), 1.0) * 1e-3 / len(weight)
-            p = self.weights[level] = weight / weight.sum()
-        return p
+            cdf = (weight / weight.sum()).cumsum()
+            cdf /= cdf[-1]
+            self.weights[level] = cdf
+        return cdf
 
     def _random_move(self):
         level = int(self.rng.integers(len(self.blocks.labels)))
-        p = self._block_weights(level)
-        block = int(self.rng.choice(len(p), p=p))
+        # ``rng.choice(len(p), p=p)`` draws one uniform number and finds it in the cumulative
+        # probabilities; with those kept per level this is the same draw without checking and
+        # summing the probabilities at every move.
+        block = int(self._block_cdf(level).searchsorted(self.rng.random(), side="right"))
         members = self.blocks.members[level][block]
         action, others = self._targets(level, block)
         if others and (not action or self.rng.random() < self.config.host_share):

@@ -254,6 +254,7 @@ class AutoPlacer(Placer):
         env = PlacementEnv(problem, config.env, start_devices=start)
         with policy_context():
             policy = PlacetoPolicy.load(path)
+            policy.jit_compile = False  # one episode: XLA would compile longer than it runs
             found = search(policy, env, config, seed, pretrained=True)
         return env.op_placement(found.best_actions)
 

@@ -33,7 +33,9 @@ All T steps of an episode can be evaluated in one call (features [T, G, F]): a r
 once per step for all the episodes it runs in lockstep; the REINFORCE update re-evaluates a whole
 episode at once. The forward pass is compiled with XLA (``jit_compile``), once per input shape:
 at our sizes a call costs its per-op overhead, which XLA's fused kernels cut to a fraction, for
-about a second of compilation per new shape.
+about a second of compilation per new shape. A policy that runs a single episode on a graph
+(the default placer's zero-shot start) sets ``jit_compile = False`` and traces the pass without
+XLA instead (``traced_logits``): a few dozen steps do not repay the compilation.
 """
 
 from __future__ import annotations
@@ -75,8 +77,22 @@ class _MLP(tf.Module):
         return x
 
 
+# The forward pass's inputs.
+_SIGNATURE = [
+    tf.TensorSpec([None, None, None], tf.float32),  # features [T, G, F]
+    tf.TensorSpec([None], tf.int32),  # edge_src [E]
+    tf.TensorSpec([None], tf.int32),  # edge_dst [E]
+    tf.TensorSpec([None, 3, None], tf.float32),  # pool masks [T, 3, G]
+    tf.TensorSpec([None], tf.int32),  # current group per step [T]
+]
+
+
 class PlacetoPolicy(Checkpointable, tf.Module):
     """The policy network. ``logits(...)`` is the whole forward pass.
+
+    ``jit_compile`` (an attribute, True unless set): an episode's steps
+    (:meth:`step_logits`) run the pass compiled by XLA; False: traced only, for a policy that
+    runs one episode on a graph.
 
     Args:
       num_devices: D, the number of action devices.
@@ -116,20 +132,31 @@ class PlacetoPolicy(Checkpointable, tf.Module):
         # A learned weight on "this group's current device" added to its logit: an episode
         # revisits a placement, and keeping most groups where they are must be easy to learn.
         self.keep = tf.Variable(KEEP_INIT, name="keep")
+        self.jit_compile = True
 
     @property
     def num_devices(self) -> int:
         return self.config["num_devices"]
 
-    @tf.function(jit_compile=True, input_signature=[
-        tf.TensorSpec([None, None, None], tf.float32),  # features [T, G, F]
-        tf.TensorSpec([None], tf.int32),  # edge_src [E]
-        tf.TensorSpec([None], tf.int32),  # edge_dst [E]
-        tf.TensorSpec([None, 3, None], tf.float32),  # pool masks [T, 3, G]
-        tf.TensorSpec([None], tf.int32),  # current group per step [T]
-    ])
+    @tf.function(jit_compile=True, input_signature=_SIGNATURE)
     def logits(self, features, edge_src, edge_dst, pool_masks, current):
         """[T, D] action logits for the group ``current[t]`` in state ``features[t]``."""
+        return self._forward(features, edge_src, edge_dst, pool_masks, current)
+
+    @tf.function(input_signature=_SIGNATURE)
+    def traced_logits(self, features, edge_src, edge_dst, pool_masks, current):
+        """:meth:`logits` traced into a graph but not compiled by XLA: for one episode on a
+        graph (a zero-shot placement), whose few dozen steps take less time than XLA takes
+        to compile the pass for the graph's shape."""
+        return self._forward(features, edge_src, edge_dst, pool_masks, current)
+
+    def step_logits(self, features, edge_src, edge_dst, pool_masks, current):
+        """The logits of an episode's steps: :meth:`logits`, or :meth:`traced_logits` when
+        ``jit_compile`` is False."""
+        forward = self.logits if self.jit_compile else self.traced_logits
+        return forward(features, edge_src, edge_dst, pool_masks, current)
+
+    def _forward(self, features, edge_src, edge_dst, pool_masks, current):
         num_groups = tf.shape(features)[1]
         x = tf.transpose(self.embed(features), [1, 0, 2])  # [G, T, E]: gather/segment on axis 0
         for _ in range(self.config["rounds"]):

@@ -193,7 +193,7 @@ def _policy_step(policy, env: PlacementEnv, placements: np.ndarray, step: int,
     feats = np.stack([env.features(p, step, placed) for p in placements])
     current = np.full(len(placements), env.order[step], dtype=np.int32)
     masks = np.repeat(pool_masks(env.view.ancestors, current[:1]), len(placements), axis=0)
-    logits = policy.logits(feats, env.view.edge_src, env.view.edge_dst, masks, current)
+    logits = policy.step_logits(feats, env.view.edge_src, env.view.edge_dst, masks, current)
     logits = logits.numpy().astype(np.float64)
     if not np.isfinite(logits).all():
         source = getattr(policy, "loaded_from", None)
