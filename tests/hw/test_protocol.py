@@ -3,6 +3,7 @@ decision rule on injected measurements: a placement measured slower than the sin
 is never applied, and ties go to the simpler placement."""
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -140,7 +141,19 @@ def test_the_machines_busy_time_is_read_and_grows():
     second = protocol.machine_busy_s()
     if math.isnan(first):
         pytest.skip("this platform has no /proc/stat")
-    assert second >= first > 0
+    assert second > first > 0
+
+
+def test_busy_time_counts_user_nice_system_irq_softirq_and_not_idle(tmp_path):
+    stat = tmp_path / "stat"
+    ticks = os.sysconf("SC_CLK_TCK")
+    #                  user nice system idle iowait irq softirq steal
+    stat.write_text(f"cpu  {ticks} {2 * ticks} {3 * ticks} 999999 888 {4 * ticks} "
+                    f"{5 * ticks} 777 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n")
+    assert protocol.machine_busy_s(str(stat)) == pytest.approx(15.0)
+    stat.write_text("intr 1 2 3\n")
+    assert math.isnan(protocol.machine_busy_s(str(stat)))
+    assert math.isnan(protocol.machine_busy_s(str(tmp_path / "missing")))
 
 
 def test_the_load_text_names_the_other_processes_cores():

@@ -160,8 +160,7 @@ def _profile_tf_cluster(workload: Workload, config: RunConfig, description: str,
             measured, fit = fit_latency(
                 found.cluster, found.profile, ingest.load_meta_graph(workload.graph_def),
                 workload, reference=reference_device(found), pairs=task_pairs(found.cluster),
-                what="between tasks", config=dataclasses.replace(config, target=""),
-                seed=FLAGS.seed)
+                what="between tasks", config=config, seed=FLAGS.seed)
             note = f"# The {fit.summary()}.\n"
             print(fit.summary())
         _write(FLAGS.out_cluster,

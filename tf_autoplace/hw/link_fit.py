@@ -219,7 +219,7 @@ def fit_core_group(cluster: Cluster, profile: cost_profile_pb2.CostProfile, meta
                    workload: Workload, *, config: RunConfig | None = None, seed: int = 0
                    ) -> tuple[Cluster, LatencyFit | None]:
     """:func:`fit_latency` of the pairs of devices that share cores with the device the profile
-    ran on (its first device of a profiled kind), in this process: what ``tf-autoplace
+    ran on (its first device of a profiled kind), where ``cluster`` runs: what ``tf-autoplace
     profile --out_cluster`` and ``verify`` without a cost profile do on logical CPUs. The
     cluster unchanged and None where that device shares its cores with no other.
 
@@ -233,6 +233,4 @@ def fit_core_group(cluster: Cluster, profile: cost_profile_pb2.CostProfile, meta
     if reference is None or not pairs[reference].any():
         return cluster, None
     return fit_latency(cluster, profile, meta_graph, workload, reference=reference,
-                       pairs=pairs, what="within a core group",
-                       config=dataclasses.replace(config or RunConfig(), target=""),
-                       seed=seed)
+                       pairs=pairs, what="within a core group", config=config, seed=seed)

@@ -56,11 +56,12 @@ def load_average() -> float:
         return math.nan
 
 
-def machine_busy_s() -> float:
+def machine_busy_s(stat_path: str = "/proc/stat") -> float:
     """CPU seconds every core of this machine has been busy since boot (``/proc/stat``: user,
-    nice, system, irq and softirq time), NaN where the platform does not say."""
+    nice, system, irq and softirq time; not idle, iowait or steal), NaN where the platform does
+    not say."""
     try:
-        with open("/proc/stat") as stat:
+        with open(stat_path) as stat:
             fields = stat.readline().split()
         if fields[0] != "cpu":
             return math.nan
