@@ -36,8 +36,9 @@ where there are enough, else sharing, as the cluster's core groups say):
    the measured step of ``auto``'s placement against the fastest single task and against
    ``replica_device_setter`` (``slower`` when ``auto``'s interval lies above the single task's).
 
-The 1-minute load average is recorded before and after each graph: this is a shared machine
-(``--max_load`` waits for a quieter one before each graph).
+The 1-minute load average is recorded before and after each graph's timed rounds: this is a
+shared machine (``--max_load`` waits for a quieter one before each graph, and again before the
+timed rounds, as the fidelity tool does).
 """
 
 from __future__ import annotations
@@ -60,10 +61,9 @@ from tf_autoplace.heuristics import FAST_HEURISTICS, SingleDevicePlacer
 from tf_autoplace.hw import local_cluster
 from tf_autoplace.hw.cluster_profile import profile_cluster
 from tf_autoplace.hw.link_fit import fit_latency, reference_device, task_pairs
-from tf_autoplace.hw.fidelity import (distinct, median_relative_error, moved_share, spearman,
-                                      wait_for_quiet)
+from tf_autoplace.hw.fidelity import distinct, median_relative_error, moved_share, spearman
 from tf_autoplace.hw.profiler import with_step
-from tf_autoplace.hw.protocol import measure_placements
+from tf_autoplace.hw.protocol import measure_placements, wait_for_quiet
 from tf_autoplace.hw.runner import RunConfig
 from tf_autoplace.hw.workload import Workload
 from tf_autoplace.pipeline.prepare import build_problem
@@ -213,8 +213,8 @@ def run_graph(name: str) -> GraphFigures:
         assignments[CALIBRATION] = {op: names[reference] for op in ops}
         measured = measure_placements(workload, assignments, steps=FLAGS.steps,
                                       warmup_steps=FLAGS.warmup_steps,
-                                      config=RunConfig(target=cluster.target), seed=FLAGS.seed)
-        load_after = os.getloadavg()[0]
+                                      config=RunConfig(target=cluster.target), seed=FLAGS.seed,
+                                      max_load=FLAGS.max_load, log=log)
     in_rounds = ProfileCostModel.from_proto(
         with_step(found.profile, "CPU", measured[CALIBRATION].median_s),
         fallback=AnalyticalCostModel(meta_graph))
@@ -235,7 +235,8 @@ def run_graph(name: str) -> GraphFigures:
                                             ).distinguishable_pairs(),
         profile_step_s=costs.measured_steps()["CPU"],
         rounds_step_s=measured[CALIBRATION].median_s,
-        transfers=tuple(int(s.num_transfers) for s in sims), load=(load_before, load_after),
+        transfers=tuple(int(s.num_transfers) for s in sims),
+        load=(measured.load_before, measured.load_after),
         class_fits={k: dataclasses.asdict(v) for k, v in found.class_fits.items()},
         link_fit=link_fit.summary(), seconds=time.perf_counter() - began)
 

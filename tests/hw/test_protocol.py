@@ -161,3 +161,40 @@ def test_the_load_text_names_the_other_processes_cores():
                                      load_before=0.5, load_after=1.8, other_cores=0.07)
     text = result.load_text()
     assert "other processes 0.07 cores" in text and "busy" in text
+
+
+def test_wait_for_quiet_waits_until_the_load_is_at_most_the_level(monkeypatch):
+    loads, slept, told = iter([2.1, 1.7, 1.2, 0.9]), [], []
+    monkeypatch.setattr(protocol, "load_average", lambda: next(loads))
+    monkeypatch.setattr(protocol.time, "sleep", slept.append)
+    protocol.wait_for_quiet(1.0, told.append, poll_s=5.0)
+    assert slept == [5.0, 5.0, 5.0]
+    assert len(told) == 2 and "2.10 > 1" in told[0] and "0.90" in told[1]
+    protocol.wait_for_quiet(None, told.append)  # None: no reading, no wait
+    assert slept == [5.0, 5.0, 5.0] and len(told) == 2
+
+
+def test_the_load_is_read_after_the_warm_up_and_after_the_timed_rounds(monkeypatch):
+    """The recorded loads bracket the timed rounds: a warm-up that lifts the load does not
+    count as the machine's, and the protocol waits for ``max_load`` before timing."""
+    state = {"load": 0.2, "phase": "warm-up"}
+
+    def fake_run_interleaved(workload, assignments, config, *, seed, trace, before_timing):
+        state["load"] = 1.9  # the warm-up's own threads lift the load
+        before_timing()
+        assert state["phase"] == "settled"
+        state["load"] = 1.3  # the timed rounds
+        return [protocol.Measurement(step_times_s=np.full(config.steps, 0.01), traces=(),
+                                     devices=())
+                for _ in assignments]
+
+    def fake_sleep(seconds):
+        state["load"], state["phase"] = 0.8, "settled"
+
+    monkeypatch.setattr(protocol, "run_interleaved", fake_run_interleaved)
+    monkeypatch.setattr(protocol, "load_average", lambda: state["load"])
+    monkeypatch.setattr(protocol.time, "sleep", fake_sleep)
+    result = protocol.measure_placements(None, {"a": {}, "b": {}}, steps=MIN_STEPS,
+                                         max_load=1.0)
+    assert (result.load_before, result.load_after) == (0.8, 1.3)
+    assert result.quiet

@@ -60,6 +60,35 @@ def test_every_timed_step_follows_its_own_rewarm_step():
     assert len(pairs) == 18 and all(p[0] == p[1] for p in pairs)
 
 
+def test_before_timing_runs_once_between_the_warm_up_and_the_first_timed_round():
+    log = []
+    sessions = [FakeSession(k, 0.001, log) for k in range(3)]
+    config = RunConfig(steps=4, warmup_steps=5, rewarm_steps=1)
+    time_rounds(sessions, config, np.random.default_rng(0),
+                before_timing=lambda: log.append("settle") or 0.0)
+    assert log.count("settle") == 1
+    assert log.index("settle") == 3 * 5  # after every warm-up step, before any timed one
+    assert len(log) == 3 * 5 + 1 + 3 * 4 * 2
+
+
+def test_after_a_pause_untimed_rounds_run_for_a_second_before_timing(monkeypatch):
+    clock = {"now": 0.0}
+    monkeypatch.setattr(runner.time, "perf_counter", lambda: clock["now"])
+
+    class Ticking(FakeSession):
+        def step(self):
+            clock["now"] += self.step_s
+            return super().step()
+
+    log = []
+    sessions = [Ticking(k, 0.05, log) for k in range(2)]
+    config = RunConfig(steps=3, warmup_steps=0, rewarm_steps=1)
+    time_rounds(sessions, config, np.random.default_rng(0), before_timing=lambda: 30.0)
+    # Rounds of 2 x 0.05 s until 1 s has passed: 10 rounds, then 3 timed rounds of 2 steps.
+    assert len(log) == 2 * 10 + 2 * 3 * 2
+    assert log.count(0) == log.count(1)
+
+
 def test_no_rewarm_step_when_configured_off():
     log = []
     sessions = [FakeSession(k, 0.001, log) for k in range(3)]

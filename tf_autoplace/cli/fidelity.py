@@ -1,7 +1,7 @@
 r"""Simulator fidelity on this machine: simulated vs measured step times of many placements.
 
     tf-autoplace fidelity --out_md=fidelity.md --out_json=fidelity.json
-    tf-autoplace fidelity --graphs=lstm --max_load=1.5   # wait for a quiet machine
+    tf-autoplace fidelity --graphs=lstm --max_load=1.0   # wait for a quiet machine
     tf-autoplace fidelity --graphs= --graph_file=my_train.pb   # your own training graph
     tf-autoplace fidelity --components --out_md=components.md   # each part on its own
 
@@ -140,7 +140,7 @@ def main(argv):
     if load > QUIET_LOAD:
         log(f"WARNING: the 1-minute load average is {load:.2f}, above {QUIET_LOAD}: this "
             "machine is busy, and figures measured now are noisy and not publishable "
-            "(--max_load=1.5 waits for a quiet machine)")
+            "(--max_load=1.0 waits for a quiet machine)")
     cluster = fidelity.local_cluster(config.num_logical_cpus)
     fidelity.wait_for_quiet(config.max_load, log)
     profiled_cluster, fits = profile_links(cluster)

@@ -15,7 +15,8 @@ flags.DEFINE_integer("warmup_steps", 80, "untimed steps per placement first, few
                      "2 s (TensorFlow's executor settles in about 70: hw.runner.WARMUP_STEPS)")
 flags.DEFINE_integer("trace_steps", 10, "traced steps for the op profile")
 flags.DEFINE_integer("interleave", 64, "placements measured together (at once: all of them)")
-flags.DEFINE_float("max_load", None, "wait until the 1-minute load average is at most this")
+flags.DEFINE_float("max_load", None, "wait until the 1-minute load average is at most this "
+                   "before profiling a graph and again before its timed rounds")
 flags.DEFINE_integer("seed", 0, "placer seed")
 flags.DEFINE_string("out_md", None, "write the markdown tables here")
 flags.DEFINE_string("out_json", None, "write every figure as JSON here")

@@ -48,7 +48,8 @@ or a user's own GraphDef/MetaGraphDef file, :func:`evaluate_file`), :func:`evalu
 The machine's 1-minute load average is recorded with each graph's figures, and the tables say
 when it was above :data:`~tf_autoplace.hw.protocol.QUIET_LOAD`: such figures are not publishable
 (on a 2-core machine another busy process halves the cores a step gets). ``max_load`` makes the
-tool wait until the machine is at most that busy before it profiles and measures a graph.
+tool wait until the machine is at most that busy before it profiles a graph, and again after
+the warm-up before the timed rounds (the load recorded is the rounds': protocol, step 4).
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ from tf_autoplace.graph import ingest
 from tf_autoplace.heuristics import HEURISTICS
 from tf_autoplace.hw.profiler import profile_ops, with_profiled_cores, with_step
 from tf_autoplace.hw.link_fit import fit_core_group, moved_share
-from tf_autoplace.hw.protocol import QUIET_LOAD, StepTimes, check_steps, load_average
+from tf_autoplace.hw.protocol import (QUIET_LOAD, StepTimes, check_steps, load_average,
+                                      wait_for_quiet)
 from tf_autoplace.hw.protocol import measure_placements as protocol_measure
 from tf_autoplace.hw.runner import RunConfig
 from tf_autoplace.hw.workload import Workload
@@ -147,8 +149,8 @@ class Config:
       interleave: placements whose Sessions are open together (the rest run in later
         batches). All of them by default: on a shared machine the load differs from one batch
         to the next, and placements of different batches would be compared across it.
-      max_load: wait until the 1-minute load average is at most this before profiling and
-        measuring a graph (None: do not wait).
+      max_load: wait until the 1-minute load average is at most this before profiling a
+        graph and before its timed rounds (None: do not wait).
       seed: placer seed.
       learned: the searching and learned placers whose placements are measured too.
     """
@@ -294,35 +296,26 @@ def distinct(candidates, out=None) -> list[tuple[str, np.ndarray]]:
     return out
 
 
-def wait_for_quiet(max_load: float | None, log, poll_s: float = 60.0) -> None:
-    """Return once the 1-minute load average is at most ``max_load`` (None: at once)."""
-    if max_load is None:
-        return
-    while True:
-        load = load_average()
-        if load <= max_load:
-            return
-        log(f"  load {load:.2f} > {max_load:g}; waiting {poll_s:.0f} s")
-        time.sleep(poll_s)
-
-
 def measure_placements(workload: Workload, problem: PlacementProblem, placements,
-                       config: Config) -> tuple[list[StepTimes], float]:
+                       config: Config, log=None
+                       ) -> tuple[list[StepTimes], float, tuple[float, float]]:
     """Each placement of ``problem`` measured under the protocol (batches of
-    ``config.interleave`` Sessions, each batch in its own interleaved rounds), and the most
-    cores other processes kept busy during a batch."""
+    ``config.interleave`` Sessions, each batch in its own interleaved rounds, its timed rounds
+    started once the load is at most ``config.max_load``), the most cores other processes
+    kept busy during a batch's timed rounds, and the highest load before and after them."""
     names, ops = problem.cluster.names, problem.graph.names
-    out, other_cores = [], 0.0
+    out, other_cores, before, after = [], 0.0, 0.0, 0.0
     for start in range(0, len(placements), config.interleave):
         batch = placements[start:start + config.interleave]
         assignments = {str(start + k): dict(zip(ops, (names[d] for d in devices.tolist())))
                        for k, devices in enumerate(batch)}
         result = protocol_measure(workload, assignments, steps=config.run.steps,
                                   warmup_steps=config.run.warmup_steps, config=config.run,
-                                  seed=config.seed + start)
+                                  seed=config.seed + start, max_load=config.max_load, log=log)
         out += list(result.placements)
         other_cores = max(other_cores, result.other_cores)
-    return out, other_cores
+        before, after = max(before, result.load_before), max(after, result.load_after)
+    return out, other_cores, (before, after)
 
 
 def evaluate_graph(name: str, config: Config, profiled_cluster: Cluster,
@@ -366,7 +359,7 @@ def evaluate(name: str, meta_graph, workload: Workload, config: Config,
     log(f"  {len(placements)} distinct placements")
 
     wait_for_quiet(config.max_load, log)
-    load_before = load_average()
+    log(f"  profiling at load {load_average():.2f}")
     profile = profile_ops(workload, config=config.profile, description=f"{name} {description}")
     profiled = ProfileCostModel.from_proto(profile, fallback=analytical)
     log(f"  profiled: {profile.description}")
@@ -380,9 +373,8 @@ def evaluate(name: str, meta_graph, workload: Workload, config: Config,
     # One more single-device Session, as the profile ran the graph: the calibration in the
     # rounds (module docstring), not one of the placements compared.
     calibration = np.zeros(problem.graph.num_ops, np.int32)
-    (*measured, in_rounds), other_cores = measure_placements(
-        workload, problem, devices + [calibration], config)
-    load_after = load_average()
+    (*measured, in_rounds), other_cores, (load_before, load_after) = measure_placements(
+        workload, problem, devices + [calibration], config, log)
     if max(load_before, load_after) > QUIET_LOAD:
         log(f"  WARNING: load {load_before:.2f} -> {load_after:.2f} is above {QUIET_LOAD} "
             f"(other processes kept {other_cores:.2f} cores busy during the rounds): "

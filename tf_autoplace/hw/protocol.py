@@ -16,10 +16,15 @@ fidelity``) comes from :func:`measure_placements`:
 3. each placement's figure is the median of its timed steps, with a 95% bootstrap interval of
    that median (:func:`median_interval`: the percentile interval of the medians of resampled
    steps);
-4. the machine's 1-minute load average is read before and after, and kept with the figures,
-   with the cores other processes kept busy during the measurement (:func:`other_cores`): the
-   load average counts this process's own threads too, and a measurement that keeps both
-   cores of a 2-core machine busy for half a minute lifts it towards 2 by itself.
+4. the machine's 1-minute load average is read just before the timed rounds and after them,
+   and kept with the figures, with the cores other processes kept busy during the rounds
+   (:class:`OtherCores`). The load average counts this process's own threads too: the
+   warm-up, which keeps both cores of a 2-core machine busy for up to a minute, lifts it
+   towards 2 by itself, so it is read after the warm-up, and with ``max_load`` the protocol
+   first waits there (:func:`wait_for_quiet`) until it has fallen to that level (then a
+   second of untimed rounds wakes the idle cores up again). The timed rounds then start on a
+   machine that quiet, and last well under the average's minute on
+   the graphs this tool measures; what the load after them adds is mostly this process's.
 
 Two placements are *distinguishable* only where their intervals do not overlap
 (:meth:`StepTimes.distinguishable`); otherwise the measurement cannot tell them apart and
@@ -35,7 +40,7 @@ import dataclasses
 import math
 import os
 import time
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -68,6 +73,29 @@ def machine_busy_s(stat_path: str = "/proc/stat") -> float:
         return sum(int(v) for v in fields[1:4] + fields[6:8]) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return math.nan
+
+
+def wait_for_quiet(max_load: float | None, log: Callable[[str], None] | None = None, *,
+                   poll_s: float = 10.0) -> float:
+    """Wait until the 1-minute load average is at most ``max_load``; return the seconds waited.
+
+    Args:
+      max_load: the level to wait for (None: return at once).
+      log: told once when a wait begins and once when it ends (None: silent).
+      poll_s: seconds between readings (> 0).
+    """
+    if max_load is None:
+        return 0.0
+    began, told = time.perf_counter(), False
+    while (load := load_average()) > max_load:
+        if not told and log is not None:
+            log(f"  load {load:.2f} > {max_load:g}; waiting for it to settle")
+            told = True
+        time.sleep(poll_s)
+    waited = time.perf_counter() - began
+    if told and log is not None:
+        log(f"  load {load:.2f} after {waited:.0f} s")
+    return waited
 
 
 class OtherCores:
@@ -171,9 +199,10 @@ class ProtocolResult:
       placements: one :class:`StepTimes` per placement, in the order they were given.
       steps: timed steps (rounds) per placement.
       warmup_steps: untimed steps per placement before the rounds.
-      load_before, load_after: the 1-minute load average before and after (NaN: unknown).
-      other_cores: cores other processes kept busy during the measurement (:class:`OtherCores`;
-        NaN: unknown).
+      load_before, load_after: the 1-minute load average just before and after the timed
+        rounds (NaN: unknown).
+      other_cores: cores other processes kept busy during the timed rounds
+        (:class:`OtherCores`; NaN: unknown).
     """
 
     placements: tuple[StepTimes, ...]
@@ -228,7 +257,9 @@ def check_steps(steps, what: str = "steps") -> int:
 def measure_placements(workload: Workload, assignments: Mapping[str, Mapping[str, str]], *,
                        steps: int = MIN_STEPS, warmup_steps: int = WARMUP_STEPS,
                        trace: str | None = None,
-                       config: RunConfig | None = None, seed: int = 0) -> ProtocolResult:
+                       config: RunConfig | None = None, seed: int = 0,
+                       max_load: float | None = None,
+                       log: Callable[[str], None] | None = None) -> ProtocolResult:
     """Measure placements of one workload under the protocol (module docstring).
 
     Args:
@@ -241,6 +272,9 @@ def measure_placements(workload: Workload, assignments: Mapping[str, Mapping[str
         Chrome trace's measured lanes); None: none.
       config: the Sessions' settings (threads, Grappler); its step counts are replaced.
       seed: orders the rounds and seeds the bootstrap.
+      max_load: after the warm-up, wait until the 1-minute load average is at most this
+        before the timed rounds (None: do not wait; module docstring, step 4).
+      log: where that wait is told (None: silent).
 
     Returns:
       The :class:`ProtocolResult`.
@@ -258,12 +292,19 @@ def measure_placements(workload: Workload, assignments: Mapping[str, Mapping[str
     names = list(assignments)
     config = dataclasses.replace(config or RunConfig(), steps=steps, warmup_steps=warmup_steps,
                                  trace_steps=0)
-    before = load_average()
-    others = OtherCores()
+    bracket = {}
+
+    def before_timing():  # after the warm-up: settle, then read the load
+        waited = wait_for_quiet(max_load, log)
+        bracket["load"], bracket["others"] = load_average(), OtherCores()
+        return waited
+
     measured = run_interleaved(workload, [assignments[n] for n in names], config, seed=seed,
-                               trace=None if trace is None else names.index(trace))
-    other_cores = others.stop()
+                               trace=None if trace is None else names.index(trace),
+                               before_timing=before_timing)
+    other_cores = bracket["others"].stop()
     after = load_average()
+    before = bracket["load"]
     return ProtocolResult(
         placements=tuple(StepTimes.of(name, m.step_times_s, seed=seed, measurement=m)
                          for name, m in zip(names, measured)),

@@ -46,7 +46,7 @@ import itertools
 import os
 import re
 import time
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 import tensorflow as tf
@@ -328,14 +328,28 @@ def warm_up(sessions, config: RunConfig, rng: np.random.Generator | None = None)
                 spent[k] += took
 
 
-def time_rounds(sessions, config: RunConfig, rng: np.random.Generator
+RUN_IN_S = 1.0  # after a pause, rounds of untimed steps for this long before timing again
+
+
+def time_rounds(sessions, config: RunConfig, rng: np.random.Generator, *,
+                before_timing: Callable[[], float] | None = None
                 ) -> tuple[np.ndarray, np.ndarray]:
     """``(wall [S, config.steps], cpu [S, config.steps])`` seconds of each timed step of each
     open :class:`PlacedSession` (each may run its own workload): their warm-up in rounds
     (:func:`warm_up`), then ``config.steps`` rounds in an order ``rng`` shuffles per round, in
     which each session runs ``config.rewarm_steps`` untimed steps and one timed step. ``cpu``
-    is the process's CPU time over the timed step (every thread of TensorFlow's pools)."""
+    is the process's CPU time over the timed step (every thread of TensorFlow's pools).
+    ``before_timing`` (no arguments) is called once between the warm-up and the first round:
+    the protocol reads the machine's load there, and may wait for it to settle; it returns the
+    seconds it paused. The Sessions keep what the warm-up taught their executors, but the
+    first half second of steps after seconds of idling runs slower (the cores, caches and
+    thread pools wake up): after a pause, untimed rounds run for :data:`RUN_IN_S` first."""
     warm_up(sessions, config, rng)
+    if before_timing is not None and before_timing() > 0:
+        began = time.perf_counter()
+        while time.perf_counter() - began < RUN_IN_S:
+            for k in rng.permutation(len(sessions)).tolist():
+                sessions[k].step()
     wall = np.empty((len(sessions), config.steps))
     cpu = np.empty_like(wall)
     for r in range(config.steps):
@@ -361,21 +375,22 @@ def run(workload: Workload, assignment: Mapping[str, str] | None = None,
 
 
 def run_interleaved(workload: Workload, assignments, config: RunConfig = RunConfig(), *,
-                    seed: int = 0, trace: int | None = None) -> list[Measurement]:
+                    seed: int = 0, trace: int | None = None,
+                    before_timing: Callable[[], float] | None = None) -> list[Measurement]:
     """Time several placements of ``workload`` together: every placement gets its own Session
     (all open at once), its warm-up steps (:func:`warm_up`, in rounds), then ``config.steps``
     rounds in which each placement runs ``config.rewarm_steps`` untimed steps and one timed
     step, in an order shuffled per round with ``seed``. A load that comes and goes on a shared
     machine then falls on every placement alike instead of on whichever ran at that moment. Traced steps (``config.trace_steps`` of every placement, and one more of
-    placement number ``trace`` when given) follow the rounds. Errors as
-    :class:`PlacedSession`'s."""
+    placement number ``trace`` when given) follow the rounds; ``before_timing`` as
+    :func:`time_rounds`'. Errors as :class:`PlacedSession`'s."""
     assignments = list(assignments)
     rng = np.random.default_rng(seed)
     sessions = []
     try:
         for assignment in assignments:
             sessions.append(PlacedSession(workload, assignment, config))
-        times, _ = time_rounds(sessions, config, rng)
+        times, _ = time_rounds(sessions, config, rng, before_timing=before_timing)
         return [Measurement(step_times_s=times[k],
                             traces=tuple(placed.traced_step()
                                          for _ in range(config.trace_steps + (k == trace))),
