@@ -233,6 +233,28 @@ def test_transfers_to_a_device_outside_the_group_use_the_bus():
     np.testing.assert_allclose(r.start, np.array([0, 1, 2.01, 7.02]) * MS)
 
 
+
+def test_a_transfer_between_two_core_groups_is_work_on_the_source_groups_core():
+    # Two tasks, one core each. op0 on task a sends t0 (1 MB) to op1 on task b and t1 to op2
+    # beside it: the transfer takes a's core for 1.01 ms before op2 runs there (on a bus it
+    # would overlap op2), and it is a copy on b, allocated when it starts.
+    g = make_graph(3, [(0, MB), (0, MB)], [(0, 1), (1, 2)])
+    base = make_cluster(2)
+    devices = tuple(dataclasses.replace(d, core_group=group)
+                    for d, group in zip(base.devices, ("a", "b")))
+    cluster = dataclasses.replace(base, devices=devices, core_groups=(("a", 1), ("b", 1)))
+    r = simulate(g, cluster, [1, 1, 1], [0, 1, 0])
+    np.testing.assert_allclose(r.start, np.array([0, 2.01, 2.01]) * MS)
+    np.testing.assert_allclose([r.transfer_start[0], r.transfer_end[0]],
+                               np.array([1, 2.01]) * MS)
+    assert r.peak_memory[1] == MB  # the copy on b
+    # A device outside any core group still sends over its bus, beside the computation.
+    alone = dataclasses.replace(cluster, devices=(devices[0], dataclasses.replace(
+        devices[1], core_group="")), core_groups=(("a", 1),))
+    np.testing.assert_allclose(simulate(g, alone, [1, 1, 1], [0, 1, 0]).start,
+                               np.array([0, 2.01, 1]) * MS)
+
+
 # ==================================================================================== memory
 def test_persistent_memory_counts_for_the_whole_step():
     g = from_edges(3, [(0, 1, 100), (1, 2, 100)], persistent_bytes=[5 * MB, 3 * MB, 7 * MB])
@@ -515,6 +537,7 @@ def reference_simulate(graph, cluster, op_time, placement, partner=None, partner
     for t, d in zip(graph.edge_tensor.tolist(), graph.edge_dst.tolist()):
         inputs_of[d].append(t)
     by_ref = lambda a, b: executor[a] == executor[b]  # one core group (or one device)
+    grouped = [bool(d.core_group) for d in cluster.devices]
     consumers = collections.defaultdict(list)
     missing = collections.defaultdict(set)
     for key, op in sorted(deps):
@@ -636,7 +659,7 @@ def reference_simulate(graph, cluster, op_time, placement, partner=None, partner
         if item[0] == "x":
             _, key, s, dst = item
             transfer_done(now, key, s, dst)
-            wakeup(now, [executor[dst]], [])
+            wakeup(now, [executor[dst]] + [e] * (e != executor[dst]), [])
             continue
         i = item[1]
         d = placement[i]
@@ -654,7 +677,7 @@ def reference_simulate(graph, cluster, op_time, placement, partner=None, partner
                     held.add(("to", key, dj))
                     if (key, dj) not in sent:
                         sent.add((key, dj))
-                        if executor[dj] == e:
+                        if executor[dj] == e or (grouped[d] and grouped[dj]):
                             core_q[e].append(("x", key, d, dj))
                         else:
                             bus_q[d].append((key, dj))

@@ -21,7 +21,7 @@ of one host, which TensorFlow runs on one thread pool) share one executor with t
   seconds (the cost model already added any per-op overhead), or ``partner_time[i, d]`` when
   the op has a partner placed on another device (see "Partners" below).
 * ``Q_transfer[d]``: tensors waiting to leave ``d`` for a device of another executor (one
-  outgoing bus per device). Sending ``b`` bytes from ``d`` to ``d'`` takes
+  outgoing bus per device), unless both devices are in core groups (see "Core groups"). Sending ``b`` bytes from ``d`` to ``d'`` takes
   ``latency[d, d'] + b / bandwidth[d, d']`` seconds; transfers overlap compute; one transfer at
   a time per source device, any number may arrive at one destination at once (there is no
   incoming-bus model, as in the paper).
@@ -56,8 +56,15 @@ placement that splits work between them as up to twice as fast, which they are n
 sent between two devices of one group is not copied by a bus: TensorFlow hands it from a Send
 to a Recv kernel, work the executor's threads do, so it joins ``Q_core`` (in the order it is
 visited, among the runnable ops) and occupies a core for ``latency + bytes / bandwidth``, the
-link's figures for that pair (measured by ``tf-autoplace profile``). With one-core executors
-of one device each (no core groups) the model is exactly the paper's.
+link's figures for that pair (measured by ``tf-autoplace profile``). A tensor sent between
+devices of two *different* core groups (the CPU devices of two TensorFlow tasks, each its own
+process) is work on cores too: no DMA engine carries it beside the computation, the gRPC
+threads of the two processes serialize, copy and parse it on the cores their ops need. It joins
+``Q_core`` of the source's executor like a hand-over, occupies one of its cores for the
+link's ``latency + bytes / bandwidth`` (fitted on the user's graph:
+:mod:`tf_autoplace.hw.link_fit`), and, the processes sharing no memory, is a copy on the
+destination (see "Memory"). With one-core executors of one device each (no core groups) the
+model is exactly the paper's.
 
 Partners (our extension: kernels that change with the placement)
 ----------------------------------------------------------------
@@ -200,7 +207,7 @@ class SimResult:
 def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth, latency,
               tensor_bytes, out_tensor_ptr, out_tensors, dep_tensor, dep_op,
               cons_ptr, in_ptr, in_dep, persistent, num_graph_tensors, executor, exec_base,
-              alias, reuse_out, reuse_ptr, reuse_pair, takeable):
+              alias, reuse_out, reuse_ptr, reuse_pair, takeable, grouped):
     """The event loop (module docstring). Arrays built by :class:`Simulator`, with T tensors
     (the ``num_graph_tensors`` graph tensors, then one control dummy per op), P dependency
     pairs and E executors:
@@ -215,6 +222,8 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
       in_ptr[n+1], in_dep: pairs of each op (its inputs) (CSR).
       persistent[n]: bytes op i keeps for the whole step (variables).
       executor[D]: the executor that runs device d's ops (its core group's, or its own).
+      grouped[D]: device d is in a core group (a transfer between two such devices is work
+        on its source's cores: module docstring, "Core groups").
       exec_base[E+1]: executor e owns the core slots exec_base[e]..exec_base[e+1]-1.
       alias[T]: how tensor k gets its buffer when its producer starts: -1 its own
         (``tensor_bytes[k]`` allocated), -2 none (a view of a variable's persistent buffer),
@@ -266,7 +275,7 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
         pending[i] = in_ptr[i + 1] - in_ptr[i]
 
     # Q_core per executor as linked lists (head, tail, next) of items: op i is item i, the
-    # transfer record x that runs on cores (both ends in one core group) is item n + x.
+    # transfer record x that runs on cores (both ends in core groups) is item n + x.
     # slot_item[k]: the item core slot k runs (-1: idle).
     q_head = np.full(E, -1, np.int32)
     q_tail = np.full(E, -1, np.int32)
@@ -383,12 +392,17 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
                     if live[d] > peak[d]:
                         peak[d] = live[d]
                     ev_time[k] = now + dur[item]
-                else:  # a hand-over within a core group: by reference, nothing copied
+                else:  # a transfer done by the cores of its source's group
                     x = item - n
                     x_start[x] = now
                     s = x_src[x]
                     dst = x_dst[x]
                     nbytes = tensor_bytes[x_tensor[x]]
+                    if executor[dst] != e:  # to another group: a copy on the destination
+                        live[dst] += nbytes
+                        if live[dst] > peak[dst]:
+                            peak[dst] = live[dst]
+                    # (within the group: handed over by reference, nothing copied)
                     ev_time[k] = now + latency[s, dst] + nbytes / bandwidth[s, dst]
                 ev_seq[k] = next_seq
                 next_seq += 1
@@ -502,7 +516,7 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
                         x_op[num_x] = i
                         x_src[num_x] = d
                         x_dst[num_x] = dj
-                        if executor[dj] == e:  # within a core group: work on its cores
+                        if executor[dj] == e or (grouped[d] and grouped[dj]):  # core work
                             if q_tail[e] == -1:
                                 q_head[e] = n + num_x
                             else:
@@ -568,6 +582,9 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
                 if refs[r] == 0:
                     live[buf_dev[r]] -= tensor_bytes[r]
             wake_exec[0] = e
+            if slot < S and executor[s] != e:  # the source group's core is free too
+                wake_exec[1] = executor[s]
+                num_wake_exec = 2
 
     transfer_bytes = 0
     for x in range(num_x):
@@ -748,6 +765,7 @@ class Simulator:
         executor, cores = cluster.executors()
         self._executor = executor.astype(np.int32)
         self._exec_base = np.concatenate([[0], np.cumsum(cores)]).astype(np.int32)
+        self._grouped = np.array([bool(d.core_group) for d in cluster.devices], np.bool_)
 
         # Tensor ids: graph tensors 0..t-1, then the control dummy of op s as t + s (0 bytes).
         key = dependency_keys(graph)
@@ -804,7 +822,8 @@ class Simulator:
                   self._out_tensors, self._dep_tensor, self._dep_op, self._cons_ptr,
                   self._in_ptr, self._in_dep, self._persistent, self._executor,
                   self._exec_base, self.partner, self.partner_time, self._alias,
-                  self._reuse_out, self._reuse_ptr, self._reuse_pair, self._takeable)
+                  self._reuse_out, self._reuse_ptr, self._reuse_pair, self._takeable,
+                  self._grouped)
         self.op_time.setflags(write=False)
 
     def __setstate__(self, state: dict) -> None:
@@ -842,7 +861,7 @@ class Simulator:
                         self._in_ptr, self._in_dep, self._persistent,
                         len(self.graph.tensor_op), self._executor, self._exec_base,
                         self._alias, self._reuse_out, self._reuse_ptr, self._reuse_pair,
-                        self._takeable)
+                        self._takeable, self._grouped)
         num_done = out[0]
         if num_done != self.graph.num_ops:
             raise InvalidGraphError(
