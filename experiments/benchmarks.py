@@ -87,13 +87,15 @@ SECTIONS = {s.name: s for s in (
     Section("simulator_speed", (_script("bench_sim.py", "--runs=100", "--pairs=inception_v3:"
                                         "k80x2,inception_v3:k80x4,inception_v3:k80x8,"
                                         "nmt8_long:k80x8"),), 0.3, measured=True),
-    Section("fidelity", (_cli("fidelity", "--max_load=1.0", "--graphs=lstm,transformer,"
+    Section("fidelity", (_cli("fidelity", "--max_load=0.8", "--graphs=lstm,transformer,"
                               "cnn_branches,two_tower,wide_deep"),), 0.3, measured=True),
     Section("fidelity_components", (_cli("fidelity", "--components", "--max_load=1.5"),), 0.5,
             measured=True),
     Section("fidelity_memory", (_cli("fidelity", "--components", "--component=memory",
                                      "--max_load=1.5"),), 0.1, measured=True),
     Section("tf_cluster2", (_script("bench_tf_cluster.py", "--tasks=2", "--ps_tasks=1"),), 0.1,
+            measured=True),
+    Section("tf_cluster4", (_script("bench_tf_cluster.py", "--tasks=4", "--ps_tasks=1"),), 0.3,
             measured=True),
     Section("policy_reuse", tuple(
         _script("bench_policy_reuse.py", f"--placer={p}", "--model=transformer",

@@ -8,6 +8,8 @@ import pytest
 
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.hw import fidelity
+from tf_autoplace.hw.protocol import MIN_STEPS
+from tf_autoplace.hw.runner import RunConfig
 from tf_autoplace.testing.problems import random_problem
 
 
@@ -65,9 +67,10 @@ def test_a_users_graph_file_is_measured_under_the_protocol(tmp_path):
 
     path = tmp_path / "model.pb"
     path.write_bytes(small_cnn().graph.as_graph_def().SerializeToString())
-    config = fidelity.Config(random_placements=2, learned=("auto",), learned_samples=20)
+    config = fidelity.Config(random_placements=2, learned=("auto",), learned_samples=20,
+                             run=RunConfig(steps=MIN_STEPS))  # the protocol's least: quick
     result = fidelity.evaluate_file(str(path), config, fidelity.local_cluster(2))
-    assert result.graph == "model.pb" and result.steps == 15
+    assert result.graph == "model.pb" and result.steps == MIN_STEPS
     assert len(result.measured_s) == len(result.labels) >= 5
     assert all(lo <= m <= hi for lo, m, hi in zip(result.measured_low_s, result.measured_s,
                                                  result.measured_high_s))

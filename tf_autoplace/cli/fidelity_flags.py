@@ -10,7 +10,8 @@ flags.DEFINE_multi_string("graph_file", [], "a training graph of your own (Graph
 flags.DEFINE_integer("num_logical_cpus", 2, "logical CPU devices (0: the GPUs and the CPU host)")
 flags.DEFINE_integer("random_placements", 8, "uniformly random placements per graph")
 flags.DEFINE_integer("learned_samples", 2000, "simulated placements per learned placer")
-flags.DEFINE_integer("steps", 15, "timed steps per placement (rounds)")
+flags.DEFINE_integer("steps", 30, "timed steps per placement (rounds; the protocol's least is "
+                     "15, and more separate placements that differ by little)")
 flags.DEFINE_integer("warmup_steps", 80, "untimed steps per placement first, fewer where they take over "
                      "2 s (TensorFlow's executor settles in about 70: hw.runner.WARMUP_STEPS)")
 flags.DEFINE_integer("trace_steps", 10, "traced steps for the op profile")

@@ -144,7 +144,10 @@ class Config:
       random_placements: uniformly random placements per graph (seeds 0..k-1); 8, so that a
         graph whose heuristics all agree with one device still has 20 distinct placements.
       learned_samples: simulated placements each learned placer may search.
-      run: how each placement is timed (``steps`` rounds after ``warmup_steps``).
+      run: how each placement is timed (``steps`` rounds after ``warmup_steps``). 30 rounds,
+        twice the protocol's least: many placements of one graph differ by less than this
+        machine's step-to-step noise, and a ranking of medians is only as good as they are
+        (30 steps narrow a median's interval by about 1.4x against 15).
       profile: how the ops are profiled (``trace_steps`` traced steps).
       interleave: placements whose Sessions are open together (the rest run in later
         batches). All of them by default: on a shared machine the load differs from one batch
@@ -158,7 +161,7 @@ class Config:
     num_logical_cpus: int = 2
     random_placements: int = 8
     learned_samples: int = 2000
-    run: RunConfig = RunConfig(steps=15)
+    run: RunConfig = RunConfig(steps=30)
     profile: RunConfig = RunConfig(steps=10, trace_steps=10)
     interleave: int = 64
     max_load: float | None = None

@@ -63,8 +63,10 @@ threads of the two processes serialize, copy and parse it on the cores their ops
 ``Q_core`` of the source's executor like a hand-over, occupies one of its cores for the
 link's ``latency + bytes / bandwidth`` (fitted on the user's graph:
 :mod:`tf_autoplace.hw.link_fit`), and, the processes sharing no memory, is a copy on the
-destination (see "Memory"). With one-core executors of one device each (no core groups) the
-model is exactly the paper's.
+destination (see "Memory"). Between tasks on different hosts the whole transfer is charged
+to the source's core too, which is pessimistic where the wire, not the CPU, is the slow part
+(only local server processes have been measured). With one-core executors of one device each
+(no core groups) the model is exactly the paper's.
 
 Partners (our extension: kernels that change with the placement)
 ----------------------------------------------------------------
