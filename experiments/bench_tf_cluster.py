@@ -17,8 +17,9 @@ where there are enough, else sharing, as the cluster's core groups say):
    over gRPC, and the graph's ops on each task; the profiled cluster and costs are what the
    simulator predicts with and what ``auto`` places with, after the latency of the links
    between tasks is fitted on the graph itself (``tf_autoplace.hw.link_fit.fit_latency``:
-   the single-task placement and four with a share of the colocation groups moved off it,
-   measured under the protocol; other draws than step 2's);
+   the single-task placement, the graph on each other task and four placements with a share
+   of the colocation groups moved off the first, measured under the protocol, other draws
+   than step 2's; the other tasks' speeds are those these rounds measured);
 2. **placements**: the whole graph on each task, ``replica_device_setter``, every fast
    heuristic, ``auto`` (``--auto_samples`` simulated placements, seed ``--seed``), colocation
    groups moved off the first task with several probabilities and uniformly random ones
@@ -198,6 +199,7 @@ def run_graph(name: str) -> GraphFigures:
         fitted, link_fit = fit_latency(
             found.cluster, found.profile, meta_graph, workload, reference=reference,
             pairs=task_pairs(found.cluster), what="between tasks", steps=FLAGS.steps,
+            task_speeds=True,
             config=RunConfig(warmup_steps=FLAGS.warmup_steps), seed=FLAGS.seed + 1)
         log(f"  {link_fit.summary()}")
         costs = ProfileCostModel.from_proto(found.profile,

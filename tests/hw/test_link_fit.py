@@ -2,6 +2,7 @@
 from the simulator at a known latency, the fit finds that latency; the cluster it returns
 changes the links between tasks only."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -38,14 +39,8 @@ def test_with_task_latency_changes_the_links_between_tasks_only(two_tasks):
     np.testing.assert_array_equal(out.bandwidth, cluster.bandwidth)
 
 
-@pytest.mark.parametrize("true_latency_s", [2e-5, 4e-4])
-def test_the_fit_finds_the_latency_the_measurements_were_made_with(two_tasks, monkeypatch,
-                                                                   true_latency_s):
-    cluster, meta_graph = two_tasks
-    # No op times in the profile: the analytical model, uncalibrated, makes up the steps.
-    truth, _ = build_problem(meta_graph, link_fit.with_latency(
-        cluster, link_fit.task_pairs(cluster), true_latency_s),
-                             cost_model=AnalyticalCostModel(meta_graph))
+def _made_up_by(truth, cluster):
+    """A stand-in for the protocol: each placement's steps are ``truth``'s simulated step."""
     index = {name: d for d, name in enumerate(cluster.names)}
 
     def measure(workload, assignments, **kwargs):
@@ -56,8 +51,18 @@ def test_the_fit_finds_the_latency_the_measurements_were_made_with(two_tasks, mo
             placed.append(StepTimes.of(label, np.full(15, truth.simulator.makespan(devices))))
         return ProtocolResult(placements=tuple(placed), steps=15, warmup_steps=80,
                               load_before=0.0, load_after=0.0)
+    return measure
 
-    monkeypatch.setattr(link_fit, "measure_placements", measure)
+
+@pytest.mark.parametrize("true_latency_s", [2e-5, 4e-4])
+def test_the_fit_finds_the_latency_the_measurements_were_made_with(two_tasks, monkeypatch,
+                                                                   true_latency_s):
+    cluster, meta_graph = two_tasks
+    # No op times in the profile: the analytical model, uncalibrated, makes up the steps.
+    truth, _ = build_problem(meta_graph, link_fit.with_latency(
+        cluster, link_fit.task_pairs(cluster), true_latency_s),
+                             cost_model=AnalyticalCostModel(meta_graph))
+    monkeypatch.setattr(link_fit, "measure_placements", _made_up_by(truth, cluster))
     fitted, fit = link_fit.fit_latency(cluster, cost_profile_pb2.CostProfile(), meta_graph,
                                        workload=None, reference=0,
                                        pairs=link_fit.task_pairs(cluster), what="between tasks")
@@ -67,6 +72,39 @@ def test_the_fit_finds_the_latency_the_measurements_were_made_with(two_tasks, mo
     assert true_latency_s / 1.3 <= fit.latency_s <= true_latency_s * 1.3
     assert fit.median_error(fit.predicted_s) < 0.02
     assert fitted.latency[0, 2] == fit.latency_s and fitted.latency[0, 1] == cluster.latency[0, 1]
+
+
+def test_with_task_speeds_the_other_tasks_speed_is_measured_in_the_same_rounds(two_tasks,
+                                                                                monkeypatch):
+    """Task 1 runs its ops 1.25x slower than the profile says: the speed measured beside the
+    reference in the rounds replaces the profile's, and the latency is still found."""
+    cluster, meta_graph = two_tasks
+    slow = tuple(dataclasses.replace(d, speed=0.8) if t == 1 else d
+                 for d, t in zip(cluster.devices, cluster.device_tasks.tolist()))
+    true_latency_s = 1e-4
+    truth, _ = build_problem(meta_graph, link_fit.with_latency(
+        dataclasses.replace(cluster, devices=slow), link_fit.task_pairs(cluster),
+        true_latency_s), cost_model=AnalyticalCostModel(meta_graph))
+    monkeypatch.setattr(link_fit, "measure_placements", _made_up_by(truth, cluster))
+    fitted, fit = link_fit.fit_latency(cluster, cost_profile_pb2.CostProfile(), meta_graph,
+                                       workload=None, reference=0,
+                                       pairs=link_fit.task_pairs(cluster), what="between tasks",
+                                       task_speeds=True)
+    assert "on worker:1" in [p.name for p in fit.measured.placements]
+    assert "on worker:1" not in fit.labels
+    ((task, before, after),) = fit.task_speeds
+    assert task == "worker:1" and before == 1.0
+    # Per-op overheads do not scale with the speed: the step's ratio is a little above 0.8.
+    assert 0.8 <= after < 0.9
+    speeds = [d.speed for d in fitted.devices]
+    assert speeds[:2] == [1.0, 1.0] and speeds[2:] == [after, after]
+    assert true_latency_s / 1.3 <= fit.latency_s <= true_latency_s * 1.3
+    assert "task worker:1 speed" in fit.summary()
+    # Without task_speeds the profile's speeds stay.
+    fitted, fit = link_fit.fit_latency(cluster, cost_profile_pb2.CostProfile(), meta_graph,
+                                       workload=None, reference=0,
+                                       pairs=link_fit.task_pairs(cluster), what="between tasks")
+    assert fit.task_speeds == () and all(d.speed == 1.0 for d in fitted.devices)
 
 
 def test_pairs_between_tasks_and_within_a_core_group(two_tasks):

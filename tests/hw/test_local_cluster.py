@@ -180,9 +180,13 @@ def test_profiling_the_servers_gives_links_over_grpc_and_op_costs_per_task(clust
     fitted, fit = link_fit.fit_latency(
         found.cluster, found.profile, ingest.load_meta_graph(tg.graph), workload,
         reference=link_fit.reference_device(found), pairs=link_fit.task_pairs(found.cluster),
-        what="between tasks", config=RunConfig(warmup_steps=3))
+        what="between tasks", config=RunConfig(warmup_steps=3), task_speeds=True)
     assert link_fit.reference_device(found) == 1  # worker:0's CPU: the profile's task
-    assert [p.name for p in fit.measured.placements] == [link_fit.SINGLE, *fit.labels]
+    assert [p.name for p in fit.measured.placements] == [link_fit.SINGLE, *fit.labels,
+                                                         "on ps:0"]
+    ((task, _, speed),) = fit.task_speeds  # ps:0's, measured beside worker:0 in the rounds
+    assert task == "ps:0" and fitted.devices[0].speed == speed > 0
+    assert fitted.devices[1].speed == found.cluster.devices[1].speed
     assert fit.labels and all(t > 0 for t in fit.transfers)
     assert fit.latency_s in link_fit.LATENCIES_S
     assert fitted.latency[0, 1] == fitted.latency[1, 0] == fit.latency_s

@@ -23,6 +23,14 @@ So :func:`fit_latency` fits one latency for a set of device pairs on the graph i
    is kept (the smallest among equals): the one at which the model prices this graph's
    transfers as the devices ran them.
 
+With ``task_speeds`` (the pairs between tasks of a TensorFlow cluster), the graph on each other
+task is measured in the same rounds too, and that task's devices get the speed the two steps'
+ratio says. :func:`~tf_autoplace.hw.cluster_profile.profile_cluster` derives each task's speed
+from op times traced on one task after the other, minutes apart: on two local servers pinned
+to identical vCPUs those speeds came out up to 19% apart, in either direction from one graph
+to the next, and a search then moved work to whichever task looked faster. In one set of
+interleaved rounds the machine's drift falls on every task alike.
+
 :func:`task_pairs` are the pairs of a TensorFlow cluster in different tasks; a latency there
 delays the consumer and holds the source device's one outgoing bus, so a large one makes a step
 grow with the number of transfers, as steps split over servers do. :func:`core_group_pairs`
@@ -95,9 +103,12 @@ class LatencyFit:
       before_s: the median latency those pairs had before (s).
       labels: the moved placements, in order.
       transfers: [P] their transfers over the fitted pairs and others (simulated).
-      measured: the protocol's result (the single-device placement under :data:`SINGLE`).
+      measured: the protocol's result (the single-device placement under :data:`SINGLE`, the
+        graph on another task under ``"on <task>"``).
       predicted_s: [P] their simulated steps at the fitted latency (s).
       before_predicted_s: [P] the same at the pairs' latency before (s).
+      task_speeds: ``(task, speed before, speed measured)`` of each other task whose speed
+        was measured (``task_speeds=True``), else empty.
     """
 
     what: str
@@ -108,6 +119,7 @@ class LatencyFit:
     measured: ProtocolResult
     predicted_s: tuple[float, ...]
     before_predicted_s: tuple[float, ...]
+    task_speeds: tuple[tuple[str, float, float], ...] = ()
 
     def median_error(self, predicted) -> float:
         """Median |predicted/measured - 1| over the moved placements."""
@@ -115,10 +127,12 @@ class LatencyFit:
         return float(np.median(np.abs(np.asarray(predicted) / measured - 1.0)))
 
     def summary(self) -> str:
+        speeds = "".join(f"; task {task} speed {after:.3f} in the rounds (profile: {before:.3f})"
+                         for task, before, after in self.task_speeds)
         return (f"links {self.what} fitted on the graph: {self.latency_s * 1e6:.1f} us a "
                 f"transfer (before: {self.before_s * 1e6:.1f} us); median error over "
                 f"{len(self.labels)} moved placements {self.median_error(self.predicted_s):.1%} "
-                f"(before: {self.median_error(self.before_predicted_s):.1%})")
+                f"(before: {self.median_error(self.before_predicted_s):.1%}){speeds}")
 
 
 def reference_device(found: ClusterProfile) -> int:
@@ -141,7 +155,7 @@ def with_latency(cluster: Cluster, pairs: np.ndarray, latency_s: float) -> Clust
 def fit_latency(cluster: Cluster, profile: cost_profile_pb2.CostProfile, meta_graph,
                 workload: Workload, *, reference: int, pairs: np.ndarray, what: str,
                 shares=SHARES, steps: int = MIN_STEPS, config: RunConfig | None = None,
-                seed: int = 0) -> tuple[Cluster, LatencyFit]:
+                seed: int = 0, task_speeds: bool = False) -> tuple[Cluster, LatencyFit]:
     """Fit one latency for the device pairs ``pairs`` on ``workload`` (module docstring).
 
     Args:
@@ -158,9 +172,12 @@ def fit_latency(cluster: Cluster, profile: cost_profile_pb2.CostProfile, meta_gr
       steps: timed rounds of the protocol.
       config: the Sessions' settings (its target is the cluster's).
       seed: draws the moved groups and orders the rounds.
+      task_speeds: also measure the graph on each other task ``pairs`` links ``reference`` to
+        (its first such device of ``reference``'s kind) and set that task's devices of that
+        kind to the speed measured (module docstring).
 
     Returns:
-      ``(cluster with the fitted latency on the pairs, the fit)``.
+      ``(cluster with the fitted latency on the pairs (and the measured speeds), the fit)``.
 
     Raises:
       ConfigError: ``pairs`` links ``reference`` to no device, or no share moved a group.
@@ -183,18 +200,37 @@ def fit_latency(cluster: Cluster, profile: cost_profile_pb2.CostProfile, meta_gr
     if len(placements) < 2:
         raise ConfigError(f"no share of {list(shares)} moved a colocation group off device "
                           f"{cluster.names[reference]}: nothing to fit the links on")
+    labels = tuple(placements)[1:]
+    kind = cluster.devices[reference].kind
+    others = {}  # task index -> its device the whole graph runs on
+    if task_speeds:
+        for d in np.flatnonzero(pairs[reference]).tolist():
+            k = int(cluster.device_tasks[d])
+            if cluster.devices[d].kind == kind and k not in others:
+                others[k] = d
+                placements[f"on {cluster.tasks[k].name}"] = np.full(n, d, np.int32)
     names, ops = cluster.names, problem.graph.names
     config = dataclasses.replace(config or RunConfig(), target=cluster.target)
     measured = measure_placements(
         workload, {label: dict(zip(ops, (names[d] for d in devices.tolist())))
                    for label, devices in placements.items()},
         steps=steps, warmup_steps=config.warmup_steps, config=config, seed=seed)
+    speeds = []
+    if others:
+        devices = list(cluster.devices)
+        for k, d in others.items():
+            name = cluster.tasks[k].name
+            speed = (cluster.devices[reference].speed * measured[SINGLE].median_s
+                     / measured[f"on {name}"].median_s)
+            speeds.append((name, float(cluster.devices[d].speed), float(speed)))
+            for e in np.flatnonzero(cluster.device_tasks == k).tolist():
+                if devices[e].kind == kind:
+                    devices[e] = dataclasses.replace(devices[e], speed=speed)
+        cluster = dataclasses.replace(cluster, devices=tuple(devices))
     # Op times calibrated to the single-device step of these rounds: the fit prices transfers.
-    kind = cluster.devices[reference].kind
     calibrated, _ = build_problem(meta_graph, cluster, cost_model=ProfileCostModel.from_proto(
         with_step(profile, kind, measured[SINGLE].median_s), fallback=analytical))
     base = calibrated.simulator
-    labels = tuple(label for label in placements if label != SINGLE)
     observed = np.array([measured[label].median_s for label in labels])
 
     def predict(latency_s: float) -> np.ndarray:
@@ -211,7 +247,8 @@ def fit_latency(cluster: Cluster, profile: cost_profile_pb2.CostProfile, meta_gr
                                      for label in labels),
                      measured=measured, predicted_s=tuple(predict(best).tolist()),
                      before_predicted_s=tuple(base.makespan(placements[label])
-                                              for label in labels))
+                                              for label in labels),
+                     task_speeds=tuple(speeds))
     return with_latency(cluster, pairs, best), fit
 
 
