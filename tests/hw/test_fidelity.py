@@ -67,8 +67,11 @@ def test_a_users_graph_file_is_measured_under_the_protocol(tmp_path):
 
     path = tmp_path / "model.pb"
     path.write_bytes(small_cnn().graph.as_graph_def().SerializeToString())
+    # The protocol's least steps and a short warm-up: what is checked is that the file's graph
+    # goes through every stage, not how settled its steps are.
     config = fidelity.Config(random_placements=2, learned=("auto",), learned_samples=20,
-                             run=RunConfig(steps=MIN_STEPS))  # the protocol's least: quick
+                             run=RunConfig(steps=MIN_STEPS, warmup_steps=5),
+                             profile=RunConfig(steps=3, warmup_steps=5, trace_steps=3))
     result = fidelity.evaluate_file(str(path), config, fidelity.local_cluster(2))
     assert result.graph == "model.pb" and result.steps == MIN_STEPS
     assert len(result.measured_s) == len(result.labels) >= 5

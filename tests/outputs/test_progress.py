@@ -3,13 +3,14 @@ scalars show it; nothing shows when the user asks for quiet."""
 
 import io
 import logging
+import math
 
 import pytest
 
 import tf_autoplace
 from tf_autoplace.errors import ConfigError
-from tf_autoplace.outputs.progress import (QUIET, Progress, SearchProgress, StatusLine, _Phase,
-                                           as_progress)
+from tf_autoplace.outputs.progress import (QUIET, CurveRecorder, Progress, SearchProgress,
+                                          StatusLine, _Phase, as_progress, best_by)
 from tf_autoplace.placers import AutoPlacer, HDPPlacer, PlacetoPlacer, PostPlacer
 from tf_autoplace.testing import problems, small_cnn
 
@@ -60,6 +61,31 @@ def test_the_default_placer_reports_its_whole_search():
     assert done[-1] == placer.stats["samples"]
     assert best[-1] * 1e3 == pytest.approx(placer.stats["end_ms"])
     assert placer.progress is QUIET  # not kept after the placement
+
+
+def test_a_curve_recorder_keeps_the_best_so_far_against_time():
+    clock = iter([10.0, 10.5, 11.0, 12.0, 13.0, 14.0])
+    curve = CurveRecorder(clock=lambda: next(clock))  # t0 = 10
+    curve.start("first", None)          # 0.5 s
+    curve.update(1, 0.9)                # 1 s: 0.9
+    curve.update(2, 0.95)               # 2 s: still 0.9 (a worse report keeps the best)
+    curve.start("second", None)         # 3 s
+    curve.update(5, 0.7)                # 4 s: 0.7
+    assert curve.points == [(1.0, 0.9), (2.0, 0.9), (4.0, 0.7)]
+    assert curve.phases == [("first", 0.5), ("second", 3.0)]
+    assert curve.best_at(0.9) == math.inf and curve.best_at(1.0) == 0.9
+    assert curve.best_at(3.9) == 0.9 and curve.best_at(100) == 0.7
+    assert best_by([], 1.0) == math.inf
+
+
+def test_the_default_placers_curve_ends_at_its_step_and_never_rises():
+    problem = _problem()
+    curve = CurveRecorder()
+    devices = AutoPlacer(max_samples=200).place(problem, seed=0, progress=curve).devices
+    best = [v for _, v in curve.points]
+    times = [t for t, _ in curve.points]
+    assert len(curve.points) > 10 and best == sorted(best, reverse=True) and times == sorted(times)
+    assert best[-1] == pytest.approx(problem.simulator.makespan(devices))
 
 
 @pytest.mark.slow

@@ -217,6 +217,60 @@ class SearchProgress(Progress):
             p.bar.close()  # the bar stays as it was drawn; no "done" line
 
 
+class CurveRecorder(Progress):
+    """Records a search's best step time so far against wall time, over all its phases: the
+    anytime curve of a placer (how good a placement it would return if stopped at each moment).
+
+    Time counts from construction (or :meth:`restart`); each :meth:`update` adds a point whose
+    value is the best reported so far in any phase (a phase may report a worse best than the
+    one before it, e.g. a search that starts over). The values are what the search reports, its
+    step time or memory-penalised runtime; a caller adds the returned placement's own figure
+    with :meth:`record` when the placer returns.
+
+    Attributes:
+      points: ``[(seconds, best_s)]`` in time order, ``best_s`` non-increasing.
+      phases: ``[(label, seconds)]`` when each phase started.
+    """
+
+    def __init__(self, clock=time.perf_counter):
+        self._clock = clock
+        self.restart()
+
+    def restart(self) -> None:
+        """Forget every point; time counts from now."""
+        self._t0 = self._clock()
+        self.points: list[tuple[float, float]] = []
+        self.phases: list[tuple[str, float]] = []
+
+    def start(self, label: str, total: int | None, *, deadline: float | None = None) -> None:
+        self.phases.append((label, self._clock() - self._t0))
+
+    def update(self, done: int, best_s: float) -> None:
+        self.record(best_s)
+
+    def record(self, best_s: float) -> None:
+        """A point now: the better of ``best_s`` and the best so far."""
+        best = float(best_s)
+        if self.points:
+            best = min(best, self.points[-1][1])
+        self.points.append((self._clock() - self._t0, best))
+
+    def best_at(self, seconds: float) -> float:
+        """The best step time reported by ``seconds`` after the start (``inf``: none yet)."""
+        return best_by(self.points, seconds)
+
+
+def best_by(points, seconds: float) -> float:
+    """The value of the last of ``points`` (``[(seconds, best)]`` in time order, as
+    :attr:`CurveRecorder.points`) at or before ``seconds``; ``inf`` when there is none."""
+    best = math.inf
+    for at, value in points:
+        if at > seconds:
+            break
+        best = value
+    return best
+
+
 class _Phase:
     """What :class:`SearchProgress` knows of the phase under way."""
 
