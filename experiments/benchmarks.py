@@ -151,7 +151,9 @@ def run_section(section: Section, out_dir: str, max_load: float) -> bool:
             print(f"[{section.name}] load {_load():.2f} > {max_load}; waiting 60 s",
                   file=sys.stderr, flush=True)
             time.sleep(60)
-    before, began = _load(), time.perf_counter()
+    # The commit before the commands run: a section may write files into the checkout (its
+    # charts), which would make the tree look changed afterwards.
+    revision, before, began = commit(), _load(), time.perf_counter()
     outputs, ok = [], True
     for command in section.commands:
         print(f"[{section.name}] {shlex.join(command)}", file=sys.stderr, flush=True)
@@ -163,7 +165,7 @@ def run_section(section: Section, out_dir: str, max_load: float) -> bool:
     shown = " && ".join(shlex.join(c).replace(sys.executable, "python").replace(
         "python -m tf_autoplace.cli", "tf-autoplace") for c in section.commands)
     header = (f"<!-- made by experiments/benchmarks.py --sections={section.name} -->\n"
-              f"Commit {commit()}; {machine()}; load {before:.2f} -> {after:.2f}"
+              f"Commit {revision}; {machine()}; load {before:.2f} -> {after:.2f}"
               f"{'' if max(before, after) <= 1.5 or not section.measured else ' (busy: not publishable)'}"
               f"; {seconds / 60:.0f} min. Command: `{shown}`\n\n")
     os.makedirs(out_dir, exist_ok=True)
