@@ -3,7 +3,10 @@ nothing written; the Python API raises a plain KeyboardInterrupt with the graph 
 
 Each case runs a search in a child process and sends the signal once the child has logged a
 progress line of the search (its stderr is a pipe, so progress comes as log lines), not after
-a fixed time. The three cases run at once.
+a fixed time. The three cases run at once. The search races 64 seeds per start
+(``seeds_per_start=64``): on the small graph the default search ends at a local optimum
+within a few seconds, sometimes before its first progress line or before the signal lands
+under load; with 256 searches it runs for tens of seconds, far longer than a signal takes.
 """
 
 import json
@@ -22,13 +25,14 @@ TRIGGER = "autoplace: auto"  # a progress line: the search is under way
 API_CHILD = """
 import json
 import tf_autoplace
+from tf_autoplace.placers import AutoPlacer
 from tf_autoplace.testing import small_cnn
 
 graph = small_cnn().graph
 before = [op.device for op in graph.get_operations()]
 out = {"raised": None}
 try:
-    tf_autoplace.autoplace(graph, cluster="k80x2")
+    tf_autoplace.autoplace(graph, cluster="k80x2", placer=AutoPlacer(seeds_per_start=64))
 except BaseException as e:
     out = {"raised": type(e).__name__,
            "chained": [type(x).__name__ for x in (e.__cause__, e.__context__) if x is not None]}
@@ -70,7 +74,8 @@ def interrupted(tmp_path_factory, repo_root):
         os.mkdir(work / out)
         return [sys.executable, "-m", "tf_autoplace.cli", "place", f"--input={graph}",
                 f"--output={work / out / 'placed.pb'}", "--cluster=k80x2",
-                f"--report_json={work / out / 'report.json'}"]
+                f"--report_json={work / out / 'report.json'}",
+                "--placer_option=seeds_per_start=64"]
 
     cases = {"ctrl_c": (place("ctrl_c"), signal.SIGINT, True),
              "sigterm": (place("sigterm"), signal.SIGTERM, False),
