@@ -85,11 +85,20 @@ def interrupted(tmp_path_factory, repo_root):
     def run(name, argv, sig, group):
         results[name] = _interrupt(argv, sig, group=group, cwd=repo_root, env=env)
 
-    threads = [threading.Thread(target=run, args=(name, *case)) for name, case in cases.items()]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    # A child inherits an ignored SIGINT (pytest started in the background by a shell without
+    # job control, under nohup, ...), and Python then installs no KeyboardInterrupt handler in
+    # it. Ctrl-C in a terminal reaches a program whose SIGINT is at its default: a handler here
+    # (caught, not ignored) is reset to the default in every child that starts meanwhile.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threads = [threading.Thread(target=run, args=(name, *case))
+                   for name, case in cases.items()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        signal.signal(signal.SIGINT, previous)
     return work, results
 
 
