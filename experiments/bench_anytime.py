@@ -28,6 +28,7 @@ import time
 
 from absl import app, flags
 
+from tf_autoplace.outputs.files import write_atomically
 from tf_autoplace.outputs.progress import CurveRecorder, best_by
 from tf_autoplace.placers import get_placer
 from tf_autoplace.zoo.benchmark import pair_problem, parse_pairs
@@ -144,13 +145,6 @@ def markdown(rows: list[dict], svgs: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write(path: str, text: str) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def main(argv):
     del argv
     load_before = os.getloadavg()[0]
@@ -168,15 +162,16 @@ def main(argv):
                              returned_s=returned,
                              within=within_at(curve.points, final)))
         path = os.path.join(FLAGS.svg_dir, pair.replace(":", "_") + ".svg")
-        _write(path, svg_chart(f"{pair}: best step found against time searched", curves))
+        write_atomically(path, svg_chart(f"{pair}: best step found against time searched",
+                                         curves).encode())
         svgs[pair] = path
     load_after = os.getloadavg()[0]
     print(f"Load {load_before:.2f} -> {load_after:.2f}; {time.perf_counter() - began:.0f} s "
           f"in all (problem builds included).\n")
     print(markdown(rows, svgs))
     if FLAGS.out_json:
-        _write(FLAGS.out_json, json.dumps({"load": [load_before, load_after], "rows": rows},
-                                          indent=1))
+        write_atomically(FLAGS.out_json, json.dumps(
+            {"load": [load_before, load_after], "rows": rows}, indent=1).encode())
 
 
 if __name__ == "__main__":

@@ -172,6 +172,9 @@ def test_wait_for_quiet_waits_until_the_load_is_at_most_the_level(monkeypatch):
     assert len(told) == 2 and "2.10 > 1" in told[0] and "0.90" in told[1]
     protocol.wait_for_quiet(None, told.append)  # None: no reading, no wait
     assert slept == [5.0, 5.0, 5.0] and len(told) == 2
+    # Already quiet: no pause, so nothing to run in again (the runner's RUN_IN_S).
+    monkeypatch.setattr(protocol, "load_average", lambda: 0.3)
+    assert protocol.wait_for_quiet(1.0, told.append) == 0.0 and len(told) == 2
 
 
 def test_the_load_is_read_after_the_warm_up_and_after_the_timed_rounds(monkeypatch):

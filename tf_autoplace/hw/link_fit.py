@@ -32,10 +32,11 @@ to the next, and a search then moved work to whichever task looked faster. In on
 interleaved rounds the machine's drift falls on every task alike.
 
 :func:`task_pairs` are the pairs of a TensorFlow cluster in different tasks; a latency there
-delays the consumer and holds the source device's one outgoing bus, so a large one makes a step
-grow with the number of transfers, as steps split over servers do. :func:`core_group_pairs`
-are the pairs of devices sharing cores, where a transfer is executor work that occupies a core
-for its latency (:mod:`tf_autoplace.sim.simulator`).
+delays the consumer and, between two tasks' CPU devices, occupies a core of the sending task
+(a GPU's transfer holds its outgoing bus instead), so a large one makes a step grow with the
+number of transfers, as steps split over servers do. :func:`core_group_pairs` are the pairs of
+devices sharing cores, where a transfer is executor work that occupies a core for its latency
+(:mod:`tf_autoplace.sim.simulator`, "Core groups").
 """
 
 from __future__ import annotations

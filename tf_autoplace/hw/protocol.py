@@ -83,17 +83,22 @@ def wait_for_quiet(max_load: float | None, log: Callable[[str], None] | None = N
       max_load: the level to wait for (None: return at once).
       log: told once when a wait begins and once when it ends (None: silent).
       poll_s: seconds between readings (> 0).
+
+    Returns:
+      The seconds waited: 0.0 when the load was already at most ``max_load`` (no pause).
     """
     if max_load is None:
         return 0.0
-    began, told = time.perf_counter(), False
+    began, paused = time.perf_counter(), False
     while (load := load_average()) > max_load:
-        if not told and log is not None:
+        if not paused and log is not None:
             log(f"  load {load:.2f} > {max_load:g}; waiting for it to settle")
-            told = True
+        paused = True
         time.sleep(poll_s)
+    if not paused:
+        return 0.0
     waited = time.perf_counter() - began
-    if told and log is not None:
+    if log is not None:
         log(f"  load {load:.2f} after {waited:.0f} s")
     return waited
 

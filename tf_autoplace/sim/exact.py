@@ -53,9 +53,10 @@ carries one transfer at a time, at least one for every tensor with a consumer on
 device. So ``M`` is at least the MILP's optimum (and at least the dual bound of any stopped
 solve). Where the MILP is looser than the simulator: it picks the best order of ops on a
 device (the simulator takes them first come, first served); transfers queue on a bus only
-through the bus-load row, not in time; a tensor sent twice counts once; transient memory is
-not counted; and core groups (several devices on shared cores) get only their load row, no
-disjunctions. Pairs are drawn only among the ``PAIR_OPS`` longest ops, and beyond
+through the bus-load row, not in time (between two core groups the simulator runs a transfer
+on the sending group's core, beside its ops, which the MILP does not charge there); a tensor
+sent twice counts once; transient memory is not counted; and core groups (several devices on
+shared cores) get only their load row, no disjunctions. Pairs are drawn only among the ``PAIR_OPS`` longest ops, and beyond
 ``max_pairs`` those with the smallest times are dropped, which only loosens it.
 
 From a relaxation to an exact answer
