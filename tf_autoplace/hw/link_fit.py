@@ -26,10 +26,10 @@ So :func:`fit_latency` fits one latency for a set of device pairs on the graph i
 With ``task_speeds`` (the pairs between tasks of a TensorFlow cluster), the graph on each other
 task is measured in the same rounds too, and that task's devices get the speed the two steps'
 ratio says. :func:`~tf_autoplace.hw.cluster_profile.profile_cluster` derives each task's speed
-from op times traced on one task after the other, minutes apart: on two local servers pinned
-to identical vCPUs those speeds came out up to 19% apart, in either direction from one graph
-to the next, and a search then moved work to whichever task looked faster. In one set of
-interleaved rounds the machine's drift falls on every task alike.
+from op times traced on one task after the other, minutes apart, so the machine's drift in
+between shows as a difference of speed (even between identical pinned cores), and a search
+then moves work to whichever task looks faster. In one set of interleaved rounds the drift
+falls on every task alike.
 
 :func:`task_pairs` are the pairs of a TensorFlow cluster in different tasks; a latency there
 delays the consumer and, between two tasks' CPU devices, occupies a core of the sending task
