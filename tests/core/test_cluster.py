@@ -136,7 +136,7 @@ def test_to_proto_from_proto_round_trip():
     latency = base.latency.copy()
     latency[2, 1] = 7e-6
     cluster = Cluster((base.devices[0], fast, base.devices[2]), bandwidth, latency,
-                      op_overhead_s=4e-6)
+                      op_overhead_s=4e-6, prediction_error=0.125)
 
     for spec in (cluster.to_proto(),
                  text_format.Parse(text_format.MessageToString(cluster.to_proto()),
@@ -148,6 +148,9 @@ def test_to_proto_from_proto_round_trip():
         np.testing.assert_allclose(again.latency, latency, rtol=1e-12)
         assert again.op_overhead_s == pytest.approx(4e-6, rel=1e-12)
         assert again.devices[1].speed == 2.5
+        assert again.prediction_error == 0.125
+    assert Cluster.from_proto(base.to_proto()).prediction_error is None  # never measured
+    assert not base.to_proto().HasField("prediction_error")
 
 
 def test_local_with_logical_cpus():
@@ -211,6 +214,8 @@ def test_local_with_logical_cpus():
     (CPU0 + CPU1 + 'link { src: "/device:CPU:0" dst: "/device:CPU:1" bandwidth_gbps: -1 }',
      "link bandwidths must be finite and > 0, got -1000000000.0 bytes/s"),
     (CPU0 + CPU1 + "default_latency_us: -1\n", "latency_us=-1.0; must be >= 0"),
+    (CPU0 + "prediction_error: -0.1\n", "prediction_error=-0.1; must be >= 0"),
+    (CPU0 + "prediction_error: nan\n", "prediction_error=nan"),
     (CPU0 + CPU1 + 'link { src: "/device:CPU:1" dst: "/device:CPU:0" latency_us: -3 }',
      "link latencies must be finite and >= 0, got -3e-06 s"),
 ])

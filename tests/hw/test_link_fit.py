@@ -72,6 +72,9 @@ def test_the_fit_finds_the_latency_the_measurements_were_made_with(two_tasks, mo
     assert true_latency_s / 1.3 <= fit.latency_s <= true_latency_s * 1.3
     assert fit.median_error(fit.predicted_s) < 0.02
     assert fitted.latency[0, 2] == fit.latency_s and fitted.latency[0, 1] == cluster.latency[0, 1]
+    # The error left after the fit goes with the cluster: auto's least gain for a split.
+    assert cluster.prediction_error is None
+    assert fitted.prediction_error == fit.median_error(fit.predicted_s)
 
 
 def test_with_task_speeds_the_other_tasks_speed_is_measured_in_the_same_rounds(two_tasks,

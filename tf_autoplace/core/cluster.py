@@ -199,6 +199,12 @@ class Cluster:
         one machine, run in a local Session). With tasks, every device names one of them.
       target: the ``grpc://host:port`` a Session connects to to run on the tasks ("": a local
         Session).
+      prediction_error: how far the simulator's step times on this cluster were from measured
+        steps, where they were measured (``tf-autoplace profile`` fits the links on a graph's
+        split placements, :mod:`tf_autoplace.hw.link_fit`, and records the median
+        ``|predicted / measured - 1|`` left after the fit); None: never measured. A split
+        predicted faster than one device by less than this is within what the predictions
+        get wrong here, so the ``auto`` placer does not apply it.
     """
 
     devices: tuple[Device, ...]
@@ -208,6 +214,7 @@ class Cluster:
     core_groups: tuple[tuple[str, int], ...] = ()
     tasks: tuple[Task, ...] = ()
     target: str = ""
+    prediction_error: float | None = None
 
     def __post_init__(self):
         if not self.devices:
@@ -237,6 +244,8 @@ class Cluster:
             arr.setflags(write=False)
             object.__setattr__(self, field, arr)
         _check_number("op_overhead_s", self.op_overhead_s, zero_ok=True)
+        if self.prediction_error is not None:
+            _check_number("prediction_error", self.prediction_error, zero_ok=True)
         groups = tuple((str(name), cores) for name, cores in self.core_groups)
         object.__setattr__(self, "core_groups", groups)
         declared = [name for name, _ in groups]
@@ -429,7 +438,8 @@ class Cluster:
         return Cluster(devices=devices, bandwidth=self.bandwidth[np.ix_(idx, idx)],
                        latency=self.latency[np.ix_(idx, idx)], op_overhead_s=self.op_overhead_s,
                        core_groups=tuple(g for g in self.core_groups if g[0] in kept),
-                       tasks=self.tasks, target=self.target)
+                       tasks=self.tasks, target=self.target,
+                       prediction_error=self.prediction_error)
 
     # ------------------------------------------------------------------------- constructors
     @classmethod
@@ -483,7 +493,8 @@ class Cluster:
                 entry.bandwidth_gbps if entry.HasField("bandwidth_gbps") else
                 default.bandwidth_gbps,
                 entry.latency_us if entry.HasField("latency_us") else default.latency_us)
-        cluster = dataclasses.replace(cluster, tasks=tasks, target=spec.target)
+        cluster = dataclasses.replace(cluster, tasks=tasks, target=spec.target,
+                                      prediction_error=given("prediction_error", None))
         bw, lat = cluster.bandwidth.copy(), cluster.latency.copy()
         if tasks:
             _class_links([cluster.task_of(i) for i in range(cluster.num_devices)],
@@ -627,6 +638,8 @@ class Cluster:
         for task in self.tasks:
             spec.task.add(job=task.job, index=task.index, address=task.address)
         spec.target = self.target
+        if self.prediction_error is not None:
+            spec.prediction_error = self.prediction_error
         for i, a in enumerate(self.devices):
             for j, b in enumerate(self.devices):
                 if i != j:

@@ -21,7 +21,10 @@ So :func:`fit_latency` fits one latency for a set of device pairs on the graph i
    fitted (bandwidths are kept);
 3. the latency whose median predicted/measured ratio over the moved placements is closest to 1
    is kept (the smallest among equals): the one at which the model prices this graph's
-   transfers as the devices ran them.
+   transfers as the devices ran them. The median error left at that latency becomes the
+   cluster's ``prediction_error``: one latency cannot price every placement's transfers
+   alike, and a split predicted to gain less than that error may run slower, so ``auto``
+   does not apply it (:class:`~tf_autoplace.placers.auto.placer.AutoConfig`, ``min_gain``).
 
 With ``task_speeds`` (the pairs between tasks of a TensorFlow cluster), the graph on each other
 task is measured in the same rounds too, and that task's devices get the speed the two steps'
@@ -178,7 +181,9 @@ def fit_latency(cluster: Cluster, profile: cost_profile_pb2.CostProfile, meta_gr
         kind to the speed measured (module docstring).
 
     Returns:
-      ``(cluster with the fitted latency on the pairs (and the measured speeds), the fit)``.
+      ``(cluster with the fitted latency on the pairs (and the measured speeds), the fit)``;
+      the cluster's ``prediction_error`` is the fit's median error over the moved placements
+      (what a split's predicted gain must exceed for ``auto`` to apply it).
 
     Raises:
       ConfigError: ``pairs`` links ``reference`` to no device, or no share moved a group.
@@ -250,7 +255,8 @@ def fit_latency(cluster: Cluster, profile: cost_profile_pb2.CostProfile, meta_gr
                      before_predicted_s=tuple(base.makespan(placements[label])
                                               for label in labels),
                      task_speeds=tuple(speeds))
-    return with_latency(cluster, pairs, best), fit
+    return dataclasses.replace(with_latency(cluster, pairs, best),
+                               prediction_error=fit.median_error(fit.predicted_s)), fit
 
 
 def fit_core_group(cluster: Cluster, profile: cost_profile_pb2.CostProfile, meta_graph,

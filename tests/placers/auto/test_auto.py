@@ -229,6 +229,27 @@ def test_default_placer_beats_the_best_heuristic_and_says_how():
     assert any(n.startswith("auto: ") and "local searches from" in n for n in placement.notes)
 
 
+def test_a_split_must_gain_more_than_the_clusters_measured_prediction_error():
+    p = random_problem(200, seed=3, num_gpus=2, host=False)
+    single = p.simulator.run(np.zeros(p.graph.num_ops, np.int32)).makespan
+    split = AutoPlacer(max_samples=300).place(p, seed=0)
+    gain = 1 - split.sim.makespan / single
+    assert gain > 0.05 and (split.devices != 0).any()
+
+    def measured_off_by(error):
+        return dataclasses.replace(p, cluster=dataclasses.replace(p.cluster,
+                                                                  prediction_error=error))
+
+    # A gain below the error the cluster's predictions had when measured: not applied.
+    kept = AutoPlacer(max_samples=300).place(measured_off_by(gain + 0.01), seed=0)
+    assert (kept.devices == 0).all()
+    assert any("does not pay" in n and f"{gain + 0.01:.1%}" in n and "profiled" in n
+               for n in kept.notes)
+    # Above it: the same split as on a cluster never measured.
+    again = AutoPlacer(max_samples=300).place(measured_off_by(gain - 0.01), seed=0)
+    np.testing.assert_array_equal(again.devices, split.devices)
+
+
 def test_one_device_returns_at_once():
     p = random_problem(50, seed=0, num_gpus=1, host=False)
     placer = AutoPlacer()

@@ -109,7 +109,9 @@ class AutoConfig:
         below which the single-device placement is returned instead of the search's best:
         a smaller predicted gain is within the simulator's error on hosts whose devices
         share cores (two logical CPUs), and a split that only ties one device still pays its
-        transfers in a real run. The notes say so when it happens.
+        transfers in a real run. Where the cluster records the error its predictions had
+        when measured (``Cluster.prediction_error``, written by ``tf-autoplace profile``),
+        the gain must exceed that error too. The notes say so when it happens.
     """
 
     max_samples: int | None = None
@@ -327,18 +329,23 @@ class AutoPlacer(Placer):
     def _single_if_no_gain(self, problem: PlacementProblem, devices: np.ndarray,
                            step_s: float) -> np.ndarray | None:
         """The single-device placement when ``devices`` (simulated at ``step_s``) is predicted
-        less than ``min_gain`` faster and the single device fits; else None."""
+        less than ``min_gain`` faster, or less than the cluster's measured
+        ``prediction_error``, and the single device fits; else None."""
         single = SingleDevicePlacer().propose(problem)
         if np.array_equal(single, devices):
             return None
         sim = problem.simulator.run(single)
-        if check_memory(problem, sim) or step_s < sim.makespan * (1 - self.config.min_gain):
+        measured_error = problem.cluster.prediction_error or 0.0
+        min_gain = max(self.config.min_gain, measured_error)
+        if check_memory(problem, sim) or step_s < sim.makespan * (1 - min_gain):
             return None
+        why = (f"the {measured_error:.1%} its predictions were off when this cluster was "
+               "profiled" if measured_error > self.config.min_gain else f"{min_gain:.0%}")
         self.notes.append(
             f"auto: placement does not pay on these devices: the best placement found "
-            f"({step_s * 1e3:.2f} ms) is predicted less than {self.config.min_gain:.0%} faster "
-            f"than one device ({sim.makespan * 1e3:.2f} ms), so the single-device placement "
-            "is returned")
+            f"({step_s * 1e3:.2f} ms) is predicted {1 - step_s / sim.makespan:.1%} faster than "
+            f"one device ({sim.makespan * 1e3:.2f} ms), less than {why}, so the "
+            "single-device placement is returned")
         return single
 
 
