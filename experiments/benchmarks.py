@@ -92,8 +92,6 @@ SECTIONS = {s.name: s for s in (
                               "cnn_branches,two_tower,wide_deep"),), 0.3, measured=True),
     Section("fidelity_components", (_cli("fidelity", "--components", "--max_load=1.5"),), 0.5,
             measured=True),
-    Section("fidelity_memory", (_cli("fidelity", "--components", "--component=memory",
-                                     "--max_load=1.5"),), 0.1, measured=True),
     Section("tf_cluster2", (_script("bench_tf_cluster.py", "--tasks=2", "--ps_tasks=1"),), 0.1,
             measured=True),
     Section("tf_cluster4", (_script("bench_tf_cluster.py", "--tasks=4", "--ps_tasks=1"),), 0.3,
