@@ -39,16 +39,19 @@ def test_with_task_latency_changes_the_links_between_tasks_only(two_tasks):
     np.testing.assert_array_equal(out.bandwidth, cluster.bandwidth)
 
 
-def _made_up_by(truth, cluster):
-    """A stand-in for the protocol: each placement's steps are ``truth``'s simulated step."""
+def _made_up_by(truth, cluster, slower=None):
+    """A stand-in for the protocol: each placement's steps are ``truth``'s simulated step
+    (times ``slower[label]`` where given)."""
     index = {name: d for d, name in enumerate(cluster.names)}
+    slower = slower or {}
 
     def measure(workload, assignments, **kwargs):
         del workload, kwargs
         placed = []
         for label, assignment in assignments.items():
             devices = np.array([index[assignment[op]] for op in truth.graph.names], np.int32)
-            placed.append(StepTimes.of(label, np.full(15, truth.simulator.makespan(devices))))
+            step = truth.simulator.makespan(devices) * slower.get(label, 1.0)
+            placed.append(StepTimes.of(label, np.full(15, step)))
         return ProtocolResult(placements=tuple(placed), steps=15, warmup_steps=80,
                               load_before=0.0, load_after=0.0)
     return measure
@@ -72,9 +75,37 @@ def test_the_fit_finds_the_latency_the_measurements_were_made_with(two_tasks, mo
     assert true_latency_s / 1.3 <= fit.latency_s <= true_latency_s * 1.3
     assert fit.median_error(fit.predicted_s) < 0.02
     assert fitted.latency[0, 2] == fit.latency_s and fitted.latency[0, 1] == cluster.latency[0, 1]
-    # The error left after the fit goes with the cluster: auto's least gain for a split.
+    # A light split is measured beside the fitted ones, not fitted; the larger error goes
+    # with the cluster: auto's least gain for a split.
+    label, predicted_s = fit.light
+    assert label == "moved 0.02" and label not in fit.labels
+    assert fit.light_error == pytest.approx(abs(predicted_s / fit.measured[label].median_s - 1))
     assert cluster.prediction_error is None
-    assert fitted.prediction_error == fit.median_error(fit.predicted_s)
+    assert fitted.prediction_error == fit.prediction_error == max(
+        fit.median_error(fit.predicted_s), fit.light_error)
+    assert "a light split (moved 0.02)" in fit.summary()
+
+
+def test_a_light_split_the_model_misses_raises_the_clusters_error_not_the_latency(two_tasks,
+                                                                                 monkeypatch):
+    cluster, meta_graph = two_tasks
+    pairs = link_fit.task_pairs(cluster)
+    truth, _ = build_problem(meta_graph, link_fit.with_latency(cluster, pairs, 2e-4),
+                             cost_model=AnalyticalCostModel(meta_graph))
+
+    def fit(slower):
+        monkeypatch.setattr(link_fit, "measure_placements", _made_up_by(truth, cluster, slower))
+        return link_fit.fit_latency(cluster, cost_profile_pb2.CostProfile(), meta_graph,
+                                    workload=None, reference=0, pairs=pairs,
+                                    what="between tasks")
+
+    exact, exact_fit = fit({})
+    missed, missed_fit = fit({"moved 0.02": 1.3})  # the light split ran 1.3x the model's step
+    assert missed_fit.latency_s == exact_fit.latency_s  # it is not fitted
+    assert exact.prediction_error < 0.02
+    assert missed_fit.light_error == pytest.approx(1 - missed_fit.light[1] / (
+        missed_fit.measured["moved 0.02"].median_s), abs=1e-9)
+    assert missed.prediction_error == missed_fit.light_error > 0.2
 
 
 def test_with_task_speeds_the_other_tasks_speed_is_measured_in_the_same_rounds(two_tasks,

@@ -182,8 +182,10 @@ def test_profiling_the_servers_gives_links_over_grpc_and_op_costs_per_task(clust
         reference=link_fit.reference_device(found), pairs=link_fit.task_pairs(found.cluster),
         what="between tasks", config=RunConfig(warmup_steps=3), task_speeds=True)
     assert link_fit.reference_device(found) == 1  # worker:0's CPU: the profile's task
-    assert [p.name for p in fit.measured.placements] == [link_fit.SINGLE, *fit.labels,
+    light = [fit.light[0]] if fit.light is not None else []
+    assert [p.name for p in fit.measured.placements] == [link_fit.SINGLE, *fit.labels, *light,
                                                          "on ps:0"]
+    assert fitted.prediction_error == fit.prediction_error >= fit.median_error(fit.predicted_s)
     ((task, _, speed),) = fit.task_speeds  # ps:0's, measured beside worker:0 in the rounds
     assert task == "ps:0" and fitted.devices[0].speed == speed > 0
     assert fitted.devices[1].speed == found.cluster.devices[1].speed
