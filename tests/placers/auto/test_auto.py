@@ -14,6 +14,7 @@ from tf_autoplace.learning.rollouts import Evaluator
 from tf_autoplace.placers import AutoPlacer, check_memory, check_placement
 from tf_autoplace.placers.auto.local_search import LocalSearch, LocalSearchConfig, local_search
 from tf_autoplace.placers.placeto.env import EnvConfig, PlacementEnv
+from tf_autoplace.graph.opgraph import from_edges
 from tf_autoplace.testing.problems import GB, cluster, problem, random_dag, random_problem
 
 
@@ -248,6 +249,16 @@ def test_a_split_must_gain_more_than_the_clusters_measured_prediction_error():
     # Above it: the same split as on a cluster never measured.
     again = AutoPlacer(max_samples=300).place(measured_off_by(gain - 0.01), seed=0)
     np.testing.assert_array_equal(again.devices, split.devices)
+
+
+def test_a_split_of_ops_that_take_no_time_is_no_gain_and_no_error():
+    # Two unconnected ops of 0 s: a split steps in 0 s, as one device does.
+    p = problem(from_edges(2, []), cluster(2, host=False), 0.0)
+    placer = AutoPlacer()
+    placer.notes = []
+    single = placer._single_if_no_gain(p, np.array([0, 1], np.int32), 0.0)
+    np.testing.assert_array_equal(single, [0, 0])
+    assert "predicted 0.0% faster" in placer.notes[-1]
 
 
 def test_one_device_returns_at_once():

@@ -341,9 +341,10 @@ class AutoPlacer(Placer):
             return None
         why = (f"the {measured_error:.1%} its predictions were off when this cluster was "
                "profiled" if measured_error > self.config.min_gain else f"{min_gain:.0%}")
+        gain = 1 - step_s / sim.makespan if sim.makespan > 0 else 0.0  # 0 s ops: no gain
         self.notes.append(
             f"auto: placement does not pay on these devices: the best placement found "
-            f"({step_s * 1e3:.2f} ms) is predicted {1 - step_s / sim.makespan:.1%} faster than "
+            f"({step_s * 1e3:.2f} ms) is predicted {gain:.1%} faster than "
             f"one device ({sim.makespan * 1e3:.2f} ms), less than {why}, so the "
             "single-device placement is returned")
         return single
