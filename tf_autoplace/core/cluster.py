@@ -201,10 +201,10 @@ class Cluster:
         Session).
       prediction_error: how far the simulator's step times on this cluster were from measured
         steps, where they were measured (``tf-autoplace profile`` fits the links on a graph's
-        split placements, :mod:`tf_autoplace.hw.link_fit`, and records the median
-        ``|predicted / measured - 1|`` left after the fit); None: never measured. A split
-        predicted faster than one device by less than this is within what the predictions
-        get wrong here, so the ``auto`` placer does not apply it.
+        split placements and records the error left after the fit,
+        :attr:`tf_autoplace.hw.link_fit.LatencyFit.prediction_error`); None: never measured.
+        A split predicted faster than one device by less than this is within what the
+        predictions get wrong here, so the ``auto`` placer does not apply it.
     """
 
     devices: tuple[Device, ...]

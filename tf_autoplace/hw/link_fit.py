@@ -280,9 +280,6 @@ def fit_latency(cluster: Cluster, profile: cost_profile_pb2.CostProfile, meta_gr
         sim = simulator(latency_s)
         return np.array([sim.makespan(placements[label]) for label in labels])
 
-    def predict_one(latency_s: float, devices: np.ndarray) -> float:
-        return simulator(latency_s).makespan(devices)
-
     scores = [abs(np.log(np.median(predict(latency_s) / observed)))
               for latency_s in LATENCIES_S]
     best = LATENCIES_S[int(np.argmin(scores))]
@@ -295,7 +292,7 @@ def fit_latency(cluster: Cluster, profile: cost_profile_pb2.CostProfile, meta_gr
                                               for label in labels),
                      task_speeds=tuple(speeds),
                      light=(None if light_label is None else
-                            (light_label, float(predict_one(best, light)))))
+                            (light_label, float(simulator(best).makespan(light)))))
     return dataclasses.replace(with_latency(cluster, pairs, best),
                                prediction_error=fit.prediction_error), fit
 
