@@ -24,7 +24,11 @@ where there are enough, else sharing, as the cluster's core groups say):
    heuristic, ``auto`` (``--auto_samples`` simulated placements, seed ``--seed``), colocation
    groups moved off the first task with several probabilities and uniformly random ones
    (``tf_autoplace.hw.fidelity.moved_share``, ``random``), identical placements counted once,
-   until at least ``--min_placements``;
+   until at least ``--min_placements``; and ``auto+verify``, the placement a user of
+   ``verify`` gets (``--autoplace_verify``'s default on a cluster with a target): auto's, the
+   best heuristic's and one task's placements measured on the servers in rounds of their own
+   (``tf_autoplace.hw.verify``, 15 steps), the measured fastest applied unless one task is
+   as fast within noise;
 3. **predict** each placement's step time with the simulator;
 4. **measure** each one on the servers with the fidelity tool's protocol
    (``tf_autoplace.hw.protocol.measure_placements`` on the cluster's target: every
@@ -33,9 +37,10 @@ where there are enough, else sharing, as the cluster's core groups say):
 5. report the Spearman rank correlation of predicted and measured step times, the median of
    ``|predicted / measured - 1|`` (also with the op times calibrated instead to a Session of
    the reference task measured in the rounds beside the placements, as the fidelity tool's
-   last variant: the profile is minutes older than the rounds), how many pairs of placements the measurement told apart, and
-   the measured step of ``auto``'s placement against the fastest single task and against
-   ``replica_device_setter`` (``slower`` when ``auto``'s interval lies above the single task's).
+   last variant: the profile is minutes older than the rounds), how many pairs of placements
+   the measurement told apart, and the measured steps of ``auto``'s and ``auto+verify``'s
+   placements against the fastest single task and against ``replica_device_setter``
+   (``slower`` when the placement's interval lies above the other's).
 
 The 1-minute load average is recorded before and after each graph's timed rounds: this is a
 shared machine (``--max_load`` waits for a quieter one before each graph, and again before the
@@ -66,7 +71,9 @@ from tf_autoplace.hw.fidelity import distinct, median_relative_error, moved_shar
 from tf_autoplace.hw.profiler import with_step
 from tf_autoplace.hw.protocol import measure_placements, wait_for_quiet
 from tf_autoplace.hw.runner import RunConfig
+from tf_autoplace.hw.verify import verify
 from tf_autoplace.hw.workload import Workload
+from tf_autoplace.pipeline.engine import verification_candidates
 from tf_autoplace.pipeline.prepare import build_problem
 from tf_autoplace.placers import AutoPlacer, get_placer
 
@@ -81,6 +88,8 @@ GRAPHS = {
     "cnn": ("inception_v3", dict(image_size=75, batch=2, num_classes=10)),
 }
 MOVE_SHARES = (0.02, 0.05, 0.1, 0.2, 0.35, 0.5)
+VERIFIED = "auto+verify"
+VERIFY_STEPS = 15  # what --autoplace_verify is on a cluster with a target unless told
 CALIBRATION = "calibration (reference task, in the rounds)"
 
 flags.DEFINE_list("graphs", list(GRAPHS), f"graphs among {list(GRAPHS)}")
@@ -118,6 +127,7 @@ class GraphFigures:
     load: tuple[float, float]
     class_fits: dict
     link_fit: str
+    verify_decision: str
     seconds: float
     profile_step_s: float
     rounds_step_s: float
@@ -206,8 +216,25 @@ def run_graph(name: str) -> GraphFigures:
                                             fallback=AnalyticalCostModel(meta_graph))
         problem, _ = build_problem(meta_graph, fitted, cost_model=costs)
         placements = collect(problem, FLAGS.seed, FLAGS.min_placements, FLAGS.auto_samples)
-        log(f"  {len(placements)} distinct placements of {problem.graph.num_ops} ops; measuring")
         names, ops = problem.cluster.names, problem.graph.names
+        # What a user of verify gets (the training-binary flag's default on a cluster with a
+        # target): auto's placement, the best heuristic's and one task measured on the
+        # servers, the measured fastest applied unless one task is as fast within noise.
+        # Its own rounds, before and apart from the benchmark's: the benchmark's rounds then
+        # measure the applied placement again with every other one.
+        auto = next(d for label, d in placements if "auto" in label.split(" = "))
+        candidates = verification_candidates(problem, "auto", auto)
+        verified = auto
+        decision = "nothing to verify: auto and the best heuristic chose one task"
+        if len(candidates) > 1:
+            checked = verify(workload, candidates, steps=VERIFY_STEPS, seed=FLAGS.seed,
+                             config=RunConfig(target=cluster.target))
+            applied = next(c for c in candidates if c.name == checked.decision.applied)
+            verified = np.array([names.index(applied.assignment[o]) for o in ops], np.int32)
+            decision = f"applied {applied.name}: {checked.decision.reason}"
+        log(f"  {VERIFIED}: {decision}")
+        distinct([(VERIFIED, verified)], placements)
+        log(f"  {len(placements)} distinct placements of {problem.graph.num_ops} ops; measuring")
         # One more Session with every op on the reference task, as its profile ran: the
         # calibration in the rounds (module docstring), not one of the placements compared.
         assignments = {label: dict(zip(ops, (names[d] for d in devices.tolist())))
@@ -240,11 +267,12 @@ def run_graph(name: str) -> GraphFigures:
         transfers=tuple(int(s.num_transfers) for s in sims),
         load=(measured.load_before, measured.load_after),
         class_fits={k: dataclasses.asdict(v) for k, v in found.class_fits.items()},
-        link_fit=link_fit.summary(), seconds=time.perf_counter() - began)
+        link_fit=link_fit.summary(), verify_decision=decision,
+        seconds=time.perf_counter() - began)
 
 
-def _slower(result: GraphFigures, other: str) -> str:
-    return " (slower)" if result.slower("auto", other) else ""
+def _slower(result: GraphFigures, label: str, other: str) -> str:
+    return " (slower)" if result.slower(label, other) else ""
 
 
 def markdown(results: list[GraphFigures], title: str) -> str:
@@ -252,24 +280,30 @@ def markdown(results: list[GraphFigures], title: str) -> str:
              "| graph | ops | placements | distinguishable pairs | load (1 min) | Spearman | "
              "median abs rel error | calibrated in the rounds | one task, best (ms) | "
              "replica_device_setter (ms) | auto (ms) | auto / one task | "
-             "auto / replica_device_setter |",
+             f"auto / replica_device_setter | {VERIFIED} (ms) | {VERIFIED} / one task | "
+             f"{VERIFIED} / replica_device_setter |",
              "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-             "| ---: |"]
+             "| ---: | ---: | ---: | ---: |"]
     for r in results:
         task = min((f"task {t}" for t in r.tasks), key=r.measured)
         single = r.measured(task)
         rds, auto = r.measured("replica_device_setter"), r.measured("auto")
+        verified = r.measured(VERIFIED)
         lines.append(f"| {r.graph} | {r.num_ops} | {len(r.labels)} | "
                      f"{r.distinguishable[0]} / {r.distinguishable[1]} | {r.load[0]:.2f} -> "
                      f"{r.load[1]:.2f} | {r.spearman:.3f} | {r.median_error:.3f} | "
                      f"{r.median_error_in_rounds:.3f} | "
                      f"{single * 1e3:.2f} | {rds * 1e3:.2f} | {auto * 1e3:.2f} | "
-                     f"{auto / single:.3f}{_slower(r, task)} | "
-                     f"{auto / rds:.3f}{_slower(r, 'replica_device_setter')} |")
+                     f"{auto / single:.3f}{_slower(r, 'auto', task)} | "
+                     f"{auto / rds:.3f}{_slower(r, 'auto', 'replica_device_setter')} | "
+                     f"{verified * 1e3:.2f} | {verified / single:.3f}"
+                     f"{_slower(r, VERIFIED, task)} | {verified / rds:.3f}"
+                     f"{_slower(r, VERIFIED, 'replica_device_setter')} |")
     for r in results:
         lines += ["", f"### {r.graph} ({r.num_ops} ops, {r.knobs})", "",
                   f"Tasks {', '.join(r.tasks)}; core groups {list(r.core_groups)}; measured "
-                  f"link classes {r.class_fits}; {r.link_fit}. The reference task's "
+                  f"link classes {r.class_fits}; {r.link_fit}. {VERIFIED}: "
+                  f"{r.verify_decision}. The reference task's "
                   "profiled step was "
                   f"{r.profile_step_s * 1e3:.2f} ms; a Session of it in the rounds measured "
                   f"{r.rounds_step_s * 1e3:.2f} ms.", "",

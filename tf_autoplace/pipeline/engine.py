@@ -304,6 +304,46 @@ def _crossing(graph, devices: np.ndarray) -> int:
     return len(set(zip(graph.edge_tensor[cross].tolist(), consumer[cross].tolist())))
 
 
+def verification_candidates(problem: PlacementProblem, name: str,
+                            devices: np.ndarray) -> list[Candidate]:
+    """What verification measures against a placer's placement: that placement (``name``),
+    the best fast heuristic's that fits and the single-device one, each once (a placement
+    found twice keeps its first name, but the single-device one is always named
+    :data:`~tf_autoplace.hw.verify.SINGLE`, which the decision rule needs).
+
+    Args:
+      problem: the placement problem (its simulator predicts each candidate's step).
+      name: what the placer's placement is called in the measurement (the placer's name).
+      devices: the placer's placement, a device index per op.
+
+    Returns:
+      One to three :class:`~tf_autoplace.hw.verify.Candidate` s, the placer's first; one
+      means every candidate was the single-device placement.
+    """
+    graph, names = problem.graph, problem.cluster.names
+    single = SingleDevicePlacer().propose(problem)
+    entries = [(name, np.asarray(devices, np.int32))]
+    best = next((c for c in BestHeuristicPlacer().ranked(problem) if c.fits), None)
+    if best is not None:
+        entries.append((f"best heuristic ({best.label})", np.asarray(best.devices, np.int32)))
+    entries.append((SINGLE, single))
+    candidates, seen = [], {}
+    for label, placed in entries:
+        key = placed.tobytes()
+        if key in seen:  # the same placement twice: measured once, under its first name
+            continue
+        seen[key] = label
+        candidates.append(Candidate(
+            name=label, assignment=dict(zip(graph.names, (names[d] for d in placed.tolist()))),
+            devices_used=int(np.unique(placed).size), crossing=_crossing(graph, placed),
+            predicted_s=float(problem.simulator.run(placed).makespan)))
+    if not any(c.name == SINGLE for c in candidates):  # the placer chose the single device
+        single_name = seen[single.tobytes()]
+        candidates = [dataclasses.replace(c, name=SINGLE) if c.name == single_name else c
+                      for c in candidates]
+    return candidates
+
+
 def _verify(report: PlacementReport, problem: PlacementProblem, workload: Workload,
             options: PlaceOptions) -> PlacementReport:
     """Measure the placer's placement, the best fast heuristic's and the single-device one on
@@ -312,26 +352,7 @@ def _verify(report: PlacementReport, problem: PlacementProblem, workload: Worklo
     cluster, graph = problem.cluster, problem.graph
     names = cluster.names
     chosen = np.array([names.index(report.assignment[n]) for n in graph.names], np.int32)
-    single = SingleDevicePlacer().propose(problem)
-    entries = [(report.placer, chosen)]
-    best = next((c for c in BestHeuristicPlacer().ranked(problem) if c.fits), None)
-    if best is not None:
-        entries.append((f"best heuristic ({best.label})", np.asarray(best.devices, np.int32)))
-    entries.append((SINGLE, single))
-    candidates, seen = [], {}
-    for name, devices in entries:
-        key = devices.tobytes()
-        if key in seen:  # the same placement twice: measured once, under its first name
-            continue
-        seen[key] = name
-        candidates.append(Candidate(
-            name=name, assignment=dict(zip(graph.names, (names[d] for d in devices.tolist()))),
-            devices_used=int(np.unique(devices).size), crossing=_crossing(graph, devices),
-            predicted_s=float(problem.simulator.run(devices).makespan)))
-    if not any(c.name == SINGLE for c in candidates):  # the placer chose the single device
-        single_name = seen[single.tobytes()]
-        candidates = [dataclasses.replace(c, name=SINGLE) if c.name == single_name else c
-                      for c in candidates]
+    candidates = verification_candidates(problem, report.placer, chosen)
     if len(candidates) == 1:
         return dataclasses.replace(report, notes=report.notes + (
             "verify: the placer and the best heuristic both chose the single-device placement; "
