@@ -35,11 +35,11 @@ import tensorflow as tf
 from tf_autoplace.core.problem import PlacementProblem
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.heuristics import BestHeuristicPlacer
+from tf_autoplace.learning.adam import FusedAdam
 from tf_autoplace.learning.rollouts import Evaluator
 from tf_autoplace.outputs.progress import StatusLine
 from tf_autoplace.placers.gdp.features import GdpGraph
 from tf_autoplace.placers.gdp.policy import GdpPolicy, inputs
-from tf_autoplace.placers.gdp.train import Adam
 from tf_autoplace.placers.post import search as post_search
 
 
@@ -163,7 +163,7 @@ def clone(policy: GdpPolicy, graphs: Sequence[GdpGraph], targets: Sequence[Targe
     if len(graphs) != len(targets) or not graphs:
         raise ConfigError(f"need one target per graph and at least one graph, got "
                           f"{len(graphs)} graphs and {len(targets)} targets")
-    optimizer = Adam(policy.trainable_variables)
+    optimizer = FusedAdam(policy.trainable_variables)
     tensors = [inputs(g) for g in graphs]
     weights = []
     for g, t in zip(graphs, targets):

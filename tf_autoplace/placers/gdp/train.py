@@ -46,6 +46,7 @@ import tensorflow as tf
 
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.learning import ppo
+from tf_autoplace.learning.adam import FusedAdam
 from tf_autoplace.learning.rollouts import Evaluator
 from tf_autoplace.outputs.progress import StatusLine
 from tf_autoplace.placers.gdp.features import GdpGraph
@@ -180,7 +181,7 @@ def train(policy: GdpPolicy, graphs: Sequence[GdpGraph], evaluators: Sequence[Ev
         raise ConfigError(f"need one evaluator per graph and at least one graph, got "
                           f"{len(graphs)} graphs and {len(evaluators)} evaluators")
     state = state or TrainState()
-    optimizer = Adam(policy.trainable_variables)
+    optimizer = FusedAdam(policy.trainable_variables)
     graphs = list(graphs)
     follow = config.follow_best and policy.config["hint"]
     if follow:
@@ -236,8 +237,8 @@ def train(policy: GdpPolicy, graphs: Sequence[GdpGraph], evaluators: Sequence[Ev
     return state
 
 
-def _ppo_epoch(policy: GdpPolicy, optimizer: "Adam", batch: list[_Rollout], config: PPOConfig,
-               learning_rate: float) -> float:
+def _ppo_epoch(policy: GdpPolicy, optimizer: FusedAdam, batch: list[_Rollout],
+               config: PPOConfig, learning_rate: float) -> float:
     variables = policy.trainable_variables
     with tf.GradientTape() as tape:
         loss = tf.add_n([ppo.clipped_loss(policy.logits(*r.tensors), r.actions,
@@ -249,30 +250,3 @@ def _ppo_epoch(policy: GdpPolicy, optimizer: "Adam", batch: list[_Rollout], conf
     optimizer.apply(grads, learning_rate, config.max_grad_norm)
     return float(loss)
 
-
-class Adam:
-    """Adam (Kingma and Ba 2015) over a fixed list of variables, after clipping the gradients
-    to a global norm, one fused kernel (``ResourceApplyAdam``) per variable. Keras's optimizer
-    runs each variable's update as a dozen eager ops: 2 s per step for this policy's variables on
-    2 cores, more than the forward and backward passes; a compiled update costs seconds of
-    tracing every time a placer starts."""
-
-    def __init__(self, variables, beta1: float = 0.9, beta2: float = 0.999,
-                 epsilon: float = 1e-7):
-        self.variables = list(variables)
-        self.m = [tf.Variable(tf.zeros_like(v), trainable=False) for v in self.variables]
-        self.v = [tf.Variable(tf.zeros_like(v), trainable=False) for v in self.variables]
-        self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
-        self.t = 0
-
-    def apply(self, grads, learning_rate: float, max_norm: float) -> None:
-        grads, _ = tf.clip_by_global_norm(grads, max_norm)
-        self.t += 1
-        constants = [tf.constant(x, tf.float32) for x in (
-            self.beta1 ** self.t, self.beta2 ** self.t, learning_rate, self.beta1, self.beta2,
-            self.epsilon)]
-        for var, m, v, g in zip(self.variables, self.m, self.v, grads):
-            tf.raw_ops.ResourceApplyAdam(var=var.handle, m=m.handle, v=v.handle,
-                                         beta1_power=constants[0], beta2_power=constants[1],
-                                         lr=constants[2], beta1=constants[3],
-                                         beta2=constants[4], epsilon=constants[5], grad=g)

@@ -74,6 +74,7 @@ import tensorflow as tf
 
 from tf_autoplace.core.problem import PlacementProblem
 from tf_autoplace.errors import ConfigError
+from tf_autoplace.learning.adam import KerasAdam
 from tf_autoplace.learning.rollouts import Evaluator
 from tf_autoplace.learning.workers import check_ray_address
 from tf_autoplace.outputs.progress import QUIET, Progress
@@ -313,7 +314,7 @@ def fit_placer_to_hint(policy: HDPPolicy, view: HDPView, config: HDPConfig,
     n, d = view.num_groups, view.num_devices
     targets = np.tile(np.minimum(np.arange(n) * d // n, d - 1).astype(np.int32), (8, 1))
     probabilities = policy.group_probabilities(view.unit_features).numpy()
-    optimizer = tf.keras.optimizers.Adam(learning_rate=FIT_RATE)
+    optimizer = KerasAdam(learning_rate=FIT_RATE)
     variables = policy.placer_variables()
     loss = np.nan
     for _ in range(config.start_steps):
@@ -376,7 +377,7 @@ def search(problem: PlacementProblem, config: HDPConfig, seed: int, *,
         raise ConfigError(f"{where} reads the {len(policy.type_vocab)} op types it was made "
                           f"with; the view given has {len(view.type_vocab)} other ones (build "
                           "it with the policy's type_vocab)")
-    optimizer = tf.keras.optimizers.Adam(learning_rate=config.rate)
+    optimizer = KerasAdam(learning_rate=config.rate)
     baseline = None
     best_score, best_devices, curve, updates = np.inf, None, [], 0
     with Evaluator(problem, workers=config.workers, memory_penalty=config.memory_penalty,

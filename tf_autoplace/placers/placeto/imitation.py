@@ -35,6 +35,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from tf_autoplace.errors import ConfigError
+from tf_autoplace.learning.adam import KerasAdam
 from tf_autoplace.learning.workers import as_given, worker_pool
 from tf_autoplace.outputs.progress import StatusLine, note
 from tf_autoplace.placers.placeto import reinforce
@@ -169,7 +170,7 @@ def clone(policy: PlacetoPolicy, envs: Sequence[PlacementEnv], targets: Sequence
         feats, masks, current, actions, moved = teacher_forced(env, target)
         weights = tf.constant(np.where(moved, move_weight, 1.0), tf.float32)
         data.append((env, feats, masks, current, actions, moved, weights))
-    optimizer = tf.keras.optimizers.Adam(learning_rate=learning_rate)
+    optimizer = KerasAdam(learning_rate=learning_rate)
     curve, t0 = [], time.perf_counter()
     status = StatusLine("imitation") if progress else None
     for epoch in range(epochs):

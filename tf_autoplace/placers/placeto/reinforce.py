@@ -62,6 +62,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from tf_autoplace.errors import ConfigError
+from tf_autoplace.learning.adam import KerasAdam
 from tf_autoplace.learning.workers import WorkerPool, worker_pool
 from tf_autoplace.outputs.progress import StatusLine
 from tf_autoplace.placers.placeto.env import PlacementEnv
@@ -473,7 +474,7 @@ def train(policy, problems: Sequence, env_config, config: TrainConfig, *,
     state = state or TrainState()
     graph_ids = list(range(len(problems))) if graph_ids is None else list(graph_ids)
     baselines = StepBaselines(config.baseline_window)
-    optimizer = tf.keras.optimizers.Adam(learning_rate=config.learning_rate)
+    optimizer = KerasAdam(learning_rate=config.learning_rate)
     writer = None
     if logdir:
         try:
@@ -512,7 +513,7 @@ def train(policy, problems: Sequence, env_config, config: TrainConfig, *,
             for r in results:
                 for acc, grad in zip(total, r.gradient):
                     acc += grad
-            optimizer.learning_rate.assign(lr)
+            optimizer.learning_rate = lr
             optimizer.apply_gradients(zip([tf.constant(g) for g in total],
                                           policy.trainable_variables))
             for r in results:
