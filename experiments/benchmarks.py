@@ -64,7 +64,7 @@ def _script(name, *args) -> tuple[str, ...]:
 
 ZOO_PLACERS = "auto,best_heuristic,expert,metis,m_etf,placeto,post,hdp,gdp@0,gdp"
 SECTIONS = {s.name: s for s in (
-    Section("zoo", (_cli("benchmark", f"--placers={ZOO_PLACERS}", "--budget_s=3600"),), 8.0),
+    Section("zoo", (_cli("benchmark", f"--placers={ZOO_PLACERS}", "--budget_s=3600"),), 0.7),
     Section("auto_search", (_cli("benchmark", "--placers=auto"),), 1.0, measured=True),
     Section("anytime", (_script("bench_anytime.py"),), 0.1, measured=True),
     Section("zoo_new_gpus", (_cli(
