@@ -1,15 +1,14 @@
 """tf_autoplace: device placement for TensorFlow training graphs.
 
-Dependencies beyond the project's base set (tensorflow, tensorflow-probability, numpy, networkx,
-absl-py), each because a well-kept library does the job better than code we would write:
+Dependencies beyond the project's base set (tensorflow, numpy, networkx, absl-py), each because
+a well-kept library does the job better than code we would write:
 
 - numba: the event-based simulator runs thousands of times per placement search and must take
   under 10 ms on an 8k-op graph; numba compiles its one readable Python event loop to machine
   code, where pure Python takes ~100x longer and a C extension would be a second language to
   build and keep in step.
-- tf-keras: tensorflow-probability imports it with TF >= 2.16 (Keras 3 is not enough), and the
-  Keras applications (Inception-V3, ResNet-50, NASNet) in the model zoo need Keras 2's v1 graph
-  mode to build training graphs as tf.Graph.
+- tf-keras: the Keras applications (Inception-V3, ResNet-50, NASNet) in the model zoo need
+  Keras 2's v1 graph mode to build training graphs as tf.Graph.
 - tensorboard (extra "train"): tf.summary writes Placeto's training curves through it; TF
   2.21 no longer installs it, and only training tools need it.
 - highspy: the LP lower bound on the step time (``tf_autoplace.sim.lp_bound``) is solved by
@@ -28,6 +27,12 @@ absl-py), each because a well-kept library does the job better than code we woul
   and update rates, which we would otherwise write ourselves.
 - protobuf >= 7.35.1: the generated modules in tf_autoplace/proto come from protoc 35.1 (see
   protos/README.md) and check the runtime version.
+
+Not a dependency: tensorflow-probability. Placeto's REINFORCE needs a categorical
+distribution's log-probability and entropy, two TensorFlow ops each
+(``tf_autoplace/placers/placeto/reinforce.py``); importing the library for them cost every
+process that imports the package about 0.65 s. The test extra installs it to check those ops
+against its ``Categorical`` bit for bit.
 
 Optional extras:
 
@@ -65,7 +70,6 @@ setup(
                                    "clusters/*.pbtxt", "graph/gpu_kernels.json"]},
     install_requires=[
         "tensorflow>=2.16",
-        "tensorflow-probability>=0.24",
         "tf-keras>=2.16",
         "numpy>=1.26",
         "networkx>=3.0",
@@ -87,6 +91,8 @@ setup(
         "plot": ["matplotlib>=3.6"],
         "train": ["tensorboard>=2.16"],
         "test": ["pytest>=7", "pytest-xdist>=3.0", "grpcio-tools==1.85.1", "matplotlib>=3.6",
-                 "ray>=2.40", "tensorboard>=2.16"],
+                 "ray>=2.40", "tensorboard>=2.16",
+                 # Placeto's categorical arithmetic is checked against its Categorical.
+                 "tensorflow-probability>=0.24"],
     },
 )

@@ -32,7 +32,6 @@ from typing import Sequence
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_probability as tfp
 
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.learning.adam import KerasAdam
@@ -179,7 +178,7 @@ def clone(policy: PlacetoPolicy, envs: Sequence[PlacementEnv], targets: Sequence
             with tf.GradientTape() as tape:
                 logits = policy.logits(feats, env.view.edge_src, env.view.edge_dst, masks,
                                        current)
-                log_p = tfp.distributions.Categorical(logits=logits).log_prob(actions)
+                log_p = reinforce.log_prob(logits, actions)
                 loss = -tf.reduce_sum(weights * log_p) / tf.reduce_sum(weights)
             grads = tape.gradient(loss, policy.trainable_variables)
             optimizer.apply_gradients(zip(grads, policy.trainable_variables))

@@ -59,7 +59,6 @@ from typing import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_probability as tfp
 
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.learning.adam import KerasAdam
@@ -299,6 +298,27 @@ def episode_features(env: PlacementEnv, episode: Episode):
     return feats, pool_masks(env.view.ancestors, env.order), env.order
 
 
+def log_prob(logits, actions):
+    """[T] log-probabilities of ``actions`` [T] under the categorical distributions of
+    ``logits`` [T, D].
+
+    This and :func:`entropy` are the arithmetic of TensorFlow Probability's ``Categorical``
+    (its ``log_prob`` and ``entropy``, op for op, so gradients and the shipped policy's
+    training are bit for bit what they were with it), without importing that library: a
+    second per process that every program importing the package paid."""
+    return -tf.nn.sparse_softmax_cross_entropy_with_logits(labels=actions, logits=logits)
+
+
+def entropy(logits):
+    """[T] entropies of the categorical distributions of ``logits`` [T, D] (see
+    :func:`log_prob`): ``-sum p log p``, a term whose p is 0 counted as 0 even where its log
+    is not finite."""
+    log_p = tf.math.log_softmax(logits)
+    p = tf.math.exp(log_p)
+    return -tf.reduce_sum(tf.where(tf.math.equal(p, 0), tf.zeros_like(log_p), log_p) * p,
+                          axis=-1)
+
+
 def episode_gradient(policy, env: PlacementEnv, episode: Episode, advantages: np.ndarray | None,
                      entropy_weight: float):
     """Gradients (list of numpy arrays) of the REINFORCE loss of one episode, and its loss.
@@ -312,13 +332,12 @@ def episode_gradient(policy, env: PlacementEnv, episode: Episode, advantages: np
                               tf.float32)
     with tf.GradientTape() as tape:
         logits = policy.logits(feats, env.view.edge_src, env.view.edge_dst, masks, current)
-        dist = tfp.distributions.Categorical(logits=logits)
         if advantages is None:
-            loss = -tf.reduce_sum(dist.probs_parameter() * rewards)
+            loss = -tf.reduce_sum(tf.math.softmax(logits) * rewards)
         else:
             loss = -tf.reduce_sum(tf.constant(advantages, tf.float32) *
-                                  dist.log_prob(episode.actions))
-        loss -= entropy_weight * tf.reduce_sum(dist.entropy())
+                                  log_prob(logits, episode.actions))
+        loss -= entropy_weight * tf.reduce_sum(entropy(logits))
     grads = tape.gradient(loss, policy.trainable_variables)
     return [g.numpy() for g in grads], float(loss)
 
