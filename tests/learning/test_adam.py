@@ -1,6 +1,7 @@
 """The learned placers' Adam (tf_autoplace.learning.adam) against Keras's, bit for bit."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from tf_autoplace.learning.adam import FusedAdam, KerasAdam
@@ -30,7 +31,11 @@ def test_keras_adam_gives_keras_weights_bit_for_bit():
                                         tf.constant(SHAPES[0]))
         keras.learning_rate.assign(rate)
         adam.learning_rate = rate
-        keras.apply_gradients(zip(grads, theirs))
+        if grads[1] is None:  # Keras warns that a variable has no gradient
+            with pytest.warns(UserWarning, match="Gradients do not exist"):
+                keras.apply_gradients(zip(grads, theirs))
+        else:
+            keras.apply_gradients(zip(grads, theirs))
         adam.apply_gradients(zip(grads, ours))
         for a, b in zip(_bits(ours), _bits(theirs)):
             np.testing.assert_array_equal(a, b, err_msg=f"step {step}")
