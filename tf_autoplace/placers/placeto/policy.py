@@ -33,16 +33,12 @@ All T steps of an episode can be evaluated in one call (features [T, G, F]): a r
 once per step for all the episodes it runs in lockstep; the REINFORCE update re-evaluates a whole
 episode at once. The forward pass is compiled with XLA (``jit_compile``), once per input shape:
 at our sizes a call costs its per-op overhead, which XLA's fused kernels cut to a fraction, for
-about a second of compilation per new shape. The pass takes the weights as inputs, so one
-traced (and compiled) function serves every policy of the same configuration in a process:
-searches, tests and training tools that make many policies trace it once. A policy that runs a single episode on a graph
+about a second of compilation per new shape. A policy that runs a single episode on a graph
 (the default placer's zero-shot start) sets ``jit_compile = False`` and traces the pass without
 XLA instead (``traced_logits``): a few dozen steps do not repay the compilation.
 """
 
 from __future__ import annotations
-
-import functools
 
 import numpy as np
 import tensorflow as tf
@@ -74,16 +70,11 @@ class _MLP(tf.Module):
                                   tf.Variable(np.zeros(fan_out, np.float32), name=f"b{i}")))
 
     def __call__(self, x):
-        return _dense(self.weights_, x, self.final_relu)
-
-
-def _dense(weights, x, final_relu: bool):
-    """An :class:`_MLP`'s layers with ``weights`` (``(w, b)`` pairs, variables or tensors)."""
-    for i, (w, b) in enumerate(weights):
-        x = tf.tensordot(x, w, axes=1) + b
-        if i < len(weights) - 1 or final_relu:
-            x = tf.nn.relu(x)
-    return x
+        for i, (w, b) in enumerate(self.weights_):
+            x = tf.tensordot(x, w, axes=1) + b
+            if i < len(self.weights_) - 1 or self.final_relu:
+                x = tf.nn.relu(x)
+        return x
 
 
 # The forward pass's inputs.
@@ -147,17 +138,17 @@ class PlacetoPolicy(Checkpointable, tf.Module):
     def num_devices(self) -> int:
         return self.config["num_devices"]
 
+    @tf.function(jit_compile=True, input_signature=_SIGNATURE)
     def logits(self, features, edge_src, edge_dst, pool_masks, current):
         """[T, D] action logits for the group ``current[t]`` in state ``features[t]``."""
-        return self.compiled_logits(features, edge_src, edge_dst, pool_masks, current,
-                                    self._parameters())
+        return self._forward(features, edge_src, edge_dst, pool_masks, current)
 
+    @tf.function(input_signature=_SIGNATURE)
     def traced_logits(self, features, edge_src, edge_dst, pool_masks, current):
         """:meth:`logits` traced into a graph but not compiled by XLA: for one episode on a
         graph (a zero-shot placement), whose few dozen steps take less time than XLA takes
         to compile the pass for the graph's shape."""
-        return self.uncompiled_logits(features, edge_src, edge_dst, pool_masks, current,
-                                      self._parameters())
+        return self._forward(features, edge_src, edge_dst, pool_masks, current)
 
     def step_logits(self, features, edge_src, edge_dst, pool_masks, current):
         """The logits of an episode's steps: :meth:`logits`, or :meth:`traced_logits` when
@@ -165,32 +156,29 @@ class PlacetoPolicy(Checkpointable, tf.Module):
         forward = self.logits if self.jit_compile else self.traced_logits
         return forward(features, edge_src, edge_dst, pool_masks, current)
 
-    @property
-    def compiled_logits(self):
-        """The XLA-compiled forward pass that every policy of this shape shares (module doc):
-        ``(features, edge_src, edge_dst, pool_masks, current, parameters)``."""
-        return _forward_passes(self._shape())[0]
-
-    @property
-    def uncompiled_logits(self):
-        """:attr:`compiled_logits` traced without XLA."""
-        return _forward_passes(self._shape())[1]
-
-    def _shape(self) -> tuple:
-        """What the forward pass's graph depends on: the configuration but its seed."""
-        return tuple(sorted((k, v) for k, v in self.config.items() if k != "seed"))
-
-    def _parameters(self) -> list:
-        """The weights in :func:`_forward`'s order, read now (a tape records the reads)."""
-        return [tf.convert_to_tensor(v) for mlp in self._mlps() for pair in mlp.weights_
-                for v in pair] + [tf.convert_to_tensor(self.keep)]
-
-    def _mlps(self) -> list:
-        return [self.embed, self.f_down, self.g_down, self.f_up, self.g_up, *self.pool_l,
-                *self.pool_h, self.head]
+    def _forward(self, features, edge_src, edge_dst, pool_masks, current):
+        num_groups = tf.shape(features)[1]
+        x = tf.transpose(self.embed(features), [1, 0, 2])  # [G, T, E]: gather/segment on axis 0
+        for _ in range(self.config["rounds"]):
+            down = tf.math.unsorted_segment_mean(tf.gather(self.f_down(x), edge_src), edge_dst,
+                                                 num_groups)
+            x = x + self.g_down(down)
+            up = tf.math.unsorted_segment_mean(tf.gather(self.f_up(x), edge_dst), edge_src,
+                                               num_groups)
+            x = x + self.g_up(up)
+        x = tf.transpose(x, [1, 0, 2])  # [T, G, E]
+        own = tf.gather(x, current, axis=1, batch_dims=1)  # [T, E]
+        sizes = tf.maximum(tf.reduce_sum(pool_masks, axis=2, keepdims=True), 1.0)  # [T, 3, 1]
+        means = pool_masks / sizes
+        pooled = [h(tf.einsum("tg,tge->te", means[:, i], l(x)))
+                  for i, (l, h) in enumerate(zip(self.pool_l, self.pool_h))]
+        own_features = tf.gather(features, current, axis=1, batch_dims=1)  # [T, F]
+        placed_on = own_features[:, PLACEMENT_OFFSET:PLACEMENT_OFFSET + self.num_devices]
+        return self.head(tf.concat([own] + pooled, axis=-1)) + self.keep * placed_on
 
     def reinitialize(self, seed: int) -> None:
-        """Draw every weight again as a fresh policy seeded ``seed`` has them, in place."""
+        """Draw every weight again as a fresh policy seeded ``seed`` has them, in place (the
+        compiled forward pass is kept: a new policy would compile it again)."""
         fresh = PlacetoPolicy(**dict(self.config, seed=seed))
         self.set_weights(fresh.get_weights())
         self.config["seed"] = seed
@@ -205,60 +193,6 @@ class PlacetoPolicy(Checkpointable, tf.Module):
         w, b = self.head.weights_[-1]
         for v in (w, b, self.keep):
             v.assign(v / temperature)
-
-
-@functools.lru_cache(maxsize=None)
-def _forward_passes(shape: tuple) -> tuple:
-    """The forward pass of policies of configuration ``shape`` (``PlacetoPolicy._shape``),
-    compiled by XLA and traced only, as ``tf.function`` s of the inputs and the weights. The
-    weights are inputs, not captured variables, so one trace serves every policy of that shape
-    in the process: a function per policy instance traced again for each new policy (about a
-    second each), which searches and training tools that make many policies paid every time.
-    """
-    config = dict(shape)
-    template = PlacetoPolicy(**config)  # the weights' shapes, in _parameters' order
-    specs = [tf.TensorSpec(p.shape, p.dtype) for p in template._parameters()]
-    layers = [len(mlp.weights_) for mlp in template._mlps()]
-    finals = [mlp.final_relu for mlp in template._mlps()]
-
-    def forward(features, edge_src, edge_dst, masks, current, parameters):
-        mlps, k = [], 0
-        for n, final in zip(layers, finals):
-            pairs = [(parameters[k + 2 * i], parameters[k + 2 * i + 1]) for i in range(n)]
-            mlps.append(functools.partial(_dense, pairs, final_relu=final))
-            k += 2 * n
-        return _forward(config, mlps, parameters[k], features, edge_src, edge_dst, masks,
-                        current)
-
-    signature = _SIGNATURE + [specs]
-    return (tf.function(forward, jit_compile=True, input_signature=signature),
-            tf.function(forward, input_signature=signature))
-
-
-def _forward(config: dict, mlps: list, keep, features, edge_src, edge_dst, pool_masks,
-             current):
-    """The pass of the module docstring; ``mlps`` are the layers as :meth:`PlacetoPolicy._mlps`
-    orders them (callables)."""
-    embed, f_down, g_down, f_up, g_up = mlps[:5]
-    pool_l, pool_h, head = mlps[5:8], mlps[8:11], mlps[11]
-    num_groups = tf.shape(features)[1]
-    x = tf.transpose(embed(features), [1, 0, 2])  # [G, T, E]: gather/segment on axis 0
-    for _ in range(config["rounds"]):
-        down = tf.math.unsorted_segment_mean(tf.gather(f_down(x), edge_src), edge_dst,
-                                             num_groups)
-        x = x + g_down(down)
-        up = tf.math.unsorted_segment_mean(tf.gather(f_up(x), edge_dst), edge_src,
-                                           num_groups)
-        x = x + g_up(up)
-    x = tf.transpose(x, [1, 0, 2])  # [T, G, E]
-    own = tf.gather(x, current, axis=1, batch_dims=1)  # [T, E]
-    sizes = tf.maximum(tf.reduce_sum(pool_masks, axis=2, keepdims=True), 1.0)  # [T, 3, 1]
-    means = pool_masks / sizes
-    pooled = [h(tf.einsum("tg,tge->te", means[:, i], l(x)))
-              for i, (l, h) in enumerate(zip(pool_l, pool_h))]
-    own_features = tf.gather(features, current, axis=1, batch_dims=1)  # [T, F]
-    placed_on = own_features[:, PLACEMENT_OFFSET:PLACEMENT_OFFSET + config["num_devices"]]
-    return head(tf.concat([own] + pooled, axis=-1)) + keep * placed_on
 
 
 def pool_masks(ancestors: np.ndarray, current: np.ndarray) -> np.ndarray:
