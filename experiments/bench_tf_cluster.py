@@ -16,7 +16,8 @@ where there are enough, else sharing, as the cluster's core groups say):
 1. **profile** the servers (``tf_autoplace.hw.cluster_profile.profile_cluster``): every link
    over gRPC, and the graph's ops on each task; the profiled cluster and costs are what the
    simulator predicts with and what ``auto`` places with, after the latency of the links
-   between tasks is fitted on the graph itself (``tf_autoplace.hw.link_fit.fit_latency``:
+   between tasks (with a delay in flight beside it, ``with_delay``) is fitted on the graph
+   itself (``tf_autoplace.hw.link_fit.fit_latency``:
    the single-task placement, the graph on each other task and four placements with a share
    of the colocation groups moved off the first, measured under the protocol, other draws
    than step 2's; the other tasks' speeds are those these rounds measured);
@@ -209,7 +210,7 @@ def run_graph(name: str) -> GraphFigures:
         fitted, link_fit = fit_latency(
             found.cluster, found.profile, meta_graph, workload, reference=reference,
             pairs=task_pairs(found.cluster), what="between tasks", steps=FLAGS.steps,
-            task_speeds=True,
+            task_speeds=True, with_delay=True,
             config=RunConfig(warmup_steps=FLAGS.warmup_steps), seed=FLAGS.seed + 1)
         log(f"  {link_fit.summary()}")
         costs = ProfileCostModel.from_proto(found.profile,

@@ -135,8 +135,10 @@ def test_to_proto_from_proto_round_trip():
     bandwidth[0, 2] = 3e9
     latency = base.latency.copy()
     latency[2, 1] = 7e-6
+    delay = np.zeros((3, 3))
+    delay[1, 0] = 120e-6
     cluster = Cluster((base.devices[0], fast, base.devices[2]), bandwidth, latency,
-                      op_overhead_s=4e-6, prediction_error=0.125)
+                      op_overhead_s=4e-6, prediction_error=0.125, delay=delay)
 
     for spec in (cluster.to_proto(),
                  text_format.Parse(text_format.MessageToString(cluster.to_proto()),
@@ -149,8 +151,12 @@ def test_to_proto_from_proto_round_trip():
         assert again.op_overhead_s == pytest.approx(4e-6, rel=1e-12)
         assert again.devices[1].speed == 2.5
         assert again.prediction_error == 0.125
+        np.testing.assert_allclose(again.delay, delay, rtol=1e-12)
+        np.testing.assert_allclose(again.subset([1, 0]).delay, [[0, 120e-6], [0, 0]], rtol=1e-12)
     assert Cluster.from_proto(base.to_proto()).prediction_error is None  # never measured
     assert not base.to_proto().HasField("prediction_error")
+    assert not base.delay.any()  # no delays unless measured, and none written
+    assert not any(link.HasField("delay_us") for link in base.to_proto().link)
 
 
 def test_local_with_logical_cpus():
@@ -218,6 +224,10 @@ def test_local_with_logical_cpus():
     (CPU0 + "prediction_error: nan\n", "prediction_error=nan"),
     (CPU0 + CPU1 + 'link { src: "/device:CPU:1" dst: "/device:CPU:0" latency_us: -3 }',
      "link latencies must be finite and >= 0, got -3e-06 s"),
+    (CPU0 + CPU1 + 'link { src: "/device:CPU:1" dst: "/device:CPU:0" delay_us: -3 }',
+     "link delays must be finite and >= 0, got -3e-06 s"),
+    (CPU0 + CPU1 + 'link { src: "/device:CPU:1" dst: "/device:CPU:0" delay_us: inf }',
+     "link delays must be finite and >= 0, got inf s"),
 ])
 def test_malformed_spec_is_a_typed_error_naming_the_problem(text, message):
     with pytest.raises(ClusterSpecError, match=message):

@@ -166,3 +166,40 @@ def test_a_reference_without_a_partner_device_is_refused(two_tasks):
         link_fit.fit_latency(local, cost_profile_pb2.CostProfile(), meta_graph, None,
                              reference=0, pairs=link_fit.core_group_pairs(local),
                              what="within a core group")
+
+
+def test_with_delay_the_fit_finds_latency_and_delay_one_latency_cannot_match(two_tasks,
+                                                                            monkeypatch):
+    """Steps made up with 50 us of sender work and 631 us in flight per transfer (points of
+    the grids): one latency cannot price both the light and the heavy moved placements, the
+    pair does, exactly."""
+    cluster, meta_graph = two_tasks
+    pairs = link_fit.task_pairs(cluster)
+    latency_s, delay_s = link_fit.LATENCIES_S[17], link_fit.DELAYS_S[15]
+    assert (round(latency_s * 1e6), round(delay_s * 1e6)) == (50, 631)
+    truth, _ = build_problem(meta_graph, link_fit.with_latency(cluster, pairs, latency_s,
+                                                               delay_s),
+                             cost_model=AnalyticalCostModel(meta_graph))
+    monkeypatch.setattr(link_fit, "measure_placements", _made_up_by(truth, cluster))
+
+    def fit(**kwargs):
+        return link_fit.fit_latency(cluster, cost_profile_pb2.CostProfile(), meta_graph,
+                                    workload=None, reference=0, pairs=pairs,
+                                    what="between tasks", **kwargs)
+
+    fitted, both = fit(with_delay=True)
+    assert (both.latency_s, both.delay_s) == (latency_s, delay_s)
+    assert both.prediction_error < 1e-9
+    assert (fitted.delay[pairs] == delay_s).all() and not fitted.delay[~pairs].any()
+    assert "631.0 us in flight" in both.summary()
+    one_cluster, one = fit()
+    assert one.delay_s == 0 and not one_cluster.delay.any()
+    assert one.prediction_error > 0.05  # the best single latency is 5% off or more
+
+
+def test_a_delay_is_not_fitted_within_a_core_group(two_tasks):
+    local = Cluster.local(num_logical_cpus=2)
+    with pytest.raises(ConfigError, match="no flight"):
+        link_fit.fit_latency(local, cost_profile_pb2.CostProfile(), None, None, reference=0,
+                             pairs=link_fit.core_group_pairs(local), what="within a core group",
+                             with_delay=True)

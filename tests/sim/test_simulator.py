@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tf_autoplace.core.cluster import Cluster, Device
-from tf_autoplace.errors import InfeasiblePlacementError, InvalidGraphError
+from tf_autoplace.errors import ClusterSpecError, InfeasiblePlacementError, InvalidGraphError
 from tf_autoplace.graph.buffers import NOT_REUSABLE, reuse_inputs
 from tf_autoplace.graph.opgraph import OpGraph, from_edges
 from tf_autoplace.sim import (
@@ -253,6 +253,36 @@ def test_a_transfer_between_two_core_groups_is_work_on_the_source_groups_core():
         devices[1], core_group="")), core_groups=(("a", 1),))
     np.testing.assert_allclose(simulate(g, alone, [1, 1, 1], [0, 1, 0]).start,
                                np.array([0, 2.01, 1]) * MS)
+
+
+def test_a_delay_holds_the_consumer_but_no_core_or_bus():
+    # As above, with a 3 ms delay from a to b: t0 holds a's core for 1.01 ms, then flies on
+    # while op2 runs on that core; op1 starts when t0 arrives, 3 ms after it left.
+    g = make_graph(3, [(0, MB), (0, MB)], [(0, 1), (1, 2)])
+    base = make_cluster(2)
+    devices = tuple(dataclasses.replace(d, core_group=group)
+                    for d, group in zip(base.devices, ("a", "b")))
+    delay = np.array([[0.0, 3 * MS], [0.0, 0.0]])
+    cluster = dataclasses.replace(base, devices=devices, core_groups=(("a", 1), ("b", 1)),
+                                  delay=delay)
+    r = simulate(g, cluster, [1, 1, 1], [0, 1, 0])
+    np.testing.assert_allclose(r.start, np.array([0, 5.01, 2.01]) * MS)
+    np.testing.assert_allclose([r.transfer_start[0], r.transfer_end[0]],
+                               np.array([1, 5.01]) * MS)
+    # Two tensors to b: their core work queues on a, their delays overlap.
+    two = make_graph(3, [(0, MB), (0, MB)], [(0, 1), (1, 2)])
+    r = simulate(two, cluster, [1, 1, 1], [0, 1, 1])
+    np.testing.assert_allclose(r.transfer_end, np.array([5.01, 6.02]) * MS)
+    # Over a bus (b outside any group) the bus is free after 1.01 ms too.
+    alone = dataclasses.replace(cluster, devices=(devices[0], dataclasses.replace(
+        devices[1], core_group="")), core_groups=(("a", 1),))
+    np.testing.assert_allclose(simulate(g, alone, [1, 1, 1], [0, 1, 0]).start,
+                               np.array([0, 5.01, 1]) * MS)
+    # No delay within a core group: a hand-over has no flight.
+    one = dataclasses.replace(cluster, delay=None, devices=tuple(
+        dataclasses.replace(d, core_group="a") for d in devices), core_groups=(("a", 1),))
+    with pytest.raises(ClusterSpecError, match="hand-over"):
+        dataclasses.replace(one, delay=delay)
 
 
 # ==================================================================================== memory
@@ -646,11 +676,28 @@ def reference_simulate(graph, cluster, op_time, placement, partner=None, partner
         if not missing[i]:
             core_q[executor[placement[i]]].append(("op", i))
     wakeup(0.0, range(len(cores)), range(D))
+    def in_flight(now, key, s, dst):
+        """A transfer whose link has a delay arrives that much later (Transfer-sent)."""
+        if cluster.delay[s, dst] > 0 and not by_ref(s, dst):
+            heapq.heappush(events, (now + cluster.delay[s, dst], seq[0], ("arrive", key, s,
+                                                                           dst)))
+            seq[0] += 1
+            return True
+        return False
+
     while events:
         now, _, where = heapq.heappop(events)
+        if where[0] == "arrive":
+            _, key, s, dst = where
+            transfer_done(now, key, s, dst)
+            wakeup(now, [executor[dst]], [])
+            continue
         if where[0] == "bus":
             s = where[1]
             (key, dst), on_bus[s] = on_bus[s], None
+            if in_flight(now, key, s, dst):
+                wakeup(now, [], [s])
+                continue
             transfer_done(now, key, s, dst)
             wakeup(now, [executor[dst]], [s])
             continue
@@ -658,6 +705,9 @@ def reference_simulate(graph, cluster, op_time, placement, partner=None, partner
         item, on_core[e][k] = on_core[e][k], None
         if item[0] == "x":
             _, key, s, dst = item
+            if in_flight(now, key, s, dst):
+                wakeup(now, [e], [])
+                continue
             transfer_done(now, key, s, dst)
             wakeup(now, [executor[dst]] + [e] * (e != executor[dst]), [])
             continue
@@ -769,6 +819,16 @@ def random_core_groups(rng, cluster):
     return dataclasses.replace(cluster, devices=devices, core_groups=tuple(groups))
 
 
+def random_delays(rng, cluster, choices=(0.0, 25e-6, 400e-6)):
+    """``cluster`` with a delay drawn from ``choices`` on about half of its links (none
+    within a core group, where a transfer is a hand-over)."""
+    d = cluster.num_devices
+    delay = np.where(rng.random((d, d)) < 0.5, rng.choice(choices, (d, d)), 0.0)
+    group = np.array([dev.core_group for dev in cluster.devices])
+    delay[(group[:, None] == group[None, :]) & (group[:, None] != "")] = 0.0
+    return dataclasses.replace(cluster, delay=delay)
+
+
 @pytest.mark.parametrize("partners", [False, True], ids=["", "partners"])
 @pytest.mark.parametrize("shared", [False, True], ids=["own_cores", "core_groups"])
 @pytest.mark.parametrize("seed", range(8))
@@ -783,6 +843,8 @@ def test_matches_reference_on_random_graphs(seed, shared, partners):
                                latency_us=float(rng.choice([0.0, 25.0])))
         if shared:
             cluster = random_core_groups(rng, cluster)
+        if trial % 2:
+            cluster = random_delays(rng, cluster)
         op_time = random_times(rng, n, d, ties=trial % 2 == 0)
         partner, partner_time = random_partners(rng, op_time) if partners else (None, None)
         sim = Simulator(g, cluster, op_time, partner=partner, partner_time=partner_time)
@@ -812,6 +874,8 @@ def test_matches_reference_with_many_devices_and_simultaneous_events(seed, share
     cluster = make_cluster(8, latency_us=float([0.0, 1000.0][seed % 2]))
     if shared:
         cluster = random_core_groups(rng, cluster)
+    if seed >= 2:  # delays of whole ms: arrivals at the same instant as other events
+        cluster = random_delays(rng, cluster, choices=(0.0, 1e-3, 2e-3))
     op_time = random_times(rng, 80, 8, ties=True)
     sim = Simulator(g, cluster, op_time)
     for _ in range(5):

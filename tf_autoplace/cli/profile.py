@@ -37,7 +37,9 @@ target, as ``tf-autoplace serve-local`` writes it) is profiled the same way thro
 target (``tf_autoplace.hw.cluster_profile``): the graph runs on each task in turn, the profile
 holds the target task's op times and the written spec every other task's speed against it, and
 with ``--out_cluster`` the links between its devices are timed over gRPC (between tasks) and in
-memory (within one), and the latency between tasks is then fitted on the graph as above, the
+memory (within one), and the latency between tasks is then fitted on the graph as above, with
+a delay in flight beside it (the sender's gRPC work and the wait that overlaps with other
+transfers: ``fit_latency(with_delay=True)``; written as each link's ``delay_us``), the
 graph on each other task measured in the same rounds as the target task's: the written speeds
 are those rounds' ratios (one task traced after another drifts with the machine)::
 
@@ -162,7 +164,8 @@ def _profile_tf_cluster(workload: Workload, config: RunConfig, description: str,
             measured, fit = fit_latency(
                 found.cluster, found.profile, ingest.load_meta_graph(workload.graph_def),
                 workload, reference=reference_device(found), pairs=task_pairs(found.cluster),
-                what="between tasks", config=config, seed=FLAGS.seed, task_speeds=True)
+                what="between tasks", config=config, seed=FLAGS.seed, task_speeds=True,
+                with_delay=True)
             note = f"# The {fit.summary()}.\n"
             print(fit.summary())
         _write(FLAGS.out_cluster,

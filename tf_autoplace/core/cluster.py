@@ -10,6 +10,10 @@ has them too) and are named by their stem: ``resolve_cluster("k80x4")``, ``--clu
 
 Transfer model (Placeto A.5): moving ``b`` bytes from device i to device j takes
 ``latency[i, j] + b / bandwidth[i, j]`` seconds; each device has one outgoing transfer queue.
+Our extension: the tensor then spends ``delay[i, j]`` seconds more in flight, holding neither
+the sender's queue nor a core, before its consumers may start (0 unless measured: between the
+tasks of a TensorFlow cluster part of a transfer is the sender's gRPC work, part a wait that
+overlaps with other transfers; :mod:`tf_autoplace.hw.link_fit` fits both).
 
 Every device must be one TensorFlow can address, checked before any work: its name is parsed
 with ``tf.DeviceSpec`` (as TF parses it, plus TF's C++ rules that the Python parser skips: job
@@ -191,7 +195,8 @@ class Cluster:
     Attributes:
       devices: the devices, in the order placements index them.
       bandwidth: [D, D] bytes per second from device i to device j (diagonal unused).
-      latency: [D, D] seconds per transfer from i to j.
+      latency: [D, D] seconds per transfer from i to j, during which the sender's outgoing
+        queue (or, between core groups, one of its cores) is busy.
       op_overhead_s: fixed cost added to every op's compute time.
       core_groups: (name, cores) of each core group the devices name, in order (module
         docstring); every group has at least one device and ``cores >= 1``.
@@ -205,6 +210,9 @@ class Cluster:
         :attr:`tf_autoplace.hw.link_fit.LatencyFit.prediction_error`); None: never measured.
         A split predicted faster than one device by less than this is within what the
         predictions get wrong here, so the ``auto`` placer does not apply it.
+      delay: [D, D] seconds a tensor sent from i to j is in flight after its ``latency +
+        bytes / bandwidth``, holding no queue or core (module docstring); None: zeros. Zero
+        between devices of one core group (a hand-over by reference has no flight).
     """
 
     devices: tuple[Device, ...]
@@ -215,6 +223,7 @@ class Cluster:
     tasks: tuple[Task, ...] = ()
     target: str = ""
     prediction_error: float | None = None
+    delay: np.ndarray | None = None
 
     def __post_init__(self):
         if not self.devices:
@@ -243,6 +252,22 @@ class Cluster:
                                        f"{float(bad[0])!r} {what[2]}")
             arr.setflags(write=False)
             object.__setattr__(self, field, arr)
+        delay = np.zeros((d, d)) if self.delay is None else np.array(self.delay, np.float64)
+        if delay.shape != (d, d):
+            raise ClusterSpecError(f"delay has shape {delay.shape}; expected {(d, d)}")
+        np.fill_diagonal(delay, 0.0)
+        if not (np.isfinite(delay) & (delay >= 0)).all():
+            raise ClusterSpecError(f"link delays must be finite and >= 0, got "
+                                   f"{float(delay[~(np.isfinite(delay) & (delay >= 0))][0])!r} s")
+        group = [dev.core_group for dev in self.devices]
+        for i, j in zip(*np.nonzero(delay)):
+            if group[i] and group[i] == group[j]:
+                raise ClusterSpecError(
+                    f"the link {self.devices[i].name!r} -> {self.devices[j].name!r} has a delay "
+                    f"of {delay[i, j] * 1e6:g} us, but both devices are in core group "
+                    f"{group[i]!r}, whose transfers are hand-overs with no flight; give it 0")
+        delay.setflags(write=False)
+        object.__setattr__(self, "delay", delay)
         _check_number("op_overhead_s", self.op_overhead_s, zero_ok=True)
         if self.prediction_error is not None:
             _check_number("prediction_error", self.prediction_error, zero_ok=True)
@@ -439,7 +464,8 @@ class Cluster:
                        latency=self.latency[np.ix_(idx, idx)], op_overhead_s=self.op_overhead_s,
                        core_groups=tuple(g for g in self.core_groups if g[0] in kept),
                        tasks=self.tasks, target=self.target,
-                       prediction_error=self.prediction_error)
+                       prediction_error=self.prediction_error,
+                       delay=self.delay[np.ix_(idx, idx)])
 
     # ------------------------------------------------------------------------- constructors
     @classmethod
@@ -495,7 +521,7 @@ class Cluster:
                 entry.latency_us if entry.HasField("latency_us") else default.latency_us)
         cluster = dataclasses.replace(cluster, tasks=tasks, target=spec.target,
                                       prediction_error=given("prediction_error", None))
-        bw, lat = cluster.bandwidth.copy(), cluster.latency.copy()
+        bw, lat, delay = cluster.bandwidth.copy(), cluster.latency.copy(), cluster.delay.copy()
         if tasks:
             _class_links([cluster.task_of(i) for i in range(cluster.num_devices)],
                          _link_classes(classes), bw, lat)
@@ -505,7 +531,9 @@ class Cluster:
                 bw[i, j] = link.bandwidth_gbps * 1e9
             if link.HasField("latency_us"):
                 lat[i, j] = link.latency_us * 1e-6
-        return dataclasses.replace(cluster, bandwidth=bw, latency=lat)
+            if link.HasField("delay_us"):
+                delay[i, j] = link.delay_us * 1e-6
+        return dataclasses.replace(cluster, bandwidth=bw, latency=lat, delay=delay)
 
     @classmethod
     def from_tf(cls, spec, devices=None, *, links=None, target: str | None = None) -> "Cluster":
@@ -643,9 +671,11 @@ class Cluster:
         for i, a in enumerate(self.devices):
             for j, b in enumerate(self.devices):
                 if i != j:
-                    spec.link.add(src=a.name, dst=b.name,
-                                  bandwidth_gbps=self.bandwidth[i, j] / 1e9,
-                                  latency_us=self.latency[i, j] * 1e6)
+                    link = spec.link.add(src=a.name, dst=b.name,
+                                         bandwidth_gbps=self.bandwidth[i, j] / 1e9,
+                                         latency_us=self.latency[i, j] * 1e6)
+                    if self.delay[i, j]:
+                        link.delay_us = self.delay[i, j] * 1e6
         return spec
 
 

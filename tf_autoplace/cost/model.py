@@ -70,7 +70,8 @@ class CostModel(abc.ABC):
     def transfer_time(cluster: Cluster, nbytes: float, src: int, dst: int) -> float:
         if src == dst:
             return 0.0
-        return float(cluster.latency[src, dst] + nbytes / cluster.bandwidth[src, dst])
+        return float(cluster.latency[src, dst] + nbytes / cluster.bandwidth[src, dst]
+                     + cluster.delay[src, dst])
 
 
 class AnalyticalCostModel(CostModel):

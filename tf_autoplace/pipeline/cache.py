@@ -158,6 +158,8 @@ class PlacementCache:
             data = part.encode("utf-8")
             h.update(len(data).to_bytes(8, "little") + data)
         arrays = [problem.op_time, problem.grouping.labels, cluster.bandwidth, cluster.latency]
+        if cluster.delay.any():  # (keys of clusters without delays stay as they were)
+            arrays.append(cluster.delay)
         if problem.executed is not None:  # the simulator runs the graph TF executes
             executed = problem.executed
             arrays += [executed.edge_tensor, executed.edge_dst, executed.ctrl_src,

@@ -198,7 +198,7 @@ def _edge_gaps(graph: OpGraph, cluster: Cluster, op_time: np.ndarray):
     each needs when its ends sit on different devices, and whether they may share one.
 
     Returns ``(src, dst, gap, forced, fastest)``: ``gap`` is the least ``latency + bytes /
-    bandwidth`` over ordered pairs of distinct devices allowed to the two ends' colocation
+    bandwidth + delay`` (the time from the producer's end to the arrival) over ordered pairs of distinct devices allowed to the two ends' colocation
     groups, for the largest tensor ``src`` sends ``dst`` (0 bytes for a control edge: the
     simulator's dummy); ``forced`` is 1 for ends in one colocation group, -1 for ends that
     have no allowed device in common, else 0; ``fastest`` is each op's least time over the
@@ -225,7 +225,8 @@ def _edge_gaps(graph: OpGraph, cluster: Cluster, op_time: np.ndarray):
     for d in range(num_dev):
         for e in range(num_dev):
             if d != e:
-                cost = cluster.latency[d, e] + biggest / cluster.bandwidth[d, e]
+                cost = (cluster.latency[d, e] + biggest / cluster.bandwidth[d, e]
+                        + cluster.delay[d, e])
                 gap = np.where(a_src[:, d] & a_dst[:, e], np.minimum(gap, cost), gap)
     forced = np.where(coloc[src] == coloc[dst], 1,
                       np.where((a_src & a_dst).any(axis=1), 0, -1)).astype(np.int64)

@@ -165,7 +165,8 @@ def _swap_invariant(cluster: Cluster, a: int, b: int) -> bool:
     perm = np.arange(cluster.num_devices)
     perm[[a, b]] = perm[[b, a]]
     return all(np.array_equal(m[np.ix_(perm, perm)], m)
-               for m in (np.asarray(cluster.latency), np.asarray(cluster.bandwidth)))
+               for m in (np.asarray(cluster.latency), np.asarray(cluster.bandwidth),
+                         np.asarray(cluster.delay)))
 
 
 def _reachable(graph: OpGraph, src: np.ndarray, dst: np.ndarray,

@@ -31,6 +31,7 @@ and that a numbering which breaks one of these orders changes results).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import numpy as np
@@ -153,6 +154,14 @@ class OrderedSimulator:
         self._inner = Simulator(renumbered, cluster, self.op_time[self.order],
                                 partner=inner_partner, partner_time=inner_partner_time,
                                 consumer_rank=self.order)
+
+    def with_links(self, cluster: Cluster) -> "OrderedSimulator":
+        """This simulator on ``cluster``, with other link figures only (as
+        ``Simulator.with_links``: the renumbered graph is shared, not rebuilt)."""
+        out = copy.copy(self)
+        out._inner = self._inner.with_links(cluster)
+        out.cluster = cluster
+        return out
 
     def _renumbered(self, placement):
         """The placement in the inner numbering; anything malformed goes to the inner

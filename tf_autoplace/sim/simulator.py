@@ -34,7 +34,8 @@ broken by a sequence number given when the event is created, so the simulation i
   below); for every consumer on ``d`` itself, one dependency is satisfied and ``o'`` joins
   ``Q_core`` of ``d``'s executor when it becomes runnable. Then the core is free and takes the
   head of that queue.
-* **Transfer-done** (tensor from ``d`` to ``d'``): every consumer on ``d'`` gets that input;
+* **Transfer-done** (tensor from ``d`` to ``d'``; for a link with a delay, that long after
+  its bus or core was done, "Delays" below): every consumer on ``d'`` gets that input;
   those that become runnable join ``Q_core`` of ``d'``'s executor. Then the bus (or core) that
   carried it takes its next item.
 * **Wakeup**: the paper schedules a Wakeup event when work lands in the queue of an idle
@@ -67,6 +68,19 @@ destination (see "Memory"). Between tasks on different hosts the whole transfer 
 to the source's core too, which is pessimistic where the wire, not the CPU, is the slow part
 (only local server processes have been measured). With one-core executors of one device each
 (no core groups) the model is exactly the paper's.
+
+Delays (our extension: the part of a transfer that holds nothing)
+-----------------------------------------------------------------
+A link may have a ``delay`` (``Cluster.delay[s, d]``, 0 unless measured): after its bus or
+core is done with it, a tensor sent from ``s`` to ``d`` spends that long in flight before it
+arrives, holding neither, so delays of transfers overlap with each other and with compute.
+Between the tasks of a TensorFlow cluster a transfer is partly the sender's gRPC work and
+partly a wait (the wire, the receiving process's threads), and the measured cost per
+transfer falls as a placement has more of them; one latency on the sender's core cannot
+price a light split and a heavy one alike (:mod:`tf_autoplace.hw.link_fit` fits both). A
+delayed transfer has a third kind of event, **Transfer-sent**, when its bus or core is done
+(that bus or core takes its next item), and its Transfer-done comes ``delay`` later. Within
+an executor there is no flight (a hand-over by reference) and no delay.
 
 Partners (our extension: kernels that change with the placement)
 ----------------------------------------------------------------
@@ -130,9 +144,10 @@ Everything that does not depend on the placement (dependency lists in CSR form, 
 is built once in :class:`Simulator`'s constructor. The event loop, :func:`_simulate`, is one
 ``numba.njit`` function over flat arrays, with the three handlers marked in it: FIFO queues
 are linked lists in arrays (``head[q]``, ``tail[q]``, ``next[item]``); since at most one item
-per core and one transfer per bus are in flight, pending events live in ``S + D`` slots (``S``
-cores in all; slot ``k``: the item on core ``k`` is done; slot ``S + d``: Transfer-done on the
-bus of ``d``), ordered by a binary heap of the pending slots. On a graph of thousands of ops
+per core and one transfer per bus are in flight, pending events live in ``S + D + P`` slots
+(``S`` cores in all; slot ``k``: the item on core ``k`` is done; slot ``S + d``: the transfer
+on the bus of ``d`` is done; slot ``S + D + x``: delayed transfer ``x`` arrives, one slot per
+possible transfer), ordered by a binary heap of the pending slots. On a graph of thousands of ops
 the loop waits on memory more than it computes, so it reads small arrays: int32 indices, and
 each op's time on its device gathered once, in order, rather than read from the ``[n, D]``
 table when the op starts; and it returns the result ready-made (peak memory with the
@@ -147,12 +162,18 @@ compiled version serves all of them).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import numpy as np
 
 from tf_autoplace.core.cluster import Cluster
-from tf_autoplace.errors import ConfigError, InfeasiblePlacementError, InvalidGraphError
+from tf_autoplace.errors import (
+    ClusterSpecError,
+    ConfigError,
+    InfeasiblePlacementError,
+    InvalidGraphError,
+)
 from tf_autoplace.graph.buffers import (
     ALIAS_NONE,
     ALIAS_VIEW,
@@ -207,7 +228,7 @@ class SimResult:
 # ======================================================================== numba kernel
 @cached_njit
 def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth, latency,
-              tensor_bytes, out_tensor_ptr, out_tensors, dep_tensor, dep_op,
+              delay, tensor_bytes, out_tensor_ptr, out_tensors, dep_tensor, dep_op,
               cons_ptr, in_ptr, in_dep, persistent, num_graph_tensors, executor, exec_base,
               alias, reuse_out, reuse_ptr, reuse_pair, takeable, grouped):
     """The event loop (module docstring). Arrays built by :class:`Simulator`, with T tensors
@@ -223,6 +244,8 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
       cons_ptr[T+1]: pairs cons_ptr[k]..cons_ptr[k+1]-1 are tensor k's consumers (CSR).
       in_ptr[n+1], in_dep: pairs of each op (its inputs) (CSR).
       persistent[n]: bytes op i keeps for the whole step (variables).
+      delay[D, D]: seconds a tensor from s to d is in flight after its bus or core is done
+        with it (module docstring, "Delays"); 0 within an executor.
       executor[D]: the executor that runs device d's ops (its core group's, or its own).
       grouped[D]: device d is in a core group (a transfer between two such devices is work
         on its source's cores: module docstring, "Core groups").
@@ -310,16 +333,18 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
     sent_tensor = np.full(D, -1, np.int32)  # scratch for dedup: tensor last sent to each device
     sent_x = np.full(D, -1, np.int32)       # ... and that transfer
 
-    # Pending events: at most one per core slot (slot k: the item on it is done) and one
-    # Transfer-done per bus (slot S + d), with its time and sequence number; the next event is
-    # the smallest (time, seq). The pending slots form a binary min-heap (``heap[:heap_n]``);
-    # the slots an event's wakeups filled (``fresh``) join it before the next one is taken.
-    ev_time = np.zeros(S + D)
-    ev_seq = np.full(S + D, -1, np.int32)
+    # Pending events: at most one per core slot (slot k: the item on it is done), one
+    # Transfer-done per bus (slot S + d) and one arrival per delayed transfer in flight (slot
+    # S + D + x), with its time and sequence number; the next event is the smallest (time,
+    # seq). The pending slots form a binary min-heap (``heap[:heap_n]``); the slots an event's
+    # wakeups filled and the arrival it scheduled (``fresh``) join it before the next one.
+    ev_time = np.empty(S + D + P)  # (a slot's entries are written before it is pushed)
+    ev_seq = np.empty(S + D + P, np.int32)
     next_seq = 0
-    heap = np.empty(S + D, np.int32)
+    heap = np.empty(S + D + P, np.int32)
     heap_n = 0
-    fresh = np.empty(S + D, np.int32)
+    fresh = np.empty(S + D + 1, np.int32)
+    arrival = -1  # the arrival slot the last event scheduled, if any
 
     # Initial queues: ops without dependencies, in op-index order; then wake everything.
     for i in range(n):
@@ -340,6 +365,10 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
     now = 0.0
     while True:
         num_fresh = 0
+        if arrival != -1:
+            fresh[0] = arrival
+            num_fresh = 1
+            arrival = -1
         # ------------------------------------------------------------------- Wakeup
         # An executor with an idle core starts the head of its Q_core, as long as both last.
         # An op's outputs are allocated at its start; a transfer's copy on its destination.
@@ -480,12 +509,28 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
             slot_item[slot] = -1
             if item >= n:
                 x = item - n
-        else:
+        elif slot < S + D:
             s = slot - S  # the bus: slot S + s
             x = bus_running[s]
             bus_running[s] = -1
             wake_bus[0] = s
             num_wake_bus = 1
+        else:  # a delayed transfer arrives: its bus or core was freed when it left
+            x = slot - S - D
+        if x != -1 and slot < S + D:
+            s = x_src[x]
+            dst = x_dst[x]
+            if delay[s, dst] > 0.0 and executor[s] != executor[dst]:
+                # ------------------ Transfer-sent: the tensor flies on, the sender goes on
+                ev_time[S + D + x] = now + delay[s, dst]
+                ev_seq[S + D + x] = next_seq
+                next_seq += 1
+                arrival = S + D + x
+                if slot < S:
+                    wake_exec[0] = executor[s]
+                else:
+                    num_wake_exec = 0
+                continue
 
         if x == -1:
             # ------------------------------------------------ Op-done: op i on device d
@@ -764,6 +809,7 @@ class Simulator:
         self._num_devices = cluster.num_devices
         self._bandwidth = np.array(cluster.bandwidth, dtype=np.float64, order="C")
         self._latency = np.array(cluster.latency, dtype=np.float64, order="C")
+        self._delay = np.array(cluster.delay, dtype=np.float64, order="C")
         executor, cores = cluster.executors()
         self._executor = executor.astype(np.int32)
         self._exec_base = np.concatenate([[0], np.cumsum(cores)]).astype(np.int32)
@@ -820,8 +866,8 @@ class Simulator:
         Ray's object store read-only ones. Frozen here and after unpickling, every process
         calls the one version the first compiled, instead of compiling another for tens of
         seconds."""
-        _readonly(self._bandwidth, self._latency, self._tensor_bytes, self._out_tensor_ptr,
-                  self._out_tensors, self._dep_tensor, self._dep_op, self._cons_ptr,
+        _readonly(self._bandwidth, self._latency, self._delay, self._tensor_bytes,
+                  self._out_tensor_ptr, self._out_tensors, self._dep_tensor, self._dep_op, self._cons_ptr,
                   self._in_ptr, self._in_dep, self._persistent, self._executor,
                   self._exec_base, self.partner, self.partner_time, self._alias,
                   self._reuse_out, self._reuse_ptr, self._reuse_pair, self._takeable,
@@ -831,6 +877,26 @@ class Simulator:
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._freeze()
+
+    def with_links(self, cluster: Cluster) -> "Simulator":
+        """This simulator on ``cluster``, which has this one's devices and core groups and other
+        link figures (bandwidth, latency, delay): the graph's arrays are shared, not rebuilt, so
+        a fit that tries hundreds of link figures pays the constructor once.
+
+        Raises:
+          ClusterSpecError: ``cluster`` has other devices or core groups.
+        """
+        if (cluster.devices != self.cluster.devices
+                or cluster.core_groups != self.cluster.core_groups):
+            raise ClusterSpecError("with_links takes a cluster of the same devices and core "
+                                   "groups; build a Simulator for another one")
+        out = copy.copy(self)
+        out.cluster = cluster
+        out._bandwidth = np.array(cluster.bandwidth, dtype=np.float64, order="C")
+        out._latency = np.array(cluster.latency, dtype=np.float64, order="C")
+        out._delay = np.array(cluster.delay, dtype=np.float64, order="C")
+        out._freeze()
+        return out
 
     # ------------------------------------------------------------------------- checks
     def _check_placement(self, placement) -> np.ndarray:
@@ -857,7 +923,7 @@ class Simulator:
     def _simulate(self, placement):
         p = self._check_placement(placement)
         out = _simulate(p, self.op_time, self.partner, self.partner_time, self._num_devices,
-                        self._bandwidth, self._latency,
+                        self._bandwidth, self._latency, self._delay,
                         self._tensor_bytes, self._out_tensor_ptr, self._out_tensors,
                         self._dep_tensor, self._dep_op, self._cons_ptr,
                         self._in_ptr, self._in_dep, self._persistent,

@@ -1362,7 +1362,8 @@ def _check_tf_cluster(case: TFClusterCase, cluster: Cluster) -> list[str]:
     if (again.names != cluster.names or again.tasks != cluster.tasks
             or again.target != cluster.target
             or not np.allclose(again.bandwidth[links], cluster.bandwidth[links])
-            or not np.allclose(again.latency[links], cluster.latency[links])):
+            or not np.allclose(again.latency[links], cluster.latency[links])
+            or not np.allclose(again.delay, cluster.delay)):
         problems.append("the cluster's own spec (to_proto) reads back as another cluster")
     return problems
 
