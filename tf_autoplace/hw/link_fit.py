@@ -24,10 +24,12 @@ between the tasks of a TensorFlow cluster, a delay beside it: see below):
    is kept (the smallest among equals): the one at which the model prices this graph's
    transfers as the devices ran them. A light split (:data:`LIGHT_SHARE` of the groups
    moved), measured in the same rounds but not fitted, checks the model where a search's
-   placements lie; the larger of its error and the fitted placements' median error becomes
-   the cluster's ``prediction_error`` (:attr:`LatencyFit.prediction_error`): one latency
-   cannot price every placement's transfers alike, and a split predicted to gain less than
-   that error may run slower, so ``auto`` does not apply it
+   placements lie; the larger of its error (at the far end of its measured step's 95%
+   interval: one placement's median is itself that uncertain) and the fitted placements'
+   median error becomes the cluster's ``prediction_error``
+   (:attr:`LatencyFit.prediction_error`): one latency cannot price every placement's
+   transfers alike, and a split predicted to gain less than that error may run slower, so
+   ``auto`` does not apply it
    (:class:`~tf_autoplace.placers.auto.placer.AutoConfig`, ``min_gain``).
 
 With ``task_speeds`` (the pairs between tasks of a TensorFlow cluster), the graph on each other
@@ -165,18 +167,31 @@ class LatencyFit:
         return abs(predicted_s / self.measured[label].median_s - 1.0)
 
     @property
+    def light_error_bound(self) -> float | None:
+        """The light split's error at the far end of its measured step's 95% interval: the
+        most it may be off that the measurement cannot rule out (None without)."""
+        if self.light is None:
+            return None
+        label, predicted_s = self.light
+        step = self.measured[label]
+        return max(abs(predicted_s / m - 1.0) for m in (step.low_s, step.median_s, step.high_s))
+
+    @property
     def prediction_error(self) -> float:
-        """What the fitted model was off by where it was measured: the larger of the median
-        error over the fitted placements and the light split's error. The fitted placements
-        move 5-35% of the groups and their median is what the latency was chosen to match;
-        the placements a search keeps are light splits, where one latency for every transfer
-        was 20% off on an LSTM whose heavy splits it matched within 2%."""
-        return max(self.median_error(self.predicted_s), self.light_error or 0.0)
+        """What the fitted model may be off by where it was measured: the larger of the median
+        error over the fitted placements and the light split's :attr:`light_error_bound`. The
+        fitted placements move 5-35% of the groups and are what the link figures were chosen
+        to match; the placements a search keeps are light splits, which one latency for every
+        transfer priced 20% wrong on an LSTM whose heavy splits it matched within 2%, and one
+        light split's median is itself uncertain by its interval (10-20% wide over two local
+        servers): a split ``auto`` applies must be predicted to gain more than all of that."""
+        return max(self.median_error(self.predicted_s), self.light_error_bound or 0.0)
 
     def summary(self) -> str:
         speeds = "".join(f"; task {task} speed {after:.3f} in the rounds (profile: {before:.3f})"
                          for task, before, after in self.task_speeds)
-        light = (f"; a light split ({self.light[0]}) {self.light_error:.1%} off"
+        light = (f"; a light split ({self.light[0]}) {self.light_error:.1%} off (up to "
+                 f"{self.light_error_bound:.1%} within its interval)"
                  if self.light is not None else "")
         delay = (f" + {self.delay_s * 1e6:.1f} us in flight (before: "
                  f"{self.before_delay_s * 1e6:.1f} us)" if self.delay_s or self.before_delay_s
@@ -200,13 +215,14 @@ def reference_device(found: ClusterProfile) -> int:
 def with_latency(cluster: Cluster, pairs: np.ndarray, latency_s: float,
                  delay_s: float | None = None) -> Cluster:
     """``cluster`` with ``latency_s`` (and ``delay_s``, unless None) on every pair of devices
-    ``pairs`` ([D, D] bool) marks."""
+    ``pairs`` ([D, D] bool) marks (the delay not within a core group, whose transfers are
+    hand-overs with no flight: tasks sharing cores are one group)."""
     latency = cluster.latency.copy()
     latency[pairs] = latency_s
     if delay_s is None:
         return dataclasses.replace(cluster, latency=latency)
     delay = cluster.delay.copy()
-    delay[pairs] = delay_s
+    delay[pairs & ~core_group_pairs(cluster)] = delay_s
     return dataclasses.replace(cluster, latency=latency, delay=delay)
 
 
@@ -235,7 +251,8 @@ def fit_latency(cluster: Cluster, profile: cost_profile_pb2.CostProfile, meta_gr
       task_speeds: also measure the graph on each other task ``pairs`` links ``reference`` to
         (its first such device of ``reference``'s kind) and set that task's devices of that
         kind to the speed measured (module docstring).
-      with_delay: fit a delay beside the latency (pairs between tasks; module docstring).
+      with_delay: fit a delay beside the latency (module docstring), set on the pairs not
+        within a core group (between tasks that share no cores).
 
     Returns:
       ``(cluster with the fitted latency on the pairs (and the measured speeds), the fit)``;
@@ -243,17 +260,13 @@ def fit_latency(cluster: Cluster, profile: cost_profile_pb2.CostProfile, meta_gr
       predicted gain must exceed for ``auto`` to apply it).
 
     Raises:
-      ConfigError: ``pairs`` links ``reference`` to no device, or no share moved a group, or
-        ``with_delay`` for pairs within a core group (their transfers have no flight).
+      ConfigError: ``pairs`` links ``reference`` to no device, or no share moved a group.
       MeasurementError: TensorFlow could not run a placement.
     """
     pairs = np.asarray(pairs, dtype=bool)
     if pairs.shape != cluster.latency.shape or not pairs[reference].any():
         raise ConfigError(f"no device pair to fit links on from {cluster.names[reference]}: "
                           f"{what} it has no partner device")
-    if with_delay and (pairs & core_group_pairs(cluster)).any():
-        raise ConfigError(f"links {what} include pairs within a core group, whose transfers "
-                          "are hand-overs with no flight: fit them without a delay")
     analytical = AnalyticalCostModel(meta_graph)
     problem, _ = build_problem(meta_graph, cluster, cost_model=ProfileCostModel.from_proto(
         profile, fallback=analytical))
@@ -313,7 +326,9 @@ def fit_latency(cluster: Cluster, profile: cost_profile_pb2.CostProfile, meta_gr
         return np.array([sim.makespan(placements[label]) for label in labels])
 
     if with_delay:  # least mean squared log ratio; ties: the least delay, then latency
-        grid = [(latency_s, delay_s) for delay_s in DELAYS_S for latency_s in LATENCIES_S]
+        flying = (pairs & ~core_group_pairs(cluster)).any()  # else no delay to fit
+        grid = [(latency_s, delay_s) for delay_s in (DELAYS_S if flying else (0.0,))
+                for latency_s in LATENCIES_S]
         scores = [float(np.mean(np.log(predict(*point) / observed) ** 2)) for point in grid]
         best, best_delay = grid[int(np.argmin(scores))]
     else:  # the median predicted/measured ratio closest to 1; ties: the least latency
