@@ -47,9 +47,11 @@ step grew by about 290 us per transfer with 124 transfers and 135 us with 1,000,
 latency on the sender's core that matched the one overpredicted the other by up to 1.85x. With
 ``with_delay`` the fit chooses a pair (latency, :attr:`Cluster.delay
 <tf_autoplace.core.cluster.Cluster>`) from a grid of both, the one whose predictions of the
-moved placements have the least mean squared log ratio to the measured steps (two figures,
-so the criterion weighs every placement, not the median alone); a delay of 0 is on the grid,
-so the fit is never worse on those placements than one latency.
+moved placements match the measured steps best: for each delay the latency whose median
+predicted/measured ratio is closest to 1 (the rule of one latency), and of those the delay
+whose predictions spread least about the measurements (mean squared log ratio). A delay of 0
+gives one latency's fit, kept unless a delay prices the light and the heavy placements
+better.
 
 :func:`task_pairs` are the pairs of a TensorFlow cluster in different tasks; a latency there
 delays the consumer and, between two tasks' CPU devices, occupies a core of the sending task
@@ -325,16 +327,20 @@ def fit_latency(cluster: Cluster, profile: cost_profile_pb2.CostProfile, meta_gr
         sim = simulator(latency_s, delay_s)
         return np.array([sim.makespan(placements[label]) for label in labels])
 
-    if with_delay:  # least mean squared log ratio; ties: the least delay, then latency
-        flying = (pairs & ~core_group_pairs(cluster)).any()  # else no delay to fit
-        grid = [(latency_s, delay_s) for delay_s in (DELAYS_S if flying else (0.0,))
-                for latency_s in LATENCIES_S]
-        scores = [float(np.mean(np.log(predict(*point) / observed) ** 2)) for point in grid]
-        best, best_delay = grid[int(np.argmin(scores))]
-    else:  # the median predicted/measured ratio closest to 1; ties: the least latency
-        scores = [abs(np.log(np.median(predict(latency_s) / observed)))
-                  for latency_s in LATENCIES_S]
-        best, best_delay = LATENCIES_S[int(np.argmin(scores))], None
+    def median_matched(delay_s: float | None) -> tuple[float, np.ndarray]:
+        """The latency whose median predicted/measured ratio is closest to 1 with this delay
+        (the least among equals), and its predictions."""
+        runs = [predict(latency_s, delay_s) for latency_s in LATENCIES_S]
+        k = int(np.argmin([abs(np.log(np.median(p / observed))) for p in runs]))
+        return LATENCIES_S[k], runs[k]
+
+    (best, _), best_delay = median_matched(None), None
+    if with_delay and (pairs & ~core_group_pairs(cluster)).any():  # else nothing flies
+        # For each delay its median-matched latency; the delay whose predictions then spread
+        # least about the measurements (mean squared log ratio), 0 where nothing does better.
+        candidates = [(d, *median_matched(d)) for d in DELAYS_S]
+        spread = [float(np.mean(np.log(p / observed) ** 2)) for _, _, p in candidates]
+        best_delay, best, _ = candidates[int(np.argmin(spread))]
     fit = LatencyFit(what=what, latency_s=best, before_s=float(np.median(cluster.latency[pairs])),
                      labels=labels,
                      transfers=tuple(int(base.run(placements[label]).num_transfers)

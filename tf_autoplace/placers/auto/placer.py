@@ -339,8 +339,9 @@ class AutoPlacer(Placer):
         min_gain = max(self.config.min_gain, measured_error)
         if check_memory(problem, sim) or step_s < sim.makespan * (1 - min_gain):
             return None
-        why = (f"the {measured_error:.1%} its predictions were off when this cluster was "
-               "profiled" if measured_error > self.config.min_gain else f"{min_gain:.0%}")
+        why = (f"the {measured_error:.1%} its predictions may be off by, as measured when "
+               "this cluster was profiled" if measured_error > self.config.min_gain
+               else f"{min_gain:.0%}")
         gain = 1 - step_s / sim.makespan if sim.makespan > 0 else 0.0  # 0 s ops: no gain
         self.notes.append(
             f"auto: placement does not pay on these devices: the best placement found "
