@@ -2,6 +2,7 @@
 task, link classes and their overrides, the proto round trip, and a ClusterSpecError naming the
 job or task for a device the cluster lacks, wherever the device comes from."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -106,6 +107,15 @@ def test_devices_per_job_and_per_task_and_link_classes_given():
         Cluster.from_tf(jobs, devices="cpu2", links={"wan": (1.0, 1.0)})
     with pytest.raises(ClusterSpecError, match="bandwidth_gbps=0"):
         Cluster.from_tf(jobs, devices="cpu2", links={"host": (0, 1.0)})
+
+
+def test_a_tasks_own_link_delays_come_with_its_devices():
+    k80 = resolve_cluster("k80x2")
+    delayed = dataclasses.replace(k80, delay=np.where(np.eye(3, dtype=bool), 0.0, 4e-5))
+    cluster = Cluster.from_tf({"worker": ["localhost:2", "localhost:3"]},
+                              devices={"worker:0": delayed, "worker:1": k80})
+    np.testing.assert_array_equal(cluster.delay[:3, :3], delayed.delay)
+    assert not cluster.delay[3:].any() and not cluster.delay[:, 3:].any()
 
 
 def test_proto_round_trip_keeps_tasks_target_and_links():

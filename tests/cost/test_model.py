@@ -125,6 +125,11 @@ def test_transfer_time_is_latency_plus_bytes_over_bandwidth(k80x2):
         'link { src: "/device:CPU:0" dst: "/device:CPU:1" bandwidth_gbps: 20 latency_us: 1 }\n')
     assert CostModel.transfer_time(cluster, 2e9, 0, 1) == pytest.approx(1e-6 + 0.1, rel=1e-12)
     assert CostModel.transfer_time(cluster, 2e9, 1, 0) == pytest.approx(5e-6 + 0.2, rel=1e-12)
+    # A delay in flight comes on top: the consumer waits for the arrival.
+    delayed = dataclasses.replace(cluster, delay=[[0, 3e-4], [0, 0]])
+    assert CostModel.transfer_time(delayed, 2e9, 0, 1) == pytest.approx(1e-6 + 0.1 + 3e-4,
+                                                                        rel=1e-12)
+    assert CostModel.transfer_time(delayed, 2e9, 1, 0) == pytest.approx(5e-6 + 0.2, rel=1e-12)
 
 
 def test_a_placeholder_is_costed_as_before_without_a_made_up_feed():

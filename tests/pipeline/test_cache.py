@@ -2,6 +2,7 @@
 graph, placer setting or seed misses; damaged, foreign or invalid entries are ignored with a
 warning and replaced; concurrent writers never leave a partial entry."""
 
+import dataclasses
 import glob
 import logging
 import os
@@ -147,6 +148,10 @@ def test_keys_follow_the_placer_settings_and_the_seed():
     assert key != PlacementCache.key(problem, AutoPlacer(max_samples=10), 1, fp)
     assert key != PlacementCache.key(problems.random_problem(40, 0, num_gpus=3),
                                      AutoPlacer(max_samples=10), 0, fp)
+    d = problem.cluster.num_devices  # links with a delay are other links
+    delayed = dataclasses.replace(problem, cluster=dataclasses.replace(
+        problem.cluster, delay=np.full((d, d), 1e-4)))
+    assert key != PlacementCache.key(delayed, AutoPlacer(max_samples=10), 0, fp)
     saved = placement_pb2.PlacementResult(op=[placement_pb2.OpPlacement(name="a", device="b")])
     assert PlacementCache.key(problem, SavedPlacement(saved), 0, fp) is None
 

@@ -314,3 +314,13 @@ def test_bounds_hold_with_link_delays(case):
     c = dataclasses.replace(base.cluster, delay=delay)
     lp = assert_bounds_hold(dataclasses.replace(base, cluster=c), case)
     assert lp.path_s >= lp_lower_bound(base.graph, base.cluster, base.op_time).path_s
+
+
+def test_a_delay_lengthens_the_path_bound_by_what_a_transfer_must_wait():
+    # DIAMOND with 5 ms branches on two GPUs: running the branches at once puts one transfer
+    # on the path, so a 2 ms delay on every link raises the path bound by 2 ms.
+    c = gpus(2)
+    op_time = times([1, 5, 5, 1], c)
+    delayed = dataclasses.replace(c, delay=np.where(np.eye(2, dtype=bool), 0.0, 2e-3))
+    without = lp_lower_bound(DIAMOND, c, op_time).path_s
+    assert lp_lower_bound(DIAMOND, delayed, op_time).path_s == pytest.approx(without + 2e-3)

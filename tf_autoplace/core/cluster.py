@@ -580,14 +580,15 @@ class Cluster:
                 owner.append(task)
             groups += [(f"{task.name}/{name}", cores) for name, cores in template.core_groups]
         d = len(out)
-        bw, lat = np.zeros((d, d)), np.zeros((d, d))
+        bw, lat, delay = np.zeros((d, d)), np.zeros((d, d)), np.zeros((d, d))
         start = 0
         for template in templates:
             block = slice(start, start + template.num_devices)
             bw[block, block], lat[block, block] = template.bandwidth, template.latency
+            delay[block, block] = template.delay
             start += template.num_devices
         _class_links(owner, classes, bw, lat)
-        return cls(devices=tuple(out), bandwidth=bw, latency=lat,
+        return cls(devices=tuple(out), bandwidth=bw, latency=lat, delay=delay,
                    op_overhead_s=templates[0].op_overhead_s, core_groups=tuple(groups),
                    tasks=tasks, target=found if target is None else target)
 

@@ -334,18 +334,19 @@ def fit_latency(cluster: Cluster, profile: cost_profile_pb2.CostProfile, meta_gr
         k = int(np.argmin([abs(np.log(np.median(p / observed))) for p in runs]))
         return LATENCIES_S[k], runs[k]
 
-    (best, _), best_delay = median_matched(None), None
     if with_delay and (pairs & ~core_group_pairs(cluster)).any():  # else nothing flies
         # For each delay its median-matched latency; the delay whose predictions then spread
         # least about the measurements (mean squared log ratio), 0 where nothing does better.
         candidates = [(d, *median_matched(d)) for d in DELAYS_S]
         spread = [float(np.mean(np.log(p / observed) ** 2)) for _, _, p in candidates]
-        best_delay, best, _ = candidates[int(np.argmin(spread))]
+        best_delay, best, predicted = candidates[int(np.argmin(spread))]
+    else:
+        (best, predicted), best_delay = median_matched(None), None
     fit = LatencyFit(what=what, latency_s=best, before_s=float(np.median(cluster.latency[pairs])),
                      labels=labels,
                      transfers=tuple(int(base.run(placements[label]).num_transfers)
                                      for label in labels),
-                     measured=measured, predicted_s=tuple(predict(best, best_delay).tolist()),
+                     measured=measured, predicted_s=tuple(predicted.tolist()),
                      before_predicted_s=tuple(base.makespan(placements[label])
                                               for label in labels),
                      task_speeds=tuple(speeds),

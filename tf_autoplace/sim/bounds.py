@@ -198,7 +198,8 @@ def _edge_gaps(graph: OpGraph, cluster: Cluster, op_time: np.ndarray):
     each needs when its ends sit on different devices, and whether they may share one.
 
     Returns ``(src, dst, gap, forced, fastest)``: ``gap`` is the least ``latency + bytes /
-    bandwidth + delay`` (the time from the producer's end to the arrival) over ordered pairs of distinct devices allowed to the two ends' colocation
+    bandwidth + delay`` (the time from the producer's end to the arrival) over ordered pairs
+    of distinct devices allowed to the two ends' colocation
     groups, for the largest tensor ``src`` sends ``dst`` (0 bytes for a control edge: the
     simulator's dummy); ``forced`` is 1 for ends in one colocation group, -1 for ends that
     have no allowed device in common, else 0; ``fastest`` is each op's least time over the

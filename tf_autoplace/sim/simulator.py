@@ -867,7 +867,8 @@ class Simulator:
         calls the one version the first compiled, instead of compiling another for tens of
         seconds."""
         _readonly(self._bandwidth, self._latency, self._delay, self._tensor_bytes,
-                  self._out_tensor_ptr, self._out_tensors, self._dep_tensor, self._dep_op, self._cons_ptr,
+                  self._out_tensor_ptr, self._out_tensors, self._dep_tensor, self._dep_op,
+                  self._cons_ptr,
                   self._in_ptr, self._in_dep, self._persistent, self._executor,
                   self._exec_base, self.partner, self.partner_time, self._alias,
                   self._reuse_out, self._reuse_ptr, self._reuse_pair, self._takeable,
