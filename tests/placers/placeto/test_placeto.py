@@ -6,7 +6,6 @@ import itertools
 import networkx as nx
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from tf_autoplace.core.cluster import Cluster, Device
 from tf_autoplace.cost import TableCostModel
@@ -14,7 +13,6 @@ from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph.opgraph import from_edges
 from tf_autoplace.grouping import Grouping
 from tf_autoplace.placers import PlacementProblem, PlacetoPlacer, get_placer
-from tf_autoplace.placers.placeto import policy as policy_module
 from tf_autoplace.placers.placeto import pretrain, reinforce
 from tf_autoplace.placers.placeto.env import EnvConfig, PlacementEnv, reachability
 from tf_autoplace.placers.placeto.policy import KEEP_INIT, PlacetoPolicy, pool_masks
@@ -245,38 +243,6 @@ def test_episodes_traced_without_xla_are_the_same_episodes():
     args = (feats, env.view.edge_src, env.view.edge_dst, masks, env.order[:3])
     np.testing.assert_allclose(policy.traced_logits(*args).numpy(), policy.logits(*args).numpy(),
                                rtol=1e-5, atol=1e-6)
-
-
-def test_policies_of_one_architecture_share_one_trace_and_use_their_own_weights():
-    # The forward pass is traced once per architecture and process with the weights as
-    # arguments: a second policy must not trace it again, and must compute with its own
-    # weights (a pass that kept the first policy's variables would give the first's logits),
-    # as the pass run eagerly does, with and without XLA, and under a gradient tape.
-    env, first = _wide_policy(13, 30, 16, policy_seed=5, head_seed=6)
-    second = PlacetoPolicy(first.num_devices, env.num_features, seed=8)
-    second.head.weights_[-1][0].assign(np.random.default_rng(9).normal(size=(16, 2)))
-    feats = np.random.default_rng(7).random((3, env.view.num_groups, env.num_features),
-                                            dtype=np.float32)
-    args = (feats, env.view.edge_src, env.view.edge_dst, pool_masks(env.view.ancestors,
-                                                                     env.order[:3]),
-            env.order[:3])
-    for jit, forward in ((True, "logits"), (False, "traced_logits")):
-        traced = policy_module._shared_pass(first.config, jit)
-        out_first = getattr(first, forward)(*args).numpy()
-        count = traced.experimental_get_tracing_count()
-        out_second = getattr(second, forward)(*args).numpy()
-        assert traced.experimental_get_tracing_count() == count
-        assert second._passes[jit] is first._passes[jit]  # the same traced graph
-        for policy, out in ((first, out_first), (second, out_second)):
-            eager = policy_module._forward(policy._weights(), policy.config["rounds"],
-                                           policy.num_devices,
-                                           *(tf.constant(a) for a in args)).numpy()
-            np.testing.assert_allclose(out, eager, rtol=1e-5, atol=1e-6)
-        assert np.abs(out_first - out_second).max() > 1e-3
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_sum(second.logits(*args) ** 2)
-    grads = tape.gradient(loss, second.trainable_variables)
-    assert all(g is not None for g in grads) and max(np.abs(g).max() for g in grads) > 0
 
 
 def test_all_action_episodes_score_every_device_of_every_step():

@@ -76,6 +76,7 @@ import tensorflow as tf
 
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.learning.checkpoints import Checkpointable
+from tf_autoplace.learning.shared_trace import shared_method
 from tf_autoplace.placers.gdp.features import (
     NUM_DEVICE_FEATURES,
     NUM_GRAPH_FEATURES,
@@ -259,7 +260,7 @@ class GdpPolicy(Checkpointable, tf.Module):
     def segment(self) -> int:
         return self.config["segment"]
 
-    @tf.function(input_signature=[
+    @shared_method([
         tf.TensorSpec([None, None], tf.float32),  # node [G, F]
         tf.TensorSpec([None], tf.int32),  # edge_src [E]
         tf.TensorSpec([None], tf.int32),  # edge_dst [E]

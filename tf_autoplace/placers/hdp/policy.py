@@ -65,8 +65,9 @@ dominated an update. The attention is placed after the decoder cell (its output,
 input, reads the context), which is what lets the teacher-forced decoder run fused; its score
 is multiplicative, ``score_j = (W_d h_t + b_d) . (W_e e_j + b_e)``, a content-based score like
 the paper's [2] (Bahdanau's additive one), computed for all steps at once. The functions are
-``tf.function`` graphs, not XLA-compiled: XLA did not run these loops faster on 2 cores and
-took about four times as long to compile.
+``tf.function`` graphs traced once per architecture and process
+(:mod:`tf_autoplace.learning.shared_trace`), not XLA-compiled: XLA did not run these loops
+faster on 2 cores and took about four times as long to compile.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ import tensorflow as tf
 
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.learning.checkpoints import Checkpointable
+from tf_autoplace.learning.shared_trace import shared_method
 from tf_autoplace.placers.hdp.view import GROUP_NUMERIC, UNIT_NUMERIC
 
 
@@ -235,7 +237,7 @@ class HDPPolicy(Checkpointable, tf.Module):
         x = tf.concat([types, unit_features[:, 3 * v:]], axis=-1)
         return self.grouper_out(tf.nn.relu(self.grouper_hidden(x)))
 
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.float32)])
+    @shared_method([tf.TensorSpec([None, None], tf.float32)])
     def group_probabilities(self, unit_features):
         """[M, N] the grouper's distribution over groups for each unit ([M, 3 V + S] input)."""
         return tf.nn.softmax(self._group_logits(unit_features))
@@ -279,7 +281,7 @@ class HDPPolicy(Checkpointable, tf.Module):
         return self._readout(tf.transpose(h, [1, 0, 2]), memory,
                              self.attend_encoder(memory))
 
-    @tf.function(input_signature=[
+    @shared_method([
         tf.TensorSpec([None, None, None], tf.float32),  # group features [K, N, F]
         tf.TensorSpec([None, None], tf.int32),  # devices chosen [K, N]
     ])
@@ -287,7 +289,7 @@ class HDPPolicy(Checkpointable, tf.Module):
         """[K, N, D] the decoder's logits at each step given the earlier ``actions``."""
         return self._teacher_forced_logits(group_features, actions)
 
-    @tf.function(input_signature=[
+    @shared_method([
         tf.TensorSpec([None, None, None], tf.float32),  # group features [K, N, F]
         tf.TensorSpec([None, None, None], tf.float32),  # Gumbel noise [K, N, D]
     ])
@@ -331,7 +333,7 @@ class HDPPolicy(Checkpointable, tf.Module):
         placer_entropy = -tf.reduce_mean(tf.reduce_sum(tf.exp(log_q) * log_q, axis=[1, 2]))
         return grouper, placer, grouper_entropy, placer_entropy
 
-    @tf.function(input_signature=_SAMPLES)
+    @shared_method(_SAMPLES)
     def log_probs(self, unit_features, labels, group_features, actions):
         """``(grouper [K], placer [K], grouper entropy, placer entropy)``: the log-probability
         of each of K samples under the grouper and under the placer; the entropy of the
@@ -339,7 +341,7 @@ class HDPPolicy(Checkpointable, tf.Module):
         samples (their mean), on the scale of the log-probabilities they regularise."""
         return self._log_probs(unit_features, labels, group_features, actions)
 
-    @tf.function(input_signature=[
+    @shared_method([
         tf.TensorSpec([None, None, None], tf.float32),  # group features [K, N, F]
         tf.TensorSpec([None, None], tf.int32),  # target devices [K, N]
         tf.TensorSpec([None, None], tf.int32),  # devices the decoder reads [K, N]
@@ -362,7 +364,7 @@ class HDPPolicy(Checkpointable, tf.Module):
                                    *self.grouper_out.trainable_variables)}
         return [v for v in self.trainable_variables if id(v) not in grouper]
 
-    @tf.function(input_signature=_SAMPLES + [
+    @shared_method(_SAMPLES + [
         tf.TensorSpec([None], tf.float32),  # advantages [K]
         tf.TensorSpec([], tf.float32),  # entropy weight
     ])

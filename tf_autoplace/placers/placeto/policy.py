@@ -35,10 +35,9 @@ episode at once. The forward pass is compiled with XLA (``jit_compile``), once p
 at our sizes a call costs its per-op overhead, which XLA's fused kernels cut to a fraction, for
 about a second of compilation per new shape. A policy that runs a single episode on a graph
 (the default placer's zero-shot start) sets ``jit_compile = False`` and traces the pass without
-XLA instead (``traced_logits``): a few dozen steps do not repay the compilation. Both passes
-are traced once per architecture and process and take the weights as arguments, so every
-policy of that architecture (a new one per graph, a fine-tuned copy, a reloaded one) reuses the
-trace and XLA's compilations (:func:`_shared_pass`).
+XLA instead (``traced_logits``): a few dozen steps do not repay the compilation. Both are
+traced once per architecture and process, not per policy
+(:mod:`tf_autoplace.learning.shared_trace`).
 """
 
 from __future__ import annotations
@@ -48,6 +47,7 @@ import tensorflow as tf
 
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.learning.checkpoints import Checkpointable
+from tf_autoplace.learning.shared_trace import shared_method
 
 # Where the environment's features put the current-placement one-hot (after its 3 static
 # features; tf_autoplace.placers.placeto.env.STATIC_FEATURES).
@@ -73,17 +73,11 @@ class _MLP(tf.Module):
                                   tf.Variable(np.zeros(fan_out, np.float32), name=f"b{i}")))
 
     def __call__(self, x):
-        return _mlp(x, self.weights_, self.final_relu)
-
-
-def _mlp(x, weights, final_relu: bool = False):
-    """Dense layers ``weights`` [(w, b), ...] with ReLU between them (and after the last with
-    ``final_relu``)."""
-    for i, (w, b) in enumerate(weights):
-        x = tf.tensordot(x, w, axes=1) + b
-        if i < len(weights) - 1 or final_relu:
-            x = tf.nn.relu(x)
-    return x
+        for i, (w, b) in enumerate(self.weights_):
+            x = tf.tensordot(x, w, axes=1) + b
+            if i < len(self.weights_) - 1 or self.final_relu:
+                x = tf.nn.relu(x)
+        return x
 
 
 # The forward pass's inputs.
@@ -112,9 +106,6 @@ class PlacetoPolicy(Checkpointable, tf.Module):
     """
 
     kind = "a Placeto policy"
-    # Not walked for variables: it holds concrete functions, not weights.
-    _TF_MODULE_IGNORED_PROPERTIES = frozenset(tf.Module._TF_MODULE_IGNORED_PROPERTIES
-                                              | {"_passes"})
 
     def __init__(self, num_devices: int, num_features: int | None = None, *, embed: int = 8,
                  hidden: int = 8, head: int = 16, rounds: int = 4, seed: int = 0):
@@ -145,22 +136,22 @@ class PlacetoPolicy(Checkpointable, tf.Module):
         # revisits a placement, and keeping most groups where they are must be easy to learn.
         self.keep = tf.Variable(KEEP_INIT, name="keep")
         self.jit_compile = True
-        self._passes = {}  # XLA or not -> the shared pass's concrete function (see _run)
 
     @property
     def num_devices(self) -> int:
         return self.config["num_devices"]
 
+    @shared_method(_SIGNATURE, jit_compile=True)
     def logits(self, features, edge_src, edge_dst, pool_masks, current):
-        """[T, D] action logits for the group ``current[t]`` in state ``features[t]``,
-        compiled by XLA (once per input shape and process, see :func:`_shared_pass`)."""
-        return self._run(True, (features, edge_src, edge_dst, pool_masks, current))
+        """[T, D] action logits for the group ``current[t]`` in state ``features[t]``."""
+        return self._forward(features, edge_src, edge_dst, pool_masks, current)
 
+    @shared_method(_SIGNATURE)
     def traced_logits(self, features, edge_src, edge_dst, pool_masks, current):
         """:meth:`logits` traced into a graph but not compiled by XLA: for one episode on a
         graph (a zero-shot placement), whose few dozen steps take less time than XLA takes
         to compile the pass for the graph's shape."""
-        return self._run(False, (features, edge_src, edge_dst, pool_masks, current))
+        return self._forward(features, edge_src, edge_dst, pool_masks, current)
 
     def step_logits(self, features, edge_src, edge_dst, pool_masks, current):
         """The logits of an episode's steps: :meth:`logits`, or :meth:`traced_logits` when
@@ -168,27 +159,25 @@ class PlacetoPolicy(Checkpointable, tf.Module):
         forward = self.logits if self.jit_compile else self.traced_logits
         return forward(features, edge_src, edge_dst, pool_masks, current)
 
-    def _run(self, jit: bool, inputs: tuple):
-        """The forward pass on ``inputs`` (``_SIGNATURE``): the shared pass's concrete
-        function, looked up once per policy (a call through the ``tf.function`` would match
-        every weight's type again, about 1.5 ms a call)."""
-        concrete = self._passes.get(jit)
-        if concrete is None:
-            concrete = _shared_pass(self.config, jit).get_concrete_function(self._weights(),
-                                                                            *_SIGNATURE)
-            self._passes[jit] = concrete
-        return concrete(self._weights(), *(tf.convert_to_tensor(x, spec.dtype)
-                                           for x, spec in zip(inputs, _SIGNATURE)))
-
-    def _weights(self) -> dict:
-        """The variables by role, the forward pass's first argument. Built per call, not kept
-        as an attribute: an attribute would be tracked by ``tf.Module`` and could change the
-        order of ``trainable_variables``, which checkpoints and optimizers rely on."""
-        return {"embed": self.embed.weights_, "f_down": self.f_down.weights_,
-                "g_down": self.g_down.weights_, "f_up": self.f_up.weights_,
-                "g_up": self.g_up.weights_, "pool_l": [m.weights_ for m in self.pool_l],
-                "pool_h": [m.weights_ for m in self.pool_h], "head": self.head.weights_,
-                "keep": self.keep}
+    def _forward(self, features, edge_src, edge_dst, pool_masks, current):
+        num_groups = tf.shape(features)[1]
+        x = tf.transpose(self.embed(features), [1, 0, 2])  # [G, T, E]: gather/segment on axis 0
+        for _ in range(self.config["rounds"]):
+            down = tf.math.unsorted_segment_mean(tf.gather(self.f_down(x), edge_src), edge_dst,
+                                                 num_groups)
+            x = x + self.g_down(down)
+            up = tf.math.unsorted_segment_mean(tf.gather(self.f_up(x), edge_dst), edge_src,
+                                               num_groups)
+            x = x + self.g_up(up)
+        x = tf.transpose(x, [1, 0, 2])  # [T, G, E]
+        own = tf.gather(x, current, axis=1, batch_dims=1)  # [T, E]
+        sizes = tf.maximum(tf.reduce_sum(pool_masks, axis=2, keepdims=True), 1.0)  # [T, 3, 1]
+        means = pool_masks / sizes
+        pooled = [h(tf.einsum("tg,tge->te", means[:, i], l(x)))
+                  for i, (l, h) in enumerate(zip(self.pool_l, self.pool_h))]
+        own_features = tf.gather(features, current, axis=1, batch_dims=1)  # [T, F]
+        placed_on = own_features[:, PLACEMENT_OFFSET:PLACEMENT_OFFSET + self.num_devices]
+        return self.head(tf.concat([own] + pooled, axis=-1)) + self.keep * placed_on
 
     def reinitialize(self, seed: int) -> None:
         """Draw every weight again as a fresh policy seeded ``seed`` has them, in place (the
@@ -207,58 +196,6 @@ class PlacetoPolicy(Checkpointable, tf.Module):
         w, b = self.head.weights_[-1]
         for v in (w, b, self.keep):
             v.assign(v / temperature)
-
-
-# Traced forward passes shared by every policy of one architecture in this process, keyed by
-# (architecture, XLA or not); see _shared_pass.
-_PASSES: dict[tuple, object] = {}
-
-
-def _shared_pass(config: dict, jit: bool):
-    """The forward pass for policies of ``config``'s architecture: one ``tf.function`` per
-    architecture (and XLA or not) and process, taking the weights as variable arguments.
-
-    Why shared: tracing the pass (and, under a gradient tape, its backward pass) and compiling
-    it with XLA cost about a second each, and a pass that captured one policy's variables
-    would be traced again for every policy (a placer builds a new one per graph, a fine-tuned
-    copy, a reloaded one). Variables passed as arguments are read inside the graph, as
-    captured ones are; a new policy of the same architecture reuses the trace and every XLA
-    compilation (one per input shape). Its first use traces the pass for the signature's
-    unknown dimensions (:meth:`PlacetoPolicy._run`), so no input shape traces it again.
-    """
-    key = (tuple(sorted((k, v) for k, v in config.items() if k != "seed")), jit)
-    fn = _PASSES.get(key)
-    if fn is None:
-        rounds, num_devices = config["rounds"], config["num_devices"]
-
-        def forward(weights, features, edge_src, edge_dst, pool_masks, current):
-            return _forward(weights, rounds, num_devices, features, edge_src, edge_dst,
-                            pool_masks, current)
-
-        fn = _PASSES[key] = tf.function(forward, jit_compile=jit, autograph=False)
-    return fn
-
-
-def _forward(w, rounds, num_devices, features, edge_src, edge_dst, pool_masks, current):
-    """The module docstring's steps 1-4 with weights ``w`` (:meth:`PlacetoPolicy._weights`)."""
-    num_groups = tf.shape(features)[1]
-    x = tf.transpose(_mlp(features, w["embed"], final_relu=True), [1, 0, 2])  # [G, T, E]
-    for _ in range(rounds):  # gather/segment on axis 0
-        down = tf.math.unsorted_segment_mean(tf.gather(_mlp(x, w["f_down"]), edge_src),
-                                             edge_dst, num_groups)
-        x = x + _mlp(down, w["g_down"])
-        up = tf.math.unsorted_segment_mean(tf.gather(_mlp(x, w["f_up"]), edge_dst), edge_src,
-                                           num_groups)
-        x = x + _mlp(up, w["g_up"])
-    x = tf.transpose(x, [1, 0, 2])  # [T, G, E]
-    own = tf.gather(x, current, axis=1, batch_dims=1)  # [T, E]
-    sizes = tf.maximum(tf.reduce_sum(pool_masks, axis=2, keepdims=True), 1.0)  # [T, 3, 1]
-    means = pool_masks / sizes
-    pooled = [_mlp(tf.einsum("tg,tge->te", means[:, i], _mlp(x, l)), h)
-              for i, (l, h) in enumerate(zip(w["pool_l"], w["pool_h"]))]
-    own_features = tf.gather(features, current, axis=1, batch_dims=1)  # [T, F]
-    placed_on = own_features[:, PLACEMENT_OFFSET:PLACEMENT_OFFSET + num_devices]
-    return _mlp(tf.concat([own] + pooled, axis=-1), w["head"]) + w["keep"] * placed_on
 
 
 def pool_masks(ancestors: np.ndarray, current: np.ndarray) -> np.ndarray:
