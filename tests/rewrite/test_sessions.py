@@ -92,10 +92,19 @@ def test_a_session_created_before_placing_takes_the_placement_if_it_has_not_run(
         np.testing.assert_allclose(value, _run(unplaced)[1], rtol=1e-6)
 
 
-def test_a_session_whose_creation_was_not_seen_is_named_in_the_notes():
+def test_a_session_whose_creation_was_not_seen_is_named_in_the_notes(monkeypatch):
     graph = _two_branches()
     with _session(graph) as session:
-        sessions._created.discard(session)  # as if made before tf_autoplace was imported
+        # As if made before tf_autoplace was imported, in a process that has not placed yet
+        # (the sessions from before are found at the first placement).
+        sessions._created.discard(session)
+        monkeypatch.setattr(sessions, "_before", None)
         report = tf_autoplace.autoplace(graph, **PLACE)
+        assert sessions.unseen_sessions(graph) == [session]
+        with _session(graph) as seen:  # created since: never in the list
+            seen.run("init")
+            assert sessions.unseen_sessions(graph) == [session]
+            assert sessions.unseen_sessions(_two_branches()) == []
     assert any(n.startswith("1 open tf.compat.v1.Session(s) on this graph were created before "
                             "tf_autoplace was imported") for n in report.notes)
+    assert sessions.unseen_sessions(graph) == []  # closed

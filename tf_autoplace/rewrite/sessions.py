@@ -35,6 +35,7 @@ _MARK = "_tf_autoplace_records_runs"
 _lock = threading.Lock()
 _ran: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # tf.Graph -> WeakSet
 _created: "weakref.WeakSet" = weakref.WeakSet()  # sessions created since install()
+_before: "weakref.WeakSet | None" = None  # sessions created before it (found on first need)
 
 
 def _open(session) -> bool:
@@ -77,9 +78,30 @@ def sessions_that_ran(graph) -> list:
 def unseen_sessions(graph) -> list:
     """The open sessions on ``graph`` that were created before this module was imported:
     whether they ran it cannot be known."""
-    return [s for s in gc.get_referrers(graph)
-            if isinstance(s, tf_session.BaseSession) and s.graph is graph and _open(s)
-            and s not in _created]
+    return [s for s in _sessions_before_install() if s.graph is graph and _open(s)]
+
+
+def _sessions_before_install() -> list:
+    """The sessions alive that were created before :func:`install`, found once per process.
+
+    Every session created since is in ``_created``, so the ones before can only be those
+    alive at the first call that are not: one search of the heap, kept weakly, instead of one
+    per placement (a search costs tens of ms in a process that has imported TensorFlow and
+    Keras). The search asks the garbage collector which objects refer to a session class: an
+    instance refers to its class."""
+    global _before
+    with _lock:
+        if _before is None:
+            classes, stack = set(), [tf_session.BaseSession]
+            while stack:
+                cls = stack.pop()
+                if cls not in classes:
+                    classes.add(cls)
+                    stack.extend(cls.__subclasses__())
+            _before = weakref.WeakSet(
+                s for s in gc.get_referrers(*classes)
+                if isinstance(s, tf_session.BaseSession) and s not in _created)
+        return list(_before)
 
 
 def check_not_run(graph) -> None:
