@@ -21,10 +21,19 @@ spec.loader.exec_module(tool)
 default = [(1, 0.9), (10, 0.8), (20, 0.7)]
 worse = [(1, 0.85), (10, 0.72), (20, 0.72)]
 better = [(1, 0.85), (5, 0.7), (20, 0.6)]
+import os, tempfile
+from tf_autoplace.placers.gdp.policy import GdpPolicy
+from tf_autoplace.placers.hdp.policy import HDPPolicy
+from tf_autoplace.placers.placeto.policy import PlacetoPolicy
+# A saved policy of each kind (a placer reads the files it is given before any work).
+saved = {{name: os.path.join(tempfile.mkdtemp(), name) for name in ("placeto", "hdp", "gdp")}}
+PlacetoPolicy(2).save(saved["placeto"])
+HDPPolicy(4, 2, ["MatMul"]).save(saved["hdp"])
+GdpPolicy().save(saved["gdp"])
 budgets = {{}}
 for name in ("placeto", "hdp", "gdp"):
-    c = tool.make_placer(name, 40, 16, policy="saved").config
-    budgets[name] = dict(budget_s=c.budget_s, policy_dir=c.policy_dir,
+    c = tool.make_placer(name, 40, 16, policy=saved[name]).config
+    budgets[name] = dict(budget_s=c.budget_s, policy_dir=c.policy_dir, saved=saved[name],
                          max_samples=getattr(c, "max_samples", None),
                          max_steps=getattr(c, "max_steps", None),
                          samples=getattr(c, "samples", None))
@@ -75,7 +84,7 @@ def test_placements_to_the_worse_final_step_time(results):
 
 def test_each_placer_gets_the_sample_budget_and_no_time_limit(results):
     budgets = results[0]["budgets"]
-    assert all(b["budget_s"] == 1e9 and b["policy_dir"] == "saved" for b in budgets.values())
+    assert all(b["budget_s"] == 1e9 and b["policy_dir"] == b["saved"] for b in budgets.values())
     assert budgets["placeto"]["max_samples"] == budgets["hdp"]["max_samples"] == 40
     assert (budgets["gdp"]["max_steps"], budgets["gdp"]["samples"]) == (2, 16)
 

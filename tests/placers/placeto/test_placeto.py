@@ -12,6 +12,7 @@ from tf_autoplace.cost import TableCostModel
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph.opgraph import from_edges
 from tf_autoplace.grouping import Grouping
+from tf_autoplace.learning import shared_trace
 from tf_autoplace.placers import PlacementProblem, PlacetoPlacer, get_placer
 from tf_autoplace.placers.placeto import pretrain, reinforce
 from tf_autoplace.placers.placeto.env import EnvConfig, PlacementEnv, reachability
@@ -462,7 +463,7 @@ def test_reinitialized_policy_is_a_fresh_one_and_compiles_nothing_again():
     placement = rng.integers(0, 2, 12).astype(np.int32)
     placed = np.zeros(12, np.float32)
     reinforce._policy_step(policy, env, placement[None], 2, placed)
-    traced = policy.logits.experimental_get_tracing_count()
+    traced = shared_trace.shared_function(policy, "logits").experimental_get_tracing_count()
     policy.reinitialize(9)
     fresh = PlacetoPolicy(2, env.num_features, seed=9)
     assert policy.config == fresh.config
@@ -470,7 +471,10 @@ def test_reinitialized_policy_is_a_fresh_one_and_compiles_nothing_again():
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(reinforce._policy_step(policy, env, placement[None], 2, placed),
                                   reinforce._policy_step(fresh, env, placement[None], 2, placed))
-    assert policy.logits.experimental_get_tracing_count() == traced
+    # Neither the reinitialised policy nor a new one of the architecture traces the pass again.
+    assert shared_trace.shared_function(policy, "logits") is shared_trace.shared_function(
+        fresh, "logits")
+    assert shared_trace.shared_function(policy, "logits").experimental_get_tracing_count() == traced
 
 
 @pytest.mark.slow
