@@ -94,15 +94,16 @@ def test_a_session_created_before_placing_takes_the_placement_if_it_has_not_run(
 
 def test_a_session_whose_creation_was_not_seen_is_named_in_the_notes(monkeypatch):
     graph = _two_branches()
-    with _session(graph) as session:
+    with _session(graph) as session, _session(graph):
         # As if made before tf_autoplace was imported, in a process that has not placed yet
-        # (the sessions from before are found at the first placement).
+        # (the sessions from before are found at the first placement); the second session was
+        # created since, and is never in the list.
         sessions._created.discard(session)
         monkeypatch.setattr(sessions, "_before", None)
         report = tf_autoplace.autoplace(graph, **PLACE)
         assert sessions.unseen_sessions(graph) == [session]
-        with _session(graph) as seen:  # created since: never in the list
-            seen.run("init")
+        with _session(graph) as later:  # created after the first search: not listed either
+            later.run("init")
             assert sessions.unseen_sessions(graph) == [session]
             assert sessions.unseen_sessions(_two_branches()) == []
     assert any(n.startswith("1 open tf.compat.v1.Session(s) on this graph were created before "

@@ -25,7 +25,7 @@ import weakref
 
 import tensorflow as tf
 
-# (class, method, architecture, XLA) -> the tf.function shared by every policy of them.
+# (class, method, architecture) -> the tf.function shared by every policy of them.
 _FUNCTIONS: dict[tuple, object] = {}
 # policy -> {method: (concrete function, the policy's variables in tf.Module order)}.
 _BOUND: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -73,21 +73,20 @@ def shared_method(input_signature, *, jit_compile: bool = False):
 def shared_function(policy, name: str):
     """The ``tf.function`` that ``policy``'s method ``name`` runs, or None before its first
     call on a policy of this architecture (for tests: its tracing count)."""
-    for key, fn in _FUNCTIONS.items():
-        if key[:3] == (type(policy), name, architecture(policy)):
-            return fn
-    return None
+    return _FUNCTIONS.get((type(policy), name, architecture(policy)))
 
 
 def _define(template, name, body, jit_compile):
     """The shared ``tf.function`` of ``body`` for ``template``'s class and architecture; the
-    trace runs ``body`` on ``template`` rebound to the variables it is given."""
+    trace runs ``body`` on ``template`` rebound to the variables it is given. The function
+    keeps ``template`` alive (one policy per architecture and process) in case it traces
+    again."""
 
     def traced(variables, *args):
         return body(_rebind(template, variables), *args)
 
     fn = tf.function(traced, jit_compile=jit_compile, autograph=False)
-    _FUNCTIONS[(type(template), name, architecture(template), jit_compile)] = fn
+    _FUNCTIONS[(type(template), name, architecture(template))] = fn
     return fn
 
 
