@@ -75,10 +75,18 @@ class CostModel(abc.ABC):
 
 
 class AnalyticalCostModel(CostModel):
-    """Grappler's analytical per-op costs (needs the MetaGraphDef the OpGraph was read from)."""
+    """Grappler's analytical per-op costs (needs the MetaGraphDef the OpGraph was read from).
 
-    def __init__(self, meta_graph):
+    Args:
+      meta_graph: the graph the OpGraph was read from.
+      tensor_properties: Grappler's output properties of ``meta_graph`` where ingestion
+        inferred them already (:func:`tf_autoplace.graph.ingest.read_graph`); None: inferred
+        when first needed.
+    """
+
+    def __init__(self, meta_graph, *, tensor_properties: dict | None = None):
         self._meta_graph = meta_graph
+        self._tensor_properties = tensor_properties
         self._cache: dict[tuple, dict[str, float]] = {}
         self.num_fallback_ops = 0
 
@@ -91,7 +99,10 @@ class AnalyticalCostModel(CostModel):
                 device.kind, num_cores=device.num_cores, frequency_mhz=device.frequency_mhz,
                 memory_bandwidth_gbps=device.memory_bandwidth_gbps,
                 architecture=device.architecture)  # no memory_size: we judge memory ourselves
-            self._cache[key] = grappler.measure_costs(self._meta_graph, device.kind, props)
+            if self._tensor_properties is None:  # once for every kind of device
+                self._tensor_properties = grappler.output_properties(self._meta_graph)
+            self._cache[key] = grappler.measure_costs(
+                self._meta_graph, device.kind, props, tensor_properties=self._tensor_properties)
         return self._cache[key]
 
     def _op_time(self, graph: OpGraph, cluster: Cluster) -> np.ndarray:

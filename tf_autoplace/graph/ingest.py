@@ -204,6 +204,12 @@ def check_tensorflow_accepts(graph_def: graph_pb2.GraphDef) -> None:
             message = message.removeprefix(f"Node '{node}': ")
         where = f"node {node!r}" if node else "the graph"
         raise InvalidGraphError(f"TensorFlow rejects {where}: {message}") from e
+    check_constants(graph_def)
+
+
+def check_constants(graph_def: graph_pb2.GraphDef) -> None:
+    """Raise InvalidGraphError unless every constant of ``graph_def`` holds the bytes its shape
+    needs (TensorFlow checks that only when the kernel is built, at run time)."""
     for node in graph_def.node:
         if node.op in CONST_OPS:
             problem = _constant_problem(node)
@@ -268,6 +274,31 @@ def _variable_bytes(node) -> int:
 
 def to_opgraph(meta_graph: meta_graph_pb2.MetaGraphDef, *, unknown_dim: int = 1) -> OpGraph:
     """Read a MetaGraphDef into an OpGraph (see the module docstring for the rules)."""
+    return read_graph(meta_graph, unknown_dim=unknown_dim)[0]
+
+
+def read_graph(meta_graph: meta_graph_pb2.MetaGraphDef, *, unknown_dim: int = 1,
+               live_graph: bool = False) -> tuple[OpGraph, dict]:
+    """Read a MetaGraphDef into an OpGraph (see the module docstring for the rules).
+
+    Args:
+      meta_graph: the graph (not modified).
+      unknown_dim: elements counted for a dimension static inference cannot tell.
+      live_graph: ``meta_graph`` is a live ``tf.Graph``'s own GraphDef. TensorFlow checked
+        each of its ops as it was created (signature, attrs, inputs, shapes), so its importer
+        is not asked again (5 of 11 s on an 85k-op graph, most of it making Python objects
+        for the scratch graph); the constants' bytes are still checked. False for anything
+        read from bytes, a file or a GraphDef someone built.
+
+    Returns:
+      ``(graph, tensor_properties)``: the OpGraph and Grappler's output properties it was
+      read from (:func:`tf_autoplace.graph.grappler.output_properties`), which the analytical
+      cost model can reuse instead of inferring them again.
+
+    Raises:
+      InvalidGraphError: TensorFlow or Grappler rejects the graph (the message names the node).
+      InfeasiblePlacementError: the graph's bytes add up to more than ``MAX_GRAPH_BYTES``.
+    """
     nodes = list(meta_graph.graph_def.node)
     if not nodes:
         raise InvalidGraphError("the graph has no nodes")
@@ -299,7 +330,11 @@ def to_opgraph(meta_graph: meta_graph_pb2.MetaGraphDef, *, unknown_dim: int = 1)
             except (ValueError, TypeError) as e:
                 raise InvalidGraphError(f"node {node.name!r} has the device {node.device!r}, "
                                         f"which TensorFlow cannot parse: {e}") from e
-    check_tensorflow_accepts(meta_graph.graph_def)  # Grappler may abort on what TF rejects
+    # Grappler may abort on what TensorFlow rejects.
+    if live_graph:
+        check_constants(meta_graph.graph_def)
+    else:
+        check_tensorflow_accepts(meta_graph.graph_def)
 
     props = grappler.output_properties(meta_graph)
 
@@ -377,7 +412,7 @@ def to_opgraph(meta_graph: meta_graph_pb2.MetaGraphDef, *, unknown_dim: int = 1)
         edge_dst=np.array(edge_dst, dtype=np.int32),
         ctrl_src=np.array(ctrl_src, dtype=np.int32), ctrl_dst=np.array(ctrl_dst, dtype=np.int32),
         colocation=uf.labels(), kernels=kernels, shape_known=shape_known,
-        kernel_kinds=KERNEL_KINDS, n_back_edges=n_back, tensor_alias=tensor_alias)
+        kernel_kinds=KERNEL_KINDS, n_back_edges=n_back, tensor_alias=tensor_alias), props
 
 
 def _check_countable(nodes, persistent: list, tensor_op: list, tensor_bytes: list) -> None:

@@ -139,7 +139,8 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
         timings["profile"] = time.perf_counter() - t
     problem, cost_model = build_problem(meta_graph, cluster, grouping=options.grouping,
                                         cost_model=cost_model,
-                                        unknown_dim=options.unknown_dim, timings=timings)
+                                        unknown_dim=options.unknown_dim, timings=timings,
+                                        live_graph=isinstance(graph, tf.Graph))
     if placer.needs_workload:  # its reward comes from running placements here
         problem = dataclasses.replace(problem, workload=workload)
     if kernels.gpu_kernel_note() and any(d.kind == "GPU" for d in problem.cluster.devices):

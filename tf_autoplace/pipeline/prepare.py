@@ -39,13 +39,17 @@ from tf_autoplace.sim import Simulator
 
 def build_problem(meta_graph, cluster: Cluster, *, grouping: GroupingConfig = GroupingConfig(),
                   cost_model: CostModel | None = None, unknown_dim: int = 1,
-                  timings: dict | None = None):
-    """Ingest, cost and group a MetaGraphDef: returns ``(problem, cost_model)``."""
+                  timings: dict | None = None, live_graph: bool = False):
+    """Ingest, cost and group a MetaGraphDef: returns ``(problem, cost_model)``.
+    ``live_graph``: the MetaGraphDef is a live ``tf.Graph``'s
+    (:func:`tf_autoplace.graph.ingest.read_graph`)."""
     timings = {} if timings is None else timings
     t = time.perf_counter()
-    graph = ingest.to_opgraph(meta_graph, unknown_dim=unknown_dim)
+    graph, tensor_properties = ingest.read_graph(meta_graph, unknown_dim=unknown_dim,
+                                                 live_graph=live_graph)
     timings["ingest"] = time.perf_counter() - t
-    cost_model = cost_model or AnalyticalCostModel(meta_graph)
+    cost_model = cost_model or AnalyticalCostModel(meta_graph,
+                                                   tensor_properties=tensor_properties)
     return _cost_and_group(graph, cluster, cost_model, grouping, timings), cost_model
 
 

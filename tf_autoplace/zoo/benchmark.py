@@ -264,7 +264,7 @@ def pair_problem(model: str, cluster: str, *, quick: bool = False,
     problem = cache.load(name, spec) if cache is not None else None
     if problem is None:
         _, meta_graph = load_model(model, quick=quick)
-        problem, _ = build_problem(meta_graph, spec)
+        problem, _ = build_problem(meta_graph, spec, live_graph=True)
         if cache is not None:
             cache.store(name, problem)
     return problem
@@ -394,7 +394,7 @@ def benchmark(pairs, placer_names, *, quick: bool, seed: int = 0, sim_runs: int 
             start = time.perf_counter()
             try:
                 problem, cost_model = build_problem(meta_graph, cluster, grouping=grouping,
-                                                    cost_model=cost_model)
+                                                    cost_model=cost_model, live_graph=True)
             except AutoplaceError as e:
                 progress(f"{model_name} on {cluster_name}: cannot build the problem: {e}")
                 done += len(placer_names)
