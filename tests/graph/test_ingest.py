@@ -413,3 +413,33 @@ def test_bad_graph_files_are_invalid_graph_errors(tmp_path, content, message):
         ingest.read_graph_file(path)
     with pytest.raises(InvalidGraphError, match=message):
         ingest.load_meta_graph(str(path))
+
+
+def test_a_live_graph_is_read_the_same_without_importing_it_again(monkeypatch):
+    """A live tf.Graph's ops were checked by TensorFlow as they were made: reading its
+    GraphDef with ``live_graph=True`` skips the importer and gives the same OpGraph and
+    properties."""
+    meta_graph = ingest.load_meta_graph(small_cnn().graph)
+    checked, checked_props = ingest.read_graph(meta_graph)
+
+    def not_again(graph_def):
+        raise AssertionError("imported again")
+
+    monkeypatch.setattr(ingest, "check_tensorflow_accepts", not_again)
+    live, live_props = ingest.read_graph(meta_graph, live_graph=True)
+    assert _summary(live) == _summary(checked)
+    assert live_props.keys() == checked_props.keys()
+
+
+def test_a_live_graphs_constants_are_still_checked():
+    """TensorFlow checks a Const's bytes against its shape only when the kernel is built: a
+    live graph whose Const was given a short value is still an InvalidGraphError."""
+    g = tf.Graph()
+    with g.as_default():
+        a = tf.constant(np.zeros(1000, np.float32), name="a")
+        tf.identity(a, name="b")
+    short = tf.make_tensor_proto(np.zeros(2, np.float32))
+    short.tensor_shape.dim[0].size = 1000
+    g.get_operation_by_name("a")._set_attr("value", tf.compat.v1.AttrValue(tensor=short))
+    with pytest.raises(InvalidGraphError, match="its value holds 8 bytes where shape \\[1000\\]"):
+        ingest.read_graph(ingest.load_meta_graph(g), live_graph=True)
