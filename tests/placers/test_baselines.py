@@ -410,3 +410,30 @@ def test_m_sct_without_edges_between_groups_is_m_etf():
     favourite, status = favourite_children(problem)
     assert status == "no edge between groups" and (favourite == -1).all()
     assert np.array_equal(get_placer("m_sct").propose(problem), get_placer("m_etf").propose(problem))
+
+
+def _upward_rank_reference(problem):
+    """The b-level as NumPy computes it op by op (what the compiled loop replaced)."""
+    from tf_autoplace.heuristics.metf import _in_edges
+
+    graph, cluster = problem.graph, problem.cluster
+    mean_time = np.nanmean(np.where(problem.allowed, problem.op_time, np.nan), axis=1)
+    off = ~np.eye(cluster.num_devices, dtype=bool)
+    comm = cluster.latency[off].mean() + _in_edges(graph)[6] / cluster.bandwidth[off].mean()
+    *_, dst, src, _ = _in_edges(graph)
+    order = np.argsort(src, kind="stable")
+    starts = np.searchsorted(src[order], np.arange(graph.num_ops + 1))
+    rank = mean_time.copy()
+    for i in graph.topological_order()[::-1].tolist():
+        lo, hi = starts[i], starts[i + 1]
+        if hi > lo:
+            rank[i] += float(np.max(comm[order][lo:hi] + rank[dst[order][lo:hi]]))
+    return rank
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_upward_rank_equals_numpys_op_by_op(seed):
+    from tf_autoplace.heuristics.metf import upward_rank
+
+    problem = problems.random_problem(300, seed, num_gpus=1 + seed % 3)
+    np.testing.assert_array_equal(upward_rank(problem), _upward_rank_reference(problem))

@@ -1,12 +1,12 @@
 """The one place that touches TensorFlow's private Grappler Python APIs.
 
-``tensorflow.python.grappler.item.Item`` gives static shape inference (``GetOpProperties``) and
-``tensorflow.python.grappler.cluster.Cluster`` a virtual cluster whose ``MeasureCosts`` runs
+A Grappler item (``tensorflow.python.grappler._pywrap_tf_item``) gives static shape inference
+and ``tensorflow.python.grappler.cluster.Cluster`` a virtual cluster whose ``MeasureCosts`` runs
 Grappler's analytical op-level cost estimator. Both are private, so every call goes through this
 module; if a TF release moves them, only this file changes.
 
 Facts this module relies on (checked on TF 2.21):
-- ``Item`` needs fetch nodes, taken from the ``train_op`` collection; nodes outside the fan-in of
+- An item needs fetch nodes, taken from the ``train_op`` collection; nodes outside the fan-in of
   the fetches are pruned. We therefore fetch every sink node (a node nobody consumes).
 - ``MeasureCosts`` returns op performances only with ``disable_detailed_stats=False``, and costs
   the op on the device named in the node's ``device`` field, which must be a device of the
@@ -47,8 +47,9 @@ import tensorflow as tf
 from tensorflow.core.framework import types_pb2
 from tensorflow.core.protobuf import device_properties_pb2
 from tensorflow.core.protobuf import meta_graph_pb2
+from tensorflow.core.grappler.costs import op_performance_data_pb2
+from tensorflow.python.grappler import _pywrap_tf_item as tf_item
 from tensorflow.python.grappler import cluster as gcluster
-from tensorflow.python.grappler import item as gitem
 
 from tf_autoplace.errors import InvalidGraphError
 
@@ -83,15 +84,25 @@ def sink_nodes(graph_def) -> list[str]:
     return [n.name for n in graph_def.node if n.name not in consumed]
 
 
-def _item(meta_graph: meta_graph_pb2.MetaGraphDef) -> gitem.Item:
-    mg = meta_graph_pb2.MetaGraphDef()
-    mg.CopyFrom(meta_graph)
+class _Item:
+    """A Grappler item made once from a graph's bytes. TensorFlow's ``Item`` wrapper keeps two
+    Python copies of the graph and compares them on every use (to rebuild the item if the
+    graph changed): on an 85k-op graph 150 MB and a comparison of every node, for a graph
+    nothing here changes after the item is made."""
+
+    def __init__(self, mg: meta_graph_pb2.MetaGraphDef):
+        self.tf_item = tf_item.TF_NewItem(mg.SerializeToString(), True, False)
+
+
+def _item(mg: meta_graph_pb2.MetaGraphDef) -> _Item:
+    """A Grappler item of ``mg`` (a private copy: its fetches are set to the sinks here),
+    ignoring colocation and keeping the graph's own device annotations."""
     fetch = mg.collection_def["train_op"].node_list.value
     del fetch[:]
     fetch.extend(sink_nodes(mg.graph_def))
     try:
         with _quiet_stderr():
-            return gitem.Item(mg, ignore_colocation=True, ignore_user_placement=False)
+            return _Item(mg)
     except (tf.errors.OpError, ValueError, TypeError) as e:
         raise InvalidGraphError(f"Grappler cannot read the graph: {e}") from e
 
@@ -123,14 +134,22 @@ def _unfeed_static_placeholders(meta_graph: meta_graph_pb2.MetaGraphDef):
     return mg
 
 
-def output_properties(meta_graph: meta_graph_pb2.MetaGraphDef) -> dict:
-    """Node name -> list of OpInfo.TensorProperties (dtype, shape with -1 for unknown dims)."""
+def output_properties(meta_graph: meta_graph_pb2.MetaGraphDef) -> dict[str, list[bytes]]:
+    """Node name -> its outputs' ``OpInfo.TensorProperties`` (dtype, shape with -1 for unknown
+    dims, value where static inference knows it), serialized as Grappler returns them: read
+    one with :func:`parse_properties`. Kept serialized, an 85k-op graph's properties take a
+    fraction of the memory of parsed messages, and equal properties are equal bytes."""
     item = _item(_unfeed_static_placeholders(meta_graph))
     try:
         with _quiet_stderr():
-            return item.GetOpProperties()
+            return tf_item.TF_GetOpProperties(item.tf_item)
     except (tf.errors.OpError, ValueError, TypeError) as e:
         raise InvalidGraphError(f"Grappler cannot infer the graph's shapes: {e}") from e
+
+
+def parse_properties(serialized: bytes) -> op_performance_data_pb2.OpInfo.TensorProperties:
+    """One tensor's properties from :func:`output_properties`."""
+    return op_performance_data_pb2.OpInfo.TensorProperties.FromString(serialized)
 
 
 def device_properties(kind: str, *, num_cores: int, frequency_mhz: int,
@@ -246,31 +265,22 @@ def _distinct_ops(mg: meta_graph_pb2.MetaGraphDef, tensor_properties: dict
     nodes = mg.graph_def.node
     by_name = {node.name: node for node in nodes}
 
-    def props_of(inp: str):
+    def props_of(inp: str) -> bytes | None:
         name, _, port = inp.partition(":")
         outputs = tensor_properties.get(name)
         port = int(port or 0)
         return outputs[port] if outputs is not None and port < len(outputs) else None
 
-    serialized: dict[int, bytes] = {}  # id(TensorProperties) -> bytes, each serialized once
-
-    def key_of(tp, fallback: str):
-        if tp is None:
-            return fallback
-        got = serialized.get(id(tp))
-        if got is None:
-            got = serialized[id(tp)] = tp.SerializeToString(deterministic=True)
-        return got
-
     first: dict[tuple, str] = {}
     representative: dict[str, str] = {}
     for node in nodes:
         data = [inp for inp in node.input if not inp.startswith("^")]
+        inputs = [props_of(inp) for inp in data]
         context = (node.op,
                    tuple(sorted((k, v.SerializeToString(deterministic=True))
                                 for k, v in node.attr.items() if k != "_class")),
-                   tuple(key_of(props_of(inp), inp) for inp in data),
-                   tuple(key_of(tp, "") for tp in tensor_properties.get(node.name, ())))
+                   tuple(inp if tp is None else tp for tp, inp in zip(inputs, data)),
+                   tuple(tensor_properties.get(node.name, ())))
         representative[node.name] = first.setdefault(context, node.name)
 
     small = meta_graph_pb2.MetaGraphDef()
@@ -278,8 +288,7 @@ def _distinct_ops(mg: meta_graph_pb2.MetaGraphDef, tensor_properties: dict
     small.graph_def.library.CopyFrom(mg.graph_def.library)
     stand_ins: dict[bytes, str] = {}
 
-    def stand_in(tp, how: str) -> str:
-        key = key_of(tp, "")
+    def stand_in(key: bytes, tp, how: str) -> str:
         name = stand_ins.get(key)
         if name is not None:
             return name
@@ -314,13 +323,14 @@ def _distinct_ops(mg: meta_graph_pb2.MetaGraphDef, tensor_properties: dict
         for inp in node.input:
             if inp.startswith("^"):
                 continue
-            tp = props_of(inp)
+            key = props_of(inp)
+            tp = None if key is None else parse_properties(key)
             how = _stand_in_kind(tp)
             if how is None:
                 copy.input.append(inp)
                 todo.append(inp.partition(":")[0])
             else:
-                copy.input.append(stand_in(tp, how))
+                copy.input.append(stand_in(key, tp, how))
     return small, representative
 
 

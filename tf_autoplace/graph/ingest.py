@@ -352,7 +352,8 @@ def read_graph(meta_graph: meta_graph_pb2.MetaGraphDef, *, unknown_dim: int = 1,
         return tensor_id[(op, port)]
 
     for i, node in enumerate(nodes):
-        for port, tp in enumerate(props.get(node.name, [])):
+        for port, serialized in enumerate(props.get(node.name, [])):
+            tp = grappler.parse_properties(serialized)
             elements, known = _num_elements(tp.shape, unknown_dim)
             shape_known[i] &= known
             add_tensor(i, port, elements * grappler.dtype_size(tp.dtype), tp.dtype)

@@ -40,6 +40,7 @@ from tf_autoplace.core.problem import PlacementProblem, Placer, check_memory
 from tf_autoplace.core.units import format_bytes
 from tf_autoplace.errors import InfeasiblePlacementError
 from tf_autoplace.heuristics._common import compute_devices
+from tf_autoplace.sim.jit import cached_njit
 
 
 def _in_edges(graph):
@@ -71,11 +72,29 @@ def upward_rank(problem: PlacementProblem) -> np.ndarray:
     order = np.argsort(src, kind="stable")
     starts = np.searchsorted(src[order], np.arange(graph.num_ops + 1))
     children, child_comm = dst[order], comm[order]
-    rank = mean_time.copy()
-    for i in graph.topological_order()[::-1].tolist():
+    return _longest_paths(graph.topological_order().astype(np.int64), starts.astype(np.int64),
+                          children.astype(np.int64), child_comm.astype(np.float64),
+                          mean_time.astype(np.float64))
+
+
+@cached_njit
+def _longest_paths(order, starts, children, child_comm, rank):
+    """``rank`` (a copy) with, for each op in reverse ``order``, the largest ``child_comm[e] +
+    rank[child]`` over its out-edges (CSR ``starts``/``children``) added: NumPy's ``max`` of
+    the same sums, NaN included, in a loop that does not build an array per op."""
+    rank = rank.copy()
+    for k in range(len(order) - 1, -1, -1):
+        i = order[k]
         lo, hi = starts[i], starts[i + 1]
         if hi > lo:
-            rank[i] += float(np.max(child_comm[lo:hi] + rank[children[lo:hi]]))
+            best = -np.inf
+            for e in range(lo, hi):
+                value = child_comm[e] + rank[children[e]]
+                if value > best or value != value:
+                    best = value
+                    if value != value:
+                        break
+            rank[i] += best
     return rank
 
 
