@@ -25,7 +25,8 @@ import time
 
 from absl import app, flags
 
-flags.DEFINE_list("lengths", ["64", "192"], "NMT-8 unrolled lengths to place")
+flags.DEFINE_list("lengths", ["64", "192"], "NMT unrolled lengths to place")
+flags.DEFINE_integer("layers", 8, "NMT layers")
 flags.DEFINE_integer("rounds", 3, "rounds (each length once per round, in a fresh process)")
 flags.DEFINE_string("cluster", "k80x8", "cluster spec")
 FLAGS = flags.FLAGS
@@ -37,13 +38,13 @@ def _load() -> float:
     return os.getloadavg()[0]
 
 
-def place_once(length: int, cluster: str) -> dict:
+def place_once(length: int, cluster: str, layers: int = 8) -> dict:
     """One placement in a fresh process: its stage seconds, build seconds, ops, step and peak
     RSS (GB)."""
     with tempfile.TemporaryDirectory() as tmp:
         report_path = os.path.join(tmp, "report.json")
         command = [sys.executable, "-m", "tf_autoplace.cli", "place-model", "--model=nmt",
-                   "--knob=layers=8", f"--knob=length={length}", f"--cluster={cluster}",
+                   f"--knob=layers={layers}", f"--knob=length={length}", f"--cluster={cluster}",
                    f"--report_json={report_path}"]
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
         with open(os.path.join(tmp, "out.txt"), "w+") as out:
@@ -76,7 +77,7 @@ def main(argv):
     loads = [_load()]
     for _ in range(FLAGS.rounds):
         for length in lengths:
-            results[length].append(place_once(length, FLAGS.cluster))
+            results[length].append(place_once(length, FLAGS.cluster, FLAGS.layers))
             loads.append(_load())
     print(f"{FLAGS.rounds} rounds, lengths interleaved; 1-minute load {loads[0]:.2f} at the "
           f"start, {min(loads):.2f}-{max(loads):.2f} over the run. Median (range) of the "
@@ -88,7 +89,7 @@ def main(argv):
     for length, runs in results.items():
         after = [sum(r["stages"].get(s, 0.0) for s in r["stages"]) for r in runs]
         steps = sorted({round(r["step_ms"], 2) for r in runs})
-        row = ([f"nmt8 length {length} : {FLAGS.cluster}", f"{runs[0]['ops']:,}",
+        row = ([f"nmt{FLAGS.layers} length {length} : {FLAGS.cluster}", f"{runs[0]['ops']:,}",
                 f"{runs[0]['groups']:,}"]
                + [_median_range([r["stages"].get(s, 0.0) for r in runs]) for s in STAGES]
                + [_median_range(after), _median_range([r["peak_gb"] for r in runs], "{:.2f}"),

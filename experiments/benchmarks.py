@@ -83,8 +83,8 @@ SECTIONS = {s.name: s for s in (
                                   "--max_samples=1024", "--seed=1"),), 1.0),
     Section("post_ablation", (_script("eval_post.py", "--pairs=nmt2:k80x2,nmt4:k80x4",
                                       "--algorithms=ce+ppo,ce,ppo"),), 1.5),
-    Section("scale", (_cli("place-model", "--model=nmt", "--knob=layers=8", "--knob=length=64",
-                           "--cluster=k80x8"),), 0.2, measured=True),
+    Section("scale", (_script("bench_scale.py", "--lengths=64,192", "--rounds=3"),), 0.3,
+            measured=True),
     Section("simulator_speed", (_script("bench_sim.py", "--runs=100", "--pairs=inception_v3:"
                                         "k80x2,inception_v3:k80x4,inception_v3:k80x8,"
                                         "nmt8_long:k80x8"),), 0.3, measured=True),
