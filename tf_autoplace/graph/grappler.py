@@ -20,7 +20,7 @@ Facts this module relies on (checked on TF 2.21):
   comes back with an unknown first dimension. For shape inference we therefore stand in an
   ``Empty`` op of the placeholder's static shape (not a feed, value unknown) for each
   placeholder whose shape is fully known.
-- ``Item`` also allocates a made-up value of its static shape for every ``Placeholder`` it feeds
+- The item also allocates a made-up value of its static shape for every ``Placeholder`` it feeds
   (``GrapplerItemFromMetaGraphDef``): a ``[10**9, 4096]`` float placeholder is a 16 TB
   allocation, and the process dies with a segfault (1.6 GB for ``[10**5, 4096]``). Costing
   therefore reads the same ``Empty`` stand-ins, which nothing allocates. Grappler costs a
