@@ -17,9 +17,9 @@ built, costed and grouped as ``tf-autoplace benchmark`` does): the median and mi
 ``Simulator.run`` over ``--runs`` random placements, each a different draw (seeds 0, 1, ...),
 of two kinds: every Merge-and-Colocate group on a uniformly random allowed device
 (``RandomPlacer``, what the benchmark's simulations-per-second column uses), and every TF
-colocation group so (many more transfers: the hardest valid placement for the simulator).
-The CPU time of each run (``time.process_time``) is printed beside the wall time: on a shared
-machine it leaves out the time the process waited for a core. ``--cache_dir`` keeps the built
+colocation group so (many more transfers: the hardest valid placement for the simulator),
+as a markdown table, a row per pair and kind. The CPU time of each run
+(``time.process_time``) is given beside the wall time: on a shared machine it leaves out the time the process waited for a core. ``--cache_dir`` keeps the built
 problems (a problem cache: npz files, no pickle) for the next run. The project's requirement
 there: at most 2 ms (median) per random placement of the 8k-op Inception-V3 graph on k80x2,
 k80x4 and k80x8.
@@ -110,13 +110,10 @@ def time_zoo_pairs(runs: int) -> None:
     from tf_autoplace.heuristics import RandomPlacer
     from tf_autoplace.zoo.benchmark import pair_problem, parse_pairs
 
+    rows = []
     for model, cluster in parse_pairs(FLAGS.pairs):
         problem = pair_problem(model, cluster, cache_dir=FLAGS.cache_dir)
         sim = Simulator(problem.graph, problem.cluster, problem.op_time)
-        print(f"{model}:{cluster}: {problem.graph.num_ops} ops, "
-              f"{len(problem.graph.edge_dst)} data edges, {problem.cluster.num_devices} "
-              f"devices, {problem.grouping.num_groups} groups, "
-              f"{int(problem.graph.colocation.max()) + 1} colocation groups")
         kinds = (("random groups", lambda k: RandomPlacer().propose(problem, seed=k)),
                  ("random colocation groups", lambda k: colocation_random(problem, k)))
         for kind, draw in kinds:
@@ -130,11 +127,20 @@ def time_zoo_pairs(runs: int) -> None:
                 cpu.append(time.process_time() - c0)
                 times.append(time.perf_counter() - t0)
                 transfers.append(r.num_transfers)
-            print(f"  {kind}: median {1e3 * statistics.median(times):.3f} ms, min "
-                  f"{1e3 * min(times):.3f} ms per run() over {runs} placements; CPU time "
-                  f"median {1e3 * statistics.median(cpu):.3f} ms "
-                  f"(median {statistics.median(transfers):.0f} transfers)")
-    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+            rows.append((f"{model} : {cluster}", f"{problem.graph.num_ops:,}",
+                         f"{int(problem.graph.colocation.max()) + 1:,}",
+                         f"{problem.cluster.num_devices}", kind,
+                         f"{statistics.median(transfers):,.0f}",
+                         f"{1e3 * statistics.median(times):.3f}", f"{1e3 * min(times):.3f}",
+                         f"{1e3 * statistics.median(cpu):.3f}"))
+    print(f"One simulation of each of {runs} random placements per row, after three warm-up "
+          f"runs; load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}.\n")
+    header = ("graph : cluster", "ops", "colocation groups", "devices", "placement",
+              "transfers (median)", "ms per run, wall (median)", "min", "CPU ms (median)")
+    print("| " + " | ".join(header) + " |")
+    print("| " + " | ".join(["---"] * 5 + ["---:"] * 4) + " |")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
 
 
 def main(argv):
