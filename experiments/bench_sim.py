@@ -19,8 +19,9 @@ of two kinds: every Merge-and-Colocate group on a uniformly random allowed devic
 (``RandomPlacer``, what the benchmark's simulations-per-second column uses), and every TF
 colocation group so (many more transfers: the hardest valid placement for the simulator),
 as a markdown table, a row per pair and kind. The CPU time of each run
-(``time.process_time``) is given beside the wall time: on a shared machine it leaves out the time the process waited for a core. ``--cache_dir`` keeps the built
-problems (a problem cache: npz files, no pickle) for the next run. The project's requirement
+(``time.process_time``) is given beside the wall time: on a shared machine it leaves out the
+time the process waited for a core. ``--cache_dir`` keeps the built problems (a problem
+cache: npz files, no pickle) for the next run. The project's requirement
 there: at most 2 ms (median) per random placement of the 8k-op Inception-V3 graph on k80x2,
 k80x4 and k80x8.
 """
