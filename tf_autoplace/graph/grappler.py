@@ -55,6 +55,12 @@ from tf_autoplace.errors import InvalidGraphError
 
 _VIRTUAL_DEVICE = {"GPU": "/device:GPU:0", "CPU": "/device:CPU:0"}
 _STATIC_SHAPE = "_autoplace_static_shape"  # a placeholder's shape Const: <placeholder>/<this>
+# The op types of v1 control flow (tf.compat.v1.while_loop, cond). Grappler's time for a
+# loop's Merge depends on when its inputs arrive, not only on their properties, so a graph with
+# any of them is costed whole (measure_costs).
+V1_CONTROL_FLOW = frozenset({"Switch", "Merge", "Enter", "Exit", "NextIteration", "LoopCond",
+                             "RefSwitch", "RefMerge", "RefEnter", "RefExit",
+                             "RefNextIteration"})
 
 
 @contextlib.contextmanager
@@ -87,8 +93,7 @@ def sink_nodes(graph_def) -> list[str]:
 class _Item:
     """A Grappler item made once from a graph's bytes. TensorFlow's ``Item`` wrapper keeps two
     Python copies of the graph and compares them on every use (to rebuild the item if the
-    graph changed): on an 85k-op graph 150 MB and a comparison of every node, for a graph
-    nothing here changes after the item is made."""
+    graph changed), for a graph nothing here changes after the item is made."""
 
     def __init__(self, mg: meta_graph_pb2.MetaGraphDef):
         self.tf_item = tf_item.TF_NewItem(mg.SerializeToString(), True, False)
@@ -107,6 +112,16 @@ def _item(mg: meta_graph_pb2.MetaGraphDef) -> _Item:
         raise InvalidGraphError(f"Grappler cannot read the graph: {e}") from e
 
 
+def _shape_const(graph_def, name: str, shape, *, device: str = ""):
+    """Add to ``graph_def`` an int32 Const holding the dims of ``shape`` (a fully known
+    TensorShapeProto), the input an ``Empty`` of that shape reads; returns the node."""
+    dims = graph_def.node.add(name=name, op="Const", device=device)
+    dims.attr["dtype"].type = types_pb2.DT_INT32
+    dims.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(
+        [d.size for d in shape.dim], dtype=tf.int32, shape=[len(shape.dim)]))
+    return dims
+
+
 def _unfeed_static_placeholders(meta_graph: meta_graph_pb2.MetaGraphDef):
     """A copy where each Placeholder of fully known shape (and a plain dtype) is an ``Empty`` of
     that shape, so Grappler does not treat it as a feed of unknown shape (module docstring)."""
@@ -123,10 +138,7 @@ def _unfeed_static_placeholders(meta_graph: meta_graph_pb2.MetaGraphDef):
         dims_name = f"{node.name}/{_STATIC_SHAPE}"
         if dims_name in names:
             continue
-        dims = mg.graph_def.node.add(name=dims_name, op="Const", device=node.device)
-        dims.attr["dtype"].type = types_pb2.DT_INT32
-        dims.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(
-            [d.size for d in shape.dim], dtype=tf.int32, shape=[len(shape.dim)]))
+        dims = _shape_const(mg.graph_def, dims_name, shape, device=node.device)
         node.op = "Empty"
         node.ClearField("attr")
         node.attr["dtype"].type = dtype
@@ -137,8 +149,8 @@ def _unfeed_static_placeholders(meta_graph: meta_graph_pb2.MetaGraphDef):
 def output_properties(meta_graph: meta_graph_pb2.MetaGraphDef) -> dict[str, list[bytes]]:
     """Node name -> its outputs' ``OpInfo.TensorProperties`` (dtype, shape with -1 for unknown
     dims, value where static inference knows it), serialized as Grappler returns them: read
-    one with :func:`parse_properties`. Kept serialized, an 85k-op graph's properties take a
-    fraction of the memory of parsed messages, and equal properties are equal bytes."""
+    one with :func:`parse_properties`. Kept serialized, they take a fraction of the memory of
+    parsed messages, and equal properties are equal bytes."""
     item = _item(_unfeed_static_placeholders(meta_graph))
     try:
         with _quiet_stderr():
@@ -188,7 +200,7 @@ def measure_costs(meta_graph: meta_graph_pb2.MetaGraphDef, kind: str,
     """
     mg = _unfeed_static_placeholders(meta_graph)  # no made-up feeds (module docstring)
     representative = None
-    if distinct and not any(node.op in _V1_CONTROL_FLOW for node in mg.graph_def.node):
+    if distinct and not any(node.op in V1_CONTROL_FLOW for node in mg.graph_def.node):
         if tensor_properties is None:
             tensor_properties = output_properties(meta_graph)
         costed, representative = _distinct_ops(mg, tensor_properties)
@@ -227,11 +239,6 @@ def measure_costs(meta_graph: meta_graph_pb2.MetaGraphDef, kind: str,
 
 
 _HANDLE_TYPES = (types_pb2.DT_RESOURCE, types_pb2.DT_VARIANT, types_pb2.DT_INVALID)
-# The scheduler's time for a v1 loop's Merge depends on when its inputs arrive, not only on
-# their properties: a graph with v1 control flow is costed whole.
-_V1_CONTROL_FLOW = frozenset({"Merge", "RefMerge", "Switch", "RefSwitch", "Enter", "RefEnter",
-                              "Exit", "RefExit", "NextIteration", "RefNextIteration",
-                              "LoopCond"})
 
 
 def _stand_in_kind(tp) -> str | None:
@@ -301,10 +308,7 @@ def _distinct_ops(mg: meta_graph_pb2.MetaGraphDef, tensor_properties: dict
             const.attr["dtype"].type = tp.dtype
             const.attr["value"].tensor.CopyFrom(tp.value)
             return name
-        dims = small.graph_def.node.add(name=f"{name}/shape", op="Const")
-        dims.attr["dtype"].type = types_pb2.DT_INT32
-        dims.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(
-            [d.size for d in tp.shape.dim], dtype=tf.int32, shape=[len(tp.shape.dim)]))
+        dims = _shape_const(small.graph_def, f"{name}/shape", tp.shape)
         empty = small.graph_def.node.add(name=name, op="Empty", input=[dims.name])
         empty.attr["dtype"].type = tp.dtype
         return name

@@ -286,9 +286,9 @@ def read_graph(meta_graph: meta_graph_pb2.MetaGraphDef, *, unknown_dim: int = 1,
       unknown_dim: elements counted for a dimension static inference cannot tell.
       live_graph: ``meta_graph`` is a live ``tf.Graph``'s own GraphDef. TensorFlow checked
         each of its ops as it was created (signature, attrs, inputs, shapes), so its importer
-        is not asked again (5 of 11 s on an 85k-op graph, most of it making Python objects
-        for the scratch graph); the constants' bytes are still checked. False for anything
-        read from bytes, a file or a GraphDef someone built.
+        is not asked again (most of that import is making Python objects for a scratch graph
+        of the same size); the constants' bytes are still checked. False for anything read
+        from bytes, a file or a GraphDef someone built.
 
     Returns:
       ``(graph, tensor_properties)``: the OpGraph and Grappler's output properties it was

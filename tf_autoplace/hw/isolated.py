@@ -34,11 +34,10 @@ import tensorflow as tf
 from tensorflow.core.framework import graph_pb2, types_pb2
 
 from tf_autoplace.errors import ConfigError, MeasurementError
+from tf_autoplace.graph.grappler import V1_CONTROL_FLOW
 from tf_autoplace.hw.runner import PlacedSession, RunConfig, session_config
 from tf_autoplace.hw.workload import Workload
 
-_CONTROL_FLOW = frozenset({"Switch", "Merge", "Enter", "Exit", "NextIteration", "LoopCond",
-                           "RefSwitch", "RefMerge", "RefEnter", "RefExit", "RefNextIteration"})
 _UNFEEDABLE = frozenset({types_pb2.DT_RESOURCE, types_pb2.DT_VARIANT, types_pb2.DT_STRING})
 
 
@@ -56,7 +55,7 @@ def isolable(node, graph: tf.Graph) -> bool:
     (no resource, reference, variant or string), it is no control-flow op and it calls no
     graph function."""
     inputs = _data_inputs(node)
-    if not inputs or node.op in _CONTROL_FLOW or "f" in node.attr:
+    if not inputs or node.op in V1_CONTROL_FLOW or "f" in node.attr:
         return False
     for name in inputs:
         try:
