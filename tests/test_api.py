@@ -216,3 +216,22 @@ def test_a_cost_profile_is_for_graphs_not_functions():
 
     with pytest.raises(tf_autoplace.ConfigError, match="cost_profile is for graphs"):
         tf_autoplace.autoplace(double, cluster=CPU2, placer="m_etf", cost_profile="p.pbtxt")
+
+
+def test_a_live_graph_is_not_imported_again_and_a_graph_def_is(monkeypatch):
+    """The engine tells ingestion whether it reads a live tf.Graph (which TensorFlow checked
+    op by op as it was made) or a GraphDef from elsewhere (which TensorFlow's importer checks
+    before Grappler sees it); both place to the same devices."""
+    from tf_autoplace.graph import ingest
+
+    imported = []
+    real = ingest.check_tensorflow_accepts
+    monkeypatch.setattr(ingest, "check_tensorflow_accepts",
+                        lambda graph_def: imported.append(1) or real(graph_def))
+    graph = small_cnn().graph
+    graph_def = graph.as_graph_def()
+    from_def = tf_autoplace.autoplace(graph_def, cluster=CPU2, placer="m_etf", seed=0)
+    assert imported == [1]
+    live = tf_autoplace.autoplace(graph, cluster=CPU2, placer="m_etf", seed=0)
+    assert imported == [1]
+    assert live.assignment == from_def.assignment
