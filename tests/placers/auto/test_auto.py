@@ -12,10 +12,12 @@ from tf_autoplace.heuristics.best import device_counts
 from tf_autoplace.heuristics.single import SingleDevicePlacer
 from tf_autoplace.learning.rollouts import Evaluator
 from tf_autoplace.placers import AutoPlacer, check_memory, check_placement
-from tf_autoplace.placers.auto.local_search import LocalSearch, LocalSearchConfig, local_search
+from tf_autoplace.placers.auto.local_search import (LocalSearch, LocalSearchConfig,
+                                                    iterate_until_stale, kick, local_search)
 from tf_autoplace.placers.placeto.env import EnvConfig, PlacementEnv
 from tf_autoplace.graph.opgraph import from_edges
-from tf_autoplace.testing.problems import GB, cluster, problem, random_dag, random_problem
+from tf_autoplace.testing.problems import (GB, cluster, problem, random_dag, random_problem,
+                                           training_problem)
 
 
 class _Raises(SingleDevicePlacer):
@@ -230,6 +232,69 @@ def test_default_placer_beats_the_best_heuristic_and_says_how():
     assert any(n.startswith("auto: ") and "local searches from" in n for n in placement.notes)
 
 
+def test_a_kick_moves_whole_colocation_groups_to_devices_that_can_run_them():
+    p = _overfull(seed=2)
+    coloc = p.graph.colocation
+    start = BestHeuristicPlacer().propose(p)
+    for seed in range(20):
+        out = kick(p, start, 0.1, np.random.default_rng(seed))
+        assert not check_placement(p, out)  # groups whole, every op on a device with its kernel
+        moved = np.unique(coloc[out != start])
+        assert 1 <= len(moved) <= max(2, int(0.1 * (coloc.max() + 1)))
+        np.testing.assert_array_equal(out, kick(p, start, 0.1, np.random.default_rng(seed)))
+    assert (kick(p, start, 1.0, np.random.default_rng(0)) != start).sum() > p.graph.num_ops // 3
+
+
+class _Scripted:
+    """A search whose run ends at a local optimum at a given R, and counts its samples."""
+
+    def __init__(self, best, samples=10):
+        self.best, self.samples, self.stopped, self.current = best, 1, "local optimum", None
+        self._samples = samples
+
+    def run(self, until, **kwargs):
+        self.samples = min(until, self.samples + self._samples)
+        self.stopped = "local optimum" if self.samples < until else "samples"
+        return self.stopped
+
+
+def test_iterated_search_keeps_the_best_and_stops_after_patience_misses():
+    scores = iter([9.0, 7.0, 8.0, 7.5, 6.0, 9.0, 9.0, 9.0, 1.0])
+    made = []
+
+    def fresh(best):
+        made.append(best.best)  # each kick starts from the best so far
+        return _Scripted(next(scores))
+
+    best, ran = iterate_until_stale(_Scripted(8.5), fresh, 10_000, 100, patience=3)
+    assert best.best == 6.0 and len(ran) == 8  # 6.0 found, then three misses
+    assert made == [8.5, 8.5, 7.0, 7.0, 7.0, 6.0, 6.0, 6.0]
+    # The budget ends it too: every search counts its samples against what is left.
+    best, ran = iterate_until_stale(_Scripted(8.5), lambda b: _Scripted(9.0, samples=40), 200,
+                                    100, patience=100)
+    assert 100 + sum(s.samples for s in ran) == 200
+    # A winner that did not end at a local optimum (a large problem): nothing to iterate.
+    done = _Scripted(8.5)
+    done.stopped = "samples"
+    assert iterate_until_stale(done, fresh, 10_000, 0, patience=3) == (done, [])
+
+
+def test_kicks_reach_a_better_local_optimum_than_the_race_alone():
+    # A random training graph of 23 layers on two GPUs where every search of the race ends in
+    # one local optimum (67.80 ms) and a better placement exists a few groups away.
+    p = training_problem(23, 0, num_gpus=2)
+    race_only = AutoPlacer(patience=0).place(p, seed=0)
+    placer = AutoPlacer()
+    iterated = placer.place(p, seed=0)
+    assert iterated.sim.makespan < race_only.sim.makespan * (1 - 0.01)
+    assert placer.stats["kick_gains"] >= 1
+    assert any("from kicks of the best" in n for n in iterated.notes)
+    np.testing.assert_array_equal(AutoPlacer().place(p, seed=0).devices, iterated.devices)
+    # The kicks score at most kick_share times what the race scored.
+    raced = sum(s for *_, s in placer.stats["searches"])
+    assert raced < placer.stats["samples"] <= raced * (1 + placer.config.kick_share)
+
+
 def test_a_split_must_gain_more_than_the_clusters_measured_prediction_error():
     p = random_problem(200, seed=3, num_gpus=2, host=False)
     single = p.simulator.run(np.zeros(p.graph.num_ops, np.int32)).makespan
@@ -271,7 +336,9 @@ def test_one_device_returns_at_once():
 
 @pytest.mark.parametrize("kwargs", [dict(max_samples=0), dict(budget_s=-1), dict(workers=0),
                                     dict(learned=("gdp2",)), dict(threads=0),
-                                    dict(threads=True)])
+                                    dict(threads=True), dict(patience=-1), dict(patience=1.5),
+                                    dict(kick=0.0), dict(kick=1.5), dict(kick=True),
+                                    dict(kick_share=0), dict(kick_share=True)])
 def test_bad_auto_settings_are_config_errors(kwargs):
     with pytest.raises(ConfigError):
         AutoPlacer(**kwargs)

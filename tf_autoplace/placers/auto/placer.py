@@ -17,7 +17,9 @@ it
 2. **searches** from the fastest start that fits: local search over blocks of colocation groups
    (:func:`tf_autoplace.placers.auto.local_search.local_search`), which keeps a move only when the
    simulator says it is faster, may move work to the CPU host, and stops early at a local
-   optimum or at the lower bound;
+   optimum or at the lower bound; on small problems, where every search ends at a local
+   optimum with most of the budget left, it goes on from kicks of the best placement
+   (``AutoConfig.patience``);
 3. returns the best placement found; the report's notes say where it started and what the
    search gained.
 
@@ -49,7 +51,8 @@ from tf_autoplace.learning.eager import policy_context
 from tf_autoplace.learning.measured import MeasuredEvaluator, check_reward
 from tf_autoplace.learning.rollouts import Evaluator, available_cpus
 from tf_autoplace.learning.workers import check_ray_address, cluster_cpus
-from tf_autoplace.placers.auto.local_search import LocalSearch, LocalSearchConfig, race
+from tf_autoplace.placers.auto.local_search import (LocalSearch, LocalSearchConfig,
+                                                    iterate_until_stale, kick, race)
 from tf_autoplace.placers.placeto.env import PlacementEnv
 from tf_autoplace.placers.placeto.policy import PlacetoPolicy
 from tf_autoplace.placers.placeto.search import PlacetoConfig, pretrained_policy_dir, search
@@ -93,6 +96,15 @@ class AutoConfig:
       seeds_per_start: searches from each start, each with its own random draws (>= 1):
         which local optimum a search ends in depends on its first moves as much as on its
         start, and the race drops the unlucky ones early.
+      patience: when the race's winner ends at a local optimum with placements of the budget
+        left (small problems, which are swept), iterated local search goes on from the best
+        placement so far, each search from a kick of ``kick`` of its colocation groups, until
+        this many in a row find nothing faster (>= 0; 0: none;
+        ``local_search.iterate_until_stale``).
+      kick: the fraction of colocation groups a kick moves (in (0, 1]; at least two).
+      kick_share: the searches from kicks score at most this many times the placements the
+        race scored (> 0): on small problems the sample budget is far larger than a search
+        needs, and this bounds the kicks' time to a multiple of the race's.
       learned: learned placers whose placements are starts (``"placeto"``: the shipped
         Placeto policy's zero-shot placement, when there is one for the cluster's
         action-device count; ``"post"``: a Post search of ``post.max_samples`` placements, when
@@ -122,6 +134,9 @@ class AutoConfig:
     threads: int | None = None
     starts: int = 4
     seeds_per_start: int = 2
+    patience: int = 32
+    kick: float = 0.1
+    kick_share: float = 2.0
     learned: tuple[str, ...] = LEARNED
     post: PostConfig = PostConfig()
     search: LocalSearchConfig = LocalSearchConfig()
@@ -147,6 +162,15 @@ class AutoConfig:
         check_reward(self.reward, self.measure_steps, self.workers, self.ray_address)
         if not (isinstance(self.starts, int) and self.starts >= 1):
             raise ConfigError(f"starts must be an int >= 1, got {self.starts!r}")
+        if isinstance(self.patience, bool) or not (isinstance(self.patience, int)
+                                                    and self.patience >= 0):
+            raise ConfigError(f"patience must be an int >= 0, got {self.patience!r}")
+        if isinstance(self.kick, bool) or not (isinstance(self.kick, (int, float))
+                                                and 0 < self.kick <= 1):
+            raise ConfigError(f"kick must be a number in (0, 1], got {self.kick!r}")
+        if isinstance(self.kick_share, bool) or not (isinstance(self.kick_share, (int, float))
+                                                      and self.kick_share > 0):
+            raise ConfigError(f"kick_share must be a number > 0, got {self.kick_share!r}")
         if not (isinstance(self.seeds_per_start, int) and self.seeds_per_start >= 1):
             raise ConfigError(f"seeds_per_start must be an int >= 1, got "
                               f"{self.seeds_per_start!r}")
@@ -287,29 +311,51 @@ class AutoPlacer(Placer):
                 for j in range(cfg.seeds_per_start):
                     searches.append(first if j == 0 else first.fork(_seed(seed, k, j)))
                     labels.append((label, start_s, devices))
+
+            kicks = np.random.default_rng(_seed(seed, len(starts), 0))
+            origin = {}  # a search from a kick -> the race's search its line began with
+
+            def fresh(best: LocalSearch) -> LocalSearch:
+                search = LocalSearch(problem, kick(problem, best.current, cfg.kick, kicks),
+                                     cfg.search, seed=int(kicks.integers(2**31 - 1)),
+                                     evaluator=evaluator)
+                origin[search] = origin.get(best, best)
+                return search
+
             with self.progress.phase("auto: local search", max_samples - spent,
                                      deadline=deadline):
                 winner = race(searches, max_samples - spent, deadline=deadline,
                               lower_bound=bound, progress=self.progress)
-            label, start_s, start = labels[searches.index(winner)]
+                raced = sum(s.samples for s in searches)
+                winner, iterated = iterate_until_stale(
+                    winner, fresh, min(max_samples - spent, int(raced * (1 + cfg.kick_share))),
+                    raced,
+                    patience=cfg.patience, deadline=deadline, lower_bound=bound,
+                    progress=self.progress)
+            label, start_s, start = labels[searches.index(origin.get(winner, winner))]
             if measured:  # both ends as measured here, not simulated
                 start_s = evaluator.step_time(start)
                 end_s = evaluator.step_time(winner.current)
             else:
                 end_s = problem.simulator.run(winner.current).makespan
-        samples = spent + sum(s.samples for s in searches)
-        simulations = spent + sum(s.simulations for s in searches)
+        samples = spent + sum(s.samples for s in searches + iterated)
+        simulations = spent + sum(s.simulations for s in searches + iterated)
+        gains = sum(s.best < min([r.best for r in searches] + [t.best for t in iterated[:k]])
+                    for k, s in enumerate(iterated))
         self.stats = dict(start=label, start_ms=start_s * 1e3, end_ms=end_s * 1e3,
                           samples=samples, simulations=simulations, stopped=winner.stopped,
                           curve=winner.curve,
                           searches=[(lab, s.curve[0][1] * 1e3, s.best * 1e3, s.samples)
                                     for (lab, _, _), s in zip(labels, searches)],
+                          kicks=len(iterated), kick_gains=gains,
                           seconds=time.perf_counter() - began)
         tried = ", ".join(f"{lab} {s.curve[0][1] * 1e3:.1f} -> {s.best * 1e3:.1f} ms"
                           for (lab, _, _), s in zip(labels, searches))
-        summary = (f"auto: {len(searches)} local searches from {len(starts)} start(s) in "
+        summary = (f"auto: {len(searches) + len(iterated)} local searches from {len(starts)} start(s) in "
                    f"{samples} {'measured' if measured else 'scored'} placements "
-                   f"({'' if measured else f'{simulations} simulated; '}{tried}); "
+                   f"({'' if measured else f'{simulations} simulated; '}{tried}"
+                   + (f"; then {len(iterated)} from kicks of the best, {gains} of them "
+                      "faster" if iterated else "") + "); "
                    f"the best started from {label} "
                    f"({start_s * 1e3:.2f} "
                    f"ms) and reached {end_s * 1e3:.2f} ms "
