@@ -15,9 +15,6 @@ from tf_autoplace.placers import AutoPlacer, check_memory, check_placement
 from tf_autoplace.placers.auto.local_search import (LocalSearch, LocalSearchConfig,
                                                     iterate_until_stale, kick, local_search)
 from tf_autoplace.placers.placeto.env import EnvConfig, PlacementEnv
-from tf_autoplace.placers.placeto.search import pretrained_policy_dir
-from tf_autoplace.placers.post import search as post_search
-from tf_autoplace.placers.post.search import PostConfig
 from tf_autoplace.graph.opgraph import from_edges
 from tf_autoplace.testing.problems import (GB, cluster, problem, random_dag, random_problem,
                                            training_problem)
@@ -296,23 +293,6 @@ def test_kicks_reach_a_better_local_optimum_than_the_race_alone():
     # The kicks score at most kick_share times what the race scored.
     raced = sum(s for *_, s in placer.stats["searches"])
     assert raced < placer.stats["samples"] <= raced * (1 + placer.config.kick_share)
-
-
-def test_learned_starts_found_side_by_side_are_the_ones_found_alone():
-    # Placeto's zero-shot episode runs on a thread while Post searches: each start must be
-    # what it is alone (same devices, Post's placements counted).
-    p = random_problem(300, seed=4, num_gpus=2)
-    placer = AutoPlacer(post=PostConfig(max_samples=64))
-    placer.notes = []
-    starts, spent = placer.starts(p, 11, max_samples=1_000, deadline=float("inf"))
-    found = {label: devices for label, devices, _ in starts}
-    heuristic = BestHeuristicPlacer().ranked(p)[0].devices
-    alone = AutoPlacer._placeto_zero_shot(p, heuristic, pretrained_policy_dir(2), 11)
-    np.testing.assert_array_equal(found["placeto zero-shot"], alone)
-    post = post_search.search(p, placer.config.post, 11, heuristic=heuristic,
-                              deadline=float("inf"))
-    np.testing.assert_array_equal(found["post"], post.devices)
-    assert spent == post.samples > 0
 
 
 def test_a_split_must_gain_more_than_the_clusters_measured_prediction_error():

@@ -38,7 +38,6 @@ budget, not the time cap, ends the search.
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import time
 
@@ -247,24 +246,24 @@ class AutoPlacer(Placer):
                 out.append(("replica_device_setter", devices, sim.makespan))
         action = problem.cluster.compute_devices()
         units = int(problem.graph.colocation.max()) + 1
-        # Placeto's zero-shot episode (TensorFlow, one policy step at a time) and Post's search
-        # (simulations on the evaluator's threads) do not depend on each other: the episode
-        # runs on a thread of its own while Post searches, and each gives what it gives alone.
-        placeto = path = None
         if "placeto" in self.config.learned and len(action) > 1 and units >= MIN_LEARNED_UNITS:
             path = pretrained_policy_dir(len(action))
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
             if path is not None:
-                placeto = pool.submit(self._placeto_zero_shot, problem, out[0][1], path, seed)
-            found = self._post_start(problem, seed, out[0][1], max_samples=max_samples,
-                                     deadline=deadline, evaluator=evaluator)
-            if placeto is not None:
-                devices = placeto.result()
+                devices = self._placeto_zero_shot(problem, out[0][1], path, seed)
                 sim = problem.simulator.run(devices)
                 if not check_memory(problem, sim):
                     out.append(("placeto zero-shot", devices, sim.makespan))
         spent = 0
-        if found is not None:
+        post = self.config.post
+        if self.config.ray_address is not None:  # Post simulates where the search does
+            post = dataclasses.replace(post, ray_address=self.config.ray_address)
+        if ("post" in self.config.learned and len(action) > 1 and units >= MIN_LEARNED_UNITS
+                and post.max_samples is not None
+                and max_samples >= POST_BUDGET_SHARE * post.max_samples):
+            shared = (evaluator if evaluator is not None
+                      and evaluator.memory_penalty == post.memory_penalty else None)
+            found = post_search.search(problem, post, seed, heuristic=out[0][1],
+                                       deadline=deadline, evaluator=shared)
             spent = found.samples
             if found.fits:
                 out.append(("post", found.devices, problem.simulator.run(found.devices).makespan))
@@ -274,23 +273,6 @@ class AutoPlacer(Placer):
             if not any(np.array_equal(start[1], kept[1]) for kept in distinct):
                 distinct.append(start)
         return distinct, spent
-
-    def _post_start(self, problem: PlacementProblem, seed: int, heuristic: np.ndarray, *,
-                    max_samples: int, deadline: float, evaluator: Evaluator | None):
-        """Post's search from ``heuristic`` when it is a start here (``starts``), else None."""
-        action = problem.cluster.compute_devices()
-        units = int(problem.graph.colocation.max()) + 1
-        post = self.config.post
-        if self.config.ray_address is not None:  # Post simulates where the search does
-            post = dataclasses.replace(post, ray_address=self.config.ray_address)
-        if not ("post" in self.config.learned and len(action) > 1 and units >= MIN_LEARNED_UNITS
-                and post.max_samples is not None
-                and max_samples >= POST_BUDGET_SHARE * post.max_samples):
-            return None
-        shared = (evaluator if evaluator is not None
-                  and evaluator.memory_penalty == post.memory_penalty else None)
-        return post_search.search(problem, post, seed, heuristic=heuristic, deadline=deadline,
-                                  evaluator=shared)
 
     @staticmethod
     def _placeto_zero_shot(problem, start, path, seed) -> np.ndarray:
