@@ -12,9 +12,10 @@ placement, a learned policy's zero-shot placement):
   Merge-and-Colocate on the graph *partitioned by the current placement* (each device is given
   its own pseudo kernel kind, so no block straddles two devices), at several granularities
   (``levels``: 32, 128, 512 and 2,048 blocks by default, counted beyond the ops that cannot
-  merge with anything on their device; see ``merge_and_colocate_levels(spare=True)``). A coarse block moves a whole
-  layer or a softmax with its gradients in one step; a fine one adjusts the border between two
-  devices. Blocks are re-aligned to the current placement when the search stalls.
+  merge with anything on their device; see ``merge_and_colocate_levels(spare=True)``). A
+  coarse block moves a whole layer or a softmax with its gradients in one step; a fine one
+  adjusts the border between two devices. Blocks are re-aligned to the current placement
+  when the search stalls.
 * **Moves.** A level uniformly at random; a block with probability proportional to its compute
   time on its current device (big blocks change the load most); a destination among the
   devices that can run it: an action device (the GPUs) uniformly, or, with probability
@@ -392,8 +393,7 @@ def kick(problem: PlacementProblem, devices: np.ndarray, fraction: float,
     optimum that keeps colocation groups whole and every op on a device with its kernel."""
     coloc, ok = problem.graph.colocation, problem.colocation_allowed
     moved = rng.choice(len(ok), min(len(ok), max(2, int(fraction * len(ok)))), replace=False)
-    to = np.arange(len(ok))  # group -> device it goes to; -1: stays
-    to[:] = -1
+    to = np.full(len(ok), -1)  # group -> the device it goes to; -1: it stays
     for c in moved:
         can = np.flatnonzero(ok[c])
         to[c] = can[rng.integers(len(can))]

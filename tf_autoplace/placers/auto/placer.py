@@ -327,11 +327,10 @@ class AutoPlacer(Placer):
                 winner = race(searches, max_samples - spent, deadline=deadline,
                               lower_bound=bound, progress=self.progress)
                 raced = sum(s.samples for s in searches)
+                total = min(max_samples - spent, int(raced * (1 + cfg.kick_share)))
                 winner, iterated = iterate_until_stale(
-                    winner, fresh, min(max_samples - spent, int(raced * (1 + cfg.kick_share))),
-                    raced,
-                    patience=cfg.patience, deadline=deadline, lower_bound=bound,
-                    progress=self.progress)
+                    winner, fresh, total, raced, patience=cfg.patience, deadline=deadline,
+                    lower_bound=bound, progress=self.progress)
             label, start_s, start = labels[searches.index(origin.get(winner, winner))]
             if measured:  # both ends as measured here, not simulated
                 start_s = evaluator.step_time(start)
@@ -340,8 +339,10 @@ class AutoPlacer(Placer):
                 end_s = problem.simulator.run(winner.current).makespan
         samples = spent + sum(s.samples for s in searches + iterated)
         simulations = spent + sum(s.simulations for s in searches + iterated)
-        gains = sum(s.best < min([r.best for r in searches] + [t.best for t in iterated[:k]])
-                    for k, s in enumerate(iterated))
+        gains, best_r = 0, min(s.best for s in searches)  # kicks that beat the best so far
+        for s in iterated:
+            if s.best < best_r:
+                gains, best_r = gains + 1, s.best
         self.stats = dict(start=label, start_ms=start_s * 1e3, end_ms=end_s * 1e3,
                           samples=samples, simulations=simulations, stopped=winner.stopped,
                           curve=winner.curve,
@@ -351,8 +352,8 @@ class AutoPlacer(Placer):
                           seconds=time.perf_counter() - began)
         tried = ", ".join(f"{lab} {s.curve[0][1] * 1e3:.1f} -> {s.best * 1e3:.1f} ms"
                           for (lab, _, _), s in zip(labels, searches))
-        summary = (f"auto: {len(searches) + len(iterated)} local searches from {len(starts)} start(s) in "
-                   f"{samples} {'measured' if measured else 'scored'} placements "
+        summary = (f"auto: {len(searches) + len(iterated)} local searches from {len(starts)} "
+                   f"start(s) in {samples} {'measured' if measured else 'scored'} placements "
                    f"({'' if measured else f'{simulations} simulated; '}{tried}"
                    + (f"; then {len(iterated)} from kicks of the best, {gains} of them "
                       "faster" if iterated else "") + "); "
