@@ -140,3 +140,32 @@ def test_a_bad_placement_is_named_as_the_simulator_names_it():
     bad[1] = cluster.num_devices
     with pytest.raises(InfeasiblePlacementError, match=repr(graph.names[1])):
         ordered.run(bad)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_batch_gives_each_rows_makespan_and_peak_memory(seed):
+    # summaries() simulates a batch in one kernel call: each row as run() gives it, with
+    # buffer reuse, core groups and partners, in the graph's numbering and renumbered.
+    rng, graph, cluster, op_time, mates = _case(seed)
+    for sim in _simulators(graph, cluster, op_time, mates):
+        placements = rng.integers(0, cluster.num_devices, (6, graph.num_ops))
+        makespan, peak = sim.summaries(placements)
+        for row, m, p in zip(placements, makespan, peak):
+            one = sim.run(row)
+            assert m == one.makespan
+            np.testing.assert_array_equal(p, one.peak_memory)
+        empty = sim.summaries(placements[:0])
+        assert empty[0].shape == (0,) and empty[1].shape == (0, cluster.num_devices)
+
+
+def test_a_bad_row_of_a_batch_is_named_as_the_simulator_names_it():
+    _, graph, cluster, op_time, _ = _case(4)
+    ordered = OrderedSimulator(graph, cluster, op_time)
+    with pytest.raises(InfeasiblePlacementError, match="expected"):
+        ordered.summaries(np.zeros((2, graph.num_ops + 1), np.int32))
+    with pytest.raises(InfeasiblePlacementError, match="integer"):
+        ordered.summaries(np.zeros((2, graph.num_ops)))
+    bad = np.zeros((3, graph.num_ops), np.int32)
+    bad[2, 1] = cluster.num_devices
+    with pytest.raises(InfeasiblePlacementError, match=repr(graph.names[1])):
+        ordered.summaries(bad)

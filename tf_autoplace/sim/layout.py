@@ -188,6 +188,13 @@ class OrderedSimulator:
         memory, the busy time and the bytes moved, which do not depend on it."""
         return self._inner.run(self._renumbered(placement))
 
+    def summaries(self, placements: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Makespans and peak memories of the rows of ``placements``, as
+        ``Simulator.summaries`` (neither depends on the numbering)."""
+        p = np.asarray(placements)
+        return self._inner.summaries(
+            p[:, self.order] if p.ndim == 2 and p.shape[1] == self.graph.num_ops else p)
+
     def makespan(self, placement: np.ndarray) -> float:
         """Only the predicted step time of ``placement``."""
         return self._inner.makespan(self._renumbered(placement))

@@ -152,7 +152,9 @@ the loop waits on memory more than it computes, so it reads small arrays: int32 
 each op's time on its device gathered once, in order, rather than read from the ``[n, D]``
 table when the op starts; and it returns the result ready-made (peak memory with the
 persistent bytes, the transfers' producers and bytes), leaving no numpy pass over the
-transfers to the caller.
+transfers to the caller. A search that scores many placements calls
+:meth:`Simulator.summaries`, one kernel call per batch that returns only the makespans and
+peak memories, so the Python around each simulation (checks, a result object) is paid once.
 Speed: ``experiments/bench_sim.py`` (a synthetic 8,000-op graph, and random placements of zoo
 graphs with ``--pairs``; figures in BENCHMARKS.md). The first call in a fresh environment
 compiles the kernel (a few seconds; then cached on disk by numba, in the user's cache directory:
@@ -645,6 +647,31 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
             x_start[:num_x], x_end[:num_x])
 
 
+@cached_njit
+def _simulate_batch(placements, op_time, partner, partner_time, num_devices, bandwidth,
+                    latency, delay, tensor_bytes, out_tensor_ptr, out_tensors, dep_tensor,
+                    dep_op, cons_ptr, in_ptr, in_dep, persistent, num_graph_tensors, executor,
+                    exec_base, alias, reuse_out, reuse_ptr, reuse_pair, takeable, grouped):
+    """:func:`_simulate` of each row of ``placements`` ([B, n]); returns the ops that ran, the
+    makespan and the peak memory of each ([B], [B], [B, D]). One call for a batch: a search
+    reads only these, and the per-call work of a Python call (checks, a result object) is a
+    fifth of a simulation on a graph of thousands of ops."""
+    B = placements.shape[0]
+    done = np.empty(B, np.int64)
+    makespan = np.empty(B)
+    peak = np.empty((B, num_devices), np.int64)
+    for b in range(B):
+        out = _simulate(placements[b], op_time, partner, partner_time, num_devices, bandwidth,
+                        latency, delay, tensor_bytes, out_tensor_ptr, out_tensors, dep_tensor,
+                        dep_op, cons_ptr, in_ptr, in_dep, persistent, num_graph_tensors,
+                        executor, exec_base, alias, reuse_out, reuse_ptr, reuse_pair,
+                        takeable, grouped)
+        done[b] = out[0]
+        makespan[b] = out[1]
+        peak[b] = out[5]
+    return done, makespan, peak
+
+
 # ======================================================================== public types
 def check_op_time(graph: OpGraph, cluster: Cluster, op_time) -> np.ndarray:
     """Return ``op_time`` as a C-contiguous read-only float64 [n, D] array, or raise
@@ -920,6 +947,48 @@ class Simulator:
         p = np.ascontiguousarray(p, dtype=np.int32).view()
         p.setflags(write=False)
         return p
+
+    def _check_placements(self, placements) -> np.ndarray:
+        """``placements`` ([B, n]) checked as :meth:`_check_placement` checks one, as one
+        read-only C-contiguous int32 array (the kernel's one signature)."""
+        p = np.asarray(placements)
+        n, d = self.graph.num_ops, self._num_devices
+        if p.ndim != 2 or p.shape[1] != n:
+            raise InfeasiblePlacementError(
+                f"placements have shape {p.shape}; expected (B, {n}), one device index per op")
+        if not np.issubdtype(p.dtype, np.integer):
+            raise InfeasiblePlacementError(
+                f"placements must hold integer device indices, got dtype {p.dtype}")
+        if p.size and (p.min() < 0 or p.max() >= d):
+            bad = int(np.flatnonzero(((p < 0) | (p >= d)).any(axis=1))[0])
+            self._check_placement(p[bad])  # raises, naming the first bad op and its device
+        p = np.ascontiguousarray(p, dtype=np.int32).view()
+        p.setflags(write=False)
+        return p
+
+    def summaries(self, placements: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The makespan ([B] seconds) and peak memory ([B, D] bytes, as ``SimResult.
+        peak_memory``) of each row of ``placements`` ([B, n]), in one kernel call: what
+        :meth:`run` gives for these two, for a caller that scores many placements.
+
+        Raises:
+          InfeasiblePlacementError: a row is not one device index per op of this cluster.
+          InvalidGraphError: the graph has a cycle (some op never becomes runnable).
+        """
+        p = self._check_placements(placements)
+        done, makespan, peak = _simulate_batch(
+            p, self.op_time, self.partner, self.partner_time, self._num_devices,
+            self._bandwidth, self._latency, self._delay, self._tensor_bytes,
+            self._out_tensor_ptr, self._out_tensors, self._dep_tensor, self._dep_op,
+            self._cons_ptr, self._in_ptr, self._in_dep, self._persistent,
+            len(self.graph.tensor_op), self._executor, self._exec_base, self._alias,
+            self._reuse_out, self._reuse_ptr, self._reuse_pair, self._takeable, self._grouped)
+        if (done != self.graph.num_ops).any():
+            left = self.graph.num_ops - int(done.min())
+            raise InvalidGraphError(
+                f"simulation ended with {left} of {self.graph.num_ops} ops never runnable; "
+                "the graph must have a cycle")
+        return makespan, peak
 
     def _simulate(self, placement):
         p = self._check_placement(placement)

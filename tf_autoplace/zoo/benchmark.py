@@ -118,9 +118,9 @@ class CountingSimulator(OrderedSimulator):
         self.calls = 0
         self._lock = threading.Lock()
 
-    def _count(self) -> None:
+    def _count(self, placements: int = 1) -> None:
         with self._lock:
-            self.calls += 1
+            self.calls += placements
 
     def run(self, placement):
         self._count()
@@ -129,6 +129,10 @@ class CountingSimulator(OrderedSimulator):
     def summary(self, placement):
         self._count()
         return super().summary(placement)
+
+    def summaries(self, placements):
+        self._count(len(placements))
+        return super().summaries(placements)
 
     def makespan(self, placement):
         self._count()
