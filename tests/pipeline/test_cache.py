@@ -26,15 +26,21 @@ CPU2 = "testdata/cpu2_independent.pbtxt"
 
 @pytest.fixture
 def simulations(monkeypatch):
-    """Counts every simulation (``Simulator.run``; the searches' evaluator runs through it)."""
+    """Counts every simulation (``Simulator.run``, and each row of ``Simulator.summaries``,
+    which the searches' evaluator calls)."""
     count = [0]
-    original = Simulator.run
+    original_run, original_summaries = Simulator.run, Simulator.summaries
 
     def run(self, devices):
         count[0] += 1
-        return original(self, devices)
+        return original_run(self, devices)
+
+    def summaries(self, placements):
+        count[0] += len(placements)
+        return original_summaries(self, placements)
 
     monkeypatch.setattr(Simulator, "run", run)
+    monkeypatch.setattr(Simulator, "summaries", summaries)
     return count
 
 
