@@ -33,6 +33,7 @@ import numpy as np
 from tf_autoplace.core.problem import PlacementProblem
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.learning.workers import worker_pool
+from tf_autoplace.sim import memory_penalized_runtimes
 
 GB = 1e9
 
@@ -62,10 +63,9 @@ def evaluate_batch(problem: PlacementProblem, placements: np.ndarray,
     """[B, 3] (R, makespan, overflow GB) of each row of ``placements`` ([B, n] device index per
     op), simulated in this process."""
     makespan, peak = problem.simulator.summaries(placements)  # one kernel call for the batch
-    # R as memory_penalized_runtime computes it, row by row: the same operations, vectorised.
     excess = peak.astype(np.float64) - problem.cluster.memory.astype(np.float64)
     over = np.maximum(0.0, excess.max(axis=1)) / GB
-    score = makespan + memory_penalty * np.maximum(0.0, (excess / GB).max(axis=1))
+    score = memory_penalized_runtimes(makespan, peak, problem.cluster, memory_penalty)
     return np.stack([score, makespan, over], axis=1)
 
 

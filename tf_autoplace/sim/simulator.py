@@ -1032,7 +1032,15 @@ def memory_penalized_runtime(result: SimResult, cluster: Cluster, c: float = 2.0
     which is the same on identical devices and still penalises a small device that overflows
     next to a big one that does not. Lower is better.
     """
+    return float(memory_penalized_runtimes(np.array([result.makespan]),
+                                           np.asarray(result.peak_memory)[None, :], cluster, c)[0])
+
+
+def memory_penalized_runtimes(makespan: np.ndarray, peak_memory: np.ndarray, cluster: Cluster,
+                              c: float = 2.0) -> np.ndarray:
+    """:func:`memory_penalized_runtime` of a batch: ``makespan`` [B] seconds and
+    ``peak_memory`` [B, D] bytes (as ``Simulator.summaries`` returns them) give R [B]."""
     if not c >= 0:
         raise ConfigError(f"c must be >= 0, got {c}")
-    over = (np.asarray(result.peak_memory, np.float64) - cluster.memory.astype(np.float64)) / GB
-    return float(result.makespan + c * max(0.0, float(over.max())))
+    over = (np.asarray(peak_memory, np.float64) - cluster.memory.astype(np.float64)) / GB
+    return makespan + c * np.maximum(0.0, over.max(axis=1))
