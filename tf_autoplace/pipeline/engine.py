@@ -270,7 +270,7 @@ def place_problem(problem: PlacementProblem, options: PlaceOptions, *,
     bound = lp_lower_bound(problem.sim_graph, cluster, problem.fastest_op_time)
     timings["bound"] = time.perf_counter() - t
     bound_notes = []
-    if bound.status not in ("optimal", "not needed"):  # "not needed": nothing to solve
+    if bound.status not in ("optimal", "not needed", "dominated"):  # the LP gave its all
         bound_notes.append(f"the LP lower bound's solve ended with '{bound.status}'; the bound "
                            "reported is the best of the proven ones it has")
     report = PlacementReport(

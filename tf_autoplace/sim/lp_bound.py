@@ -86,9 +86,12 @@ class LPBound:
       value_s: the bound: ``max(simple_s, path_s, lp_s)`` (``lp_s`` counted only if finite).
       simple_s: :func:`tf_autoplace.sim.bounds.lower_bound`.
       path_s: the path with transfers, ``max_i head + fastest + tail``.
-      lp_s: the Lagrangian bound of HiGHS's duals (NaN when the LP gave none).
-      status: ``"optimal"``, ``"not needed"`` (nothing to solve), or why the LP part is weaker
-        or missing (``"time limit"``, ``"no valid placement: ..."``, HiGHS's status).
+      lp_s: the Lagrangian bound of HiGHS's duals (NaN when the LP gave none or was not
+        solved).
+      status: ``"optimal"``, ``"not needed"`` (nothing to solve), ``"dominated"`` (a
+        fractional point meets every row at the known bound, so the LP cannot raise it and is
+        not solved: :func:`_holds`), or why the LP part is weaker or missing (``"time
+        limit"``, ``"no valid placement: ..."``, HiGHS's status).
       solve_s: wall-clock seconds HiGHS ran.
       rows, cols: size of the LP passed to HiGHS.
     """
@@ -167,7 +170,9 @@ def lp_lower_bound(graph: OpGraph, cluster: Cluster, op_time: np.ndarray, *,
     built = _build(graph, cluster, op_time, head, tail, scale=known)
     if isinstance(built, str):
         return result(status=built)
-    model, num_x = built
+    model, num_x, cheapest = built
+    if _holds(model, cheapest):
+        return result(status="dominated", rows=model.num_rows, cols=model.num_cols)
     start = time.perf_counter()
     lp_value, status = _solve(model, num_x, time_limit_s)
     return result(lp_s=lp_value * known, status=status, solve_s=time.perf_counter() - start,
@@ -176,8 +181,9 @@ def lp_lower_bound(graph: OpGraph, cluster: Cluster, op_time: np.ndarray, *,
 
 def _build(graph, cluster, op_time, head, tail, *, scale):
     """The LP of the module docstring with times divided by ``scale`` (a known bound, so the
-    optimum is near 1), as ``(model, number of x columns)``; the last column is ``T``. A string
-    instead says why no valid placement exists."""
+    optimum is near 1), as ``(model, number of x columns, cheapest)``; the last column is ``T``.
+    ``cheapest`` is the point with every group wholly on its allowed class of least work and
+    ``T = 1``. A string instead says why no valid placement exists."""
     classes = device_classes(op_time)
     num_classes = int(classes.max()) + 1
     first = np.array([np.flatnonzero(classes == k)[0] for k in range(num_classes)])
@@ -230,7 +236,23 @@ def _build(graph, cluster, op_time, head, tail, *, scale):
     model.add(op_rows, x_of[coloc[ops[op_rows]], op_k], t[ops[op_rows], op_k])
     model.add(np.arange(len(ops)), np.full(len(ops), col_t), -np.ones(len(ops)))
     model.close(np.full(len(ops), -np.inf), -(h[ops] + q[ops]))
-    return model, num_x
+    cost = np.where(allowed, work, np.inf)
+    cheapest = np.zeros(num_x + 1)
+    cheapest[x_of[np.arange(num_groups), cost.argmin(axis=1)]] = 1.0
+    cheapest[col_t] = 1.0
+    return model, num_x, cheapest
+
+
+def _holds(model: LinearModel, z: np.ndarray) -> bool:
+    """Whether ``z`` meets every row of ``model``. When the cheapest point does at ``T = 1``
+    (the known bound), the LP's optimum is at most the known bound and cannot raise it, so it
+    is not solved: on most graphs the path, not the load, limits the step, and HiGHS's solve
+    of a graph of 85k ops takes a second and more memory than any other stage after
+    ingestion. The known bound is proven on its own, so a rounding error here can only leave
+    the bound that much looser than the LP's, never make it wrong."""
+    rows, cols, vals, row_lo, row_up = model.arrays()
+    activity = np.bincount(rows, weights=vals * z[cols], minlength=model.num_rows)
+    return bool(((activity >= row_lo) & (activity <= row_up)).all())
 
 
 def highs_solver(model: LinearModel, cost, col_lo, col_up, *, time_limit_s: float,
