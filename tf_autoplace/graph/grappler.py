@@ -95,19 +95,27 @@ class _Item:
     Python copies of the graph and compares them on every use (to rebuild the item if the
     graph changed), for a graph nothing here changes after the item is made."""
 
-    def __init__(self, mg: meta_graph_pb2.MetaGraphDef):
-        self.tf_item = tf_item.TF_NewItem(mg.SerializeToString(), True, False)
+    def __init__(self, data: bytes):
+        self.tf_item = tf_item.TF_NewItem(data, True, False)
 
 
-def _item(mg: meta_graph_pb2.MetaGraphDef) -> _Item:
-    """A Grappler item of ``mg`` (a private copy: its fetches are set to the sinks here),
-    ignoring colocation and keeping the graph's own device annotations."""
+def _item_bytes(mg: meta_graph_pb2.MetaGraphDef) -> bytes:
+    """``mg`` (a private copy, changed here) with its fetches set to the sinks, serialized for
+    :func:`_item`. Separate so that callers can drop the copy, and then the bytes, before
+    Grappler builds its own graph from them: on large graphs the three together set the peak
+    of ingestion's memory."""
     fetch = mg.collection_def["train_op"].node_list.value
     del fetch[:]
     fetch.extend(sink_nodes(mg.graph_def))
+    return mg.SerializeToString()
+
+
+def _item(data: bytes) -> _Item:
+    """A Grappler item of the MetaGraphDef bytes of :func:`_item_bytes`, ignoring colocation
+    and keeping the graph's own device annotations."""
     try:
         with _quiet_stderr():
-            return _Item(mg)
+            return _Item(data)
     except (tf.errors.OpError, ValueError, TypeError) as e:
         raise InvalidGraphError(f"Grappler cannot read the graph: {e}") from e
 
@@ -151,7 +159,9 @@ def output_properties(meta_graph: meta_graph_pb2.MetaGraphDef) -> dict[str, list
     dims, value where static inference knows it), serialized as Grappler returns them: read
     one with :func:`parse_properties`. Kept serialized, they take a fraction of the memory of
     parsed messages, and equal properties are equal bytes."""
-    item = _item(_unfeed_static_placeholders(meta_graph))
+    data = _item_bytes(_unfeed_static_placeholders(meta_graph))
+    item = _item(data)
+    del data  # Grappler has its own copy; ours would only add to the peak below
     try:
         with _quiet_stderr():
             return tf_item.TF_GetOpProperties(item.tf_item)
@@ -210,7 +220,7 @@ def measure_costs(meta_graph: meta_graph_pb2.MetaGraphDef, kind: str,
     for node in costed.graph_def.node:
         node.device = device
         node.attr.pop("_class", None)
-    item = _item(costed)
+    item = _item(_item_bytes(costed))
     cluster = gcluster.Cluster(disable_detailed_stats=False, disable_timeline=False,
                                devices=[device_properties_pb2.NamedDevice(name=device,
                                                                           properties=props)])

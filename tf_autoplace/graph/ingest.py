@@ -277,32 +277,14 @@ def to_opgraph(meta_graph: meta_graph_pb2.MetaGraphDef, *, unknown_dim: int = 1)
     return read_graph(meta_graph, unknown_dim=unknown_dim)[0]
 
 
-def read_graph(meta_graph: meta_graph_pb2.MetaGraphDef, *, unknown_dim: int = 1,
-               live_graph: bool = False) -> tuple[OpGraph, dict]:
-    """Read a MetaGraphDef into an OpGraph (see the module docstring for the rules).
-
-    Args:
-      meta_graph: the graph (not modified).
-      unknown_dim: elements counted for a dimension static inference cannot tell.
-      live_graph: ``meta_graph`` is a live ``tf.Graph``'s own GraphDef. TensorFlow checked
-        each of its ops as it was created (signature, attrs, inputs, shapes), so its importer
-        is not asked again (most of that import is making Python objects for a scratch graph
-        of the same size); the constants' bytes are still checked. False for anything read
-        from bytes, a file or a GraphDef someone built.
-
-    Returns:
-      ``(graph, tensor_properties)``: the OpGraph and Grappler's output properties it was
-      read from (:func:`tf_autoplace.graph.grappler.output_properties`), which the analytical
-      cost model can reuse instead of inferring them again.
-
-    Raises:
-      InvalidGraphError: TensorFlow or Grappler rejects the graph (the message names the node).
-      InfeasiblePlacementError: the graph's bytes add up to more than ``MAX_GRAPH_BYTES``.
-    """
-    nodes = list(meta_graph.graph_def.node)
+def _check_nodes(graph_def: graph_pb2.GraphDef) -> None:
+    """Raise InvalidGraphError for what would otherwise fail later with a less clear message:
+    no nodes, a repeated name, an unknown op type, an input or colocation target that does not
+    exist, a malformed input or device string."""
+    nodes = graph_def.node
     if not nodes:
         raise InvalidGraphError("the graph has no nodes")
-    library_functions = {f.signature.name for f in meta_graph.graph_def.library.function}
+    library_functions = {f.signature.name for f in graph_def.library.function}
     index: dict[str, int] = {}
     for i, node in enumerate(nodes):
         if node.name in index:
@@ -330,13 +312,43 @@ def read_graph(meta_graph: meta_graph_pb2.MetaGraphDef, *, unknown_dim: int = 1,
             except (ValueError, TypeError) as e:
                 raise InvalidGraphError(f"node {node.name!r} has the device {node.device!r}, "
                                         f"which TensorFlow cannot parse: {e}") from e
+
+
+def read_graph(meta_graph: meta_graph_pb2.MetaGraphDef, *, unknown_dim: int = 1,
+               live_graph: bool = False) -> tuple[OpGraph, dict]:
+    """Read a MetaGraphDef into an OpGraph (see the module docstring for the rules).
+
+    Args:
+      meta_graph: the graph (not modified).
+      unknown_dim: elements counted for a dimension static inference cannot tell.
+      live_graph: ``meta_graph`` is a live ``tf.Graph``'s own GraphDef. TensorFlow checked
+        each of its ops as it was created (signature, attrs, inputs, shapes), so its importer
+        is not asked again (most of that import is making Python objects for a scratch graph
+        of the same size); the constants' bytes are still checked. False for anything read
+        from bytes, a file or a GraphDef someone built.
+
+    Returns:
+      ``(graph, tensor_properties)``: the OpGraph and Grappler's output properties it was
+      read from (:func:`tf_autoplace.graph.grappler.output_properties`), which the analytical
+      cost model can reuse instead of inferring them again.
+
+    Raises:
+      InvalidGraphError: TensorFlow or Grappler rejects the graph (the message names the node).
+      InfeasiblePlacementError: the graph's bytes add up to more than ``MAX_GRAPH_BYTES``.
+    """
+    _check_nodes(meta_graph.graph_def)
     # Grappler may abort on what TensorFlow rejects.
     if live_graph:
         check_constants(meta_graph.graph_def)
     else:
         check_tensorflow_accepts(meta_graph.graph_def)
 
+    # Grappler's shape inference sets the peak memory of ingestion on large graphs, so the
+    # Python views of the nodes are made after it, not held through it.
     props = grappler.output_properties(meta_graph)
+    nodes = list(meta_graph.graph_def.node)
+    index = {node.name: i for i, node in enumerate(nodes)}
+    library_functions = {f.signature.name for f in meta_graph.graph_def.library.function}
 
     # Output tensors: every output Grappler knows of, plus any output index an edge reads.
     n = len(nodes)
