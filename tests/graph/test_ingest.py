@@ -431,6 +431,26 @@ def test_a_live_graph_is_read_the_same_without_importing_it_again(monkeypatch):
     assert live_props.keys() == checked_props.keys()
 
 
+def test_reading_a_live_graph_in_one_call_gives_what_load_and_read_give(monkeypatch):
+    """read_live_graph holds the graph as bytes while Grappler runs: the MetaGraphDef it
+    returns, the OpGraph and the properties are those of load_meta_graph then read_graph,
+    without the importer, and the time of the read is recorded."""
+    graph = small_cnn().graph
+    meta_graph = ingest.load_meta_graph(graph)
+    reference, reference_props = ingest.read_graph(meta_graph, live_graph=True)
+
+    def not_again(graph_def):
+        raise AssertionError("imported again")
+
+    monkeypatch.setattr(ingest, "check_tensorflow_accepts", not_again)
+    timings = {}
+    read_meta_graph, read, props = ingest.read_live_graph(graph, timings=timings)
+    assert read_meta_graph == meta_graph
+    assert _summary(read) == _summary(reference)
+    assert props == reference_props
+    assert timings["ingest"] > 0
+
+
 def test_a_live_graphs_constants_are_still_checked():
     """TensorFlow checks a Const's bytes against its shape only when the kernel is built: a
     live graph whose Const was given a short value is still an InvalidGraphError."""
@@ -443,3 +463,5 @@ def test_a_live_graphs_constants_are_still_checked():
     g.get_operation_by_name("a")._set_attr("value", tf.compat.v1.AttrValue(tensor=short))
     with pytest.raises(InvalidGraphError, match="its value holds 8 bytes where shape \\[1000\\]"):
         ingest.read_graph(ingest.load_meta_graph(g), live_graph=True)
+    with pytest.raises(InvalidGraphError, match="its value holds 8 bytes where shape \\[1000\\]"):
+        ingest.read_live_graph(g)

@@ -159,7 +159,18 @@ def output_properties(meta_graph: meta_graph_pb2.MetaGraphDef) -> dict[str, list
     dims, value where static inference knows it), serialized as Grappler returns them: read
     one with :func:`parse_properties`. Kept serialized, they take a fraction of the memory of
     parsed messages, and equal properties are equal bytes."""
-    data = _item_bytes(_unfeed_static_placeholders(meta_graph))
+    return output_properties_of(item_bytes(meta_graph))
+
+
+def item_bytes(meta_graph: meta_graph_pb2.MetaGraphDef) -> bytes:
+    """The bytes :func:`output_properties_of` infers ``meta_graph``'s shapes from."""
+    return _item_bytes(_unfeed_static_placeholders(meta_graph))
+
+
+def output_properties_of(data: bytes) -> dict[str, list[bytes]]:
+    """:func:`output_properties` from :func:`item_bytes`, for a caller that keeps neither the
+    graph's message nor these bytes while Grappler infers shapes (the peak of ingestion's
+    memory on large graphs)."""
     item = _item(data)
     del data  # Grappler has its own copy; ours would only add to the peak below
     try:

@@ -113,7 +113,13 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
             "cluster with a target, or place without it")
     verifying = bool(options.verify) and cluster.num_devices > 1  # one device: nothing to choose
     timings: dict[str, float] = {}
-    meta_graph = ingest.load_meta_graph(graph)
+    read = None
+    if isinstance(graph, tf.Graph):  # read now: it keeps less memory through Grappler
+        meta_graph, op_graph, properties = ingest.read_live_graph(
+            graph, unknown_dim=options.unknown_dim, timings=timings)
+        read = (op_graph, properties)
+    else:
+        meta_graph = ingest.load_meta_graph(graph)
     check_annotations(meta_graph.graph_def, cluster)  # written for another TF cluster?
     if cost_profile is not None:  # measured times; what the profile lacks is estimated
         cost_model = ProfileCostModel.from_file(cost_profile,
@@ -140,7 +146,7 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
     problem, cost_model = build_problem(meta_graph, cluster, grouping=options.grouping,
                                         cost_model=cost_model,
                                         unknown_dim=options.unknown_dim, timings=timings,
-                                        live_graph=isinstance(graph, tf.Graph))
+                                        read=read)
     if placer.needs_workload:  # its reward comes from running placements here
         problem = dataclasses.replace(problem, workload=workload)
     if kernels.gpu_kernel_note() and any(d.kind == "GPU" for d in problem.cluster.devices):

@@ -39,15 +39,19 @@ from tf_autoplace.sim import Simulator
 
 def build_problem(meta_graph, cluster: Cluster, *, grouping: GroupingConfig = GroupingConfig(),
                   cost_model: CostModel | None = None, unknown_dim: int = 1,
-                  timings: dict | None = None, live_graph: bool = False):
+                  timings: dict | None = None, live_graph: bool = False,
+                  read: tuple | None = None):
     """Ingest, cost and group a MetaGraphDef: returns ``(problem, cost_model)``.
     ``live_graph``: the MetaGraphDef is a live ``tf.Graph``'s
-    (:func:`tf_autoplace.graph.ingest.read_graph`)."""
+    (:func:`tf_autoplace.graph.ingest.read_graph`). ``read``: ``(graph, tensor_properties)``
+    if the caller has already read ``meta_graph``
+    (:func:`tf_autoplace.graph.ingest.read_live_graph`); its time is the caller's to record."""
     timings = {} if timings is None else timings
-    t = time.perf_counter()
-    graph, tensor_properties = ingest.read_graph(meta_graph, unknown_dim=unknown_dim,
-                                                 live_graph=live_graph)
-    timings["ingest"] = time.perf_counter() - t
+    if read is None:
+        t = time.perf_counter()
+        read = ingest.read_graph(meta_graph, unknown_dim=unknown_dim, live_graph=live_graph)
+        timings["ingest"] = time.perf_counter() - t
+    graph, tensor_properties = read
     cost_model = cost_model or AnalyticalCostModel(meta_graph,
                                                    tensor_properties=tensor_properties)
     return _cost_and_group(graph, cluster, cost_model, grouping, timings), cost_model
