@@ -134,9 +134,9 @@ class AutoConfig:
     threads: int | None = None
     starts: int = 4
     seeds_per_start: int = 2
-    patience: int = 32
+    patience: int = 64
     kick: float = 0.1
-    kick_share: float = 2.0
+    kick_share: float = 5.0
     learned: tuple[str, ...] = LEARNED
     post: PostConfig = PostConfig()
     search: LocalSearchConfig = LocalSearchConfig()
