@@ -392,7 +392,9 @@ def _check_before_grappler(meta_graph: meta_graph_pb2.MetaGraphDef, live_graph: 
 
 
 def _opgraph(meta_graph: meta_graph_pb2.MetaGraphDef, props: dict, unknown_dim: int) -> OpGraph:
-    """The OpGraph of a checked MetaGraphDef and its Grappler output properties."""
+    """The OpGraph of a checked MetaGraphDef and its Grappler output properties. The nodes'
+    Python views and name index are made here again rather than kept from the checks: held
+    through Grappler's shape inference they would add to ingestion's peak memory."""
     nodes = list(meta_graph.graph_def.node)
     index = {node.name: i for i, node in enumerate(nodes)}
     library_functions = {f.signature.name for f in meta_graph.graph_def.library.function}
