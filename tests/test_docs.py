@@ -1,0 +1,38 @@
+"""The repository's text files are whole: no merge left its conflict markers in a document a
+user reads or a module that would not import."""
+
+import os
+import re
+
+from tests.conftest import REPO
+
+TEXT = (".md", ".py", ".txt", ".pbtxt", ".cfg", ".toml", ".json", ".proto", ".sh")
+SKIP_DIRS = {"build", "dist", "node_modules", "__pycache__"}
+# Git writes these at the start of a line, each with its own length of seven characters.
+MARKER = re.compile(r"^(<{7} |>{7} |={7}$)", re.MULTILINE)
+
+
+def _text_files(root):
+    for path, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS
+                   and not d.endswith(".egg-info")]
+        for name in files:
+            if name.endswith(TEXT):
+                yield os.path.join(path, name)
+
+
+def test_no_file_holds_merge_conflict_markers():
+    found = []
+    for path in _text_files(REPO):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        for match in MARKER.finditer(text):
+            line = text.count("\n", 0, match.start()) + 1
+            found.append(f"{os.path.relpath(path, REPO)}:{line}")
+    assert not found, f"merge conflict markers at {found}"
+
+
+def test_the_marker_pattern_finds_what_git_writes():
+    text = "a\n<<<<<<< HEAD\nb\n=======\nc\n>>>>>>> topic\n"
+    assert len(MARKER.findall(text)) == 3
+    assert not MARKER.findall("a ======= b\n<<<<<<<< eight\n")
