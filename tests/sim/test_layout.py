@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tf_autoplace.errors import InfeasiblePlacementError
+from tf_autoplace.graph.opgraph import KERNEL_KINDS, OpGraph
 from tf_autoplace.sim import Simulator
 from tf_autoplace.sim.layout import OrderedSimulator, relabel, run_order
 
@@ -169,3 +170,20 @@ def test_a_bad_row_of_a_batch_is_named_as_the_simulator_names_it():
     bad[2, 1] = cluster.num_devices
     with pytest.raises(InfeasiblePlacementError, match=repr(graph.names[1])):
         ordered.summaries(bad)
+
+
+def test_a_graph_without_tensors_whose_control_edge_crosses_devices():
+    # Control dummies are the only transfers; there is no tensor to renumber them by.
+    graph = OpGraph(names=("a", "b"), op_types=("NoOp", "NoOp"),
+                    persistent_bytes=np.zeros(2, np.int64), tensor_op=np.zeros(0, np.int64),
+                    tensor_bytes=np.zeros(0, np.int64), edge_tensor=np.zeros(0, np.int64),
+                    edge_dst=np.zeros(0, np.int64), ctrl_src=[0], ctrl_dst=[1],
+                    colocation=np.arange(2), kernels=np.ones((2, len(KERNEL_KINDS)), bool),
+                    shape_known=np.ones(2, bool))
+    cluster = make_cluster(2, bandwidth_gbps=1.0, latency_us=25.0)
+    op_time = np.full((2, 2), 1e-4)
+    placement = np.array([0, 1])
+    plain, ordered = _simulators(graph, cluster, op_time, None)
+    a, b = plain.run(placement), ordered.run(placement)
+    assert list(b.transfer_tensor) == [-1] and b.transfer_op.tolist() == [0]
+    assert not _differences(a, b)

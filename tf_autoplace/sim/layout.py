@@ -174,7 +174,8 @@ class OrderedSimulator:
         ``Simulator.run``."""
         r = self._inner.run(self._renumbered(placement))
         tensor = r.transfer_tensor.astype(np.int64)
-        tensor = np.where(tensor >= 0, self.tensor_order[np.maximum(tensor, 0)], -1)
+        data = tensor >= 0  # -1: a control dummy (a graph may have no tensors at all)
+        tensor[data] = self.tensor_order[tensor[data]]
         out = dict(start=r.start[self._new_of], end=r.end[self._new_of],
                    transfer_tensor=tensor.astype(np.int32),
                    transfer_op=self.order[r.transfer_op].astype(np.int32))
