@@ -50,6 +50,7 @@ def test_autoplace_dispatches_functions_inlines_nested_calls_and_keeps_signature
     r = _result(child, "dispatch")
     assert r["is_placed_function"] and r["report_ops"] > 0
     assert r["equal"] and r["keys"] == ["diff", "sum"]
+    assert r["numpy_by_name_equal"]
     assert r["call_ops_left"] == []  # nested tf.function calls were inlined and placed op by op
     assert r["graph_devices"] == BOTH
     assert sorted(r["executed"]) == BOTH
@@ -79,6 +80,8 @@ def test_a_call_grappler_specialized_runs_in_the_placed_function(child):
     ("xla", "ConfigError", "jit_compile=True"),
     ("no_args", "ConfigError", "input_signature"),
     ("variable_off_cluster", "ConfigError", "not a device of the cluster"),
+    ("variable_argument", "ConfigError", "argument 0 is a tf.Variable"),
+    ("ragged_argument", "ConfigError", "argument 0 is a RaggedTensorSpec"),
 ])
 def test_unsupported_functions_are_clear_errors(child, case, error, message):
     got = child["errors"]

@@ -151,12 +151,15 @@ def check_dispatch_nested_and_kwargs():
     want = model(x, z)
     got, executed = executed_devices(placed, z=z, x=x)
     positional = placed(x, z)
+    by_name_numpy = placed(x=x.numpy(), z=z.numpy())  # NumPy by name, as the original takes
     types = {op.type for op in placed.graph.get_operations()}
     return {
         "is_placed_function": isinstance(placed, tf2.PlacedFunction),
         "report_ops": placed.report.num_ops,
         "equal": all(np.allclose(want[k], got[k], rtol=1e-6) and
                      np.allclose(want[k], positional[k], rtol=1e-6) for k in want),
+        "numpy_by_name_equal": all(np.allclose(want[k], by_name_numpy[k], rtol=1e-6)
+                                   for k in want),
         "keys": sorted(got), "executed": executed,
         "call_ops_left": sorted(types & {"PartitionedCall", "StatefulPartitionedCall"}),
         "graph_devices": sorted({op.device for op in placed.graph.get_operations()
@@ -239,6 +242,15 @@ def errors():
     def uses_v(x):
         return x * v
 
+    @tf.function
+    def bump(var, x):
+        var.assign_add(x)
+        return var.read_value()
+
+    @tf.function
+    def total(r):
+        return tf.reduce_sum(r)
+
     only_cpu1 = tf_autoplace.Cluster.uniform([tf_autoplace.Device(f"{HOST}CPU:1", "CPU",
                                                                   memory_bytes=10**9)])
     cases = {
@@ -246,6 +258,10 @@ def errors():
         "no_args": lambda: tf_autoplace.autoplace(uses_v, cluster=CPU2, placer="m_etf"),
         "variable_off_cluster": lambda: tf2.autoplace_function(uses_v, tf.constant(1.0),
                                                                cluster=only_cpu1),
+        "variable_argument": lambda: tf2.autoplace_function(
+            bump, tf.Variable(tf.zeros([4])), tf.ones([4]), cluster=CPU2, placer="single"),
+        "ragged_argument": lambda: tf2.autoplace_function(
+            total, tf.ragged.constant([[1.0], [2.0, 3.0]]), cluster=CPU2, placer="single"),
     }
     for name, fn in cases.items():
         try:

@@ -32,8 +32,9 @@ the placed ConcreteFunction (e.g. to save as a SavedModel signature).
 
 Not supported: ``jit_compile=True`` functions (an XLA cluster ignores per-op devices;
 :class:`ConfigError`), arguments that are not tensors or nests of tensors (Python constants are
-fine: they are baked into the trace), composite tensors (ragged/sparse) as inputs or outputs, and
-captured resources on a device the cluster does not have (:class:`ConfigError`).
+fine: they are baked into the trace), composite tensors (ragged/sparse) as inputs or outputs,
+variables as arguments (use them captured), and captured resources on a device the cluster does
+not have (:class:`ConfigError`).
 
 SavedModels (:func:`place_saved_model`): a TF2 SavedModel (one with an object graph) is loaded with
 ``tf.saved_model.load``; the chosen signature is placed as above and the loaded object is saved
@@ -154,7 +155,28 @@ def _concrete_function(fn, args, kwargs):
     attr = cf.function_def.attr
     if "_XlaMustCompile" in attr and attr["_XlaMustCompile"].b:
         raise _xla_error(cf.name)
+    _check_arguments(cf)
     return cf
+
+
+def _check_arguments(cf) -> None:
+    """ConfigError for an argument the placed function could not take as the original does:
+    a composite tensor (its components would be fed as separate inputs) or a variable (its
+    placeholder is a resource handle, which the placed graph would be fed its value for)."""
+    args_sig, kwargs_sig = cf.structured_input_signature
+    function = cf.name.decode() if isinstance(cf.name, bytes) else cf.name
+    names = [f"argument {k}" for k in range(len(args_sig))] + [f"argument {k!r}"
+                                                               for k in kwargs_sig]
+    for name, spec in zip(names, list(args_sig) + list(kwargs_sig.values())):
+        for leaf in tf.nest.flatten(spec):
+            if isinstance(leaf, (tf.RaggedTensorSpec, tf.SparseTensorSpec)):
+                raise ConfigError(f"{function}: {name} is a {type(leaf).__name__}: ragged and "
+                                  "sparse tensors are not supported as arguments; pass dense "
+                                  "tensors (e.g. .to_tensor()) or their component tensors")
+            if type(leaf).__name__ == "VariableSpec":
+                raise ConfigError(f"{function}: {name} is a tf.Variable: variables are not "
+                                  "supported as arguments; use the variable inside the "
+                                  "function (captured), where it is pinned to its device")
 
 
 def _xla_error(name) -> ConfigError:
@@ -264,11 +286,39 @@ class PlacedFunction:
     original: object
 
     def __call__(self, *args, **kwargs):
+        # Arguments by name that are not tensors yet (NumPy arrays, Python numbers) are made
+        # tensors of the signature's dtype: the placed ConcreteFunction binds names itself
+        # only for tensors.
+        args_sig, specs = self.concrete_function.structured_input_signature
+        specs = {**{s.name: s for s in args_sig if isinstance(s, tf.TensorSpec) and s.name},
+                 **specs}  # the placed function's positional inputs keep the original names
+        kwargs = {name: _as_spec_dtype(value, specs.get(name)) for name, value in
+                  kwargs.items()}
         return self.concrete_function(*args, **kwargs)
 
     @property
     def graph(self):
         return self.concrete_function.graph
+
+
+def _as_spec_dtype(value, spec):
+    """``value`` with each array or number where ``spec`` (a nest) has a TensorSpec made a
+    tensor of that dtype; anything else (tensors, a structure that does not match) as it is,
+    for the function's own binding to accept or reject."""
+    def convert(v, s):
+        if isinstance(s, tf.TensorSpec) and not tf.is_tensor(v) and (
+                isinstance(v, (np.ndarray, np.generic, int, float, bool, list))):
+            return tf.convert_to_tensor(v, dtype=s.dtype)
+        return v
+
+    if spec is None:
+        return value
+    if isinstance(spec, tf.TensorSpec):
+        return convert(value, spec)
+    try:
+        return tf.nest.map_structure(convert, value, spec)
+    except (ValueError, TypeError):
+        return value
 
 
 def _is_tensor_like(x) -> bool:
