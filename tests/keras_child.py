@@ -164,6 +164,35 @@ def check_changing_shapes():
     return out
 
 
+def check_spec_parts_and_joined_predict():
+    """One input_spec (x, y, sample_weight) serves fit's weighted batches, its validation
+    batches (x, y) and predict (x); tf_keras' predict with steps_per_execution=2 joins the
+    batches of an execution. Each against the unplaced model."""
+    import tf_keras
+
+    x, y = data(16, (5, 4), seed=3)
+    weights = np.linspace(0.5, 1.5, 16).astype(np.float32)
+    spec = (tf.TensorSpec([None, None, 4]), tf.TensorSpec([None, 1]), tf.TensorSpec([None]))
+    runs = []
+    for placed in (False, True):
+        model = sequence_model()
+        if placed:
+            tk.autoplace_model(model, input_spec=spec, **PLACE)
+        history = model.fit(x, y, sample_weight=weights, validation_data=(x[:8], y[:8]),
+                            batch_size=8, verbose=0).history
+        runs.append([history["loss"][0], history["val_loss"][0],
+                     model.predict(x, batch_size=8, verbose=0).tolist()])
+
+    predictions = []
+    for placed in (False, True):
+        model = tf_keras_model()
+        model.compile(optimizer="sgd", loss="mse", steps_per_execution=2)
+        if placed:
+            tk.autoplace_model(model, **PLACE)
+        predictions.append(model.predict(data(40)[0], batch_size=8, verbose=0).tolist())
+    return {"spec_runs": runs, "tf_keras_predict": predictions}
+
+
 def errors():
     import keras
 
@@ -201,6 +230,7 @@ def errors():
 def main():
     run_checks([("keras3", check_keras3), ("tf_keras", check_tf_keras),
                 ("single", check_single_device_bitwise), ("shapes", check_changing_shapes),
+                ("spec_parts", check_spec_parts_and_joined_predict),
                 ("errors", errors)])
 
 

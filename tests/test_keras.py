@@ -54,6 +54,19 @@ def test_batches_whose_shape_changes_are_refused_or_run_with_a_free_dimension(ch
     assert r["removed"]  # remove() gives the model back Keras' own functions
 
 
+def test_one_input_spec_serves_weighted_fit_validation_and_predict(child):
+    (loss, val_loss, predicted), (p_loss, p_val_loss, p_predicted) = _result(
+        child, "spec_parts")["spec_runs"]
+    np.testing.assert_allclose([p_loss, p_val_loss], [loss, val_loss], rtol=1e-5)
+    np.testing.assert_allclose(p_predicted, predicted, rtol=1e-5)
+
+
+def test_tf_keras_predict_joins_the_batches_of_an_execution(child):
+    reference, placed = _result(child, "spec_parts")["tf_keras_predict"]
+    assert len(reference) == len(placed) == 40  # every row, not one batch per execution
+    np.testing.assert_allclose(placed, reference, rtol=1e-5)
+
+
 @pytest.mark.parametrize("case, message", [
     ("uncompiled", "compile(...) before autoplace_model"),
     ("run_eagerly", "run_eagerly=True"),

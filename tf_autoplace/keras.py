@@ -175,6 +175,22 @@ def _fits(spec, data) -> bool:
                for s, t in zip(tf.nest.flatten(spec), tf.nest.flatten(data)))
 
 
+def _spec_for(spec, kind: str, data):
+    """The part of the user's ``input_spec`` (``(x, y)`` or ``(x, y, sample_weight)``) that
+    ``kind``'s batch ``data`` carries: the whole spec, or its first entries when the batch has
+    fewer (validation batches of a fit with sample weights are ``(x, y)``); for predict, x
+    alone or as ``(x,)``, as the batch comes. A spec no part of which fits is returned whole
+    (predict: x), for the caller's error."""
+    if not isinstance(spec, (tuple, list)) or not spec:
+        return spec
+    parts = [] if kind == "predict" else [tuple(spec[:k]) for k in range(len(spec), 1, -1)]
+    parts += [spec[0], (spec[0],)]
+    for part in parts:
+        if _fits(part, data):
+            return part
+    return spec[0] if kind == "predict" else spec
+
+
 class _PlacedStep:
     """One kind's step: placed on the first batch it is called with, then reused."""
 
@@ -197,9 +213,7 @@ class _PlacedStep:
 
     def _place(self, data):
         p = self._placement
-        spec = p.input_spec
-        if spec is not None and self._kind == "predict" and isinstance(spec, (tuple, list)):
-            spec = (spec[0],)  # predict's batches carry x alone
+        spec = _spec_for(p.input_spec, self._kind, data)
         if spec is not None and not _fits(spec, data):  # else Keras' ValueError when traced
             raise ConfigError(
                 f"input_spec {_specs(spec)} does not fit the model's first {self._kind} batch "
@@ -215,31 +229,42 @@ class _PlacedStep:
         p.reports[self._kind] = report
 
 
-def _iterator_function(step: _PlacedStep, model):
-    """Keras' train/test function (and tf_keras' predict function): up to
-    ``steps_per_execution`` batches from the iterator, the last one's outputs returned."""
+def _iterator_function(step: _PlacedStep, model, *, join: bool = False):
+    """Keras' train/test function and tf_keras' predict function: up to
+    ``steps_per_execution`` batches from the iterator; the last one's outputs returned, or
+    with ``join`` (tf_keras' predict) every batch's outputs joined on axis 0, as tf_keras'
+    own predict function joins them (its caller keeps one result per execution)."""
     def function(iterator):
-        outputs = None
+        outputs = []
         for _ in range(_steps_per_execution(model)):
             try:
                 data = next(iterator)
             except (StopIteration, tf.errors.OutOfRangeError):
                 break
-            outputs = step(data)
-        if outputs is None:
+            outputs.append(step(data))
+        if not outputs:
             raise StopIteration
-        return outputs
+        return _joined(outputs) if join else outputs[-1]
 
     return function
+
+
+def _joined(outputs: list):
+    """The outputs of several batches (one structure each) joined on axis 0, scalars
+    stacked, as Keras' predict loops join them."""
+    if len(outputs) == 1:
+        return outputs[0]
+
+    def join(*parts):
+        return tf.stack(parts) if parts[0].shape.rank == 0 else tf.concat(parts, axis=0)
+
+    return tf.nest.map_structure(join, *outputs)
 
 
 def _keras3_predict_function(step: _PlacedStep):
     """Keras 3's predict function: a list of batches in, their outputs joined on axis 0."""
     def function(batches):
-        outputs = [step(data) for data in batches]
-        if len(outputs) == 1:
-            return outputs[0]
-        return tf.nest.map_structure(lambda *parts: tf.concat(parts, axis=0), *outputs)
+        return _joined([step(data) for data in batches])
 
     return function
 
@@ -281,7 +306,8 @@ class KerasPlacement:
                 step = _PlacedStep(self, kind)
                 function = (_keras3_predict_function(step)
                             if kind == "predict" and self.flavour == "keras"
-                            else _iterator_function(step, self.model))
+                            else _iterator_function(step, self.model,
+                                                    join=kind == "predict"))
                 setattr(self.model, attribute, function)
                 return function
 
@@ -317,8 +343,10 @@ def autoplace_model(model, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *
         progress: as for :func:`tf_autoplace.autoplace`.
       input_spec: TensorSpecs of one batch as ``fit``/``evaluate`` pass it to the step
         (``(x, y)`` or ``(x, y, sample_weight)``, each a nest like the data), with None in
-        every dimension that varies between batches; ``predict`` uses its first element.
-        None: each function's first batch, its batch dimension free.
+        every dimension that varies between batches; a function whose batches carry fewer
+        entries uses the first ones (``evaluate`` on ``(x, y)`` batches of a spec with sample
+        weights; ``predict`` x alone). None: each function's first batch, its batch dimension
+        free.
       unknown_dim: elements counted per free dimension in the cost model; None: the first
         batch's size.
 
