@@ -168,8 +168,6 @@ def check_spec_parts_and_joined_predict():
     """One input_spec (x, y, sample_weight) serves fit's weighted batches, its validation
     batches (x, y) and predict (x); tf_keras' predict with steps_per_execution=2 joins the
     batches of an execution. Each against the unplaced model."""
-    import tf_keras
-
     x, y = data(16, (5, 4), seed=3)
     weights = np.linspace(0.5, 1.5, 16).astype(np.float32)
     spec = (tf.TensorSpec([None, None, 4]), tf.TensorSpec([None, 1]), tf.TensorSpec([None]))
