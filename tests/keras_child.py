@@ -204,11 +204,18 @@ def errors():
         tk.autoplace_model(model, input_spec=spec, **PLACE)
         model.fit(*data(8), batch_size=8, verbose=0)
 
+    def recompiled_with_xla():
+        model = keras3_model()
+        tk.autoplace_model(model, **PLACE)
+        model.compile(optimizer="sgd", loss="mse", jit_compile=True)
+        model.fit(*data(8), batch_size=8, verbose=0)
+
     uncompiled = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
     cases = {
         "uncompiled": lambda: tk.autoplace_model(uncompiled, **PLACE),
         "run_eagerly": lambda: tk.autoplace_model(compiled(run_eagerly=True), **PLACE),
         "jit_compile": lambda: tk.autoplace_model(compiled(jit_compile=True), **PLACE),
+        "recompiled_jit_compile": recompiled_with_xla,
         "not_a_model": lambda: tk.autoplace_model(object(), **PLACE),
         "verify": lambda: tf_autoplace.autoplace(keras3_model(), verify=15, **PLACE),
         # another feature size than the model's and the batch's: refused before Keras traces

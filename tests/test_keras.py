@@ -71,6 +71,7 @@ def test_tf_keras_predict_joins_the_batches_of_an_execution(child):
     ("uncompiled", "compile(...) before autoplace_model"),
     ("run_eagerly", "run_eagerly=True"),
     ("jit_compile", "jit_compile=False"),
+    ("recompiled_jit_compile", "jit_compile=False"),  # compile() after autoplace_model
     ("not_a_model", "expected a Keras 3 or tf_keras Model"),
     ("verify", "a Keras model is timed by fitting it"),
     ("input_spec", "does not fit the model's first train batch"),

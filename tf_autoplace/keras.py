@@ -303,6 +303,7 @@ class KerasPlacement:
                 current = getattr(self.model, attribute, None)
                 if current is not None and not force:
                     return current
+                _check_model(self.model, self.flavour)  # compile() may have changed it
                 step = _PlacedStep(self, kind)
                 function = (_keras3_predict_function(step)
                             if kind == "predict" and self.flavour == "keras"
