@@ -171,6 +171,17 @@ def test_text_meta_graph_in_stays_a_text_meta_graph(runs):
     assert set(placed.collection_def) == set(original.collection_def) != set()
     assert placed.collection_def["train_op"] == original.collection_def["train_op"]
     assert placed.meta_info_def == original.meta_info_def
+    # Every field but the graph as it came: a saver_def only where the input had one (an empty
+    # one makes import_meta_graph fail), assets and the rest kept.
+    rest, want = meta_graph_pb2.MetaGraphDef(), meta_graph_pb2.MetaGraphDef()
+    rest.CopyFrom(placed)
+    want.CopyFrom(original)
+    rest.ClearField("graph_def")
+    want.ClearField("graph_def")
+    assert rest == want and [f.name for f, _ in rest.ListFields()] == [
+        f.name for f, _ in want.ListFields()]
+    with tf.Graph().as_default():
+        tf.compat.v1.train.import_meta_graph(placed)
     assert "predicted step time" in stdout
 
 

@@ -108,11 +108,10 @@ def _placement_bytes(report, path: str) -> bytes:
 
 def _serialize(report, source, is_meta_graph: bool, output_path: str) -> bytes:
     placed = report.graph_def
-    if is_meta_graph:
-        placed = meta_graph_pb2.MetaGraphDef(
-            meta_info_def=source.meta_info_def, graph_def=placed,
-            saver_def=source.saver_def, collection_def=source.collection_def,
-            signature_def=source.signature_def)
+    if is_meta_graph:  # every field as it came (a saver_def only if it had one), new devices
+        graph_def, placed = placed, meta_graph_pb2.MetaGraphDef()
+        placed.CopyFrom(source)
+        placed.graph_def.CopyFrom(graph_def)
     text = output_path.endswith((".pbtxt", ".txt"))
     if text:
         return text_format.MessageToString(placed).encode()
