@@ -113,3 +113,23 @@ def test_measured_rewards_run_on_the_clusters_servers(cluster):
     workload = Workload(graph_def=tg.graph.as_graph_def(), fetches=(tg.train_op,))
     evaluator = MeasuredEvaluator(dataclasses.replace(problem, workload=workload))
     assert evaluator.config.target == cluster.target == "grpc://localhost:2223"
+
+
+def test_moving_a_variable_off_the_task_its_annotation_names_is_said(cluster):
+    graph = tf.Graph()
+    with graph.as_default():
+        with tf.device("/job:ps/task:0"):
+            w = tf.compat.v1.get_variable("w", [8], use_resource=True)
+            tf.constant(1.0, name="c")
+        tf.reduce_sum(w.read_value(), name="total")
+    report = tf_autoplace.autoplace(graph, cluster=cluster, placer="single", progress=False)
+    assert graph.get_operation_by_name("w").device.startswith("/job:worker")  # the target's
+    moved = [n for n in report.notes if "variable(s) moved to another task" in n]
+    assert len(moved) == 1 and "'w' from '/job:ps/task:0'" in moved[0], report.notes
+    assert moved[0].startswith("1 variable(s)")  # the constant moved too, and is not one
+
+    plain = tf.Graph()  # without annotations on a task: nothing to say
+    with plain.as_default():
+        tf.compat.v1.get_variable("w", [8], use_resource=True)
+    report = tf_autoplace.autoplace(plain, cluster=cluster, placer="single", progress=False)
+    assert not any("moved to another task" in n for n in report.notes)

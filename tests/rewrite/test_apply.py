@@ -6,7 +6,8 @@ import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
 from tf_autoplace.errors import InfeasiblePlacementError, InvalidGraphError
-from tf_autoplace.rewrite import apply_to_graph, apply_to_graph_def, replaced_devices
+from tf_autoplace.rewrite import (apply_to_graph, apply_to_graph_def, other_task,
+                                  replaced_devices)
 
 HOST = "/job:localhost/replica:0/task:0/device:"
 USER_DEVICE = "/device:CPU:7"
@@ -121,3 +122,11 @@ def test_replaced_devices_lists_the_annotations_a_placement_does_not_satisfy():
                  "lower": cpu0}
     assert replaced_devices(graph_def, placement) == [
         ("gpu1", "/device:GPU:1", gpu0), ("job", "/job:worker/device:GPU:0", gpu0)]
+
+
+def test_other_task_compares_only_the_job_and_task_an_annotation_names():
+    worker = "/job:worker/replica:0/task:0/device:CPU:0"
+    assert other_task("/job:ps/task:0", worker)
+    assert other_task("/job:worker/task:1", worker)
+    assert not other_task("/job:worker", worker)
+    assert not other_task("/device:GPU:0", worker)  # no task named: nothing to say

@@ -54,7 +54,7 @@ from tf_autoplace.pipeline.options import PlaceOptions
 from tf_autoplace.pipeline.prepare import build_problem, cost_graph_problem
 from tf_autoplace.proto import cost_graph_pb2
 from tf_autoplace.rewrite import (apply_to_graph, apply_to_graph_def, check_annotations,
-                                  replaced_devices, sessions)
+                                  other_task, replaced_devices, sessions)
 from tf_autoplace.sim import lp_lower_bound
 from tf_autoplace.sim.jit import interruptible
 
@@ -171,17 +171,12 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
                      f"{options.unknown_dim} per unknown dimension): give the inputs static "
                      "shapes for better memory and transfer estimates")
     report = place_problem(problem, options, timings=timings, notes=notes)
-    replaced = replaced_devices(meta_graph.graph_def, report.assignment)
-    if replaced:
-        name, asked, placed = replaced[0]
-        report = dataclasses.replace(report, notes=report.notes + (
-            f"the placement replaced {len(replaced)} device annotation(s) the graph had (e.g. "
-            f"{name!r} asked for {asked!r} and is placed on {placed!r}): every op's device is "
-            "the placer's choice, within kernel and colocation constraints",))
     if verifying:
         t = time.perf_counter()
         report = _verify(report, problem, workload, options)
         timings["verify"] = time.perf_counter() - t
+    report = dataclasses.replace(report, notes=report.notes + _annotation_notes(
+        meta_graph.graph_def, report.assignment, problem.graph))
     if measure_steps:
         t = time.perf_counter()
         report = measure(report, workload, steps=int(measure_steps), seed=int(seed),
@@ -349,6 +344,31 @@ def verification_candidates(problem: PlacementProblem, name: str,
         candidates = [dataclasses.replace(c, name=SINGLE) if c.name == single_name else c
                       for c in candidates]
     return candidates
+
+
+def _annotation_notes(graph_def, assignment, graph) -> tuple[str, ...]:
+    """Notes on the device annotations the graph had that the final placement replaced, and,
+    apart, on variables it moved to another TensorFlow task than their annotation named: a
+    variable on a ``ps`` task is where other clients of the same servers look for it
+    (between-graph replication), which the placement of one graph does not know."""
+    replaced = replaced_devices(graph_def, assignment)
+    if not replaced:
+        return ()
+    name, asked, placed = replaced[0]
+    notes = [f"the placement replaced {len(replaced)} device annotation(s) the graph had (e.g. "
+             f"{name!r} asked for {asked!r} and is placed on {placed!r}): every op's device is "
+             "the placer's choice, within kernel and colocation constraints"]
+    stateful = {graph.names[i] for i in np.flatnonzero(graph.persistent_bytes > 0)}
+    moved = [r for r in replaced if r[0] in stateful and other_task(r[1], r[2])]
+    if moved:
+        name, asked, placed = moved[0]
+        notes.append(
+            f"{len(moved)} variable(s) moved to another task than their annotation named (e.g. "
+            f"{name!r} from {asked!r} to {placed!r}): another client of these servers that "
+            "looks for them there (between-graph replication) will not find this graph's "
+            "values: a placement is of one graph, so do not place the graphs of such a "
+            "program")
+    return tuple(notes)
 
 
 def _verify(report: PlacementReport, problem: PlacementProblem, workload: Workload,

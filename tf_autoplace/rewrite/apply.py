@@ -70,6 +70,13 @@ def replaced_devices(graph_def: graph_pb2.GraphDef,
     return out
 
 
+def other_task(asked: str, placed: str) -> bool:
+    """Whether ``placed`` is on another job or task than the annotation ``asked`` names (an
+    annotation that names neither says nothing about tasks)."""
+    a, p = tf.DeviceSpec.from_string(asked), tf.DeviceSpec.from_string(placed)
+    return (a.job is not None and a.job != p.job) or (a.task is not None and a.task != p.task)
+
+
 def check_annotations(graph_def: graph_pb2.GraphDef, cluster: Cluster) -> None:
     """Raise ClusterSpecError naming the op, its annotation and the job or task, when a device
     annotation of ``graph_def`` (``/job:ps/task:2``, as ``replica_device_setter`` writes them)
