@@ -50,6 +50,9 @@ from tf_autoplace.graph.opgraph import KERNEL_KINDS, OpGraph
 from tf_autoplace.proto import cost_graph_pb2
 
 FORMAT_VERSION = 1
+# The most the ops' times on one device kind may add up to: a step no machine runs, and sums
+# of such times (schedules, bounds) would overflow a float long before a time does.
+MAX_TOTAL_SECONDS = 1e9
 FORMATS = ("text", "json", "binary")
 
 
@@ -152,6 +155,14 @@ def from_proto(proto: cost_graph_pb2.CostGraph) -> CostGraph:
             ctrl_dst.append(i)
         key = op.colocation_group or (None, i)  # no group: a group of its own
         colocation[i] = group_of.setdefault(key, len(group_of))
+    for kind, t in times.items():
+        with np.errstate(over="ignore"):  # a sum past the largest float is inf, said below
+            total = t[np.isfinite(t)].sum()
+        if not total <= MAX_TOTAL_SECONDS:
+            raise InvalidGraphError(
+                f"the ops' times on {kind} add up to {total:.3g} s, more than "
+                f"{MAX_TOTAL_SECONDS:.0e} s (30 years) for one step: check their unit "
+                "(seconds)")
 
     graph = OpGraph(
         names=tuple(op.name for op in ops), op_types=tuple(op.type for op in ops),

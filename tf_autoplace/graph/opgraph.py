@@ -47,6 +47,9 @@ from tf_autoplace.errors import InvalidGraphError
 from tf_autoplace.graph.buffers import ALIAS_NONE, ALIAS_VIEW
 
 KERNEL_KINDS = ("CPU", "GPU")
+# The most bytes a graph's tensors and variables may add up to (4 EiB): peaks and transfer
+# totals are int64 sums of them, which must not wrap around.
+MAX_TOTAL_BYTES = 2**62
 
 
 def _as(array, dtype, name: str, ndim: int = 1) -> np.ndarray:
@@ -124,6 +127,16 @@ class OpGraph:
                 raise InvalidGraphError(f"{name} holds an index outside [0, {hi})")
         if (self.tensor_bytes < 0).any() or (self.persistent_bytes < 0).any():
             raise InvalidGraphError("byte sizes must be >= 0")
+        total = (self.tensor_bytes.sum(dtype=np.float64)
+                 + self.persistent_bytes.sum(dtype=np.float64))
+        if total > MAX_TOTAL_BYTES:  # sums of them (memory, transfers) are int64
+            per_op = self.persistent_bytes.astype(np.float64)
+            np.add.at(per_op, self.tensor_op, self.tensor_bytes.astype(np.float64))
+            big = self.names[int(per_op.argmax())]
+            raise InvalidGraphError(
+                f"the graph's byte sizes add up to {total:.3g} bytes (op {big!r} alone "
+                f"{per_op.max():.3g}), more than the {MAX_TOTAL_BYTES:.3g} this package can "
+                "count: no device holds that; check the sizes given")
         if not self.kernels.any(axis=1).all():
             bad = self.names[int(np.flatnonzero(~self.kernels.any(axis=1))[0])]
             raise InvalidGraphError(f"op {bad!r} has a kernel for no device kind")
