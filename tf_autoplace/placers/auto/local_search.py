@@ -40,7 +40,7 @@ placement, a learned policy's zero-shot placement):
   the lower bound, or at a local optimum (sweeps only).
 * **Kicks.** A swept search ends at a local optimum long before its budget, and a better one
   is often a few groups away: :func:`iterate_until_stale` then searches again from
-  :func:`kick`\ s of the best placement (iterated local search) until several in a row find
+  kicks (:func:`kick`) of the best placement (iterated local search) until several in a row find
   nothing faster.
 
 Everything random comes from one generator seeded by the caller, and candidates are scored in
