@@ -228,6 +228,10 @@ def test_file_errors_name_the_file(tmp_path):
         costgraph.read(truncated)
     with pytest.raises(tf_autoplace.ClusterSpecError, match="k80x3"):
         tf_autoplace.place_cost_graph(tmp_path / "missing.json", cluster="k80x3")
+    # A file's contents where its path belongs: said so, without the contents in the message.
+    with pytest.raises(InvalidGraphError, match="looks like a cost graph's contents") as error:
+        costgraph.read(HAND.encode())
+    assert len(str(error.value)) < 300
     assert not costgraph.is_cost_graph_file("model.pbtxt")  # a GraphDef stays a GraphDef
 
 

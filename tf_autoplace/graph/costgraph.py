@@ -298,9 +298,15 @@ def read(path: str | os.PathLike) -> CostGraph:
     try:
         with open(path, "rb") as f:
             data = f.read()
-    except OSError as e:
-        raise InvalidGraphError(f"cannot read cost graph {os.fspath(path)!r}: "
-                                f"{e.strerror or e}") from e
+    except (OSError, ValueError) as e:  # ValueError: a NUL in the path
+        shown = repr(os.fspath(path))
+        hint = ""
+        if len(shown) > 120 or isinstance(path, bytes) and b"\n" in path:
+            shown = shown[:60] + "..."
+            hint = ("; that looks like a cost graph's contents, not a path: decode them with "
+                    "tf_autoplace.graph.costgraph.decode(data, format)")
+        raise InvalidGraphError(f"cannot read cost graph {shown}: "
+                                f"{getattr(e, 'strerror', None) or e}{hint}") from e
     return decode(data, file_format(path), what=repr(os.fspath(path)))
 
 
