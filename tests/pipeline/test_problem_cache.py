@@ -2,6 +2,7 @@
 runs code (a planted pickle is never executed); damaged, foreign and non-regular entries are
 ignored with a warning and rebuilt; its directory is private."""
 
+import dataclasses
 import logging
 import os
 import pickle
@@ -16,6 +17,8 @@ from tf_autoplace.pipeline import problem_cache
 from tf_autoplace.pipeline.problem_cache import ProblemCache, as_problem_cache
 from tf_autoplace.testing import problems
 
+from tests.sim.test_simulator import random_aliases
+
 
 class Planted:
     """Unpickling this creates the file ``path``: proof that a pickle was run."""
@@ -28,14 +31,21 @@ class Planted:
 
 
 def _problem():
-    return problems.random_problem(40, 3, num_gpus=2, max_groups=12)
+    """A random problem whose tensors include views and shared buffers."""
+    problem = problems.random_problem(40, 3, num_gpus=2, max_groups=12)
+    graph = random_aliases(np.random.default_rng(3), problem.graph)
+    assert (graph.tensor_alias != -1).any()
+    return dataclasses.replace(problem, graph=graph)
 
 
 def _same(a, b):
-    assert a.graph.names == b.graph.names and a.graph.op_types == b.graph.op_types
-    for field in ("persistent_bytes", "tensor_op", "tensor_bytes", "edge_tensor", "edge_dst",
-                  "ctrl_src", "ctrl_dst", "colocation", "kernels", "shape_known"):
-        np.testing.assert_array_equal(getattr(a.graph, field), getattr(b.graph, field))
+    for field in dataclasses.fields(a.graph):  # every field, so that a new one is not lost
+        x, y = getattr(a.graph, field.name), getattr(b.graph, field.name)
+        if isinstance(x, np.ndarray):
+            np.testing.assert_array_equal(x, y, field.name)
+            assert x.dtype == y.dtype, field.name
+        else:
+            assert x == y, field.name
     np.testing.assert_array_equal(a.op_time, b.op_time)
     np.testing.assert_array_equal(a.grouping.labels, b.grouping.labels)
     assert a.cluster is b.cluster or a.cluster.to_proto() == b.cluster.to_proto()
@@ -72,7 +82,8 @@ def test_a_planted_pickle_is_never_executed(tmp_path, caplog):
 @pytest.mark.parametrize("damage, reason", [
     (lambda data: data[:len(data) // 2], "does not load as an npz"),
     (lambda data: b"", "does not load as an npz"),
-    (lambda data: data.replace(b'"format": 1', b'"format": 9'), "Bad CRC-32"),
+    (lambda data: data.replace(f'"format": {problem_cache.FORMAT}'.encode(), b'"format": 9'),
+     "Bad CRC-32"),
 ])
 def test_a_damaged_entry_is_ignored_with_a_warning(tmp_path, caplog, damage, reason):
     problem = _problem()
@@ -100,14 +111,15 @@ def test_an_entry_of_wrong_arrays_or_another_cluster_is_not_trusted(tmp_path, ca
     np.savez(cache.path("r"), **arrays)
     arrays["op_time"] = np.zeros((3, 3))
     np.savez(cache.path("s"), **arrays)
-    header = arrays["header"].tobytes().replace(b'"format": 1', b'"format": 9')
+    header = arrays["header"].tobytes().replace(f'"format": {problem_cache.FORMAT}'.encode(),
+                                                b'"format": 9')
     np.savez(cache.path("t"), **{**arrays, "header": np.frombuffer(header, np.uint8)})
     with caplog.at_level(logging.WARNING):
         assert cache.load("q", problem.cluster) is None
         assert cache.load("r", problem.cluster) is None
         assert cache.load("s", problem.cluster) is None
         assert cache.load("t", problem.cluster) is None
-    assert "it has format 9, this version reads 1" in caplog.text
+    assert f"it has format 9, this version reads {problem_cache.FORMAT}" in caplog.text
     assert "array 'op_time' is float32, not float64" in caplog.text
     assert "NaN or negative" in caplog.text
     assert "does not hold a valid problem (op_time has shape (3, 3)" in caplog.text
@@ -148,3 +160,11 @@ def test_a_cache_that_cannot_be_written_does_not_fail(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         assert cache.store("p", _problem()) is None
     assert "cannot keep the built problem" in caplog.text
+
+
+def test_a_problem_with_what_entries_do_not_hold_is_not_kept(tmp_path, caplog):
+    scaled = dataclasses.replace(_problem(), time_scale={"GPU": 1.5})
+    cache = ProblemCache(tmp_path / "problems")
+    with caplog.at_level(logging.WARNING):
+        assert cache.store("p", scaled) is None
+    assert "not kept" in caplog.text and cache.load("p", scaled.cluster) is None

@@ -6,7 +6,7 @@ time one stage on a zoo graph (:func:`tf_autoplace.zoo.benchmark.pair_problem`) 
 problems they build in a :class:`ProblemCache`, so the next run reads them back.
 
 - **Format**: one ``<name>.npz`` per problem, numpy arrays only (``numpy.savez``, read with
-  ``allow_pickle=False``): the OpGraph's arrays (module :mod:`tf_autoplace.graph.opgraph`),
+  ``allow_pickle=False``): every array of the OpGraph (module :mod:`tf_autoplace.graph.opgraph`),
   ``op_time``, the grouping's labels and kernels, and a JSON header (as bytes) with the format
   version, the op names and types, and the SHA-256 of the cluster the problem was costed for.
   Nothing in an entry is code, and reading one runs none (no pickle anywhere).
@@ -49,14 +49,16 @@ from tf_autoplace.grouping import Grouping
 from tf_autoplace.outputs.files import write_atomically
 
 SUFFIX = ".npz"
-# Bumped when the entry format changes; entries of another format are rebuilt.
-FORMAT = 1
+# Bumped when the entry format changes; entries of another format are rebuilt. Format 2 keeps
+# tensor_alias (format 1 lost it: its problems counted views and shared buffers as new bytes).
+FORMAT = 2
 
-# OpGraph array fields and the dtype each is stored with.
+# OpGraph array fields and the dtype each is stored with: every array field an OpGraph has
+# (tests/pipeline/test_problem_cache.py checks that none is left out).
 _GRAPH_ARRAYS = {"persistent_bytes": np.int64, "tensor_op": np.int32, "tensor_bytes": np.int64,
                  "edge_tensor": np.int32, "edge_dst": np.int32, "ctrl_src": np.int32,
                  "ctrl_dst": np.int32, "colocation": np.int32, "kernels": np.bool_,
-                 "shape_known": np.bool_}
+                 "shape_known": np.bool_, "tensor_alias": np.int32}
 _OTHER_ARRAYS = {"op_time": np.float64, "group_labels": np.int32, "group_kernels": np.bool_,
                  "header": np.uint8}
 
@@ -178,6 +180,11 @@ class ProblemCache:
         """Keep ``problem`` as ``name`` (atomically); returns the entry's path, or None (with
         a warning) if it cannot be written."""
         path = self.path(name)
+        if problem.partner is not None or problem.time_scale:
+            logging.warning("tf_autoplace: a problem with profiled partner times or time "
+                            "scales is not kept in the problem cache (its entries hold "
+                            "neither); it will be built again next time")
+            return None
         try:
             private_directory(self.directory, "the problem cache")
             write_atomically(path, encode(problem))
