@@ -13,6 +13,9 @@ simulator says every device fits:
 * **Which groups.** Those that free the most memory per second of extra compute: a group frees
   its persistent bytes (variables) and the output bytes of its ops (an upper bound on its
   share of the transient peak), and costs the difference of its compute time on the new device.
+  If that makes no placement fit, the rounds run again counting also the tensors a group reads
+  from other groups (copies, where those run elsewhere): a sink of many large tensors
+  overflows by what it receives, not by what it writes.
 * **How many.** Enough, by that estimate, to cover the overshoot with a margin; the placement is
   then simulated again (freeing a group's outputs may free less than counted, and a tensor sent
   back from the host takes memory too), and the next round covers what is still over with a
@@ -45,12 +48,26 @@ def memory_need(problem: PlacementProblem) -> str:
 def offload(problem: PlacementProblem, devices: np.ndarray) -> np.ndarray | None:
     """A placement that fits every device's memory, obtained from ``devices`` ([n] device per
     op, colocation groups whole) by moving colocation groups off overflowing devices (module
-    docstring); ``devices`` itself when it fits; None when the rounds run out."""
+    docstring); ``devices`` itself when it fits; None when the rounds run out, counting what
+    a group frees without and then with the tensors it receives."""
+    for received in (False, True):
+        fixed = _offload(problem, devices, received)
+        if fixed is not None:
+            return fixed
+    return None
+
+
+def _offload(problem: PlacementProblem, devices: np.ndarray,
+             received: bool) -> np.ndarray | None:
+    """:func:`offload`'s rounds, a group freeing its variables and outputs, and with
+    ``received`` the tensors it reads from other groups too."""
     graph, cluster = problem.graph, problem.cluster
     coloc = graph.colocation.astype(np.int64)
     num_units = int(coloc.max()) + 1
     unit_bytes = (np.bincount(coloc, weights=graph.persistent_bytes, minlength=num_units) +
                   np.bincount(coloc, weights=graph.output_bytes, minlength=num_units))
+    if received:
+        unit_bytes = unit_bytes + _received_bytes(graph, coloc, num_units)
     unit_time = np.stack([np.bincount(coloc, weights=np.where(np.isfinite(problem.op_time[:, d]),
                                                               problem.op_time[:, d], 0.0),
                                       minlength=num_units)
@@ -97,6 +114,16 @@ def offload(problem: PlacementProblem, devices: np.ndarray) -> np.ndarray | None
     if (sim.peak_memory <= cluster.memory).all():
         return unit_device[coloc].astype(np.int32)
     return None
+
+
+def _received_bytes(graph, coloc: np.ndarray, num_units: int) -> np.ndarray:
+    """[C] bytes of the tensors each colocation group reads from other groups, each tensor
+    once per group: the copies it holds where it runs when their producers run elsewhere."""
+    producer = coloc[graph.tensor_op[graph.edge_tensor]]
+    consumer = coloc[graph.edge_dst]
+    outside = producer != consumer
+    pairs = np.unique(np.stack([graph.edge_tensor[outside], consumer[outside]]), axis=1)
+    return np.bincount(pairs[1], weights=graph.tensor_bytes[pairs[0]], minlength=num_units)
 
 
 def _cheapest(cost: np.ndarray) -> np.ndarray:

@@ -54,6 +54,20 @@ def test_over_full_gpus_fit_with_host_offload():
         assert (placement.devices == 2).any()
 
 
+def test_a_sink_that_overflows_by_what_it_receives_goes_to_the_host():
+    # Eight GPU-only producers of 3 GB each feed one sink: 24 GB arrive wherever the sink runs,
+    # more than any 10 GB GPU holds; with two producers per GPU and the sink on the host all
+    # fits. What the sink frees by moving is what it receives, not its own (no) output.
+    kernels = np.array([[False, True]] * 8 + [[True, True]])
+    graph = from_edges(9, [(i, 8, 3 * GB) for i in range(8)], kernels=kernels)
+    p = problem(graph, cluster(4, gpu_memory=10 * GB), 1e-3)
+    fixed = offload.offload(p, np.zeros(9, np.int32))
+    assert fixed is not None and not check_memory(p, p.simulator.run(fixed))
+    assert fixed[8] == 4  # the host
+    placement = BestHeuristicPlacer().place(p, seed=0)  # was: nothing fits
+    assert not check_memory(p, p.simulator.run(placement.devices))
+
+
 def test_nothing_fits_names_the_total_need():
     p = _with_persistent(random_problem(40, seed=1, gpu_memory=GB),
                          np.full(40, 5 * GB, np.int64))  # 200 GB of variables, 102 GB in all
