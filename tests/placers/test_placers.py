@@ -10,6 +10,7 @@ from tf_autoplace.graph.opgraph import from_edges
 from tf_autoplace.grouping import Grouping, GroupingConfig, merge_and_colocate
 from tf_autoplace.placers import (
     MemoryAwareETFPlacer,
+    MemoryAwareSCTPlacer,
     PlacementProblem,
     SingleDevicePlacer,
     get_placer,
@@ -107,8 +108,11 @@ def test_m_etf_reports_variables_that_fit_nowhere():
     problem = _problem(graph, _cluster(gpu_memory=10 * GB), gpu_ms=1)
     small_host = Cluster.uniform(list(problem.cluster.devices[:2]) +
                                  [Device("/device:CPU:0", "CPU", memory_bytes=GB)])
-    with pytest.raises(InfeasiblePlacementError, match="no device has room"):
+    with pytest.raises(InfeasiblePlacementError, match="m_etf: no compute device has room.*"
+                       "keeps a group that can run on the compute devices on them"):
         MemoryAwareETFPlacer().place(_problem(graph, small_host, gpu_ms=1))
+    with pytest.raises(InfeasiblePlacementError, match="m_sct: no compute device has room"):
+        MemoryAwareSCTPlacer().place(_problem(graph, small_host, gpu_ms=1))
 
 
 def test_placers_are_deterministic():

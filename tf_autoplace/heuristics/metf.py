@@ -147,14 +147,20 @@ def list_schedule(problem: PlacementProblem, favourite: np.ndarray | None = None
         if group_device[g] >= 0:
             candidates = [int(group_device[g])]
         else:
-            ok = group_ok[g] & on_compute if (group_ok[g] & on_compute).any() else group_ok[g]
+            on_gpus = (group_ok[g] & on_compute).any()
+            ok = group_ok[g] & on_compute if on_gpus else group_ok[g]
             fits = ok & (used + reserve[g] <= capacity)
             if not fits.any():
                 fits = ok & (used_persistent + persistent[g] <= capacity)
             if not fits.any():
+                name = "m_etf" if favourite is None else "m_sct"
                 raise InfeasiblePlacementError(
-                    f"m_etf: no device has room for the variables of the group of op "
-                    f"{graph.names[i]!r} ({format_bytes(persistent[g])})")
+                    f"{name}: no {'compute ' if on_gpus else ''}device has room for the "
+                    f"variables of the group of op {graph.names[i]!r} "
+                    f"({format_bytes(persistent[g])})" + (
+                        f"; {name} keeps a group that can run on the compute devices on them "
+                        "(best_heuristic and auto also move work to the host)" if on_gpus
+                        else ""))
             if favourite is not None:
                 free = fits & ((kept_for < 0) | (kept_for == i))
                 if free.any():
