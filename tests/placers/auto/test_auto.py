@@ -13,7 +13,8 @@ from tf_autoplace.heuristics.single import SingleDevicePlacer
 from tf_autoplace.learning.rollouts import Evaluator
 from tf_autoplace.placers import AutoPlacer, check_memory, check_placement
 from tf_autoplace.placers.auto.local_search import (LocalSearch, LocalSearchConfig,
-                                                    iterate_until_stale, kick, local_search)
+                                                    iterate_until_stale, kick, local_search,
+                                                    race, rank)
 from tf_autoplace.placers.placeto.env import EnvConfig, PlacementEnv
 from tf_autoplace.graph.opgraph import from_edges
 from tf_autoplace.testing.problems import (GB, cluster, problem, random_dag, random_problem,
@@ -262,9 +263,9 @@ def test_a_kick_moves_whole_colocation_groups_to_devices_that_can_run_them():
 class _Scripted:
     """A search whose run ends at a local optimum at a given R, and counts its samples."""
 
-    def __init__(self, best, samples=10):
+    def __init__(self, best, samples=10, fits=True):
         self.best, self.samples, self.stopped, self.current = best, 1, "local optimum", None
-        self._samples = samples
+        self._samples, self.fits = samples, fits
 
     def run(self, until, **kwargs):
         self.samples = min(until, self.samples + self._samples)
@@ -291,6 +292,19 @@ def test_iterated_search_keeps_the_best_and_stops_after_patience_misses():
     done = _Scripted(8.5)
     done.stopped = "samples"
     assert iterate_until_stale(done, fresh, 10_000, 0, patience=3) == (done, [])
+
+
+def test_a_placement_that_overflows_never_wins_over_one_that_fits():
+    # R's memory penalty can leave an overflowing placement below a fitting one; a kick's or
+    # a racer's overflowing best must still lose to a fitting one (auto raised
+    # InfeasiblePlacementError on a cluster whose small host a kick overflowed).
+    kicks = iter([_Scripted(5.0, fits=False), _Scripted(7.0), _Scripted(9.0), _Scripted(9.5)])
+    best, ran = iterate_until_stale(_Scripted(8.0), lambda b: next(kicks), 10_000, 0,
+                                    patience=2)
+    assert (best.best, best.fits, len(ran)) == (7.0, True, 4)
+    racers = [_Scripted(5.0, fits=False), _Scripted(6.0)]
+    assert race(racers, 100) is racers[1]
+    assert rank(_Scripted(1.0, fits=False)) > rank(_Scripted(2.0))
 
 
 def test_kicks_reach_a_better_local_optimum_than_the_race_alone():

@@ -353,6 +353,13 @@ def local_search(problem: PlacementProblem, start: np.ndarray, config: LocalSear
     return search.result()
 
 
+def rank(search: LocalSearch) -> tuple[bool, float]:
+    """How searches compare: one whose best placement fits before one whose does not, then by
+    R. R's memory penalty is a price, not a rule, so an overflowing placement can score below
+    a fitting one (a small overshoot on a fast split); it must never win over it."""
+    return (not search.fits, search.best)
+
+
 def race(searches: list[LocalSearch], total: int, *, deadline: float | None = None,
          lower_bound: float = 0.0, progress: Progress = QUIET) -> LocalSearch:
     """Successive halving over searches from different starts, within ``total`` simulated
@@ -363,7 +370,7 @@ def race(searches: list[LocalSearch], total: int, *, deadline: float | None = No
     short leg already tells the basins apart. Returns the search with the best placement.
     After every batch, ``progress`` is told the placements simulated by all searches and the
     best R among them."""
-    best = lambda: min(searches, key=lambda s: s.best)  # noqa: E731
+    best = lambda: min(searches, key=rank)  # noqa: E731
 
     def step():
         progress.update(sum(s.samples for s in searches), min(s.best for s in searches))
@@ -379,8 +386,8 @@ def race(searches: list[LocalSearch], total: int, *, deadline: float | None = No
                                  lower_bound=lower_bound, on_step=step)
             if stopped in ("deadline", "bound"):
                 return best()
-        alive = sorted(alive, key=lambda s: s.best)[:(len(alive) + 1) // 2]
-    leader = min(alive, key=lambda s: s.best)
+        alive = sorted(alive, key=rank)[:(len(alive) + 1) // 2]
+    leader = min(alive, key=rank)
     leader.run(leader.samples + max(0, total - sum(s.samples for s in searches)),
                deadline=deadline, lower_bound=lower_bound, on_step=step)
     return best()
@@ -431,7 +438,7 @@ def iterate_until_stale(best: LocalSearch, fresh: Callable[[LocalSearch], LocalS
         search.run(search.samples + total - used(), deadline=deadline,
                    lower_bound=lower_bound)
         progress.update(used(), min(best.best, search.best))
-        if search.best < best.best:
+        if rank(search) < rank(best):
             best, misses = search, 0
         else:
             misses += 1

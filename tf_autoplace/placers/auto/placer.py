@@ -52,7 +52,7 @@ from tf_autoplace.learning.measured import MeasuredEvaluator, check_reward
 from tf_autoplace.learning.rollouts import Evaluator, available_cpus
 from tf_autoplace.learning.workers import check_ray_address, cluster_cpus
 from tf_autoplace.placers.auto.local_search import (LocalSearch, LocalSearchConfig,
-                                                    iterate_until_stale, kick, race)
+                                                    iterate_until_stale, kick, race, rank)
 from tf_autoplace.placers.placeto.env import PlacementEnv
 from tf_autoplace.placers.placeto.policy import PlacetoPolicy
 from tf_autoplace.placers.placeto.search import PlacetoConfig, pretrained_policy_dir, search
@@ -339,10 +339,10 @@ class AutoPlacer(Placer):
                 end_s = problem.simulator.run(winner.current).makespan
         samples = spent + sum(s.samples for s in searches + iterated)
         simulations = spent + sum(s.simulations for s in searches + iterated)
-        gains, best_r = 0, min(s.best for s in searches)  # kicks that beat the best so far
+        gains, best_r = 0, min(rank(s) for s in searches)  # kicks that beat the best so far
         for s in iterated:
-            if s.best < best_r:
-                gains, best_r = gains + 1, s.best
+            if rank(s) < best_r:
+                gains, best_r = gains + 1, rank(s)
         self.stats = dict(start=label, start_ms=start_s * 1e3, end_ms=end_s * 1e3,
                           samples=samples, simulations=simulations, stopped=winner.stopped,
                           curve=winner.curve,
