@@ -317,3 +317,13 @@ def test_a_zoo_graph_exported_to_a_cost_graph_is_placed_as_the_tf_path_places_it
         pytest.importorskip("matplotlib", reason="the plot extra (matplotlib) is not installed")
         report.write_plot(tmp_path / "plot.png")
         assert (tmp_path / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_host_of_unlimited_memory_is_counted_without_wrapping():
+    # INT64_MAX bytes ("unlimited") beside a GPU: the cluster's total must not wrap negative.
+    cluster = Cluster.uniform([Device("/device:GPU:0", "GPU", 10 * GB),
+                               Device("/device:CPU:0", "CPU", 2**63 - 1)],
+                              bandwidth_gbps=1.0, latency_us=10.0)
+    cg = costgraph.decode(HAND.encode(), "text")
+    report = tf_autoplace.place_cost_graph(cg, cluster=cluster, placer="m_etf", progress=False)
+    assert report.num_ops == 5

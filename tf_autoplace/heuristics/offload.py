@@ -40,7 +40,7 @@ def memory_need(problem: PlacementProblem) -> str:
     """What the graph needs against what the cluster has, for error messages."""
     persistent = format_bytes(problem.graph.persistent_bytes.sum())
     outputs = format_bytes(problem.graph.output_bytes.sum())
-    have = format_bytes(problem.cluster.memory.sum())
+    have = format_bytes(sum(int(m) for m in problem.cluster.memory))  # no int64 wrap
     return (f"the graph's variables need {persistent} and its op outputs {outputs} in all, "
             f"against {have} on the cluster's {problem.cluster.num_devices} devices")
 

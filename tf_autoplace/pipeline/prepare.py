@@ -167,7 +167,9 @@ def calibrate(sim_graph: OpGraph, cluster: Cluster, op_time: np.ndarray,
 
 
 def _check_fits_at_all(graph, cluster: Cluster) -> None:
-    need, have = int(graph.persistent_bytes.sum()), int(cluster.memory.sum())
+    # Python ints: a host given as "unlimited" (INT64_MAX bytes) must not wrap the sum.
+    need = sum(int(b) for b in graph.persistent_bytes)
+    have = sum(int(m) for m in cluster.memory)
     if need > have:
         raise InfeasiblePlacementError(
             f"the graph's variables need {format_bytes(need)} but the cluster's devices have "
