@@ -228,6 +228,11 @@ def test_local_with_logical_cpus():
      "link delays must be finite and >= 0, got -3e-06 s"),
     (CPU0 + CPU1 + 'link { src: "/device:CPU:1" dst: "/device:CPU:0" delay_us: inf }',
      "link delays must be finite and >= 0, got inf s"),
+    (CPU0 + CPU1 + 'link { src: "/device:CPU:0" dst: "/device:CPU:0" bandwidth_gbps: -1 }',
+     "a link entry goes from '/device:CPU:0' to itself"),
+    (CPU0 + CPU1 + 'link { src: "/device:CPU:0" dst: "/device:CPU:1" latency_us: 1 }'
+     'link { src: "/device:CPU:0" dst: "/device:CPU:1" latency_us: 2 }',
+     "two link entries go from '/device:CPU:0' to '/device:CPU:1'"),
 ])
 def test_malformed_spec_is_a_typed_error_naming_the_problem(text, message):
     with pytest.raises(ClusterSpecError, match=message):

@@ -76,6 +76,7 @@ def test_every_form_of_a_tf_cluster_gives_the_same_tasks():
     ({"worker": [""]}, "task worker:0 has the address ''"),
     ({"1worker": ["a:1"]}, "job name '1worker'"),
     ({"worker": {-1: "a:1"}}, "task index -1"),
+    ({"worker": {2**70: "a:1"}}, "task index 1180591620717411303424; must be an int in"),
     ({"worker": {0: "a:1", "0": "a:2"}}, "task worker:0 is listed twice"),
     ({}, "has no tasks"),
     (42, "got int"),

@@ -525,8 +525,16 @@ class Cluster:
         if tasks:
             _class_links([cluster.task_of(i) for i in range(cluster.num_devices)],
                          _link_classes(classes), bw, lat)
+        seen = set()
         for link in spec.link:
             i, j = cluster.index(link.src), cluster.index(link.dst)
+            if i == j:
+                raise ClusterSpecError(f"a link entry goes from {link.src!r} to itself: a "
+                                       "device sends nothing to itself; links join two devices")
+            if (i, j) in seen:
+                raise ClusterSpecError(f"two link entries go from {link.src!r} to {link.dst!r}; "
+                                       "give each pair once")
+            seen.add((i, j))
             if link.HasField("bandwidth_gbps"):
                 bw[i, j] = link.bandwidth_gbps * 1e9
             if link.HasField("latency_us"):

@@ -43,6 +43,8 @@ JOB_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")  # TensorFlow's rule for job nam
 # The jobs whose first task a client Session targets by default, in order.
 MASTER_JOBS = ("chief", "master", "worker")
 LOOPBACK = "loopback"
+# Device names and specs carry a task index as an int64 (DeviceSpec, cluster.proto).
+MAX_TASK_INDEX = 2**63 - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,9 +90,9 @@ class Task:
             raise ClusterSpecError(f"job name {self.job!r} is not one TensorFlow takes "
                                    "([A-Za-z][A-Za-z0-9_]*)")
         if isinstance(self.index, bool) or not isinstance(self.index, numbers.Integral) \
-                or self.index < 0:
+                or not 0 <= self.index <= MAX_TASK_INDEX:
             raise ClusterSpecError(f"task {self.job}:{self.index!r} has a bad index; must be an "
-                                   "int >= 0")
+                                   f"int in [0, {MAX_TASK_INDEX}]")
         object.__setattr__(self, "index", int(self.index))
         if not isinstance(self.address, str):
             raise ClusterSpecError(f"task {self.name} has the address {self.address!r}; must be "
@@ -220,8 +222,9 @@ def _index(job, index) -> int:
     except (TypeError, ValueError):
         raise ClusterSpecError(f"job {job!r} has the task index {index!r}; must be an int >= 0") \
             from None
-    if value < 0 or (isinstance(index, float) and index != value):
-        raise ClusterSpecError(f"job {job!r} has the task index {index!r}; must be an int >= 0")
+    if not 0 <= value <= MAX_TASK_INDEX or (isinstance(index, float) and index != value):
+        raise ClusterSpecError(f"job {job!r} has the task index {index!r}; must be an int in "
+                               f"[0, {MAX_TASK_INDEX}]")
     return value
 
 
