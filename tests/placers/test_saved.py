@@ -126,6 +126,14 @@ def test_files_in_text_and_binary_read_back(tmp_path):
         read_placement(str(tmp_path / "missing.pb"))
     with pytest.raises(ConfigError, match="places no op"):
         read_placement(placement_pb2.PlacementResult(placer="auto"))
+    # An entry without a device: the message names it.
+    holed = placement_pb2.PlacementResult()
+    holed.CopyFrom(saved)
+    holed.op[3].device = ""
+    (tmp_path / "holed.pbtxt").write_bytes(serialize(holed, "holed.pbtxt"))
+    with pytest.raises(ConfigError, match=f"parses as text, but op {holed.op[3].name!r} has "
+                                          "no device"):
+        read_placement(str(tmp_path / "holed.pbtxt"))
 
 
 # ------------------------------------------------------------------------- neighbour completion

@@ -65,29 +65,50 @@ def read_placement(source) -> placement_pb2.PlacementResult:
     if data is not None:
         out = _parse(data, first)
         if out is None:
-            raise ConfigError(f"{what} is not a PlacementResult in binary, text or JSON format")
+            raise ConfigError(f"{what} is not a PlacementResult in binary, text or JSON format"
+                              + _incomplete(data, first))
     if not out.op:
         raise ConfigError(f"{what} places no op (a PlacementResult from "
                           "PlacementReport.to_proto() or --placement_pb has one entry per op)")
     return out
 
 
+def _decode(data: bytes, form: str) -> placement_pb2.PlacementResult | None:
+    """``data`` parsed as a PlacementResult in ``form`` ("binary", "text", "json"); None if
+    it does not parse."""
+    out = placement_pb2.PlacementResult()
+    try:
+        if form == "text":
+            text_format.Parse(data.decode("utf-8"), out)
+        elif form == "json":
+            json_format.Parse(data.decode("utf-8"), out)
+        else:
+            out.ParseFromString(data)
+    except (message.DecodeError, text_format.ParseError, json_format.ParseError,
+            UnicodeDecodeError):
+        return None
+    return out
+
+
 def _parse(data: bytes, first: str) -> placement_pb2.PlacementResult | None:
     for form in [first] + [f for f in ("binary", "text", "json") if f != first]:
-        out = placement_pb2.PlacementResult()
-        try:
-            if form == "text":
-                text_format.Parse(data.decode("utf-8"), out)
-            elif form == "json":
-                json_format.Parse(data.decode("utf-8"), out)
-            else:
-                out.ParseFromString(data)
-        except (message.DecodeError, text_format.ParseError, json_format.ParseError,
-                UnicodeDecodeError):
-            continue
-        if out.op and all(op.name and op.device for op in out.op):
+        out = _decode(data, form)
+        if out is not None and out.op and all(op.name and op.device for op in out.op):
             return out
     return None
+
+
+def _incomplete(data: bytes, form: str) -> str:
+    """Where ``data`` parses in its own format (``form``, named by the file) but an entry has
+    no op name or no device: which entry, for the error message; else ``""``. (Only the file's
+    own format is asked: bytes of another format can parse as nonsense entries.)"""
+    out = _decode(data, form)
+    for k, op in enumerate(out.op if out is not None else ()):
+        if not op.name:
+            return f" (its op entry {k} has no name)"
+        if not op.device:
+            return f" (it parses as {form}, but op {op.name!r} has no device)"
+    return ""
 
 
 def serialize(result: placement_pb2.PlacementResult, path) -> bytes:
