@@ -511,9 +511,9 @@ def _place_graph(session, settings: AutoplaceSettings) -> None:
 
 
 def _write_report(settings: AutoplaceSettings, report, placer) -> None:
-    import json
     import tempfile
 
+    from tf_autoplace.outputs.report import json_text
     from tf_autoplace.placers import takes_budget
 
     out = report.to_dict()
@@ -530,7 +530,7 @@ def _write_report(settings: AutoplaceSettings, report, placer) -> None:
                                prefix=".tmp_autoplace_")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(out, f, indent=2, sort_keys=True, default=str)
+            f.write(json_text(out))
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -37,3 +37,14 @@ def test_the_gap_is_the_step_over_the_bound(step, bound, gap):
                "model" in str(report)
     assert json.loads(report.to_json())["optimality_gap"] == (
         None if gap is None else pytest.approx(gap))
+
+
+def test_the_json_is_standard_json_with_null_for_figures_that_are_not_numbers():
+    def refuse(constant):  # what a strict parser (JavaScript's, jq's) does with NaN/Infinity
+        raise ValueError(f"not JSON: {constant}")
+
+    report = _report(math.inf, math.nan)  # not measured, no bound, an infinite step
+    out = json.loads(report.to_json(), parse_constant=refuse)
+    assert out["measured_step_time_s"] is None and out["lp_lower_bound_s"] is None
+    assert out["step_time_s"] is None and out["placer"] == "m_etf"
+    assert out["measured_step_interval_s"] == [None, None]

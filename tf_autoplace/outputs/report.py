@@ -28,6 +28,22 @@ from tf_autoplace.proto import placement_pb2
 from tf_autoplace.sim import SimResult
 
 
+def json_text(value) -> str:
+    """``value`` (dicts, lists, numbers, strings) as standard JSON, indented, keys sorted: a
+    float that is NaN or infinite becomes ``null``, which every JSON parser reads (Python's
+    ``json`` would write ``NaN``, which is not JSON); anything else not JSON is its ``str``."""
+    def finite(v):
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, dict):
+            return {k: finite(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [finite(x) for x in v]
+        return v
+
+    return json.dumps(finite(value), indent=2, sort_keys=True, allow_nan=False, default=str)
+
+
 @dataclasses.dataclass(frozen=True)
 class DeviceLoad:
     """One device's share of a simulated step."""
@@ -201,7 +217,9 @@ class PlacementReport:
         return out
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+        """:meth:`to_dict` as standard JSON (a figure that is NaN or infinite, such as a
+        measured time that was not measured, is ``null``)."""
+        return json_text(self.to_dict())
 
     def to_proto(self):
         """The placement as a ``tf_autoplace.PlacementResult`` (``protos/placement.proto``)."""
