@@ -269,8 +269,9 @@ class PlacementReport:
         if self.policy is None:
             raise ConfigError(f"the {self.placer} placer kept no fine-tuned policy: only a "
                               "learned placer that fine-tuned on the graph (placeto, hdp, "
-                              "gdp) has one; none fine-tunes on one device, gdp not "
-                              "zero-shot, placeto not on a graph with few placements in all")
+                              "gdp) has one; none fine-tunes on one device, gdp placing "
+                              "zero-shot does not, nor placeto on a graph with few placements "
+                              "in all")
         return self.policy
 
     def _timeline(self):

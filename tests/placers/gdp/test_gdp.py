@@ -47,6 +47,14 @@ def test_zero_shot_when_the_budget_or_the_step_budget_is_zero():
     assert not GdpConfig(budget_s=0.5).zero_shot
 
 
+def test_one_action_device_fine_tunes_nothing_and_keeps_no_policy():
+    problem = random_problem(120, seed=5, num_gpus=1)  # one GPU (and its host)
+    placer = GdpPlacer(max_steps=3, samples=4, epochs=1, features=SMALL)
+    placer.place(problem, seed=0)
+    assert placer.stats["steps"] == 0 and placer.trained_policy is None
+    assert any("one action device, nothing to learn" in n for n in placer.notes)
+
+
 def test_fine_tuning_runs_its_steps_and_the_same_seed_gives_the_same_placement():
     problem = random_problem(250, seed=2, num_gpus=2)
     runs = []

@@ -178,7 +178,10 @@ class GdpPlacer(LearnedPlacer):
             best_actions, zero_r = gdp_train.greedy_placement(policy, graph, evaluator)
             best_r, zero_s = zero_r, time.perf_counter() - start
             state, tuned = gdp_train.TrainState(), None
-            if not cfg.zero_shot:
+            one_device = graph.num_devices < 2  # one action device: every sample is the same
+            if one_device and not cfg.zero_shot:
+                self.notes.append("gdp: one action device, nothing to learn; no fine-tuning")
+            if not cfg.zero_shot and not one_device:
                 deadline = start + cfg.budget_s
                 state = gdp_train.train(policy, [graph], [evaluator], cfg.ppo_config(seed),
                                         should_stop=lambda _: time.perf_counter() > deadline)
