@@ -182,3 +182,24 @@ def test_measured_steps_are_read_checked_and_kept_by_the_proto():
     with pytest.raises(ConfigError, match="two runs on GPU"):
         ProfileCostModel.from_text(PROFILE + 'run { device_kind: "GPU" step_time_us: 1 }\n'
                                    'run { device_kind: "GPU" step_time_us: 2 }')
+
+
+def test_another_graphs_profile_is_refused_and_a_partial_one_does_not_calibrate():
+    # Most of what it timed is not in this graph: another graph's profile.
+    others = "".join(f'op {{ name: "other{i}" device_kind: "GPU" compute_time_us: 1 }}\n'
+                     for i in range(5))
+    fallback = TableCostModel({"GPU": np.full(4, 7.0), "CPU": np.full(4, 3.0)})
+    foreign = ProfileCostModel.from_text(PROFILE + others, fallback=fallback)
+    with pytest.raises(ConfigError, match=r"times 6 ops this graph does not have and 4 of its 4 "
+                                          r"ops: it is another graph's profile"):
+        foreign.op_time(_graph(), _cluster())
+    # Its measured step is of a run whose op times it has; with one op estimated instead, that
+    # step is not used to scale the op times.
+    run = 'run { device_kind: "GPU" step_time_us: 250 }'
+    text = PROFILE.replace('op { name: "mm"   device_kind: "CPU" compute_time_us: 900 }', "")
+    partial = ProfileCostModel.from_text(text + run, fallback=fallback)
+    partial.op_time(_graph(), _cluster())
+    assert partial.num_unprofiled_ops == 1 and partial.measured_steps() == {}
+    whole = ProfileCostModel.from_text(PROFILE + run)
+    whole.op_time(_graph(), _cluster())
+    assert whole.measured_steps() == {"GPU": pytest.approx(250e-6)}

@@ -22,7 +22,8 @@ anyway). A needed pair missing from the profile is
   ``num_unprofiled_ops`` then counts the ops that used it.
 
 Op names in the profile that are not in the graph are ignored (a profile of a larger graph, or
-of a run with extra ops, is fine); ``num_unused`` counts them. A pair listed twice is an error:
+of a run with extra ops, is fine); ``num_unused`` counts them. When they are most of the
+profile's ops it is another graph's profile, a ConfigError. A pair listed twice is an error:
 merge repeated measurements (e.g. take their median) before writing the profile.
 
 What the profiled runs showed of how TensorFlow executes the graph, the simulator uses too:
@@ -187,6 +188,15 @@ class ProfileCostModel(CostModel):
         return out
 
     def measured_steps(self) -> dict[str, float]:
+        """The profiled runs' untraced single-device steps by device kind; none once op times
+        were made for a graph some of whose ops the profile lacks (their estimated times are
+        not the run's, so its step does not calibrate them)."""
+        return {} if self.num_unprofiled_ops else self.profiled_steps
+
+    @property
+    def profiled_steps(self) -> dict[str, float]:
+        """The untraced single-device steps the profile holds, by device kind, whatever the
+        graph."""
         return dict(self._steps)
 
     # ----------------------------------------------------------------- how the graph runs
@@ -233,6 +243,12 @@ class ProfileCostModel(CostModel):
                 if k in table:
                     table[k][i] = t
         self.num_unused = len(set(self._times) - set(graph.names))
+        covered = len(self._times) - self.num_unused
+        if self.num_unused > covered:  # most of what it timed is not here
+            raise ConfigError(
+                f"the cost profile times {self.num_unused} ops this graph does not have and "
+                f"{covered} of its {n} ops: it is another graph's profile; profile this graph "
+                "(tf-autoplace profile --graph=...)")
 
         needed = {}
         for k in kinds:
