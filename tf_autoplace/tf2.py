@@ -63,6 +63,7 @@ from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.cost import AnalyticalCostModel, CostModel
 from tf_autoplace.errors import ConfigError, InvalidGraphError
 from tf_autoplace.graph import ingest
+from tf_autoplace.graph.executed import CALL_OPS, CONTROL_FLOW_OPS
 from tf_autoplace.graph.opgraph import OpGraph
 from tf_autoplace.grouping import GroupingConfig
 from tf_autoplace.outputs import files
@@ -71,9 +72,6 @@ from tf_autoplace.pipeline.options import PlaceOptions
 from tf_autoplace.placers import DEFAULT_PLACER
 from tf_autoplace.rewrite import apply_to_graph_def
 
-CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
-CONTROL_FLOW_OPS = frozenset({"If", "StatelessIf", "While", "StatelessWhile", "Case",
-                              "StatelessCase"})
 _LOWERING = "_lower_using_switch_merge"
 _MARKER = "_tf_autoplace_lowering"
 _SPECIALIZED = "_GrapplerSpecializedFunc"

@@ -6,6 +6,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from google.protobuf import text_format
 
 from tf_autoplace.core.cluster import Cluster
@@ -13,8 +14,8 @@ from tf_autoplace.cost import AnalyticalCostModel
 from tf_autoplace.cost.profile import ProfileCostModel
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph import ingest
-from tf_autoplace.hw.profiler import (grappler_origin, kernels_run, op_times, parallelism,
-                                      profile_ops, with_profiled_cores)
+from tf_autoplace.hw.profiler import (body_ops, grappler_origin, kernels_run, op_times,
+                                      parallelism, profile_ops, with_profiled_cores)
 from tf_autoplace.hw.runner import RunConfig
 from tf_autoplace.hw.trace import TracedStep, kernel_type
 from tf_autoplace.hw.workload import Workload
@@ -187,3 +188,22 @@ def test_the_runs_step_is_the_median_over_interleaved_sessions(cnn, monkeypatch)
     assert "median of 5 interleaved sessions" in again.description
 
 
+
+
+def test_the_nodes_of_a_loop_body_count_for_the_loop_once_where_they_overlap():
+    # A functional While runs as nodes under its name; the While itself is not in the trace.
+    cpu = "/job:localhost/replica:0/task:0/device:CPU:0"
+    trace = TracedStep(devices=(cpu,), device=np.zeros(5, np.int32),
+                       names=("x", "rnn/while/body/_1/add", "rnn/while/body/_1/mul",
+                              "rnn/while/next_iteration/_3", "_SOURCE"),
+                       start=np.array([0.0, 1.0, 1.5, 3.0, 0.0]),
+                       end=np.array([0.5, 2.0, 2.5, 3.5, 9.0]))
+    names = ["x", "rnn/while"]
+    times = op_times(trace, "CPU", names, bodies=frozenset({"rnn/while"}))
+    assert times == pytest.approx({"x": 0.5, "rnn/while": 2.0})  # [1, 2.5] and [3, 3.5]
+    assert op_times(trace, "CPU", names) == pytest.approx({"x": 0.5})  # as before: none
+    graph_def = tf.compat.v1.GraphDef()
+    graph_def.node.add(name="rnn/while", op="StatelessWhile")
+    graph_def.node.add(name="rnn/while/x", op="Identity")
+    graph_def.node.add(name="f", op="StatefulPartitionedCall")
+    assert body_ops(graph_def) == {"rnn/while", "f"}

@@ -37,6 +37,13 @@ from tf_autoplace.graph.opgraph import OpGraph
 
 # Ops whose value depends on their inputs' shapes only (or on nothing): when one did not run,
 # Grappler folded it into a constant.
+# Ops that run other nodes: calls of a function and functional control flow. The runtime
+# executes their bodies as nodes of their own, named under the op's name (``rnn/while/body/
+# _1/add``, ``rnn/while/next_iteration/_14``), and the op itself may not appear in a trace.
+CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
+CONTROL_FLOW_OPS = frozenset({"If", "StatelessIf", "While", "StatelessWhile", "Case",
+                              "StatelessCase"})
+
 VALUE_FREE_TYPES = frozenset({
     "Const", "HostConst", "Shape", "ShapeN", "Size", "Rank", "BroadcastGradientArgs",
     "ConcatOffset", "ZerosLike", "OnesLike"})

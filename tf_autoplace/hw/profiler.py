@@ -23,7 +23,10 @@ the graph and every kind the median over those steps of the op's time on that ki
 An op that runs more than once in a step (inside a while loop) gets the sum of its executions.
 A node Grappler's arithmetic optimizer rewrote under a new name (``scope/ArithmeticOptimizer/
 FoldTransposeIntoMatMul_MatMul_2``, a BatchMatMul with a Transpose folded into it) is the op
-it came from (``scope/MatMul_2``, :func:`grappler_origin`). Other nodes the runtime adds
+it came from (``scope/MatMul_2``, :func:`grappler_origin`). A functional loop, conditional or
+call (``While`` of ``tf.compat.v1.nn.dynamic_rnn``, ``If``, ``PartitionedCall``) runs as nodes
+named under it (``rnn/while/body/_1/add``) and may not appear itself: it gets the time its
+nodes ran, overlaps counted once (:func:`body_ops`). Other nodes the runtime adds
 (Send/Recv, Grappler's new constants) are not graph ops and are not written; the description
 counts them with the rest.
 
@@ -64,6 +67,7 @@ import tensorflow as tf
 from tf_autoplace.core.cluster import Cluster, same_device
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph import ingest
+from tf_autoplace.graph.executed import CALL_OPS, CONTROL_FLOW_OPS
 from tf_autoplace.graph.opgraph import OpGraph
 from tf_autoplace.hw.runner import RunConfig, TracedStep, canonical_device, run, run_interleaved
 from tf_autoplace.hw.workload import Workload
@@ -107,16 +111,42 @@ def grappler_origin(node: str) -> str:
     return node[:at] + op if sep and stage and op else node
 
 
-def _graph_op(name: str, graph_names) -> str | None:
+def _graph_op(name: str, graph_names, bodies=frozenset()) -> str | None:
     """The graph op a traced node is (itself, without an output suffix, or the op Grappler
-    renamed), or None for a node the runtime added."""
+    renamed), or, for a node of the body of a loop, conditional or call, the op of ``bodies``
+    its name is under (``rnn/while/body/_1/add`` -> ``rnn/while``; the longest such name); None
+    for a node the runtime added."""
     for node in (name, name.rsplit(":", 1)[0]):
         if node in graph_names:
             return node
         origin = grappler_origin(node)
         if origin in graph_names:
             return origin
+    if bodies:
+        parts = name.rsplit(":", 1)[0].split("/")
+        for k in range(len(parts) - 1, 0, -1):
+            prefix = "/".join(parts[:k])
+            if prefix in bodies:
+                return prefix
     return None
+
+
+def body_ops(graph_def) -> frozenset:
+    """Names of the nodes of ``graph_def`` whose work runs as nodes of their own (functional
+    control flow and calls: :data:`tf_autoplace.graph.executed.CONTROL_FLOW_OPS`,
+    ``CALL_OPS``)."""
+    return frozenset(n.name for n in graph_def.node if n.op in CONTROL_FLOW_OPS
+                     or n.op in CALL_OPS)
+
+
+def _union(spans) -> float:
+    """Seconds covered by at least one of the ``(start, end)`` spans."""
+    total, reach = 0.0, -np.inf
+    for start, end in sorted(spans):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
 
 
 @functools.lru_cache(maxsize=None)
@@ -130,19 +160,27 @@ def _lane_on(lane: str, device: str) -> bool:
 
 
 def op_times(trace: TracedStep, kind: str, graph_names,
-             device: str | None = None) -> dict[str, float]:
+             device: str | None = None, bodies=frozenset()) -> dict[str, float]:
     """Seconds each graph op took on devices of ``kind`` in one traced step (module doc); on
-    ``device``'s lanes only, when given (one task's device of a TensorFlow cluster)."""
+    ``device``'s lanes only, when given (one task's device of a TensorFlow cluster). An op of
+    ``bodies`` (:func:`body_ops`) gets the time its body's nodes ran, overlaps counted once."""
     graph_names = set(graph_names)
     lanes = collections.defaultdict(lambda: collections.defaultdict(float))
+    spans = collections.defaultdict(list)  # (lane, body op) -> its nodes' spans
     for d, name, start, end in zip(trace.device.tolist(), trace.names, trace.start.tolist(),
                                    trace.end.tolist()):
         lane_kind, lane = _lane_kind(trace.devices[d])
         if lane_kind != kind or (device is not None and not _lane_on(trace.devices[d], device)):
             continue
-        node = _graph_op(name, graph_names)
-        if node is not None:
+        node = _graph_op(name, graph_names, bodies)
+        if node is None:
+            continue
+        if node in bodies:
+            spans[lane, node].append((start, end))
+        else:
             lanes[lane][node] += end - start
+    for (lane, node), body in spans.items():
+        lanes[lane][node] += _union(body)
     out = dict(lanes["device"])
     kernels = lanes["all"] or lanes["stream"]
     out.update(kernels)  # on a GPU, kernel time replaces the launch's span
@@ -242,6 +280,7 @@ def profile_ops(workload: Workload, *, kinds=None, config: RunConfig = DEFAULT_C
     nodes = list(workload.graph_def.node)
     names = [n.name for n in nodes]
     name_set = set(names)
+    bodies = body_ops(workload.graph_def)
     graph = ingest.to_opgraph(ingest.load_meta_graph(workload.graph_def)) if partners else None
     profile = cost_profile_pb2.CostProfile()
     notes = []
@@ -255,12 +294,12 @@ def profile_ops(workload: Workload, *, kinds=None, config: RunConfig = DEFAULT_C
             workload, [assignment] * STEP_SESSIONS, dataclasses.replace(cfg, trace_steps=0))]))
         # The traced Session's own timed steps are not used: one is enough before the traces.
         measured = run(workload, assignment, dataclasses.replace(cfg, steps=1))
-        per_step = [op_times(trace, kind, names, device if devices else None)
+        per_step = [op_times(trace, kind, names, device if devices else None, bodies)
                     for trace in measured.traces]
         ran_anywhere = set()
         single_kernels = {}
         for trace in measured.traces:
-            ran_anywhere.update(_graph_op(name, name_set) for name in trace.names)
+            ran_anywhere.update(_graph_op(name, name_set, bodies) for name in trace.names)
             single_kernels.update(kernels_run(trace, name_set))
         apart = (measure_partners(workload, graph, kind, single_kernels, config)
                  if partners else {})
