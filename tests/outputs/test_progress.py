@@ -115,9 +115,11 @@ def test_hdp_reports_its_search():
                        start_steps=20)
     placer.place(problems.random_problem(60, 1, num_gpus=2, max_groups=30), seed=0,
                  progress=recorder)
-    # The heuristic start's fit is a phase of its own (its length is not in placements).
+    # The heuristic start's fit is a phase of its own (its length is not in placements); each
+    # of its steps is an update with no placement and no best yet, so a log says it lives.
     fit = recorder.calls.index(("start", "hdp: fitting the placer to the heuristic", None))
-    assert recorder.calls[fit + 1] == ("finish",)
+    assert recorder.calls[fit + 1:fit + 21] == [("update", 0, math.inf)] * 20
+    assert recorder.calls[fit + 21] == ("finish",)
     assert ("start", "hdp: search", 32) in recorder.calls[fit:]
     assert recorder.calls[-1] == ("finish",)
     updates = recorder.phase_updates("hdp: search")

@@ -433,7 +433,10 @@ def test_the_heuristic_start_places_as_the_hint_before_any_reinforce_step():
         np.testing.assert_allclose(distance[np.arange(80), probabilities.argmax(axis=1)],
                                    distance.min(axis=1), atol=1e-6)
         assert probabilities.max(axis=1).mean() > 0.7 and np.allclose(uniform, 1 / 8)
-        loss = fit_placer_to_hint(policy, view, config, np.random.default_rng(0))
+        steps = []  # the caller hears of every step (its progress lines during the fit)
+        loss = fit_placer_to_hint(policy, view, config, np.random.default_rng(0),
+                                  on_step=lambda: steps.append(1))
+        assert len(steps) == config.start_steps
         labels = probabilities.argmax(axis=1)[None].astype(np.int32)
         features = view.group_features(labels)
         greedy = policy.sample_devices(features, np.zeros((1, 8, 2), np.float32)).numpy()

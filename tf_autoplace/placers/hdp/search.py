@@ -67,7 +67,9 @@ deadline, whichever comes first, and returns the best placement sampled.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
+from typing import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -304,13 +306,16 @@ FIT_PHASE = "hdp: fitting the placer to the heuristic"  # the fit's progress lab
 
 
 def fit_placer_to_hint(policy: HDPPolicy, view: HDPView, config: HDPConfig,
-                      rng: np.random.Generator, deadline: float | None = None) -> float:
+                      rng: np.random.Generator, deadline: float | None = None,
+                      on_step: Callable[[], None] | None = None) -> float:
     """The heuristic start's placer fit (module doc): ``config.start_steps`` Adam steps
     (rate ``FIT_RATE``) of the placer's cross-entropy towards putting group g on the action
     device whose runs of the hint order hold g's centre, on 8 groupings per step sampled from
     the policy's grouper, the decoder reading those devices with ``config.start_noise`` of
     them redrawn; fewer steps if ``deadline`` (a ``time.perf_counter()`` value) passes first
-    (it counts against the search's ``budget_s``). Returns the last step's loss."""
+    (it counts against the search's ``budget_s``); ``on_step()`` after each step (the caller's
+    progress: the fit takes a minute or more on a large graph). Returns the last step's
+    loss."""
     n, d = view.num_groups, view.num_devices
     targets = np.tile(np.minimum(np.arange(n) * d // n, d - 1).astype(np.int32), (8, 1))
     probabilities = policy.group_probabilities(view.unit_features).numpy()
@@ -325,6 +330,8 @@ def fit_placer_to_hint(policy: HDPPolicy, view: HDPView, config: HDPConfig,
         fed = np.where(redraw, rng.integers(0, d, targets.shape), targets).astype(np.int32)
         loss, grads = policy.placer_imitation_gradients(features, targets, fed)
         optimizer.apply_gradients(zip(grads, variables))
+        if on_step is not None:
+            on_step()
     return float(loss)
 
 
@@ -366,7 +373,7 @@ def search(problem: PlacementProblem, config: HDPConfig, seed: int, *,
             # A minute or more on a large graph: say what the wait is for.
             with progress.phase(FIT_PHASE, None, deadline=deadline):
                 fit_placer_to_hint(policy, view, config, np.random.default_rng([seed, 1]),
-                                   deadline)
+                                   deadline, on_step=lambda: progress.update(0, math.inf))
     elif policy.num_devices != view.num_devices:
         raise ConfigError(f"{where} places on {policy.num_devices} devices; this cluster has "
                           f"{view.num_devices} action devices")
