@@ -51,3 +51,18 @@ def test_every_command_help_lists_its_flags_without_importing_tensorflow(command
     continued = [line for line in doc.splitlines() if line.endswith("\\")]
     if command in ("place", "place-model"):
         assert continued  # their multi-line examples
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train-placeto", "--family_knobs={bad"], "--family_knobs must be a JSON object"),
+    (["train-gdp", "--clusters=nosuch"], "cannot read cluster spec 'nosuch'"),
+])
+def test_the_trainers_end_bad_settings_in_one_error_line(argv, message, repo_root, tmp_path):
+    out = tmp_path / "policy"
+    proc = subprocess.run([sys.executable, "-m", "tf_autoplace.cli", *argv, f"--out_dir={out}"],
+                          cwd=repo_root, env=dict(_env(repo_root), TF_CPP_MIN_LOG_LEVEL="3"),
+                          text=True, capture_output=True, timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and message in errors[0], proc.stderr
+    assert not out.exists()

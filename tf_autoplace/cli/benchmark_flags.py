@@ -16,7 +16,8 @@ flags.DEFINE_string("out_md", None, "write the markdown tables here")
 flags.DEFINE_string("out_csv", None, "write the placement rows as CSV here")
 flags.DEFINE_string("plot_png", None, "write a grouped bar chart of step times here "
                     "(needs matplotlib)")
-flags.DEFINE_integer("sim_runs", 20, "simulations timed per pair for the simulator speed")
+flags.DEFINE_integer("sim_runs", 20, "simulations timed per pair for the simulator speed",
+                     lower_bound=1)
 flags.DEFINE_integer("seed", 0, "seed given to every placer")
 flags.DEFINE_list("from_csv", None, "render the markdown of earlier runs' CSV files (e.g. one "
                   "per placer subset on the same pairs) instead of running anything")

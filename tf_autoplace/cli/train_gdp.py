@@ -29,7 +29,8 @@ from absl import app, flags
 
 from tf_autoplace import zoo
 from tf_autoplace.cli import train_gdp_flags  # noqa: F401  (defines this command's flags)
-from tf_autoplace.core.cluster import Cluster
+from tf_autoplace.core.cluster import resolve_cluster
+from tf_autoplace.errors import AutoplaceError, ConfigError
 from tf_autoplace.learning.checkpoints import write_manifest
 from tf_autoplace.learning.eager import policy_context
 from tf_autoplace.placers.gdp import imitation as gdp_imitation
@@ -57,8 +58,26 @@ def held_out_check(zoo_entries) -> None:
             raise app.UsageError(f"zoo graph {name} {knobs} is a held-out benchmark pair")
 
 
+def _offsets(values) -> list[float]:
+    """--keep_offsets as numbers; ConfigError naming the flag otherwise (before any work)."""
+    try:
+        return [float(x) for x in values]
+    except ValueError:
+        raise ConfigError(f"--keep_offsets must be numbers, got {list(values)}") from None
+
+
 def main(argv):
+    """Train (see the module docstring); bad settings end in one ``error:`` line, status 1."""
     del argv
+    try:
+        return _train()
+    except AutoplaceError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+def _train():
+    _offsets(FLAGS.keep_offsets)  # checked before the corpus is built
 
     config = gdp_corpus.CorpusConfig(
         families=tuple(FLAGS.families),
@@ -66,7 +85,7 @@ def main(argv):
                                      nmt={"length": (6, 12)}),
         zoo=gdp_corpus.ZOO_GRAPHS if FLAGS.zoo else ())
     held_out_check(config.zoo)
-    clusters = [(os.path.splitext(os.path.basename(p))[0], Cluster.from_file(p))
+    clusters = [(os.path.splitext(os.path.basename(p))[0], resolve_cluster(p))
                 for p in FLAGS.clusters]
     t = time.perf_counter()
     entries = gdp_corpus.build_corpus(config, clusters, cache_dir=FLAGS.cache_dir,
@@ -97,7 +116,7 @@ def main(argv):
         results = gdp_pretrain.pretrain(
             policy, [f"{e.name}@{e.cluster}" for e in train], [e.problem for e in train],
             scored, ppo_config, features, select_every=FLAGS.select_every,
-            imitation=imitation, keep_offsets=[float(x) for x in FLAGS.keep_offsets],
+            imitation=imitation, keep_offsets=_offsets(FLAGS.keep_offsets),
             progress=True)
         policy.save(FLAGS.out_dir)
     manifest = dict(

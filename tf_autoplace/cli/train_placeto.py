@@ -42,6 +42,7 @@ from absl import flags
 
 from tf_autoplace.cli import train_placeto_flags  # noqa: F401  (defines this command's flags)
 from tf_autoplace.core.cluster import resolve_cluster
+from tf_autoplace.errors import AutoplaceError, ConfigError
 from tf_autoplace.placers.placeto import imitation, reinforce
 from tf_autoplace.placers.placeto.env import EnvConfig, PlacementEnv
 from tf_autoplace.placers.placeto.policy import PlacetoPolicy
@@ -57,7 +58,7 @@ def recipe() -> dict:
     it: the cluster, the families and their config, the objective, the MDP (``env_config``),
     the training settings (``train_config``) and the policy's sizes and seed (``policy``)."""
     family_config = families.FamilyConfig(num_graphs=FLAGS.num_graphs, seed=FLAGS.seed,
-                                          **json.loads(FLAGS.family_knobs))
+                                          **_knobs(FLAGS.family_knobs))
     if FLAGS.objective == "imitation":
         # The targets come from the placer's search without restarts: the shipped policy's
         # were made so, and a restart only pays within the placer's small budget.
@@ -133,8 +134,28 @@ def _imitate(settings: dict, policy, train, test):
     return policy, results
 
 
+def _knobs(text: str) -> dict:
+    """--family_knobs: a JSON object; ConfigError naming the flag otherwise."""
+    try:
+        knobs = json.loads(text)
+    except ValueError as e:
+        raise ConfigError(f"--family_knobs must be a JSON object: {e}") from None
+    if not isinstance(knobs, dict):
+        raise ConfigError(f"--family_knobs must be a JSON object, got {text!r}")
+    return knobs
+
+
 def main(argv):
+    """Train (see the module docstring); bad settings end in one ``error:`` line, status 1."""
     del argv
+    try:
+        return _train()
+    except AutoplaceError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+def _train():
     settings = recipe()
     cluster = resolve_cluster(settings["cluster"])
     train, test, made = [], [], {}

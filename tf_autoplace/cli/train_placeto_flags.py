@@ -8,7 +8,8 @@ flags.DEFINE_string("out_dir", "tf_autoplace/pretrained/placeto_d2",
 flags.DEFINE_string("cluster", "k80x2", "Cluster the policy places on: a shipped name or a "
                     "spec file.")
 flags.DEFINE_list("families", ["nmt"], "Graph families to train on (nmt, ptb, cifar10).")
-flags.DEFINE_integer("num_graphs", 32, "Graphs per family (half train, half held out).")
+flags.DEFINE_integer("num_graphs", 32, "Graphs per family (half train, half held out).",
+                     lower_bound=2)
 flags.DEFINE_enum("objective", "imitation", ["imitation", "policy_gradient"],
                   "Train with policy gradients, or imitate the placer's search (see above).")
 flags.DEFINE_integer("target_samples", 1200, "imitation: placements the search from scratch "
@@ -26,13 +27,14 @@ flags.DEFINE_integer("policy_head", 16, "Width of the policy head's two layers."
                      lower_bound=1)
 flags.DEFINE_integer("policy_rounds", 4, "Message-passing rounds k (the paper's 4..8).",
                      lower_bound=1, upper_bound=16)
-flags.DEFINE_integer("epochs", 150, "imitation: passes over the training graphs.")
+flags.DEFINE_integer("epochs", 150, "imitation: passes over the training graphs.",
+                     lower_bound=1)
 flags.DEFINE_float("move_weight", 3.0, "imitation: weight of the steps whose target moves "
                    "the group (the others weigh 1).")
-flags.DEFINE_integer("iterations", 300, "Policy updates.")
+flags.DEFINE_integer("iterations", 300, "Policy updates.", lower_bound=1)
 flags.DEFINE_integer("workers", 2, "Workers (processes, or Ray actors with --ray_address): per "
                      "policy-gradient update, each on its own graph; for imitation, searching "
-                     "the training graphs and cloning.")
+                     "the training graphs and cloning.", lower_bound=1)
 flags.DEFINE_string("ray_address", None, "Run the workers as Ray actors on this cluster: 'auto' "
                     "(the cluster `ray start` made on this machine), HOST:PORT, or 'local' (a "
                     "fresh Ray on this machine). Default: local processes. Needs "
