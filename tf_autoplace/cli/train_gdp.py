@@ -28,9 +28,10 @@ import time
 from absl import app, flags
 
 from tf_autoplace import zoo
+from tf_autoplace.cli import one_line_errors
 from tf_autoplace.cli import train_gdp_flags  # noqa: F401  (defines this command's flags)
 from tf_autoplace.core.cluster import resolve_cluster
-from tf_autoplace.errors import AutoplaceError, ConfigError
+from tf_autoplace.errors import ConfigError
 from tf_autoplace.learning.checkpoints import write_manifest
 from tf_autoplace.learning.eager import policy_context
 from tf_autoplace.placers.gdp import imitation as gdp_imitation
@@ -66,17 +67,9 @@ def _offsets(values) -> list[float]:
         raise ConfigError(f"--keep_offsets must be numbers, got {list(values)}") from None
 
 
-def main(argv):
-    """Train (see the module docstring); bad settings end in one ``error:`` line, status 1."""
-    del argv
-    try:
-        return _train()
-    except AutoplaceError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-
-
-def _train():
+@one_line_errors
+def main():
+    """Train (see the module docstring)."""
     _offsets(FLAGS.keep_offsets)  # checked before the corpus is built
 
     config = gdp_corpus.CorpusConfig(

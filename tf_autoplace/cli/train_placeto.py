@@ -40,9 +40,10 @@ import time
 
 from absl import flags
 
+from tf_autoplace.cli import one_line_errors
 from tf_autoplace.cli import train_placeto_flags  # noqa: F401  (defines this command's flags)
 from tf_autoplace.core.cluster import resolve_cluster
-from tf_autoplace.errors import AutoplaceError, ConfigError
+from tf_autoplace.errors import ConfigError
 from tf_autoplace.placers.placeto import imitation, reinforce
 from tf_autoplace.placers.placeto.env import EnvConfig, PlacementEnv
 from tf_autoplace.placers.placeto.policy import PlacetoPolicy
@@ -145,17 +146,9 @@ def _knobs(text: str) -> dict:
     return knobs
 
 
-def main(argv):
-    """Train (see the module docstring); bad settings end in one ``error:`` line, status 1."""
-    del argv
-    try:
-        return _train()
-    except AutoplaceError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-
-
-def _train():
+@one_line_errors
+def main():
+    """Train (see the module docstring)."""
     settings = recipe()
     cluster = resolve_cluster(settings["cluster"])
     train, test, made = [], [], {}
