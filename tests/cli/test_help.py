@@ -66,3 +66,16 @@ def test_the_trainers_end_bad_settings_in_one_error_line(argv, message, repo_roo
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and message in errors[0], proc.stderr
     assert not out.exists()
+
+
+def test_benchmark_checks_its_outputs_first_and_says_what_is_wrong_in_one_line(repo_root,
+                                                                               tmp_path):
+    missing = tmp_path / "no_such_dir" / "table.md"
+    proc = subprocess.run([sys.executable, "-m", "tf_autoplace.cli", "benchmark", "--quick",
+                           f"--out_md={missing}"], cwd=repo_root,
+                          env=dict(_env(repo_root), TF_CPP_MIN_LOG_LEVEL="3"), text=True,
+                          capture_output=True, timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "--out_md" in errors[0] and "does not exist" in errors[0]
+    assert "--pairs:" not in proc.stderr  # not the whole help text

@@ -16,37 +16,52 @@ long run can be watched; progress goes to stderr. See :mod:`tf_autoplace.zoo.ben
 
 from __future__ import annotations
 
+import sys
 import time
 
-from absl import app, flags
+from absl import flags
 
 from tf_autoplace.cli import benchmark_flags  # noqa: F401  (defines this command's flags)
 from tf_autoplace.core.cluster import resolve_cluster
 from tf_autoplace.errors import AutoplaceError
 from tf_autoplace.grouping import GroupingConfig
+from tf_autoplace.outputs import files
 from tf_autoplace.placers import get_placer
 from tf_autoplace.zoo import benchmark as bench
 
 FLAGS = flags.FLAGS  # this command's flags: tf_autoplace.cli.benchmark_flags
 
 
+def _error(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 1
+
+
 def main(argv):
     del argv
+    try:  # every output path is checked before any work
+        for flag in ("out_md", "out_csv", "plot_png"):
+            if getattr(FLAGS, flag):
+                files.check_output_path(getattr(FLAGS, flag), f"--{flag}")
+    except AutoplaceError as e:
+        return _error(str(e))
     if FLAGS.from_csv:
-        rows = [row for path in FLAGS.from_csv for row in bench.read_csv(path)]
+        try:
+            rows = [row for path in FLAGS.from_csv for row in bench.read_csv(path)]
+        except OSError as e:
+            return _error(f"cannot read --from_csv file {e.filename!r}: {e.strerror or e}")
         text = bench.markdown(rows, [], title=f"Placer baselines (from {len(FLAGS.from_csv)} "
                                                 "CSV files)")
         if FLAGS.out_md:
-            with open(FLAGS.out_md, "w", encoding="utf-8") as f:
-                f.write(text)
+            files.write_atomically(FLAGS.out_md, text.encode("utf-8"))
         print(text)
         return 0
     if FLAGS.plot_png:
         try:
             import matplotlib  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
         except ImportError:
-            raise app.UsageError("--plot_png needs matplotlib: pip install "
-                                 "'tf_autoplace[plot]' (or drop --plot_png)") from None
+            return _error("--plot_png needs matplotlib: pip install 'tf_autoplace[plot]' (or "
+                          "drop --plot_png)")
     try:
         placers = bench.PLACER_NAMES if FLAGS.placers is None else FLAGS.placers
         for name in placers:
@@ -58,14 +73,14 @@ def main(argv):
         grouping = (GroupingConfig() if FLAGS.max_groups is None
                     else GroupingConfig(max_groups=FLAGS.max_groups))
     except AutoplaceError as e:
-        raise app.UsageError(str(e)) from None
+        return _error(str(e))
     title = (f"Placer baselines, {'quick' if FLAGS.quick else 'paper'} sizes "
              f"(seed {FLAGS.seed})")
 
     def write(rows, infos):
         if FLAGS.out_md:
-            with open(FLAGS.out_md, "w", encoding="utf-8") as f:
-                f.write(bench.markdown(rows, infos, title=title))
+            files.write_atomically(FLAGS.out_md, bench.markdown(rows, infos, title=title)
+                                   .encode("utf-8"))
         if FLAGS.out_csv:
             bench.write_csv(FLAGS.out_csv, rows)
 

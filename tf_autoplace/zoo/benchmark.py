@@ -35,6 +35,7 @@ import csv
 import dataclasses
 import functools
 import hashlib
+import io
 import json
 import math
 import os
@@ -47,6 +48,7 @@ from tf_autoplace.core.cluster import resolve_cluster
 from tf_autoplace.errors import AutoplaceError, ConfigError
 from tf_autoplace.graph import ingest
 from tf_autoplace.grouping import GroupingConfig
+from tf_autoplace.outputs.files import write_atomically
 from tf_autoplace.outputs.progress import note
 from tf_autoplace.pipeline.prepare import build_problem
 from tf_autoplace.pipeline.problem_cache import ProblemCache, as_problem_cache, cluster_digest
@@ -564,13 +566,15 @@ def read_csv(path: str) -> list[Row]:
 
 
 def write_csv(path: str, rows: list[Row]) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(CSV_FIELDS)
-        for r in rows:
-            writer.writerow([r.model, r.cluster, r.ops, r.groups, r.placer, r.step_s,
-                             r.lower_bound_s, r.ratio, r.lp_bound_s, r.lp_ratio, _peaks(r),
-                             int(r.oom), r.search_s, r.sims, r.stopped, r.error])
+    """The rows as CSV (:data:`CSV_FIELDS`), written whole or not at all."""
+    text = io.StringIO(newline="")
+    writer = csv.writer(text)
+    writer.writerow(CSV_FIELDS)
+    for r in rows:
+        writer.writerow([r.model, r.cluster, r.ops, r.groups, r.placer, r.step_s,
+                         r.lower_bound_s, r.ratio, r.lp_bound_s, r.lp_ratio, _peaks(r),
+                         int(r.oom), r.search_s, r.sims, r.stopped, r.error])
+    write_atomically(path, text.getvalue().encode("utf-8"))
 
 
 def write_plot(path: str, rows: list[Row], placer_names) -> None:
