@@ -49,6 +49,7 @@ output written to a temporary directory beside ``output_dir`` and renamed into p
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import shutil
 from typing import Callable, Mapping
@@ -287,12 +288,19 @@ class PlacedFunction:
         # Arguments by name that are not tensors yet (NumPy arrays, Python numbers) are made
         # tensors of the signature's dtype: the placed ConcreteFunction binds names itself
         # only for tensors.
-        args_sig, specs = self.concrete_function.structured_input_signature
-        specs = {**{s.name: s for s in args_sig if isinstance(s, tf.TensorSpec) and s.name},
-                 **specs}  # the placed function's positional inputs keep the original names
-        kwargs = {name: _as_spec_dtype(value, specs.get(name)) for name, value in
-                  kwargs.items()}
+        if kwargs:
+            specs = self._specs_by_name
+            kwargs = {name: _as_spec_dtype(value, specs.get(name)) for name, value in
+                      kwargs.items()}
         return self.concrete_function(*args, **kwargs)
+
+    @functools.cached_property
+    def _specs_by_name(self) -> dict:
+        """Argument name -> its spec (the placed function's positional inputs keep the
+        original names in their TensorSpecs)."""
+        args_sig, specs = self.concrete_function.structured_input_signature
+        return {**{s.name: s for s in args_sig if isinstance(s, tf.TensorSpec) and s.name},
+                **specs}
 
     @property
     def graph(self):
