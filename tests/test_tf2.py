@@ -56,6 +56,18 @@ def test_autoplace_dispatches_functions_inlines_nested_calls_and_keeps_signature
     assert sorted(r["executed"]) == BOTH
 
 
+def test_a_placed_function_is_called_and_differentiated_as_the_original(child):
+    r = _result(child, "calls")
+    assert r["value_equal"]
+    assert not r["grad_is_none"] and r["grad_equal"]  # a custom loop's tape sees the variable
+    assert r["trainable"] == ["Variable:0"] or len(r["trainable"]) == 1
+    assert r["after_tape_equal"]  # placed after a tape grew the traced graph's outputs
+    assert r["nested_by_name_equal"]
+    assert r["scaled_equal"] == [True] * 4  # NumPy positionally, a traced keyword, a default
+    assert r["other_constant"][0] == "ConfigError" and "traced with the Python constant 2.0" \
+        in r["other_constant"][1]
+
+
 def test_functional_control_flow_stays_single_ops_next_to_an_inlined_call(child):
     r = _result(child, "control_flow")
     assert r["equal"]

@@ -167,6 +167,63 @@ def check_dispatch_nested_and_kwargs():
     }
 
 
+def check_calls_and_gradients_as_the_original():
+    """A placed function called every way the original can be, and differentiated: gradients
+    for the variables it captures through a GradientTape around the call (a custom training
+    loop's), placement after a tape ran the function, a nest by name, NumPy positionally
+    with a traced keyword and a default constant, and another constant refused."""
+    w = tf.Variable(tf.random.stateless_normal((5, 3), seed=(3, 1)))
+
+    @tf.function
+    def loss(x):
+        return tf.reduce_sum(tf.tanh(tf.matmul(x, w)))
+
+    @tf.function
+    def nested(inp):
+        return tf.matmul(inp["a"], w) + tf.reduce_sum(inp["b"])
+
+    @tf.function
+    def scaled(x, y=None, scale=2.0):
+        r = tf.matmul(x, w) * scale
+        return r if y is None else r + y
+
+    x = tf.random.stateless_normal((4, 5), seed=(3, 2))
+    y = np.ones((4, 3), np.float32)
+
+    def grad(fn):
+        with tf.GradientTape() as tape:
+            value = fn(x)
+        return value, tape.gradient(value, w)
+
+    placed, _ = tf2.autoplace_function(loss, x, cluster=CPU2, placer="random", seed=1)
+    want_value, want_grad = grad(loss)  # a tape ran the original: its graph grew outputs
+    got_value, got_grad = grad(placed)
+    after_tape, _ = tf2.autoplace_function(loss, x, cluster=CPU2, placer="random", seed=1)
+    inp = {"a": x, "b": tf.ones([2])}
+    placed_nested, _ = tf2.autoplace_function(nested, inp, cluster=CPU2, placer="random")
+    placed_scaled, _ = tf2.autoplace_function(scaled, x, y=tf.constant(y), cluster=CPU2,
+                                              placer="random", seed=2)
+    want_scaled = scaled(x, y)
+    try:
+        placed_scaled(x, y, 3.0)
+        other_constant = None
+    except tf_autoplace.AutoplaceError as e:
+        other_constant = [type(e).__name__, str(e)]
+    return {
+        "value_equal": bool(np.allclose(want_value, got_value, rtol=1e-6)),
+        "grad_is_none": got_grad is None,
+        "grad_equal": got_grad is not None and bool(np.allclose(want_grad, got_grad,
+                                                                 rtol=1e-6)),
+        "trainable": [v.name for v in placed.concrete_function.trainable_variables],
+        "after_tape_equal": bool(np.allclose(want_value, after_tape(x), rtol=1e-6)),
+        "nested_by_name_equal": bool(np.allclose(nested(inp=inp), placed_nested(inp=inp))),
+        "scaled_equal": [bool(np.allclose(want_scaled, got, rtol=1e-6)) for got in (
+            placed_scaled(x.numpy(), y), placed_scaled(x.numpy(), y=y),
+            placed_scaled(x=x.numpy(), y=y, scale=2.0), placed_scaled(x, tf.constant(y)))],
+        "other_constant": other_constant,
+    }
+
+
 def check_control_flow_with_nested_call():
     """A nested call is inlined while functional If/While stay single ops that TF still lowers
     at run time (Grappler's inliner would otherwise lower them to v1 Switch/Merge, which a
@@ -291,6 +348,7 @@ def run_checks(checks) -> None:
 def main():
     run_checks([("keras", check_keras_training_step),
                 ("dispatch", check_dispatch_nested_and_kwargs),
+                ("calls", check_calls_and_gradients_as_the_original),
                 ("control_flow", check_control_flow_with_nested_call),
                 ("specialized_call", check_specialized_call),
                 ("keras_lstm", check_keras_lstm_training_step),

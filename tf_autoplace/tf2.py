@@ -28,7 +28,8 @@ How a function is placed (one engine: :func:`tf_autoplace.pipeline.engine.place_
 
 The result is a :class:`PlacedFunction`: call it as before (arguments positionally or with the
 names of the original signature); ``.report`` is the PlacementReport and ``.concrete_function``
-the placed ConcreteFunction (e.g. to save as a SavedModel signature).
+the placed ConcreteFunction (e.g. to save as a SavedModel signature). A GradientTape around a
+call watches the original's variables (they are registered with the placed graph as read).
 
 Not supported: ``jit_compile=True`` functions (an XLA cluster ignores per-op devices;
 :class:`ConfigError`), arguments that are not tensors or nests of tensors (Python constants are
@@ -50,6 +51,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import os
 import shutil
 from typing import Callable, Mapping
@@ -285,46 +287,112 @@ class PlacedFunction:
     original: object
 
     def __call__(self, *args, **kwargs):
-        # Arguments by name that are not tensors yet (NumPy arrays, Python numbers) are made
-        # tensors of the signature's dtype: the placed ConcreteFunction binds names itself
-        # only for tensors.
-        if kwargs:
-            specs = self._specs_by_name
-            kwargs = {name: _as_spec_dtype(value, specs.get(name)) for name, value in
-                      kwargs.items()}
+        # The common call (every argument a tensor, positionally, as traced) goes straight
+        # through; any other is bound to the original's parameters first (_bind).
+        if kwargs or len(args) != self._num_positional or not all(map(tf.is_tensor, args)):
+            args, kwargs = self._bind(args, kwargs)
         return self.concrete_function(*args, **kwargs)
 
     @functools.cached_property
-    def _specs_by_name(self) -> dict:
-        """Argument name -> its spec (the placed function's positional inputs keep the
-        original names in their TensorSpecs)."""
-        args_sig, specs = self.concrete_function.structured_input_signature
-        return {**{s.name: s for s in args_sig if isinstance(s, tf.TensorSpec) and s.name},
-                **specs}
+    def _parameters(self) -> list:
+        """``(name, kind, traced)`` for each parameter of the original, in order: its
+        ``inspect.Parameter`` kind and what it was traced with (a nest of TensorSpecs and
+        Python constants), from its structured input signature."""
+        args_sig, kwargs_sig = self.original.structured_input_signature
+        params = list(self.original.function_type.parameters.values())
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY,
+                                                       p.POSITIONAL_OR_KEYWORD)]
+        keyword = [p for p in params if p.kind == p.KEYWORD_ONLY]
+        if len(positional) != len(args_sig) or {p.name for p in keyword} != set(kwargs_sig):
+            return []  # not a signature this binding understands: TF's own binding decides
+        return ([(p.name, p.kind, traced) for p, traced in zip(positional, args_sig)]
+                + [(p.name, p.kind, kwargs_sig[p.name]) for p in keyword])
+
+    @functools.cached_property
+    def _num_positional(self) -> int:
+        return len(self.original.structured_input_signature[0])
+
+    def _bind(self, args, kwargs):
+        """``(args, kwargs)`` as the placed ConcreteFunction takes them: each argument at the
+        position or name it was traced at, NumPy arrays and Python numbers made tensors of the
+        traced dtype, an omitted Python constant given its traced value.
+
+        Raises:
+          TypeError: arguments the original could not take either (too many, unknown or
+            repeated names, a missing tensor argument), as Python would.
+          ConfigError: a Python constant other than the one traced: it is part of the placed
+            graph.
+        """
+        params = self._parameters
+        if not params:
+            return args, kwargs
+        positional = [p for p in params if p[1] != inspect.Parameter.KEYWORD_ONLY]
+        if len(args) > len(positional):
+            raise TypeError(f"{self._name}() takes {len(positional)} positional arguments "
+                            f"but {len(args)} were given")
+        given = dict(zip((p[0] for p in positional), args))
+        for name, value in kwargs.items():
+            if name in given:
+                raise TypeError(f"{self._name}() got multiple values for argument {name!r}")
+            if name not in {p[0] for p in params}:
+                raise TypeError(f"{self._name}() got an unexpected keyword argument {name!r}")
+            given[name] = value
+        out_args, out_kwargs = [], {}
+        for name, kind, traced in params:
+            if name in given:
+                value = _as_traced(given[name], traced, name, self._name)
+            elif not any(isinstance(leaf, tf.TypeSpec) for leaf in tf.nest.flatten(traced)):
+                value = traced  # a constant left out: the one the graph was traced with
+            else:
+                raise TypeError(f"{self._name}() missing a required argument: {name!r}")
+            if kind == inspect.Parameter.KEYWORD_ONLY:
+                out_kwargs[name] = value
+            else:
+                out_args.append(value)
+        return out_args, out_kwargs
+
+    @property
+    def _name(self) -> str:
+        name = self.original.name
+        return name.decode() if isinstance(name, bytes) else name
 
     @property
     def graph(self):
         return self.concrete_function.graph
 
 
-def _as_spec_dtype(value, spec):
-    """``value`` with each array or number where ``spec`` (a nest) has a TensorSpec made a
-    tensor of that dtype; anything else (tensors, a structure that does not match) as it is,
-    for the function's own binding to accept or reject."""
-    def convert(v, s):
-        if isinstance(s, tf.TensorSpec) and not tf.is_tensor(v) and (
-                isinstance(v, (np.ndarray, np.generic, int, float, bool, list))):
-            return tf.convert_to_tensor(v, dtype=s.dtype)
+def _as_traced(value, traced, name: str, function: str):
+    """``value`` for a parameter traced with ``traced`` (a nest of TensorSpecs and constants):
+    each array, number or list where ``traced`` has a TensorSpec made a tensor of its dtype;
+    where it has a constant, that constant (ConfigError if ``value`` holds another one). A
+    value whose structure differs is returned as it is, for the function's own binding to
+    accept or reject."""
+    def convert(v, t):
+        if isinstance(t, tf.TensorSpec):
+            if not tf.is_tensor(v) and isinstance(v, (np.ndarray, np.generic, int, float,
+                                                      bool, list)):
+                return tf.convert_to_tensor(v, dtype=t.dtype)
+            return v
+        if not isinstance(t, tf.TypeSpec) and not tf.is_tensor(v) and not _same(v, t):
+            raise ConfigError(
+                f"{function}: argument {name!r} was traced with the Python constant {t!r}, "
+                f"and this call gives {v!r}: a constant is part of the placed graph; place "
+                "the function again for another value, or pass it as a tensor")
         return v
 
-    if spec is None:
-        return value
-    if isinstance(spec, tf.TensorSpec):
-        return convert(value, spec)
+    if isinstance(traced, tf.TypeSpec) or not tf.nest.is_nested(traced):
+        return convert(value, traced)
     try:
-        return tf.nest.map_structure(convert, value, spec)
+        return tf.nest.map_structure(convert, value, traced)
     except (ValueError, TypeError):
         return value
+
+
+def _same(a, b) -> bool:
+    try:
+        return bool(a == b) and type(a) is type(b)
+    except (ValueError, TypeError):  # e.g. arrays: not a constant TF traced
+        return False
 
 
 def _is_tensor_like(x) -> bool:
@@ -341,6 +409,7 @@ def _rebuild(cf, placed: graph_pb2.GraphDef):
     arg_names = [t.name for t in graph.inputs[:num_args]]
     capture_names = [internal.name for _, internal in captures]
     externals = [external for external, _ in captures]
+    variables = list(graph.variables)  # the original's, read through the captured handles
     dropped = {t.op.name for t in graph.inputs}
     body_def = graph_pb2.GraphDef()
     body_def.CopyFrom(placed)
@@ -354,12 +423,15 @@ def _rebuild(cf, placed: graph_pb2.GraphDef):
                 node.attr["_class"].list.s[:] = keep
             else:
                 del node.attr["_class"]
-    out_names = [t.name for t in graph.outputs]
-    control_names = [op.name for op in graph.control_outputs
-                     if op.name not in dropped]
     structure = cf.structured_outputs
     flat_structure = tf.nest.flatten(structure, expand_composites=True)
-    if sum(_is_tensor_like(x) for x in flat_structure) != len(out_names):
+    # The structured outputs are the graph's first outputs; a GradientTape that ran the
+    # function appends the intermediates its gradient needs, which the placed one recomputes.
+    num_outputs = sum(map(_is_tensor_like, flat_structure))
+    out_names = [t.name for t in graph.outputs[:num_outputs]]
+    control_names = [op.name for op in graph.control_outputs
+                     if op.name not in dropped]
+    if num_outputs > len(graph.outputs):
         raise ConfigError(f"{cf.name}: only dense tensors (in any nest) are supported as "
                           "outputs")
     args_sig, kwargs_sig = cf.structured_input_signature
@@ -378,6 +450,8 @@ def _rebuild(cf, placed: graph_pb2.GraphDef):
         elements = tf.graph_util.import_graph_def(
             body_def, input_map=input_map, return_elements=out_names + control_names,
             name=_IMPORT_SCOPE)
+        for variable in variables:  # so that a GradientTape around a call watches them
+            func_graph.watch_variable(variable)
         outs = iter(elements[:len(out_names)])
         return tf.nest.pack_sequence_as(
             structure, [next(outs) if _is_tensor_like(x) else x for x in flat_structure],
@@ -566,8 +640,11 @@ def load_and_place_saved_model(input_dir, options: PlaceOptions, *,
 def _place_tf2_saved_model(input_dir, options, *, signature, tags):
     try:
         loaded = tf.saved_model.load(input_dir, tags=list(tags) if tags else None)
-    except (ValueError, RuntimeError, tf.errors.OpError) as e:
-        raise InvalidGraphError(f"tf.saved_model.load({input_dir!r}) failed: {e}") from e
+    except Exception as e:  # noqa: BLE001 - TF's loader on a user's files: a missing
+        # variables/ directory is an OSError, a truncated shard an IndexError, a bad proto
+        # a ValueError; each means this input cannot be read, and says so in one line.
+        raise InvalidGraphError(f"tf.saved_model.load({input_dir!r}) failed: "
+                                f"{type(e).__name__}: {' '.join(str(e).split())}") from e
     signatures = dict(loaded.signatures)
     if signature not in signatures:
         raise ConfigError(f"{input_dir!r} has no signature {signature!r}; it has "

@@ -9,8 +9,12 @@ and records what it left on disk. Prints one JSON object on the last line of std
     python tests/cli/savedmodel_child.py WORKDIR
 """
 
+import contextlib
+import glob
+import io
 import json
 import os
+import shutil
 import sys
 
 import numpy as np
@@ -137,16 +141,29 @@ def main(workdir):
     results["tf1"] = compare(tf1_in, tf1_out, x)
     results["tf1_session_devices"] = tf1_session_devices(tf1_out, x)
 
+    # Broken inputs TF's loader fails on in its own ways (an OSError, an IndexError).
+    no_variables, truncated = (os.path.join(workdir, name) for name in ("no_vars", "trunc"))
+    shutil.copytree(tf2_in, no_variables)
+    shutil.rmtree(os.path.join(no_variables, "variables"))
+    shutil.copytree(tf2_in, truncated)
+    for shard in glob.glob(os.path.join(truncated, "variables", "*.data*")):
+        with open(shard, "r+b") as f:
+            f.truncate(10)
     bad = {"bad_signature": (tf2_in, {"signature": "no_such_signature"}),
            "bad_tags": (tf1_in, {"tags": ("train",)}),
-           "output_exists": (tf2_in, {})}
+           "output_exists": (tf2_in, {}),
+           "missing_variables": (no_variables, {}),
+           "truncated_variables": (truncated, {})}
     os.makedirs(os.path.join(workdir, "output_exists", "keep"))
     for name, (src, kwargs) in bad.items():
         dst = os.path.join(workdir, name)
-        rc = place(src, dst, **kwargs)
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr):
+            rc = place(src, dst, **kwargs)
         results[name] = {"rc": rc, "exists": os.path.exists(dst),
                          "contents": sorted(os.listdir(dst)) if os.path.isdir(dst) else None,
                          "report": os.path.exists(dst + ".json")}
+        results[name + "_stderr"] = stderr.getvalue()
     results["leftovers"] = leftovers(workdir)
     print(json.dumps(results))
 

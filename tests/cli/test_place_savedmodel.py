@@ -64,6 +64,14 @@ def test_bad_choice_fails_and_writes_nothing(results, case):
     assert results[case] == {"rc": 1, "exists": False, "contents": None, "report": False}
 
 
+@pytest.mark.parametrize("case", ["missing_variables", "truncated_variables"])
+def test_broken_input_is_one_error_line_about_the_input(results, case):
+    assert results[case] == {"rc": 1, "exists": False, "contents": None, "report": False}
+    lines = results[case + "_stderr"].strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: tf.saved_model.load(")
+    assert "cannot write output" not in lines[0]
+
+
 def test_existing_output_is_not_overwritten(results):
     assert results["output_exists"] == {"rc": 1, "exists": True, "contents": ["keep"],
                                         "report": False}
