@@ -110,6 +110,26 @@ def test_a_tie_between_splits_goes_to_the_one_with_fewer_transfers():
     assert decision.applied == "best heuristic (m_etf)" and decision.leader == "auto"
 
 
+def test_a_candidate_that_ties_the_leader_but_not_faster_than_one_device_is_not_applied():
+    # The heuristic's wide interval overlaps the leader's, but its median is slower than the
+    # single device's: it must not be applied for being "as good as the leader".
+    measured = _result(**{"auto": (10.0, 9.8, 10.2), SINGLE: (11.5, 11.3, 11.7),
+                          "best heuristic (m_etf)": (13.0, 10.1, 16.0)})
+    decision = decide([SPLIT, HEURISTIC, ONE], measured)
+    assert decision.applied == "auto" and decision.leader == "auto"
+    # ... and a split tied with the leader but not beyond noise against one device neither.
+    measured = _result(**{"auto": (10.0, 9.8, 10.2), SINGLE: (11.0, 10.5, 11.5),
+                          "best heuristic (m_etf)": (10.4, 10.1, 10.7)})
+    decision = decide([SPLIT, HEURISTIC, ONE], measured)
+    assert decision.applied == "auto"
+    # The leader itself not beyond noise against one device, a slower split that is: the split.
+    measured = _result(**{"auto": (10.0, 9.0, 10.9), SINGLE: (11.0, 10.8, 11.2),
+                          "best heuristic (m_etf)": (10.5, 10.2, 10.7)})
+    decision = decide([SPLIT, HEURISTIC, ONE], measured)
+    assert decision.applied == "best heuristic (m_etf)" and decision.leader == "auto"
+    assert "was not faster than the single device beyond noise" in decision.reason
+
+
 def test_the_decision_needs_the_single_device_candidate_measured():
     with pytest.raises(ConfigError, match="single-device"):
         decide([SPLIT], _result(auto=(1.0, 1.0, 1.0)))

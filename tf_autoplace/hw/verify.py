@@ -6,13 +6,14 @@ hands it (at least the placer's choice, the best fast heuristic's and the single
 under the measurement protocol (:mod:`tf_autoplace.hw.protocol`: interleaved rounds, medians
 with bootstrap intervals, the load recorded), and :func:`decide` picks the one to apply:
 
-1. the candidate with the smallest measured median leads;
-2. every candidate the measurement cannot tell from the leader (overlapping intervals) is as
-   good, and of those the *simplest* is applied: fewest devices used, then fewest tensors
-   crossing devices, then the smaller median. The single-device placement uses one device and
-   sends nothing, so it wins every tie it is in: a placement is applied instead only when it is
-   measured faster than the single-device one beyond noise, and a placement measured slower
-   than the single-device one is never applied.
+1. the candidate with the smallest measured median leads (the report names it);
+2. only the single-device placement and the candidates measured faster than it beyond noise
+   (a smaller median, intervals that do not overlap) may be applied: a placement is applied
+   instead of one device only when it is measured faster, and never one measured slower;
+3. of those, every one the measurement cannot tell from the fastest of them is as good, and the
+   *simplest* is applied: fewest devices used, then fewest tensors crossing devices, then the
+   smaller median. The single-device placement uses one device and sends nothing, so it wins
+   every tie it is in.
 
 The decision reads only measured figures; the predictions ride along for the report.
 """
@@ -129,10 +130,15 @@ def decide(candidates, measured: ProtocolResult) -> Decision:
     except KeyError as e:
         raise ConfigError(f"candidate {e.args[0]!r} was not measured") from None
     leader = min(candidates, key=lambda c: (times[c.name].median_s, c.devices_used, c.crossing))
-    ties = [c for c in candidates
-            if c is leader or not times[c.name].distinguishable(times[leader.name])]
-    applied = min(ties, key=lambda c: (c.devices_used, c.crossing, times[c.name].median_s))
     single = times[SINGLE]
+    # Only what is measured faster than one device beyond noise may replace it; ties are then
+    # taken among those (and the single device) against the fastest of them.
+    eligible = [c for c in candidates if c.name == SINGLE or (
+        times[c.name].median_s < single.median_s and times[c.name].distinguishable(single))]
+    best = min(eligible, key=lambda c: (times[c.name].median_s, c.devices_used, c.crossing))
+    ties = [c for c in eligible
+            if c is best or not times[c.name].distinguishable(times[best.name])]
+    applied = min(ties, key=lambda c: (c.devices_used, c.crossing, times[c.name].median_s))
     if applied.name == SINGLE:
         if leader.name == SINGLE:
             reason = "the single-device placement measured fastest"
@@ -145,7 +151,8 @@ def decide(candidates, measured: ProtocolResult) -> Decision:
                   f"single-device {single.describe()} beyond noise")
         if applied is not leader:
             reason += (f"; {leader.name} ({times[leader.name].describe()}) was not faster "
-                       "beyond noise and uses more devices or transfers")
+                       + ("beyond noise and uses more devices or transfers"
+                          if leader in eligible else "than the single device beyond noise"))
     return Decision(applied=applied.name, leader=leader.name, reason=reason)
 
 
