@@ -29,6 +29,7 @@ LAYERS = [
     # it writes (profiles, link fits) feeds cost models and the simulator from outside.
     {"cost", "grouping", "sim", "hw"},
     {"core.problem", "outputs.timeline", "rewrite"},
+    {"_session_recorder"},  # starts rewrite's record of Session runs at import tf_autoplace
     {"outputs.report", "pipeline.prepare", "outputs.saved_placement", "pipeline.problem_cache"},
     # measure a placed graph into its report; training corpora built as problems; the cache
     {"hw.measure", "hw.link_fit", "zoo.corpora", "pipeline.cache"},
@@ -47,9 +48,10 @@ LAYERS = [
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 
 # Function-level tf_autoplace imports that are not about cycles: the package __init__'s lazy
-# attributes, the flags module (imported by training binaries before their flags are parsed)
-# and the cost model's Grappler edge (keeps the numpy core importable without TensorFlow work).
-LAZY_OK = {"__init__.py", "flags.py", os.path.join("cost", "model.py")}
+# attributes, the flags module (imported by training binaries before their flags are parsed),
+# the cost model's Grappler edge (keeps the numpy core importable without TensorFlow work) and
+# the session recorder (which must not import TensorFlow at import tf_autoplace).
+LAZY_OK = {"__init__.py", "flags.py", os.path.join("cost", "model.py"), "_session_recorder.py"}
 
 
 def _modules():

@@ -46,6 +46,10 @@ def __getattr__(name):
     raise AttributeError(f"module 'tf_autoplace' has no attribute {name!r}")
 
 
+from tf_autoplace import _session_recorder
+
+_session_recorder.start()  # placing a graph an open Session ran is refused; see that module
+
 __all__ = ["AutoplaceError", "Cluster", "ClusterSpecError", "ConfigError", "Device",
            "InfeasiblePlacementError", "InvalidGraphError", "Placement", "PlacementReport",
            "apply_placement", "autoplace", "place_cost_graph"]

@@ -109,3 +109,39 @@ def test_a_session_whose_creation_was_not_seen_is_named_in_the_notes(monkeypatch
     assert any(n.startswith("1 open tf.compat.v1.Session(s) on this graph were created before "
                             "tf_autoplace was imported") for n in report.notes)
     assert sessions.unseen_sessions(graph) == []  # closed
+
+
+_IMPORTED_FIRST = """
+import tf_autoplace, sys
+assert "tensorflow" not in sys.modules  # the package still loads TensorFlow lazily
+import tensorflow as tf
+tf.compat.v1.disable_eager_execution()
+graph = tf.Graph()
+with graph.as_default():
+    w = tf.compat.v1.get_variable("w", [8, 8])
+    out = tf.reduce_sum(tf.matmul(w, w) + tf.matmul(w, w), name="out")
+    init = tf.compat.v1.global_variables_initializer()
+session = tf.compat.v1.Session(graph=graph)
+session.run(init)
+session.run(out)
+before = {op.name: op.device for op in graph.get_operations()}
+try:
+    tf_autoplace.autoplace(graph, cluster="cpu2", placer="random", progress=False)
+    print("placed")
+except tf_autoplace.ConfigError as e:
+    same = before == {op.name: op.device for op in graph.get_operations()}
+    print("refused" if "already been run" in str(e) and same else f"other: {e}")
+"""
+
+
+def test_runs_are_recorded_from_import_tf_autoplace_before_tensorflow(repo_root):
+    # The README's order: import tf_autoplace, then TensorFlow; a session trains; placing
+    # its graph is refused (the package loads TensorFlow lazily, the recorder starts anyway).
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _IMPORTED_FIRST], cwd=repo_root, text=True,
+                          capture_output=True, timeout=300,
+                          env={**__import__("os").environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "refused"
