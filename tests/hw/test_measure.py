@@ -123,3 +123,9 @@ def test_workload_errors_name_the_problem():
         Workload.from_graph(g)
     with pytest.raises(ConfigError, match="'nope' is not a node"):
         Workload.from_graph(g, fetches=["nope"], feeds={"x": np.zeros([2, 3], np.float32)})
+    # A value the placeholder's shape rules out: named before anything runs (was TF's
+    # ValueError at the first timed step).
+    for bad in (np.zeros([2, 4], np.float32), np.zeros([3], np.float32)):
+        with pytest.raises(ConfigError, match=r"'x:0' is given a value of shape .* takes \[-1, 3\]"):
+            Workload.from_graph(g, feeds={"x": bad})
+    assert Workload.from_graph(g, feeds={"x": np.zeros([7, 3], np.float32)}).feeds

@@ -93,6 +93,8 @@ class Workload:
             fetches = _default_fetches(meta_graph, by_name, init)
         fetches = (fetches,) if isinstance(fetches, str) else tuple(fetches)
         given = {k if ":" in k else f"{k}:0": np.asarray(v) for k, v in (feeds or {}).items()}
+        for name, value in given.items():
+            _check_feed(by_name.get(name.rsplit(":", 1)[0]), name, value)
         rng = np.random.default_rng(seed)
         needed = fan_in(graph_def, fetches + init)
         for node in graph_def.node:  # graph order: the draws do not depend on dict order
@@ -212,6 +214,20 @@ def _variable_value(handle, placeholder) -> tf.Tensor:
         raise ValueError("its handle says nothing of a variable's dtype")
     dtype = tf.dtypes.as_dtype(data.shape_and_type[0].dtype)
     return tf.raw_ops.ReadVariableOp(resource=handle, dtype=dtype)
+
+
+def _check_feed(node, name: str, value: np.ndarray) -> None:
+    """ConfigError for a value a placeholder's static shape rules out (TensorFlow would
+    raise a ValueError at the first measured step, after the warm-up's wait)."""
+    if node is None or node.op != "Placeholder" or "shape" not in node.attr:
+        return  # other names are checked when the steps run
+    shape = node.attr["shape"].shape
+    if shape.unknown_rank:
+        return
+    dims = [d.size for d in shape.dim]
+    if value.ndim != len(dims) or any(d >= 0 and d != v for d, v in zip(dims, value.shape)):
+        raise ConfigError(f"feeds: {name!r} is given a value of shape {list(value.shape)}, and "
+                          f"the placeholder takes {dims} (-1: any size)")
 
 
 def _synthetic_value(node, rng: np.random.Generator) -> np.ndarray:
