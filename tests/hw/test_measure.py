@@ -129,3 +129,33 @@ def test_workload_errors_name_the_problem():
         with pytest.raises(ConfigError, match=r"'x:0' is given a value of shape .* takes \[-1, 3\]"):
             Workload.from_graph(g, feeds={"x": bad})
     assert Workload.from_graph(g, feeds={"x": np.zeros([7, 3], np.float32)}).feeds
+
+
+@pytest.mark.parametrize("placed, same, load, want", [
+    ((12.0, 11.8, 12.2), False, 0.5, ["ran slower than the single-device one beyond noise"]),
+    ((8.0, 7.8, 8.2), False, 0.5, []),
+    ((10.1, 9.9, 10.3), True, 0.5, ["both figures time the same graph"]),
+    ((8.0, 7.8, 8.2), False, 2.5, ["the machine was busy"]),
+])
+def test_the_notes_say_when_a_measurement_says_slower_nothing_or_little(monkeypatch, placed,
+                                                                        same, load, want):
+    # Made-up medians and intervals (ms) stand in for the protocol's timed rounds.
+    from tf_autoplace.hw import measure as measure_module
+    from tf_autoplace.hw.protocol import ProtocolResult, StepTimes
+
+    def fake(workload, assignments, **kwargs):
+        figures = {"placed": placed, "baseline": (10.0, 9.8, 10.2)}
+        return ProtocolResult(placements=tuple(
+            StepTimes(name=n, times_s=np.full(15, f[0] / 1e3), median_s=f[0] / 1e3,
+                      low_s=f[1] / 1e3, high_s=f[2] / 1e3) for n, f in figures.items()),
+            steps=15, warmup_steps=3, load_before=load, load_after=load)
+
+    monkeypatch.setattr(measure_module, "measure_placements", fake)
+    tg = small_cnn()
+    report = tf_autoplace.autoplace(tg.graph, cluster=CPU2,
+                                    placer="single" if same else "m_etf")
+    import dataclasses
+
+    report = measure_module.measure(dataclasses.replace(report, timeline=None), None, steps=15)
+    got = [n for n in report.notes if n.startswith("measured")]
+    assert len(got) == len(want) and all(w in n for w, n in zip(want, got)), got

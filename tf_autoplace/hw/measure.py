@@ -73,8 +73,20 @@ def measure(report: PlacementReport, workload: Workload, *, steps: int = 15,
     if timeline_data is not None:
         timeline_data = dataclasses.replace(timeline_data,
                                             measured=placed.measurement.traces[0])
+    notes = []
+    if dict(report.assignment) == dict(report.baseline_assignment):
+        notes.append("measured: the placement is the single-device one, so both figures time "
+                     "the same graph; their difference is noise")
+    elif baseline.faster_than(placed):
+        notes.append(f"measured: the placement ran slower than the single-device one beyond "
+                     f"noise ({placed.describe()} against {baseline.describe()}); with "
+                     "verify=N the placement applied is one measured faster than a single "
+                     "device, or the single device")
+    if not result.quiet:
+        notes.append(f"measured at {result.load_text()}")
     return dataclasses.replace(
-        report, measure_steps=steps, measured_step_time_s=placed.median_s,
+        report, notes=report.notes + tuple(notes), measure_steps=steps,
+        measured_step_time_s=placed.median_s,
         measured_baseline_step_time_s=baseline.median_s,
         measured_step_interval_s=(placed.low_s, placed.high_s),
         measured_baseline_interval_s=(baseline.low_s, baseline.high_s),
