@@ -195,7 +195,8 @@ def check_calls_and_gradients_as_the_original():
             value = fn(x)
         return value, tape.gradient(value, w)
 
-    placed, _ = tf2.autoplace_function(loss, x, cluster=CPU2, placer="random", seed=1)
+    placed, report = tf2.autoplace_function(loss, x, cluster=CPU2, placer="random", seed=1)
+    _, on_gpus = tf2.autoplace_function(loss, x, cluster="k80x2", placer="random", seed=1)
     want_value, want_grad = grad(loss)  # a tape ran the original: its graph grew outputs
     got_value, got_grad = grad(placed)
     after_tape, _ = tf2.autoplace_function(loss, x, cluster=CPU2, placer="random", seed=1)
@@ -221,6 +222,8 @@ def check_calls_and_gradients_as_the_original():
             placed_scaled(x.numpy(), y), placed_scaled(x.numpy(), y=y),
             placed_scaled(x=x.numpy(), y=y, scale=2.0), placed_scaled(x, tf.constant(y)))],
         "other_constant": other_constant,
+        "missing_notes": [[n for n in r.notes if "this process has no device" in n]
+                          for r in (report, on_gpus)],
     }
 
 

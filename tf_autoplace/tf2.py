@@ -504,10 +504,12 @@ def autoplace_function(fn, *args, cluster=None, placer=DEFAULT_PLACER, seed: int
     return place_function(fn, args, kwargs, options)
 
 
-def place_function(fn, args, kwargs, options: PlaceOptions):
+def place_function(fn, args, kwargs, options: PlaceOptions, *, runs_here: bool = True):
     """:func:`autoplace_function` with its options checked: ``fn`` traced with ``args`` and
     ``kwargs`` and placed as ``options`` say (not ``cost_profile``, ``measure_steps`` or
-    ``verify``, which are for graphs). Returns ``(placed, report)``."""
+    ``verify``, which are for graphs). With ``runs_here`` (the placed function is called in
+    this process, not saved for another) the notes name the devices it uses that this process
+    does not have. Returns ``(placed, report)``."""
     if options.cost_profile is not None or options.measure_steps or options.verify:
         raise ConfigError("cost_profile, measure_steps and verify are for graphs (a profile "
                           "names one graph's ops; a function is timed by calling it)")
@@ -545,10 +547,34 @@ def place_function(fn, args, kwargs, options: PlaceOptions):
     if single:
         notes.append(f"{len(single)} function calls and functional control-flow ops "
                      f"(If/While/Case) are placed as single ops (e.g. {single[0].name!r})")
+    if runs_here:
+        notes.extend(_missing_devices_note(report.assignment))
     report = dataclasses.replace(report, notes=tuple(notes), graph_def=placed_def)
     placed = PlacedFunction(concrete_function=_rebuild(cf, placed_def), report=report,
                             original=cf)
     return placed, report
+
+
+def _missing_devices_note(assignment) -> list:
+    """A note naming the devices of ``assignment`` this process has no logical device for
+    (none: an empty list). TF's soft placement (on by default in TF2) then runs their ops on
+    devices it has, so what runs is not the placement the report describes; with soft
+    placement off, the call fails."""
+    def canonical(name):  # eager names local devices without a job: "/device:CPU:0"
+        spec = tf.DeviceSpec.from_string(name)
+        if spec.job is None:
+            spec = spec.replace(job="localhost", replica=0, task=0)
+        return spec.to_string()
+
+    here = {canonical(d.name) for d in tf.config.list_logical_devices()}
+    missing = sorted({d for d in assignment.values() if d and canonical(d) not in here})
+    if not missing:
+        return []
+    return [f"this process has no device {', '.join(missing)}: TensorFlow's soft placement "
+            "runs their ops on the devices it has (with soft placement off, the call fails), "
+            "so what runs is not the placement described here; plan for these devices, run "
+            "where they exist (for logical CPUs: tf.config.set_logical_device_configuration "
+            "before TensorFlow starts)"]
 
 
 # ------------------------------------------------------------------------------- SavedModel
@@ -649,7 +675,7 @@ def _place_tf2_saved_model(input_dir, options, *, signature, tags):
     if signature not in signatures:
         raise ConfigError(f"{input_dir!r} has no signature {signature!r}; it has "
                           f"{sorted(signatures)}")
-    placed, report = place_function(signatures[signature], (), {}, options)
+    placed, report = place_function(signatures[signature], (), {}, options, runs_here=False)
     signatures[signature] = placed.concrete_function
 
     def write(directory):
