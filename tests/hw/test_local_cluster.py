@@ -350,3 +350,35 @@ def test_profile_command_profiles_the_servers_serve_local_runs(tmp_path):
     assert cluster.devices[1].speed == 1.0 and cluster.devices[0].speed > 0
     text = profile.read_text()
     assert "op times of task worker:0" in text and "compute_time_us" in text
+
+
+def test_a_tf_data_graph_is_measured_on_the_servers_and_nothing_measured_stays_there(cluster):
+    # A one-shot iterator takes only letters, digits, '.', '-' and '/' in its container name
+    # (the measured sessions' container had '_'); the measured copies of the variables are
+    # destroyed on the servers when their session closes.
+    graph = tf.Graph()
+    with graph.as_default():
+        xs = np.random.default_rng(0).normal(size=(64, 8)).astype(np.float32)
+        x = tf.compat.v1.data.make_one_shot_iterator(
+            tf.data.Dataset.from_tensor_slices(xs).repeat().batch(8)).get_next()
+        w = tf.compat.v1.get_variable("w", [8, 1], use_resource=True)
+        loss = tf.reduce_mean(tf.square(tf.matmul(x, w)))
+        tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, name="train_op")
+    report = tf_autoplace.autoplace(graph, cluster=cluster, placer="random", progress=False,
+                                    measure_steps=15, cache=False)
+    assert np.isfinite(report.measured_step_time_s)
+    from tf_autoplace.hw import runner
+
+    used = next(runner._CONTAINERS) - 1  # noqa: SLF001 - the measured sessions' last one
+    check = tf.Graph()
+    with check.as_default():
+        alive = []
+        for k in (used - 1, used):  # the placement's and the single device's sessions
+            for device in cluster.names:
+                with tf.device(device):
+                    handle = tf.raw_ops.VarHandleOp(
+                        dtype=tf.float32, shape=[8, 1], shared_name="w",
+                        container=f"tf-autoplace-{os.getpid()}-{k}")
+                    alive.append(tf.raw_ops.VarIsInitializedOp(resource=handle))
+    with tf.compat.v1.Session(cluster.target, graph=check) as session:
+        assert not any(session.run(alive))

@@ -15,7 +15,8 @@ servers' (``/job:worker/replica:0/task:1/device:CPU:0``), the client sends the g
 feeds and receives the fetches, and the master partitions the graph over the tasks. TensorFlow's
 servers keep variables across sessions, by name: each placed session here gets a container of
 its own (every stateful op's ``container`` attr), so that two placements of one graph measured
-together do not step each other's variables; the servers keep those until they stop.
+together do not step each other's variables, and its resources are destroyed on the servers
+when it closes (:func:`release_container`).
 
 **Warm-up.** The first step partitions and optimises the graph and allocates. The steps after
 it keep getting faster for about :data:`WARMUP_STEPS` more: TensorFlow's executor starts every
@@ -50,7 +51,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.core.framework import graph_pb2
+from tensorflow.core.framework import graph_pb2, node_def_pb2, types_pb2
 from tensorflow.python.framework import op_def_registry
 
 from tf_autoplace.core.cluster import same_device
@@ -224,9 +225,13 @@ class PlacedSession:
     def __init__(self, workload: Workload, assignment: Mapping[str, str] | None,
                  config: RunConfig):
         self.config = config
-        self.container = (f"tf_autoplace_{os.getpid()}_{next(_CONTAINERS)}" if config.target
+        # TF's resource manager takes letters, digits, '.', '-' and '/' in a container name
+        # (no '_': a one-shot iterator or a table would refuse it).
+        self.container = (f"tf-autoplace-{os.getpid()}-{next(_CONTAINERS)}" if config.target
                           else "")
+        self._graph_def = None
         graph_def = placed_graph_def(workload.graph_def, assignment, self.container)
+        self._graph_def = graph_def
         used = sorted({n.device for n in graph_def.node if n.device})
         graph = tf.Graph()
         try:
@@ -289,12 +294,65 @@ class PlacedSession:
 
     def close(self) -> None:
         self.session.close()
+        if self.container:
+            release_container(self._graph_def, self.container, self.config)
 
     def __enter__(self) -> "PlacedSession":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def release_container(graph_def: graph_pb2.GraphDef, container: str, config: RunConfig) -> None:
+    """Destroy, on the servers at ``config.target``, the resources ``graph_def``'s ops made in
+    ``container``: the variables (and tables, ...) of a placement measured there.
+
+    Servers keep resources by container and name after a session closes, so every measured
+    placement would otherwise leave a copy of the model's variables on them until they stop
+    (memory a training job that follows would not have). ``Session.reset`` would clear them
+    too, but it also closes every other session of that master, the user's training session
+    among them. So each resource-making op (a ``VarHandleOp``, a table: no inputs, a resource
+    output and a ``container`` attr) is made again by name in a graph of its own and its
+    resource destroyed. Ref variables (``VariableV2``, from programs that turn resource
+    variables off) have no destroy op and stay. Best effort: a server that cannot be reached
+    any more has nothing to keep."""
+    nodes = []
+    for node in graph_def.node:
+        op_def = op_def_registry.get(node.op)
+        if (op_def is None or node.input or "container" not in node.attr
+                or node.attr["container"].s != container.encode()
+                or len(op_def.output_arg) != 1
+                or op_def.output_arg[0].type != types_pb2.DT_RESOURCE):
+            continue
+        if node.op != "VarHandleOp" and not ("shared_name" in node.attr
+                                             and node.attr["shared_name"].s):
+            continue  # no shared name: a resource of that session's kernel alone (iterators)
+        copy = node_def_pb2.NodeDef()
+        copy.CopyFrom(node)
+        if "_class" in copy.attr:  # colocated with ops the cleanup graph does not have
+            del copy.attr["_class"]
+        nodes.append(copy)
+    if not nodes:
+        return
+    cleanup = graph_pb2.GraphDef()
+    cleanup.versions.CopyFrom(graph_def.versions)
+    cleanup.library.CopyFrom(graph_def.library)
+    cleanup.node.extend(nodes)
+    graph = tf.Graph()
+    try:
+        with graph.as_default():
+            tf.graph_util.import_graph_def(cleanup, name="")
+            destroy = []
+            for node in nodes:
+                with tf.device(node.device or None):  # where the resource lives
+                    destroy.append(tf.raw_ops.DestroyResourceOp(
+                        resource=graph.get_tensor_by_name(f"{node.name}:0"),
+                        ignore_lookup_error=True))
+        with tf.compat.v1.Session(config.target, graph=graph) as session:
+            session.run(destroy, options=tf.compat.v1.RunOptions(timeout_in_ms=60_000))
+    except (ValueError, tf.errors.OpError):
+        pass
 
 
 class _tf_errors:
