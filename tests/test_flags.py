@@ -21,7 +21,7 @@ from absl import flags
 import tf_autoplace
 from tf_autoplace import flags as ap_flags  # defines the flags on absl's global FLAGS; harmless
 from tf_autoplace.core import registry
-from tf_autoplace.core.cluster import resolve_cluster
+from tf_autoplace.core.cluster import Cluster, resolve_cluster
 from tf_autoplace.placers import SingleDevicePlacer
 from tf_autoplace.placers.placeto.search import pretrained_policy_dir
 from tf_autoplace.testing import small_cnn
@@ -256,6 +256,12 @@ def test_session_without_the_cluster_devices(soft):
     config = tf.compat.v1.ConfigProto(device_count={"CPU": 2})
     with tf.compat.v1.Session(graph=tf.Graph(), config=config) as sess:
         ap_flags._check_session_devices(sess, cluster, "cpu2.pbtxt")
+    # Devices of tasks the session does not have: soft placement cannot help there.
+    ps_worker = Cluster.from_tf({"ps": ["localhost:1"], "worker": ["localhost:2"]})
+    config = tf.compat.v1.ConfigProto(allow_soft_placement=soft)
+    with tf.compat.v1.Session(graph=tf.Graph(), config=config) as sess:
+        with pytest.raises(tf_autoplace.ConfigError, match="tasks this session cannot reach"):
+            ap_flags._check_session_devices(sess, ps_worker, "spec.pbtxt")
 
 
 # The hook itself, in process: installed with explicit settings, always uninstalled.
@@ -306,6 +312,17 @@ def test_monitored_session_graph_is_placed_once_before_it_runs(hook):
     with tf.compat.v1.Session(graph=tg.graph, config=tf.compat.v1.ConfigProto(**CONFIG2)) as s:
         s.run(tg.init_op)  # a second session on the same graph: not placed again
     assert ap_flags.report_for(tg.graph) is report and _op_devices(tg.graph) == placed
+
+
+def test_a_graph_the_script_placed_itself_keeps_its_placement(hook):
+    hook(placer="cpu_only", cluster=CPU2)
+    tg = small_cnn()
+    tf_autoplace.autoplace(tg.graph, cluster=CPU2, placer="m_etf", seed=0, progress=False)
+    placed = _op_devices(tg.graph)
+    assert len(set(placed.values())) == 2  # m_etf used both devices; cpu_only would not
+    with tf.compat.v1.Session(graph=tg.graph, config=tf.compat.v1.ConfigProto(**CONFIG2)) as s:
+        s.run(tg.init_op)
+    assert _op_devices(tg.graph) == placed and ap_flags.report_for(tg.graph) is None
 
 
 class _EagerPlacer(SingleDevicePlacer):

@@ -55,7 +55,8 @@ How it works (checked on TF 2.21). A v1 ``Session`` hands its graph to the runti
 Keras-1 callable calls before anything executes; the runtime partitions the graph by device when
 it first runs it. Once flags are parsed (``absl.app.call_after_init``) and only if ``--autoplace``
 is set, that method is wrapped: the first time any session is about to hand over a graph that was
-not placed yet, :func:`tf_autoplace.autoplace` places it in place, then the session proceeds.
+not placed yet (by the hook, or by the script's own ``tf_autoplace.autoplace`` call, whose
+placement is kept), :func:`tf_autoplace.autoplace` places it in place, then the session proceeds.
 So the graph is placed once, before its first step, with no other change to the script;
 ``MonitoredSession``/``MonitoredTrainingSession`` are covered because they run through a plain
 Session (placing a finalized graph is fine: devices are not graph mutations TF forbids). Devices
@@ -64,7 +65,9 @@ which is why placement happens at the first hand-over and never later: ops creat
 first run keep TF's default placement.
 
 Before placing, the session's devices (``Session.list_devices``) are checked against the
-cluster: a cluster device the session lacks is an error unless the session allows soft placement.
+cluster: a cluster device the session lacks is an error unless the session allows soft placement
+(a warning then) and the device's task is one the session has (soft placement moves ops between
+a task's devices, never to another task).
 A v1 Session sees one CPU device unless created with ``ConfigProto(device_count={'CPU': N})``,
 so a cluster of N logical CPUs (``cpu2``) needs that config in the script
 (``tools/example_train.py --num_cpus``).
@@ -460,7 +463,20 @@ def _check_session_devices(session, cluster, spec: str) -> None:
     missing = [n for n in cluster.names if tf.DeviceSpec.from_string(n).to_string() not in have]
     if not missing:
         return
+
+    def task(name):
+        spec = tf.DeviceSpec.from_string(name)
+        return spec.job, spec.replica, spec.task
+
+    tasks = {task(d) for d in have}
+    elsewhere = [n for n in missing if task(n) not in tasks]
     config = getattr(session, "_config", None)
+    if elsewhere:  # soft placement moves ops between a task's devices, never to another task
+        raise ConfigError(
+            f"--autoplace_cluster={spec!r} has devices {elsewhere} on tasks this session "
+            f"cannot reach (it has {sorted(have)}); TensorFlow cannot run ops there, even with "
+            "soft placement: create the Session on the cluster's master "
+            "(tf.compat.v1.Session(target)), or pick a cluster spec of this session's devices")
     if config is not None and config.allow_soft_placement:
         logging.warning("autoplace: the session lacks cluster devices %s; soft placement will "
                         "move their ops", missing)
@@ -482,6 +498,13 @@ def _place_graph(session, settings: AutoplaceSettings) -> None:
             return
         if not graph.get_operations():
             return  # nothing to place yet; try again when the session sees ops
+        from tf_autoplace.rewrite import was_placed
+
+        if was_placed(graph):  # the script placed it itself (tf_autoplace.autoplace): kept
+            logging.info("autoplace: the graph was already placed in this process "
+                         "(tf_autoplace.autoplace); that placement is kept")
+            _placed[graph] = None
+            return
         options = settings.place_options()
         cluster = options.resolved_cluster()  # "local": this machine's devices, read now
         _check_session_devices(session, cluster, settings.cluster)

@@ -16,6 +16,7 @@ placed.
 
 from __future__ import annotations
 
+import weakref
 from typing import Mapping, Sequence
 
 import tensorflow as tf
@@ -96,6 +97,9 @@ def check_annotations(graph_def: graph_pb2.GraphDef, cluster: Cluster) -> None:
                                    f"another TensorFlow cluster: {e}") from e
 
 
+_placed_graphs: "weakref.WeakSet" = weakref.WeakSet()
+
+
 def apply_to_graph(graph: tf.Graph, placement: Mapping[str, str]) -> None:
     """Set every op's device from ``placement`` (op name -> device string), atomically."""
     ops = graph.get_operations()
@@ -108,6 +112,14 @@ def apply_to_graph(graph: tf.Graph, placement: Mapping[str, str]) -> None:
         for op, old in before:
             op._set_device(old)  # pylint: disable=protected-access
         raise
+    _placed_graphs.add(graph)
+
+
+def was_placed(graph: tf.Graph) -> bool:
+    """Whether a placement was applied to ``graph`` in this process (by :func:`apply_to_graph`,
+    which every door that places a tf.Graph uses): the ``--autoplace`` hook keeps such a
+    placement rather than placing the graph again."""
+    return graph in _placed_graphs
 
 
 def apply_to_graph_def(graph_def: graph_pb2.GraphDef,
