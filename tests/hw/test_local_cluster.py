@@ -382,3 +382,23 @@ def test_a_tf_data_graph_is_measured_on_the_servers_and_nothing_measured_stays_t
                     alive.append(tf.raw_ops.VarIsInitializedOp(resource=handle))
     with tf.compat.v1.Session(cluster.target, graph=check) as session:
         assert not any(session.run(alive))
+
+
+def test_measuring_on_a_cluster_whose_server_is_down_is_an_error_at_once():
+    # Nothing listens at the cluster's one server: a Session there would wait ten minutes
+    # (the RPC deadline) in list_devices before failing.
+    import socket
+
+    with socket.socket() as a, socket.socket() as b:
+        a.bind(("127.0.0.1", 0))
+        b.bind(("127.0.0.1", 0))
+        free = [a.getsockname()[1], b.getsockname()[1]]
+    cluster = Cluster.from_tf({"worker": [f"127.0.0.1:{port}" for port in free]})
+    assert cluster.target == f"grpc://127.0.0.1:{free[0]}"
+    tg = small_cnn()
+    before = {op.name: op.device for op in tg.graph.get_operations()}
+    for kwargs in ({"verify": 15}, {"measure_steps": 15}):
+        with pytest.raises(tf_autoplace.AutoplaceError, match=f"cannot reach .*:{free[0]}"):
+            tf_autoplace.autoplace(tg.graph, cluster=cluster, placer="random", progress=False,
+                                   **kwargs)
+    assert {op.name: op.device for op in tg.graph.get_operations()} == before

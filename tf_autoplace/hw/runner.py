@@ -304,6 +304,28 @@ class PlacedSession:
         self.close()
 
 
+REACH_TIMEOUT_S = 5.0
+
+
+def check_reachable(addresses, timeout_s: float = REACH_TIMEOUT_S) -> None:
+    """Raise MeasurementError naming the first ``host:port`` of ``addresses`` that accepts no
+    TCP connection within ``timeout_s``.
+
+    A Session on a TensorFlow cluster whose master or another task is down does not fail: it
+    waits for the task (``Session.list_devices`` for ten minutes, the RPC deadline) without a
+    word. A connection to each server first turns that into an error at once."""
+    import socket
+
+    for address in addresses:
+        host, _, port = address.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+                pass
+        except (OSError, ValueError) as e:
+            raise MeasurementError(f"cannot reach the TensorFlow server at {address!r} ({e}); "
+                                   "start it, or measure without it") from e
+
+
 def release_container(graph_def: graph_pb2.GraphDef, container: str, config: RunConfig) -> None:
     """Destroy, on the servers at ``config.target``, the resources ``graph_def``'s ops made in
     ``container``: the variables (and tables, ...) of a placement measured there.

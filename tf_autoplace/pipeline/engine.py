@@ -43,7 +43,7 @@ from tf_autoplace.heuristics import BestHeuristicPlacer, SingleDevicePlacer
 from tf_autoplace.hw.link_fit import fit_core_group
 from tf_autoplace.hw.measure import measure, runs_here
 from tf_autoplace.hw.profiler import profile_ops, with_profiled_cores
-from tf_autoplace.hw.runner import RunConfig
+from tf_autoplace.hw.runner import RunConfig, check_reachable
 from tf_autoplace.hw.verify import SINGLE, Candidate, verify
 from tf_autoplace.hw.workload import Workload
 from tf_autoplace.learning.eager import policy_context
@@ -114,6 +114,8 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
             f"{cluster.names}: use cluster='local' (or Cluster.local(...)), a TensorFlow "
             "cluster with a target, or place without it")
     verifying = bool(options.verify) and cluster.num_devices > 1  # one device: nothing to choose
+    if (measure_steps or verifying) and cluster.target:  # a server down: say so now
+        check_reachable([task.address for task in cluster.tasks if task.address])
     timings: dict[str, float] = {}
     read = None
     if isinstance(graph, tf.Graph):  # read now: it keeps less memory through Grappler
