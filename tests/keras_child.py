@@ -188,7 +188,18 @@ def check_spec_parts_and_joined_predict():
         if placed:
             tk.autoplace_model(model, **PLACE)
         predictions.append(model.predict(data(40)[0], batch_size=8, verbose=0).tolist())
-    return {"spec_runs": runs, "tf_keras_predict": predictions}
+    # A fit validated on weighted batches (x, y, w), then evaluate on (x, y): each structure
+    # gets its own placed step, with and without an input_spec.
+    structures = []
+    for placed, given in ((False, None), (True, None), (True, spec)):
+        model = sequence_model()
+        if placed:
+            tk.autoplace_model(model, input_spec=given, **PLACE)
+        history = model.fit(x, y, sample_weight=weights, batch_size=8, verbose=0,
+                            validation_data=(x[:8], y[:8], weights[:8])).history
+        structures.append([history["val_loss"][0], model.evaluate(x, y, batch_size=8,
+                                                                  verbose=0)])
+    return {"spec_runs": runs, "tf_keras_predict": predictions, "structures": structures}
 
 
 def errors():

@@ -61,6 +61,12 @@ def test_one_input_spec_serves_weighted_fit_validation_and_predict(child):
     np.testing.assert_allclose(p_predicted, predicted, rtol=1e-5)
 
 
+def test_an_evaluate_after_a_weighted_validation_gets_a_step_for_its_structure(child):
+    reference, *placed = _result(child, "spec_parts")["structures"]
+    for run in placed:  # without and with an input_spec
+        np.testing.assert_allclose(run, reference, rtol=1e-5)
+
+
 def test_tf_keras_predict_joins_the_batches_of_an_execution(child):
     reference, placed = _result(child, "spec_parts")["tf_keras_predict"]
     assert len(reference) == len(placed) == 40  # every row, not one batch per execution

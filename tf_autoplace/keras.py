@@ -19,7 +19,9 @@ and ``make_predict_function`` with ones that build the same loop around a *place
    ``predict`` reuses it. ``compile()`` again drops it (Keras builds its functions anew then),
    and the next batch places the new step.
 3. Its report is in :attr:`KerasPlacement.reports` under ``"train"``, ``"test"`` or
-   ``"predict"``.
+   ``"predict"``. A batch of another structure (``(x, y)`` after ``(x, y, sample_weight)``:
+   an evaluate after a fit validated with weights) gets a step placed for it, as Keras traces
+   one per structure; the report is then the latest placement's.
 
 Free dimensions are counted at the first batch's size in the cost model (``unknown_dim``),
 so the simulated figures are the first batch's. A batch whose shape does not fit the placed
@@ -192,24 +194,28 @@ def _spec_for(spec, kind: str, data):
 
 
 class _PlacedStep:
-    """One kind's step: placed on the first batch it is called with, then reused."""
+    """One kind's step: placed on the first batch of each structure it is called with (a fit
+    with sample weights validates on ``(x, y, w)`` batches, a later evaluate may pass ``(x,
+    y)``, as Keras traces a step per structure), then reused for that structure."""
 
     def __init__(self, placement: "KerasPlacement", kind: str):
         self._placement, self._kind = placement, kind
-        self._placed, self._spec = None, None
+        self._placed: list = []  # (spec, placed function), one per batch structure
 
     def __call__(self, data):
         data = _as_tensors(data)
-        if self._placed is None:
-            self._place(data)
-        if not _fits(self._spec, data):
-            raise ConfigError(
-                f"the model's {self._kind} function was placed for batches shaped "
-                f"{_shapes(self._spec)} (None: any size), and this batch is shaped "
-                f"{_shapes(data)}: give tf_autoplace.keras.autoplace_model(..., input_spec=...) "
-                "with None in every dimension that varies between batches, or feed batches "
-                "of one shape")
-        return self._placed(data)
+        for spec, placed in self._placed:
+            if _fits(spec, data):
+                return placed(data)
+        for spec, _ in self._placed:
+            if _same_structure(spec, data):
+                raise ConfigError(
+                    f"the model's {self._kind} function was placed for batches shaped "
+                    f"{_shapes(spec)} (None: any size), and this batch is shaped "
+                    f"{_shapes(data)}: give tf_autoplace.keras.autoplace_model(..., "
+                    "input_spec=...) with None in every dimension that varies between "
+                    "batches, or feed batches of one shape")
+        return self._place(data)(data)
 
     def _place(self, data):
         p = self._placement
@@ -225,8 +231,21 @@ class _PlacedStep:
             options = options.replace(unknown_dim=_batch_size(data))
         step = _step_function(p.model, self._kind, p.flavour)
         placed, report = place_function(step, (spec,), {}, options)
-        self._placed, self._spec = placed, spec
+        self._placed.append((spec, placed))
         p.reports[self._kind] = report
+        return placed
+
+
+def _same_structure(spec, data) -> bool:
+    """Whether ``data`` has ``spec``'s structure and, leaf by leaf, its dtypes and ranks (so
+    that only a dimension's size can keep it from fitting)."""
+    try:
+        tf.nest.assert_same_structure(spec, data)
+    except (ValueError, TypeError):
+        return False
+    return all((s is None) == (t is None) and (s is None or (
+        s.dtype == t.dtype and s.shape.rank == t.shape.rank))
+        for s, t in zip(tf.nest.flatten(spec), tf.nest.flatten(data)))
 
 
 def _iterator_function(step: _PlacedStep, model, *, join: bool = False):
