@@ -203,3 +203,17 @@ def test_another_graphs_profile_is_refused_and_a_partial_one_does_not_calibrate(
     whole = ProfileCostModel.from_text(PROFILE + run)
     whole.op_time(_graph(), _cluster())
     assert whole.measured_steps() == {"GPU": pytest.approx(250e-6)}
+
+
+def test_a_profile_of_the_model_at_another_batch_size_is_refused():
+    # "in" wrote 4096 bytes when profiled; here it writes 8192 (twice the batch).
+    doubled = from_edges(4, [(0, 1, 8192), (1, 2, 2048), (2, 3, 2048)], names=NAMES,
+                         kernels=KERNELS)
+    model = ProfileCostModel.from_text(PROFILE)
+    with pytest.raises(ConfigError, match=r"other tensor sizes: 1 of the 1 ops .*'in': "
+                                          r"4\.10 KB in the profile, 8\.19 KB here"):
+        model.op_time(doubled, _cluster())
+    assert np.isfinite(model.op_time(_graph(), _cluster())[0]).any()  # the profiled sizes: fine
+    again = ProfileCostModel.from_proto(model.to_proto())  # the sizes survive a round trip
+    with pytest.raises(ConfigError, match="other tensor sizes"):
+        again.op_time(doubled, _cluster())

@@ -65,6 +65,13 @@ def test_profile_round_trips_through_the_proto_and_drives_the_cost_model(cnn):
         [d.speed for d in cluster.devices]))
     single = problem.simulator.makespan(np.zeros(problem.graph.num_ops, np.int32))
     assert single == pytest.approx(back.run[0].step_time_us * 1e-6)
+    # The profile carries the graph's output sizes: the same model at another batch size is
+    # refused (its times would be another workload's).
+    assert by_name["left/Relu"].output_bytes == problem.graph.output_bytes[i] > 0
+    bigger = ingest.load_meta_graph(small_cnn(batch=32).graph)
+    with pytest.raises(ConfigError, match="other tensor sizes"):
+        build_problem(bigger, cluster, cost_model=ProfileCostModel.from_text(
+            text, fallback=AnalyticalCostModel(bigger)))
 
 
 def test_op_times_take_each_ops_span_and_sum_repeats():

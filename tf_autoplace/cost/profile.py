@@ -9,8 +9,10 @@ A profile lists, for ops of one graph by node name, the time each took on a kind
 
 Like :class:`~tf_autoplace.cost.model.TableCostModel`, a device of kind ``k`` gets
 ``time[op, k] / speed``: the measured time is taken as the whole op time, so the cluster's
-``op_overhead_s`` is not added. ``output_bytes`` is kept for readers and not used: tensor sizes
-come from the graph.
+``op_overhead_s`` is not added. Tensor sizes come from the graph; ``output_bytes`` (the op's
+outputs in all, as the profiled graph's shapes gave them) only tells a profile of this graph at
+another batch size or input shape: when a tenth of the ops whose sizes both know differ, that is
+a ConfigError.
 
 Ops the profile does not cover. An (op, kind) pair is *needed* when the op has a kernel for that
 kind and the cluster has a device of that kind (an op without a kernel there costs ``inf``
@@ -52,12 +54,18 @@ from google.protobuf import message as _pb_message
 from google.protobuf import text_format
 
 from tf_autoplace.core.cluster import Cluster
+from tf_autoplace.core.units import format_bytes
 from tf_autoplace.cost.model import CostModel
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph.opgraph import OpGraph
 from tf_autoplace.proto import cost_profile_pb2
 
 _SHOW = 5  # missing op names quoted in an error message
+SIZE_TOLERANCE = 0.01  # output sizes closer than this (relative) are the same workload's
+# A profile is another workload's when this share of the ops whose output sizes it and the
+# graph both know differ: a batch size changes only the activations (a fifth of a small conv
+# net's ops; variables, their updates and initializers keep their sizes).
+SIZE_SHARE = 0.1
 
 
 def _check_time(what: str, t) -> None:
@@ -87,7 +95,9 @@ class ProfileCostModel(CostModel):
     """
 
     def __init__(self, times: dict[str, dict[str, float]], *, fallback: CostModel | None = None,
-                 not_run=(), partners: dict | None = None, steps: dict | None = None):
+                 not_run=(), partners: dict | None = None, steps: dict | None = None,
+                 output_bytes: dict | None = None):
+        self._bytes = {str(name): int(b) for name, b in (output_bytes or {}).items() if b > 0}
         self._times = {}
         for name, per_kind in times.items():
             for kind, t in per_kind.items():
@@ -129,8 +139,10 @@ class ProfileCostModel(CostModel):
     def from_proto(cls, profile: cost_profile_pb2.CostProfile, *,
                    fallback: CostModel | None = None) -> "ProfileCostModel":
         times: dict[str, dict[str, float]] = {}
-        not_run, partners = [], {}
+        not_run, partners, sizes = [], {}, {}
         for entry in profile.op:
+            if entry.output_bytes > 0:
+                sizes.setdefault(entry.name, entry.output_bytes)
             if not entry.name or not entry.device_kind:
                 raise ConfigError(f"profile entry without name or device_kind: "
                                   f"{text_format.MessageToString(entry, as_one_line=True)!r}")
@@ -150,7 +162,8 @@ class ProfileCostModel(CostModel):
                 if run.device_kind in steps:
                     raise ConfigError(f"the profile has two runs on {run.device_kind}")
                 steps[run.device_kind] = run.step_time_us * 1e-6
-        return cls(times, fallback=fallback, not_run=not_run, partners=partners, steps=steps)
+        return cls(times, fallback=fallback, not_run=not_run, partners=partners, steps=steps,
+                   output_bytes=sizes)
 
     @classmethod
     def from_text(cls, text: str, *, fallback: CostModel | None = None) -> "ProfileCostModel":
@@ -181,11 +194,39 @@ class ProfileCostModel(CostModel):
             for kind, t in sorted(per_kind.items()):
                 partner, apart = self._partners.get((name, kind), ("", 0.0))
                 out.op.add(name=name, device_kind=kind, compute_time_us=t * 1e6,
+                           output_bytes=self._bytes.get(name, 0),
                            did_not_run=(name, kind) in self._not_run, partner=partner,
                            partner_apart_time_us=apart * 1e6)
         for kind, t in self._steps.items():
             out.run.add(device_kind=kind, step_time_us=t * 1e6)
         return out
+
+    def _check_sizes(self, graph: OpGraph) -> None:
+        """ConfigError when :data:`SIZE_SHARE` or more of the ops whose output sizes both the
+        profile and the graph know produce other sizes here: a profile of this model at
+        another batch size or input shape, whose times would be another workload's."""
+        if not self._bytes:
+            return
+        index = {name: i for i, name in enumerate(graph.names)}
+        compared, differ = 0, []
+        for name, recorded in self._bytes.items():
+            i = index.get(name)
+            if i is None:
+                continue
+            here = int(graph.output_bytes[i])
+            if not graph.shape_known[i] or here <= 0:
+                continue
+            compared += 1
+            if abs(here - recorded) > SIZE_TOLERANCE * max(here, recorded):
+                differ.append((name, recorded, here))
+        if differ and len(differ) >= SIZE_SHARE * compared:
+            name, recorded, here = differ[0]
+            raise ConfigError(
+                f"the cost profile was taken with other tensor sizes: {len(differ)} of the "
+                f"{compared} ops whose outputs both know differ (e.g. {name!r}: "
+                f"{format_bytes(recorded)} in the profile, {format_bytes(here)} here), so it "
+                "times this model at another batch size or input shape; profile the graph as "
+                "it runs (tf-autoplace profile --graph=...)")
 
     def measured_steps(self) -> dict[str, float]:
         """The profiled runs' untraced single-device steps by device kind; none once op times
@@ -249,6 +290,7 @@ class ProfileCostModel(CostModel):
                 f"the cost profile times {self.num_unused} ops this graph does not have and "
                 f"{covered} of its {n} ops: it is another graph's profile; profile this graph "
                 "(tf-autoplace profile --graph=...)")
+        self._check_sizes(graph)
 
         needed = {}
         for k in kinds:

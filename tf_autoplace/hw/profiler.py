@@ -281,7 +281,12 @@ def profile_ops(workload: Workload, *, kinds=None, config: RunConfig = DEFAULT_C
     names = [n.name for n in nodes]
     name_set = set(names)
     bodies = body_ops(workload.graph_def)
-    graph = ingest.to_opgraph(ingest.load_meta_graph(workload.graph_def)) if partners else None
+    # The graph's static output sizes go into the profile: they tell it from a profile of the
+    # same model at another batch size (cost.profile, "output_bytes").
+    graph = ingest.to_opgraph(ingest.load_meta_graph(workload.graph_def))
+    index = {name: i for i, name in enumerate(graph.names)}
+    sizes = {name: int(graph.output_bytes[i]) for name, i in index.items()
+             if graph.shape_known[i] and graph.output_bytes[i] > 0}
     profile = cost_profile_pb2.CostProfile()
     notes = []
     for kind in kinds:
@@ -306,7 +311,8 @@ def profile_ops(workload: Workload, *, kinds=None, config: RunConfig = DEFAULT_C
         timed = skipped = 0
         for node in nodes:
             samples = [step.get(node.name) for step in per_step]
-            entry = cost_profile_pb2.OpCost(name=node.name, device_kind=kind, op_type=node.op)
+            entry = cost_profile_pb2.OpCost(name=node.name, device_kind=kind, op_type=node.op,
+                                            output_bytes=sizes.get(node.name, 0))
             if all(s is None for s in samples):
                 if node.name in ran_anywhere:
                     continue  # ran on another kind (soft placement): unknown here
