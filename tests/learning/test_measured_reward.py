@@ -115,3 +115,6 @@ def test_learned_placers_search_on_measured_runs(placer, monkeypatch):
     assert runs, "no placement was run"
     assert any("measured placements" in note for note in report.notes)
     assert {canonical_device(d) for d in report.assignment.values()} <= {"CPU:0", "CPU:1"}
+    if isinstance(placer, AutoPlacer):  # one timing each: no gain claimed beyond its noise
+        summary = next(n for n in report.notes if "measured placements" in n)
+        assert "each timed once" in summary and "% faster" not in summary

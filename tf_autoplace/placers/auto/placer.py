@@ -360,8 +360,12 @@ class AutoPlacer(Placer):
                    f"the best started from {label} "
                    f"({start_s * 1e3:.2f} "
                    f"ms) and reached {end_s * 1e3:.2f} ms "
-                   f"({(1 - end_s / start_s) * 100 if start_s else 0.0:.1f}% "  # 0 s ops: no gain
-                   f"faster; stopped: {winner.stopped})")
+                   + (f"(each timed once, {cfg.measure_steps} steps, without an interval: a "
+                      "search's score, within the noise of one run; measure_steps= or verify= "
+                      "measure under the protocol"
+                      if measured else
+                      f"({(1 - end_s / start_s) * 100 if start_s else 0.0:.1f}% faster")  # 0 s
+                   + f"; stopped: {winner.stopped})")
         if winner.stopped == "deadline":
             summary += (f"; the {cfg.budget_s:g} s budget ended the search before "
                         f"{max_samples} placements, so the result depends on this "
