@@ -21,10 +21,11 @@ def _devices(graph):
 
 
 @pytest.fixture(scope="module")
-def verified():
+def verified(tmp_path_factory):
     tg = small_cnn()
     report = tf_autoplace.autoplace(tg.graph, cluster=Cluster.local(num_logical_cpus=2),
-                                    placer="random", seed=3, verify=15, progress=False)
+                                    placer="random", seed=3, verify=15, progress=False,
+                                    cache=str(tmp_path_factory.mktemp("cache")))
     return tg, report
 
 
@@ -61,7 +62,9 @@ def test_the_report_shows_every_candidate_measured_beside_its_prediction(verifie
     assert [c.predicted_at_run_speed_s for c in proto.verified] == pytest.approx(
         [r["predicted_at_run_speed_s"] for r in rows])
     assert f"measured {scale:.2f}x its prediction" in text
-    assert any("profiled on this machine" in n for n in report.notes)
+    profiled = [n for n in report.notes if "profiled on this machine" in n]
+    assert len(profiled) == 1  # ... and the note says why the cache will not serve it again
+    assert "the cache serves this placement to no later run" in profiled[0]
     # The two logical CPUs share cores: the transfer between them was fitted on this graph,
     # and the search's cluster carries it.
     fitted = [n for n in report.notes if "links within a core group fitted on the graph" in n]

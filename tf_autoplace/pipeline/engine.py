@@ -159,7 +159,11 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
         notes += _profile_notes(cost_model, cost_profile)
     if profiled_here:
         notes.append("op times were profiled on this machine's devices before the search "
-                     "(verify without a cost profile)")
+                     "(verify without a cost profile)"
+                     + ("; measured times differ from run to run and are part of the placement "
+                        "cache's key, so the cache serves this placement to no later run: give "
+                        "a cost profile (tf-autoplace profile) to keep the key, or save the "
+                        "placement" if options.cache else ""))
         if link_fit is not None:
             notes.append(f"the {link_fit.summary()}")
     for kind, factor in sorted(problem.time_scale.items()):
