@@ -4,6 +4,7 @@ typed error with a telling message for every malformed spec."""
 import dataclasses
 import importlib.resources
 import os
+import re
 
 import numpy as np
 import pytest
@@ -172,8 +173,10 @@ def test_local_with_logical_cpus():
     assert executor.tolist() == [0, 0] and slots.tolist() == [cores]
     np.testing.assert_allclose(_off_diagonal(cluster.bandwidth), 10e9, rtol=1e-12)
     np.testing.assert_allclose(_off_diagonal(cluster.latency), 5e-6, rtol=1e-12)
-    with pytest.raises(ClusterSpecError, match="num_logical_cpus must be >= 0, got -1"):
-        Cluster.local(num_logical_cpus=-1)
+    for bad in (-1, 2.5, "2", True):
+        with pytest.raises(ClusterSpecError, match=f"num_logical_cpus must be an int >= 0, "
+                                                   f"got {re.escape(repr(bad))}"):
+            Cluster.local(num_logical_cpus=bad)
 
 
 @pytest.mark.parametrize("text, message", [

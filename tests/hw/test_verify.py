@@ -105,3 +105,13 @@ def test_the_flag_verifies_by_default_where_the_binary_runs_the_graph(tmp_path):
         ap_flags._check_verify({**base, "autoplace_cluster": "k80x2", "autoplace_verify": 15})
     with pytest.raises(flags.ValidationError, match="at least 15"):
         ap_flags._check_verify({**base, "autoplace_cluster": "local", "autoplace_verify": 3})
+
+
+def test_on_one_device_nothing_is_measured_and_the_placement_is_the_best_possible():
+    tg = small_cnn()
+    report = tf_autoplace.autoplace(tg.graph, cluster=Cluster.local(num_logical_cpus=1),
+                                    verify=15, progress=False)
+    assert report.verification is None
+    assert any(n.startswith("verify: the cluster has one device") for n in report.notes)
+    # One placement exists, so it is the best possible one: the certificate says 0%.
+    assert report.optimality_gap == 0.0 and report.lp_lower_bound_s == report.step_time_s

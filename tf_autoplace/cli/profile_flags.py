@@ -8,8 +8,8 @@ flags.DEFINE_string("model", None, "A model zoo name instead (tf_autoplace.zoo.M
 flags.DEFINE_multi_string("knob", [], "Zoo model size knob as name=value (int), repeatable.")
 flags.DEFINE_list("fetches", None, "What one step runs (default: the train op).")
 flags.DEFINE_list("init", None, "Ops run once first (default: the variable initializer).")
-flags.DEFINE_integer("num_logical_cpus", 2, "Logical CPU devices of the local cluster "
-                     "(0: this machine's GPUs and its CPU host).")
+flags.DEFINE_integer("num_logical_cpus", 2, "Logical CPU devices of the local cluster (0: this "
+                     "machine's GPUs and its CPU host).", lower_bound=0)
 flags.DEFINE_string("cluster", None, "Profile the servers of this TensorFlow cluster instead (a "
                     "text ClusterSpec with tasks and a target, as serve-local writes).")
 flags.DEFINE_integer("warmup_steps", 80, "untimed steps per placement first, fewer where they take over "

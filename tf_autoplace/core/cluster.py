@@ -642,8 +642,10 @@ class Cluster:
         Links: 10 GB/s and 5 us per transfer, a stand-in for host-memory copies until measured
         (``tf-autoplace profile`` writes a spec with measured links).
         """
-        if num_logical_cpus < 0:
-            raise ClusterSpecError(f"num_logical_cpus must be >= 0, got {num_logical_cpus}")
+        if (isinstance(num_logical_cpus, bool) or not isinstance(num_logical_cpus, (int, np.integer))
+                or num_logical_cpus < 0):
+            raise ClusterSpecError(f"num_logical_cpus must be an int >= 0, got "
+                                   f"{num_logical_cpus!r}")
         props = _tf_device_properties()
         cpu = props.get("CPU:0")
         cores = int(cpu.num_cores) if cpu is not None and cpu.num_cores > 0 else \

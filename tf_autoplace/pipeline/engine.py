@@ -178,6 +178,9 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
         notes.append(f"{unknown} ops have outputs of unknown size (counted with "
                      f"{options.unknown_dim} per unknown dimension): give the inputs static "
                      "shapes for better memory and transfer estimates")
+    if options.verify and not verifying:
+        notes.append("verify: the cluster has one device, so there is no placement to choose "
+                     "between and none was measured")
     report = place_problem(problem, options, timings=timings, notes=notes)
     if verifying:
         t = time.perf_counter()
@@ -282,9 +285,12 @@ def place_problem(problem: PlacementProblem, options: PlaceOptions, *,
     if bound.status not in ("optimal", "not needed", "dominated"):  # the LP gave its all
         bound_notes.append(f"the LP lower bound's solve ended with '{bound.status}'; the bound "
                            "reported is the best of the proven ones it has")
+    best_possible = bound.value_s
+    if cluster.num_devices == 1:  # one placement exists: its step is the best possible
+        best_possible = max(best_possible, float(placement.sim.makespan))
     report = PlacementReport(
         placer=placer.name, step_time_s=float(placement.sim.makespan),
-        lower_bound_s=bound.simple_s, lp_lower_bound_s=bound.value_s,
+        lower_bound_s=bound.simple_s, lp_lower_bound_s=best_possible,
         devices=device_loads(cluster, placement.devices, placement.sim),
         baseline_step_time_s=float(baseline_sim.makespan),
         baseline_devices=device_loads(cluster, baseline, baseline_sim),
