@@ -33,6 +33,8 @@ def _mode(path):
     ("missing/out.pb", False,
      "'missing/out.pb': the directory '.*missing' does not exist \\(it is not created\\)"),
     ("new/a/b/placed", True, "'new/a/b/placed': the directory '.*new/a/b' does not exist"),
+    ("a_file/report.json", False, "'a_file/report.json': '.*a_file' is a file, not a "
+                                  "directory"),
     ("a_dir", False, "'a_dir' is a directory; expected a file path"),
     ("full_dir", True, "'full_dir' exists; refusing to overwrite it"),
     ("a_file", True, "'a_file' exists; refusing to overwrite it"),

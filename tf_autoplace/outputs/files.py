@@ -106,6 +106,8 @@ def check_output_path(path, what: str, *, directory: bool = False) -> str:
     full = os.path.abspath(path)
     parent = os.path.dirname(full)
     if not os.path.isdir(parent):
+        if os.path.lexists(parent):
+            raise ConfigError(f"{what} {path!r}: {parent!r} is a file, not a directory")
         raise ConfigError(f"{what} {path!r}: the directory {parent!r} does not exist (it is "
                           "not created)")
     if not os.access(parent, os.W_OK | os.X_OK):
