@@ -28,3 +28,15 @@ def test_components_prints_the_command_commit_load_and_tables(tmp_path):
     transfers = doc["results"]["transfers"]
     assert transfers["counts"] == [0, 1, 4, 8, 16, 32]
     assert len(transfers["measured_s"]) == 6 and doc["results"]["memory"] == []
+
+
+def test_a_graph_file_that_cannot_be_read_is_one_error_line_before_any_timing(tmp_path):
+    bad = tmp_path / "bad.pb"
+    bad.write_bytes(b"not a graph")
+    done = subprocess.run([sys.executable, "-m", "tf_autoplace.cli", "fidelity", "--graphs=",
+                           f"--graph_file={bad}"], cwd=REPO, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert done.returncode == 1
+    lines = [line for line in done.stderr.strip().splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "is not a GraphDef or MetaGraphDef" in lines[0]
+    assert "link " not in done.stdout + done.stderr and "USAGE" not in done.stderr

@@ -37,6 +37,7 @@ from absl import app, flags
 
 from tf_autoplace.cli import fidelity_flags  # noqa: F401  (defines this command's flags)
 from tf_autoplace.errors import AutoplaceError
+from tf_autoplace.graph import ingest
 from tf_autoplace.hw import components as components_lib
 from tf_autoplace.hw import fidelity
 from tf_autoplace.hw.profiler import DEFAULT_CONFIG as PROFILE_CONFIG
@@ -134,6 +135,12 @@ def main(argv):
             raise app.UsageError("nothing to measure: give --graphs or --graph_file")
     except AutoplaceError as e:
         raise app.UsageError(str(e)) from None
+    try:  # a graph file that cannot be read ends here, before minutes of link timing
+        for path in FLAGS.graph_file:
+            ingest.load_meta_graph(path)
+    except AutoplaceError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     began = time.perf_counter()
     log = fidelity.progress
     load = load_average()
@@ -161,8 +168,9 @@ def main(argv):
     for _, evaluate in jobs:
         try:
             results.append(evaluate())
-        except AutoplaceError as e:
-            raise app.UsageError(str(e)) from None
+        except AutoplaceError as e:  # the settings were fine; this graph is not
+            print(f"error: {e}", file=sys.stderr)
+            return 1
         text = fidelity.markdown(results, title=title)
         if FLAGS.out_md:
             with open(FLAGS.out_md, "w", encoding="utf-8") as f:
