@@ -107,6 +107,12 @@ def test_verify_measures_the_candidates_on_the_servers(cluster):
         times = verification.measured[name]
         assert np.isfinite(times.median_s) and times.median_s > 0
     assert set(report.assignment.values()) <= set(cluster.names)
+    # The op times the search ranked the candidates by were profiled on the servers, not in
+    # this client process, and the notes say where the candidates ran.
+    assert any(n.startswith(f"op times were profiled on the servers at {cluster.target}")
+               for n in report.notes), report.notes
+    assert any(n.startswith(f"verified on the TensorFlow cluster at {cluster.target}: applied")
+               for n in report.notes)
 
 
 def test_autoplace_measures_on_the_servers_and_the_trace_names_the_tasks(cluster):

@@ -45,7 +45,9 @@ def test_the_applied_candidate_is_the_decision_rules_for_what_was_measured(verif
 def test_the_report_shows_every_candidate_measured_beside_its_prediction(verified):
     _, report = verified
     text = str(report)
-    assert "verified on this machine" in text and report.verification.decision.reason in text
+    assert "verified by running each candidate" in text
+    assert report.verification.decision.reason in text
+    assert any(n.startswith("verified on this machine: applied") for n in report.notes)
     proto = report.to_proto()
     assert [c.name for c in proto.verified] == [c.name for c in report.verification.candidates]
     assert sum(c.applied for c in proto.verified) == 1

@@ -333,8 +333,8 @@ class PlacementReport:
             ]
         if self.verification is not None:
             scale = self.verification.speed_scale()
-            lines.append("  verified on this machine (predicted / at this run's speed / "
-                         "measured median [95% interval]):")
+            lines.append("  verified by running each candidate (predicted / at this run's "
+                         "speed / measured median [95% interval]):")
             for row in self.verification.rows():
                 mark = "applied" if row["applied"] else ""
                 at_speed = row["predicted_at_run_speed_s"]

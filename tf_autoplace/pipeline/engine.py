@@ -40,6 +40,7 @@ from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
 from tf_autoplace.graph import costgraph, ingest, kernels
 from tf_autoplace.graph.fingerprint import fingerprint
 from tf_autoplace.heuristics import BestHeuristicPlacer, SingleDevicePlacer
+from tf_autoplace.hw.cluster_profile import profile_cluster
 from tf_autoplace.hw.link_fit import fit_core_group
 from tf_autoplace.hw.measure import measure, runs_here
 from tf_autoplace.hw.profiler import profile_ops, with_profiled_cores
@@ -135,7 +136,11 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
     profiled_here = verifying and cost_model is None
     if profiled_here:  # verified candidates are ranked by costs measured on these devices
         t = time.perf_counter()
-        profile = profile_ops(workload)
+        if cluster.target:  # on the servers, each task alone (its speed against the target's)
+            on_servers = profile_cluster(cluster, workload, links=False)
+            profile, cluster = on_servers.profile, on_servers.cluster
+        else:
+            profile = profile_ops(workload)
         cost_model = ProfileCostModel.from_proto(profile,
                                                  fallback=AnalyticalCostModel(meta_graph))
         # As tf-autoplace profile --out_cluster: the CPU core group runs as many ops at once
@@ -158,8 +163,12 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
     if cost_profile is not None:
         notes += _profile_notes(cost_model, cost_profile)
     if profiled_here:
-        notes.append("op times were profiled on this machine's devices before the search "
-                     "(verify without a cost profile)"
+        notes.append("op times were profiled "
+                     + (f"on the servers at {cluster.target} (task "
+                        f"{on_servers.reference}'s; the other tasks' devices run at their "
+                        "measured speed against it)" if cluster.target
+                        else "on this machine's devices")
+                     + " before the search (verify without a cost profile)"
                      + ("; measured times differ from run to run and are part of the placement "
                         "cache's key, so the cache serves this placement to no later run: give "
                         "a cost profile (tf-autoplace profile) to keep the key, or save the "
@@ -401,7 +410,9 @@ def _verify(report: PlacementReport, problem: PlacementProblem, workload: Worklo
     verification = verify(workload, candidates, steps=options.verify, seed=int(options.seed),
                           config=RunConfig(target=cluster.target))
     applied = next(c for c in candidates if c.name == verification.decision.applied)
-    note = f"verified on this machine: applied {applied.name}: {verification.decision.reason}"
+    where = (f"the TensorFlow cluster at {cluster.target}" if cluster.target
+             else "this machine")
+    note = f"verified on {where}: applied {applied.name}: {verification.decision.reason}"
     if applied.assignment == report.assignment:
         return dataclasses.replace(report, verification=verification,
                                    notes=report.notes + (note,))

@@ -1768,7 +1768,7 @@ def _check_verification(report, cluster: Cluster, steps: int) -> list[str]:
         return problems + [f"applied {decision.applied!r} is not a candidate"]
     if dict(applied.assignment) != dict(report.assignment):
         problems.append(f"the placement applied is not candidate {applied.name!r}'s")
-    if not decision.reason or not any(n.startswith("verified on this machine: applied")
+    if not decision.reason or not any(n.startswith("verified on ") and ": applied " in n
                                       for n in report.notes):
         problems.append("the report does not say what was applied and why")
     measured = verification.measured
