@@ -3,7 +3,9 @@ TensorFlow) so that ``tf-autoplace train-gdp --help`` lists them without importi
 
 from absl import flags
 
-flags.DEFINE_string("out_dir", None, "Where to write the policy and its manifest.")
+flags.DEFINE_string("out_dir", None, "Where to write the policy and its manifest: a new or "
+                    "empty directory, or a policy's directory, whose files are replaced as one "
+                    "set.")
 flags.DEFINE_string("cache_dir", None, "Cache the corpus's problems here.")
 flags.DEFINE_list("clusters", ["testdata/k80x2.pbtxt", "testdata/k80x4.pbtxt",
                                "testdata/k80x8.pbtxt"], "Cluster specs every graph is placed on.")

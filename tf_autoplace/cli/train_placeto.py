@@ -40,7 +40,7 @@ import time
 
 from absl import flags
 
-from tf_autoplace.cli import one_line_errors
+from tf_autoplace.cli import one_line_errors, policy_out
 from tf_autoplace.cli import train_placeto_flags  # noqa: F401  (defines this command's flags)
 from tf_autoplace.core.cluster import resolve_cluster
 from tf_autoplace.errors import ConfigError
@@ -150,6 +150,7 @@ def _knobs(text: str) -> dict:
 def main():
     """Train (see the module docstring)."""
     settings = recipe()
+    out_dir = policy_out.check_out_dir(FLAGS.out_dir)  # before hours of training
     cluster = resolve_cluster(settings["cluster"])
     train, test, made = [], [], {}
     t = time.perf_counter()
@@ -169,8 +170,6 @@ def main():
     else:
         results = _policy_gradient(settings, policy, train, test)
 
-    os.makedirs(FLAGS.out_dir, exist_ok=True)
-    policy.save(FLAGS.out_dir)
     written = recorded(settings)
     manifest = dict(
         what="Placeto policy (tf_autoplace.placers.placeto.policy.PlacetoPolicy)",
@@ -182,8 +181,9 @@ def main():
         policy_config=policy.config, seed=FLAGS.seed, build_seconds=build_s,
         machine=f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
         results=results)
-    with open(os.path.join(FLAGS.out_dir, "manifest.json"), "w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=2, sort_keys=True, default=float)
+    with policy_out.staging_dir(out_dir) as staged:
+        policy.save(staged)
+        policy_out.commit(out_dir, staged, manifest)
     print(f"wrote {FLAGS.out_dir}: trained {results['iterations']} "
           f"{'epochs' if settings['objective'] == 'imitation' else 'iterations'}, "
           f"{results['samples']} samples in {results['train_seconds']:.0f} s")

@@ -4,7 +4,9 @@ TensorFlow) so that ``tf-autoplace train-placeto --help`` lists them without imp
 from absl import flags
 
 flags.DEFINE_string("out_dir", "tf_autoplace/pretrained/placeto_d2",
-                    "Where to write the policy and its manifest (default: the shipped one).")
+                    "Where to write the policy and its manifest: a new or empty directory, or a "
+                    "policy's directory, whose files are replaced as one set (default: the "
+                    "shipped one, from the repository's root).")
 flags.DEFINE_string("cluster", "k80x2", "Cluster the policy places on: a shipped name or a "
                     "spec file.")
 flags.DEFINE_list("families", ["nmt"], "Graph families to train on (nmt, ptb, cifar10).")
