@@ -199,7 +199,17 @@ def check_spec_parts_and_joined_predict():
                             validation_data=(x[:8], y[:8], weights[:8])).history
         structures.append([history["val_loss"][0], model.evaluate(x, y, batch_size=8,
                                                                   verbose=0)])
-    return {"spec_runs": runs, "tf_keras_predict": predictions, "structures": structures}
+    # predict on the dataset fit reads, (x, y) batches: predict_step does not read y.
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
+    on_dataset = []
+    for placed in (False, True):
+        model = sequence_model()
+        if placed:
+            tk.autoplace_model(model, **PLACE)
+        model.fit(dataset, verbose=0)
+        on_dataset.append(model.predict(dataset, verbose=0).tolist())
+    return {"spec_runs": runs, "tf_keras_predict": predictions, "structures": structures,
+            "predict_on_fit_dataset": on_dataset}
 
 
 def errors():

@@ -67,6 +67,11 @@ def test_an_evaluate_after_a_weighted_validation_gets_a_step_for_its_structure(c
         np.testing.assert_allclose(run, reference, rtol=1e-5)
 
 
+def test_predict_takes_the_x_y_batches_of_the_dataset_fit_reads(child):
+    reference, placed = _result(child, "spec_parts")["predict_on_fit_dataset"]
+    np.testing.assert_allclose(placed, reference, rtol=1e-5)
+
+
 def test_tf_keras_predict_joins_the_batches_of_an_execution(child):
     reference, placed = _result(child, "spec_parts")["tf_keras_predict"]
     assert len(reference) == len(placed) == 40  # every row, not one batch per execution

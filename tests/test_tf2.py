@@ -66,6 +66,7 @@ def test_a_placed_function_is_called_and_differentiated_as_the_original(child):
     assert r["scaled_equal"] == [True] * 4  # NumPy positionally, a traced keyword, a default
     assert r["other_constant"][0] == "ConfigError" and "traced with the Python constant 2.0" \
         in r["other_constant"][1]
+    assert r["unused_argument_equal"]  # an argument the function does not read
     here, on_gpus = r["missing_notes"]  # placed for this process's devices, then for GPUs
     assert here == [] and len(on_gpus) == 1 and "GPU:0" in on_gpus[0] and "GPU:1" in on_gpus[0]
 

@@ -205,6 +205,13 @@ def check_calls_and_gradients_as_the_original():
     placed_scaled, _ = tf2.autoplace_function(scaled, x, y=tf.constant(y), cluster=CPU2,
                                               placer="random", seed=2)
     want_scaled = scaled(x, y)
+
+    @tf.function
+    def ignores(x, unused):
+        return x * 2.0
+
+    placed_ignores, _ = tf2.autoplace_function(ignores, x, tf.zeros([4]), cluster=CPU2,
+                                               placer="random")
     try:
         placed_scaled(x, y, 3.0)
         other_constant = None
@@ -222,6 +229,7 @@ def check_calls_and_gradients_as_the_original():
             placed_scaled(x.numpy(), y), placed_scaled(x.numpy(), y=y),
             placed_scaled(x=x.numpy(), y=y, scale=2.0), placed_scaled(x, tf.constant(y)))],
         "other_constant": other_constant,
+        "unused_argument_equal": bool(np.allclose(placed_ignores(x, tf.zeros([4])), x * 2.0)),
         "missing_notes": [[n for n in r.notes if "this process has no device" in n]
                           for r in (report, on_gpus)],
     }

@@ -429,6 +429,8 @@ def _rebuild(cf, placed: graph_pb2.GraphDef):
     # function appends the intermediates its gradient needs, which the placed one recomputes.
     num_outputs = sum(map(_is_tensor_like, flat_structure))
     out_names = [t.name for t in graph.outputs[:num_outputs]]
+    read = {(name if ":" in name else f"{name}:0")
+            for node in body_def.node for name in node.input if not name.startswith("^")}
     control_names = [op.name for op in graph.control_outputs
                      if op.name not in dropped]
     if num_outputs > len(graph.outputs):
@@ -444,9 +446,11 @@ def _rebuild(cf, placed: graph_pb2.GraphDef):
                               f"are supported as arguments ({len(flat)} tensors for "
                               f"{num_args} inputs)")
         func_graph = tf.compat.v1.get_default_graph()
-        input_map = dict(zip(arg_names, flat))
+        # Only what some op reads: import_graph_def refuses to map a tensor no node names (an
+        # argument the function does not use, a capture Grappler pruned away).
+        input_map = {name: t for name, t in zip(arg_names, flat) if name in read}
         input_map.update({name: func_graph.capture(ext)
-                          for name, ext in zip(capture_names, externals)})
+                          for name, ext in zip(capture_names, externals) if name in read})
         elements = tf.graph_util.import_graph_def(
             body_def, input_map=input_map, return_elements=out_names + control_names,
             name=_IMPORT_SCOPE)
