@@ -37,13 +37,38 @@ _LAZY = {
 
 def __getattr__(name):
     if name in _LAZY:
-        import importlib
-
         module, attr = _LAZY[name]
-        value = getattr(importlib.import_module(module), attr)
+        value = getattr(_import_whole(module), attr)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'tf_autoplace' has no attribute {name!r}")
+
+
+def _import_whole(module: str):
+    """Import ``module`` with Ctrl-C held back until the import is done (then raised).
+
+    The first ``tf_autoplace.autoplace`` loads numba, networkx and the simulator, which takes
+    seconds: an interrupt in the middle would leave half-initialised packages in
+    ``sys.modules`` (numba without ``numba.core``), and every later call in that process (a
+    notebook's) would fail on them. Held back, the interrupt arrives as a plain
+    KeyboardInterrupt once the modules are whole. Only the main thread receives signals."""
+    import importlib
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return importlib.import_module(module)
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is None:  # a handler installed outside Python: leave it alone
+        return importlib.import_module(module)
+    held = []
+    signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        return importlib.import_module(module)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held:
+            raise KeyboardInterrupt
 
 
 from tf_autoplace import _session_recorder

@@ -147,3 +147,42 @@ def test_an_interrupt_numba_wrapped_in_a_system_error_comes_out_plain():
     with pytest.raises(ValueError) as caught:
         interruptible(lambda: (_ for _ in ()).throw(error))()
     assert caught.value is error and interrupt_in(error) is None
+
+
+FIRST_CALL_CHILD = """
+import importlib.abc, os, signal, sys
+import tensorflow as tf
+
+
+class Interrupt(importlib.abc.MetaPathFinder):
+    # Ctrl-C in the middle of loading numba, as in a user's first, slow autoplace call.
+    def find_spec(self, fullname, path, target=None):
+        if fullname == "numba.core.config" and not getattr(self, "done", False):
+            self.done = True
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+
+import tf_autoplace
+sys.meta_path.insert(0, Interrupt())
+try:
+    tf_autoplace.autoplace
+    print("first: no interrupt")
+except KeyboardInterrupt:
+    print("first: KeyboardInterrupt")
+graph = tf.Graph()
+with graph.as_default():
+    tf.add(tf.constant(1.0), tf.constant(2.0), name="out")
+report = tf_autoplace.autoplace(graph, cluster="k80x2", placer="m_etf", progress=False)
+print("retry: placed", report.num_ops)
+"""
+
+
+def test_ctrl_c_while_the_first_call_loads_its_modules_leaves_later_calls_working(repo_root):
+    # An interrupt during the import of numba would leave half-initialised packages in
+    # sys.modules; it is held back until the import is whole, then raised.
+    done = subprocess.run([sys.executable, "-c", FIRST_CALL_CHILD], cwd=repo_root, text=True,
+                          capture_output=True, timeout=300,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[:2] == ["first: KeyboardInterrupt", "retry: placed 3"]
