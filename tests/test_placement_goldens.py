@@ -44,3 +44,17 @@ def test_the_goldens_cover_every_placer_and_problem():
 def test_placement_is_the_recorded_one(problem_name, placer_name):
     devices = goldens.make_placer(placer_name).propose(_problem(problem_name), seed=0)
     assert goldens.placement_digest(devices) == GOLDENS[f"{problem_name}/{placer_name}"]
+
+
+@pytest.mark.parametrize("placer_name", sorted(LEARNED))
+def test_a_learned_placers_notes_are_the_same_for_the_same_seed(placer_name):
+    # The notes go into the PlacementResult, which the same input and seed give byte for byte:
+    # no wall time in them.
+    problem_name = next(k.rsplit("/", 1)[0] for k in sorted(GOLDENS)
+                        if k.startswith("random") and k.endswith(f"/{placer_name}"))
+    notes = []
+    for _ in range(2):
+        placer = goldens.make_placer(placer_name)
+        placer.propose(_problem(problem_name), seed=0)
+        notes.append(list(placer.notes))
+    assert notes[0] == notes[1] and notes[0]

@@ -120,8 +120,10 @@ class PlacetoPlacer(LearnedPlacer):
                          samples=samples, policy=source or "fresh",
                          fine_tune_iterations=found.iterations, curve=found.curve,
                          restarts=found.restarts)
-            summary = (f"placeto: zero-shot {zero.best_score * 1e3:.2f} ms in "
-                       f"{found.zero_shot_s:.1f} s, best learned {{learned_ms:.2f}} ms after "
+            # No wall times in notes: they go into the PlacementResult, which the same input
+            # and seed must give byte for byte (stats keep them).
+            summary = (f"placeto: zero-shot {zero.best_score * 1e3:.2f} ms, best learned "
+                       f"{{learned_ms:.2f}} ms after "
                        f"{samples} {'simulated' if evaluator is None else 'measured'} "
                        "placements")
             if found.restarts:
