@@ -96,3 +96,27 @@ def test_a_device_outside_the_cluster_or_split_colocation_is_refused(saved):
     with pytest.raises(tf_autoplace.InfeasiblePlacementError, match="colocation group"):
         tf_autoplace.apply_placement(tg.graph, proto, cluster=CPU2)
     assert _bytes(tg.graph) == before
+
+
+def test_the_same_graph_with_counters_in_its_gradient_scopes_is_this_graph(tmp_path):
+    # Names taken before the model is built give its ops counters (Mean_1), and the gradient
+    # scopes carry them inside (gradients/Mean_1_grad/...): still the same graph.
+    def build(taken=()):
+        graph = tf.Graph()
+        with graph.as_default():
+            for name in taken:
+                graph.unique_name(name)
+            x = tf.compat.v1.placeholder(tf.float32, [8, 4], name="x")
+            y = tf.compat.v1.placeholder(tf.float32, [8, 1], name="y")
+            w = tf.compat.v1.get_variable("w", [4, 1])
+            loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - y))
+            tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+        return graph
+
+    report = tf_autoplace.autoplace(build(), cluster=CPU2, placer="m_etf", progress=False)
+    (tmp_path / "p.pb").write_bytes(report.to_proto().SerializeToString())
+    rebuilt = build(taken=("Mean", "sub", "Square", "MatMul"))
+    assert "gradients/Mean_1_grad/Reshape" in {op.name for op in rebuilt.get_operations()}
+    again = tf_autoplace.apply_placement(rebuilt, str(tmp_path / "p.pb"), cluster=CPU2)
+    assert again.graph_fingerprint == report.graph_fingerprint
+    assert "for this graph (same fingerprint)" in again.notes[0]

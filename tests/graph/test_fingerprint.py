@@ -26,7 +26,8 @@ def _graph(**overrides):
     ("dense", "dense"), ("dense_1", "dense"), ("dense_12/MatMul_3", "dense/MatMul"),
     ("gradients/dense_2/MatMul_grad/MatMul_1", "gradients/dense/MatMul_grad/MatMul"),
     ("dense_1_1/MatMul", "dense/MatMul"), ("conv2d_1x1", "conv2d_1x1"), ("_3", ""),
-    ("a_b_7/c", "a_b/c")])
+    ("a_b_7/c", "a_b/c"), ("gradients/Mean_1_grad/Shape", "gradients/Mean_grad/Shape"),
+    ("gradients_1/sub_2_grad_1/Neg", "gradients/sub_grad/Neg"), ("my_grad", "my_grad")])
 def test_normalized_names_drop_tf_counters_only(name, expected):
     assert normalized_name(name) == expected
 

@@ -13,7 +13,8 @@ names with TensorFlow's uniquifying counters removed. TF makes a name unique by 
 before, not on the graph: a Keras model built after another one has ``dense_2/MatMul`` where a
 fresh process has ``dense/MatMul``, and a counted name can be counted again (``dense_1_1``).
 :func:`normalized_name` drops the trailing ``_<digits>`` (one or more) from every
-``/``-separated part of a name, so all give the same fingerprint, while renaming a scope
+``/``-separated part of a name, and those before a gradient scope's ``_grad``
+(``gradients/Mean_1_grad`` differentiates ``Mean_1``), so all give the same fingerprint, while renaming a scope
 (``encoder`` to ``decoder``) or changing a shape, an op type or an edge gives another one.
 
 Sizes are in bytes as ingestion computed them (shapes enter through them); the device
@@ -30,13 +31,15 @@ import numpy as np
 from tf_autoplace.graph.opgraph import OpGraph
 
 _COUNTER = re.compile(r"(?:_\d+)+$")
+# A gradient scope names the op it differentiates: ``gradients/Mean_1_grad/...``.
+_GRAD_COUNTER = re.compile(r"(?:_\d+)+(?=_grad$)")
 # Bumped when what is hashed changes, so that old fingerprints never match new ones.
 FORMAT = 1
 
 
 def normalized_name(name: str) -> str:
     """``name`` without TF's uniquifying counters: ``dense_3/MatMul_1`` -> ``dense/MatMul``."""
-    return "/".join(_COUNTER.sub("", part) for part in name.split("/"))
+    return "/".join(_GRAD_COUNTER.sub("", _COUNTER.sub("", part)) for part in name.split("/"))
 
 
 def fingerprint(graph: OpGraph) -> str:
