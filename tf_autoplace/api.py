@@ -30,7 +30,9 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
 
     Args:
       graph: a ``tf.Graph`` (rewritten in place), or a GraphDef, MetaGraphDef, serialized bytes
-        or file path (left alone; the placed copy is returned as ``report.graph_def``), or a
+        or file path (left alone; the placed copy of its GraphDef is returned as
+        ``report.graph_def``: for a MetaGraphDef, copy it and set its ``graph_def`` to keep
+        its saver, collections and signatures, as ``tf-autoplace place`` does), or a
         ``tf.function`` with an ``input_signature`` / a ConcreteFunction (left alone; see
         Returns and :func:`tf_autoplace.tf2.autoplace_function`), or a compiled Keras 3 or
         tf_keras model (its fit/evaluate/predict then run placed functions, placed on their

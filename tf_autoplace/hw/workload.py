@@ -230,12 +230,17 @@ def _check_feed(node, name: str, value: np.ndarray) -> None:
                           f"the placeholder takes {dims} (-1: any size)")
 
 
+_GIVE_VALUE = ("give its value (autoplace(..., measure_feeds={name: value}), feeds= of "
+               "Workload.from_graph), or give the placeholder a static shape (the command line "
+               "makes up every input)")
+
+
 def _synthetic_value(node, rng: np.random.Generator) -> np.ndarray:
     shape = node.attr["shape"].shape if "shape" in node.attr else None
     dims = None if shape is None or shape.unknown_rank else [d.size for d in shape.dim]
     if dims is None or any(d < 0 for d in dims):
         raise ConfigError(f"placeholder {node.name!r} has no fully known static shape, so no "
-                          "input can be made up for it; give its value in feeds=")
+                          f"input can be made up for it; {_GIVE_VALUE}")
     dtype = tf.dtypes.as_dtype(node.attr["dtype"].type)
     if dtype.is_floating:
         return rng.standard_normal(dims).astype(dtype.as_numpy_dtype)
@@ -243,5 +248,4 @@ def _synthetic_value(node, rng: np.random.Generator) -> np.ndarray:
         return np.zeros(dims, dtype=dtype.as_numpy_dtype)
     if node.attr["dtype"].type == types_pb2.DT_STRING:
         return np.full(dims, b"", dtype=object)
-    raise ConfigError(f"placeholder {node.name!r} has dtype {dtype.name}; give its value in "
-                      "feeds=")
+    raise ConfigError(f"placeholder {node.name!r} has dtype {dtype.name}; {_GIVE_VALUE}")

@@ -104,7 +104,8 @@ class PlacementReport:
       from_cache: the placement was read from the placement cache, not searched for.
       assignment: op name -> device string (not included in ``to_dict``).
       graph_def: the placed GraphDef copy when the input was not a tf.Graph (else None; not
-        included in ``to_dict``).
+        included in ``to_dict``); for a MetaGraphDef input, its GraphDef placed (the
+        MetaGraphDef's other fields are the caller's to keep).
       timeline: the simulated step of the placement (a ``tf_autoplace.outputs.timeline.TimelineData``:
         graph, cluster, placement, simulation, and a measured step once measured) for
         ``write_chrome_trace`` / ``write_plot`` (None when not kept; not included in
