@@ -231,8 +231,7 @@ def _check_feed(node, name: str, value: np.ndarray) -> None:
 
 
 _GIVE_VALUE = ("give its value (autoplace(..., measure_feeds={name: value}), feeds= of "
-               "Workload.from_graph), or give the placeholder a static shape (the command line "
-               "makes up every input)")
+               "Workload.from_graph), or give the placeholder a static shape")
 
 
 def _synthetic_value(node, rng: np.random.Generator) -> np.ndarray:
