@@ -202,10 +202,10 @@ def check_spec_parts_and_joined_predict():
     # predict on the dataset fit reads, (x, y) batches: predict_step does not read y.
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
     on_dataset = []
-    for placed in (False, True):
+    for placed, given in ((False, None), (True, None), (True, spec[:2])):
         model = sequence_model()
         if placed:
-            tk.autoplace_model(model, **PLACE)
+            tk.autoplace_model(model, input_spec=given, **PLACE)
         model.fit(dataset, verbose=0)
         on_dataset.append(model.predict(dataset, verbose=0).tolist())
     return {"spec_runs": runs, "tf_keras_predict": predictions, "structures": structures,

@@ -180,13 +180,13 @@ def _fits(spec, data) -> bool:
 def _spec_for(spec, kind: str, data):
     """The part of the user's ``input_spec`` (``(x, y)`` or ``(x, y, sample_weight)``) that
     ``kind``'s batch ``data`` carries: the whole spec, or its first entries when the batch has
-    fewer (validation batches of a fit with sample weights are ``(x, y)``); for predict, x
-    alone or as ``(x,)``, as the batch comes. A spec no part of which fits is returned whole
-    (predict: x), for the caller's error."""
+    fewer (validation batches of a fit with sample weights are ``(x, y)``), or x alone or as
+    ``(x,)`` (predict's batches, unless it reads fit's dataset). A spec no part of which fits
+    is returned whole (predict: x), for the caller's error."""
     if not isinstance(spec, (tuple, list)) or not spec:
         return spec
-    parts = [] if kind == "predict" else [tuple(spec[:k]) for k in range(len(spec), 1, -1)]
-    parts += [spec[0], (spec[0],)]
+    # predict takes x, (x,), or the (x, y[, w]) batches of the dataset fit reads
+    parts = [tuple(spec[:k]) for k in range(len(spec), 1, -1)] + [spec[0], (spec[0],)]
     for part in parts:
         if _fits(part, data):
             return part
