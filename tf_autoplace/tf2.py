@@ -69,6 +69,7 @@ from tf_autoplace.graph import ingest
 from tf_autoplace.graph.executed import CALL_OPS, CONTROL_FLOW_OPS
 from tf_autoplace.graph.opgraph import OpGraph
 from tf_autoplace.grouping import GroupingConfig
+from tf_autoplace.hw.runner import missing_devices
 from tf_autoplace.outputs import files
 from tf_autoplace.pipeline.engine import place_graph
 from tf_autoplace.pipeline.options import PlaceOptions
@@ -312,6 +313,10 @@ class PlacedFunction:
     def _num_positional(self) -> int:
         return len(self.original.structured_input_signature[0])
 
+    @functools.cached_property
+    def _names(self) -> frozenset:
+        return frozenset(p[0] for p in self._parameters)
+
     def _bind(self, args, kwargs):
         """``(args, kwargs)`` as the placed ConcreteFunction takes them: each argument at the
         position or name it was traced at, NumPy arrays and Python numbers made tensors of the
@@ -326,15 +331,15 @@ class PlacedFunction:
         params = self._parameters
         if not params:
             return args, kwargs
-        positional = [p for p in params if p[1] != inspect.Parameter.KEYWORD_ONLY]
-        if len(args) > len(positional):
-            raise TypeError(f"{self._name}() takes {len(positional)} positional arguments "
+        positional = self._num_positional  # the traced positional parameters come first
+        if len(args) > positional:
+            raise TypeError(f"{self._name}() takes {positional} positional arguments "
                             f"but {len(args)} were given")
-        given = dict(zip((p[0] for p in positional), args))
+        given = dict(zip((p[0] for p in params), args))
         for name, value in kwargs.items():
             if name in given:
                 raise TypeError(f"{self._name}() got multiple values for argument {name!r}")
-            if name not in {p[0] for p in params}:
+            if name not in self._names:
                 raise TypeError(f"{self._name}() got an unexpected keyword argument {name!r}")
             given[name] = value
         out_args, out_kwargs = [], {}
@@ -564,14 +569,13 @@ def _missing_devices_note(assignment) -> list:
     (none: an empty list). TF's soft placement (on by default in TF2) then runs their ops on
     devices it has, so what runs is not the placement the report describes; with soft
     placement off, the call fails."""
-    def canonical(name):  # eager names local devices without a job: "/device:CPU:0"
+    def local(name):  # eager names this process's devices without a job: "/device:CPU:0"
         spec = tf.DeviceSpec.from_string(name)
-        if spec.job is None:
-            spec = spec.replace(job="localhost", replica=0, task=0)
-        return spec.to_string()
+        return (spec.replace(job="localhost", replica=0, task=0) if spec.job is None
+                else spec).to_string()
 
-    here = {canonical(d.name) for d in tf.config.list_logical_devices()}
-    missing = sorted({d for d in assignment.values() if d and canonical(d) not in here})
+    missing = missing_devices(sorted({d for d in assignment.values() if d}),
+                              [local(d.name) for d in tf.config.list_logical_devices()])
     if not missing:
         return []
     return [f"this process has no device {', '.join(missing)}: TensorFlow's soft placement "
