@@ -165,16 +165,22 @@ def _specs(structure) -> str:
         lambda t: None if t is None else f"{t.shape.as_list()} {t.dtype.name}", structure))
 
 
-def _fits(spec, data) -> bool:
-    """Whether the batch ``data`` (tensors and None) has the structure of ``spec`` and each
-    tensor fits its TensorSpec (dtype, and every dimension the spec fixes)."""
+def _leaves(spec, data) -> list | None:
+    """``[(spec leaf, data leaf)]`` when ``data`` has ``spec``'s structure, else None."""
     try:
         tf.nest.assert_same_structure(spec, data)
     except (ValueError, TypeError):
-        return False
-    return all(s is None and t is None or (s is not None and t is not None
-                                           and s.is_compatible_with(t))
-               for s, t in zip(tf.nest.flatten(spec), tf.nest.flatten(data)))
+        return None
+    return list(zip(tf.nest.flatten(spec), tf.nest.flatten(data)))
+
+
+def _fits(spec, data) -> bool:
+    """Whether the batch ``data`` (tensors and None) has the structure of ``spec`` and each
+    tensor fits its TensorSpec (dtype, and every dimension the spec fixes)."""
+    leaves = _leaves(spec, data)
+    return leaves is not None and all(
+        s is None and t is None or (s is not None and t is not None and s.is_compatible_with(t))
+        for s, t in leaves)
 
 
 def _spec_for(spec, kind: str, data):
@@ -239,13 +245,9 @@ class _PlacedStep:
 def _same_structure(spec, data) -> bool:
     """Whether ``data`` has ``spec``'s structure and, leaf by leaf, its dtypes and ranks (so
     that only a dimension's size can keep it from fitting)."""
-    try:
-        tf.nest.assert_same_structure(spec, data)
-    except (ValueError, TypeError):
-        return False
-    return all((s is None) == (t is None) and (s is None or (
-        s.dtype == t.dtype and s.shape.rank == t.shape.rank))
-        for s, t in zip(tf.nest.flatten(spec), tf.nest.flatten(data)))
+    leaves = _leaves(spec, data)
+    return leaves is not None and all((s is None) == (t is None) and (s is None or (
+        s.dtype == t.dtype and s.shape.rank == t.shape.rank)) for s, t in leaves)
 
 
 def _iterator_function(step: _PlacedStep, model, *, join: bool = False):
