@@ -35,9 +35,9 @@ def simulations(monkeypatch):
         count[0] += 1
         return original_run(self, devices)
 
-    def summaries(self, placements):
+    def summaries(self, placements, **kwargs):
         count[0] += len(placements)
-        return original_summaries(self, placements)
+        return original_summaries(self, placements, **kwargs)
 
     monkeypatch.setattr(Simulator, "run", run)
     monkeypatch.setattr(Simulator, "summaries", summaries)

@@ -15,6 +15,7 @@ from tests.sim.test_simulator import (
     make_cluster,
     random_aliases,
     random_core_groups,
+    random_delays,
     random_graph,
     random_partners,
     random_times,
@@ -157,6 +158,31 @@ def test_a_batch_gives_each_rows_makespan_and_peak_memory(seed):
             np.testing.assert_array_equal(p, one.peak_memory)
         empty = sim.summaries(placements[:0])
         assert empty[0].shape == (0,) and empty[1].shape == (0, cluster.num_devices)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_batch_cut_off_below_a_step_time_is_exact_for_every_faster_row(seed):
+    # summaries(below=t) simulates without the memory model and stops at t: a row whose step
+    # takes t or more is inf (peak 0), any faster row is exactly as run() gives it. Cutting
+    # each row at its own step time and just after it checks, row by row, that the cut-off
+    # loop (no memory model) reaches the same step time as the full one.
+    rng, graph, cluster, op_time, mates = _case(seed)
+    if seed % 3 == 0:  # transfers that fly on after their bus or core is free
+        cluster = random_delays(rng, cluster)
+    for sim in _simulators(graph, cluster, op_time, mates):
+        placements = rng.integers(0, cluster.num_devices, (6, graph.num_ops))
+        full, full_peak = sim.summaries(placements)
+        for t in (np.median(full), full.min(), full.max()):
+            makespan, peak = sim.summaries(placements, below=t)
+            kept = full < t
+            np.testing.assert_array_equal(makespan[kept], full[kept])
+            np.testing.assert_array_equal(peak[kept], full_peak[kept])
+            assert np.isinf(makespan[~kept]).all() and (peak[~kept] == 0).all()
+        for row, m, p in zip(placements, full, full_peak):
+            at = sim.summaries(row[None], below=m)
+            after = sim.summaries(row[None], below=np.nextafter(m, np.inf))
+            assert np.isinf(at[0][0]) and after[0][0] == m
+            np.testing.assert_array_equal(after[1][0], p)
 
 
 def test_a_bad_row_of_a_batch_is_named_as_the_simulator_names_it():

@@ -524,6 +524,10 @@ def test_op_without_kernel_gives_infinite_makespan():
     r = sim.run([0, 1, 0])
     assert r.makespan == np.inf and r.end[2] == np.inf
     assert np.isfinite(sim.makespan([0, 0, 0]))
+    # A search's cut-off: unbounded by default; a finite one cuts the infinite step off.
+    assert sim.summaries(np.array([[0, 1, 0]]), below=np.inf)[0][0] == np.inf
+    makespan, peak = sim.summaries(np.array([[0, 1, 0], [0, 0, 0]]), below=1.0)
+    assert np.isinf(makespan[0]) and makespan[1] == sim.makespan([0, 0, 0])
     assert np.isfinite(lower_bound(CHAIN3, make_cluster(2), op_time))
 
 

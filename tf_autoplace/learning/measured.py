@@ -98,8 +98,9 @@ class MeasuredEvaluator:
             self.runs += 1
         return self._seen[key]
 
-    def evaluate(self, placements: np.ndarray) -> Evaluation:
-        """Run each row of ``placements`` ([B, n] int device index per op)."""
+    def evaluate(self, placements: np.ndarray, *, below: float | None = None) -> Evaluation:
+        """Run each row of ``placements`` ([B, n] int device index per op). ``below`` is
+        :meth:`Evaluator.evaluate`'s; a measured time has no cut-off, so every row is run."""
         placements = np.asarray(placements)
         n = self.problem.graph.num_ops
         if placements.ndim != 2 or placements.shape[1] != n:

@@ -59,10 +59,11 @@ class Evaluation:
 
 
 def evaluate_batch(problem: PlacementProblem, placements: np.ndarray,
-                   memory_penalty: float) -> np.ndarray:
+                   memory_penalty: float, below: float | None = None) -> np.ndarray:
     """[B, 3] (R, makespan, overflow GB) of each row of ``placements`` ([B, n] device index per
-    op), simulated in this process."""
-    makespan, peak = problem.simulator.summaries(placements)  # one kernel call for the batch
+    op), simulated in this process (``below`` as for :meth:`Evaluator.evaluate`)."""
+    # One kernel call for the batch; a row cut off at ``below`` has makespan inf, peak 0.
+    makespan, peak = problem.simulator.summaries(placements, below=below)
     excess = peak.astype(np.float64) - problem.cluster.memory.astype(np.float64)
     over = np.maximum(0.0, excess.max(axis=1)) / GB
     score = memory_penalized_runtimes(makespan, peak, problem.cluster, memory_penalty)
@@ -76,8 +77,8 @@ def _problem(problem: PlacementProblem) -> PlacementProblem:
 
 
 def _run_chunk(problem: PlacementProblem, task) -> np.ndarray:
-    placements, memory_penalty = task
-    return evaluate_batch(problem, placements, memory_penalty)
+    placements, memory_penalty, below = task
+    return evaluate_batch(problem, placements, memory_penalty, below)
 
 
 def available_cpus() -> int:
@@ -123,24 +124,35 @@ class Evaluator:
         self._threads = (concurrent.futures.ThreadPoolExecutor(self.threads - 1)
                          if self.threads > 1 else None)
 
-    def evaluate(self, placements: np.ndarray) -> Evaluation:
-        """Simulate each row of ``placements`` ([B, n] int device index per op)."""
+    def evaluate(self, placements: np.ndarray, *, below: float | None = None) -> Evaluation:
+        """Simulate each row of ``placements`` ([B, n] int device index per op).
+
+        Args:
+          placements: [B, n] device index per op.
+          below: None, or R in seconds: a row whose step time is at least ``below`` (so whose
+            R is too) is scored ``inf`` (makespan ``inf``, no overflow), found sooner than by
+            simulating it whole (``Simulator.summaries``); the other rows are exact. For a
+            search that keeps a placement only if it beats ``below``.
+
+        Raises:
+          ConfigError: ``placements`` is not [B, n].
+        """
         placements = np.asarray(placements)
         n = self.problem.graph.num_ops
         if placements.ndim != 2 or placements.shape[1] != n:
             raise ConfigError(f"placements must have shape [B, {n}], got {placements.shape}")
         if self._threads is not None and len(placements) >= 2:
             chunks = [c for c in np.array_split(placements, self.threads) if len(c)]
-            others = [self._threads.submit(evaluate_batch, self.problem, c, self.memory_penalty)
-                      for c in chunks[1:]]
-            first = evaluate_batch(self.problem, chunks[0], self.memory_penalty)
+            others = [self._threads.submit(evaluate_batch, self.problem, c, self.memory_penalty,
+                                           below) for c in chunks[1:]]
+            first = evaluate_batch(self.problem, chunks[0], self.memory_penalty, below)
             rows = np.concatenate([first] + [f.result() for f in others])
         elif self.pool.backend == "in-process" or len(placements) < 2:
-            rows = evaluate_batch(self.problem, placements, self.memory_penalty)
+            rows = evaluate_batch(self.problem, placements, self.memory_penalty, below)
         else:
             chunks = [c for c in np.array_split(placements, self.workers) if len(c)]
             rows = np.concatenate(self.pool.map(
-                _run_chunk, [(c, self.memory_penalty) for c in chunks]))
+                _run_chunk, [(c, self.memory_penalty, below) for c in chunks]))
         self.samples += len(placements)
         return Evaluation(scores=rows[:, 0], makespan=rows[:, 1], overflow_gb=rows[:, 2])
 

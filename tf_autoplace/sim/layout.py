@@ -189,12 +189,14 @@ class OrderedSimulator:
         memory, the busy time and the bytes moved, which do not depend on it."""
         return self._inner.run(self._renumbered(placement))
 
-    def summaries(self, placements: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def summaries(self, placements: np.ndarray, *, below: float | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
         """Makespans and peak memories of the rows of ``placements``, as
         ``Simulator.summaries`` (neither depends on the numbering)."""
         p = np.asarray(placements)
         return self._inner.summaries(
-            p[:, self.order] if p.ndim == 2 and p.shape[1] == self.graph.num_ops else p)
+            p[:, self.order] if p.ndim == 2 and p.shape[1] == self.graph.num_ops else p,
+            below=below)
 
     def makespan(self, placement: np.ndarray) -> float:
         """Only the predicted step time of ``placement``."""

@@ -154,7 +154,10 @@ table when the op starts; and it returns the result ready-made (peak memory with
 persistent bytes, the transfers' producers and bytes), leaving no numpy pass over the
 transfers to the caller. A search that scores many placements calls
 :meth:`Simulator.summaries`, one kernel call per batch that returns only the makespans and
-peak memories, so the Python around each simulation (checks, a result object) is paid once.
+peak memories, so the Python around each simulation (checks, a result object) is paid once;
+with ``below``, rows are first simulated without the memory model (``track=False``: about
+half the work, the same schedule, since nothing in it depends on memory) and stopped once
+the clock passes ``below``, and only rows that end sooner are simulated again in full.
 Speed: ``experiments/bench_sim.py`` (a synthetic 8,000-op graph, and random placements of zoo
 graphs with ``--pairs``; figures in BENCHMARKS.md). The first call in a fresh environment
 compiles the kernel (a few seconds; then cached on disk by numba, in the user's cache directory:
@@ -232,7 +235,7 @@ class SimResult:
 def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth, latency,
               delay, tensor_bytes, out_tensor_ptr, out_tensors, dep_tensor, dep_op,
               cons_ptr, in_ptr, in_dep, persistent, num_graph_tensors, executor, exec_base,
-              alias, reuse_out, reuse_ptr, reuse_pair, takeable, grouped):
+              alias, reuse_out, reuse_ptr, reuse_pair, takeable, grouped, track, cutoff):
     """The event loop (module docstring). Arrays built by :class:`Simulator`, with T tensors
     (the ``num_graph_tensors`` graph tensors, then one control dummy per op), P dependency
     pairs and E executors:
@@ -260,6 +263,12 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
       reuse_out[n]: the tensor of op i that may take over an input's buffer (-1: none);
         reuse_ptr[n+1], reuse_pair: the dependency pairs whose buffer it may take, in the order
         tried (CSR); takeable[T]: tensor k's own buffer may be taken over.
+      track: keep the memory model and the per-op and per-transfer records; without it only
+        the makespan is computed (the schedule does not depend on memory, so it is the same),
+        in about half the time: what a search needs for a candidate it will not keep.
+      cutoff: stop at the first event at or after this time (``inf``: never) and return
+        ``num_done = -1``, makespan ``inf``: the step takes at least that long (an event at
+        time t is an op's end or a transfer some op still waits for).
 
     Returns what :class:`SimResult` holds (peak memory with the persistent bytes, transfers
     with -1 for a dummy), and the number of ops that ran, so that nothing is left for numpy
@@ -281,6 +290,9 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
     # when op i starts would touch a random row of the [n, D] table for every op.
     dur = np.empty(n)
     resident = np.zeros(D, np.int64)  # persistent bytes per device
+    nr = n if track else 0  # the records' sizes: nothing recorded untracked
+    Pr = P if track else 0
+    Tr = T if track else 0
     for i in range(n):
         d = placement[i]
         j = partner[i]
@@ -290,8 +302,8 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
             dur[i] = op_time[i, d]
         resident[placement[i]] += persistent[i]
 
-    start = np.full(n, np.nan)
-    end = np.full(n, np.nan)
+    start = np.full(nr, np.nan)
+    end = np.full(nr, np.nan)
     busy = np.zeros(D)
     live = np.zeros(D, np.int64)   # transient bytes live on each device now
     peak = np.zeros(D, np.int64)   # ... and their maximum so far
@@ -311,12 +323,12 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
 
     # Transfers: one record per (tensor, destination), so at most one per dependency pair.
     x_tensor = np.empty(P, np.int32)
-    x_op = np.empty(P, np.int32)
+    x_op = np.empty(Pr, np.int32)
     x_src = np.empty(P, np.int32)
     x_dst = np.empty(P, np.int32)
-    x_start = np.empty(P)
-    x_end = np.empty(P)
-    x_refs = np.zeros(P, np.int32)  # consumers on x_dst yet to finish; the last frees the copy
+    x_start = np.empty(Pr)
+    x_end = np.empty(Pr)
+    x_refs = np.zeros(Pr, np.int32)  # consumers on x_dst yet to finish; the last frees the copy
     num_x = 0
     # Q_transfer per device (linked lists over transfer records) and the transfer on each bus.
     bus_head = np.full(D, -1, np.int32)
@@ -324,14 +336,14 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
     x_next = np.full(P, -1, np.int32)
     bus_running = np.full(D, -1, np.int32)
 
-    dep_xfer = np.full(P, -1, np.int32)     # transfer that delivered pair p; -1: same device
+    dep_xfer = np.full(Pr, -1, np.int32)     # transfer that delivered pair p; -1: same device
     # Buffers: tensor k's bytes live in the buffer of tensor root[k] (k itself, the tensor it
     # shares, or -1 for a view with no bytes), allocated on buf_dev[root]; refs[r] counts what
     # still holds buffer r: consumers reading it where it is, outgoing transfers (a copy until
     # it arrives, a hand-over by reference until the last consumer at the other end is done).
-    root = np.full(T, -1, np.int32)
-    buf_dev = np.zeros(T, np.int32)
-    refs = np.zeros(T, np.int32)
+    root = np.full(Tr, -1, np.int32)
+    buf_dev = np.zeros(Tr, np.int32)
+    refs = np.zeros(Tr, np.int32)
     sent_tensor = np.full(D, -1, np.int32)  # scratch for dedup: tensor last sent to each device
     sent_x = np.full(D, -1, np.int32)       # ... and that transfer
 
@@ -387,51 +399,53 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
                     q_tail[e] = -1
                 slot_item[k] = item
                 if item < n:
-                    d = placement[item]
-                    start[item] = now
-                    busy[d] += dur[item]
-                    for p in range(out_tensor_ptr[item], out_tensor_ptr[item + 1]):
-                        kt = out_tensors[p]
-                        a = alias[kt]
-                        if a == -2:  # a view of a variable: no bytes of its own
-                            root[kt] = -1
-                            continue
-                        if a >= 0:  # shares its input's buffer if that is here or by ref
-                            xx = dep_xfer[a]
-                            if xx == -1 or executor[x_src[xx]] == executor[x_dst[xx]]:
-                                root[kt] = root[dep_tensor[a]]
+                    if track:
+                        d = placement[item]
+                        start[item] = now
+                        busy[d] += dur[item]
+                        for p in range(out_tensor_ptr[item], out_tensor_ptr[item + 1]):
+                            kt = out_tensors[p]
+                            a = alias[kt]
+                            if a == -2:  # a view of a variable: no bytes of its own
+                                root[kt] = -1
                                 continue
-                        taken = False  # an input's buffer that only this op still holds
-                        for c in range(reuse_ptr[item], reuse_ptr[item + 1]):
-                            if kt != reuse_out[item]:
+                            if a >= 0:  # shares its input's buffer if that is here or by ref
+                                xx = dep_xfer[a]
+                                if xx == -1 or executor[x_src[xx]] == executor[x_dst[xx]]:
+                                    root[kt] = root[dep_tensor[a]]
+                                    continue
+                            taken = False  # an input's buffer that only this op still holds
+                            for c in range(reuse_ptr[item], reuse_ptr[item + 1]):
+                                if kt != reuse_out[item]:
+                                    break
+                                q = reuse_pair[c]
+                                r = root[dep_tensor[q]]
+                                if r < 0 or not takeable[r] or refs[r] != 1 or \
+                                        tensor_bytes[r] != tensor_bytes[kt]:
+                                    continue
+                                xx = dep_xfer[q]
+                                if xx != -1 and (executor[x_src[xx]] != executor[x_dst[xx]]
+                                                 or x_refs[xx] != 1):
+                                    continue
+                                root[kt] = r
+                                taken = True
                                 break
-                            q = reuse_pair[c]
-                            r = root[dep_tensor[q]]
-                            if r < 0 or not takeable[r] or refs[r] != 1 or \
-                                    tensor_bytes[r] != tensor_bytes[kt]:
+                            if taken:
                                 continue
-                            xx = dep_xfer[q]
-                            if xx != -1 and (executor[x_src[xx]] != executor[x_dst[xx]]
-                                             or x_refs[xx] != 1):
-                                continue
-                            root[kt] = r
-                            taken = True
-                            break
-                        if taken:
-                            continue
-                        root[kt] = kt
-                        buf_dev[kt] = d
-                        live[d] += tensor_bytes[kt]
-                    if live[d] > peak[d]:
-                        peak[d] = live[d]
+                            root[kt] = kt
+                            buf_dev[kt] = d
+                            live[d] += tensor_bytes[kt]
+                        if live[d] > peak[d]:
+                            peak[d] = live[d]
                     ev_time[k] = now + dur[item]
                 else:  # a transfer done by the cores of its source's group
                     x = item - n
-                    x_start[x] = now
                     s = x_src[x]
                     dst = x_dst[x]
                     nbytes = tensor_bytes[x_tensor[x]]
-                    if executor[dst] != e:  # to another group: a copy on the destination
+                    if track:
+                        x_start[x] = now
+                    if track and executor[dst] != e:  # to another group: a copy there
                         live[dst] += nbytes
                         if live[dst] > peak[dst]:
                             peak[dst] = live[dst]
@@ -451,12 +465,13 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
             if bus_head[s] == -1:
                 bus_tail[s] = -1
             bus_running[s] = x
-            x_start[x] = now
             dst = x_dst[x]
             nbytes = tensor_bytes[x_tensor[x]]
-            live[dst] += nbytes
-            if live[dst] > peak[dst]:
-                peak[dst] = live[dst]
+            if track:
+                x_start[x] = now
+                live[dst] += nbytes
+                if live[dst] > peak[dst]:
+                    peak[dst] = live[dst]
             ev_time[S + s] = now + latency[s, dst] + nbytes / bandwidth[s, dst]
             ev_seq[S + s] = next_seq
             next_seq += 1
@@ -501,6 +516,9 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
                 c = child
             heap[c] = e
         now = ev_time[slot]
+        if now >= cutoff and cutoff < np.inf:  # the step takes at least ``cutoff``
+            return (-1, np.inf, start, end, busy, peak, 0, x_tensor[:0], x_op[:0],
+                    x_src[:0], x_dst[:0], x_start[:0], x_end[:0])
         num_wake_exec = 1
         num_wake_bus = 0
 
@@ -539,7 +557,8 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
             i = item
             d = placement[i]
             e = executor[d]
-            end[i] = now
+            if track:
+                end[i] = now
             num_done += 1
             makespan = now
             for p in range(out_tensor_ptr[i], out_tensor_ptr[i + 1]):
@@ -549,7 +568,7 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
                     j = dep_op[q]
                     dj = placement[j]
                     if dj == d:  # consumer on this device: one dependency satisfied
-                        holds += 1
+                        holds += 1  # (holds, refs, ...: the memory model, when tracked)
                         pending[j] -= 1
                         if pending[j] == 0:  # runnable: join Q_core of d's executor
                             if q_tail[e] == -1:
@@ -562,7 +581,8 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
                         sent_tensor[dj] = k
                         sent_x[dj] = num_x
                         x_tensor[num_x] = k
-                        x_op[num_x] = i
+                        if track:
+                            x_op[num_x] = i
                         x_src[num_x] = d
                         x_dst[num_x] = dj
                         if executor[dj] == e or (grouped[d] and grouped[dj]):  # core work
@@ -579,9 +599,12 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
                             bus_tail[d] = num_x
                         num_x += 1
                         holds += 1  # the source copy lives until the transfer is done
-                    xx = sent_x[dj]
-                    dep_xfer[q] = xx
-                    x_refs[xx] += 1
+                    if track:
+                        xx = sent_x[dj]
+                        dep_xfer[q] = xx
+                        x_refs[xx] += 1
+                if not track:
+                    continue
                 r = root[k]
                 if r >= 0:
                     refs[r] += holds
@@ -589,22 +612,23 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
                         live[buf_dev[r]] -= tensor_bytes[r]
             # i no longer needs its inputs: the last holder of each frees its bytes (a
             # copy's on d; a buffer handed over by reference, on the device that owns it).
-            for c in range(in_ptr[i], in_ptr[i + 1]):
-                q = in_dep[c]
-                k = dep_tensor[q]
-                xx = dep_xfer[q]
-                if xx != -1:
-                    x_refs[xx] -= 1
-                    if x_refs[xx] != 0:
-                        continue
-                    if executor[x_src[xx]] != executor[x_dst[xx]]:
-                        live[d] -= tensor_bytes[k]
-                        continue
-                r = root[k]
-                if r >= 0:
-                    refs[r] -= 1
-                    if refs[r] == 0:
-                        live[buf_dev[r]] -= tensor_bytes[r]
+            if track:
+                for c in range(in_ptr[i], in_ptr[i + 1]):
+                    q = in_dep[c]
+                    k = dep_tensor[q]
+                    xx = dep_xfer[q]
+                    if xx != -1:
+                        x_refs[xx] -= 1
+                        if x_refs[xx] != 0:
+                            continue
+                        if executor[x_src[xx]] != executor[x_dst[xx]]:
+                            live[d] -= tensor_bytes[k]
+                            continue
+                    r = root[k]
+                    if r >= 0:
+                        refs[r] -= 1
+                        if refs[r] == 0:
+                            live[buf_dev[r]] -= tensor_bytes[r]
             wake_exec[0] = e
             wake_bus[0] = d
             num_wake_bus = 1
@@ -612,7 +636,8 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
             # --------------------------------------- Transfer-done: tensor k from s to dst
             s = x_src[x]
             dst = x_dst[x]
-            x_end[x] = now
+            if track:
+                x_end[x] = now
             k = x_tensor[x]
             e = executor[dst]
             for q in range(cons_ptr[k], cons_ptr[k + 1]):
@@ -625,7 +650,7 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
                         else:
                             q_next[q_tail[e]] = j
                         q_tail[e] = j
-            r = root[k]
+            r = root[k] if track else -1
             if r >= 0 and executor[s] != e:  # a copy has arrived: the source may go
                 refs[r] -= 1
                 if refs[r] == 0:
@@ -636,36 +661,53 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
                 num_wake_exec = 2
 
     transfer_bytes = 0
-    for x in range(num_x):
+    for x in range(num_x if track else 0):
         transfer_bytes += tensor_bytes[x_tensor[x]]
         if x_tensor[x] >= num_graph_tensors:
             x_tensor[x] = -1  # a control dummy
     for d in range(D):
         peak[d] += resident[d]
+    nx = num_x if track else 0
     return (num_done, makespan, start, end, busy, peak, transfer_bytes,
-            x_tensor[:num_x], x_op[:num_x], x_src[:num_x], x_dst[:num_x],
-            x_start[:num_x], x_end[:num_x])
+            x_tensor[:nx], x_op[:nx], x_src[:nx], x_dst[:nx], x_start[:nx], x_end[:nx])
 
 
 @cached_njit
 def _simulate_batch(placements, op_time, partner, partner_time, num_devices, bandwidth,
                     latency, delay, tensor_bytes, out_tensor_ptr, out_tensors, dep_tensor,
                     dep_op, cons_ptr, in_ptr, in_dep, persistent, num_graph_tensors, executor,
-                    exec_base, alias, reuse_out, reuse_ptr, reuse_pair, takeable, grouped):
+                    exec_base, alias, reuse_out, reuse_ptr, reuse_pair, takeable, grouped,
+                    below):
     """:func:`_simulate` of each row of ``placements`` ([B, n]); returns the ops that ran, the
     makespan and the peak memory of each ([B], [B], [B, D]). One call for a batch: a search
     reads only these, and the per-call work of a Python call (checks, a result object) is a
-    fifth of a simulation on a graph of thousands of ops."""
+    fifth of a simulation on a graph of thousands of ops.
+
+    With ``below`` finite, each row is first simulated without the memory model and cut off at
+    ``below``; only a row that ends sooner is simulated again with it, for its peak memory.
+    A row cut off gets makespan ``inf``, peak memory 0 and counts as having run every op."""
     B = placements.shape[0]
+    n = placements.shape[1]
     done = np.empty(B, np.int64)
     makespan = np.empty(B)
     peak = np.empty((B, num_devices), np.int64)
     for b in range(B):
+        if below < np.inf:
+            out = _simulate(placements[b], op_time, partner, partner_time, num_devices,
+                            bandwidth, latency, delay, tensor_bytes, out_tensor_ptr,
+                            out_tensors, dep_tensor, dep_op, cons_ptr, in_ptr, in_dep,
+                            persistent, num_graph_tensors, executor, exec_base, alias,
+                            reuse_out, reuse_ptr, reuse_pair, takeable, grouped, False, below)
+            if out[0] == -1:  # cut off
+                done[b] = n
+                makespan[b] = np.inf
+                peak[b] = 0
+                continue
         out = _simulate(placements[b], op_time, partner, partner_time, num_devices, bandwidth,
                         latency, delay, tensor_bytes, out_tensor_ptr, out_tensors, dep_tensor,
                         dep_op, cons_ptr, in_ptr, in_dep, persistent, num_graph_tensors,
                         executor, exec_base, alias, reuse_out, reuse_ptr, reuse_pair,
-                        takeable, grouped)
+                        takeable, grouped, True, np.inf)
         done[b] = out[0]
         makespan[b] = out[1]
         peak[b] = out[5]
@@ -966,10 +1008,20 @@ class Simulator:
         p.setflags(write=False)
         return p
 
-    def summaries(self, placements: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def summaries(self, placements: np.ndarray, *, below: float | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
         """The makespan ([B] seconds) and peak memory ([B, D] bytes, as ``SimResult.
         peak_memory``) of each row of ``placements`` ([B, n]), in one kernel call: what
         :meth:`run` gives for these two, for a caller that scores many placements.
+
+        Args:
+          placements: [B, n] device index per op.
+          below: None, or a step time in seconds: a row whose step takes at least that long
+            gets makespan ``inf`` and peak memory 0, found without the memory model and
+            without simulating the step to its end; the other rows are exact. For a search
+            that keeps a candidate only if it beats ``below``: a placement's memory penalty
+            only adds to its step time (:func:`memory_penalized_runtime`), so those rows
+            could not be kept, and they cost about half a full simulation or less.
 
         Raises:
           InfeasiblePlacementError: a row is not one device index per op of this cluster.
@@ -982,7 +1034,8 @@ class Simulator:
             self._out_tensor_ptr, self._out_tensors, self._dep_tensor, self._dep_op,
             self._cons_ptr, self._in_ptr, self._in_dep, self._persistent,
             len(self.graph.tensor_op), self._executor, self._exec_base, self._alias,
-            self._reuse_out, self._reuse_ptr, self._reuse_pair, self._takeable, self._grouped)
+            self._reuse_out, self._reuse_ptr, self._reuse_pair, self._takeable, self._grouped,
+            np.inf if below is None else float(below))
         if (done != self.graph.num_ops).any():
             left = self.graph.num_ops - int(done.min())
             raise InvalidGraphError(
@@ -999,7 +1052,7 @@ class Simulator:
                         self._in_ptr, self._in_dep, self._persistent,
                         len(self.graph.tensor_op), self._executor, self._exec_base,
                         self._alias, self._reuse_out, self._reuse_ptr, self._reuse_pair,
-                        self._takeable, self._grouped)
+                        self._takeable, self._grouped, True, np.inf)
         num_done = out[0]
         if num_done != self.graph.num_ops:
             raise InvalidGraphError(

@@ -132,9 +132,9 @@ class CountingSimulator(OrderedSimulator):
         self._count()
         return super().summary(placement)
 
-    def summaries(self, placements):
+    def summaries(self, placements, *, below=None):
         self._count(len(placements))
-        return super().summaries(placements)
+        return super().summaries(placements, below=below)
 
     def makespan(self, placement):
         self._count()

@@ -182,6 +182,45 @@ def test_repeated_moves_are_scored_from_memory_and_change_nothing(seed):
     assert memo_sims == memo.simulations < 0.9 * plain_sims
 
 
+class _WholeEvaluator(Evaluator):
+    """Simulates every candidate to its end, with the memory model (ignores ``below``), and
+    counts the rows the search asked to cut off."""
+
+    cut = 0
+
+    def evaluate(self, placements, *, below=None):
+        out = super().evaluate(placements)
+        if below is not None:
+            self.cut += int((out.scores >= below).sum())
+        return out
+
+
+@pytest.mark.parametrize("case", ["fits", "overflows"])
+@pytest.mark.parametrize("seed", range(3))
+def test_candidates_cut_off_at_the_current_step_change_no_step_of_the_search(seed, case):
+    # The search scores candidates with below = the current R: those no faster are cut off
+    # unfinished (inf). It must take exactly the steps of a search that simulates each one
+    # whole, also where R carries a memory penalty (a start that overflows).
+    if case == "fits":
+        p = random_problem(300, seed=20 + seed, num_gpus=4, max_groups=48)
+        start = BestHeuristicPlacer().propose(p)
+    else:
+        p = _overfull(seed)
+        start = np.zeros(p.graph.num_ops, np.int32)  # everything on one 2 GB GPU
+    config = LocalSearchConfig(sweep_below=0, levels=(4, 16, 64))
+    runs = []
+    for cls in (Evaluator, _WholeEvaluator):
+        with cls(p) as evaluator:
+            search = LocalSearch(p, start, config, seed=seed, evaluator=evaluator)
+            search.run(500)
+            runs.append((search, evaluator))
+    (cut, _), (whole, counter) = runs
+    np.testing.assert_array_equal(cut.current, whole.current)
+    assert cut.curve == whole.curve and cut.best == whole.best and cut.fits == whole.fits
+    assert cut.simulations == whole.simulations
+    assert counter.cut > 0.5 * whole.simulations  # most candidates were cut off
+
+
 def test_local_search_same_result_on_one_thread_or_several():
     p = random_problem(250, seed=6, num_gpus=4)
     start = BestHeuristicPlacer().propose(p)

@@ -32,6 +32,12 @@ placement, a learned policy's zero-shot placement):
   move already scored from the current placement did not gain then and cannot now, so it is
   counted as a scored placement again but not simulated again. The search takes the same
   steps as if it were; only the simulations are saved.
+* **Candidates cut off.** Most candidates are no faster than the current placement, and a
+  candidate is kept only if its R beats the current one's, which its step time alone (R's
+  lower part) already tells: candidates are simulated with ``below`` set to the current R
+  (:meth:`~tf_autoplace.learning.rollouts.Evaluator.evaluate`), without the memory model and
+  only until their step passes it; only the faster ones are simulated whole. The steps taken
+  are the same as with every candidate simulated whole.
 * **Small problems** (at most ``sweep_below`` possible moves over all levels) are searched by
   sweeps instead of draws: every move, in random order, first gain taken, until a whole sweep
   from the current placement gains nothing. That is a local optimum of every block move, so
@@ -315,8 +321,8 @@ class LocalSearch:
                 new[key] = k
         rows = list(new.values())
         scores, fits = np.full(len(moves), np.inf), np.zeros(len(moves), bool)
-        if rows:
-            evaluation = self.evaluator.evaluate(candidates[rows])
+        if rows:  # a candidate no faster than the current placement is not kept: cut off
+            evaluation = self.evaluator.evaluate(candidates[rows], below=self.best)
             scores[rows], fits[rows] = evaluation.scores, evaluation.fits
             self.simulations += len(rows)
         # Once the placement fits, a candidate that overflows is never taken, however fast.
