@@ -37,6 +37,7 @@ ingestion and counted in ``n_back_edges``; they do not order ops within one step
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Sequence
 
@@ -142,6 +143,26 @@ class OpGraph:
             raise InvalidGraphError(f"op {bad!r} has a kernel for no device kind")
         order = self._topological_order()
         object.__setattr__(self, "_topo", order)
+
+    def with_kernels(self, kernels: np.ndarray, kernel_kinds: tuple[str, ...]) -> "OpGraph":
+        """This graph with other kernel constraints (``kernels`` [n, K] bool over
+        ``kernel_kinds``), checked as the constructor checks them. Only they are checked and
+        the topological order is kept: a search that partitions the graph by each placement it
+        tries (one pseudo kind per device) would otherwise check the whole graph each time.
+
+        Raises:
+          InvalidGraphError: ``kernels`` is not [n, len(kernel_kinds)], or an op has none.
+        """
+        out = copy.copy(self)
+        object.__setattr__(out, "kernel_kinds", tuple(kernel_kinds))
+        object.__setattr__(out, "kernels", _as(kernels, bool, "kernels", 2))
+        if out.kernels.shape != (self.num_ops, len(out.kernel_kinds)):
+            raise InvalidGraphError(f"kernels has shape {out.kernels.shape}, expected "
+                                    f"{(self.num_ops, len(out.kernel_kinds))}")
+        if not out.kernels.any(axis=1).all():
+            bad = self.names[int(np.flatnonzero(~out.kernels.any(axis=1))[0])]
+            raise InvalidGraphError(f"op {bad!r} has a kernel for no device kind")
+        return out
 
     # ----------------------------------------------------------------- sizes and derived views
     @property

@@ -10,7 +10,6 @@ whose kinds do not intersect.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Sequence
 
 import numpy as np
@@ -36,5 +35,5 @@ def heuristic_grouping(graph: OpGraph, device_names: Sequence[str], devices: np.
     """
     pseudo = np.zeros((graph.num_ops, len(device_names)), dtype=bool)
     pseudo[np.arange(graph.num_ops), devices] = True
-    partition = dataclasses.replace(graph, kernels=pseudo, kernel_kinds=tuple(device_names))
+    partition = graph.with_kernels(pseudo, tuple(device_names))
     return merge_and_colocate(partition, GroupingConfig(max_groups=max_groups))

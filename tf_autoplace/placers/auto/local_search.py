@@ -130,7 +130,7 @@ class _Blocks:
         graph, cluster = problem.graph, problem.cluster
         pseudo = np.zeros((graph.num_ops, cluster.num_devices), dtype=bool)
         pseudo[np.arange(graph.num_ops), devices] = True
-        partitioned = dataclasses.replace(graph, kernels=pseudo, kernel_kinds=cluster.names)
+        partitioned = graph.with_kernels(pseudo, cluster.names)
         self.labels, self.members = [], []
         seen = set()
         for grouping in merge_and_colocate_levels(partitioned, sorted(set(levels)), spare=True):
