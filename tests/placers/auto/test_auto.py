@@ -246,9 +246,8 @@ def test_block_draws_are_the_generators_choice_draws():
                              minlength=len(search.blocks.members[level]))
         weight = weight + max(weight.sum(), 1.0) * 1e-3 / len(weight)
         choose, ours = np.random.default_rng(level), np.random.default_rng(level)
-        cdf = search._block_cdf(level)
         assert ([int(choose.choice(len(weight), p=weight / weight.sum())) for _ in range(3000)]
-                == [int(cdf.searchsorted(ours.random(), side="right")) for _ in range(3000)])
+                == [search._draw_block(level, ours.random()) for _ in range(3000)])
         assert choose.random() == ours.random()  # and as many numbers drawn
 
 

@@ -55,6 +55,7 @@ batch order, so the same seed gives the same placement whatever the number of wo
 
 from __future__ import annotations
 
+import bisect
 import copy
 import dataclasses
 import time
@@ -200,22 +201,36 @@ class LocalSearch:
     def _align(self) -> None:
         self.blocks, self.aligned, self.since_gain = (
             _Blocks(self.problem, self.current, self.config.levels), self.current, 0)
-        self.weights, self.allowed = {}, {}
+        # What depends only on the blocks, kept per block (a move is drawn in microseconds,
+        # and small graphs draw far more moves than they simulate): which devices each
+        # member can run on, and the target lists from each device a block can be on.
+        self.weights, self.allowed, self.targets = {}, {}, {}
+
+    def _runnable(self, level: int, block: int) -> np.ndarray:
+        """[m, D] bool: the devices each member of block ``block`` of ``level`` can run on."""
+        ok = self.allowed.get((level, block))
+        if ok is None:
+            members = self.blocks.members[level][block]
+            ok = self.allowed[level, block] = self.coloc_ok[self.coloc[members]]
+        return ok
 
     def _targets(self, level: int, block: int) -> tuple[list[int], list[int]]:
         """Action devices and other devices some of block ``block`` of ``level`` could move
-        to."""
-        members = self.blocks.members[level][block]
-        here = int(self.current[members[0]])
-        ok = self.allowed.get((level, block))
-        if ok is None:
-            ok = self.allowed[level, block] = self.coloc_ok[self.coloc[members]].any(axis=0)
-        return ([int(d) for d in self.action if d != here and ok[d]],
+        to (lists the caller must not change)."""
+        here = int(self.current[self.blocks.members[level][block][0]])
+        out = self.targets.get((level, block, here))
+        if out is None:
+            ok = self._runnable(level, block).any(axis=0)
+            out = self.targets[level, block, here] = (
+                [int(d) for d in self.action if d != here and ok[d]],
                 [int(d) for d in self.others if d != here and ok[d]])
+        return out
 
-    def _movable(self, members: np.ndarray, dst: int) -> np.ndarray:
-        """The members that move: whole colocation groups that can run on ``dst``."""
-        return members[self.coloc_ok[self.coloc[members], dst] & (self.current[members] != dst)]
+    def _movable(self, level: int, block: int, dst: int) -> np.ndarray:
+        """The members of block ``block`` of ``level`` that move to ``dst``: whole colocation
+        groups that can run there and are elsewhere now."""
+        members = self.blocks.members[level][block]
+        return members[self._runnable(level, block)[:, dst] & (self.current[members] != dst)]
 
     def _block_cdf(self, level: int) -> np.ndarray:
         """The cumulative probability of drawing each block of ``level`` (in proportion to
@@ -231,30 +246,38 @@ class LocalSearch:
             self.weights[level] = cdf
         return cdf
 
+    def _draw_block(self, level: int, u: float) -> int:
+        """The block of ``level`` that the uniform number ``u`` draws: the first whose
+        cumulative probability exceeds ``u`` (``searchsorted(u, side="right")`` on
+        :meth:`_block_cdf`, found by ``bisect`` in a list, without numpy's per-call cost)."""
+        cdf = self.weights.get(("list", level))
+        if cdf is None:
+            cdf = self.weights["list", level] = self._block_cdf(level).tolist()
+        return bisect.bisect_right(cdf, u)
+
     def _random_move(self):
         level = int(self.rng.integers(len(self.blocks.labels)))
         # ``rng.choice(len(p), p=p)`` draws one uniform number and finds it in the cumulative
         # probabilities; with those kept per level this is the same draw without checking and
         # summing the probabilities at every move.
-        block = int(self._block_cdf(level).searchsorted(self.rng.random(), side="right"))
-        members = self.blocks.members[level][block]
+        block = self._draw_block(level, self.rng.random())
         action, others = self._targets(level, block)
         if others and (not action or self.rng.random() < self.config.host_share):
             action = others
         if not action:
             return None
         dst = action[int(self.rng.integers(len(action)))]
-        moved = self._movable(members, dst)
+        moved = self._movable(level, block, dst)
         return (moved, dst) if len(moved) else None
 
     def _sweep(self) -> list:
         """Every move of every block to every device it could go to, in random order."""
         moves, seen = [], set()
         for level, members_of in enumerate(self.blocks.members):
-            for block, members in enumerate(members_of):
+            for block in range(len(members_of)):
                 action, others = self._targets(level, block)
                 for dst in action + others:
-                    moved = self._movable(members, dst)
+                    moved = self._movable(level, block, dst)
                     key = (dst, moved.tobytes())
                     if len(moved) and key not in seen:
                         seen.add(key)
