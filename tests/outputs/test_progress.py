@@ -9,6 +9,7 @@ import pytest
 
 import tf_autoplace
 from tf_autoplace.errors import ConfigError
+from tf_autoplace.heuristics import BestHeuristicPlacer
 from tf_autoplace.outputs.progress import (QUIET, CurveRecorder, Progress, SearchProgress,
                                           StatusLine, _Phase, as_progress, best_by)
 from tf_autoplace.placers import AutoPlacer, HDPPlacer, PlacetoPlacer, PostPlacer
@@ -61,6 +62,18 @@ def test_the_default_placer_reports_its_whole_search():
     assert done[-1] == placer.stats["samples"]
     assert best[-1] * 1e3 == pytest.approx(placer.stats["end_ms"])
     assert placer.progress is QUIET  # not kept after the placement
+
+
+def test_the_default_placer_reports_the_best_heuristics_step_before_its_learned_starts():
+    # An anytime curve shows what the placer would return if stopped: the best heuristic's
+    # placement is there as soon as the heuristics are done, before Post's search.
+    recorder = Recorder()
+    problem = _problem()
+    AutoPlacer(max_samples=400).place(problem, seed=0, progress=recorder)
+    updates = recorder.phase_updates("auto: starting placements")
+    first = BestHeuristicPlacer().ranked(problem)[0]
+    assert updates[0] == (0, first.step_s) and len(updates) == 2
+    assert updates[1][1] <= first.step_s
 
 
 def test_a_curve_recorder_keeps_the_best_so_far_against_time():

@@ -239,6 +239,8 @@ class AutoPlacer(Placer):
         if not ranked or not ranked[0].fits:  # best_heuristic says why, with the total need
             heuristic.place(problem)
         out = [(c.label, c.devices, c.step_s) for c in ranked if c.fits]
+        if out:  # the placement auto would return if stopped now (anytime curves show it)
+            self.progress.update(0, out[0][2])
         if len(problem.cluster.tasks) > 1:  # a TF cluster: the placement TF1 users write
             devices = ReplicaDeviceSetterPlacer().propose(problem)
             sim = problem.simulator.run(devices)
