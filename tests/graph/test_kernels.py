@@ -60,9 +60,42 @@ def _nodes():
 def _gpu_constraints_of_this_tensorflow(op_type):
     """Each distinct type constraint set of op_type's GPU kernels (TF registers some kernels
     twice, differing only in host-memory arguments)."""
-    distinct = {tuple(sorted((name, tuple(sorted(allowed))) for name, allowed in constraints))
+    distinct = {tuple(sorted((name, tuple(sorted(allowed)) if field == "type" else ())
+                             for name, field, allowed in constraints))
                 for device, constraints in kernels._registered(op_type) if device == "GPU"}
     return sorted(distinct)
+
+
+def _attr_nodes():
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [2, 2, 2, 4], name="x")
+        tf.gather_nd(x, [[0, 1]], name="gather_nd")
+        tf.nn.depth_to_space(x, 2, name="nhwc")
+        tf.nn.depth_to_space(tf.transpose(x, [0, 3, 1, 2]), 2, data_format="NCHW", name="nchw")
+    return {n.name: n for n in g.as_graph_def().node}
+
+
+def test_constraints_on_string_attrs_are_compared_as_strings():
+    # GatherNd's kernels constrain bad_indices_policy (a string) besides their types, the CPU
+    # DepthToSpace data_format: read as types, no node met them, and a graph using tf.gather_nd
+    # (or tf.sparse.from_dense, or a gradient of tf.tensor_scatter_nd_update) could not be
+    # placed at all.
+    nodes = _attr_nodes()
+    assert kernels.kernel_kinds(nodes["gather_nd"]) == {"CPU", "GPU"}
+    assert kernels.kernel_kinds(nodes["nhwc"]) == {"CPU", "GPU"}
+    assert kernels.kernel_kinds(nodes["nchw"]) == {"GPU"}  # TF's CPU kernel is NHWC only
+    with _without_gpu_kernels():  # the snapshot keeps types only: the rest is not checked
+        assert kernels.kernel_kinds(nodes["gather_nd"]) == {"CPU", "GPU"}
+        assert kernels.kernel_kinds(nodes["nchw"]) == {"GPU"}
+    graph = tf.Graph()
+    with graph.as_default():
+        v = tf.compat.v1.get_variable("v", [8, 4])
+        loss = tf.reduce_sum(tf.gather_nd(v, [[0, 1], [3, 2]]))
+        tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    report = tf_autoplace.autoplace(graph, cluster="cpu2", placer="m_etf", seed=0,
+                                    progress=False)
+    assert report.assignment[graph.get_operation_by_name("GatherNd").name]
 
 
 def test_the_shipped_snapshot_is_this_tensorflows_gpu_registry():
