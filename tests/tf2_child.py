@@ -256,7 +256,37 @@ def check_control_flow_with_nested_call():
     placed, report = tf2.autoplace_function(outer, x, cluster=CPU2, placer="m_etf")
     nodes = placed.graph.as_graph_def().node
     flow = [n for n in nodes if n.op in ("If", "StatelessIf", "While", "StatelessWhile")]
+
+    # A loop whose body calls another function, differentiated by a tape around the call (a
+    # custom training loop) and by a tape inside a placed step.
+    @tf.function
+    def layer(h):
+        return tf.tanh(h @ v)
+
+    @tf.function
+    def looped(x):
+        h = x
+        for _ in tf.range(3):
+            h = layer(h)
+        return tf.reduce_sum(h)
+
+    def around(fn):
+        with tf.GradientTape() as tape:
+            value = fn(x)
+        return tape.gradient(value, v)
+
+    @tf.function
+    def inside(x):
+        with tf.GradientTape() as tape:
+            value = looped(x)
+        return tape.gradient(value, v)
+
+    placed_looped, _ = tf2.autoplace_function(looped, x, cluster=CPU2, placer="random")
+    placed_inside, _ = tf2.autoplace_function(inside, x, cluster=CPU2, placer="random")
     return {
+        "loop_grad_around_equal": bool(np.allclose(around(looped), around(placed_looped),
+                                                   rtol=1e-6)),
+        "loop_grad_inside_equal": bool(np.allclose(inside(x), placed_inside(x), rtol=1e-6)),
         "equal": bool(np.allclose(outer(x), placed(x), rtol=1e-6)),
         "flow_ops": sorted(n.op for n in flow),
         "lowering_kept": all(n.attr["_lower_using_switch_merge"].b for n in flow),

@@ -52,6 +52,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import itertools
 import os
 import shutil
 from typing import Callable, Mapping
@@ -456,9 +457,11 @@ def _rebuild(cf, placed: graph_pb2.GraphDef):
         input_map = {name: t for name, t in zip(arg_names, flat) if name in read}
         input_map.update({name: func_graph.capture(ext)
                           for name, ext in zip(capture_names, externals) if name in read})
+        before = len(func_graph.get_operations())
         elements = tf.graph_util.import_graph_def(
             body_def, input_map=input_map, return_elements=out_names + control_names,
             name=_IMPORT_SCOPE)
+        _loop_handle_data(func_graph.get_operations()[before:])
         for variable in variables:  # so that a GradientTape around a call watches them
             func_graph.watch_variable(variable)
         outs = iter(elements[:len(out_names)])
@@ -469,6 +472,48 @@ def _rebuild(cf, placed: graph_pb2.GraphDef):
     body.__name__ = f"placed_{cf.name.decode() if isinstance(cf.name, bytes) else cf.name}"
     _register_functions(placed)
     return tf.function(body, autograph=False).get_concrete_function(*args_sig, **kwargs_sig)
+
+
+_LOOP_GRAPHS = itertools.count()  # numbers the loop graphs _loop_handle_data builds
+
+
+def _loop_handle_data(ops) -> None:
+    """Give the imported While loops among ``ops`` the handle data of the variables they carry
+    (what each resource holds), as ``tf.while_loop`` does when it builds a loop: on the loop's
+    outputs, and on the inputs of its body and condition graphs, built here from the loop's
+    functions and kept on the op where TF's gradient looks for them first. An imported loop has
+    none (a FunctionDef's arguments do not carry it), and the gradient of a loop whose body
+    calls another function (a GradientTape around the placed call) fails without it. Loops
+    inside those graphs get the same. A graph that cannot be built here is left for TF to build
+    when a gradient needs it. ``ops`` are in the order they were created, so a loop's inputs
+    have theirs first."""
+    from tensorflow.python.ops import control_flow_util_v2, handle_data_util  # internal
+
+    for op in ops:
+        if op.type not in ("While", "StatelessWhile"):
+            continue
+        for inp, out in zip(op.inputs, op.outputs):
+            if out.dtype == tf.resource:
+                handle_data_util.copy_handle_data(inp, out)
+        shapes = [tf.TensorShape(s) for s in op.get_attr("output_shapes")]
+        for attr, cached in (("cond", "_cond_graph"), ("body", "_body_graph")):
+            if getattr(op, cached, None) is not None:
+                continue
+            try:
+                graph = control_flow_util_v2.get_func_graph(op, shapes,
+                                                            op.get_attr(attr).name)
+            except (tf.errors.OpError, KeyError, ValueError):
+                # Not readable here (a rewritten function whose definition differs from the
+                # one the eager runtime holds under its name): left for TF to build, as before.
+                continue
+            for inp, arg in zip(op.inputs, graph.inputs):
+                if arg.dtype == tf.resource:
+                    handle_data_util.copy_handle_data(inp, arg)
+            # A gradient rewrites the loop into functions named after these graphs: a name
+            # of their own, so that they never clash with the original's rewritten loop.
+            graph.name = f"{graph.name}_placed{next(_LOOP_GRAPHS)}"
+            _loop_handle_data(graph.get_operations())
+            setattr(op, cached, graph)
 
 
 def _register_functions(graph_def: graph_pb2.GraphDef) -> None:
