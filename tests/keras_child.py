@@ -231,6 +231,16 @@ def errors():
         model.compile(optimizer="sgd", loss="mse", jit_compile=True)
         model.fit(*data(8), batch_size=8, verbose=0)
 
+    def devices_absent_without_soft_placement():
+        model = keras3_model()
+        tk.autoplace_model(model, **dict(PLACE, cluster="k80x2"))
+        soft = tf.config.get_soft_device_placement()
+        tf.config.set_soft_device_placement(False)
+        try:
+            model.fit(*data(8), batch_size=8, verbose=0)
+        finally:
+            tf.config.set_soft_device_placement(soft)
+
     uncompiled = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
     cases = {
         "uncompiled": lambda: tk.autoplace_model(uncompiled, **PLACE),
@@ -242,6 +252,8 @@ def errors():
         # another feature size than the model's and the batch's: refused before Keras traces
         "input_spec": lambda: fit_with_spec((tf.TensorSpec([None, 17]),
                                              tf.TensorSpec([None, 1]))),
+        # TF would fail at the first batch with its own "Unable to find any devices"
+        "absent_devices": devices_absent_without_soft_placement,
     }
     out = {}
     for name, case in cases.items():

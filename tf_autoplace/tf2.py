@@ -609,18 +609,24 @@ def place_function(fn, args, kwargs, options: PlaceOptions, *, runs_here: bool =
     return placed, report
 
 
-def _missing_devices_note(assignment) -> list:
-    """A note naming the devices of ``assignment`` this process has no logical device for
-    (none: an empty list). TF's soft placement (on by default in TF2) then runs their ops on
-    devices it has, so what runs is not the placement the report describes; with soft
-    placement off, the call fails."""
+def devices_missing_here(assignment) -> list[str]:
+    """The devices of ``assignment`` (op name -> device) this process has no logical device
+    for, sorted (none: an empty list)."""
     def local(name):  # eager names this process's devices without a job: "/device:CPU:0"
         spec = tf.DeviceSpec.from_string(name)
         return (spec.replace(job="localhost", replica=0, task=0) if spec.job is None
                 else spec).to_string()
 
-    missing = missing_devices(sorted({d for d in assignment.values() if d}),
-                              [local(d.name) for d in tf.config.list_logical_devices()])
+    return missing_devices(sorted({d for d in assignment.values() if d}),
+                           [local(d.name) for d in tf.config.list_logical_devices()])
+
+
+def _missing_devices_note(assignment) -> list:
+    """A note naming the devices of ``assignment`` this process has no logical device for
+    (none: an empty list). TF's soft placement (on by default in TF2) then runs their ops on
+    devices it has, so what runs is not the placement the report describes; with soft
+    placement off, the call fails."""
+    missing = devices_missing_here(assignment)
     if not missing:
         return []
     return [f"this process has no device {', '.join(missing)}: TensorFlow's soft placement "
