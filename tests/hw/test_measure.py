@@ -114,6 +114,43 @@ def test_workload_of_a_tf_function_runs_in_a_session():
     assert float(v.numpy().sum()) == 16.0  # the eager variable is not touched
 
 
+def _tf1_inputs_graph():
+    """A TF1 step that reads a lookup table, an initializable iterator and a queue fed by a
+    queue runner (whose close op is a sink), with no train op collection."""
+    g = tf.Graph()
+    with g.as_default():
+        table = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(tf.constant(["a", "b"]),
+                                                tf.constant([1, 2], tf.int64)), -1)
+        ids = table.lookup(tf.constant(["a", "b", "c"]))
+        iterator = tf.compat.v1.data.make_initializable_iterator(
+            tf.data.Dataset.from_tensors(tf.ones([3])).repeat())
+        queue = tf.queue.FIFOQueue(8, tf.float32, shapes=[[3]])
+        enqueue = queue.enqueue(tf.ones([3]))
+        tf.compat.v1.train.add_queue_runner(tf.compat.v1.train.QueueRunner(queue, [enqueue]))
+        w = tf.compat.v1.get_variable("w", [3], initializer=tf.compat.v1.ones_initializer())
+        loss = tf.reduce_sum(w * (iterator.get_next() + tf.cast(ids, tf.float32)
+                                  + queue.dequeue()))
+        tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, name="step")
+        tf.compat.v1.global_variables_initializer()
+        tf.compat.v1.tables_initializer()
+    return g
+
+
+def test_a_tf1_step_gets_its_tables_and_iterators_initialized_and_keeps_its_queue_open():
+    # verify and measure_steps time the graph's own step: its tables and iterators must be
+    # initialized first (TF: "Table not initialized"), and a queue runner's close op is not
+    # part of a step (fetched, it closed the queue the step reads: "Queue is closed").
+    workload = Workload.from_graph(_tf1_inputs_graph())
+    ops = {n.name: n.op for n in workload.graph_def.node}
+    assert "init" in workload.init and "MakeIterator" in {ops[i] for i in workload.init}
+    assert any(ops[i] == "LookupTableImportV2" or i == "init_all_tables" for i in workload.init)
+    assert not any(ops[f.split(":")[0]].startswith("QueueClose") for f in workload.fetches)
+    assignment = {name: "/device:CPU:0" for name in ops}  # (iterator ops say "CPU:*")
+    m = run(workload, assignment, RunConfig(steps=2, warmup_steps=1))
+    assert m.step_time_s > 0
+
+
 def test_workload_errors_name_the_problem():
     g = tf.Graph()
     with g.as_default():

@@ -8,9 +8,14 @@ Defaults, when the caller does not say (:meth:`Workload.from_graph`):
 
 * **fetches**: a MetaGraphDef's ``train_op`` collection; else an op named ``train_op`` or
   ``train``; else every sink (an op nobody reads) that is not an initializer, a Saver op
-  (``save/``) or a dead end of the initializer's fan-in.
+  (``save/``), a dead end of the initializer's fan-in or a queue's close op (a queue runner's:
+  fetched, it would close the queue the step reads).
 * **init**: an op named ``init`` (what ``tf.compat.v1.global_variables_initializer`` makes);
-  else every variable's initializer, the ``<variable>/Assign`` op that assigns it.
+  else every variable's initializer, the ``<variable>/Assign`` op that assigns it. Then the
+  lookup tables' initializers (a MetaGraphDef's ``table_initializer`` collection, else an op
+  named ``init_all_tables``, and ``InitializeTable*`` ops) and every iterator's
+  (``MakeIterator``), which a TF1 program runs with ``tf.compat.v1.tables_initializer()`` and
+  ``iterator.initializer`` before its steps.
 * **feeds**: every ``Placeholder`` in the fan-in of the fetches and init gets a value of its
   static shape, drawn from ``numpy.random.default_rng(seed)``: standard normal floats, zero
   integers (a valid index for every embedding table and class count) and ``False`` booleans.
@@ -88,7 +93,7 @@ class Workload:
         meta_graph = ingest.load_meta_graph(source)
         graph_def = meta_graph.graph_def
         by_name = {n.name: n for n in graph_def.node}
-        init = tuple(init) if init is not None else _default_init(graph_def, by_name)
+        init = tuple(init) if init is not None else _default_init(meta_graph, by_name)
         if fetches is None:
             fetches = _default_fetches(meta_graph, by_name, init)
         fetches = (fetches,) if isinstance(fetches, str) else tuple(fetches)
@@ -174,17 +179,35 @@ class Workload:
                    init=(model.init_op,), feeds=model.sample_feed(seed))
 
 
-def _default_init(graph_def, by_name) -> tuple[str, ...]:
+# Ops a TF1 program runs once before its steps besides the variables' initializer: lookup
+# tables' initializers (tf.compat.v1.tables_initializer) and initializable iterators'.
+_RESOURCE_INIT_OPS = frozenset({"InitializeTable", "InitializeTableV2",
+                                "InitializeTableFromTextFile", "InitializeTableFromTextFileV2",
+                                "InitializeTableFromDataset", "MakeIterator"})
+# Sinks that are not part of a step: closing a queue ends every later step's reads.
+_NOT_A_STEP_OPS = frozenset({"QueueClose", "QueueCloseV2"})
+
+
+def _default_init(meta_graph, by_name) -> tuple[str, ...]:
+    graph_def = meta_graph.graph_def
     node = by_name.get("init")
     if node is not None and node.op == "NoOp":
-        return ("init",)
-    out = []
-    for n in graph_def.node:
-        if n.op in ("Assign", "AssignVariableOp") and n.name.endswith("/Assign") and n.input:
-            source = by_name.get(_node_name(n.input[0]))
-            if source is not None and source.op in _VARIABLE_OPS:
-                out.append(n.name)
-    return tuple(out)
+        out = ["init"]
+    else:
+        out = []
+        for n in graph_def.node:
+            if n.op in ("Assign", "AssignVariableOp") and n.name.endswith("/Assign") and n.input:
+                source = by_name.get(_node_name(n.input[0]))
+                if source is not None and source.op in _VARIABLE_OPS:
+                    out.append(n.name)
+    # Tables: the MetaGraph's table_initializer collection (what tables_initializer() runs),
+    # else the op it makes; and every op that can only be an initializer.
+    tables = meta_graph.collection_def.get("table_initializer")
+    tables = list(tables.node_list.value) if tables is not None else []
+    if not tables and getattr(by_name.get("init_all_tables"), "op", None) == "NoOp":
+        tables = ["init_all_tables"]
+    out += tables + [n.name for n in graph_def.node if n.op in _RESOURCE_INIT_OPS]
+    return tuple(dict.fromkeys(out))
 
 
 def _default_fetches(meta_graph, by_name, init) -> tuple[str, ...]:
@@ -196,7 +219,8 @@ def _default_fetches(meta_graph, by_name, init) -> tuple[str, ...]:
             return (name,)
     init_side = fan_in(meta_graph.graph_def, init)
     sinks = [s for s in grappler.sink_nodes(meta_graph.graph_def)
-             if s not in init_side and not s.startswith("save/")]
+             if s not in init_side and not s.startswith("save/")
+             and by_name[s].op not in _NOT_A_STEP_OPS]
     if not sinks:
         raise ConfigError("cannot tell what one step of this graph runs (no train_op collection, "
                           "no op named train_op or train, no sink outside the initializers); "
