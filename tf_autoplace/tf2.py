@@ -678,13 +678,17 @@ class PlacedSavedModel:
 
 
 def place_saved_model(input_dir, output_dir, *, cluster=None, placer=DEFAULT_PLACER, seed: int = 0,
-                      signature: str = "serving_default", tags=("serve",),
+                      signature: str | None = None, tags=("serve",),
                       grouping: GroupingConfig = GroupingConfig(),
                       cost_model: CostModel | None = None, unknown_dim: int = 1, cache=None,
                       progress=None):
     """Place a SavedModel and write the placed SavedModel to ``output_dir`` (see the module
     docstring for TF2 vs TF1 SavedModels; ``cache`` and ``progress`` as for
     :func:`tf_autoplace.autoplace`, None: none). Returns the PlacementReport.
+
+    ``signature`` names the TF2 SavedModel's signature to place (None: ``serving_default``);
+    a TF1 SavedModel's whole MetaGraph (of ``tags``) is placed, and a signature given must be
+    one of its signatures (a ConfigError naming them otherwise).
 
     ``output_dir`` must not exist (or be an empty directory) and its parent must exist; both
     are checked before any work. Nothing is written until the placement is done, and the
@@ -703,7 +707,7 @@ def place_saved_model(input_dir, output_dir, *, cluster=None, placer=DEFAULT_PLA
 
 
 def load_and_place_saved_model(input_dir, options: PlaceOptions, *,
-                               signature: str = "serving_default",
+                               signature: str | None = None,
                                tags=("serve",)) -> PlacedSavedModel:
     """Place the SavedModel in ``input_dir`` as ``options`` say, without writing anything
     (``signature`` and ``tags`` as for :func:`place_saved_model`): a :class:`PlacedSavedModel`
@@ -718,8 +722,9 @@ def load_and_place_saved_model(input_dir, options: PlaceOptions, *,
                                 "saved_model.pb)")
     proto = _read_saved_model(input_dir)
     if any(len(mg.object_graph_def.nodes) for mg in proto.meta_graphs):  # TF2
-        return _place_tf2_saved_model(input_dir, options, signature=signature, tags=tags)
-    return _place_tf1_saved_model(input_dir, proto, options, tags=tags)
+        return _place_tf2_saved_model(input_dir, options,
+                                      signature=signature or "serving_default", tags=tags)
+    return _place_tf1_saved_model(input_dir, proto, options, signature=signature, tags=tags)
 
 
 def _place_tf2_saved_model(input_dir, options, *, signature, tags):
@@ -743,7 +748,7 @@ def _place_tf2_saved_model(input_dir, options, *, signature, tags):
     return PlacedSavedModel(report=report, write=write)
 
 
-def _place_tf1_saved_model(input_dir, proto, options, *, tags):
+def _place_tf1_saved_model(input_dir, proto, options, *, signature, tags):
     wanted = set(tags)
     found = [i for i, mg in enumerate(proto.meta_graphs)
              if set(mg.meta_info_def.tags) == wanted]
@@ -751,6 +756,10 @@ def _place_tf1_saved_model(input_dir, proto, options, *, tags):
         raise ConfigError(f"{input_dir!r} has no MetaGraph tagged {sorted(wanted)}; it has "
                           f"{[sorted(mg.meta_info_def.tags) for mg in proto.meta_graphs]}")
     meta_graph = proto.meta_graphs[found[0]]
+    if signature is not None and signature not in meta_graph.signature_def:
+        raise ConfigError(f"{input_dir!r} has no signature {signature!r} in its MetaGraph "
+                          f"tagged {sorted(wanted)}; it has {sorted(meta_graph.signature_def)} "
+                          "(the whole MetaGraph is placed: no signature needs naming)")
     report = place_graph(meta_graph, options)
     out = saved_model_pb2.SavedModel()
     out.CopyFrom(proto)

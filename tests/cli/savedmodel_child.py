@@ -151,6 +151,7 @@ def main(workdir):
             f.truncate(10)
     bad = {"bad_signature": (tf2_in, {"signature": "no_such_signature"}),
            "bad_tags": (tf1_in, {"tags": ("train",)}),
+           "bad_tf1_signature": (tf1_in, {"signature": "no_such_signature"}),
            "output_exists": (tf2_in, {}),
            "missing_variables": (no_variables, {}),
            "truncated_variables": (truncated, {})}

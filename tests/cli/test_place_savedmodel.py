@@ -59,9 +59,12 @@ def test_tf1_savedmodel_round_trip(results):
     assert results["tf1_session_devices"] == BOTH
 
 
-@pytest.mark.parametrize("case", ["bad_signature", "bad_tags"])
+@pytest.mark.parametrize("case", ["bad_signature", "bad_tags", "bad_tf1_signature"])
 def test_bad_choice_fails_and_writes_nothing(results, case):
     assert results[case] == {"rc": 1, "exists": False, "contents": None, "report": False}
+    if case == "bad_tf1_signature":  # a TF1 SavedModel is placed whole, but names its own
+        assert "has no signature 'no_such_signature'" in results[case + "_stderr"]
+        assert "['serving_default']" in results[case + "_stderr"]
 
 
 @pytest.mark.parametrize("case", ["missing_variables", "truncated_variables"])

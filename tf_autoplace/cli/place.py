@@ -132,7 +132,7 @@ def _check_outputs(output_path: str, saved_model: bool, paths: dict,
 
 
 def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: int,
-        max_groups: int, report_json: str | None, signature: str = "serving_default",
+        max_groups: int, report_json: str | None, signature: str | None = None,
         tags=("serve",), budget_s: float | None = None, placement: str | None = None,
         cache: bool = False, cache_dir: str | None = None, policy: str | None = None,
         save_policy: str | None = None, progress: bool = True,
@@ -203,7 +203,8 @@ def main(argv):
     del argv
     return run(FLAGS.input, FLAGS.output, cluster=FLAGS.cluster, placer=FLAGS.placer,
                seed=FLAGS.seed, max_groups=FLAGS.max_groups, report_json=FLAGS.report_json,
-               signature=FLAGS.signature, tags=FLAGS.saved_model_tags, budget_s=FLAGS.budget_s,
+               signature=FLAGS.signature if FLAGS["signature"].present else None,
+               tags=FLAGS.saved_model_tags, budget_s=FLAGS.budget_s,
                placement=FLAGS.placement, cache=FLAGS.cache, cache_dir=FLAGS.cache_dir,
                policy=FLAGS.policy, save_policy=FLAGS.save_policy, progress=FLAGS.progress,
                progress_logdir=FLAGS.progress_logdir, trace_json=FLAGS.trace_json,

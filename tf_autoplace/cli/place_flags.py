@@ -9,8 +9,9 @@ flags.DEFINE_string("input", None, "GraphDef or MetaGraphDef file (binary or tex
                     "SavedModel directory, or a cost graph (*.costgraph.pbtxt/.pb, *.json).")
 flags.DEFINE_string("output", None, "Where to write the placed graph (a new directory for a "
                     "SavedModel; the placement, a PlacementResult, for a cost graph).")
-flags.DEFINE_string("signature", "serving_default", "SavedModel input (TF2): the signature "
-                    "to place.")
+flags.DEFINE_string("signature", "serving_default", "SavedModel input: the signature to "
+                    "place (TF2); a TF1 SavedModel's whole MetaGraph is placed, and a "
+                    "signature named must be one of its own.")
 flags.DEFINE_list("saved_model_tags", ["serve"], "SavedModel input (TF1): the tags of the "
                   "MetaGraph to place.")
 flags.DEFINE_string("cluster", "local", "Shipped cluster name (k80x2, cpu2, ...), cluster spec "
