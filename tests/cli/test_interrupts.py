@@ -186,3 +186,26 @@ def test_ctrl_c_while_the_first_call_loads_its_modules_leaves_later_calls_workin
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split("\n")[:2] == ["first: KeyboardInterrupt", "retry: placed 3"]
+
+
+OVER_CHILD = """
+import signal, sys
+from tf_autoplace.cli.main import main
+try:
+    status = main(["tf-autoplace", "place", "--input=" + sys.argv[1], "--output=" + sys.argv[2]])
+except SystemExit as e:
+    status = e.code
+print(status, signal.getsignal(signal.SIGINT) is signal.SIG_IGN,
+      signal.getsignal(signal.SIGTERM) is signal.SIG_IGN)
+"""
+
+
+def test_once_a_command_is_over_its_signals_are_ignored(tmp_path, repo_root):
+    # Python restores the signals' default action while it shuts down: a Ctrl-C or SIGTERM in
+    # TensorFlow's teardown, after a command that succeeded, ended the process by the signal
+    # (status -15, no message). Ignored once the command's status is decided.
+    proc = subprocess.run([sys.executable, "-c", OVER_CHILD, str(tmp_path / "missing.pb"),
+                           str(tmp_path / "out.pb")], cwd=repo_root, capture_output=True,
+                          text=True, timeout=300,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert proc.stdout.split() == ["1", "True", "True"], (proc.stdout, proc.stderr[-2000:])

@@ -21,7 +21,10 @@ Ctrl-C and SIGTERM end a command the same way: the interrupt unwinds it through 
 leaves no partial output (:mod:`tf_autoplace.outputs.files`; SIGTERM is raised as
 :class:`tf_autoplace.errors.Terminated`, a KeyboardInterrupt), then one line says what was
 interrupted and what it left, and the status is 130 (128 + SIGINT) or 143 (128 + SIGTERM), as
-a shell reports a program the signal ended.
+a shell reports a program the signal ended. Once the command is over (its status decided, its
+outputs whole or absent) both signals are ignored: Python restores their default action while
+it shuts down, and one arriving then (TensorFlow's teardown takes a moment) would end the
+process by the signal, without that line, after a command that had succeeded.
 """
 
 from __future__ import annotations
@@ -79,6 +82,12 @@ def _terminate(signum, frame):
     raise Terminated()
 
 
+def _over() -> None:
+    """The command is over: Ctrl-C and SIGTERM are ignored from now (module docstring)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+
+
 def _docstring(module: str) -> str:
     """The docstring of ``tf_autoplace.cli.<module>``, read from its source without importing
     it (the command modules import TensorFlow)."""
@@ -133,7 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as e:  # noqa: B036  (SystemExit, the command's status, goes on)
         interrupt = interrupt_in(e)
         if interrupt is None:
+            _over()
             raise
+        _over()
         terminated = isinstance(interrupt, Terminated)
         print(f"{PROG} {name}: interrupted by {'SIGTERM' if terminated else 'Ctrl-C (SIGINT)'}"
               f"; {COMMANDS[name][2]}", file=sys.stderr)
