@@ -228,6 +228,14 @@ def test_placer_options_and_the_cost_profile_are_checked_at_parsing(tmp_path):
     assert ap_flags._check_cost_profile(None)
     with pytest.raises(flags.ValidationError, match="cannot read cost profile"):
         ap_flags._check_cost_profile(str(tmp_path / "missing.pbtxt"))
+    # A cache directory that is a file: at parsing (was a ConfigError at the first run, after
+    # the model was built); one that does not exist yet, or cannot be made, is no error.
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(flags.ValidationError, match="a_file' is not a directory"):
+        ap_flags._check_cache_dir(str(tmp_path / "a_file"))
+    assert ap_flags._check_cache_dir(None)
+    assert ap_flags._check_cache_dir(str(tmp_path / "new" / "cache"))
+    assert ap_flags._check_cache_dir(str(tmp_path / "a_file" / "sub"))
 
 
 def test_the_policy_flags_go_with_every_placer_that_keeps_a_policy(tmp_path):

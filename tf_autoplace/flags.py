@@ -213,6 +213,23 @@ def _check_placer_and_cluster(values) -> bool:
     return True
 
 
+@flags.validator("autoplace_cache_dir")
+def _check_cache_dir(value) -> bool:
+    """A given cache directory that exists must be a private directory (a file, or one others
+    can write to, is refused at flag parsing, not at the first session run); one that cannot
+    be created only means nothing is stored, as for the command."""
+    if not value:
+        return True
+    from tf_autoplace.core.cachedir import check_private_directory
+    from tf_autoplace.errors import AutoplaceError
+
+    try:
+        check_private_directory(value, "the placement cache")
+    except AutoplaceError as e:
+        raise flags.ValidationError(f"--autoplace_cache_dir={value!r}: {e}") from e
+    return True
+
+
 @flags.validator("autoplace_cost_profile")
 def _check_cost_profile(value) -> bool:
     """A given profile must read as a CostProfile (checked at flag parsing, not at the first
