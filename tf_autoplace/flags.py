@@ -215,9 +215,9 @@ def _check_placer_and_cluster(values) -> bool:
 
 @flags.validator("autoplace_cache_dir")
 def _check_cache_dir(value) -> bool:
-    """A given cache directory that exists must be a private directory (a file, or one others
-    can write to, is refused at flag parsing, not at the first session run); one that cannot
-    be created only means nothing is stored, as for the command."""
+    """A given cache directory that exists must be a private directory: a file, or one others
+    can write to, is refused here, before the program builds its model; one that cannot be
+    created only means nothing is stored, as for the command."""
     if not value:
         return True
     from tf_autoplace.core.cachedir import check_private_directory

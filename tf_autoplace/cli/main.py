@@ -140,11 +140,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _run(name)
     except BaseException as e:  # noqa: B036  (SystemExit, the command's status, goes on)
+        _over()
         interrupt = interrupt_in(e)
         if interrupt is None:
-            _over()
             raise
-        _over()
         terminated = isinstance(interrupt, Terminated)
         print(f"{PROG} {name}: interrupted by {'SIGTERM' if terminated else 'Ctrl-C (SIGINT)'}"
               f"; {COMMANDS[name][2]}", file=sys.stderr)

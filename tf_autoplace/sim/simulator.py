@@ -155,9 +155,9 @@ persistent bytes, the transfers' producers and bytes), leaving no numpy pass ove
 transfers to the caller. A search that scores many placements calls
 :meth:`Simulator.summaries`, one kernel call per batch that returns only the makespans and
 peak memories, so the Python around each simulation (checks, a result object) is paid once;
-with ``below``, rows are first simulated without the memory model (``track=False``: about
-half the work, the same schedule, since nothing in it depends on memory) and stopped once
-the clock passes ``below``, and only rows that end sooner are simulated again in full.
+with ``below``, rows are first simulated without the memory model (``track=False``: the
+same schedule, since nothing in it depends on memory) and stopped once the clock passes
+``below``, and only rows that end sooner are simulated again in full.
 Speed: ``experiments/bench_sim.py`` (a synthetic 8,000-op graph, and random placements of zoo
 graphs with ``--pairs``; figures in BENCHMARKS.md). The first call in a fresh environment
 compiles the kernel (a few seconds; then cached on disk by numba, in the user's cache directory:
@@ -265,7 +265,7 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
         tried (CSR); takeable[T]: tensor k's own buffer may be taken over.
       track: keep the memory model and the per-op and per-transfer records; without it only
         the makespan is computed (the schedule does not depend on memory, so it is the same),
-        in about half the time: what a search needs for a candidate it will not keep.
+        without the memory model's work: what a search needs for a candidate it will not keep.
       cutoff: stop at the first event at or after this time (``inf``: never) and return
         ``num_done = -1``, makespan ``inf``: the step takes at least that long (an event at
         time t is an op's end or a transfer some op still waits for).
@@ -694,7 +694,7 @@ def _simulate_batch(placements, op_time, partner, partner_time, num_devices, ban
     cut = below < np.inf
     for b in range(B):
         # One call site, with ``track`` a bool known only at run time: numba compiles one
-        # version of the event loop (a constant at each of two call sites compiled three).
+        # version of the event loop (numba would compile one per constant at each site).
         track, limit = not cut, below
         while True:
             out = _simulate(placements[b], op_time, partner, partner_time, num_devices,
@@ -1023,7 +1023,7 @@ class Simulator:
             without simulating the step to its end; the other rows are exact. For a search
             that keeps a candidate only if it beats ``below``: a placement's memory penalty
             only adds to its step time (:func:`memory_penalized_runtime`), so those rows
-            could not be kept, and they cost about half a full simulation or less.
+            could not be kept, and they cost less than a full simulation.
 
         Raises:
           InfeasiblePlacementError: a row is not one device index per op of this cluster.
