@@ -1,7 +1,9 @@
 """The default placer and what it is built from: host offload, a best_heuristic that survives
 failing heuristics, monotonicity in devices, and the local search (numpy core, random DAGs)."""
 
+import contextlib
 import dataclasses
+import threading
 
 import numpy as np
 import pytest
@@ -233,6 +235,24 @@ def test_local_search_same_result_on_one_thread_or_several():
     assert runs[0].curve == runs[1].curve
 
 
+def test_a_race_on_several_threads_takes_the_same_steps_as_one_after_the_other():
+    # The legs of a round run at once, one search per thread: every search must take the
+    # same steps (same draws, same shares, same cut-offs) and the same search must win.
+    p = random_problem(250, seed=6, num_gpus=4)
+    starts = [c.devices for c in BestHeuristicPlacer().ranked(p)[:3]]
+    runs = []
+    for threads in (1, 2):
+        with Evaluator(p, threads=2) as evaluator:
+            firsts = [LocalSearch(p, s, LocalSearchConfig(sweep_below=0), seed=k,
+                                  evaluator=evaluator) for k, s in enumerate(starts)]
+            searches = firsts + [s.fork(10 + k) for k, s in enumerate(firsts)]
+            winner = race(searches, 900, threads=threads)
+            runs.append((searches.index(winner), [(s.curve, s.samples, s.simulations,
+                                                   s.current.tolist()) for s in searches],
+                         evaluator.samples))
+    assert runs[0] == runs[1]
+
+
 def test_block_draws_are_the_generators_choice_draws():
     # The search draws a block from cumulative weights kept per level; the draws must be
     # exactly those of Generator.choice with the weights as probabilities (the search took
@@ -309,6 +329,65 @@ class _Scripted:
         self.samples = min(until, self.samples + self._samples)
         self.stopped = "local optimum" if self.samples < until else "samples"
         return self.stopped
+
+
+class _Evaluator:
+    def in_this_thread(self):
+        return contextlib.nullcontext()
+
+
+class _Fails(_Scripted):
+    """A leg that fails once the other leg of its round is under way."""
+
+    evaluator = _Evaluator()
+
+    def __init__(self, other_running):
+        super().__init__(5.0)
+        self.other_running = other_running
+
+    def run(self, until, **kwargs):
+        self.other_running.wait()
+        raise ValueError("a simulation failed")
+
+
+class _Steps(_Scripted):
+    """A leg of many batches, which says when it is under way."""
+
+    evaluator = _Evaluator()
+
+    def __init__(self, running):
+        super().__init__(6.0)
+        self.running, self.steps = running, 0
+
+    def run(self, until, *, on_step, **kwargs):
+        for self.steps in range(1, 10_000_001):
+            on_step()
+            self.running.set()
+        return "samples"
+
+
+def test_a_leg_that_fails_on_its_thread_fails_the_race_and_stops_the_others():
+    running = threading.Event()
+    steps = _Steps(running)
+    with pytest.raises(ValueError, match="a simulation failed"):
+        race([_Fails(running), steps], 1000, threads=2)
+    assert steps.steps < 10_000_000  # stopped at its next batch, not run to its end
+
+
+def test_evaluating_in_this_thread_leaves_the_evaluators_threads_alone():
+    p = random_problem(120, seed=2, num_gpus=2)
+    batch = np.stack([BestHeuristicPlacer().propose(p)] * 4)
+    with Evaluator(p, threads=2) as evaluator:
+        shared = evaluator.evaluate(batch)
+        submit = evaluator._threads.submit
+        evaluator._threads.submit = None  # any use of the pool fails
+        with evaluator.in_this_thread():
+            alone = evaluator.evaluate(batch)
+        with pytest.raises(TypeError):
+            evaluator.evaluate(batch)  # outside the block the batch is cut over threads
+        evaluator._threads.submit = submit
+        np.testing.assert_array_equal(shared.scores, alone.scores)
+        assert evaluator.samples == 8
 
 
 def test_iterated_search_keeps_the_best_and_stops_after_patience_misses():

@@ -56,8 +56,10 @@ batch order, so the same seed gives the same placement whatever the number of wo
 from __future__ import annotations
 
 import bisect
+import concurrent.futures
 import copy
 import dataclasses
+import threading
 import time
 from typing import Callable
 
@@ -390,7 +392,7 @@ def rank(search: LocalSearch) -> tuple[bool, float]:
 
 
 def race(searches: list[LocalSearch], total: int, *, deadline: float | None = None,
-         lower_bound: float = 0.0, progress: Progress = QUIET) -> LocalSearch:
+         lower_bound: float = 0.0, progress: Progress = QUIET, threads: int = 1) -> LocalSearch:
     """Successive halving over searches from different starts, within ``total`` simulated
     placements in all (the starts' own included): in each of ``ceil(log2 k) + 1`` rounds of
     equal size the surviving searches share the round's placements equally, then the better
@@ -398,11 +400,31 @@ def race(searches: list[LocalSearch], total: int, *, deadline: float | None = No
     a search ends in depends on where it starts more than on how fast the start is, and a
     short leg already tells the basins apart. Returns the search with the best placement.
     After every batch, ``progress`` is told the placements simulated by all searches and the
-    best R among them."""
+    best R among them.
+
+    The legs of a round do not depend on each other (each search has its own random draws
+    and its own share), so with ``threads`` > 1 up to that many run at once, each simulating
+    its batches in its own thread (``Evaluator.in_this_thread``; the searches must share an
+    in-process evaluator with that many threads): the same searches take the same steps, and
+    the same search wins, as one after the other. The last survivor runs alone, its batches
+    cut over the evaluator's threads.
+    """
     best = lambda: min(searches, key=rank)  # noqa: E731
+    lock = threading.Lock()  # legs on several threads report through one progress
+    cancel = threading.Event()  # set when a leg fails or the caller is interrupted
 
     def step():
-        progress.update(sum(s.samples for s in searches), min(s.best for s in searches))
+        if cancel.is_set():
+            raise _Cancelled
+        with lock:
+            progress.update(sum(s.samples for s in searches), min(s.best for s in searches))
+
+    def leg(search: LocalSearch, until: int, alone: bool) -> str:
+        kwargs = dict(deadline=deadline, lower_bound=lower_bound, on_step=step)
+        if not alone:
+            return search.run(until, **kwargs)
+        with search.evaluator.in_this_thread():
+            return search.run(until, **kwargs)
 
     alive = list(searches)
     rounds = int(np.ceil(np.log2(len(alive)))) + 1 if alive else 1
@@ -410,16 +432,33 @@ def race(searches: list[LocalSearch], total: int, *, deadline: float | None = No
         if len(alive) == 1:
             break
         share = (total // rounds) // len(alive)
-        for search in alive:
-            stopped = search.run(search.samples + share, deadline=deadline,
-                                 lower_bound=lower_bound, on_step=step)
-            if stopped in ("deadline", "bound"):
-                return best()
+        if threads > 1:
+            pool = concurrent.futures.ThreadPoolExecutor(min(threads, len(alive)))
+            try:
+                futures = [pool.submit(leg, s, s.samples + share, True) for s in alive]
+                stopped = [f.result() for f in futures]
+            except BaseException:
+                cancel.set()  # the other legs end at their next batch
+                raise
+            finally:
+                pool.shutdown(cancel_futures=True)
+        else:
+            stopped = []
+            for search in alive:
+                stopped.append(leg(search, search.samples + share, False))
+                if stopped[-1] in ("deadline", "bound"):
+                    break
+        if any(why in ("deadline", "bound") for why in stopped):
+            return best()
         alive = sorted(alive, key=rank)[:(len(alive) + 1) // 2]
     leader = min(alive, key=rank)
     leader.run(leader.samples + max(0, total - sum(s.samples for s in searches)),
                deadline=deadline, lower_bound=lower_bound, on_step=step)
     return best()
+
+
+class _Cancelled(Exception):
+    """Ends a leg of :func:`race` run on another thread once the race has failed."""
 
 
 def kick(problem: PlacementProblem, devices: np.ndarray, fraction: float,

@@ -327,7 +327,8 @@ class AutoPlacer(Placer):
             with self.progress.phase("auto: local search", max_samples - spent,
                                      deadline=deadline):
                 winner = race(searches, max_samples - spent, deadline=deadline,
-                              lower_bound=bound, progress=self.progress)
+                              lower_bound=bound, progress=self.progress,
+                              threads=1 if measured else evaluator.threads)
                 raced = sum(s.samples for s in searches)
                 total = min(max_samples - spent, int(raced * (1 + cfg.kick_share)))
                 winner, iterated = iterate_until_stale(
