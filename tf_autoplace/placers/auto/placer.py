@@ -38,6 +38,7 @@ budget, not the time cap, ends the search.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import time
 
@@ -248,27 +249,34 @@ class AutoPlacer(Placer):
                 out.append(("replica_device_setter", devices, sim.makespan))
         action = problem.cluster.compute_devices()
         units = int(problem.graph.colocation.max()) + 1
+        path = None
         if "placeto" in self.config.learned and len(action) > 1 and units >= MIN_LEARNED_UNITS:
             path = pretrained_policy_dir(len(action))
-            if path is not None:
-                devices = self._placeto_zero_shot(problem, out[0][1], path, seed)
-                sim = problem.simulator.run(devices)
-                if not check_memory(problem, sim):
-                    out.append(("placeto zero-shot", devices, sim.makespan))
         spent = 0
         post = self.config.post
         if self.config.ray_address is not None:  # Post simulates where the search does
             post = dataclasses.replace(post, ray_address=self.config.ray_address)
-        if ("post" in self.config.learned and len(action) > 1 and units >= MIN_LEARNED_UNITS
-                and post.max_samples is not None
-                and max_samples >= POST_BUDGET_SHARE * post.max_samples):
-            shared = (evaluator if evaluator is not None
-                      and evaluator.memory_penalty == post.memory_penalty else None)
-            found = post_search.search(problem, post, seed, heuristic=out[0][1],
-                                       deadline=deadline, evaluator=shared)
-            spent = found.samples
-            if found.fits:
-                out.append(("post", found.devices, problem.simulator.run(found.devices).makespan))
+        # Placeto's episode (TensorFlow) and Post's search (the simulator's threads) both start
+        # from the best heuristic's placement and do not depend on each other: they overlap.
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            placeto = (pool.submit(self._placeto_zero_shot, problem, out[0][1], path, seed)
+                       if path is not None else None)
+            found = None
+            if ("post" in self.config.learned and len(action) > 1
+                    and units >= MIN_LEARNED_UNITS and post.max_samples is not None
+                    and max_samples >= POST_BUDGET_SHARE * post.max_samples):
+                shared = (evaluator if evaluator is not None
+                          and evaluator.memory_penalty == post.memory_penalty else None)
+                found = post_search.search(problem, post, seed, heuristic=out[0][1],
+                                           deadline=deadline, evaluator=shared)
+                spent = found.samples
+            if placeto is not None:
+                devices = placeto.result()
+                sim = problem.simulator.run(devices)
+                if not check_memory(problem, sim):
+                    out.append(("placeto zero-shot", devices, sim.makespan))
+        if found is not None and found.fits:
+            out.append(("post", found.devices, problem.simulator.run(found.devices).makespan))
         out.sort(key=lambda start: start[2])
         distinct = []
         for start in out:
