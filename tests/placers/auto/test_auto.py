@@ -1,7 +1,6 @@
 """The default placer and what it is built from: host offload, a best_heuristic that survives
 failing heuristics, monotonicity in devices, and the local search (numpy core, random DAGs)."""
 
-import contextlib
 import dataclasses
 import threading
 
@@ -241,12 +240,12 @@ def test_a_race_on_several_threads_takes_the_same_steps_as_one_after_the_other()
     p = random_problem(250, seed=6, num_gpus=4)
     starts = [c.devices for c in BestHeuristicPlacer().ranked(p)[:3]]
     runs = []
-    for threads in (1, 2):
+    for on_threads in (False, True):
         with Evaluator(p, threads=2) as evaluator:
             firsts = [LocalSearch(p, s, LocalSearchConfig(sweep_below=0), seed=k,
                                   evaluator=evaluator) for k, s in enumerate(starts)]
             searches = firsts + [s.fork(10 + k) for k, s in enumerate(firsts)]
-            winner = race(searches, 900, threads=threads)
+            winner = race(searches, 900, evaluator=evaluator if on_threads else None)
             runs.append((searches.index(winner), [(s.curve, s.samples, s.simulations,
                                                    s.current.tolist()) for s in searches],
                          evaluator.samples))
@@ -331,15 +330,8 @@ class _Scripted:
         return self.stopped
 
 
-class _Evaluator:
-    def in_this_thread(self):
-        return contextlib.nullcontext()
-
-
 class _Fails(_Scripted):
     """A leg that fails once the other leg of its round is under way."""
-
-    evaluator = _Evaluator()
 
     def __init__(self, other_running):
         super().__init__(5.0)
@@ -352,8 +344,6 @@ class _Fails(_Scripted):
 
 class _Steps(_Scripted):
     """A leg of many batches, which says when it is under way."""
-
-    evaluator = _Evaluator()
 
     def __init__(self, running):
         super().__init__(6.0)
@@ -369,9 +359,31 @@ class _Steps(_Scripted):
 def test_a_leg_that_fails_on_its_thread_fails_the_race_and_stops_the_others():
     running = threading.Event()
     steps = _Steps(running)
-    with pytest.raises(ValueError, match="a simulation failed"):
-        race([_Fails(running), steps], 1000, threads=2)
-    assert steps.steps < 10_000_000  # stopped at its next batch, not run to its end
+    with Evaluator(random_problem(20, seed=0, num_gpus=2), threads=2) as evaluator:
+        for racers in ([_Fails(running), steps], [steps, _Fails(running)]):
+            running.clear()
+            with pytest.raises(ValueError, match="a simulation failed"):
+                race(racers, 1000, evaluator=evaluator)
+            assert steps.steps < 10_000_000  # stopped at its next batch, not at its end
+            steps.steps = 0
+
+
+def test_tasks_in_the_evaluators_threads_return_in_order_and_run_there():
+    p = random_problem(20, seed=0, num_gpus=2)
+    with Evaluator(p, threads=2) as evaluator:
+        names = set()
+
+        def task(k):
+            def run():
+                names.add(threading.current_thread().name)
+                assert evaluator._local.alone  # each simulates its batches itself
+                return k * k
+            return run
+
+        assert evaluator.in_threads([task(k) for k in range(9)]) == [k * k for k in range(9)]
+        assert names <= {threading.current_thread().name} | {
+            t.name for t in evaluator._threads._threads}
+        assert not getattr(evaluator._local, "alone", False)
 
 
 def test_evaluating_in_this_thread_leaves_the_evaluators_threads_alone():

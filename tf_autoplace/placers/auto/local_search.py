@@ -56,7 +56,6 @@ batch order, so the same seed gives the same placement whatever the number of wo
 from __future__ import annotations
 
 import bisect
-import concurrent.futures
 import copy
 import dataclasses
 import threading
@@ -392,7 +391,8 @@ def rank(search: LocalSearch) -> tuple[bool, float]:
 
 
 def race(searches: list[LocalSearch], total: int, *, deadline: float | None = None,
-         lower_bound: float = 0.0, progress: Progress = QUIET, threads: int = 1) -> LocalSearch:
+         lower_bound: float = 0.0, progress: Progress = QUIET,
+         evaluator: Evaluator | None = None) -> LocalSearch:
     """Successive halving over searches from different starts, within ``total`` simulated
     placements in all (the starts' own included): in each of ``ceil(log2 k) + 1`` rounds of
     equal size the surviving searches share the round's placements equally, then the better
@@ -403,11 +403,10 @@ def race(searches: list[LocalSearch], total: int, *, deadline: float | None = No
     best R among them.
 
     The legs of a round do not depend on each other (each search has its own random draws
-    and its own share), so with ``threads`` > 1 up to that many run at once, each simulating
-    its batches in its own thread (``Evaluator.in_this_thread``; the searches must share an
-    in-process evaluator with that many threads): the same searches take the same steps, and
-    the same search wins, as one after the other. The last survivor runs alone, its batches
-    cut over the evaluator's threads.
+    and its own share), so with an ``evaluator`` (the one the searches score with) they run
+    on its threads, up to one search per thread at once (``Evaluator.in_threads``): the same
+    searches take the same steps, and the same search wins, as one after the other. The last
+    survivor runs alone, its batches cut over the evaluator's threads.
     """
     best = lambda: min(searches, key=rank)  # noqa: E731
     lock = threading.Lock()  # legs on several threads report through one progress
@@ -419,12 +418,9 @@ def race(searches: list[LocalSearch], total: int, *, deadline: float | None = No
         with lock:
             progress.update(sum(s.samples for s in searches), min(s.best for s in searches))
 
-    def leg(search: LocalSearch, until: int, alone: bool) -> str:
-        kwargs = dict(deadline=deadline, lower_bound=lower_bound, on_step=step)
-        if not alone:
-            return search.run(until, **kwargs)
-        with search.evaluator.in_this_thread():
-            return search.run(until, **kwargs)
+    def leg(search: LocalSearch, until: int) -> Callable[[], str]:
+        return lambda: search.run(until, deadline=deadline, lower_bound=lower_bound,
+                                  on_step=step)
 
     alive = list(searches)
     rounds = int(np.ceil(np.log2(len(alive)))) + 1 if alive else 1
@@ -432,20 +428,13 @@ def race(searches: list[LocalSearch], total: int, *, deadline: float | None = No
         if len(alive) == 1:
             break
         share = (total // rounds) // len(alive)
-        if threads > 1:
-            pool = concurrent.futures.ThreadPoolExecutor(min(threads, len(alive)))
-            try:
-                futures = [pool.submit(leg, s, s.samples + share, True) for s in alive]
-                stopped = [f.result() for f in futures]
-            except BaseException:
-                cancel.set()  # the other legs end at their next batch
-                raise
-            finally:
-                pool.shutdown(cancel_futures=True)
+        legs = [leg(s, s.samples + share) for s in alive]
+        if evaluator is not None and evaluator.threads > 1:
+            stopped = evaluator.in_threads(legs, on_error=cancel.set)
         else:
             stopped = []
-            for search in alive:
-                stopped.append(leg(search, search.samples + share, False))
+            for run in legs:
+                stopped.append(run())
                 if stopped[-1] in ("deadline", "bound"):
                     break
         if any(why in ("deadline", "bound") for why in stopped):

@@ -336,7 +336,7 @@ class AutoPlacer(Placer):
                                      deadline=deadline):
                 winner = race(searches, max_samples - spent, deadline=deadline,
                               lower_bound=bound, progress=self.progress,
-                              threads=1 if measured else evaluator.threads)
+                              evaluator=None if measured else evaluator)
                 raced = sum(s.samples for s in searches)
                 total = min(max_samples - spent, int(raced * (1 + cfg.kick_share)))
                 winner, iterated = iterate_until_stale(
