@@ -90,9 +90,10 @@ class AutoConfig:
         candidates, one chunk per worker). The placement does not depend on it.
       ray_address: simulate on a Ray cluster: ``"auto"``, ``"HOST:PORT"``, ``"local"``; None:
         local processes. The placement does not depend on it.
-      threads: with one worker (this process), threads that simulate a step's candidates
-        (>= 1), or None: as many as the CPUs this process may use, at most ``search.batch``.
-        The placement does not depend on it.
+      threads: with one worker (this process), threads that simulate (>= 1): the race runs
+        up to this many searches at once, one per thread, and a search running alone has its
+        candidates cut over them; or None: as many as the CPUs this process may use, at most
+        ``search.batch``. The placement does not depend on it.
       starts: how many of the fastest distinct starts the search races (>= 1).
       seeds_per_start: searches from each start, each with its own random draws (>= 1):
         which local optimum a search ends in depends on its first moves as much as on its
