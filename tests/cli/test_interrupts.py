@@ -149,6 +149,25 @@ def test_an_interrupt_numba_wrapped_in_a_system_error_comes_out_plain():
     assert caught.value is error and interrupt_in(error) is None
 
 
+def test_a_placer_run_directly_turns_numbas_chained_interrupt_into_a_plain_one():
+    # Ctrl-C while a kernel runs in the search (Post's batches, the race's legs) came out of
+    # AutoPlacer.place as numba's SystemError for a caller that runs placers itself.
+    from tf_autoplace.heuristics.single import SingleDevicePlacer
+    from tf_autoplace.testing.problems import random_problem
+
+    class Interrupted(SingleDevicePlacer):
+        def _place(self, problem, rng):
+            try:
+                raise KeyboardInterrupt
+            except KeyboardInterrupt as e:
+                raise SystemError("<function _numba_unpickle> returned a result with an "
+                                  "exception set") from e
+
+    with pytest.raises(KeyboardInterrupt) as caught:
+        Interrupted().place(random_problem(10, seed=0, num_gpus=2))
+    assert caught.value.__cause__ is None and caught.value.__context__ is None
+
+
 FIRST_CALL_CHILD = """
 import importlib.abc, os, signal, sys
 import tensorflow as tf

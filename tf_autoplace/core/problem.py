@@ -36,6 +36,7 @@ from tf_autoplace.graph.opgraph import OpGraph
 from tf_autoplace.grouping import Grouping
 from tf_autoplace.outputs.progress import QUIET, Progress
 from tf_autoplace.sim import SimResult
+from tf_autoplace.sim.jit import interruptible
 from tf_autoplace.sim.layout import OrderedSimulator
 
 # Attributes a placer sets while placing, which its result does not depend on.
@@ -250,11 +251,14 @@ class Placer(abc.ABC):
         return validate(problem, devices, placer_name=f"the {self.name} placement",
                         notes=tuple(self.notes))
 
+    @interruptible
     def propose(self, problem: PlacementProblem, *, seed: int = 0,
                 progress: Progress | None = None) -> np.ndarray:
         """The placer's raw answer, [n] int32, not yet checked against memory (baselines that
         may not fit, like a single GPU, are reported with their peak memory rather than
-        rejected)."""
+        rejected). A Ctrl-C during the search is a plain KeyboardInterrupt, as at the engine's
+        doors (:func:`tf_autoplace.sim.jit.interruptible`), for callers that run placers
+        themselves."""
         self.notes = []
         self.trained_policy = None
         self.progress = QUIET if progress is None else progress
