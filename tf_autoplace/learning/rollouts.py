@@ -106,7 +106,7 @@ class Evaluator:
 
     ``samples`` counts the placements evaluated so far. Use as a context manager (or call
     :meth:`close`) so that workers and threads end with the search. Several threads may
-    evaluate at once (:meth:`in_this_thread`).
+    evaluate at once (:meth:`in_threads`).
 
     Raises:
       ConfigError: a memory penalty below 0, or threads not an int >= 1.
@@ -221,7 +221,7 @@ class Evaluator:
                                            below) for c in chunks[1:]]
             first = evaluate_batch(self.problem, chunks[0], self.memory_penalty, below)
             rows = np.concatenate([first] + [f.result() for f in others])
-        elif self.pool.backend == "in-process" or len(placements) < 2:  # or in_this_thread
+        elif self.pool.backend == "in-process" or len(placements) < 2:
             rows = evaluate_batch(self.problem, placements, self.memory_penalty, below)
         else:
             chunks = [c for c in np.array_split(placements, self.workers) if len(c)]
