@@ -53,29 +53,36 @@ def test_every_command_help_lists_its_flags_without_importing_tensorflow(command
         assert continued  # their multi-line examples
 
 
+def _one_error_line_before_tensorflow(argv, repo_root) -> str:
+    """The one ``error:`` line of ``tf-autoplace ARGV``, which must fail (status 1, no
+    traceback) before TensorFlow or numba is imported."""
+    proc = subprocess.run([sys.executable, "-c", WRAPPER, *argv], cwd=repo_root,
+                          env=dict(_env(repo_root), TF_CPP_MIN_LOG_LEVEL="3"), text=True,
+                          capture_output=True, timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stdout.rsplit("IMPORTED", 1)[1].strip() == "[]"
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, proc.stderr
+    return errors[0]
+
+
 @pytest.mark.parametrize("argv, message", [
     (["train-placeto", "--family_knobs={bad"], "--family_knobs must be a JSON object"),
+    (["train-placeto", "--family_knobs=[1]"], "--family_knobs must be a JSON object"),
+    (["train-placeto", "--cluster=nosuch"], "cannot read cluster spec 'nosuch'"),
     (["train-gdp", "--clusters=nosuch"], "cannot read cluster spec 'nosuch'"),
+    (["train-gdp", "--keep_offsets=0,a"], "--keep_offsets must be numbers"),
 ])
 def test_the_trainers_end_bad_settings_in_one_error_line(argv, message, repo_root, tmp_path):
     out = tmp_path / "policy"
-    proc = subprocess.run([sys.executable, "-m", "tf_autoplace.cli", *argv, f"--out_dir={out}"],
-                          cwd=repo_root, env=dict(_env(repo_root), TF_CPP_MIN_LOG_LEVEL="3"),
-                          text=True, capture_output=True, timeout=300)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and message in errors[0], proc.stderr
+    assert message in _one_error_line_before_tensorflow([*argv, f"--out_dir={out}"], repo_root)
     assert not out.exists()
 
 
 def test_benchmark_checks_its_outputs_first_and_says_what_is_wrong_in_one_line(repo_root,
                                                                                tmp_path):
     missing = tmp_path / "no_such_dir" / "table.md"
-    proc = subprocess.run([sys.executable, "-m", "tf_autoplace.cli", "benchmark", "--quick",
-                           f"--out_md={missing}"], cwd=repo_root,
-                          env=dict(_env(repo_root), TF_CPP_MIN_LOG_LEVEL="3"), text=True,
-                          capture_output=True, timeout=300)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and "--out_md" in errors[0] and "does not exist" in errors[0]
-    assert "--pairs:" not in proc.stderr  # not the whole help text
+    error = _one_error_line_before_tensorflow(["benchmark", "--quick", f"--out_md={missing}"],
+                                              repo_root)
+    assert "--out_md" in error and "does not exist" in error
+

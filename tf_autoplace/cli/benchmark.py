@@ -21,7 +21,7 @@ import time
 
 from absl import flags
 
-from tf_autoplace.cli import benchmark_flags  # noqa: F401  (defines this command's flags)
+from tf_autoplace.cli import benchmark_flags  # noqa: F401  (this command's flags and checks)
 from tf_autoplace.core.cluster import resolve_cluster
 from tf_autoplace.errors import AutoplaceError
 from tf_autoplace.grouping import GroupingConfig
@@ -39,12 +39,6 @@ def _error(message: str) -> int:
 
 def main(argv):
     del argv
-    try:  # every output path is checked before any work
-        for flag in ("out_md", "out_csv", "plot_png"):
-            if getattr(FLAGS, flag):
-                files.check_output_path(getattr(FLAGS, flag), f"--{flag}")
-    except AutoplaceError as e:
-        return _error(str(e))
     if FLAGS.from_csv:
         try:
             rows = [row for path in FLAGS.from_csv for row in bench.read_csv(path)]

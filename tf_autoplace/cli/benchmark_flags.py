@@ -1,7 +1,10 @@
 """The flags of ``tf-autoplace benchmark``, declared apart from the command (which imports
-TensorFlow) so that ``tf-autoplace benchmark --help`` lists them without importing it."""
+TensorFlow) so that ``tf-autoplace benchmark --help`` lists them without importing it, and
+:func:`check` checks the output paths before TensorFlow loads."""
 
 from absl import flags
+
+from tf_autoplace.outputs import files
 
 flags.DEFINE_list("placers", None,
                   "placers to run (tf_autoplace.core.registry); name@SECONDS gives a placer "
@@ -26,3 +29,12 @@ flags.DEFINE_float("budget_s", None, "time budget of every placer that searches 
                    "step times do not depend on the machine's load")
 flags.DEFINE_integer("max_groups", None, "Merge-and-Colocate N (default: "
                      "tf_autoplace.grouping.GroupingConfig's)")
+
+
+def check() -> None:
+    """--out_md, --out_csv and --plot_png, before anything is imported or built (the command
+    line's dispatcher runs it first): each must be a file that can be written (an
+    AutoplaceError naming the flag otherwise)."""
+    for flag in ("out_md", "out_csv", "plot_png"):
+        if getattr(flags.FLAGS, flag):
+            files.check_output_path(getattr(flags.FLAGS, flag), f"--{flag}")

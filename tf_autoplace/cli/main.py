@@ -15,7 +15,10 @@ Each subcommand is a module, and its absl flags are defined in a module of their
 (``--cluster``, ``--seed``), so only the chosen one is imported, by name, after the command
 line is read (no cycle is involved). ``tf-autoplace COMMAND --help`` imports only the flags
 module and reads the command's docstring from its source: it answers at once, without
-TensorFlow, and exits 0.
+TensorFlow, and exits 0. A flags module may also define ``check()``, the settings it can check
+without TensorFlow (output paths, JSON values, cluster files): it runs before the command's
+module is imported, so a long command given a wrong setting says so in one ``error:`` line at
+once.
 
 Ctrl-C and SIGTERM end a command the same way: the interrupt unwinds it through the cleanup that
 leaves no partial output (:mod:`tf_autoplace.outputs.files`; SIGTERM is raised as
@@ -37,7 +40,7 @@ import sys
 
 from absl import app, flags
 
-from tf_autoplace.errors import Terminated, interrupt_in
+from tf_autoplace.errors import AutoplaceError, Terminated, interrupt_in
 
 PROG = "tf-autoplace"
 HELP = ("-h", "--help", "-help", "help", "--helpshort", "-?")
@@ -108,11 +111,39 @@ def _help(name: str, full: bool) -> int:
     return 0
 
 
+def _check_early(flags_module) -> int | None:
+    """Run the flags module's ``check()``, if it has one, on ``sys.argv``'s flags before the
+    command's module (and TensorFlow) is imported: a wrong setting of a long command (a
+    trainer, the benchmark) is one ``error:`` line at once, not after seconds of loading.
+    Returns 1 when a check fails, None otherwise. A command line absl cannot parse is left to
+    ``app.run``, which says why; the flags are unparsed again either way, since ``app.run``
+    parses them once more (a repeated flag would otherwise count twice)."""
+    check = getattr(flags_module, "check", None)
+    if check is None:
+        return None
+    try:
+        flags.FLAGS(sys.argv)
+    except flags.Error:
+        return None
+    try:
+        check()
+    except AutoplaceError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        flags.FLAGS.unparse_flags()
+    return None
+
+
 def _run(name: str) -> int:
-    """Import ``name``'s module and run its ``main`` under absl with ``sys.argv``."""
+    """Import ``name``'s module and run its ``main`` under absl with ``sys.argv``, once its
+    flags module's early checks pass (:func:`_check_early`)."""
+    flags_module = f"tf_autoplace.cli.{COMMANDS[name][0]}_flags"
+    failed = _check_early(importlib.import_module(flags_module))
+    if failed is not None:
+        return failed
     command = importlib.import_module(f"tf_autoplace.cli.{COMMANDS[name][0]}")
     sys.modules["__main__"].__doc__ = command.__doc__
-    flags_module = f"tf_autoplace.cli.{COMMANDS[name][0]}_flags"
     for flag in flags.FLAGS.get_key_flags_for_module(flags_module):
         flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
     app.run(command.main, argv=sys.argv)  # exits with main's status

@@ -29,9 +29,8 @@ from absl import app, flags
 
 from tf_autoplace import zoo
 from tf_autoplace.cli import one_line_errors, policy_out
-from tf_autoplace.cli import train_gdp_flags  # noqa: F401  (defines this command's flags)
+from tf_autoplace.cli import train_gdp_flags  # this command's flags and their checks
 from tf_autoplace.core.cluster import resolve_cluster
-from tf_autoplace.errors import ConfigError
 from tf_autoplace.learning.eager import policy_context
 from tf_autoplace.placers.gdp import imitation as gdp_imitation
 from tf_autoplace.placers.gdp import pretrain as gdp_pretrain
@@ -58,18 +57,9 @@ def held_out_check(zoo_entries) -> None:
             raise app.UsageError(f"zoo graph {name} {knobs} is a held-out benchmark pair")
 
 
-def _offsets(values) -> list[float]:
-    """--keep_offsets as numbers; ConfigError naming the flag otherwise (before any work)."""
-    try:
-        return [float(x) for x in values]
-    except ValueError:
-        raise ConfigError(f"--keep_offsets must be numbers, got {list(values)}") from None
-
-
 @one_line_errors
 def main():
     """Train (see the module docstring)."""
-    _offsets(FLAGS.keep_offsets)  # checked before the corpus is built
     out_dir = policy_out.check_out_dir(FLAGS.out_dir)
 
     config = gdp_corpus.CorpusConfig(
@@ -110,8 +100,8 @@ def main():
             results = gdp_pretrain.pretrain(
                 policy, [f"{e.name}@{e.cluster}" for e in train], [e.problem for e in train],
                 scored, ppo_config, features, select_every=FLAGS.select_every,
-                imitation=imitation, keep_offsets=_offsets(FLAGS.keep_offsets),
-                progress=True)
+                imitation=imitation,
+                keep_offsets=train_gdp_flags.keep_offsets(FLAGS.keep_offsets), progress=True)
             policy.save(staged)
         manifest = dict(
             what="GDP policy (tf_autoplace.placers.gdp.policy.GdpPolicy), one policy for every "

@@ -1,7 +1,12 @@
 """The flags of ``tf-autoplace train-gdp``, declared apart from the command (which imports
-TensorFlow) so that ``tf-autoplace train-gdp --help`` lists them without importing it."""
+TensorFlow) so that ``tf-autoplace train-gdp --help`` lists them without importing it, and
+:func:`check` checks the settings it can before TensorFlow loads."""
 
 from absl import flags
+
+from tf_autoplace.cli import policy_out
+from tf_autoplace.core.cluster import resolve_cluster
+from tf_autoplace.errors import ConfigError
 
 flags.DEFINE_string("out_dir", None, "Where to write the policy and its manifest: a new or "
                     "empty directory, or a policy's directory, whose files are replaced as one "
@@ -51,3 +56,21 @@ flags.DEFINE_list("keep_offsets", ["0", "1", "2", "3", "4", "6"], "Offsets tried
 flags.DEFINE_integer("clone_select_every", 5, "Score the validation graphs every N imitation "
                      "epochs.", lower_bound=1)
 flags.mark_flags_as_required(["out_dir"])
+
+
+def keep_offsets(values) -> list[float]:
+    """--keep_offsets as numbers; ConfigError naming the flag otherwise."""
+    try:
+        return [float(x) for x in values]
+    except ValueError:
+        raise ConfigError(f"--keep_offsets must be numbers, got {list(values)}") from None
+
+
+def check() -> None:
+    """--keep_offsets, --out_dir and --clusters, before anything is imported or built (the
+    command line's dispatcher runs it first; ConfigError or ClusterSpecError naming the flag's
+    problem)."""
+    keep_offsets(flags.FLAGS.keep_offsets)
+    policy_out.check_out_dir(flags.FLAGS.out_dir)
+    for path in flags.FLAGS.clusters:
+        resolve_cluster(path)

@@ -31,7 +31,6 @@ TensorBoard summaries (policy gradient only) to ``--logdir`` if given.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import platform
 import shlex
@@ -41,9 +40,8 @@ import time
 from absl import flags
 
 from tf_autoplace.cli import one_line_errors, policy_out
-from tf_autoplace.cli import train_placeto_flags  # noqa: F401  (defines this command's flags)
+from tf_autoplace.cli import train_placeto_flags  # this command's flags and their checks
 from tf_autoplace.core.cluster import resolve_cluster
-from tf_autoplace.errors import ConfigError
 from tf_autoplace.placers.placeto import imitation, reinforce
 from tf_autoplace.placers.placeto.env import EnvConfig, PlacementEnv
 from tf_autoplace.placers.placeto.policy import PlacetoPolicy
@@ -58,8 +56,9 @@ def recipe() -> dict:
     """What the flags ask for, before anything is built or trained, as the manifest records
     it: the cluster, the families and their config, the objective, the MDP (``env_config``),
     the training settings (``train_config``) and the policy's sizes and seed (``policy``)."""
+    knobs = train_placeto_flags.family_knobs(FLAGS.family_knobs)
     family_config = families.FamilyConfig(num_graphs=FLAGS.num_graphs, seed=FLAGS.seed,
-                                          **_knobs(FLAGS.family_knobs))
+                                          **knobs)
     if FLAGS.objective == "imitation":
         # The targets come from the placer's search without restarts: the shipped policy's
         # were made so, and a restart only pays within the placer's small budget.
@@ -133,17 +132,6 @@ def _imitate(settings: dict, policy, train, test):
                 for made in clones],
         held_out=held_out(policy, untrained, test, env_config))
     return policy, results
-
-
-def _knobs(text: str) -> dict:
-    """--family_knobs: a JSON object; ConfigError naming the flag otherwise."""
-    try:
-        knobs = json.loads(text)
-    except ValueError as e:
-        raise ConfigError(f"--family_knobs must be a JSON object: {e}") from None
-    if not isinstance(knobs, dict):
-        raise ConfigError(f"--family_knobs must be a JSON object, got {text!r}")
-    return knobs
 
 
 @one_line_errors

@@ -1,7 +1,14 @@
 """The flags of ``tf-autoplace train-placeto``, declared apart from the command (which imports
-TensorFlow) so that ``tf-autoplace train-placeto --help`` lists them without importing it."""
+TensorFlow) so that ``tf-autoplace train-placeto --help`` lists them without importing it, and
+:func:`check` checks the settings it can before TensorFlow loads."""
+
+import json
 
 from absl import flags
+
+from tf_autoplace.cli import policy_out
+from tf_autoplace.core.cluster import resolve_cluster
+from tf_autoplace.errors import ConfigError
 
 flags.DEFINE_string("out_dir", "tf_autoplace/pretrained/placeto_d2",
                     "Where to write the policy and its manifest: a new or empty directory, or a "
@@ -67,3 +74,23 @@ flags.DEFINE_string("cache_dir", None, "Cache built family problems here.")
 flags.DEFINE_string("logdir", None, "TensorBoard summaries.")
 flags.DEFINE_string("family_knobs", "{}",
                     "JSON {family: {knob: value or [low, high]}} overriding family knobs.")
+
+
+def family_knobs(text: str) -> dict:
+    """--family_knobs as a dict; ConfigError naming the flag unless it is a JSON object."""
+    try:
+        knobs = json.loads(text)
+    except ValueError as e:
+        raise ConfigError(f"--family_knobs must be a JSON object: {e}") from None
+    if not isinstance(knobs, dict):
+        raise ConfigError(f"--family_knobs must be a JSON object, got {text!r}")
+    return knobs
+
+
+def check() -> None:
+    """--family_knobs, --out_dir and --cluster, before anything is imported or built (the
+    command line's dispatcher runs it first; ConfigError or ClusterSpecError naming the flag's
+    problem)."""
+    family_knobs(flags.FLAGS.family_knobs)
+    policy_out.check_out_dir(flags.FLAGS.out_dir)
+    resolve_cluster(flags.FLAGS.cluster)
