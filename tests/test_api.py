@@ -58,6 +58,44 @@ def test_a_graph_fed_by_tf_data_runs_placed_with_soft_placement_off():
         np.testing.assert_allclose(losses, reference, rtol=1e-5)
 
 
+def test_a_feedable_iterator_runs_placed_with_soft_placement_off():
+    # A TF1 program switches input pipelines by feeding an iterator's string handle: the
+    # iterator made from the handle must sit where the handle's iterator does, though no edge
+    # joins them. Random placements (several seeds) would split them if ingest did not.
+    def build():
+        g = tf.Graph()
+        with g.as_default():
+            features = np.random.default_rng(0).normal(size=(32, 6)).astype(np.float32)
+            ds = tf.data.Dataset.from_tensor_slices(features).batch(8).repeat()
+            train = tf.compat.v1.data.make_one_shot_iterator(ds)
+            tf.identity(train.string_handle(), name="train_handle")
+            handle = tf.compat.v1.placeholder(tf.string, [], name="handle")
+            x = tf.compat.v1.data.Iterator.from_string_handle(
+                handle, tf.compat.v1.data.get_output_types(ds),
+                tf.compat.v1.data.get_output_shapes(ds)).get_next()
+            w = tf.compat.v1.get_variable("w", [6, 1], initializer=tf.ones_initializer())
+            loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - 1.0), name="loss")
+            tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, name="train")
+            tf.compat.v1.global_variables_initializer()
+        return g
+
+    def run(g):
+        config = tf.compat.v1.ConfigProto(allow_soft_placement=False, device_count={"CPU": 2})
+        with tf.compat.v1.Session(graph=g, config=config) as sess:
+            sess.run("init")
+            feed = {"handle:0": sess.run("train_handle:0")}
+            return [sess.run(["loss:0", "train"], feed)[0] for _ in range(3)]
+
+    reference = run(build())
+    devices = set()
+    for seed in range(6):
+        g = build()
+        tf_autoplace.autoplace(g, cluster=CPU2, placer="random", seed=seed)
+        devices |= {op.device for op in g.get_operations()}
+        np.testing.assert_allclose(run(g), reference, rtol=1e-5)
+    assert len(devices) == 2  # the placements did split the graph
+
+
 def test_report_figures_are_consistent():
     tg = small_cnn()
     report = tf_autoplace.autoplace(tg.graph, cluster=CPU2, placer="m_etf", seed=0)

@@ -185,6 +185,32 @@ def test_a_tf_data_pipeline_and_its_iterator_are_one_group(iterator):
     assert label["total"] != label["TensorSliceDataset"]  # what reads the batch stays free
 
 
+@pytest.mark.parametrize("feedable", [True, False])
+def test_a_feedable_iterator_joins_every_iterator_it_could_be_fed(feedable):
+    g = tf.Graph()
+    with g.as_default():
+        ds = tf.data.Dataset.from_tensor_slices(tf.zeros([8])).batch(4).repeat()
+        other = tf.data.Dataset.from_tensor_slices(tf.ones([8])).batch(4).repeat()
+        train = tf.compat.v1.data.make_one_shot_iterator(ds)
+        valid = tf.compat.v1.data.make_initializable_iterator(other)
+        tf.identity(train.string_handle(), name="train_handle")
+        tf.identity(valid.string_handle(), name="valid_handle")
+        if feedable:  # the program feeds one of the two handles above
+            handle = tf.compat.v1.placeholder(tf.string, [], name="handle")
+            it = tf.compat.v1.data.Iterator.from_string_handle(
+                handle, tf.compat.v1.data.get_output_types(ds),
+                tf.compat.v1.data.get_output_shapes(ds))
+            tf.reduce_sum(it.get_next(), name="total")
+    og = _opgraph(g)
+    label = _by_name(og, og.colocation)
+    iterators = [name for name, op in zip(og.names, og.op_types)
+                 if op in ("OneShotIterator", "IteratorV2", "IteratorFromStringHandleV2")]
+    assert len(iterators) == 2 + feedable
+    assert len({label[name] for name in iterators}) == (1 if feedable else 2)
+    if feedable:
+        assert label["handle"] != label["OneShotIterator"]  # the fed string stays free
+
+
 def test_kernel_kinds_come_from_the_kernel_registry():
     g = tf.Graph()
     with g.as_default():

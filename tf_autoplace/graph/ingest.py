@@ -34,7 +34,10 @@ Colocation (what TF's placer enforces and we must not split):
   splits of a pipeline from its iterator (a source dataset on another device than the iterator
   fails at the session's first run with "Cannot colocate nodes"), and an input pipeline is
   host work too small to be worth splitting, so it is kept whole rather than split where TF
-  happens to allow it.
+  happens to allow it;
+- a feedable iterator (``Iterator.from_string_handle``) and every iterator of the graph are one
+  group: the handle it reads names some iterator through a feed, and TensorFlow looks that
+  iterator up on the feedable one's device only.
 
 v1 while loops: the ``NextIteration -> Merge`` back edge is dropped, so the rest is a DAG.
 """
@@ -180,6 +183,28 @@ def _colocation_targets(node) -> list[str]:
     entries = node.attr["_class"].list.s if "_class" in node.attr else []
     return [e.decode("utf-8", "replace")[len("loc:@"):] for e in entries
             if e.startswith(b"loc:@")]
+
+
+# Ops that make an iterator resource, and those that find one from a string handle (a feedable
+# iterator, ``tf.compat.v1.data.Iterator.from_string_handle``).
+_ITERATORS = frozenset({
+    "Iterator", "IteratorV2", "OneShotIterator", "AnonymousIterator", "AnonymousIteratorV2",
+    "AnonymousIteratorV3", "MultiDeviceIterator", "AnonymousMultiDeviceIterator",
+    "AnonymousMultiDeviceIteratorV3"})
+_FROM_HANDLE = frozenset({"IteratorFromStringHandle", "IteratorFromStringHandleV2",
+                          "MultiDeviceIteratorFromStringHandle"})
+
+
+def _join_feedable_iterators(nodes, uf: _UnionFind) -> None:
+    """Put every feedable iterator and every iterator of the graph in one group. The handle a
+    feedable iterator is fed comes from a feed, not an edge (the program runs another
+    iterator's ``string_handle()`` and feeds the string back), so the graph does not say
+    which iterator it names, and TensorFlow finds that iterator only on the feedable one's
+    device ("Attempted create an iterator on device ... from handle defined on device ...")."""
+    feedable = [i for i, node in enumerate(nodes) if node.op in _FROM_HANDLE]
+    for i, node in enumerate(nodes):
+        if feedable and (node.op in _ITERATORS or node.op in _FROM_HANDLE):
+            uf.union(feedable[0], i)
 
 
 def _node_in_message(message: str) -> str | None:
@@ -446,6 +471,7 @@ def _opgraph(meta_graph: meta_graph_pb2.MetaGraphDef, props: dict, unknown_dim: 
             inputs_of[i].append(t)
         for target in _colocation_targets(node):
             uf.union(index[target], i)
+    _join_feedable_iterators(nodes, uf)
 
     ports_of: list[dict[int, int]] = [{} for _ in range(n)]  # op -> {port: tensor}
     for (i, port), t in tensor_id.items():
