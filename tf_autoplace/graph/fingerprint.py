@@ -6,7 +6,9 @@ that a later run can tell "this graph" from "another graph" (or "this graph, cha
 without trusting op names alone.
 
 What is hashed, in the graph's op order: op types; persistent bytes; every tensor's producer and
-size; data and control edges; the TF colocation groups; which device kinds each op has kernels
+size; data edges in input order and control edges in a canonical one (TF writes a node's
+control inputs sorted by their names, counters included, so the same graph built again can
+list them in another order); the TF colocation groups; which device kinds each op has kernels
 for; which ops have outputs of unknown size; the number of while-loop back edges; and the op
 names with TensorFlow's uniquifying counters removed. TF makes a name unique by appending
 ``_<n>`` to it (``dense``, ``dense_1``, ...), and ``n`` depends on what the program built
@@ -34,7 +36,7 @@ _COUNTER = re.compile(r"(?:_\d+)+$")
 # A gradient scope names the op it differentiates: ``gradients/Mean_1_grad/...``.
 _GRAD_COUNTER = re.compile(r"(?:_\d+)+(?=_grad$)")
 # Bumped when what is hashed changes, so that old fingerprints never match new ones.
-FORMAT = 1
+FORMAT = 2
 
 
 def normalized_name(name: str) -> str:
@@ -65,8 +67,9 @@ def fingerprint(graph: OpGraph) -> str:
     array(graph.tensor_bytes, "<i8")
     array(graph.edge_tensor, "<i4")
     array(graph.edge_dst, "<i4")
-    array(graph.ctrl_src, "<i4")
-    array(graph.ctrl_dst, "<i4")
+    ctrl = np.lexsort((graph.ctrl_src, graph.ctrl_dst))
+    array(graph.ctrl_src[ctrl], "<i4")
+    array(graph.ctrl_dst[ctrl], "<i4")
     array(graph.colocation, "<i4")
     array(graph.kernels, "u1")
     array(graph.shape_known, "u1")
