@@ -162,6 +162,22 @@ def test_keys_follow_the_placer_settings_and_the_seed():
     assert PlacementCache.key(problem, SavedPlacement(saved), 0, fp) is None
 
 
+def test_keys_follow_the_executed_graph_but_not_the_order_of_its_control_edges():
+    problem = problems.random_problem(40, 0)
+    fp, graph = fingerprint(problem.graph), problem.graph
+    src = graph.tensor_op[graph.edge_tensor][:6]  # control edges beside data edges: acyclic
+    dst = graph.edge_dst[:6]
+
+    def key(order):
+        executed = dataclasses.replace(graph, ctrl_src=src[order], ctrl_dst=dst[order])
+        return PlacementCache.key(dataclasses.replace(problem, executed=executed),
+                                  AutoPlacer(max_samples=10), 0, fp)
+
+    assert key(np.arange(6)) == key(np.arange(6)[::-1])  # TF lists them sorted by raw name
+    assert key(np.arange(6)) != key(np.arange(5))
+    assert key(np.arange(6)) != PlacementCache.key(problem, AutoPlacer(max_samples=10), 0, fp)
+
+
 def _entry(problem, fp, device, note):
     entry = placement_pb2.PlacementResult(placer="auto", graph_fingerprint=fp, note=[note])
     for name in problem.graph.names:

@@ -13,7 +13,7 @@ found and every later start with the same graph, cluster, placer and seed reads 
   built again after another one, ``dense_1`` for ``dense``, still hits);
 - the op-time matrix of the cost model (shapes and the cost model's view of each device) and,
   from a measured profile, what the simulator takes from it besides (the executed graph's
-  edges, the partner times);
+  fingerprint, the partner times);
 - the grouping (Merge-and-Colocate's groups);
 - the cluster (every device's fields, core groups, link bandwidths and latencies, per-op
   overhead);
@@ -73,13 +73,14 @@ from tf_autoplace.core.cachedir import (
 )
 from tf_autoplace.core.problem import PlacementProblem, Placer
 from tf_autoplace.errors import AutoplaceError, ConfigError
+from tf_autoplace.graph.fingerprint import fingerprint
 from tf_autoplace.outputs.saved_placement import match, write_placement
 from tf_autoplace.proto import placement_pb2
 
 SUFFIX = ".pb"
 CACHE_ENV = "TF_AUTOPLACE_CACHE_DIR"
 # Bumped when the key or the entry format changes, so that old entries are never read.
-FORMAT = 2
+FORMAT = 3
 
 
 def package_version() -> str:
@@ -161,9 +162,8 @@ class PlacementCache:
         if cluster.delay.any():  # (keys of clusters without delays stay as they were)
             arrays.append(cluster.delay)
         if problem.executed is not None:  # the simulator runs the graph TF executes
-            executed = problem.executed
-            arrays += [executed.edge_tensor, executed.edge_dst, executed.ctrl_src,
-                       executed.ctrl_dst]
+            # (its fingerprint: its control edges in a canonical order, as the graph's)
+            h.update(fingerprint(problem.executed).encode())
         if problem.partner is not None:
             arrays += [problem.partner, problem.partner_time]
         for array in arrays:
