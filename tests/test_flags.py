@@ -264,6 +264,15 @@ def test_session_without_the_cluster_devices(soft):
     config = tf.compat.v1.ConfigProto(device_count={"CPU": 2})
     with tf.compat.v1.Session(graph=tf.Graph(), config=config) as sess:
         ap_flags._check_session_devices(sess, cluster, "cpu2.pbtxt")
+    # Names without a task are the session's own devices of that type and index.
+    short = Cluster.from_text('device { name: "/device:CPU:0" kind: "CPU" memory_bytes: 1000 }')
+    with tf.compat.v1.Session(graph=tf.Graph(), config=config) as sess:
+        ap_flags._check_session_devices(sess, short, "one_cpu.pbtxt")
+    short = Cluster.from_text('device { name: "/device:CPU:0" kind: "CPU" memory_bytes: 1000 }\n'
+                              'device { name: "/device:CPU:1" kind: "CPU" memory_bytes: 1000 }')
+    with tf.compat.v1.Session(graph=tf.Graph(), config=tf.compat.v1.ConfigProto()) as sess:
+        with pytest.raises(tf_autoplace.ConfigError, match="device_count"):
+            ap_flags._check_session_devices(sess, short, "two_cpus.pbtxt")
     # Devices of tasks the session does not have: soft placement cannot help there.
     ps_worker = Cluster.from_tf({"ps": ["localhost:1"], "worker": ["localhost:2"]})
     config = tf.compat.v1.ConfigProto(allow_soft_placement=soft)

@@ -471,22 +471,25 @@ def report_for(graph):
 
 def _check_session_devices(session, cluster, spec: str) -> None:
     """Raise ConfigError if ``cluster`` (read from ``spec``) names devices ``session`` lacks
-    and the session does not allow soft placement."""
+    and the session does not allow soft placement. A name that leaves out its job, replica or
+    task (``/device:CPU:0``) is the session's device of that type and index on any task, as
+    TensorFlow places it."""
     import tensorflow as tf
 
     from tf_autoplace.errors import ConfigError
 
-    have = {tf.DeviceSpec.from_string(d.name).to_string() for d in session.list_devices()}
-    missing = [n for n in cluster.names if tf.DeviceSpec.from_string(n).to_string() not in have]
+    have = sorted(tf.DeviceSpec.from_string(d.name).to_string() for d in session.list_devices())
+    specs = [tf.DeviceSpec.from_string(d) for d in have]
+
+    def reached(name, fields=("job", "replica", "task", "device_type", "device_index")):
+        want = tf.DeviceSpec.from_string(name)
+        return any(all(getattr(want, f) is None or getattr(want, f) == getattr(got, f)
+                       for f in fields) for got in specs)
+
+    missing = [n for n in cluster.names if not reached(n)]
     if not missing:
         return
-
-    def task(name):
-        spec = tf.DeviceSpec.from_string(name)
-        return spec.job, spec.replica, spec.task
-
-    tasks = {task(d) for d in have}
-    elsewhere = [n for n in missing if task(n) not in tasks]
+    elsewhere = [n for n in missing if not reached(n, ("job", "replica", "task"))]
     config = getattr(session, "_config", None)
     if elsewhere:  # soft placement moves ops between a task's devices, never to another task
         raise ConfigError(
