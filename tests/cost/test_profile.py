@@ -95,6 +95,15 @@ def test_round_trip_through_proto():
     ('op { name: "mm" device_kind: "GPU" compute_time_us: -1 }', "must be finite and >= 0"),
     ('op { device_kind: "GPU" compute_time_us: 1 }', "without name"),
     ('op { name: "mm" speed: 3 }', "malformed cost profile"),
+    # A device's name, or a kind in lower case, where a kind goes.
+    ('op { name: "mm" device_kind: "/job:worker/task:3/device:CPU:0" compute_time_us: 1 }',
+     r"op 'mm' has device_kind '/job:worker/task:3/device:CPU:0'.*kinds are \('CPU', 'GPU'\)"),
+    ('op { name: "mm" device_kind: "cpu" compute_time_us: 1 }', "device_kind 'cpu'"),
+    ('op { name: "mm" device_kind: "GPU" compute_time_us: 1 }\n'
+     'run { device_kind: "gpu" step_time_us: 5 }', "a run has device_kind 'gpu'"),
+    # A unit slip: seconds written as microseconds, or worse.
+    ('op { name: "mm" device_kind: "GPU" compute_time_us: 1e300 }',
+     r"times on GPU add up to 1e\+294 s, more than 1e\+09 s"),
 ])
 def test_bad_profiles_are_config_errors(text, match):
     with pytest.raises(ConfigError, match=match):

@@ -214,6 +214,25 @@ def test_every_malformed_cost_graph_is_a_typed_error_naming_the_problem(data, me
         costgraph.decode(data, "text", what="'g.pbtxt'")
 
 
+def test_a_while_loops_back_edge_is_refused_naming_it():
+    # RunMetadata.cost_graph keeps a v1 while loop's NextIteration -> Merge input; a cost
+    # graph leaves it out (each step runs the loop body once).
+    t = 'time { device_kind: "CPU" seconds: 1e-6 }'
+    text = f"""format_version: 1
+op {{ name: "x" type: "Const" output_bytes: 4 {t} }}
+op {{ name: "w/Enter" type: "Enter" output_bytes: 4 input {{ op: "x" }} {t} }}
+op {{ name: "w/Merge" type: "Merge" output_bytes: [4, 4] input {{ op: "w/Enter" }}
+     input {{ op: "w/NextIteration" }} {t} }}
+op {{ name: "w/add" type: "AddV2" output_bytes: 4 input {{ op: "w/Merge" }} {t} }}
+op {{ name: "w/NextIteration" type: "NextIteration" output_bytes: 4 input {{ op: "w/add" }}
+     {t} }}
+"""
+    with pytest.raises(InvalidGraphError, match="'w/Merge' reads 'w/NextIteration': a v1 while "
+                                                "loop's back edge"):
+        costgraph.decode(text.encode(), "text")
+    costgraph.decode(text.replace('input { op: "w/NextIteration" }', "").encode(), "text")
+
+
 def test_file_errors_name_the_file(tmp_path):
     with pytest.raises(InvalidGraphError, match="cannot read cost graph '.*missing.json'"):
         costgraph.read(tmp_path / "missing.json")

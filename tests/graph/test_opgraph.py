@@ -32,3 +32,11 @@ def test_with_kernels_checks_what_it_changes():
     none[1] = False
     with pytest.raises(InvalidGraphError, match="'op1' has a kernel for no device kind"):
         graph.with_kernels(none, ("a", "b"))
+
+
+def test_a_cycle_is_named_by_its_own_ops_not_those_after_it():
+    # 0 -> 1 -> 2 -> 1 is a cycle; 3 and 4 only read it, and 5 feeds it.
+    with pytest.raises(InvalidGraphError, match=r"ops on it include \['a', 'b'\]$"):
+        from_edges(6, [(0, 1, 8), (1, 2, 8), (2, 1, 8), (2, 3, 8), (3, 4, 8), (5, 1, 8)],
+                   names=["src", "a", "b", "after", "sink", "feed"])
+

@@ -57,7 +57,8 @@ from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.core.units import format_bytes
 from tf_autoplace.cost.model import CostModel
 from tf_autoplace.errors import ConfigError
-from tf_autoplace.graph.opgraph import OpGraph
+from tf_autoplace.graph.costgraph import MAX_TOTAL_SECONDS
+from tf_autoplace.graph.opgraph import KERNEL_KINDS, OpGraph
 from tf_autoplace.proto import cost_profile_pb2
 
 _SHOW = 5  # missing op names quoted in an error message
@@ -72,6 +73,12 @@ def _check_time(what: str, t) -> None:
     t = float(t)
     if not (np.isfinite(t) and t >= 0):
         raise ConfigError(f"{what} is {t!r}; must be finite and >= 0")
+
+
+def _check_kind(what: str, kind) -> None:
+    if kind not in KERNEL_KINDS:
+        raise ConfigError(f"{what} has device_kind {kind!r} in the profile; kinds are "
+                          f"{KERNEL_KINDS} (a kind of device, not a device's name)")
 
 
 class ProfileCostModel(CostModel):
@@ -89,7 +96,9 @@ class ProfileCostModel(CostModel):
         (:meth:`measured_steps`).
 
     Raises:
-      ConfigError: a time that is negative or not finite, a pair of ``not_run`` or
+      ConfigError: a device kind other than "CPU" and "GPU", a time that is negative or not
+        finite, times of one kind that add up to more than ``MAX_TOTAL_SECONDS``, a pair of
+        ``not_run`` or
         ``partners`` without a time, an op marked not run with a time, or an op with two
         partners (or itself as its partner), a step that is not positive and finite.
     """
@@ -101,8 +110,16 @@ class ProfileCostModel(CostModel):
         self._times = {}
         for name, per_kind in times.items():
             for kind, t in per_kind.items():
+                _check_kind(f"op {name!r}", kind)
                 _check_time(f"profile time of op {name!r} on {kind}", t)
             self._times[name] = {k: float(t) for k, t in per_kind.items()}
+        for kind in KERNEL_KINDS:
+            total = sum(per_kind.get(kind, 0.0) for per_kind in self._times.values())
+            if not total <= MAX_TOTAL_SECONDS:
+                raise ConfigError(
+                    f"the profile's times on {kind} add up to {total:.3g} s, more than "
+                    f"{MAX_TOTAL_SECONDS:.0e} s (30 years) for one step: check their unit "
+                    "(compute_time_us is in microseconds)")
         self._not_run = frozenset((str(name), str(kind)) for name, kind in not_run)
         for name, kind in sorted(self._not_run):
             t = self._times.get(name, {}).get(kind)
@@ -126,6 +143,7 @@ class ProfileCostModel(CostModel):
             self._partners[(name, kind)] = (str(partner), float(t))
         self._steps = {}
         for kind, t in sorted((steps or {}).items()):
+            _check_kind("a run", kind)
             _check_time(f"measured step on {kind}", t)
             if not t > 0:
                 raise ConfigError(f"the measured step on {kind} must be > 0 seconds, got {t!r}")

@@ -54,6 +54,8 @@ FORMAT_VERSION = 1
 # of such times (schedules, bounds) would overflow a float long before a time does.
 MAX_TOTAL_SECONDS = 1e9
 FORMATS = ("text", "json", "binary")
+_NEXT_ITERATION = ("NextIteration", "RefNextIteration")
+_MERGE = ("Merge", "RefMerge")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -145,6 +147,12 @@ def from_proto(proto: cost_graph_pb2.CostGraph) -> CostGraph:
             if not 0 <= ref.output < len(ops[src].output_bytes):
                 raise InvalidGraphError(f"{what} reads output {ref.output} of {ref.op!r}, which "
                                         f"has {len(ops[src].output_bytes)} output(s)")
+            if ops[src].type in _NEXT_ITERATION and op.type in _MERGE:
+                raise InvalidGraphError(
+                    f"{what} reads {ref.op!r}: a v1 while loop's back edge (NextIteration -> "
+                    "Merge), which makes a cycle; a cost graph is acyclic: leave that input out "
+                    "(each step runs the loop's ops once, as `tf-autoplace profile` and "
+                    "export_cost_graph write it)")
             edge_tensor.append(first_tensor[src] + ref.output)
             edge_dst.append(i)
         tensor_alias += _output_aliases(op, what, edge_tensor[len(edge_tensor) - len(op.input):])

@@ -61,6 +61,21 @@ def _as(array, dtype, name: str, ndim: int = 1) -> np.ndarray:
     return out
 
 
+def _on_cycles(stuck: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Of the ops a topological sort could not reach (``stuck``, [n] bool: on a cycle or after
+    one), those on a cycle or between two, in index order: the stuck ops from which no other
+    stuck op is reached are dropped, over and over, until none is left to drop."""
+    stuck = stuck.copy()
+    while True:
+        inside = stuck[src] & stuck[dst]
+        has_child = np.zeros(len(stuck), bool)
+        has_child[src[inside]] = True
+        ends = stuck & ~has_child
+        if not ends.any():
+            return np.flatnonzero(stuck)
+        stuck &= ~ends
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class OpGraph:
     """An op-level dataflow graph with memory sizes and placement constraints (see module doc)."""
@@ -210,7 +225,7 @@ class OpGraph:
                 if indeg[c] == 0:
                     stack.append(c)
         if len(out) != n:
-            stuck = [self.names[i] for i in np.flatnonzero(indeg > 0)[:5]]
+            stuck = [self.names[i] for i in _on_cycles(indeg > 0, src, dst)[:5]]
             raise InvalidGraphError(
                 f"the graph has a cycle that is not a v1 while loop; ops on it include {stuck}")
         return np.asarray(out, dtype=np.int32)
