@@ -1,5 +1,7 @@
 """ProfileCostModel: op times from a text-format cost profile (protos/cost_profile.proto)."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -191,6 +193,20 @@ def test_measured_steps_are_read_checked_and_kept_by_the_proto():
     with pytest.raises(ConfigError, match="two runs on GPU"):
         ProfileCostModel.from_text(PROFILE + 'run { device_kind: "GPU" step_time_us: 1 }\n'
                                    'run { device_kind: "GPU" step_time_us: 2 }')
+
+
+def test_a_profile_of_a_while_loops_body_ops_says_so():
+    # Step stats name the nodes TF ran for a functional while loop ("mm" here is a While op):
+    # its body's, not the loop op's. That is this graph's profile, timed op by lowered op.
+    body = "".join(f'op {{ name: "mm/body/_{i}/MatMul" device_kind: "GPU" compute_time_us: 1 }}\n'
+                   for i in range(6))
+    graph = dataclasses.replace(_graph(), op_types=("Const", "While", "Relu", "SaveV2"))
+    fallback = TableCostModel({"GPU": np.full(4, 7.0), "CPU": np.full(4, 3.0)})
+    model = ProfileCostModel.from_text(PROFILE + body, fallback=fallback)
+    with pytest.raises(ConfigError, match=r"7 ops this graph does not have and 4 of its 4 ops: "
+                                          r"6 of them are ops TensorFlow ran inside this graph's "
+                                          r"while loops.*'mm/body/_0/MatMul'"):
+        model.op_time(graph, _cluster())
 
 
 def test_another_graphs_profile_is_refused_and_a_partial_one_does_not_calibrate():

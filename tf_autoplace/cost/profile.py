@@ -75,6 +75,22 @@ def _check_time(what: str, t) -> None:
         raise ConfigError(f"{what} is {t!r}; must be finite and >= 0")
 
 
+def _inside_calls(graph: OpGraph, names) -> set:
+    """Of ``names``, those under an op of ``graph`` that runs functions (a functional while
+    loop, cond or call): step stats name the lowered body's nodes (``loop/body/_1/MatMul``)
+    where the graph has the calling op (``loop``)."""
+    callers = {name for name, op in zip(graph.names, graph.op_types)
+               if op in _CALLS or op.endswith("While") or op.endswith("If")}
+    def scopes(name):  # "a/b/c" -> {"a", "a/b"}
+        parts = name.split("/")
+        return {"/".join(parts[:k]) for k in range(1, len(parts))}
+
+    return {name for name in names if scopes(name) & callers}
+
+
+_CALLS = ("PartitionedCall", "StatefulPartitionedCall", "Case", "StatelessCase")
+
+
 def _check_kind(what: str, kind) -> None:
     if kind not in KERNEL_KINDS:
         raise ConfigError(f"{what} has device_kind {kind!r} in the profile; kinds are "
@@ -301,13 +317,19 @@ class ProfileCostModel(CostModel):
             for k, t in self._times.get(name, {}).items():
                 if k in table:
                     table[k][i] = t
-        self.num_unused = len(set(self._times) - set(graph.names))
+        unused = set(self._times) - set(graph.names)
+        self.num_unused = len(unused)
         covered = len(self._times) - self.num_unused
         if self.num_unused > covered:  # most of what it timed is not here
+            inside = _inside_calls(graph, unused)
             raise ConfigError(
                 f"the cost profile times {self.num_unused} ops this graph does not have and "
-                f"{covered} of its {n} ops: it is another graph's profile; profile this graph "
-                "(tf-autoplace profile --graph=...)")
+                f"{covered} of its {n} ops: "
+                + (f"{len(inside)} of them are ops TensorFlow ran inside this graph's while "
+                   f"loops, conds or function calls (e.g. {sorted(inside)[:2]}), which a "
+                   "profile times as the op that calls them (the sum of their times)"
+                   if inside else "it is another graph's profile")
+                + "; profile this graph with tf-autoplace profile --graph=..., which does so")
         self._check_sizes(graph)
 
         needed = {}
