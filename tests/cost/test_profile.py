@@ -97,6 +97,8 @@ def test_round_trip_through_proto():
     ('op { name: "mm" device_kind: "GPU" compute_time_us: -1 }', "must be finite and >= 0"),
     ('op { device_kind: "GPU" compute_time_us: 1 }', "without name"),
     ('op { name: "mm" speed: 3 }', "malformed cost profile"),
+    ("", "times no op"),
+    ('description: "an empty run"', "times no op"),
     # A device's name, or a kind in lower case, where a kind goes.
     ('op { name: "mm" device_kind: "/job:worker/task:3/device:CPU:0" compute_time_us: 1 }',
      r"op 'mm' has device_kind '/job:worker/task:3/device:CPU:0'.*kinds are \('CPU', 'GPU'\)"),

@@ -201,11 +201,15 @@ class ProfileCostModel(CostModel):
 
     @classmethod
     def from_text(cls, text: str, *, fallback: CostModel | None = None) -> "ProfileCostModel":
-        """Parse a text-format ``CostProfile``."""
+        """Parse a text-format ``CostProfile``; one that times no op (an empty file) is a
+        ConfigError."""
         try:
             profile = text_format.Parse(text, cost_profile_pb2.CostProfile())
         except (text_format.ParseError, _pb_message.DecodeError) as e:
             raise ConfigError(f"malformed cost profile: {e}") from e
+        if not profile.op:  # an empty file: a mistake, not a profile of nothing
+            raise ConfigError("the cost profile times no op: it has no `op { name: ... "
+                              "device_kind: ... compute_time_us: ... }` entries")
         return cls.from_proto(profile, fallback=fallback)
 
     @classmethod
