@@ -408,3 +408,6 @@ def test_measuring_on_a_cluster_whose_server_is_down_is_an_error_at_once():
             tf_autoplace.autoplace(tg.graph, cluster=cluster, placer="random", progress=False,
                                    **kwargs)
     assert {op.name: op.device for op in tg.graph.get_operations()} == before
+    # Profiling its servers too (tf-autoplace profile --cluster=...).
+    with pytest.raises(tf_autoplace.AutoplaceError, match=f"cannot reach .*:{free[0]}"):
+        profile_cluster(cluster, links=True)

@@ -41,7 +41,7 @@ from tf_autoplace.core.cluster import Cluster, Device
 from tf_autoplace.core.tasks import LinkClass, parse_tasks
 from tf_autoplace.errors import ConfigError, MeasurementError
 from tf_autoplace.hw import profiler, transfers
-from tf_autoplace.hw.runner import RunConfig
+from tf_autoplace.hw.runner import RunConfig, check_reachable
 from tf_autoplace.hw.workload import Workload
 from tf_autoplace.proto import cost_profile_pb2
 
@@ -90,12 +90,15 @@ def profile_cluster(cluster: Cluster, workload: Workload | None = None, *, links
 
     Raises:
       ConfigError: a cluster without tasks or without a target.
-      MeasurementError: TensorFlow could not run a graph on the servers.
+      MeasurementError: a server accepts no connection, or TensorFlow could not run a graph
+        on the servers.
     """
     if not cluster.tasks or not cluster.target:
         raise ConfigError("profile_cluster profiles the servers of a TensorFlow cluster: give a "
                           "Cluster with tasks and a target (local_cluster, Cluster.from_tf); "
                           "for this machine alone, tf-autoplace profile")
+    # A server that is down makes TensorFlow wait for it (ten minutes) without a word.
+    check_reachable([task.address for task in cluster.tasks if task.address])
     measured, fits = cluster, {}
     if links:
         measured, fits = transfers.profile_links(
