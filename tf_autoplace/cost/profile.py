@@ -75,20 +75,22 @@ def _check_time(what: str, t) -> None:
         raise ConfigError(f"{what} is {t!r}; must be finite and >= 0")
 
 
+# Op types that run functions; besides these, every type ending in "While" or "If".
+_CALLS = ("PartitionedCall", "StatefulPartitionedCall", "Case", "StatelessCase")
+
+
 def _inside_calls(graph: OpGraph, names) -> set:
     """Of ``names``, those under an op of ``graph`` that runs functions (a functional while
     loop, cond or call): step stats name the lowered body's nodes (``loop/body/_1/MatMul``)
     where the graph has the calling op (``loop``)."""
     callers = {name for name, op in zip(graph.names, graph.op_types)
-               if op in _CALLS or op.endswith("While") or op.endswith("If")}
+               if op in _CALLS or op.endswith(("While", "If"))}
+
     def scopes(name):  # "a/b/c" -> {"a", "a/b"}
         parts = name.split("/")
         return {"/".join(parts[:k]) for k in range(1, len(parts))}
 
     return {name for name in names if scopes(name) & callers}
-
-
-_CALLS = ("PartitionedCall", "StatefulPartitionedCall", "Case", "StatelessCase")
 
 
 def _check_kind(what: str, kind) -> None:
@@ -114,9 +116,9 @@ class ProfileCostModel(CostModel):
     Raises:
       ConfigError: a device kind other than "CPU" and "GPU", a time that is negative or not
         finite, times of one kind that add up to more than ``MAX_TOTAL_SECONDS``, a pair of
-        ``not_run`` or
-        ``partners`` without a time, an op marked not run with a time, or an op with two
-        partners (or itself as its partner), a step that is not positive and finite.
+        ``not_run`` or ``partners`` without a time, an op marked not run with a time, or an
+        op with two partners (or itself as its partner), a step that is not positive and
+        finite.
     """
 
     def __init__(self, times: dict[str, dict[str, float]], *, fallback: CostModel | None = None,

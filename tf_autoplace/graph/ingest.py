@@ -202,8 +202,10 @@ def _join_feedable_iterators(nodes, uf: _UnionFind) -> None:
     which iterator it names, and TensorFlow finds that iterator only on the feedable one's
     device ("Attempted create an iterator on device ... from handle defined on device ...")."""
     feedable = [i for i, node in enumerate(nodes) if node.op in _FROM_HANDLE]
+    if not feedable:
+        return
     for i, node in enumerate(nodes):
-        if feedable and (node.op in _ITERATORS or node.op in _FROM_HANDLE):
+        if node.op in _ITERATORS or node.op in _FROM_HANDLE:
             uf.union(feedable[0], i)
 
 
