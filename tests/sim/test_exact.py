@@ -14,7 +14,8 @@ from tf_autoplace.graph.opgraph import from_edges
 from tf_autoplace.grouping import Grouping
 from tf_autoplace.heuristics import BestHeuristicPlacer, SingleDevicePlacer
 from tf_autoplace.sim import lp_lower_bound
-from tf_autoplace.sim.exact import interchangeable, solve_placement
+from tf_autoplace.sim.simulator import Simulator
+from tf_autoplace.sim.exact import interchangeable, relaxed_step, solve_placement
 from tf_autoplace.testing import problems
 
 GB = problems.GB
@@ -157,6 +158,42 @@ def test_devices_that_differ_are_never_interchangeable():
     assert interchangeable(skewed, op_time) == [[0, 1], [2]]
 
 
+def test_the_relaxation_of_a_placement_lies_between_the_bound_and_its_simulated_step():
+    # No bound the solver proves exceeds the relaxed step of any placement, and the relaxed
+    # step never exceeds the simulated one.
+    for seed in range(3):
+        problem = problems.training_problem(5, 20 + seed, num_gpus=2)
+        result = _solve(problem)
+        labels, G = problem.grouping.labels, problem.grouping.num_groups
+        for combo in itertools.product(range(2), repeat=G):
+            devices = np.array(combo)[labels]
+            relaxed, optimal = relaxed_step(problem.graph, problem.cluster, problem.op_time,
+                                            labels, devices, time_limit_s=LIMIT_S)
+            assert optimal
+            assert result.bound_s <= relaxed * (1 + 1e-9)
+            assert relaxed <= problem.simulator.run(devices.astype(np.int32)).makespan
+
+
+def test_the_relaxation_takes_the_best_order_where_the_simulator_takes_the_first():
+    # GPU 0 runs A (10 ms) and B (1 ms), both ready at 0; B feeds C (10 ms) on GPU 1. The
+    # simulator starts A first (op-index order): C waits for A and B, 21 ms and a transfer.
+    # B first lets C run beside A: 11 ms and a transfer.
+    graph = from_edges(3, [(1, 2, 1000)])
+    two = problems.cluster(2, host=False, latency_us=10.0)
+    op_time = np.array([[10e-3] * 2, [1e-3] * 2, [10e-3] * 2])
+    devices = np.array([0, 0, 1])
+    transfer = 10e-6 + 1000 / 1e9
+    assert Simulator(graph, two, op_time).run(devices.astype(np.int32)).makespan == \
+        pytest.approx(21e-3 + transfer)
+    relaxed, optimal = relaxed_step(graph, two, op_time, np.arange(3), devices)
+    assert optimal and relaxed == pytest.approx(11e-3 + transfer, rel=1e-6)
+    # With A and B in one chain the order is forced: the relaxation is the simulator.
+    chain = from_edges(3, [(0, 1, 1000), (1, 2, 1000)])
+    relaxed, _ = relaxed_step(chain, two, op_time, np.arange(3), devices)
+    assert relaxed == pytest.approx(
+        Simulator(chain, two, op_time).run(devices.astype(np.int32)).makespan, rel=1e-6)
+
+
 def test_bad_arguments_are_config_errors():
     problem = problems.training_problem(4, 0)
     start = [SingleDevicePlacer().propose(problem)]
@@ -171,3 +208,9 @@ def test_bad_arguments_are_config_errors():
     split[np.flatnonzero(problem.grouping.labels == 0)[0]] = 1
     with pytest.raises(ConfigError, match="splits a group"):
         solve_placement(*args, [split])
+    with pytest.raises(ConfigError, match="splits a group"):
+        relaxed_step(*args, split)
+    with pytest.raises(ConfigError, match="device indices"):
+        relaxed_step(*args, start[0] + 5)
+    with pytest.raises(ConfigError, match="time_limit_s"):
+        relaxed_step(*args, start[0], time_limit_s=-1)

@@ -427,6 +427,15 @@ def _bus_rows(graph, cluster, labels, scale, x_of, z, new_col, r, col_t):
     return out
 
 
+def _group_devices(labels: np.ndarray, num_groups: int, devices: np.ndarray) -> np.ndarray:
+    """[G] the device of each group of a placement that keeps every group whole."""
+    first = np.full(num_groups, -1, np.int64)
+    first[labels[::-1]] = devices[::-1]
+    if not np.array_equal(first[labels], devices):
+        raise ConfigError("a placement splits a group across devices")
+    return first
+
+
 def _canonical(devices_g: np.ndarray, classes) -> np.ndarray:
     """Relabel the devices of each interchangeable class in order of first use by group."""
     out = devices_g.copy()
@@ -463,11 +472,7 @@ class _Searcher:
         self.milp = _build(graph, cluster, op_time, labels, self.scale, max_pairs, self.classes)
 
     def _group_devices(self, devices):
-        first = np.full(self.num_groups, -1, np.int64)
-        first[self.labels[::-1]] = devices[::-1]
-        if not np.array_equal(first[self.labels], devices):
-            raise ConfigError("a start placement splits a group across devices")
-        return first
+        return _group_devices(self.labels, self.num_groups, devices)
 
     def offer(self, group_devices) -> bool:
         """Simulate a group placement (once); keep it if it fits and is the fastest yet."""
@@ -607,3 +612,69 @@ def solve_placement(graph: OpGraph, cluster: Cluster, op_time: np.ndarray, label
                        status="optimal" if optimal else status, solves=solves,
                        simulated=searcher.simulated, seconds=time.perf_counter() - began,
                        rows=milp.model.num_rows, cols=milp.model.num_cols, pairs=milp.pairs)
+
+
+def relaxed_step(graph: OpGraph, cluster: Cluster, op_time: np.ndarray, labels, devices, *,
+                 time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+                 max_pairs: int = DEFAULT_MAX_PAIRS) -> tuple[float, bool]:
+    """The step :func:`solve_placement`'s MILP gives one placement: how far its relaxation
+    lets the placement's schedule go below the simulated step.
+
+    With every ``x[g, d]`` fixed to ``devices``, the MILP (module docstring) chooses only the
+    schedule: the best order of ops on each device, transfers queued on a bus only through
+    its load row. Its optimum is at least the MILP's optimum over all placements, so no bound
+    :func:`solve_placement` proves with the same ``labels`` and ``max_pairs`` can exceed it,
+    however long it runs: ``simulated step / relaxed step`` is the part of a placement's
+    distance to the bound that is the relaxation's, not the choice of devices.
+
+    Args:
+      graph, cluster, op_time, labels, max_pairs: as for :func:`solve_placement`.
+      devices: [n] the placement (keeps each group whole and fits in memory).
+      time_limit_s: wall-time limit of the solve (> 0).
+
+    Returns:
+      ``(step_s, optimal)``: the MILP's best step for the placement (the objective of the
+      best schedule found, or the simulated step if none was found in time, so a stopped
+      solve overstates the optimum, and the statement above still holds), and whether the
+      solve proved it optimal.
+
+    Raises:
+      ConfigError: bad arguments, or a placement that splits a group or overflows a device.
+      InfeasiblePlacementError: some group fits on no device.
+    """
+    if not (isinstance(time_limit_s, (int, float)) and time_limit_s > 0):
+        raise ConfigError(f"time_limit_s must be a number > 0, got {time_limit_s!r}")
+    op_time = check_op_time(graph, cluster, op_time)
+    _, labels = np.unique(np.asarray(labels, np.int64), return_inverse=True)
+    devices = np.asarray(devices, np.int64)
+    if devices.shape != (graph.num_ops,) or not ((devices >= 0) & (
+            devices < cluster.num_devices)).all():
+        raise ConfigError(f"devices must be [n] device indices, got shape {devices.shape}")
+    num_groups = int(labels.max()) + 1
+    on = _group_devices(labels, num_groups, devices)
+    step = Simulator(graph, cluster, op_time).run(devices.astype(np.int32)).makespan
+    scale = step if step > 0 else 1.0
+    milp = _build(graph, cluster, op_time, labels, scale, max_pairs,
+                  [[d] for d in range(cluster.num_devices)])
+    lo, up = milp.col_lo.copy(), milp.col_up.copy()
+    for g in range(num_groups):
+        if milp.x_of[g, on[g]] < 0:
+            raise ConfigError(f"the placement puts group {g} on device {on[g]}, which has no "
+                              f"kernel for it or too little memory for its variables")
+        cols = milp.x_of[g][milp.x_of[g] >= 0]
+        lo[cols] = up[cols] = 0.0
+        lo[milp.x_of[g, on[g]]] = up[milp.x_of[g, on[g]]] = 1.0
+    cost = np.zeros(milp.model.num_cols)
+    cost[milp.col_t] = 1.0
+    solver = highs_solver(milp.model, cost, lo, up, integer=milp.integer,
+                          time_limit_s=float(time_limit_s),
+                          options=(("mip_rel_gap", 1e-6), ("mip_abs_gap", 1e-9),
+                                   ("random_seed", 0)))[0]
+    solver.run()
+    status = solver.getModelStatus()
+    if status == highspy.HighsModelStatus.kInfeasible:
+        raise ConfigError("the placement does not fit the devices' memory")
+    value = float(solver.getInfo().objective_function_value)
+    if solver.getInfo().primal_solution_status != 2:  # no schedule found in time: the
+        value = 1.0                                     # simulated one is one
+    return min(value * scale, step), status == highspy.HighsModelStatus.kOptimal
