@@ -270,6 +270,12 @@ def test_errors_exit_non_zero_with_a_message_and_write_nothing(runs, name, messa
     (dict(placer_options=["bogus=1"]), "the m_etf placer has no settings to set"),
     (dict(input="g.costgraph.pbtxt", cost_profile="p.pbtxt"),
      "a cost graph carries its own times"),
+    (dict(report_json="in.pb"), "--report_json 'in.pb' would overwrite the input graph"),
+    (dict(trace_json="alias/out.pb"), "--trace_json and --output are the same file"),
+    (dict(input="sm", output="placed_sm", trace_json="sm/saved_model.pb"),
+     "--trace_json 'sm/saved_model.pb' would overwrite the input SavedModel 'sm'"),
+    (dict(input="sm", output="sm/placed", report_json=None),
+     "--output 'sm/placed' would overwrite the input SavedModel 'sm' .an output goes outside"),
 ])
 def test_unwritable_outputs_fail_before_the_work_and_nothing_is_written(
         tmp_path, monkeypatch, capsys, flags, message):
@@ -279,6 +285,9 @@ def test_unwritable_outputs_fail_before_the_work_and_nothing_is_written(
     (tmp_path / "a_dir").mkdir()
     (tmp_path / "bad_cluster.pbtxt").write_text('device { name: "/device:CPU:0" kind: ')
     (tmp_path / "in.pb").write_bytes(small_cnn().graph.as_graph_def().SerializeToString())
+    (tmp_path / "alias").symlink_to(tmp_path)  # the same directory under another name
+    (tmp_path / "sm").mkdir()  # a SavedModel directory (the paths are checked before it is read)
+    (tmp_path / "sm" / "saved_model.pb").write_bytes(b"")
     before = sorted(os.listdir(tmp_path))
     args = {"input": "in.pb", "output": "out.pb", "cluster": "testdata/cpu2_independent.pbtxt", "report_json": None,
             **flags}

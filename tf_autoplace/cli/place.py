@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import sys
 
 from absl import flags
@@ -118,17 +119,27 @@ def _serialize(report, source, is_meta_graph: bool, output_path: str) -> bytes:
     return placed.SerializeToString(deterministic=True)  # same input and seed, same bytes
 
 
-def _check_outputs(output_path: str, saved_model: bool, paths: dict,
+def _check_outputs(input_path: str, output_path: str, saved_model: bool, paths: dict,
                    directories=frozenset()) -> None:
-    """ConfigError unless every output can be written and no two outputs share a path;
-    ``paths`` ({flag: path}) are files, but for the flags in ``directories`` (new ones)."""
-    seen = {files.check_output_path(output_path, "--output", directory=saved_model): "output"}
-    for flag, path in paths.items():
-        if path:
-            full = files.check_output_path(path, f"--{flag}", directory=flag in directories)
-            if full in seen:
-                raise ConfigError(f"--{flag} and --{seen[full]} are the same file {path!r}")
-            seen[full] = flag
+    """ConfigError unless every output can be written, no two outputs share a path (also
+    through a symbolic link), and none but ``--output`` is the input (a report written over
+    the graph it describes) or lies in an input SavedModel's directory; ``paths`` ({flag:
+    path}) are files, but for the flags in ``directories`` (new ones)."""
+    source = os.path.realpath(input_path)
+    seen = {}
+    for flag, path in {"output": output_path, **paths}.items():
+        if not path:
+            continue
+        directory = saved_model if flag == "output" else flag in directories
+        full = os.path.realpath(files.check_output_path(path, f"--{flag}", directory=directory))
+        if full in seen:
+            raise ConfigError(f"--{flag} and --{seen[full]} are the same file {path!r}")
+        seen[full] = flag
+        inside = saved_model and os.path.commonpath([source, full]) == source
+        if (full == source and flag != "output") or inside:
+            raise ConfigError(f"--{flag} {path!r} would overwrite the input "
+                              f"{'SavedModel' if saved_model else 'graph'} {input_path!r}"
+                              + (" (an output goes outside its directory)" if inside else ""))
 
 
 def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: int,
@@ -144,7 +155,7 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
     try:
         if budget_s is not None and budget_s < 0:
             raise ConfigError(f"--budget_s must be >= 0, got {budget_s!r}")
-        _check_outputs(output_path, saved_model,
+        _check_outputs(input_path, output_path, saved_model,
                        dict(report_json=report_json, save_policy=save_policy, **extra_paths),
                        directories={"save_policy"})
         if placement and placer_options:
