@@ -86,3 +86,20 @@ def test_benchmark_checks_its_outputs_first_and_says_what_is_wrong_in_one_line(r
                                               repo_root)
     assert "--out_md" in error and "does not exist" in error
 
+
+
+def test_profile_checks_its_outputs_before_measuring(repo_root, tmp_path):
+    # Measuring takes minutes; an output it cannot write, or one that would replace the graph
+    # it profiles or the other output, is said at once.
+    graph = tmp_path / "g.pbtxt"
+    graph.write_text("node { name: 'a' op: 'NoOp' }\n")
+    profile = tmp_path / "p.pbtxt"
+    for outputs, message in [
+            ([f"--out_profile={tmp_path / 'no_such_dir' / 'p.pbtxt'}"], "does not exist"),
+            ([f"--out_profile={graph}"], "--out_profile and --graph are the same file"),
+            ([f"--out_profile={profile}", f"--out_cluster={profile}"],
+             "--out_cluster and --out_profile are the same file")]:
+        error = _one_error_line_before_tensorflow(["profile", f"--graph={graph}", *outputs],
+                                                  repo_root)
+        assert message in error, error
+    assert graph.read_text() == "node { name: 'a' op: 'NoOp' }\n" and not profile.exists()

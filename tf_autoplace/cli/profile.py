@@ -70,15 +70,17 @@ from tf_autoplace.hw.link_fit import fit_core_group, fit_latency, reference_devi
 from tf_autoplace.hw.profiler import profile_ops, with_profiled_cores
 from tf_autoplace.hw.runner import RunConfig
 from tf_autoplace.hw.workload import Workload
+from tf_autoplace.outputs import files
 
 FLAGS = flags.FLAGS  # this command's flags: tf_autoplace.cli.profile_flags
 
 
 def _write(path: str, text: str) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    """Write one output whole or not at all, with the user's umask (checked before the
+    measuring: ``profile_flags.check``)."""
+    outputs = files.Outputs()
+    outputs.add_file(path, text.encode("utf-8"))
+    outputs.commit()
 
 
 def main(argv):
@@ -139,6 +141,9 @@ def main(argv):
             print(f"wrote {FLAGS.out_cluster}")
     except AutoplaceError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # the directory went away or filled up while measuring
+        print(f"error: cannot write output: {e}", file=sys.stderr)
         return 1
     return 0
 

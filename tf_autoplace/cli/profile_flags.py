@@ -1,7 +1,12 @@
 """The flags of ``tf-autoplace profile``, declared apart from the command (which imports
 TensorFlow) so that ``tf-autoplace profile --help`` lists them without importing it."""
 
+import os
+
 from absl import flags
+
+from tf_autoplace.errors import ConfigError
+from tf_autoplace.outputs import files
 
 flags.DEFINE_string("graph", None, "GraphDef or MetaGraphDef file (binary or text).")
 flags.DEFINE_string("model", None, "A model zoo name instead (tf_autoplace.zoo.MODELS).")
@@ -25,3 +30,18 @@ flags.DEFINE_string("out_profile", None, "Write the CostProfile (text) here.")
 flags.DEFINE_string("out_cluster", None, "Also measure the links and write the ClusterSpec "
                     "(text) here.")
 flags.mark_flags_as_required(["out_profile"])
+
+
+def check() -> None:
+    """--out_profile and --out_cluster, before anything is imported or measured (the command
+    line's dispatcher runs it first): each must be a file that can be written, the two must
+    differ, and neither may be the --graph it profiles (an AutoplaceError naming the flag
+    otherwise)."""
+    seen = {os.path.realpath(flags.FLAGS.graph): "graph"} if flags.FLAGS.graph else {}
+    for flag in ("out_profile", "out_cluster"):
+        path = getattr(flags.FLAGS, flag)
+        if path:
+            full = os.path.realpath(files.check_output_path(path, f"--{flag}"))
+            if full in seen:
+                raise ConfigError(f"--{flag} and --{seen[full]} are the same file {path!r}")
+            seen[full] = flag
