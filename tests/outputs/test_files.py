@@ -100,6 +100,47 @@ def test_an_error_or_interrupt_while_writing_leaves_nothing(tmp_path, interrupt)
     assert _listing(tmp_path) == []  # not even the first output's temporary
 
 
+def test_a_directory_another_run_made_meanwhile_fails_this_set_whole(tmp_path):
+    # Two runs checked an absent output directory; the other committed first. This one must
+    # fail as a whole, leaving the other's outputs and no journal a later run would finish.
+    outputs = files.Outputs()
+    outputs.add_file(tmp_path / "report.json", b"mine")
+    outputs.add_directory(tmp_path / "model", lambda d: open(os.path.join(d, "x"), "wb").close())
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "theirs").write_bytes(b"theirs")
+    (tmp_path / "report.json").write_bytes(b"theirs")
+    with pytest.raises(ConfigError, match="model' was written by another run"):
+        outputs.commit()
+    assert _listing(tmp_path) == ["model", "report.json"]
+    assert _listing(tmp_path / "model") == ["theirs"]
+    assert (tmp_path / "report.json").read_bytes() == b"theirs"
+
+
+@pytest.mark.skipif(files.fcntl is None, reason="no flock on this system")
+def test_writers_into_one_directory_take_turns(tmp_path, monkeypatch):
+    # While a set is staged, no other writer (nor a recovery) may hold the directory's lock.
+    fcntl = files.fcntl
+    held = []
+    stage = files._stage
+
+    def stage_and_try_the_lock(path, content, mask):
+        fd = os.open(tmp_path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            held.append(False)
+        except BlockingIOError:
+            held.append(True)
+        finally:
+            os.close(fd)
+        stage(path, content, mask)
+
+    monkeypatch.setattr(files, "_stage", stage_and_try_the_lock)
+    outputs = files.Outputs()
+    outputs.add_file(tmp_path / "a.pb", b"a")
+    outputs.commit()
+    assert held == [True] and (tmp_path / "a.pb").read_bytes() == b"a"
+
+
 # ------------------------------------------------------------------------------ SavedModel
 def _tf1_saved_model(path):
     graph = tf.Graph()

@@ -36,9 +36,12 @@ this module, with these rules:
 
 Recovery trusts only journals the current user owns (a plan someone else planted in a shared
 directory renames nothing), and never touches a set that is still being written: a writer holds
-a shared ``flock`` on each of its directories from its first plan to its last removal, and
-recovery runs only where it gets the exclusive lock at once (no locking, hence no recovery, on
-systems without ``fcntl``). The promise is about processes being killed; after a power loss
+an exclusive ``flock`` on each of its directories from its first plan to its last removal, and
+recovery runs only where it gets the lock at once (no locking, hence no recovery, on systems
+without ``fcntl``). Two runs writing into one directory at once therefore take turns, and a
+new directory that another run created since :func:`check_output_path` is a ConfigError
+before anything is staged: one run's set is written, the other fails whole, and no journal
+is left that a later run would finish over newer outputs. The promise is about processes being killed; after a power loss
 the file system's own guarantees apply (outputs are flushed before the commit record, the
 directories are not).
 
@@ -176,7 +179,12 @@ class Outputs:
                          "staged": _journal_path(os.path.dirname(final), run, str(i))}
                         for i, (final, content) in enumerate(pending)]}
         mask = umask()
-        with _locked(directories, exclusive=False):  # waits for a recovery there to end
+        with _locked(directories, wait=True):  # waits for other writers and recoveries there
+            for final, content in pending:  # another run may have made it since the check
+                if not isinstance(content, bytes) and os.path.lexists(final) and not (
+                        os.path.isdir(final) and not os.listdir(final)):
+                    raise ConfigError(f"{final!r} was written by another run while this one "
+                                      "worked; refusing to overwrite it")
             try:
                 for path in plan["plans"]:
                     _write_journal(path, plan)
@@ -206,7 +214,7 @@ def recover(directory) -> None:
         return
     if not names or fcntl is None:
         return
-    with _locked([directory], exclusive=True) as locked:
+    with _locked([directory], wait=False) as locked:
         if not locked:
             return  # a run is writing its outputs here now
         runs: dict[str, list[str]] = {}
@@ -344,9 +352,10 @@ def _remove_own(path: str) -> None:
 
 
 @contextlib.contextmanager
-def _locked(directories: list[str], *, exclusive: bool):
-    """Hold ``flock`` on every directory (shared: wait for it; exclusive: only if free at
-    once); yields whether the locks are held (always True without ``fcntl``)."""
+def _locked(directories: list[str], *, wait: bool):
+    """Hold an exclusive ``flock`` on every directory (in the sorted order the callers give,
+    so two writers cannot deadlock), waiting for it or only if it is free at once; yields
+    whether the locks are held (always True without ``fcntl``)."""
     if fcntl is None:
         yield True
         return
@@ -357,7 +366,7 @@ def _locked(directories: list[str], *, exclusive: bool):
                          getattr(os, "O_CLOEXEC", 0))
             fds.append(fd)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB if exclusive else fcntl.LOCK_SH)
+                fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 yield False
                 return
