@@ -211,6 +211,11 @@ def test_ray_address_goes_only_to_placers_that_take_one():
     assert ap_flags._check_placer_and_cluster({"autoplace": "auto", "autoplace_cluster": "local",
                                                "autoplace_ray_address": "auto",
                                                "autoplace_placement": None})
+    # A malformed address stops the binary at flag parsing, not at its first session.run.
+    with pytest.raises(flags.ValidationError, match="--autoplace_ray_address: ray_address must"):
+        ap_flags._check_placer_and_cluster({"autoplace": "auto", "autoplace_cluster": "local",
+                                            "autoplace_ray_address": "not-an-address",
+                                            "autoplace_placement": None})
 
 
 def test_placer_options_and_the_cost_profile_are_checked_at_parsing(tmp_path):
@@ -422,7 +427,7 @@ def test_a_saved_placement_is_applied_instead_of_a_search(hook, tmp_path):
 @pytest.mark.parametrize("kwargs, match", [
     (dict(placer="off"), "off"),
     (dict(placer="m_etf", budget_s=-1), "budget_s must be >= 0"),
-    (dict(placer="auto", ray_address=""), "ray_address must be None or a non-empty string"),
+    (dict(placer="auto", ray_address=""), "ray_address must be None, 'auto'"),
 ])
 def test_settings_are_checked(kwargs, match):
     with pytest.raises(tf_autoplace.ConfigError, match=match):

@@ -190,6 +190,12 @@ def _check_placer_and_cluster(values) -> bool:
         raise flags.ValidationError(
             f"--autoplace={name!r} is not a placer; choose one of {registry.names()} "
             "(or 'off')")
+    if values["autoplace_ray_address"] is not None:
+        from tf_autoplace.learning.workers import check_ray_address
+        try:
+            check_ray_address(values["autoplace_ray_address"])
+        except AutoplaceError as e:
+            raise flags.ValidationError(f"--autoplace_ray_address: {e}") from e
     if (values["autoplace_ray_address"] and name in registry.names()
             and not registry.accepts(name, "ray_address")):
         raise flags.ValidationError(

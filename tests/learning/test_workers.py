@@ -18,7 +18,7 @@ import pytest
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.heuristics import BestHeuristicPlacer
 from tf_autoplace.learning.rollouts import Evaluator
-from tf_autoplace.learning.workers import InProcessPool, worker_pool
+from tf_autoplace.learning.workers import InProcessPool, check_ray_address, worker_pool
 from tf_autoplace.placers import AutoPlacer, PostPlacer, get_placer
 from tf_autoplace.placers.auto.local_search import LocalSearch, LocalSearchConfig
 from tf_autoplace.placers.auto.placer import AutoConfig
@@ -30,6 +30,18 @@ def _square_plus(context, task):
 
 
 # ----------------------------------------------------------------------- without Ray
+
+@pytest.mark.parametrize("address", ["auto", "local", "HOST:1", "10.0.0.1:6379",
+                                     "ray://head:10001", "http://127.0.0.1:8265", "[::1]:6379"])
+def test_ray_addresses_of_every_form_ray_takes_are_accepted(address):
+    check_ray_address(address)
+
+
+@pytest.mark.parametrize("address", ["not-an-address", "", " auto", "head:", "head:port", 6379])
+def test_malformed_ray_addresses_are_config_errors_before_connecting(address):
+    with pytest.raises(ConfigError, match="ray_address must be None, 'auto'"):
+        check_ray_address(address)
+
 def test_in_process_pool_runs_tasks_in_order_on_one_context():
     with worker_pool(lambda a, b: a + b, (1, 2)) as pool:
         assert isinstance(pool, InProcessPool) and pool.size == 1

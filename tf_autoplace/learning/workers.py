@@ -38,6 +38,7 @@ import abc
 import concurrent.futures
 import multiprocessing
 import os
+import re
 from typing import Any, Callable, Iterator, Sequence
 
 from tf_autoplace.errors import ConfigError, WorkerError
@@ -239,8 +240,15 @@ def worker_pool(setup: Callable, args: tuple, *, workers: int = 1,
     return InProcessPool(setup, args)
 
 
+# What ray.init takes: "auto", "local", a Ray client or dashboard URL, or a head's HOST:PORT.
+_RAY_ADDRESS = re.compile(r"(auto|local|(ray|https?)://\S+|([^\s:/\[\]]+|\[[0-9A-Fa-f:.]+\])"
+                          r":\d{1,5})")
+
+
 def check_ray_address(ray_address) -> None:
-    """ConfigError unless ``ray_address`` is None or a non-empty string (for configs)."""
-    if ray_address is not None and not (isinstance(ray_address, str) and ray_address):
-        raise ConfigError(f"ray_address must be None or a non-empty string ('auto', "
-                          f"'HOST:PORT', 'ray://HOST:PORT' or 'local'), got {ray_address!r}")
+    """ConfigError unless ``ray_address`` is None or has a form Ray connects to (for configs
+    and flags: a typo is said when the settings are made, not when the search starts)."""
+    if ray_address is not None and not (isinstance(ray_address, str)
+                                        and _RAY_ADDRESS.fullmatch(ray_address)):
+        raise ConfigError(f"ray_address must be None, 'auto', 'local', 'HOST:PORT' or "
+                          f"'ray://HOST:PORT', got {ray_address!r}")
