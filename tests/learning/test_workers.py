@@ -42,6 +42,18 @@ def test_malformed_ray_addresses_are_config_errors_before_connecting(address):
     with pytest.raises(ConfigError, match="ray_address must be None, 'auto'"):
         check_ray_address(address)
 
+
+def _interrupted(context, task):
+    os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C sends every process of the group
+    return context + task
+
+
+def test_process_workers_leave_ctrl_c_to_the_parent():
+    with worker_pool(int, (10,), workers=2) as pool:
+        assert pool.map(_interrupted, [1, 2, 3]) == [11, 12, 13]
+        assert pool.map(_square_plus, [2]) == [14]  # the workers are still there
+
+
 def test_in_process_pool_runs_tasks_in_order_on_one_context():
     with worker_pool(lambda a, b: a + b, (1, 2)) as pool:
         assert isinstance(pool, InProcessPool) and pool.size == 1

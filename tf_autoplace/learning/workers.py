@@ -39,6 +39,7 @@ import concurrent.futures
 import multiprocessing
 import os
 import re
+import signal
 from typing import Any, Callable, Iterator, Sequence
 
 from tf_autoplace.errors import ConfigError, WorkerError
@@ -91,6 +92,9 @@ _CONTEXT: Any = None  # the context of a ProcessPool worker process
 
 def _init_process(setup: Callable, args: tuple) -> None:
     global _CONTEXT
+    # Ctrl-C at a terminal signals the whole process group: the parent stops the pool; a
+    # worker that took it too would die printing a KeyboardInterrupt traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _CONTEXT = setup(*args)
 
 
@@ -116,7 +120,7 @@ class ProcessPool(WorkerPool):
 
     def close(self) -> None:
         if self._pool is not None:
-            self._pool.shutdown()
+            self._pool.shutdown(cancel_futures=True)  # an interrupt leaves queued tasks
             self._pool = None
 
 
