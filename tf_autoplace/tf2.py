@@ -692,8 +692,9 @@ def place_saved_model(input_dir, output_dir, *, cluster=None, placer=DEFAULT_PLA
 
     ``output_dir`` must not exist (or be an empty directory) and its parent must exist; both
     are checked before any work. Nothing is written until the placement is done, and the
-    directory then appears whole (:mod:`tf_autoplace.outputs.files`). Raises an :class:`AutoplaceError`
-    on bad input, leaving nothing behind.
+    directory then appears whole (:mod:`tf_autoplace.outputs.files`). Raises an
+    :class:`AutoplaceError` on bad input and an OSError when the output cannot be written,
+    leaving nothing behind.
     """
     options = PlaceOptions.make(placer=placer, cluster=cluster, seed=seed, grouping=grouping,
                                 cost_model=cost_model, unknown_dim=unknown_dim, cache=cache,
@@ -743,7 +744,11 @@ def _place_tf2_saved_model(input_dir, options, *, signature, tags):
     signatures[signature] = placed.concrete_function
 
     def write(directory):
-        tf.saved_model.save(loaded, directory, signatures=signatures)
+        try:
+            tf.saved_model.save(loaded, directory, signatures=signatures)
+        except tf.errors.OpError as e:  # a write TF's file system refused (no space, a
+            # size limit): an I/O error, as for every other output
+            raise OSError(f"tf.saved_model.save: {e.message}") from e
 
     return PlacedSavedModel(report=report, write=write)
 

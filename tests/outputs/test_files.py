@@ -206,3 +206,24 @@ def test_saved_model_interrupted_or_failing_leaves_nothing(tmp_path):
         tf2.place_saved_model(tmp_path / "in", out / "placed", cluster=CPU2, seed=-1)
     assert _listing(out) == []
     assert np.all([not name.startswith(files.TEMP_PREFIX) for name in _listing(tmp_path)])
+
+
+def test_a_tf2_saved_model_that_cannot_be_written_is_an_os_error_leaving_nothing(
+        tmp_path, monkeypatch):
+    # TF's file system reports a full disk or a size limit as an OpError, not an OSError.
+    module = tf.Module()
+    module.w = tf.Variable(tf.ones([4, 3]))
+    module.f = tf.function(lambda x: tf.matmul(x, module.w),
+                           input_signature=[tf.TensorSpec([2, 4], tf.float32)])
+    tf.saved_model.save(module, str(tmp_path / "in"),
+                        signatures={"serving_default": module.f})
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def full(*args, **kwargs):
+        raise tf.errors.ResourceExhaustedError(None, None, "No space left on device")
+
+    monkeypatch.setattr(tf.saved_model, "save", full)
+    with pytest.raises(OSError, match="tf.saved_model.save: No space left on device"):
+        tf2.place_saved_model(tmp_path / "in", out / "placed", cluster=CPU2, placer="single")
+    assert _listing(out) == []
