@@ -96,6 +96,51 @@ def test_a_feedable_iterator_runs_placed_with_soft_placement_off():
     assert len(devices) == 2  # the placements did split the graph
 
 
+def test_resources_shared_by_name_run_placed_with_soft_placement_off():
+    # One GraphDef imported twice (two towers) makes two handle ops of one variable, and two
+    # queues with one shared_name are one queue: TF shares a resource by name on one device
+    # only. Random placements (several seeds) would split them if ingest did not join them.
+    tower = tf.Graph()
+    with tower.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 6], name="x")
+        w = tf.compat.v1.get_variable("w", [6, 6], use_resource=True,
+                                      initializer=tf.compat.v1.glorot_uniform_initializer(1))
+        tf.tanh(tf.matmul(x, w), name="out")
+    tower_def, init_name = tower.as_graph_def(), w.initializer.name
+
+    def build():
+        g = tf.Graph()
+        with g.as_default():
+            features = tf.constant(np.random.default_rng(0).normal(size=(8, 6)), tf.float32)
+            a, _ = tf.compat.v1.import_graph_def(tower_def, input_map={"x:0": features},
+                                                 return_elements=["out:0", init_name],
+                                                 name="a")
+            (b,) = tf.compat.v1.import_graph_def(tower_def, input_map={"x:0": a},
+                                                 return_elements=["out:0"], name="b")
+            tf.group(tf.compat.v1.FIFOQueue(4, tf.float32, shared_name="q", name="producer")
+                     .enqueue(tf.reduce_sum(b)), name="enqueue")
+            tf.identity(tf.compat.v1.FIFOQueue(4, tf.float32, shared_name="q",
+                                               name="consumer").dequeue(), name="loss")
+        return g
+
+    def run(g):
+        config = tf.compat.v1.ConfigProto(allow_soft_placement=False, device_count={"CPU": 2},
+                                          operation_timeout_in_ms=60_000)
+        with tf.compat.v1.Session(graph=g, config=config) as sess:
+            sess.run("a/" + init_name)
+            sess.run("enqueue")
+            return sess.run("loss:0")
+
+    reference = run(build())
+    devices = set()
+    for seed in range(6):
+        g = build()
+        tf_autoplace.autoplace(g, cluster=CPU2, placer="random", seed=seed)
+        devices |= {op.device for op in g.get_operations()}
+        np.testing.assert_allclose(run(g), reference, rtol=1e-5)
+    assert len(devices) == 2  # the placements did split the graph
+
+
 def test_report_figures_are_consistent():
     tg = small_cnn()
     report = tf_autoplace.autoplace(tg.graph, cluster=CPU2, placer="m_etf", seed=0)

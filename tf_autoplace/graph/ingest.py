@@ -38,6 +38,10 @@ Colocation (what TF's placer enforces and we must not split):
 - a feedable iterator (``Iterator.from_string_handle``) and every iterator of the graph are one
   group: the handle it reads names some iterator through a feed, and TensorFlow looks that
   iterator up on the feedable one's device only.
+- ops that make a resource under one ``shared_name`` (and ``container``) are one group: a
+  variable, queue or table imported twice (two towers of one GraphDef) is one resource only
+  on one device; on two, each finds its own ("Could not find variable", a dequeue that waits
+  on an empty queue).
 
 v1 while loops: the ``NextIteration -> Merge`` back edge is dropped, so the rest is a DAG.
 """
@@ -207,6 +211,18 @@ def _join_feedable_iterators(nodes, uf: _UnionFind) -> None:
     for i, node in enumerate(nodes):
         if node.op in _ITERATORS or node.op in _FROM_HANDLE:
             uf.union(feedable[0], i)
+
+
+def _join_shared_resources(nodes, uf: _UnionFind) -> None:
+    """Put the ops that name one resource by a non-empty ``shared_name`` (in one
+    ``container``) in one group: TensorFlow's resource manager is per device, so only
+    together do they share it (module docstring)."""
+    first: dict[tuple[bytes, bytes], int] = {}
+    for i, node in enumerate(nodes):
+        shared = node.attr["shared_name"].s if "shared_name" in node.attr else b""
+        if shared:
+            container = node.attr["container"].s if "container" in node.attr else b""
+            uf.union(first.setdefault((container, shared), i), i)
 
 
 def _node_in_message(message: str) -> str | None:
@@ -474,6 +490,7 @@ def _opgraph(meta_graph: meta_graph_pb2.MetaGraphDef, props: dict, unknown_dim: 
         for target in _colocation_targets(node):
             uf.union(index[target], i)
     _join_feedable_iterators(nodes, uf)
+    _join_shared_resources(nodes, uf)
 
     ports_of: list[dict[int, int]] = [{} for _ in range(n)]  # op -> {port: tensor}
     for (i, port), t in tensor_id.items():
