@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 import tf_autoplace
-from tf_autoplace.errors import ConfigError
+from tf_autoplace.errors import ConfigError, MeasurementError
 from tf_autoplace.hw.runner import RunConfig, canonical_device, run, run_interleaved
 from tf_autoplace.hw.workload import Workload
 from tf_autoplace.outputs import timeline
@@ -149,6 +149,16 @@ def test_a_tf1_step_gets_its_tables_and_iterators_initialized_and_keeps_its_queu
     assignment = {name: "/device:CPU:0" for name in ops}  # (iterator ops say "CPU:*")
     m = run(workload, assignment, RunConfig(steps=2, warmup_steps=1))
     assert m.step_time_s > 0
+
+
+def test_a_step_that_needs_a_queue_runner_is_a_measurement_error_not_a_hang():
+    # The train op alone dequeues from a queue only the queue runner's thread fills: run on
+    # its own, its first step would wait forever.
+    g = _tf1_inputs_graph()
+    with pytest.raises(MeasurementError, match="dequeues from queue 'fifo_queue'.*queue runner"):
+        Workload.from_graph(g, fetches=["step"])
+    enqueue = [op.name for op in g.get_operations() if op.type == "QueueEnqueueV2"]
+    assert Workload.from_graph(g, fetches=["step", *enqueue]).fetches  # fills it itself
 
 
 def test_workload_errors_name_the_problem():

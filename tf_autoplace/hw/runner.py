@@ -89,9 +89,9 @@ class RunConfig:
         GPU ops).
       target: run on a TensorFlow cluster: the ``grpc://host:port`` of one of its servers
         (``Cluster.target``); "" runs in this process (module docstring).
-      timeout_s: on a cluster, a step (or an init) that takes longer than this many seconds
-        fails with a MeasurementError instead of waiting for a server that may have died
-        (0: no limit).
+      timeout_s: a step (or an init) that takes longer than this many seconds fails with a
+        MeasurementError instead of waiting for a server that may have died, or for an input
+        the program would have given it (0: no limit).
     """
 
     steps: int = 10
@@ -169,9 +169,8 @@ def session_config(config: RunConfig, device_names=()) -> tf.compat.v1.ConfigPro
         allow_soft_placement=config.soft_placement,
         inter_op_parallelism_threads=config.inter_op_threads,
         intra_op_parallelism_threads=config.intra_op_threads)
-    if config.target:
-        proto.operation_timeout_in_ms = int(config.timeout_s * 1000)
-    else:
+    proto.operation_timeout_in_ms = int(config.timeout_s * 1000)
+    if not config.target:
         proto.device_count.update(session_device_counts(device_names))
     if not config.grappler:
         proto.graph_options.rewrite_options.disable_meta_optimizer = True

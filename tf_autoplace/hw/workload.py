@@ -23,6 +23,10 @@ Defaults, when the caller does not say (:meth:`Workload.from_graph`):
   its value in ``feeds``. Step times do not depend on the values of these ops' inputs, only on
   their shapes, with the exception of data-dependent ops (e.g. ``Unique``), which would need the
   real data: feed it.
+
+A step that dequeues from a queue nothing in the step or its init fills (a queue runner's
+thread does, in the program) cannot be run on its own: the first step would wait forever. That
+is a :class:`MeasurementError` naming the dequeue, when the workload is made.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2, types_pb2
 
-from tf_autoplace.errors import ConfigError
+from tf_autoplace.errors import ConfigError, MeasurementError
 from tf_autoplace.graph import grappler, ingest
 
 _VARIABLE_OPS = ingest.VARIABLE_OPS
@@ -55,6 +59,27 @@ def fan_in(graph_def: graph_pb2.GraphDef, roots) -> set[str]:
         seen.add(name)
         stack.extend(inputs[name])
     return seen
+
+
+_DEQUEUE_OPS = frozenset({"QueueDequeue", "QueueDequeueV2", "QueueDequeueMany",
+                          "QueueDequeueManyV2", "QueueDequeueUpTo", "QueueDequeueUpToV2"})
+_ENQUEUE_OPS = frozenset({"QueueEnqueue", "QueueEnqueueV2", "QueueEnqueueMany",
+                          "QueueEnqueueManyV2"})
+
+
+def _check_queues_are_filled(by_name, step: set[str], needed: set[str]) -> None:
+    """MeasurementError if the step dequeues from a queue that no enqueue of the step or of
+    its init (``needed``) fills (module docstring)."""
+    filled = {_node_name(by_name[name].input[0]) for name in needed
+              if by_name[name].op in _ENQUEUE_OPS and by_name[name].input}
+    for name in sorted(step):
+        node = by_name[name]
+        if node.op in _DEQUEUE_OPS and node.input and _node_name(node.input[0]) not in filled:
+            raise MeasurementError(
+                f"the step dequeues from queue {_node_name(node.input[0])!r} ({name!r}), which "
+                "nothing in the step fills (a queue runner's thread does, in the program): it "
+                "cannot be run on its own; place without measuring, or give fetches that "
+                "enqueue too")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -102,6 +127,7 @@ class Workload:
             _check_feed(by_name.get(name.rsplit(":", 1)[0]), name, value)
         rng = np.random.default_rng(seed)
         needed = fan_in(graph_def, fetches + init)
+        _check_queues_are_filled(by_name, fan_in(graph_def, fetches), needed)
         for node in graph_def.node:  # graph order: the draws do not depend on dict order
             name = f"{node.name}:0"
             if node.op != "Placeholder" or node.name not in needed or name in given:
