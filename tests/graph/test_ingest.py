@@ -326,6 +326,45 @@ def test_bad_graphs_are_invalid_graph_errors(source, message):
         _opgraph(source)
 
 
+def _calling(*functions, caller="f"):
+    """A graph whose node ``call`` runs library function ``caller`` through PartitionedCall;
+    ``functions`` are (name, the function it calls or None) pairs for the library."""
+    gd = _graph_def(_const("a"))
+    for name, calls in functions:
+        f = gd.library.function.add()
+        f.signature.name = name
+        f.signature.input_arg.add(name="x", type=tf.float32.as_datatype_enum)
+        f.signature.output_arg.add(name="y", type=tf.float32.as_datatype_enum)
+        if calls:
+            f.node_def.add(name="inner", op=calls, input=["x"])
+            f.ret["y"] = "inner:y"
+        else:
+            f.ret["y"] = "x"
+    call = gd.node.add(name="call", op="PartitionedCall", input=["a"])
+    call.attr["f"].func.name = caller
+    call.attr["Tin"].list.type.append(tf.float32.as_datatype_enum)
+    call.attr["Tout"].list.type.append(tf.float32.as_datatype_enum)
+    return gd
+
+
+@pytest.mark.parametrize("source, message", [
+    # TF's Grappler raised "Op type not registered" (a RuntimeError) on the first.
+    (_calling(caller="gone"), "node 'call' calls function 'gone', which the graph's library"),
+    (_calling(("f", "gone")), "node 'inner' in function 'f' has unknown op type 'gone'"),
+    # TF's importer crashed the process on these (SIGSEGV).
+    (_calling(("f", "f")), "function that calls itself: 'f' -> 'f'"),
+    (_calling(("f", "g"), ("g", "h"), ("h", "g")), "calls itself: 'g' -> 'h' -> 'g'"),
+])
+def test_calls_of_missing_or_recursive_functions_are_invalid_graph_errors(source, message):
+    with pytest.raises(InvalidGraphError, match=message):
+        _opgraph(source)
+
+
+def test_a_library_function_called_from_several_places_is_not_recursion():
+    og = _opgraph(_calling(("f", "g"), ("g", None), ("h", "g")))
+    assert "call" in og.names
+
+
 # Graphs TensorFlow's importer or Const kernel rejects. Each was once placed and returned (or
 # crashed Grappler with an IndexError / RuntimeError); now each is rejected before Grappler.
 REJECTED = {

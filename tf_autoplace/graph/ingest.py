@@ -322,13 +322,15 @@ def to_opgraph(meta_graph: meta_graph_pb2.MetaGraphDef, *, unknown_dim: int = 1)
 
 
 def _check_nodes(graph_def: graph_pb2.GraphDef) -> None:
-    """Raise InvalidGraphError for what would otherwise fail later with a less clear message:
-    no nodes, a repeated name, an unknown op type, an input or colocation target that does not
-    exist, a malformed input or device string."""
+    """Raise InvalidGraphError for what would otherwise fail later with a less clear message
+    (or bring the process down inside TensorFlow): no nodes, a repeated name, an unknown op
+    type, a call of a function the library lacks or a function that calls itself, an input or
+    colocation target that does not exist, a malformed input or device string."""
     nodes = graph_def.node
     if not nodes:
         raise InvalidGraphError("the graph has no nodes")
     library_functions = {f.signature.name for f in graph_def.library.function}
+    _check_function_calls(graph_def, library_functions)
     index: dict[str, int] = {}
     for i, node in enumerate(nodes):
         if node.name in index:
@@ -356,6 +358,66 @@ def _check_nodes(graph_def: graph_pb2.GraphDef) -> None:
             except (ValueError, TypeError) as e:
                 raise InvalidGraphError(f"node {node.name!r} has the device {node.device!r}, "
                                         f"which TensorFlow cannot parse: {e}") from e
+
+
+def _function_attrs(op: str, cache: dict) -> list[str]:
+    """The names of ``op``'s attrs that hold functions (``func`` or ``list(func)``, by its
+    OpDef; none for a library function or an unknown op), cached per op type."""
+    if op not in cache:
+        op_def = op_def_registry.get(op)
+        cache[op] = [a.name for a in op_def.attr if a.type in ("func", "list(func)")] \
+            if op_def is not None else []
+    return cache[op]
+
+
+def _check_function_calls(graph_def: graph_pb2.GraphDef, library_functions: set[str]) -> None:
+    """InvalidGraphError for a call of a function that is neither in the library nor an op
+    (TF's Grappler then raises "Op type not registered"), or a library function that calls
+    itself, directly or through others (TF's importer crashes the process on it). A call is a
+    node whose op is a library function, or a function in one of its function attrs (``f`` of
+    a call, the branches and bodies of If, Case and While, a dataset's map function)."""
+    cache: dict[str, list[str]] = {}
+    calls: dict[str, list[str]] = {f.signature.name: [] for f in graph_def.library.function}
+    for where, nodes in [(None, graph_def.node)] + [
+            (f.signature.name, f.node_def) for f in graph_def.library.function]:
+        for node in nodes:
+            if where is not None and node.op not in library_functions \
+                    and op_def_registry.get(node.op) is None:
+                raise InvalidGraphError(f"node {node.name!r} in function {where!r} has unknown "
+                                        f"op type {node.op!r} (not registered in this "
+                                        "TensorFlow build and not a function of the library)")
+            named = [node.op] if node.op in library_functions else []
+            for key in _function_attrs(node.op, cache):
+                value = node.attr[key]
+                named += [value.func.name] if value.HasField("func") else [
+                    f.name for f in value.list.func]
+            for name in named:
+                if name not in library_functions and op_def_registry.get(name) is None:
+                    inside = f" in function {where!r}" if where else ""
+                    raise InvalidGraphError(f"node {node.name!r}{inside} calls function "
+                                            f"{name!r}, which the graph's library does not have")
+                if where is not None and name in library_functions:
+                    calls[where].append(name)
+    state: dict[str, int] = {}  # 1: on the path being walked, 2: every call below it walked
+    for root in sorted(calls):
+        if root in state:
+            continue
+        state[root] = 1
+        stack = [(root, iter(calls[root]))]
+        while stack:
+            name, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                state[name] = 2
+                stack.pop()
+            elif state.get(child) == 1:
+                path = [n for n, _ in stack]
+                cycle = path[path.index(child):] + [child]
+                raise InvalidGraphError("the graph's library has a function that calls itself: "
+                                        + " -> ".join(repr(n) for n in cycle))
+            elif child not in state:
+                state[child] = 1
+                stack.append((child, iter(calls[child])))
 
 
 def read_graph(meta_graph: meta_graph_pb2.MetaGraphDef, *, unknown_dim: int = 1,
