@@ -22,6 +22,7 @@ import tf_autoplace
 from tf_autoplace import flags as ap_flags  # defines the flags on absl's global FLAGS; harmless
 from tf_autoplace.core import registry
 from tf_autoplace.core.cluster import Cluster, resolve_cluster
+from tf_autoplace.outputs.files import umask
 from tf_autoplace.placers import SingleDevicePlacer
 from tf_autoplace.placers.placeto.search import pretrained_policy_dir
 from tf_autoplace.testing import small_cnn
@@ -103,6 +104,20 @@ def test_autoplace_settings_without_autoplace_warn_at_parsing(runs):
     assert "autoplace: placed" not in err
 
 
+def test_a_binarys_own_autoplace_named_flags_are_not_taken_for_settings(repo_root):
+    # A binary may define a flag of its own whose name starts with autoplace_ before the
+    # import: it is not one of ours, and giving it is no reason to warn.
+    code = ("from absl import flags\n"
+            "flags.DEFINE_string('autoplace_logdir', '/tmp/x', 'the binary\\'s own')\n"
+            "from tf_autoplace import flags as ap\n"
+            "print('autoplace_logdir' in ap._SETTINGS_FLAGS, 'autoplace_cluster' in "
+            "ap._SETTINGS_FLAGS)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=repo_root, text=True,
+                          capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "True"]
+
+
 def test_with_flag_same_losses_and_both_devices_execute(runs):
     rc, out, err, _ = runs["placed"]
     assert rc == 0, err
@@ -128,6 +143,9 @@ def test_report_json_is_written_and_valid(runs):
                                "autoplace_placement": None, "autoplace_cache": True,
                                "autoplace_policy": None, "autoplace_cost_profile": None,
                                "autoplace_placer_option": [], "autoplace_verify": 0}
+    # The permissions a plain open() gives under the binary's umask (it inherits ours), as
+    # every other output of the tool; not a temporary file's 0600.
+    assert (workdir / "report.json").stat().st_mode & 0o777 == 0o666 & ~umask()
 
 
 def test_a_bad_flag_stops_the_binary_before_it_trains(runs):
@@ -223,6 +241,10 @@ def test_placer_options_and_the_cost_profile_are_checked_at_parsing(tmp_path):
             "autoplace_placement": None}
     check = ap_flags._check_placer_and_cluster
     assert check({**base, "autoplace": "hdp", "autoplace_placer_option": ["start=uniform"]})
+    # A budget the placer refuses stops the binary at parsing, not at its first session.run.
+    with pytest.raises(flags.ValidationError, match="--autoplace_budget_s=0.0: budget_s must be"):
+        check({**base, "autoplace": "auto", "autoplace_budget_s": 0.0})
+    assert check({**base, "autoplace": "gdp", "autoplace_budget_s": 0.0})  # zero-shot
     with pytest.raises(flags.ValidationError, match="the m_etf placer has no settings to set"):
         check({**base, "autoplace": "m_etf", "autoplace_placer_option": ["max_samples=8"]})
     with pytest.raises(flags.ValidationError, match="start must be one of"):  # the config's

@@ -94,6 +94,7 @@ from absl import flags, logging
 from tf_autoplace.core import registry
 
 FLAGS = flags.FLAGS
+_THEIRS = frozenset(FLAGS)  # the binary's flags, defined before it imported this module
 _OFF = ("", "off")
 
 flags.DEFINE_string("autoplace", "off",
@@ -147,7 +148,8 @@ def _enabled(name) -> bool:
 
 
 _SETTINGS_FLAGS = sorted(name for name in FLAGS if name.startswith("autoplace_")
-                         and name != "autoplace_placement")  # every one defined above
+                         and name != "autoplace_placement"
+                         and name not in _THEIRS)  # every one defined above
 _warned: set = set()
 
 
@@ -173,11 +175,12 @@ def _check_budget(value) -> bool:
 
 
 @flags.multi_flags_validator(["autoplace", "autoplace_cluster", "autoplace_ray_address",
-                              "autoplace_placement", "autoplace_placer_option"])
+                              "autoplace_placement", "autoplace_placer_option",
+                              "autoplace_budget_s"])
 def _check_placer_and_cluster(values) -> bool:
     """Only when enabled: the placer is registered (unless a saved placement replaces it), the
-    cluster spec reads, a Ray address goes to a placer that takes one, and the placer options
-    are settings of the placer."""
+    cluster spec reads, a Ray address goes to a placer that takes one, and the placer takes
+    the budget and the options (it is built once here, so its config checks them)."""
     if not (_enabled(values["autoplace"]) or values["autoplace_placement"]):
         return True
     from tf_autoplace.core import registry
@@ -205,9 +208,15 @@ def _check_placer_and_cluster(values) -> bool:
     if options and values["autoplace_placement"]:
         raise flags.ValidationError("--autoplace_placer_option sets a placer's search; "
                                     "--autoplace_placement applies a saved placement")
+    budget = values.get("autoplace_budget_s")
+    if not values["autoplace_placement"]:
+        try:  # gdp's budget may be 0 (zero-shot); the searching placers' must be > 0
+            get_placer(name, budget_s=budget)
+        except AutoplaceError as e:
+            raise flags.ValidationError(f"--autoplace_budget_s={budget!r}: {e}") from e
     try:
-        if options:  # built once here so that the config checks the values at parsing
-            get_placer(name, options=options)
+        if options:
+            get_placer(name, budget_s=budget, options=options)
     except AutoplaceError as e:
         raise flags.ValidationError(f"--autoplace_placer_option: {e}") from e
     spec = values["autoplace_cluster"]
@@ -560,8 +569,7 @@ def _place_graph(session, settings: AutoplaceSettings) -> None:
 
 
 def _write_report(settings: AutoplaceSettings, report, placer) -> None:
-    import tempfile
-
+    from tf_autoplace.outputs import files
     from tf_autoplace.outputs.report import json_text
     from tf_autoplace.placers import takes_budget
 
@@ -574,17 +582,9 @@ def _write_report(settings: AutoplaceSettings, report, placer) -> None:
                     "autoplace_cost_profile": settings.cost_profile,
                     "autoplace_placer_option": list(settings.placer_options),
                     "autoplace_verify": settings.verify}
-    path = settings.report_path
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
-                               prefix=".tmp_autoplace_")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(json_text(out))
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    outputs = files.Outputs()  # whole or absent, with the user's umask like every output
+    outputs.add_file(settings.report_path, json_text(out).encode("utf-8"))
+    outputs.commit()
 
 
 def _extend_graph(self):
