@@ -480,6 +480,22 @@ def test_bad_graph_files_are_invalid_graph_errors(tmp_path, content, message):
         ingest.load_meta_graph(str(path))
 
 
+def test_a_device_is_refused_and_a_pipe_is_read(tmp_path, monkeypatch):
+    # /dev/zero never ends: it used to be read until the memory ran out.
+    with pytest.raises(InvalidGraphError, match="'/dev/zero': it is a device, not a file"):
+        ingest.read_graph_file("/dev/zero")
+    read, write = os.pipe()  # `cat graph.pb | tf-autoplace place --input=/dev/stdin`
+    with os.fdopen(write, "wb") as f:
+        f.write(_graph_def(_const("a")).SerializeToString())
+    meta_graph, _ = ingest.read_graph_file(f"/dev/fd/{read}")
+    os.close(read)
+    assert [n.name for n in meta_graph.graph_def.node] == ["a"]
+    monkeypatch.setattr(ingest, "MAX_GRAPH_FILE_BYTES", 4)
+    (tmp_path / "big.pb").write_bytes(_graph_def(_const("a")).SerializeToString())
+    with pytest.raises(InvalidGraphError, match="'.*big.pb' is larger than 2 GiB"):
+        ingest.read_graph_file(tmp_path / "big.pb")
+
+
 def test_a_live_graph_is_read_the_same_without_importing_it_again(monkeypatch):
     """A live tf.Graph's ops were checked by TensorFlow as they were made: reading its
     GraphDef with ``live_graph=True`` skips the importer and gives the same OpGraph and

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import time
 from typing import Union
 
@@ -100,17 +101,29 @@ def load_meta_graph(source: GraphLike) -> meta_graph_pb2.MetaGraphDef:
         "functions)")
 
 
+MAX_GRAPH_FILE_BYTES = 2**31 - 1  # protobuf's limit on a serialized message
+
+
 def read_graph_file(path: str | os.PathLike) -> tuple[meta_graph_pb2.MetaGraphDef, bool]:
     """Read a GraphDef or MetaGraphDef file (binary or text). Returns the graph as a
     MetaGraphDef and whether the file held a MetaGraphDef."""
     path = os.fspath(path)
+    data = None  # None: a device (/dev/zero would fill the memory)
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            mode = os.fstat(f.fileno()).st_mode
+            if not (stat.S_ISCHR(mode) or stat.S_ISBLK(mode)):
+                data = f.read(MAX_GRAPH_FILE_BYTES + 1)  # a pipe: to its end or the limit
     except OSError as e:
         raise InvalidGraphError(f"cannot read graph file {path!r}: {e.strerror or e}") from e
     except ValueError as e:  # a NUL in the path
         raise InvalidGraphError(f"cannot read graph file {path!r}: {e}") from e
+    if data is None:
+        raise InvalidGraphError(f"cannot read graph file {path!r}: it is a device, not a file "
+                                "or a pipe")
+    if len(data) > MAX_GRAPH_FILE_BYTES:
+        raise InvalidGraphError(f"graph file {path!r} is larger than 2 GiB, more than a "
+                                "GraphDef can hold")
     return _parse(data, what=repr(path))
 
 
