@@ -76,6 +76,9 @@ def test_functional_control_flow_stays_single_ops_next_to_an_inlined_call(child)
     # A loop that calls another function: a tape around the placed call gets the variable's
     # gradient (an imported loop had no handle data for it), and one inside a placed step too.
     assert r["loop_grad_around_equal"] and r["loop_grad_inside_equal"]
+    # Placing a function with a cond must not break the original's gradient (its rewritten
+    # branches used to clash with the placed function's by name).
+    assert r["cond_grad_placed_then_original_equal"]
     assert r["equal"]
     assert r["flow_ops"] == ["If", "While"] and r["lowering_kept"]
     assert r["v1_ops"] == []
@@ -100,6 +103,8 @@ def test_a_call_grappler_specialized_runs_in_the_placed_function(child):
     ("variable_off_cluster", "ConfigError", "not a device of the cluster"),
     ("variable_argument", "ConfigError", "argument 0 is a tf.Variable"),
     ("ragged_argument", "ConfigError", "argument 0 is a RaggedTensorSpec"),
+    ("untraceable_shape", "ConfigError", "cannot trace 'project' with the arguments given "
+                                         "(ValueError"),
 ])
 def test_unsupported_functions_are_clear_errors(child, case, error, message):
     got = child["errors"]

@@ -283,7 +283,20 @@ def check_control_flow_with_nested_call():
 
     placed_looped, _ = tf2.autoplace_function(looped, x, cluster=CPU2, placer="random")
     placed_inside, _ = tf2.autoplace_function(inside, x, cluster=CPU2, placer="random")
+
+    # A cond whose branch reads the variable, differentiated placed first, then the original:
+    # the gradient's rewritten branch functions must not take the original's names.
+    @tf.function
+    def branchy(x):
+        h = tf.tanh(x @ v)
+        return tf.reduce_sum(tf.cond(tf.reduce_sum(h) > 0, lambda: h @ v, lambda: h * 0.5))
+
+    placed_branchy, _ = tf2.autoplace_function(branchy, x, cluster=CPU2, placer="random",
+                                               seed=1)
+    placed_first = around(placed_branchy)
     return {
+        "cond_grad_placed_then_original_equal": bool(np.allclose(placed_first,
+                                                                 around(branchy), rtol=1e-6)),
         "loop_grad_around_equal": bool(np.allclose(around(looped), around(placed_looped),
                                                    rtol=1e-6)),
         "loop_grad_inside_equal": bool(np.allclose(inside(x), placed_inside(x), rtol=1e-6)),
@@ -349,6 +362,12 @@ def errors():
     def total(r):
         return tf.reduce_sum(r)
 
+    m = tf.Variable(tf.ones([4, 3]))
+
+    @tf.function
+    def project(x):
+        return x @ m
+
     only_cpu1 = tf_autoplace.Cluster.uniform([tf_autoplace.Device(f"{HOST}CPU:1", "CPU",
                                                                   memory_bytes=10**9)])
     cases = {
@@ -360,6 +379,9 @@ def errors():
             bump, tf.Variable(tf.zeros([4])), tf.ones([4]), cluster=CPU2, placer="single"),
         "ragged_argument": lambda: tf2.autoplace_function(
             total, tf.ragged.constant([[1.0], [2.0, 3.0]]), cluster=CPU2, placer="single"),
+        # TF's ValueError (as a restored function gives for shapes it was not saved with)
+        "untraceable_shape": lambda: tf2.autoplace_function(project, tf.ones([2, 5]),
+                                                            cluster=CPU2, placer="single"),
     }
     for name, fn in cases.items():
         try:

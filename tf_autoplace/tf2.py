@@ -146,9 +146,11 @@ def _concrete_function(fn, args, kwargs):
             raise _xla_error(getattr(fn, "__name__", "the function"))
         try:
             cf = fn.get_concrete_function(*args, **kwargs)
-        except TypeError as e:
+        except (TypeError, ValueError) as e:  # ValueError: a restored function has no trace
+            # for these shapes, or the function's own code refuses them
             raise ConfigError(
-                f"cannot trace {getattr(fn, '__name__', fn)!r} with the arguments given ({e}); "
+                f"cannot trace {getattr(fn, '__name__', fn)!r} with the arguments given "
+                f"({type(e).__name__}: {' '.join(str(e).split())}); "
                 "pass example arguments or TensorSpecs, e.g. "
                 "tf_autoplace.tf2.autoplace_function(fn, x, y, cluster=...), or give the "
                 "tf.function an input_signature") from e
@@ -474,43 +476,66 @@ def _rebuild(cf, placed: graph_pb2.GraphDef):
     return tf.function(body, autograph=False).get_concrete_function(*args_sig, **kwargs_sig)
 
 
-_LOOP_GRAPHS = itertools.count()  # numbers the loop graphs _loop_handle_data builds
+_LOOP_GRAPHS = itertools.count()  # numbers the control-flow graphs _loop_handle_data builds
+
+
+def _branches(op) -> list[tuple[str, str, list]]:
+    """``(function name, attribute TF's gradient caches its graph in, the graph's inputs)`` for
+    each function of a While, If or Case op (none for other ops)."""
+    if op.type in ("While", "StatelessWhile"):
+        inputs = list(op.inputs)
+        return [(op.get_attr("cond").name, "_cond_graph", inputs),
+                (op.get_attr("body").name, "_body_graph", inputs)]
+    if op.type in ("If", "StatelessIf"):
+        inputs = list(op.inputs[1:])  # after the predicate
+        return [(op.get_attr("then_branch").name, "_true_graph", inputs),
+                (op.get_attr("else_branch").name, "_false_graph", inputs)]
+    if op.type in ("Case", "StatelessCase"):
+        inputs = list(op.inputs[1:])  # after the branch index
+        return [(f.name, f"_branch_graph_{i}", inputs)
+                for i, f in enumerate(op.get_attr("branches"))]
+    return []
 
 
 def _loop_handle_data(ops) -> None:
-    """Give the imported While loops among ``ops`` the handle data of the variables they carry
-    (what each resource holds), as ``tf.while_loop`` does when it builds a loop: on the loop's
-    outputs, and on the inputs of its body and condition graphs, built here from the loop's
-    functions and kept on the op where TF's gradient looks for them first. An imported loop has
-    none (a FunctionDef's arguments do not carry it), and the gradient of a loop whose body
-    calls another function (a GradientTape around the placed call) fails without it. Loops
-    inside those graphs get the same. A graph that cannot be built here is left for TF to build
-    when a gradient needs it. ``ops`` are in the order they were created, so a loop's inputs
-    have theirs first."""
+    """Give the imported While, If and Case ops among ``ops`` the graphs of their functions,
+    each with a name of its own and the handle data of the variables it reads, kept on the op
+    where TF's gradient looks for them first.
+
+    An imported op has no handle data on its functions' inputs (a FunctionDef's arguments do
+    not carry what each resource holds), and the gradient of a loop whose body calls another
+    function (a GradientTape around the placed call) fails without it: loops get it on their
+    outputs too, as ``tf.while_loop`` gives it. A gradient rewrites the op's functions into new
+    ones named after these graphs plus ``_rewritten``; with the original's names, the placed
+    function's rewrite and the original's would clash in the eager context ("a duplicate
+    function ... where the previous and current definitions differ"), breaking whichever is
+    differentiated second, the original included. Ops inside those graphs get the same. A
+    graph that cannot be built here is left for TF to build when a gradient needs it. ``ops``
+    are in the order they were created, so an op's inputs have theirs first."""
     from tensorflow.python.ops import control_flow_util_v2, handle_data_util  # internal
 
     for op in ops:
-        if op.type not in ("While", "StatelessWhile"):
+        branches = _branches(op)
+        if not branches:
             continue
-        for inp, out in zip(op.inputs, op.outputs):
-            if out.dtype == tf.resource:
-                handle_data_util.copy_handle_data(inp, out)
-        shapes = [tf.TensorShape(s) for s in op.get_attr("output_shapes")]
-        for attr, cached in (("cond", "_cond_graph"), ("body", "_body_graph")):
+        if op.type in ("While", "StatelessWhile"):
+            for inp, out in zip(op.inputs, op.outputs):
+                if out.dtype == tf.resource:
+                    handle_data_util.copy_handle_data(inp, out)
+        for name, cached, inputs in branches:
             if getattr(op, cached, None) is not None:
                 continue
+            shapes = ([tf.TensorShape(s) for s in op.get_attr("output_shapes")]
+                      if op.type in ("While", "StatelessWhile") else [t.shape for t in inputs])
             try:
-                graph = control_flow_util_v2.get_func_graph(op, shapes,
-                                                            op.get_attr(attr).name)
+                graph = control_flow_util_v2.get_func_graph(op, shapes, name)
             except (tf.errors.OpError, KeyError, ValueError):
                 # Not readable here (a rewritten function whose definition differs from the
                 # one the eager runtime holds under its name): left for TF to build, as before.
                 continue
-            for inp, arg in zip(op.inputs, graph.inputs):
+            for inp, arg in zip(inputs, graph.inputs):
                 if arg.dtype == tf.resource:
                     handle_data_util.copy_handle_data(inp, arg)
-            # A gradient rewrites the loop into functions named after these graphs: a name
-            # of their own, so that they never clash with the original's rewritten loop.
             graph.name = f"{graph.name}_placed{next(_LOOP_GRAPHS)}"
             _loop_handle_data(graph.get_operations())
             setattr(op, cached, graph)
