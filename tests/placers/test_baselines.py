@@ -437,3 +437,23 @@ def test_upward_rank_equals_numpys_op_by_op(seed):
 
     problem = problems.random_problem(300, seed, num_gpus=1 + seed % 3)
     np.testing.assert_array_equal(upward_rank(problem), _upward_rank_reference(problem))
+
+
+def test_upward_rank_of_an_op_no_device_may_run_is_nan_without_a_warning():
+    # best_heuristic's prefixes of a cluster can leave an op (pinned, or a kernel only on a
+    # device outside the prefix) no device: numpy's "Mean of empty slice" warning became an
+    # exception under -W error.
+    import dataclasses
+    import warnings
+
+    from tf_autoplace.heuristics.metf import upward_rank
+
+    problem = problems.random_problem(30, 0, num_gpus=2)
+    op_time = problem.op_time.copy()
+    op_time[5, :] = np.inf
+    op_time[5, 1] = 1e-3  # only on GPU 1
+    sub = dataclasses.replace(problem, op_time=op_time).restricted([0, 2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rank = upward_rank(sub)
+    assert np.isnan(rank[5]) and np.isfinite(rank[29])

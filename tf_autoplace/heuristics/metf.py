@@ -60,8 +60,11 @@ def _in_edges(graph):
 def upward_rank(problem: PlacementProblem) -> np.ndarray:
     """[n] b-level: mean op time plus the longest mean-cost path to a sink."""
     graph, cluster = problem.graph, problem.cluster
-    finite = np.where(problem.allowed, problem.op_time, np.nan)
-    mean_time = np.nanmean(finite, axis=1)
+    # The mean over the devices an op may use (NaN where it may use none, without numpy's
+    # "Mean of empty slice" warning, which -W error would turn into an exception).
+    count = problem.allowed.sum(axis=1)
+    total = np.where(problem.allowed, problem.op_time, 0.0).sum(axis=1)
+    mean_time = np.divide(total, count, out=np.full(len(count), np.nan), where=count > 0)
     off = ~np.eye(cluster.num_devices, dtype=bool)
     if off.any():
         mean_bw, mean_lat = cluster.bandwidth[off].mean(), cluster.latency[off].mean()
