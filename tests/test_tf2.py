@@ -105,6 +105,7 @@ def test_a_call_grappler_specialized_runs_in_the_placed_function(child):
     ("ragged_argument", "ConfigError", "argument 0 is a RaggedTensorSpec"),
     ("untraceable_shape", "ConfigError", "cannot trace 'project' with the arguments given "
                                          "(ValueError"),
+    ("strategy_run", "InvalidGraphError", "calls a tf.distribute strategy's run()"),
 ])
 def test_unsupported_functions_are_clear_errors(child, case, error, message):
     got = child["errors"]

@@ -363,6 +363,21 @@ def errors():
         return tf.reduce_sum(r)
 
     m = tf.Variable(tf.ones([4, 3]))
+    strategy = tf.distribute.MirroredStrategy([f"{HOST}CPU:0", f"{HOST}CPU:1"])
+    with strategy.scope():
+        mirrored = tf.Variable(tf.ones([4, 1]))
+        sgd = tf.keras.optimizers.SGD(0.1)
+        sgd.build([mirrored])
+
+    def replica_step(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(x @ mirrored)
+        sgd.apply_gradients(zip(tape.gradient(loss, [mirrored]), [mirrored]))
+        return loss
+
+    @tf.function
+    def distributed(x):
+        return strategy.reduce("SUM", strategy.run(replica_step, args=(x,)), axis=None)
 
     @tf.function
     def project(x):
@@ -382,6 +397,8 @@ def errors():
         # TF's ValueError (as a restored function gives for shapes it was not saved with)
         "untraceable_shape": lambda: tf2.autoplace_function(project, tf.ones([2, 5]),
                                                             cluster=CPU2, placer="single"),
+        "strategy_run": lambda: tf2.autoplace_function(distributed, tf.ones([2, 4]),
+                                                       cluster=CPU2, placer="single"),
     }
     for name, fn in cases.items():
         try:

@@ -407,13 +407,25 @@ def _is_tensor_like(x) -> bool:
     return isinstance(x, (tf.Tensor, tf.TensorSpec)) or tf.is_tensor(x)
 
 
+def _check_captures_last(cf) -> int:
+    """The number of ``cf``'s arguments; InvalidGraphError unless its graph's inputs are its
+    arguments followed by its captures, the calling convention the placed function keeps."""
+    graph = cf.graph
+    num_args = len(graph.inputs) - len(graph.captures)
+    if [id(t) for t in graph.inputs[num_args:]] != [id(i) for _, i in graph.captures]:
+        raise InvalidGraphError(
+            f"{cf.name}: its inputs do not end with its captures, so it cannot be called "
+            "placed as it is called now (a function that calls a tf.distribute strategy's "
+            "run() is traced so; strategies are not supported: place the function without "
+            "one)")
+    return num_args
+
+
 def _rebuild(cf, placed: graph_pb2.GraphDef):
     """A ConcreteFunction with ``cf``'s calling convention running the ``placed`` GraphDef."""
     graph = cf.graph
     captures = list(graph.captures)  # (external, internal)
-    num_args = len(graph.inputs) - len(captures)
-    if [id(t) for t in graph.inputs[num_args:]] != [id(i) for _, i in captures]:
-        raise InvalidGraphError(f"{cf.name}: its inputs do not end with its captures")
+    num_args = _check_captures_last(cf)
     arg_names = [t.name for t in graph.inputs[:num_args]]
     capture_names = [internal.name for _, internal in captures]
     externals = [external for external, _ in captures]
@@ -593,6 +605,7 @@ def place_function(fn, args, kwargs, options: PlaceOptions, *, runs_here: bool =
         raise ConfigError("cost_profile, measure_steps and verify are for graphs (a profile "
                           "names one graph's ops; a function is timed by calling it)")
     cf = _concrete_function(fn, args, kwargs)
+    _check_captures_last(cf)  # before the search, not after it
     cluster = options.resolved_cluster()
     graph_def = cf.graph.as_graph_def()
     if _call_ops(graph_def):
