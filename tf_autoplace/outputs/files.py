@@ -41,9 +41,9 @@ recovery runs only where it gets the lock at once (no locking, hence no recovery
 without ``fcntl``). Two runs writing into one directory at once therefore take turns, and a
 new directory that another run created since :func:`check_output_path` is a ConfigError
 before anything is staged: one run's set is written, the other fails whole, and no journal
-is left that a later run would finish over newer outputs. The promise is about processes being killed; after a power loss
-the file system's own guarantees apply (outputs are flushed before the commit record, the
-directories are not).
+is left that a later run would finish over newer outputs. The promise is about processes
+being killed; after a power loss the file system's own guarantees apply (outputs are flushed
+before the commit record, the directories are not).
 
 :func:`write_atomically` writes one file the same way without a journal (a temporary beside it,
 renamed over it), for caches.
