@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from tf_autoplace.core.cluster import resolve_cluster
+from tf_autoplace.core.cluster import Cluster, Device, resolve_cluster
 from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
 from tf_autoplace.graph.opgraph import from_edges
 from tf_autoplace.grouping import group_graph
@@ -84,6 +84,25 @@ def test_baseline_is_valid_with_cpu_only_ops_and_colocation(name):
         labels = problem.grouping.labels
         for g in range(problem.grouping.num_groups):
             assert len(set(devices[labels == g].tolist())) == 1
+
+
+@pytest.mark.parametrize("name", ["m_etf", "m_sct"])
+def test_a_schedule_that_does_not_fit_gives_way_to_the_single_device_that_does(name):
+    # op 0 makes 100 MB that 8 ops of 10 ms read; GPU 1 holds 50 MB. The schedule spreads the
+    # readers and sends GPU 1 a copy it cannot hold; all on GPU 0 fits (slower, but it fits).
+    k = 8
+    edges = [(0, i, 100 * 10**6) for i in range(1, k + 1)] + [(i, k + 1, 1000)
+                                                                for i in range(1, k + 1)]
+    graph = from_edges(k + 2, edges)
+    cluster = Cluster.uniform([Device("/device:GPU:0", "GPU", memory_bytes=10**10),
+                               Device("/device:GPU:1", "GPU", memory_bytes=50 * 10**6),
+                               Device("/device:CPU:0", "CPU", memory_bytes=10**11)],
+                              bandwidth_gbps=1000, latency_us=1)
+    problem = _problem(graph, cluster, gpu_s=[1e-3] + [10e-3] * k + [1e-3])
+    placer = get_placer(name)
+    devices = placer.place(problem).devices
+    assert (devices == 0).all()
+    assert any("does not fit the devices' memory" in note for note in placer.notes)
 
 
 def test_cpu_only_puts_everything_on_the_host_except_gpu_only_ops():

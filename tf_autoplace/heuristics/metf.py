@@ -27,7 +27,10 @@ earliest:
 4. Greedy finish times can mislead ETF: on graphs of many small ops it spreads work whose
    transfers then cost more than the parallelism gains. The placer therefore simulates its
    schedule and the single-device placement of its groups and returns the faster one that fits
-   (with a note in the report), so it is never slower than one device.
+   (with a note in the report; the single-device one whenever its own schedule does not fit
+   and that one does), so it is never slower than its groups on one device. (A group that
+   merged an op without a kernel on that device goes whole to another: with coarse groupings
+   the report's single-device baseline, which moves only such ops, can be faster.)
 
 Deterministic: no randomness is used; the seed is ignored.
 """
@@ -227,7 +230,14 @@ class MemoryAwareETFPlacer(Placer):
         single = np.where(ok[:, target], target, np.argmax(ok, axis=1))[problem.grouping.labels]
         single = single.astype(np.int32)
         ours, theirs = problem.simulator.run(devices), problem.simulator.run(single)
-        if theirs.makespan < ours.makespan and not check_memory(problem, theirs):
+        if check_memory(problem, theirs):
+            return devices
+        if check_memory(problem, ours):
+            self.notes.append(
+                f"{self.name}'s schedule does not fit the devices' memory at its peak; the "
+                f"single-device placement, which does, is used ({theirs.makespan * 1e3:.2f} ms)")
+            return single
+        if theirs.makespan < ours.makespan:
             self.notes.append(
                 f"{self.name}'s schedule simulated at {ours.makespan * 1e3:.2f} ms, slower than all "
                 f"on one device ({theirs.makespan * 1e3:.2f} ms); the single-device placement "
