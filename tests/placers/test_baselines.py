@@ -476,3 +476,29 @@ def test_upward_rank_of_an_op_no_device_may_run_is_nan_without_a_warning():
         warnings.simplefilter("error")
         rank = upward_rank(sub)
     assert np.isnan(rank[5]) and np.isfinite(rank[29])
+
+
+def test_best_heuristic_falls_back_to_all_on_the_host_when_nothing_else_fits():
+    # A 1 MB GPU and a host with 1.1x the all-on-host peak: every heuristic's placement
+    # overflows, and the repair moves no group whose outputs and variables exceed the host's
+    # room at once; all on the host fits. best_heuristic (and auto, which starts from it)
+    # used to raise InfeasiblePlacementError.
+    graph = problems.random_dag(120, 308)
+    gpu_s = np.random.default_rng(0).lognormal(np.log(1e-3), 1.0, 120)
+
+    def problem_with(host_bytes):
+        cluster = Cluster.uniform([Device("/device:GPU:0", "GPU", memory_bytes=10**6),
+                                   Device("/device:CPU:0", "CPU", memory_bytes=host_bytes)],
+                                  bandwidth_gbps=1.0, latency_us=10.0)
+        return _problem(graph, cluster, gpu_s=gpu_s)
+
+    roomy = problem_with(10**11)
+    peak = int(roomy.simulator.run(CpuOnlyPlacer().propose(roomy)).peak_memory[1])
+    problem = problem_with(int(1.1 * peak))
+    for name in ("best_heuristic", "auto"):
+        placer = get_placer(name)
+        devices = placer.place(problem, seed=0).devices
+        assert check_placement(problem, devices) == []
+        assert (problem.simulator.run(devices).peak_memory <= problem.cluster.memory).all()
+        if name == "best_heuristic":
+            assert any("all on the CPU host does" in note for note in placer.notes)

@@ -32,6 +32,7 @@ import numpy as np
 from tf_autoplace.core.problem import PlacementProblem, Placer, check_memory
 from tf_autoplace.errors import AutoplaceError, ConfigError, InfeasiblePlacementError
 from tf_autoplace.heuristics._common import compute_devices
+from tf_autoplace.heuristics.cpu_only import CpuOnlyPlacer
 from tf_autoplace.heuristics.expert import ExpertPlacer
 from tf_autoplace.heuristics.metf import MemoryAwareETFPlacer
 from tf_autoplace.heuristics.metis import MetisPlacer
@@ -134,8 +135,26 @@ class BestHeuristicPlacer(Placer):
                 label, devices = label + "+offload", repaired
                 sim = problem.simulator.run(devices)
             scored.append(Candidate(label, devices, sim.makespan, True, order))
+        if scored and not any(c.fits for c in scored):
+            scored.extend(self._all_on_the_host(problem, len(scored)))
         scored.sort(key=lambda c: (not c.fits, c.step_s, c.order))
         return scored
+
+    def _all_on_the_host(self, problem: PlacementProblem, order: int) -> list[Candidate]:
+        """The last resort when no candidate fits, even repaired: every op on the CPU host,
+        which the repair (moving a group only where its outputs and variables all fit at
+        once) can miss though the host holds the whole step's peak. None without a host or
+        when that does not fit either."""
+        try:
+            devices = CpuOnlyPlacer().propose(problem)
+        except AutoplaceError:
+            return []
+        sim = problem.simulator.run(devices)
+        if check_memory(problem, sim):
+            return []
+        self.notes.append("best_heuristic: no heuristic's placement fits, even repaired; all "
+                          "on the CPU host does")
+        return [Candidate("cpu_only", devices, sim.makespan, True, order)]
 
     def _place(self, problem: PlacementProblem, rng: np.random.Generator) -> np.ndarray:
         scored = self.ranked(problem)
