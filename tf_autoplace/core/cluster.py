@@ -81,6 +81,10 @@ PLACETO_BANDWIDTH_GBPS = 7.6
 PLACETO_LATENCY_US = 25.0
 PLACETO_OP_OVERHEAD_US = 5.7
 HOST_CORE_GROUP = "host"
+# A link slower than a byte a second, or a latency or delay of over eleven days, is a unit slip
+# (a bandwidth of 1e-320 made every transfer take forever: an infinite step time).
+MIN_BANDWIDTH = 1.0  # bytes/s
+MAX_LINK_SECONDS = 1e6
 
 INT64_MAX = 2**63 - 1
 _JOB = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
@@ -244,10 +248,12 @@ class Cluster:
             if arr.shape != (d, d):
                 raise ClusterSpecError(f"{field} has shape {arr.shape}; expected {(d, d)}")
             off = arr[~np.eye(d, dtype=bool)]
-            bad = off[~np.isfinite(off) | ((off <= 0) if field == "bandwidth" else (off < 0))]
+            bad = off[~np.isfinite(off) | ((off < MIN_BANDWIDTH) if field == "bandwidth"
+                                           else ((off < 0) | (off > MAX_LINK_SECONDS)))]
             if len(bad):
-                what = (("bandwidths", "> 0", "bytes/s") if field == "bandwidth"
-                        else ("latencies", ">= 0", "s"))
+                what = (("bandwidths", f">= {MIN_BANDWIDTH:g}", "bytes/s")
+                        if field == "bandwidth"
+                        else ("latencies", f">= 0 and <= {MAX_LINK_SECONDS:g}", "s"))
                 raise ClusterSpecError(f"link {what[0]} must be finite and {what[1]}, got "
                                        f"{float(bad[0])!r} {what[2]}")
             arr.setflags(write=False)
@@ -256,9 +262,10 @@ class Cluster:
         if delay.shape != (d, d):
             raise ClusterSpecError(f"delay has shape {delay.shape}; expected {(d, d)}")
         np.fill_diagonal(delay, 0.0)
-        if not (np.isfinite(delay) & (delay >= 0)).all():
-            raise ClusterSpecError(f"link delays must be finite and >= 0, got "
-                                   f"{float(delay[~(np.isfinite(delay) & (delay >= 0))][0])!r} s")
+        fine = np.isfinite(delay) & (delay >= 0) & (delay <= MAX_LINK_SECONDS)
+        if not fine.all():
+            raise ClusterSpecError(f"link delays must be finite, >= 0 and <= "
+                                   f"{MAX_LINK_SECONDS:g}, got {float(delay[~fine][0])!r} s")
         group = [dev.core_group for dev in self.devices]
         for i, j in zip(*np.nonzero(delay)):
             if group[i] and group[i] == group[j]:
