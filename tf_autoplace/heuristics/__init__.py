@@ -1,4 +1,6 @@
-"""The fast heuristic placers: each places an 8k-op graph in about a second, without learning.
+"""The heuristic placers, without learning: each places an 8k-op graph in about a second, but
+m-SCT, whose linear program takes seconds to minutes on graphs of thousands of ops and edges
+(hence not one of ``best_heuristic``'s candidates).
 
 They sit below the searching and learned placers (:mod:`tf_autoplace.placers`), which start
 from them and fall back to them. :data:`HEURISTICS` (name -> class) is the registry's view of
