@@ -9,9 +9,10 @@ costs little and removes the guess. Three rules make the result dependable on an
   out and the report's notes say which and why; the others still compete.
 * **Memory pressure moves work to the host.** A candidate that overflows a device's memory is
   repaired by :func:`tf_autoplace.heuristics.offload.offload` (colocation groups move to GPUs
-  with room, then to the CPU host) and competes if the repair fits. Only when no candidate fits
-  even so is an :class:`InfeasiblePlacementError` raised, naming the graph's total need against
-  the cluster's capacity.
+  with room, then to the CPU host) and competes if the repair fits. When none fits even so,
+  every op on the host is the last resort; only when that does not fit either is an
+  :class:`InfeasiblePlacementError` raised, naming the graph's total need against the
+  cluster's capacity.
 * **More devices never make it worse.** Each heuristic also runs on the prefixes of the compute
   devices with 1, 2, 4, ... of them (with every other device, such as the CPU host, kept), and
   those placements compete too: a placement that leaves devices idle is valid on the larger
