@@ -468,7 +468,9 @@ def test_a_graph_grappler_would_abort_on_is_an_error_and_the_process_lives(repo_
     (None, "cannot read graph file '.*graph.pb'"),
     (b"\x00\x01\x02\xff corrupt", "'.*graph.pb' is not a GraphDef or MetaGraphDef"),
     (b'node { name: "a" op: ', "'.*graph.pb' is not a GraphDef or MetaGraphDef .*text"),
-    (b"node { name: 'a' }", "is not a GraphDef or MetaGraphDef"),  # a node without an op
+    (b"node { name: 'a' }", "text GraphDef: a node has no name or op"),
+    # A text file with no node (say only a comment) named the binary parser's errors.
+    (b"# only a comment\n", "text GraphDef: parses, but has no nodes"),
 ])
 def test_bad_graph_files_are_invalid_graph_errors(tmp_path, content, message):
     path = tmp_path / "graph.pb"

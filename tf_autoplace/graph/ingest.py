@@ -157,7 +157,9 @@ def _parse(data: bytes, what: str) -> tuple[meta_graph_pb2.MetaGraphDef, bool]:
                 if cls is meta_graph_pb2.MetaGraphDef:
                     return msg, True
                 return meta_graph_pb2.MetaGraphDef(graph_def=graph_def), False
-    detail = "; ".join(errors[-2:]) if errors else "no nodes found"
+            errors.append(f"{fmt} {cls.__name__}: parses, but has no nodes" if not
+                          graph_def.node else f"{fmt} {cls.__name__}: a node has no name or op")
+    detail = "; ".join(errors[-2:])
     raise InvalidGraphError(
         f"{what} is not a GraphDef or MetaGraphDef in binary or text format ({detail})")
 
