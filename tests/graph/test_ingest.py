@@ -360,6 +360,15 @@ def test_calls_of_missing_or_recursive_functions_are_invalid_graph_errors(source
         _opgraph(source)
 
 
+def test_looking_for_function_calls_leaves_the_graph_def_as_it_was():
+    # Reading a missing key of a proto map adds it: a call op without its "f" attr must not
+    # come out of the check with an empty one.
+    gd = _graph_def(_const("a"), _node("call", "PartitionedCall", "a"))
+    before = gd.SerializeToString(deterministic=True)
+    ingest._check_function_calls(gd, set())
+    assert gd.SerializeToString(deterministic=True) == before
+
+
 def test_a_library_function_called_from_several_places_is_not_recursion():
     og = _opgraph(_calling(("f", "g"), ("g", None), ("h", "g")))
     assert "call" in og.names

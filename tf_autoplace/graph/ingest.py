@@ -403,6 +403,8 @@ def _check_function_calls(graph_def: graph_pb2.GraphDef, library_functions: set[
                                         "TensorFlow build and not a function of the library)")
             named = [node.op] if node.op in library_functions else []
             for key in _function_attrs(node.op, cache):
+                if key not in node.attr:  # (reading a missing key would add it to the map)
+                    continue
                 value = node.attr[key]
                 named += [value.func.name] if value.HasField("func") else [
                     f.name for f in value.list.func]
