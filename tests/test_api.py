@@ -58,6 +58,19 @@ def test_a_graph_fed_by_tf_data_runs_placed_with_soft_placement_off():
         np.testing.assert_allclose(losses, reference, rtol=1e-5)
 
 
+def _random_placements_run_as_unplaced(build, run, seeds=6):
+    """Random placements of ``build()``'s graph (several seeds, which together use both
+    devices) give what ``run`` gives for the unplaced graph."""
+    reference = run(build())
+    devices = set()
+    for seed in range(seeds):
+        g = build()
+        tf_autoplace.autoplace(g, cluster=CPU2, placer="random", seed=seed)
+        devices |= {op.device for op in g.get_operations()}
+        np.testing.assert_allclose(run(g), reference, rtol=1e-5)
+    assert len(devices) == 2  # the placements did split the graph
+
+
 def test_a_feedable_iterator_runs_placed_with_soft_placement_off():
     # A TF1 program switches input pipelines by feeding an iterator's string handle: the
     # iterator made from the handle must sit where the handle's iterator does, though no edge
@@ -86,14 +99,7 @@ def test_a_feedable_iterator_runs_placed_with_soft_placement_off():
             feed = {"handle:0": sess.run("train_handle:0")}
             return [sess.run(["loss:0", "train"], feed)[0] for _ in range(3)]
 
-    reference = run(build())
-    devices = set()
-    for seed in range(6):
-        g = build()
-        tf_autoplace.autoplace(g, cluster=CPU2, placer="random", seed=seed)
-        devices |= {op.device for op in g.get_operations()}
-        np.testing.assert_allclose(run(g), reference, rtol=1e-5)
-    assert len(devices) == 2  # the placements did split the graph
+    _random_placements_run_as_unplaced(build, run)
 
 
 def test_resources_shared_by_name_run_placed_with_soft_placement_off():
@@ -131,14 +137,7 @@ def test_resources_shared_by_name_run_placed_with_soft_placement_off():
             sess.run("enqueue")
             return sess.run("loss:0")
 
-    reference = run(build())
-    devices = set()
-    for seed in range(6):
-        g = build()
-        tf_autoplace.autoplace(g, cluster=CPU2, placer="random", seed=seed)
-        devices |= {op.device for op in g.get_operations()}
-        np.testing.assert_allclose(run(g), reference, rtol=1e-5)
-    assert len(devices) == 2  # the placements did split the graph
+    _random_placements_run_as_unplaced(build, run)
 
 
 def test_report_figures_are_consistent():
