@@ -137,7 +137,7 @@ def run(name: str, problem: PlacementProblem, solved: dict | None = None) -> lis
         starts.append(devices)
         relaxed = (relaxed_step(problem.graph, problem.cluster, problem.op_time,
                                 problem.grouping.labels, devices,
-                                time_limit_s=FLAGS.relaxed_s)[0]
+                                time_limit_s=FLAGS.relaxed_s, simulator=problem.simulator)[0]
                    if FLAGS.relaxed_s > 0 else np.nan)
         rows.append(Row(**shape, placer=placer_name, step_s=sim.makespan, seconds=seconds,
                         relaxed_s=relaxed))

@@ -615,8 +615,8 @@ def solve_placement(graph: OpGraph, cluster: Cluster, op_time: np.ndarray, label
 
 
 def relaxed_step(graph: OpGraph, cluster: Cluster, op_time: np.ndarray, labels, devices, *,
-                 time_limit_s: float = DEFAULT_TIME_LIMIT_S,
-                 max_pairs: int = DEFAULT_MAX_PAIRS) -> tuple[float, bool]:
+                 time_limit_s: float = DEFAULT_TIME_LIMIT_S, max_pairs: int = DEFAULT_MAX_PAIRS,
+                 simulator: Simulator | None = None) -> tuple[float, bool]:
     """The step :func:`solve_placement`'s MILP gives one placement: how far its relaxation
     lets the placement's schedule go below the simulated step.
 
@@ -628,7 +628,8 @@ def relaxed_step(graph: OpGraph, cluster: Cluster, op_time: np.ndarray, labels, 
     distance to the bound that is the relaxation's, not the choice of devices.
 
     Args:
-      graph, cluster, op_time, labels, max_pairs: as for :func:`solve_placement`.
+      graph, cluster, op_time, labels, max_pairs, simulator: as for
+        :func:`solve_placement`.
       devices: [n] the placement (keeps each group whole and fits in memory).
       time_limit_s: wall-time limit of the solve (> 0).
 
@@ -652,7 +653,8 @@ def relaxed_step(graph: OpGraph, cluster: Cluster, op_time: np.ndarray, labels, 
         raise ConfigError(f"devices must be [n] device indices, got shape {devices.shape}")
     num_groups = int(labels.max()) + 1
     on = _group_devices(labels, num_groups, devices)
-    step = Simulator(graph, cluster, op_time).run(devices.astype(np.int32)).makespan
+    sim = simulator or Simulator(graph, cluster, op_time)
+    step = sim.run(devices.astype(np.int32)).makespan
     scale = step if step > 0 else 1.0
     milp = _build(graph, cluster, op_time, labels, scale, max_pairs,
                   [[d] for d in range(cluster.num_devices)])
