@@ -502,3 +502,41 @@ def test_best_heuristic_falls_back_to_all_on_the_host_when_nothing_else_fits():
         assert (problem.simulator.run(devices).peak_memory <= problem.cluster.memory).all()
         if name == "best_heuristic":
             assert any("all on the CPU host does" in note for note in placer.notes)
+
+
+def test_best_heuristic_ranks_the_same_candidates_with_the_evaluator_threads():
+    # auto has the heuristics' placements simulated on the evaluator's threads while the next
+    # heuristic runs: the same candidates, steps and order as one after the other, memory
+    # repairs included (small GPUs make some candidates overflow).
+    from tf_autoplace.heuristics import BestHeuristicPlacer
+    from tf_autoplace.learning.rollouts import Evaluator
+
+    graph, gpu_s = _random_dag(150, 11)
+    for gpu_memory in (10 * GB, 2 * 10**6):
+        problem = _problem(graph, _cluster(num_gpus=4, gpu_memory=gpu_memory), gpu_s=gpu_s)
+        alone = BestHeuristicPlacer().ranked(problem)
+        with Evaluator(problem, threads=2) as evaluator:
+            threaded = BestHeuristicPlacer().ranked(problem, in_threads=evaluator.in_threads)
+        assert [(c.label, c.step_s, c.fits, c.order) for c in threaded] == \
+            [(c.label, c.step_s, c.fits, c.order) for c in alone]
+        for a, b in zip(alone, threaded):
+            np.testing.assert_array_equal(a.devices, b.devices)
+
+
+def test_best_heuristic_threaded_ranking_raises_what_a_heuristic_raises(monkeypatch):
+    # A heuristic failing with an error of its own (not an AutoplaceError, which only drops it)
+    # ends the ranking with that error: the thread simulating the placements is told the
+    # proposals ended and returns, instead of waiting for the next one forever.
+    from tf_autoplace.heuristics import best
+    from tf_autoplace.learning.rollouts import Evaluator
+
+    class Broken(ExpertPlacer):
+        def propose(self, problem, **kwargs):
+            raise RuntimeError("broken heuristic")
+
+    monkeypatch.setitem(best.FAST_HEURISTICS, "metis", Broken)
+    graph, gpu_s = _random_dag(60, 12)
+    problem = _problem(graph, _cluster(), gpu_s=gpu_s)
+    with Evaluator(problem, threads=2) as evaluator:
+        with pytest.raises(RuntimeError, match="broken heuristic"):
+            best.BestHeuristicPlacer().ranked(problem, in_threads=evaluator.in_threads)
