@@ -125,95 +125,191 @@ def list_schedule(problem: PlacementProblem, favourite: np.ndarray | None = None
     persistent = np.bincount(labels, weights=graph.persistent_bytes, minlength=num_groups)
     reserve = persistent + np.bincount(labels, weights=graph.output_bytes,
                                        minlength=num_groups)
-    capacity = cluster.memory.astype(np.float64)
-    used = np.zeros(num_dev)
-    used_persistent = np.zeros(num_dev)
-
     starts, parents, pbytes, pkey, *_ = _in_edges(graph)
     rank = upward_rank(problem)
     topo_pos = np.empty(n, np.int64)
     topo_pos[graph.topological_order()] = np.arange(n)
     order = np.lexsort((topo_pos, -rank))
 
-    latency, bandwidth = cluster.latency, cluster.bandwidth
+    on_compute = np.isin(np.arange(num_dev), compute_devices(problem))
+    keys, key_index = np.unique(pkey, return_inverse=True)  # what is sent, numbered densely
+    device, failed = _schedule(
+        order.astype(np.int64), labels.astype(np.int64), starts.astype(np.int64),
+        parents.astype(np.int64), pbytes.astype(np.float64), key_index.astype(np.int64),
+        len(keys), np.ascontiguousarray(op_time, np.float64), np.ascontiguousarray(group_ok),
+        on_compute, reserve.astype(np.float64), persistent.astype(np.float64),
+        cluster.memory.astype(np.float64), np.ascontiguousarray(cluster.latency, np.float64),
+        np.ascontiguousarray(cluster.bandwidth, np.float64),
+        np.full(n, -1, np.int64) if favourite is None else favourite.astype(np.int64),
+        favourite is not None)
+    if failed >= 0:
+        g = labels[failed]
+        on_gpus = bool((group_ok[g] & on_compute).any())
+        name = "m_etf" if favourite is None else "m_sct"
+        raise InfeasiblePlacementError(
+            f"{name}: no {'compute ' if on_gpus else ''}device has room for the "
+            f"variables of the group of op {graph.names[failed]!r} "
+            f"({format_bytes(persistent[g])})" + (
+                f"; {name} keeps a group that can run on the compute devices on them "
+                "(best_heuristic and auto also move work to the host)" if on_gpus else ""))
+    return device.astype(np.int32)
+
+
+@cached_njit
+def _schedule(order, labels, starts, parents, pbytes, key_index, num_keys, op_time, group_ok,
+              on_compute, reserve, persistent, capacity, latency, bandwidth, favourite,
+              use_favourite):
+    """Steps 2-3 of the module docstring over ops in ``order``; returns ([n] devices, -1), or
+    (devices so far, i) when no device has room for the variables of op i's group.
+
+    The arrays are :func:`list_schedule`'s: inputs by consumer in CSR form (``starts``,
+    ``parents``, ``pbytes``, and ``key_index``: what each input edge sends, numbered
+    0..``num_keys``-1), per-group ``reserve``/``persistent`` bytes and ``group_ok`` devices,
+    and ``favourite`` children (used with ``use_favourite``, for m-SCT). A loop in numba: in
+    Python it was the slowest of the fast heuristics on graphs of tens of thousands of ops,
+    and best_heuristic runs it once per device-count prefix. Floating-point operations are
+    done in the order the Python loop did them, so the placements are the same."""
+    n = order.shape[0]
+    num_dev = op_time.shape[1]
+    num_groups = reserve.shape[0]
+    used = np.zeros(num_dev)
+    used_persistent = np.zeros(num_dev)
     group_device = np.full(num_groups, -1, np.int64)
     device = np.full(n, -1, np.int64)
     end = np.zeros(n)
     free_at = np.zeros(num_dev)
     link_free = np.zeros(num_dev)  # when each device's outgoing link is next idle
-    arrived: dict[tuple[int, int], float] = {}  # (sent key, destination) -> arrival time
-    all_devices = np.arange(num_dev)
-    on_compute = np.isin(all_devices, compute_devices(problem))
+    # When what key k sends has arrived on device d (NaN: not sent there yet).
+    arrived = np.full(num_keys * num_dev, np.nan)
     kept_for = np.full(num_dev, -1, np.int64)  # m-SCT: the favourite child a device waits for
-    for i in order.tolist():
+    width = 1
+    for i in range(n):
+        width = max(width, starts[i + 1] - starts[i])
+    # One op's inputs, sorted by (end, parent, bytes, key) as Python sorts the tuples.
+    in_end = np.empty(width)
+    in_parent = np.empty(width, np.int64)
+    in_bytes = np.empty(width)
+    in_key = np.empty(width, np.int64)
+    candidates = np.empty(num_dev, np.int64)
+    fits = np.empty(num_dev, np.bool_)
+    links = np.empty(num_dev)  # a candidate's outgoing links' next idle times
+    sends_key = np.empty(width, np.int64)  # ... and the transfers it would start
+    sends_at = np.empty(width)
+    best_links = np.empty(num_dev)
+    best_key = np.empty(width, np.int64)
+    best_at = np.empty(width)
+    kept_links = np.empty(num_dev)
+    kept_key = np.empty(width, np.int64)
+    kept_at = np.empty(width)
+    for i in order:
         g = labels[i]
         lo, hi = starts[i], starts[i + 1]
-        inputs = sorted(zip(end[parents[lo:hi]].tolist(), parents[lo:hi].tolist(),
-                            pbytes[lo:hi].tolist(), pkey[lo:hi].tolist()))
+        m = hi - lo
+        for a in range(m):  # insertion sort of the inputs
+            e = lo + a
+            t, p, b, k = end[parents[e]], parents[e], pbytes[e], key_index[e]
+            c = a
+            while c > 0 and (in_end[c - 1] > t or (in_end[c - 1] == t and (
+                    in_parent[c - 1] > p or (in_parent[c - 1] == p and (
+                        in_bytes[c - 1] > b or (in_bytes[c - 1] == b and in_key[c - 1] > k)))))):
+                in_end[c], in_parent[c] = in_end[c - 1], in_parent[c - 1]
+                in_bytes[c], in_key[c] = in_bytes[c - 1], in_key[c - 1]
+                c -= 1
+            in_end[c], in_parent[c], in_bytes[c], in_key[c] = t, p, b, k
+        num_candidates = 0
         if group_device[g] >= 0:
-            candidates = [int(group_device[g])]
+            candidates[0] = group_device[g]
+            num_candidates = 1
         else:
-            on_gpus = (group_ok[g] & on_compute).any()
-            ok = group_ok[g] & on_compute if on_gpus else group_ok[g]
-            fits = ok & (used + reserve[g] <= capacity)
-            if not fits.any():
-                fits = ok & (used_persistent + persistent[g] <= capacity)
-            if not fits.any():
-                name = "m_etf" if favourite is None else "m_sct"
-                raise InfeasiblePlacementError(
-                    f"{name}: no {'compute ' if on_gpus else ''}device has room for the "
-                    f"variables of the group of op {graph.names[i]!r} "
-                    f"({format_bytes(persistent[g])})" + (
-                        f"; {name} keeps a group that can run on the compute devices on them "
-                        "(best_heuristic and auto also move work to the host)" if on_gpus
-                        else ""))
-            if favourite is not None:
-                free = fits & ((kept_for < 0) | (kept_for == i))
-                if free.any():
-                    fits = free
-            candidates = all_devices[fits].tolist()
-        best, kept, earliest = None, None, np.inf
-        for d in candidates:
-            ready, links, sends = 0.0, {}, []
-            for p_end, p, nb, key in inputs:
-                src = int(device[p])
+            on_gpus = False
+            for d in range(num_dev):
+                if group_ok[g, d] and on_compute[d]:
+                    on_gpus = True
+            any_fit = False
+            for d in range(num_dev):
+                fits[d] = (group_ok[g, d] and (on_compute[d] or not on_gpus)
+                           and used[d] + reserve[g] <= capacity[d])
+                any_fit = any_fit or fits[d]
+            if not any_fit:
+                for d in range(num_dev):
+                    fits[d] = (group_ok[g, d] and (on_compute[d] or not on_gpus)
+                               and used_persistent[d] + persistent[g] <= capacity[d])
+                    any_fit = any_fit or fits[d]
+            if not any_fit:
+                return device, i
+            if use_favourite:
+                any_free = False
+                for d in range(num_dev):
+                    if fits[d] and (kept_for[d] < 0 or kept_for[d] == i):
+                        any_free = True
+                if any_free:
+                    for d in range(num_dev):
+                        fits[d] = fits[d] and (kept_for[d] < 0 or kept_for[d] == i)
+            for d in range(num_dev):
+                if fits[d]:
+                    candidates[num_candidates] = d
+                    num_candidates += 1
+        best_d, best_finish, num_best = -1, np.inf, 0
+        kept_d, kept_finish, kept_begin, num_kept = -1, np.inf, np.inf, 0
+        earliest = np.inf
+        for c in range(num_candidates):
+            d = candidates[c]
+            ready = 0.0
+            num_sends = 0
+            links[:] = link_free
+            for a in range(m):
+                p, k = in_parent[a], in_key[a]
+                src = device[p]
                 if src == d:
-                    ready = max(ready, p_end)
-                elif (key, d) in arrived:
-                    ready = max(ready, arrived[(key, d)])
+                    ready = max(ready, in_end[a])
+                elif arrived[k * num_dev + d] == arrived[k * num_dev + d]:  # not NaN: there
+                    ready = max(ready, arrived[k * num_dev + d])
                 else:
-                    begin = max(p_end, links.get(src, link_free[src]))
-                    links[src] = begin + latency[src, d] + nb / bandwidth[src, d]
-                    arrived_at = links[src]
-                    sends.append((key, arrived_at))
-                    ready = max(ready, arrived_at)
+                    begin = max(in_end[a], links[src])
+                    links[src] = begin + latency[src, d] + in_bytes[a] / bandwidth[src, d]
+                    sends_key[num_sends] = k
+                    sends_at[num_sends] = links[src]
+                    num_sends += 1
+                    ready = max(ready, links[src])
             begin = max(free_at[d], ready)
             finish = begin + op_time[i, d]
-            if best is None or finish < best[0]:
-                best = (finish, d, links, sends)
-            if favourite is not None:
+            if best_d < 0 or finish < best_finish:
+                best_d, best_finish, num_best = d, finish, num_sends
+                best_links[:] = links
+                best_key[:num_sends] = sends_key[:num_sends]
+                best_at[:num_sends] = sends_at[:num_sends]
+            if use_favourite:
                 earliest = min(earliest, begin)
                 if kept_for[d] == i:
-                    kept = (finish, d, links, sends, begin)
-        if favourite is not None:
-            if kept is not None and kept[4] <= earliest:
-                best = kept[:4]
-            kept_for[kept_for == i] = -1
-        finish, d, links, sends = best
+                    kept_d, kept_finish, kept_begin, num_kept = d, finish, begin, num_sends
+                    kept_links[:] = links
+                    kept_key[:num_sends] = sends_key[:num_sends]
+                    kept_at[:num_sends] = sends_at[:num_sends]
+        if use_favourite:
+            if kept_d >= 0 and kept_begin <= earliest:
+                best_d, best_finish, num_best = kept_d, kept_finish, num_kept
+                best_links[:] = kept_links
+                best_key[:num_kept] = kept_key[:num_kept]
+                best_at[:num_kept] = kept_at[:num_kept]
+            for d in range(num_dev):
+                if kept_for[d] == i:
+                    kept_for[d] = -1
+        d = best_d
         if group_device[g] < 0:
             group_device[g] = d
             used[d] += reserve[g]
             used_persistent[d] += persistent[g]
-        for src, busy_until in links.items():
-            link_free[src] = busy_until
-        for key, arrived_at in sends:
-            arrived[(key, d)] = arrived_at
-        device[i], end[i] = d, finish
-        free_at[d] = finish
-        if favourite is not None and favourite[i] >= 0 and device[favourite[i]] < 0 and \
-                group_device[labels[favourite[i]]] in (-1, d):
-            kept_for[d] = favourite[i]
-    return device.astype(np.int32)
+        link_free[:] = best_links
+        for a in range(num_best):
+            arrived[best_key[a] * num_dev + d] = best_at[a]
+        device[i], end[i] = d, best_finish
+        free_at[d] = best_finish
+        if use_favourite:
+            f = favourite[i]
+            if f >= 0 and device[f] < 0 and (group_device[labels[f]] == -1
+                                              or group_device[labels[f]] == d):
+                kept_for[d] = f
+    return device, -1
 
 
 class MemoryAwareETFPlacer(Placer):
