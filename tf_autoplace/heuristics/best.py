@@ -131,37 +131,33 @@ class BestHeuristicPlacer(Placer):
           problem: the problem to place.
           in_threads: None, or a function that runs a list of tasks (callables without
             arguments), possibly at once on several threads, and returns their results in
-            order (:meth:`tf_autoplace.learning.rollouts.Evaluator.in_threads`). With it the
-            proposals are simulated on one thread while the heuristics compute the next on
-            another, and on both once the heuristics are done: the simulator releases the GIL,
-            and on a graph of tens of thousands of ops simulating the candidates takes longer
-            than making them. The candidates are the same either way.
+            order (:meth:`tf_autoplace.learning.rollouts.Evaluator.in_threads`). With it each
+            proposal is simulated on one thread while the heuristics compute the next on
+            another: the heuristics are Python, the simulator releases the GIL, and on a large
+            graph the two take about as long. The candidates are the same either way.
         """
         self.notes = []
         made: queue.SimpleQueue = queue.SimpleQueue()
-        consumers = 2
 
         def propose() -> None:
             try:
-                for item in enumerate(self.proposals(problem)):
+                for item in self.proposals(problem):
                     made.put(item)
-            finally:  # the end, also when a heuristic raised: every simulate() returns
-                for _ in range(consumers):
-                    made.put(None)
+            finally:
+                made.put(None)  # the end, also when a heuristic raised: simulate() returns
 
         def simulate() -> list:  # only the step and the peak memory are kept, not the records
             out = []
             while (item := made.get()) is not None:
-                order, (label, devices) = item
-                makespan, peak = problem.simulator.summaries(devices[None])
-                out.append((order, label, devices, float(makespan[0]), peak[0]))
+                makespan, peak = problem.simulator.summaries(item[1][None])
+                out.append((*item, float(makespan[0]), peak[0]))
             return out
 
-        tasks = [propose] + [simulate] * consumers
-        done = in_threads(tasks) if in_threads is not None else [task() for task in tasks]
+        tasks = [propose, simulate]
+        simulated = (in_threads(tasks) if in_threads is not None
+                     else [task() for task in tasks])[1]
         scored = []
-        for order, label, devices, step_s, peak in sorted(sum(done[1:], []),
-                                                          key=lambda item: item[0]):
+        for order, (label, devices, step_s, peak) in enumerate(simulated):
             if (peak > problem.cluster.memory).any():
                 repaired = offload(problem, devices)
                 if repaired is None:
