@@ -26,8 +26,7 @@ benchmark table reports for that candidate.
 from __future__ import annotations
 
 import dataclasses
-import queue
-from typing import Callable, Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -92,15 +91,14 @@ class BestHeuristicPlacer(Placer):
         self.candidates = tuple(candidates)
         self.subsets = subsets
 
-    def proposals(self, problem: PlacementProblem) -> Iterator[tuple[str, np.ndarray]]:
-        """Every candidate placement, as ``(label, [n] devices)`` in tie-break order, each as
-        soon as its heuristic returns: each heuristic on the whole cluster, then on the smaller
-        prefixes; failures are skipped and noted (once all have run). Labels name the heuristic
-        and, for a prefix, how many compute devices it used."""
+    def proposals(self, problem: PlacementProblem) -> list[tuple[str, np.ndarray]]:
+        """Every candidate placement, as ``(label, [n] devices)`` in tie-break order: each
+        heuristic on the whole cluster, then on the smaller prefixes; failures are skipped and
+        noted. Labels name the heuristic and, for a prefix, how many compute devices it used."""
         compute = compute_devices(problem)
         others = np.setdiff1d(np.arange(problem.cluster.num_devices), compute)
         counts = device_counts(len(compute)) if self.subsets else [len(compute)]
-        failed = []
+        out, failed = [], []
         for k in counts:
             if k == len(compute):
                 sub, index, suffix = problem, None, ""
@@ -115,57 +113,29 @@ class BestHeuristicPlacer(Placer):
                 except AutoplaceError as e:
                     failed.append(f"{name}{suffix} ({e})")
                     continue
-                yield (name + suffix, devices if index is None else
-                       index[devices].astype(np.int32))
+                out.append((name + suffix, devices if index is None else
+                            index[devices].astype(np.int32)))
         if failed:
             self.notes.append("best_heuristic: skipped " + "; ".join(failed))
+        return out
 
-    def ranked(self, problem: PlacementProblem, *,
-               in_threads: Callable[[Sequence[Callable[[], object]]], list] | None = None
-               ) -> list[Candidate]:
+    def ranked(self, problem: PlacementProblem) -> list[Candidate]:
         """Every proposal, simulated, over-memory ones repaired by offload where possible,
         sorted best first (fits, then step time, then tie-break order). ``notes`` then says
-        which heuristics failed.
-
-        Args:
-          problem: the problem to place.
-          in_threads: None, or a function that runs a list of tasks (callables without
-            arguments), possibly at once on several threads, and returns their results in
-            order (:meth:`tf_autoplace.learning.rollouts.Evaluator.in_threads`). With it each
-            proposal is simulated on one thread while the heuristics compute the next on
-            another: the heuristics are Python, the simulator releases the GIL, and on a large
-            graph the two take about as long. The candidates are the same either way.
-        """
+        which heuristics failed."""
         self.notes = []
-        made: queue.SimpleQueue = queue.SimpleQueue()
-
-        def propose() -> None:
-            try:
-                for item in self.proposals(problem):
-                    made.put(item)
-            finally:
-                made.put(None)  # the end, also when a heuristic raised: simulate() returns
-
-        def simulate() -> list:  # only the step and the peak memory are kept, not the records
-            out = []
-            while (item := made.get()) is not None:
-                makespan, peak = problem.simulator.summaries(item[1][None])
-                out.append((*item, float(makespan[0]), peak[0]))
-            return out
-
-        tasks = [propose, simulate]
-        simulated = (in_threads(tasks) if in_threads is not None
-                     else [task() for task in tasks])[1]
         scored = []
-        for order, (label, devices, step_s, peak) in enumerate(simulated):
-            if (peak > problem.cluster.memory).any():
+        for order, (label, devices) in enumerate(self.proposals(problem)):
+            sim = problem.simulator.run(devices)
+            if check_memory(problem, sim):
                 repaired = offload(problem, devices)
                 if repaired is None:
-                    scored.append(Candidate(label + " (OOM)", devices, step_s, False, order))
+                    scored.append(Candidate(label + " (OOM)", devices, sim.makespan, False,
+                                            order))
                     continue
                 label, devices = label + "+offload", repaired
-                step_s = problem.simulator.makespan(devices)
-            scored.append(Candidate(label, devices, step_s, True, order))
+                sim = problem.simulator.run(devices)
+            scored.append(Candidate(label, devices, sim.makespan, True, order))
         if scored and not any(c.fits for c in scored):
             scored.extend(self._all_on_the_host(problem, len(scored)))
         scored.sort(key=lambda c: (not c.fits, c.step_s, c.order))

@@ -233,12 +233,10 @@ class AutoPlacer(Placer):
         cluster of several TensorFlow tasks, and each learned placer's
         placement from the best of them; and how many placements the learned starts simulated
         (Post's count against ``max_samples``). ``evaluator`` simulates Post's batches (the
-        search's own, on its threads or workers) when it scores with Post's memory penalty
-        (None: Post makes its own), and its threads simulate the heuristics' placements while
-        the next heuristic runs (``BestHeuristicPlacer.ranked``)."""
+        search's own, on its threads or workers) when it scores with Post's memory penalty;
+        None: Post makes its own."""
         heuristic = BestHeuristicPlacer()
-        ranked = heuristic.ranked(
-            problem, in_threads=evaluator.in_threads if evaluator is not None else None)
+        ranked = heuristic.ranked(problem)
         self.notes.extend(heuristic.notes)
         if not ranked or not ranked[0].fits:  # best_heuristic says why, with the total need
             heuristic.place(problem)
