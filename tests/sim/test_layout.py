@@ -91,6 +91,34 @@ def test_matches_the_reference_simulator(seed):
                                   partner, partner_time)
 
 
+@pytest.mark.parametrize("seed", range(24))
+def test_restricted_gives_what_a_simulator_built_for_the_subset_gives(seed):
+    # best_heuristic tries each heuristic on prefixes of the devices; the prefixes'
+    # simulators share the full one's graph arrays (PlacementProblem.restricted) and must
+    # give, field by field, what one built for the smaller cluster gives: core groups,
+    # partners and delays included.
+    rng, graph, cluster, op_time, mates = _case(seed)
+    if seed % 3 == 0:
+        cluster = random_delays(rng, cluster)
+    if cluster.num_devices == 1:
+        return
+    devices = np.sort(rng.choice(cluster.num_devices, int(rng.integers(1, cluster.num_devices)),
+                                 replace=False))
+    sub = cluster.subset(devices)
+    sub_times = op_time[:, devices]
+    sub_mates = None if mates is None else (mates[0], mates[1][:, devices])
+    built = _simulators(graph, sub, sub_times, sub_mates)
+    shared = tuple(sim.restricted(devices) for sim in _simulators(graph, cluster, op_time, mates))
+    for _ in range(4):
+        placement = rng.integers(0, len(devices), graph.num_ops)
+        for a, b in zip(built, shared):
+            assert _differences(a.run(placement), b.run(placement)) == []
+            for x, y in zip(a.summaries(placement[None]), b.summaries(placement[None])):
+                np.testing.assert_array_equal(x, y)
+    with pytest.raises(InfeasiblePlacementError):  # the subset's devices only
+        shared[1].run(np.full(graph.num_ops, len(devices)))
+
+
 def _broken(make, **case) -> int:
     """On how many of 40 cases ``make(graph, cluster, op_time)`` simulates differently."""
     broken = 0

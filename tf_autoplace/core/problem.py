@@ -130,12 +130,15 @@ class PlacementProblem:
         only: a placement of it, mapped back with ``np.asarray(devices)[placement]``, is a
         placement of this problem that leaves the other devices idle."""
         devices = np.asarray(devices, dtype=np.int64)
-        return PlacementProblem(graph=self.graph, cluster=self.cluster.subset(devices),
-                                op_time=self.op_time[:, devices], grouping=self.grouping,
-                                workload=self.workload, executed=self.executed,
-                                partner=self.partner,
-                                partner_time=(None if self.partner_time is None
-                                              else self.partner_time[:, devices]))
+        sub = PlacementProblem(graph=self.graph, cluster=self.cluster.subset(devices),
+                               op_time=self.op_time[:, devices], grouping=self.grouping,
+                               workload=self.workload, executed=self.executed,
+                               partner=self.partner,
+                               partner_time=(None if self.partner_time is None
+                                             else self.partner_time[:, devices]))
+        if "simulator" in self.__dict__:  # built already: share its graph's arrays
+            sub.__dict__["simulator"] = self.simulator.restricted(devices)
+        return sub
 
     @functools.cached_property
     def colocation_allowed(self) -> np.ndarray:

@@ -163,6 +163,19 @@ class OrderedSimulator:
         out.cluster = cluster
         return out
 
+    def restricted(self, devices) -> "OrderedSimulator":
+        """This simulator on the devices ``devices`` of its cluster only, as
+        ``Simulator.restricted`` (the renumbered graph is shared, not rebuilt)."""
+        devices = np.asarray(devices, dtype=np.int64)
+        out = copy.copy(self)
+        out._inner = self._inner.restricted(devices)
+        out.cluster = out._inner.cluster
+        out.op_time = check_op_time(self.graph, out.cluster, self.op_time[:, devices])
+        out.partner, out.partner_time = check_partners(
+            self.graph, out.op_time, self.partner,
+            None if self.partner_time is None else self.partner_time[:, devices])
+        return out
+
     def _renumbered(self, placement):
         """The placement in the inner numbering; anything malformed goes to the inner
         simulator as it is, whose checks name what is wrong."""

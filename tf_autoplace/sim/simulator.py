@@ -877,14 +877,7 @@ class Simulator:
                                                          partner_time)
         n = graph.num_ops
         t = len(graph.tensor_op)
-        self._num_devices = cluster.num_devices
-        self._bandwidth = np.array(cluster.bandwidth, dtype=np.float64, order="C")
-        self._latency = np.array(cluster.latency, dtype=np.float64, order="C")
-        self._delay = np.array(cluster.delay, dtype=np.float64, order="C")
-        executor, cores = cluster.executors()
-        self._executor = executor.astype(np.int32)
-        self._exec_base = np.concatenate([[0], np.cumsum(cores)]).astype(np.int32)
-        self._grouped = np.array([bool(d.core_group) for d in cluster.devices], np.bool_)
+        self._set_cluster(cluster)
 
         # Tensor ids: graph tensors 0..t-1, then the control dummy of op s as t + s (0 bytes).
         key = dependency_keys(graph)
@@ -930,6 +923,18 @@ class Simulator:
             setattr(self, name, getattr(self, name).astype(np.int32))
         self._freeze()
 
+    def _set_cluster(self, cluster: Cluster) -> None:
+        """The kernel's arrays that describe the cluster (the rest describe the graph)."""
+        self.cluster = cluster
+        self._num_devices = cluster.num_devices
+        self._bandwidth = np.array(cluster.bandwidth, dtype=np.float64, order="C")
+        self._latency = np.array(cluster.latency, dtype=np.float64, order="C")
+        self._delay = np.array(cluster.delay, dtype=np.float64, order="C")
+        executor, cores = cluster.executors()
+        self._executor = executor.astype(np.int32)
+        self._exec_base = np.concatenate([[0], np.cumsum(cores)]).astype(np.int32)
+        self._grouped = np.array([bool(d.core_group) for d in cluster.devices], np.bool_)
+
     def _freeze(self) -> None:
         """Make every array the kernel reads read-only. numba compiles (and caches on disk) one
         machine-code version per argument type, and read-only is part of an array's type: an
@@ -963,10 +968,27 @@ class Simulator:
             raise ClusterSpecError("with_links takes a cluster of the same devices and core "
                                    "groups; build a Simulator for another one")
         out = copy.copy(self)
-        out.cluster = cluster
-        out._bandwidth = np.array(cluster.bandwidth, dtype=np.float64, order="C")
-        out._latency = np.array(cluster.latency, dtype=np.float64, order="C")
-        out._delay = np.array(cluster.delay, dtype=np.float64, order="C")
+        out._set_cluster(cluster)
+        out._freeze()
+        return out
+
+    def restricted(self, devices) -> "Simulator":
+        """This simulator on the devices ``devices`` of its cluster only (``Cluster.subset``,
+        with those columns of the op and partner times): what a ``Simulator`` built for that
+        cluster gives, with the graph's arrays shared rather than rebuilt, for a placer that
+        tries prefixes of a cluster's devices on a large graph.
+
+        Raises:
+          ClusterSpecError: ``devices`` are not distinct device indices of the cluster.
+        """
+        devices = np.asarray(devices, dtype=np.int64)
+        cluster = self.cluster.subset(devices)
+        out = copy.copy(self)
+        out.op_time = check_op_time(self.graph, cluster, self.op_time[:, devices])
+        out.partner, out.partner_time = check_partners(
+            self.graph, out.op_time, self.partner,
+            None if self.partner_time is None else self.partner_time[:, devices])
+        out._set_cluster(cluster)
         out._freeze()
         return out
 
