@@ -317,6 +317,29 @@ def test_expert_derives_heads_and_tails_from_the_forward_pass():
     assert given["emb"] == 0 and given["attn"] == 0
 
 
+def test_expert_reads_a_graph_once_for_every_cluster_and_setting():
+    # What the expert reads off the names is kept per graph (best_heuristic runs it on every
+    # prefix of the devices): each setting and cluster, run one after the other on one graph,
+    # places as on a fresh copy of the graph, which has nothing kept.
+    import dataclasses
+
+    # "late" is a tail when layer_2 is in the last stage, else it follows emb's many bytes.
+    names = ["emb", "layer_0/a", "layer_1/a", "layer_2/a", "layer_3/a", "attn", "loss", "late"]
+    edges = [(i, i + 1, 10**6) for i in range(6)] + [(0, 7, 10**8), (3, 7, 10**6)]
+    graph = from_edges(len(names), edges, names=names)
+    settings = [dict(), dict(layer_scopes=[("layer_0/", "layer_1/"), ("layer_2/", "layer_3/")]),
+                dict(layer_scopes=["layer_0/", "layer_1/", "layer_2/", "layer_3/"]),
+                dict(layer_scopes=["layer_0/", "layer_1/", "layer_2/", "layer_3/"],
+                     tail_scopes=["emb"]), dict()]
+    for num_gpus in (4, 2, 3):
+        for kwargs in settings:
+            devices = ExpertPlacer(**kwargs).propose(
+                _problem(graph, _cluster(num_gpus=num_gpus), gpu_s=1e-3))
+            fresh = ExpertPlacer(**kwargs).propose(
+                _problem(dataclasses.replace(graph), _cluster(num_gpus=num_gpus), gpu_s=1e-3))
+            np.testing.assert_array_equal(devices, fresh)
+
+
 def test_expert_without_layers_is_the_single_gpu_placement():
     graph, _ = _random_dag(30, seed=1)
     problem = _problem(graph, _cluster(num_gpus=2), gpu_s=1e-3)

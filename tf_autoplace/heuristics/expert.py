@@ -71,7 +71,8 @@ Deterministic: the seed is ignored.
 from __future__ import annotations
 
 import re
-from typing import Sequence
+import weakref
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -123,6 +124,38 @@ def in_scope(name: str, scope: str) -> bool:
     return name.startswith(scope) or "/" + scope in name or "update_" + scope in name
 
 
+def first_scope(names: Sequence[str], scopes: Sequence[str]) -> np.ndarray:
+    """[n] int64: for each op name, the index of the first of ``scopes`` it belongs to
+    (:func:`in_scope`), -1 for none. Scope by scope over the names still unmatched, with the
+    test written out: a call of :func:`in_scope` per op and scope costs more than the test."""
+    out = np.full(len(names), -1, np.int64)
+    left = list(range(len(names)))
+    for r, scope in enumerate(scopes):
+        slash, update = "/" + scope, "update_" + scope
+        hit = [i for i in left
+               if names[i].startswith(scope) or slash in names[i] or update in names[i]]
+        if hit:
+            out[hit] = r
+            matched = set(hit)
+            left = [i for i in left if i not in matched]
+    return out
+
+
+# What the expert reads off a graph's op names, which does not depend on the devices (the
+# stages, the scope each op matches, the heads and tails), kept while the graph lives:
+# best_heuristic runs the expert once per prefix of the devices, and on a graph of tens of
+# thousands of ops this reading is most of a run.
+_READ: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # OpGraph -> {key: value}
+
+
+def _read_once(graph, key: tuple, read: Callable[[], object]):
+    """``read()``, or what it returned for this graph and ``key`` before."""
+    per_graph = _READ.setdefault(graph, {})
+    if key not in per_graph:
+        per_graph[key] = read()
+    return per_graph[key]
+
+
 class ExpertPlacer(Placer):
     """Human-expert placement by layer scopes (see module docstring).
 
@@ -172,7 +205,8 @@ class ExpertPlacer(Placer):
 
     def _place(self, problem: PlacementProblem, rng: np.random.Generator) -> np.ndarray:
         graph = problem.graph
-        stages = self.stages_for(graph.names)
+        stages = (self.layer_scopes if self.layer_scopes is not None else
+                  _read_once(graph, ("stages",), lambda: self.stages_for(graph.names)))
         if not stages:
             return SingleDevicePlacer()._place(problem, rng)  # pylint: disable=protected-access
         gpus = compute_devices(problem)
@@ -183,15 +217,15 @@ class ExpertPlacer(Placer):
         rules += [(scope, stage_device[0], -1) for scope in self.head_scopes]
         rules += [(scope, stage_device[-1], -1) for scope in self.tail_scopes]
 
-        op_device = np.full(graph.num_ops, -1, np.int64)
-        op_stage = np.full(graph.num_ops, -1, np.int64)
-        for i, name in enumerate(graph.names):
-            for scope, device, stage in rules:
-                if in_scope(name, scope):
-                    op_device[i], op_stage[i] = device, stage
-                    break
+        scopes = tuple(scope for scope, _, _ in rules)
+        op_rule = _read_once(graph, ("rules", scopes), lambda: first_scope(graph.names, scopes))
+        matched = op_rule >= 0
+        op_device = np.where(matched, np.array([d for _, d, _ in rules])[op_rule], -1)
+        op_stage = np.where(matched, np.array([st for _, _, st in rules])[op_rule], -1)
         if not self.head_scopes and not self.tail_scopes and len(stages) > 1:
-            heads, tails = derive_heads_and_tails(graph, op_stage, len(stages))
+            heads, tails = _read_once(
+                graph, ("ends", stages),
+                lambda: derive_heads_and_tails(graph, op_stage, len(stages)))
             op_device[heads], op_device[tails] = stage_device[0], stage_device[-1]
         coloc = graph.colocation.astype(np.int64)
         unit_device = _vote(graph, coloc, op_device, problem.cluster.num_devices)
