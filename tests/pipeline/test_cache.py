@@ -158,6 +158,12 @@ def test_keys_follow_the_placer_settings_and_the_seed():
     delayed = dataclasses.replace(problem, cluster=dataclasses.replace(
         problem.cluster, delay=np.full((d, d), 1e-4)))
     assert key != PlacementCache.key(delayed, AutoPlacer(max_samples=10), 0, fp)
+    # The prediction error decides whether auto keeps a split (a stale entry served a split
+    # for a spec whose error says one device).
+    for change in (dict(prediction_error=0.9), dict(prediction_error=0.1)):
+        other = dataclasses.replace(problem, cluster=dataclasses.replace(problem.cluster,
+                                                                         **change))
+        assert key != PlacementCache.key(other, AutoPlacer(max_samples=10), 0, fp), change
     saved = placement_pb2.PlacementResult(op=[placement_pb2.OpPlacement(name="a", device="b")])
     assert PlacementCache.key(problem, SavedPlacement(saved), 0, fp) is None
 
@@ -244,9 +250,27 @@ def test_the_directory_keeps_at_most_max_entries(tmp_path):
         [f"{k:064d}" for k in (2, 3, 4)]
 
 
+def test_pruning_removes_entries_only_never_the_users_files(tmp_path):
+    # A cache directory the user also keeps graphs in: pruning used to remove the oldest of
+    # every *.pb file there.
+    theirs = ["model.pb", "placed.pb", f"{'a' * 63}.pb", f"{'A' * 64}.pb", f"{0:064d}.pb.pb"]
+    for k, name in enumerate(theirs):
+        (tmp_path / name).write_bytes(b"user data")
+        os.utime(tmp_path / name, (k, k))  # older than any entry
+    cache = PlacementCache(tmp_path, max_entries=1)
+    entry = placement_pb2.PlacementResult(op=[placement_pb2.OpPlacement(name="a", device="b")])
+    for k in range(3):
+        cache.store(f"{k + 1:064x}", entry)
+    assert sorted(os.listdir(tmp_path)) == sorted(theirs + [f"{3:064x}.pb"])
+    assert all((tmp_path / name).read_bytes() == b"user data" for name in theirs)
+
+
 def test_cache_arguments_are_checked(monkeypatch, tmp_path):
     monkeypatch.setenv("TF_AUTOPLACE_CACHE_DIR", str(tmp_path / "mine"))
     assert default_directory() == str(tmp_path / "mine")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # a "~" no shell expanded (Docker ENV)
+    monkeypatch.setenv("TF_AUTOPLACE_CACHE_DIR", "~/placements")
+    assert default_directory() == str(tmp_path / "home" / "placements")
     monkeypatch.delenv("TF_AUTOPLACE_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     if sys.platform.startswith("linux"):  # platformdirs reads XDG_CACHE_HOME on Linux

@@ -15,8 +15,9 @@ found and every later start with the same graph, cluster, placer and seed reads 
   from a measured profile, what the simulator takes from it besides (the executed graph's
   fingerprint, the partner times);
 - the grouping (Merge-and-Colocate's groups);
-- the cluster (every device's fields, core groups, link bandwidths and latencies, per-op
-  overhead);
+- the cluster (every device's fields, core groups, link bandwidths, latencies and delays,
+  per-op overhead, TensorFlow tasks and target, and the prediction error, which decides
+  whether ``auto`` keeps a split at all);
 - the placer's name and settings (``Placer.settings()``: its config, and for a learned placer
   the contents of the policy it starts from) and the seed;
 - tf_autoplace's version (another version may search differently).
@@ -51,7 +52,8 @@ replaces the entry.
 **Concurrent writers** cannot corrupt an entry: each writes a temporary file in the cache
 directory and renames it over the entry (``os.replace``, atomic on one file system), so a reader
 sees a whole entry, old or new. The directory keeps at most ``max_entries`` entries; the least
-recently written go first.
+recently written go first. Only files named as entries (``<64 hex digits>.pb``) count and are
+ever removed: a directory the user also keeps other files in loses none of them.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ import dataclasses
 import glob
 import hashlib
 import os
+import re
 from importlib import metadata
 
 import numpy as np
@@ -78,9 +81,10 @@ from tf_autoplace.outputs.saved_placement import match, write_placement
 from tf_autoplace.proto import placement_pb2
 
 SUFFIX = ".pb"
+ENTRY_NAME = re.compile(r"[0-9a-f]{64}\.pb")  # an entry's file name: its key, SHA-256 in hex
 CACHE_ENV = "TF_AUTOPLACE_CACHE_DIR"
 # Bumped when the key or the entry format changes, so that old entries are never read.
-FORMAT = 3
+FORMAT = 4
 
 
 def package_version() -> str:
@@ -92,8 +96,11 @@ def package_version() -> str:
 
 def default_directory() -> str | None:
     """The user's cache directory for placements (module docstring); None when the user has no
-    cache directory and ``TF_AUTOPLACE_CACHE_DIR`` is not set."""
-    return os.environ.get(CACHE_ENV) or user_cache_dir("placements")
+    cache directory and ``TF_AUTOPLACE_CACHE_DIR`` is not set. A ``~`` at the start of the
+    variable is the home directory, as a shell would have expanded it (a Dockerfile's ``ENV``
+    or ``os.environ`` does not)."""
+    value = os.environ.get(CACHE_ENV)
+    return os.path.expanduser(value) if value else user_cache_dir("placements")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,13 +161,12 @@ class PlacementCache:
         cluster = problem.cluster
         for part in (f"tf_autoplace.pipeline.cache/{FORMAT}", package_version(), graph_fingerprint,
                      repr(cluster.devices), repr(cluster.core_groups),
-                     repr(cluster.op_overhead_s), placer.name, settings,
-                     str(int(seed))):
+                     repr(cluster.op_overhead_s), repr(cluster.tasks), cluster.target,
+                     repr(cluster.prediction_error), placer.name, settings, str(int(seed))):
             data = part.encode("utf-8")
             h.update(len(data).to_bytes(8, "little") + data)
-        arrays = [problem.op_time, problem.grouping.labels, cluster.bandwidth, cluster.latency]
-        if cluster.delay.any():  # (keys of clusters without delays stay as they were)
-            arrays.append(cluster.delay)
+        arrays = [problem.op_time, problem.grouping.labels, cluster.bandwidth, cluster.latency,
+                  cluster.delay]
         if problem.executed is not None:  # the simulator runs the graph TF executes
             # (its fingerprint: its control edges in a canonical order, as the graph's)
             h.update(fingerprint(problem.executed).encode())
@@ -224,6 +230,8 @@ class PlacementCache:
     def _prune(self) -> None:
         entries = []
         for p in glob.glob(os.path.join(glob.escape(self.directory), "*" + SUFFIX)):
+            if not ENTRY_NAME.fullmatch(os.path.basename(p)):  # not ours: never removed
+                continue
             try:
                 entries.append((os.path.getmtime(p), p))
             except OSError:  # removed by another process meanwhile
