@@ -22,7 +22,7 @@ ROOT = os.path.dirname(tf_autoplace.__file__)
 LAYERS = [
     {"errors", "proto"},
     # byte amounts for messages; private cache directories and reading files without trust
-    {"core.units", "core.cachedir"},
+    {"core.units", "core.cachedir", "core.npz"},
     {"core.tasks"},  # the jobs and tasks of a TensorFlow cluster, which a Cluster may span
     {"core.cluster", "core.registry", "outputs.files", "outputs.progress", "graph", "zoo"},
     # hw runs graphs on this machine and measures them: it reads clusters and graphs, and what

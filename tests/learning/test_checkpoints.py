@@ -2,10 +2,12 @@
 when the policy is loaded (before any search): truncated or corrupted archives, pickled object
 arrays (never unpickled), strings, integers, NaN, huge values, a FIFO in place of a file."""
 
+import io
 import json
 import os
 import pickle
 import shutil
+import zipfile
 
 import numpy as np
 import pytest
@@ -45,16 +47,29 @@ def _damaged(tmp_path, source, damage):
     return str(directory)
 
 
+def _npy_header(shape):
+    out = io.BytesIO()
+    np.lib.format.write_array_header_1_0(out, {"descr": "<f4", "fortran_order": False,
+                                              "shape": shape})
+    return out.getvalue()
+
+
+def _zip(path, members):
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+
+
 def _savez(fn):
     return lambda path, raw, arrays: np.savez(path, **{k: fn(w) for k, w in arrays.items()})
 
 
 DAMAGES = {
     "truncated": (lambda path, raw, arrays: open(path, "wb").write(raw[:len(raw) // 2]),
-                  r"weights.npz' is not a whole npz archive \(truncated or damaged"),
+                  r"weights.npz': it is not a whole npz archive \(truncated or damaged"),
     "corrupted": (lambda path, raw, arrays: open(path, "wb").write(raw[:90] + bytes(64) +
                                                                      raw[154:]),
-                  r"weights.npz' is not a whole npz archive \(truncated or damaged"),
+                  r"weights.npz': it is not a whole npz archive \(truncated or damaged"),
     "not a zip": (lambda path, raw, arrays: open(path, "wb").write(b"garbage" * 10),
                   "weights.npz' is not an npz archive"),
     "NaN": (_savez(lambda w: np.full_like(w, np.nan)),
@@ -65,7 +80,17 @@ DAMAGES = {
              r"weight 'w000' holds 1e\+38, beyond the \+-1e\+10"),
     "int": (_savez(lambda w: w.astype(np.int32)), "weight 'w000' is int32, not floating point"),
     "strings": (_savez(lambda w: w.astype(str)), "weight 'w000' is <U32, not floating point"),
-    "objects": (_savez(lambda w: w.astype(object)), "holds something other than numeric arrays"),
+    "objects": (_savez(lambda w: w.astype(object)), r"holds Python objects \(a pickle\)"),
+    # A member that is not an array, one whose header declares a terabyte, and a "zip bomb"
+    # (100 MB of zeros in about 100 kB): numpy raised AttributeError and MemoryError, and
+    # unpacked the bomb before any check.
+    "text member": (lambda path, raw, arrays: _zip(path, {"notes.txt": b"hello"}),
+                    "its member 'notes.txt' is not a .npy array"),
+    "huge header": (lambda path, raw, arrays: _zip(path, {"w000.npy": _npy_header(
+        (10**12,)) + bytes(16)}), r"declares an array of 4000000000000 bytes but holds 16"),
+    "zip bomb": (lambda path, raw, arrays: _zip(path, {"w000.npy": _npy_header((25 * 10**6,))
+                                                       + bytes(10**8)}),
+                 r"would unpack to 100000\d+ bytes from \d+ \(a damaged or hostile"),
     "FIFO": (lambda path, raw, arrays: os.mkfifo(path), r"cannot be read \(it is a FIFO"),
     "missing": (lambda path, raw, arrays: None, r"cannot be read \(No such file"),
     "empty": (lambda path, raw, arrays: np.savez(path), "holds no weights"),
@@ -86,7 +111,7 @@ def test_a_pickle_in_a_policy_is_never_run(tmp_path):
     marker = tmp_path / "executed"
     directory = _damaged(tmp_path, SHIPPED[PlacetoPolicy], lambda path, raw, arrays: np.savez(
         path, w000=np.array([Planted(str(marker))], dtype=object)))
-    with pytest.raises(ConfigError, match="Object arrays cannot be loaded"):
+    with pytest.raises(ConfigError, match=r"holds Python objects \(a pickle\)"):
         PlacetoPolicy.load(directory)
     with open(os.path.join(directory, checkpoints.WEIGHTS_FILE), "wb") as f:
         pickle.dump(Planted(str(marker)), f)  # a bare pickle named weights.npz
@@ -102,6 +127,10 @@ def test_a_damaged_policy_json_is_a_config_error(tmp_path):
     with open(config, "wb") as f:
         f.write(b"\xff{not json")
     with pytest.raises(ConfigError, match=r"policy.json' is not JSON"):
+        PlacetoPolicy.load(directory)
+    with open(config, "w", encoding="utf-8") as f:  # RecursionError in json, uncaught before
+        f.write("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ConfigError, match=r"policy.json' nests its JSON too deeply"):
         PlacetoPolicy.load(directory)
 
 

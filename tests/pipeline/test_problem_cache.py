@@ -80,8 +80,8 @@ def test_a_planted_pickle_is_never_executed(tmp_path, caplog):
 
 
 @pytest.mark.parametrize("damage, reason", [
-    (lambda data: data[:len(data) // 2], "does not load as an npz"),
-    (lambda data: b"", "does not load as an npz"),
+    (lambda data: data[:len(data) // 2], "it is not a whole npz archive"),
+    (lambda data: b"", "it is not a whole npz archive"),
     (lambda data: data.replace(f'"format": {problem_cache.FORMAT}'.encode(), b'"format": 9'),
      "Bad CRC-32"),
 ])

@@ -22,14 +22,13 @@ else (a truncated or corrupted archive, strings, integers, NaN, 1e38) is a
 from __future__ import annotations
 
 import inspect
-import io
 import json
 import os
-import zipfile
 
 import numpy as np
 
 from tf_autoplace.core.cachedir import read_regular_file
+from tf_autoplace.core.npz import NpzError, load_npz
 from tf_autoplace.errors import ConfigError
 
 CONFIG_FILE = "policy.json"
@@ -76,6 +75,9 @@ def read_policy_files(directory: str, kind: str = "policy") -> tuple[object, lis
         raise ConfigError(f"{where}: {path!r} cannot be read ({e.strerror or e})") from e
     except ValueError as e:  # not UTF-8, not JSON
         raise ConfigError(f"{where}: {path!r} is not JSON ({e})") from e
+    except RecursionError as e:  # lists or objects nested thousands deep
+        raise ConfigError(f"{where}: {path!r} nests its JSON too deeply for a policy's "
+                          "settings (a damaged or hostile file)") from e
     path = os.path.join(directory, WEIGHTS_FILE)
     where = f"{where}: {path!r}"
     try:
@@ -86,13 +88,9 @@ def read_policy_files(directory: str, kind: str = "policy") -> tuple[object, lis
         raise ConfigError(f"{where} is not an npz archive (empty, damaged, or another kind of "
                           "file)")
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-            weights = [(k, npz[k]) for k in sorted(npz.files)]
-    except (zipfile.BadZipFile, EOFError, OSError, KeyError) as e:
-        raise ConfigError(f"{where} is not a whole npz archive (truncated or damaged: "
-                          f"{e})") from e
-    except ValueError as e:  # object arrays (pickles), or a member that is not an array
-        raise ConfigError(f"{where} holds something other than numeric arrays ({e})") from e
+        weights = sorted(load_npz(data).items())
+    except NpzError as e:
+        raise ConfigError(f"{where}: {e}") from e
     if not weights:
         raise ConfigError(f"{where} holds no weights")
     for name, w in weights:

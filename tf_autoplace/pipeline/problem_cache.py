@@ -30,7 +30,6 @@ import hashlib
 import io
 import json
 import os
-import zipfile
 
 import numpy as np
 from absl import logging
@@ -42,6 +41,7 @@ from tf_autoplace.core.cachedir import (
     user_cache_dir,
 )
 from tf_autoplace.core.cluster import Cluster
+from tf_autoplace.core.npz import NpzError, load_npz
 from tf_autoplace.core.problem import PlacementProblem
 from tf_autoplace.errors import AutoplaceError, ConfigError
 from tf_autoplace.graph.opgraph import OpGraph
@@ -97,10 +97,9 @@ def decode(data: bytes, cluster: Cluster) -> PlacementProblem:
         for another cluster; the message says which.
     """
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-            arrays = {name: npz[name] for name in npz.files}
-    except (ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile) as e:
-        raise EntryError(f"it does not load as an npz of arrays ({e})") from e
+        arrays = load_npz(data)
+    except NpzError as e:
+        raise EntryError(str(e)) from e
     for name, dtype in {**_GRAPH_ARRAYS, **_OTHER_ARRAYS}.items():
         if name not in arrays:
             raise EntryError(f"it has no array {name!r}")
