@@ -271,6 +271,10 @@ def test_errors_exit_non_zero_with_a_message_and_write_nothing(runs, name, messa
     (dict(input="g.costgraph.pbtxt", cost_profile="p.pbtxt"),
      "a cost graph carries its own times"),
     (dict(report_json="in.pb"), "--report_json 'in.pb' would overwrite the input graph"),
+    # A cost graph's output is a placement: over the input it replaced the cost graph.
+    (dict(input="g.costgraph.pbtxt", output="g.costgraph.pbtxt"),
+     "--output 'g.costgraph.pbtxt' would overwrite the input cost graph"),
+    (dict(progress_logdir="in.pb"), "--progress_logdir 'in.pb' is a file, not a directory"),
     (dict(trace_json="alias/out.pb"), "--trace_json and --output are the same file"),
     (dict(input="sm", output="placed_sm", trace_json="sm/saved_model.pb"),
      "--trace_json 'sm/saved_model.pb' would overwrite the input SavedModel 'sm'"),

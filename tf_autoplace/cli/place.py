@@ -120,11 +120,13 @@ def _serialize(report, source, is_meta_graph: bool, output_path: str) -> bytes:
 
 
 def _check_outputs(input_path: str, output_path: str, saved_model: bool, paths: dict,
-                   directories=frozenset()) -> None:
+                   directories=frozenset(), *, cost_graph: bool = False) -> None:
     """ConfigError unless every output can be written, no two outputs share a path (also
     through a symbolic link), and none but ``--output`` is the input (a report written over
     the graph it describes) or lies in an input SavedModel's directory; ``paths`` ({flag:
-    path}) are files, but for the flags in ``directories`` (new ones)."""
+    path}) are files, but for the flags in ``directories`` (new ones). ``--output`` may
+    replace an input graph with the placed graph, but not an input ``cost_graph``: its output
+    is a placement, which would take the cost graph's place."""
     source = os.path.realpath(input_path)
     seen = {}
     for flag, path in {"output": output_path, **paths}.items():
@@ -136,9 +138,10 @@ def _check_outputs(input_path: str, output_path: str, saved_model: bool, paths: 
             raise ConfigError(f"--{flag} and --{seen[full]} are the same file {path!r}")
         seen[full] = flag
         inside = saved_model and os.path.commonpath([source, full]) == source
-        if (full == source and flag != "output") or inside:
-            raise ConfigError(f"--{flag} {path!r} would overwrite the input "
-                              f"{'SavedModel' if saved_model else 'graph'} {input_path!r}"
+        if (full == source and (flag != "output" or cost_graph)) or inside:
+            kind = "SavedModel" if saved_model else "cost graph" if cost_graph else "graph"
+            raise ConfigError(f"--{flag} {path!r} would overwrite the input {kind} "
+                              f"{input_path!r}"
                               + (" (an output goes outside its directory)" if inside else ""))
 
 
@@ -157,7 +160,7 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
             raise ConfigError(f"--budget_s must be >= 0, got {budget_s!r}")
         _check_outputs(input_path, output_path, saved_model,
                        dict(report_json=report_json, save_policy=save_policy, **extra_paths),
-                       directories={"save_policy"})
+                       directories={"save_policy"}, cost_graph=cost_graph)
         if placement and placer_options:
             raise ConfigError("--placer_option sets a placer's search; --placement applies a "
                               "saved placement without one")

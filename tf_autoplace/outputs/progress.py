@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import re
 import sys
 import time
@@ -151,6 +152,7 @@ class SearchProgress(Progress):
             if not (isinstance(value, (int, float)) and value >= 0):
                 raise ConfigError(f"{name} must be a number >= 0, got {value!r}")
         if logdir is not None:
+            _check_logdir(logdir)
             try:
                 import tensorboard  # noqa: F401  (tf.summary needs it; TF no longer installs it)
             except ImportError:
@@ -305,6 +307,25 @@ class _Phase:
 def _clock(seconds: float) -> str:
     seconds = int(round(seconds))
     return f"{seconds // 60}:{seconds % 60:02d}"
+
+
+def _check_logdir(logdir) -> None:
+    """ConfigError unless TensorBoard scalars can go to ``logdir``: a directory that exists
+    and can be written, or one that can be made there (TensorFlow makes it, and its parents,
+    when it writes; a file in the way ended the search with TensorFlow's traceback)."""
+    if not isinstance(logdir, (str, os.PathLike)) or not os.fspath(logdir):
+        raise ConfigError(f"--progress_logdir must be a non-empty path, got {logdir!r}")
+    given = os.fspath(logdir)
+    path = full = os.path.abspath(given)
+    while not os.path.isdir(path):
+        if os.path.lexists(path):
+            raise ConfigError(f"--progress_logdir {given!r} is a file, not a directory"
+                              if path == full else f"--progress_logdir {given!r}: {path!r} is "
+                              "a file, not a directory")
+        path = os.path.dirname(path)
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"--progress_logdir {given!r}: the directory {path!r} is not "
+                          "writable")
 
 
 def _write_scalars(logdir: str, label: str, curve) -> None:
