@@ -67,8 +67,11 @@ def test_a_hit_does_not_search_and_gives_the_same_placement(tmp_path, simulation
     assert again_graph.as_graph_def().SerializeToString(deterministic=True) == \
         graph.as_graph_def().SerializeToString(deterministic=True)
     assert again.step_time_s == first.step_time_s
-    assert any("read from the placement cache" in n for n in again.notes)
-    assert any(n.startswith("auto:") for n in again.notes)  # the search's own notes, kept
+    assert "read from the placement cache" in str(again) and again.cache_entry
+    assert again.notes == first.notes  # the search's own notes, kept
+    # The placement's bytes are the search's: where it was read from is the report's to say.
+    assert again.to_proto().SerializeToString(deterministic=True) == \
+        first.to_proto().SerializeToString(deterministic=True)
     with pytest.raises(ConfigError, match="keeps placements, not policies"):
         again.save_policy(str(tmp_path / "policy"))
 

@@ -102,6 +102,8 @@ class PlacementReport:
       graph_fingerprint: the placed graph's fingerprint (:mod:`tf_autoplace.graph.
         fingerprint`), which ``to_proto`` records so the placement can be applied again.
       from_cache: the placement was read from the placement cache, not searched for.
+      cache_entry: the cache entry it was read from ("" when searched). The printed report
+        says so; the PlacementResult does not, so that a hit gives the bytes the search gave.
       assignment: op name -> device string (not included in ``to_dict``).
       graph_def: the placed GraphDef copy when the input was not a tf.Graph (else None; not
         included in ``to_dict``); for a MetaGraphDef input, its GraphDef placed (the
@@ -142,6 +144,7 @@ class PlacementReport:
     lp_lower_bound_s: float = math.nan
     graph_fingerprint: str = ""
     from_cache: bool = False
+    cache_entry: str = ""
     measure_steps: int = 0
     measured_step_time_s: float = math.nan
     measured_baseline_step_time_s: float = math.nan
@@ -355,4 +358,7 @@ class PlacementReport:
             "  time spent: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.timings_s.items()),
         ]
         lines += [f"  note: {n}" for n in self.notes]
+        if self.from_cache:
+            lines.append(f"  note: read from the placement cache ({self.cache_entry}), where "
+                         f"{self.placer} with seed {self.seed} stored it: nothing was searched")
         return "\n".join(lines)

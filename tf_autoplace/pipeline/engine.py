@@ -276,7 +276,8 @@ def place_problem(problem: PlacementProblem, options: PlaceOptions, *,
     graph_fingerprint = fingerprint(problem.graph)
     key = cache.key(problem, placer, int(seed), graph_fingerprint) if cache else None
     t = time.perf_counter()
-    placement = _from_cache(cache, key, problem, placer, graph_fingerprint) if key else None
+    placement, cache_entry = (_from_cache(cache, key, problem, placer, graph_fingerprint)
+                              if key else (None, ""))
     from_cache = placement is not None
     if not from_cache:
         with policy_context():  # nothing the placer runs lands in the user's graph
@@ -307,7 +308,7 @@ def place_problem(problem: PlacementProblem, options: PlaceOptions, *,
         num_colocation_groups=int(problem.graph.colocation.max()) + 1,
         ops_with_unknown_shapes=int((~problem.graph.shape_known).sum()), timings_s=timings,
         notes=tuple(placement.notes) + tuple(bound_notes) + tuple(notes), seed=int(seed),
-        graph_fingerprint=graph_fingerprint, from_cache=from_cache,
+        graph_fingerprint=graph_fingerprint, from_cache=from_cache, cache_entry=cache_entry,
         assignment=dict(zip(problem.graph.names, placement.device_names(cluster))),
         timeline=TimelineData(problem.graph, cluster, placement.devices, placement.sim),
         policy=None if from_cache else placer.trained_policy,
@@ -427,17 +428,17 @@ def _verify(report: PlacementReport, problem: PlacementProblem, workload: Worklo
 
 
 def _from_cache(cache: PlacementCache, key: str, problem: PlacementProblem, placer: Placer,
-                graph_fingerprint: str) -> Placement | None:
+                graph_fingerprint: str) -> tuple[Placement | None, str]:
     """The cached placement under ``key``, checked like any placement (colocation, kernels,
-    memory), or None: no entry, or one that is not trusted (a warning says why)."""
+    memory), and its entry's path; (None, "") for no entry, or one that is not trusted (a
+    warning says why). Its notes are the search's, as stored: the report says where it was
+    read from, not the placement (``PlacementReport.cache_entry``)."""
     hit = cache.load(key, problem, graph_fingerprint)
     if hit is None:
-        return None
-    note = (f"read from the placement cache ({hit.path}), where {hit.placer} with seed "
-            f"{hit.seed} stored it: nothing was searched")
+        return None, ""
     try:
         return validate(problem, hit.devices, placer_name=f"the cached {placer.name} placement",
-                        notes=hit.notes + (note,))
+                        notes=hit.notes), hit.path
     except InfeasiblePlacementError as e:
         cache.reject(hit, str(e))
-        return None
+        return None, ""
