@@ -209,6 +209,10 @@ def test_local_with_logical_cpus():
      "memory_bandwidth_gbps=1e\\+300; must be > 0, finite and at most"),
     (CPU0.replace("memory_bytes: 100", "memory_bytes: 100 speed: nan"), "speed=nan"),
     (CPU0.replace("memory_bytes: 100", "memory_bytes: 100 speed: inf"), "speed=inf"),
+    # Unit slips: a GPU a million times off the cost model made it silently unusable.
+    (CPU0.replace("memory_bytes: 100", "memory_bytes: 100 speed: 1e-320"),
+     "speed=1e-320; must be between 1e-06 and 1e\\+06"),
+    (CPU0.replace("memory_bytes: 100", "memory_bytes: 100 speed: 1e300"), "speed=1e\\+300"),
     (CPU0 + "op_overhead_us: inf\n", "op_overhead_us=inf; must be >= 0, finite"),
     (CPU0 + "op_overhead_us: nan\n", "op_overhead_us=nan"),
     (CPU0 + CPU1 + "default_latency_us: inf\n", "latency_us=inf; must be >= 0, finite"),

@@ -108,6 +108,17 @@ def test_round_trip_through_proto():
     # A unit slip: seconds written as microseconds, or worse.
     ('op { name: "mm" device_kind: "GPU" compute_time_us: 1e300 }',
      r"times on GPU add up to 1e\+294 s, more than 1e\+09 s"),
+    # The measured step scales every op time: 1e300 us made them 1e297 times longer; NaN and
+    # negative steps were skipped without a word.
+    ('op { name: "mm" device_kind: "GPU" compute_time_us: 1 }\n'
+     'run { device_kind: "GPU" step_time_us: 1e300 }',
+     r"measured step on GPU must be between 1e-09 and 1e\+09 seconds, got 1e\+294"),
+    ('op { name: "mm" device_kind: "GPU" compute_time_us: 1 }\n'
+     'run { device_kind: "GPU" step_time_us: 1e-300 }', "measured step on GPU must be between"),
+    ('op { name: "mm" device_kind: "GPU" compute_time_us: 1 }\n'
+     'run { device_kind: "GPU" step_time_us: nan }', "measured step on GPU"),
+    ('op { name: "mm" device_kind: "GPU" compute_time_us: 1 }\n'
+     'run { device_kind: "GPU" step_time_us: -5 }', "measured step on GPU"),
 ])
 def test_bad_profiles_are_config_errors(text, match):
     with pytest.raises(ConfigError, match=match):

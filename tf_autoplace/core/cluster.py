@@ -85,6 +85,9 @@ HOST_CORE_GROUP = "host"
 # (a bandwidth of 1e-320 made every transfer take forever: an infinite step time).
 MIN_BANDWIDTH = 1.0  # bytes/s
 MAX_LINK_SECONDS = 1e6
+# So is a device a million times faster or slower than the cost model's (a speed of 1e-320
+# made a GPU unusable without a word, numpy's overflow warning aside).
+MIN_SPEED, MAX_SPEED = 1e-6, 1e6
 
 INT64_MAX = 2**63 - 1
 _JOB = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
@@ -181,6 +184,10 @@ class Device:
                                       ("memory_bandwidth_gbps", False, INT64_MAX / 1e6)):
             _check_number(f"device {self.name!r} has {field}", getattr(self, field),
                           integer=integer, limit=limit)
+        if not MIN_SPEED <= self.speed <= MAX_SPEED:
+            raise ClusterSpecError(f"device {self.name!r} has speed={self.speed!r}; must be "
+                                   f"between {MIN_SPEED:g} and {MAX_SPEED:g} (op times are "
+                                   "divided by it)")
         if not isinstance(self.architecture, str):
             raise ClusterSpecError(f"device {self.name!r} has architecture "
                                    f"{self.architecture!r}; must be a string like '7.0'")

@@ -58,6 +58,9 @@ from tf_autoplace.core.units import format_bytes
 from tf_autoplace.cost.model import CostModel
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph.costgraph import MAX_TOTAL_SECONDS
+
+# A measured step shorter than a nanosecond is a unit slip (op times are scaled by the steps).
+MIN_STEP_SECONDS = 1e-9
 from tf_autoplace.graph.opgraph import KERNEL_KINDS, OpGraph
 from tf_autoplace.proto import cost_profile_pb2
 
@@ -163,8 +166,11 @@ class ProfileCostModel(CostModel):
         for kind, t in sorted((steps or {}).items()):
             _check_kind("a run", kind)
             _check_time(f"measured step on {kind}", t)
-            if not t > 0:
-                raise ConfigError(f"the measured step on {kind} must be > 0 seconds, got {t!r}")
+            if not MIN_STEP_SECONDS <= t <= MAX_TOTAL_SECONDS:  # (op times scale by it)
+                raise ConfigError(f"the measured step on {kind} must be between "
+                                  f"{MIN_STEP_SECONDS:g} and {MAX_TOTAL_SECONDS:.0e} seconds, "
+                                  f"got {t!r}: check its unit (step_time_us is in "
+                                  "microseconds)")
             self._steps[str(kind)] = float(t)
         self.fallback = fallback
         self.num_unprofiled_ops = 0
@@ -194,7 +200,7 @@ class ProfileCostModel(CostModel):
                     entry.partner, entry.partner_apart_time_us * 1e-6)
         steps = {}
         for run in profile.run:
-            if run.device_kind and run.step_time_us > 0:
+            if run.device_kind and run.step_time_us != 0:  # 0: not given; NaN or < 0: refused
                 if run.device_kind in steps:
                     raise ConfigError(f"the profile has two runs on {run.device_kind}")
                 steps[run.device_kind] = run.step_time_us * 1e-6
