@@ -7,12 +7,12 @@ it, and map it onto a placement problem.
 placement cache (:mod:`tf_autoplace.pipeline.cache`) keeps its entries in the same message.
 
 **Which op is which** (:func:`match`). A saved placement records the fingerprint of the graph it
-was made for (:mod:`tf_autoplace.graph.fingerprint`). Where it equals this graph's and the op
-counts agree, the i-th saved op is this graph's i-th op: the graph is the same one, built
-again, and its names may differ only by TensorFlow's uniquifying counters (``dense_1`` for
-``dense``), so matching by position is exact where matching by name would fail. Otherwise
-(the graph changed) ops are matched by name, and an op the file does not name is left for the
-caller to place (-1).
+was made for (:mod:`tf_autoplace.graph.fingerprint`). Where it equals this graph's, the op
+counts agree and each saved op's name is the graph's op at its position but for TensorFlow's
+uniquifying counters (``dense_1`` for ``dense``), the i-th saved op is this graph's i-th op:
+the graph is the same one, built again, so matching by position is exact where matching by
+name would fail. Otherwise (the graph changed, or the file's ops were reordered) ops are
+matched by name, and an op the file does not name is left for the caller to place (-1).
 
 **Which device is which.** A saved device string matches the cluster device of the same name,
 or else the one cluster device whose ``tf.DeviceSpec`` agrees with it wherever both say
@@ -35,6 +35,7 @@ from google.protobuf import json_format, message, text_format
 from tf_autoplace.core.problem import PlacementProblem
 from tf_autoplace.errors import ConfigError, InfeasiblePlacementError, InvalidGraphError
 from tf_autoplace.graph.costgraph import file_format
+from tf_autoplace.graph.fingerprint import normalized_name
 from tf_autoplace.outputs.files import write_atomically
 from tf_autoplace.proto import placement_pb2
 from tf_autoplace.rewrite import canonical_device
@@ -164,7 +165,9 @@ def match(problem: PlacementProblem, result: placement_pb2.PlacementResult,
     names = problem.graph.names
     n = len(names)
     by_position = bool(result.graph_fingerprint) and result.graph_fingerprint == fingerprint \
-        and len(result.op) == n
+        and len(result.op) == n and all(
+            normalized_name(op.name) == normalized_name(name)
+            for op, name in zip(result.op, names))
     index = _device_index(problem, {op.device for op in result.op})
     devices = np.full(n, -1, np.int32)
     unknown = []
