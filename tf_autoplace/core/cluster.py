@@ -88,6 +88,9 @@ MAX_LINK_SECONDS = 1e6
 # So is a device a million times faster or slower than the cost model's (a speed of 1e-320
 # made a GPU unusable without a word, numpy's overflow warning aside).
 MIN_SPEED, MAX_SPEED = 1e-6, 1e6
+# Devices a cluster may have: the placers' tables grow with ops x devices (and links with
+# devices squared); a spec of thousands of devices took minutes and gigabytes to read.
+MAX_DEVICES = 1024
 
 INT64_MAX = 2**63 - 1
 _JOB = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
@@ -242,13 +245,21 @@ class Cluster:
         if not all(isinstance(d, Device) for d in self.devices):
             raise ClusterSpecError(f"devices must be Device objects, got "
                                    f"{[type(d).__name__ for d in self.devices]}")
+        if len(self.devices) > MAX_DEVICES:
+            raise ClusterSpecError(f"the cluster has {len(self.devices)} devices; at most "
+                                   f"{MAX_DEVICES} can be placed on")
         specs = [device_spec(d.name) for d in self.devices]
-        for j in range(len(specs)):
-            for i in range(j):
-                if same_device(specs[i], specs[j]):
+        # Two names can be one device only with the same type and index (every name has both):
+        # compare within those buckets, not every pair.
+        buckets: dict[tuple, list[int]] = {}
+        for j, spec in enumerate(specs):
+            bucket = buckets.setdefault((spec.device_type, spec.device_index), [])
+            for i in bucket:
+                if same_device(specs[i], spec):
                     raise ClusterSpecError(
                         f"devices {self.devices[i].name!r} and {self.devices[j].name!r} are "
                         "one device to TensorFlow; device names must be unique")
+            bucket.append(j)
         d = len(self.devices)
         for field in ("bandwidth", "latency"):
             arr = np.array(getattr(self, field), dtype=np.float64)
