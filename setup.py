@@ -78,7 +78,7 @@ setup(
         "highspy>=1.16",
         "platformdirs>=3.0",
         "protobuf>=7.35.1",
-        "pymetis>=2025.1; (sys_platform == 'linux' and platform_machine == 'x86_64') or "
+        "pymetis>=2025.2; (sys_platform == 'linux' and platform_machine == 'x86_64') or "
         "sys_platform == 'darwin'",
         "tqdm>=4.60",
     ],
@@ -86,7 +86,7 @@ setup(
     # the training tools, on PATH as TF's saved_model_cli is (tf_autoplace/cli).
     entry_points={"console_scripts": ["tf-autoplace = tf_autoplace.cli.main:main"]},
     extras_require={
-        "metis": ["pymetis"],
+        "metis": ["pymetis>=2025.2"],
         "ray": ["ray>=2.40"],
         "plot": ["matplotlib>=3.6"],
         "train": ["tensorboard>=2.16"],

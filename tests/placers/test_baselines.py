@@ -11,6 +11,7 @@ from tf_autoplace.core.cluster import Cluster, Device, resolve_cluster
 from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
 from tf_autoplace.graph.opgraph import from_edges
 from tf_autoplace.grouping import group_graph
+from tf_autoplace.heuristics._common import group_compute_time
 from tf_autoplace.heuristics.metf import list_schedule
 from tf_autoplace.heuristics.metis import pymetis_available
 from tf_autoplace.heuristics.msct import favourite_children
@@ -498,7 +499,13 @@ def test_upward_rank_of_an_op_no_device_may_run_is_nan_without_a_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         rank = upward_rank(sub)
+        # The same for a group's mean time (the expert and METIS use it): 0/0 warned.
+        mean = group_compute_time(sub, np.array([0]))
+        placed = get_placer("best_heuristic").place(dataclasses.replace(
+            problem, op_time=op_time), seed=0)
     assert np.isnan(rank[5]) and np.isfinite(rank[29])
+    assert np.isnan(mean[sub.grouping.labels[5]]) and np.isfinite(mean).sum() >= 1
+    assert placed.devices[5] == 1  # (placed, METIS included, without a warning)
 
 
 def test_best_heuristic_falls_back_to_all_on_the_host_when_nothing_else_fits():

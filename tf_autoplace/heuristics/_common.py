@@ -24,7 +24,7 @@ def compute_devices(problem: PlacementProblem) -> np.ndarray:
 def group_compute_time(problem: PlacementProblem, devices: np.ndarray) -> np.ndarray:
     """[G] seconds: each group's total op time, averaged over the given devices where every op
     of the group has a kernel; over all its allowed devices where none of ``devices`` can run
-    it."""
+    it; NaN for a group no device can run (one pinned off a prefix of the cluster)."""
     labels, num_groups = problem.grouping.labels, problem.grouping.num_groups
     per_device = np.stack([np.bincount(labels, weights=problem.op_time[:, d],
                                        minlength=num_groups) for d in
@@ -33,7 +33,9 @@ def group_compute_time(problem: PlacementProblem, devices: np.ndarray) -> np.nda
     inside = usable[:, devices].any(axis=1)
     mask = usable & np.isin(np.arange(problem.cluster.num_devices), devices)[None, :]
     usable[inside] = mask[inside]
-    return np.where(usable, per_device, 0.0).sum(axis=1) / usable.sum(axis=1)
+    count = usable.sum(axis=1)  # (0/0 without numpy's "invalid value" warning: NaN)
+    return np.divide(np.where(usable, per_device, 0.0).sum(axis=1), count,
+                     out=np.full(num_groups, np.nan), where=count > 0)
 
 
 def group_memory(problem: PlacementProblem) -> tuple[np.ndarray, np.ndarray]:

@@ -71,9 +71,10 @@ def _pymetis_partition(graph: CSRGraph, k: int, imbalance: float, seed: int) -> 
     eweights = (1 + np.round(graph.eweight / top * 1e5)) if top > 0 \
         else np.ones(len(graph.eweight))
     options = pymetis.Options(seed=int(seed), ufactor=int(round(imbalance * 1000)))
-    _, parts = pymetis.part_graph(
-        int(k), xadj=graph.xadj.astype(np.int64).tolist(),
-        adjncy=graph.adjncy.astype(np.int64).tolist(),
+    adjacency = pymetis.CSRAdjacency(graph.xadj.astype(np.int64).tolist(),
+                                     graph.adjncy.astype(np.int64).tolist())
+    _, parts = pymetis.part_graph(  # (xadj=/adjncy= warn DeprecationWarning since 2025.2)
+        int(k), adjacency,
         vweights=vweights.astype(np.int64).tolist(), eweights=eweights.astype(np.int64).tolist(),
         options=options)
     return np.asarray(parts, np.int64)
