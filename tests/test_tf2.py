@@ -69,6 +69,9 @@ def test_a_placed_function_is_called_and_differentiated_as_the_original(child):
     assert r["unused_argument_equal"]  # an argument the function does not read
     here, on_gpus = r["missing_notes"]  # placed for this process's devices, then for GPUs
     assert here == [] and len(on_gpus) == 1 and "GPU:0" in on_gpus[0] and "GPU:1" in on_gpus[0]
+    kind, message = r["call_on_gpus"]  # called anyway, with soft placement off
+    assert kind == "ConfigError" and "soft device placement is off" in message and \
+        "GPU:0" in message
 
 
 def test_functional_control_flow_stays_single_ops_next_to_an_inlined_call(child):

@@ -49,7 +49,7 @@ from tf_autoplace.errors import ConfigError
 from tf_autoplace.grouping import GroupingConfig
 from tf_autoplace.pipeline.options import PlaceOptions
 from tf_autoplace.placers import DEFAULT_PLACER
-from tf_autoplace.tf2 import devices_missing_here, place_function
+from tf_autoplace.tf2 import cannot_run_here, devices_missing_here, place_function
 
 KINDS = ("train", "test", "predict")
 _ATTR = "_tf_autoplace_placement"  # where a model keeps its KerasPlacement
@@ -241,13 +241,7 @@ class _PlacedStep:
         if missing and not tf.config.get_soft_device_placement():
             # TF would fail at this batch with "Unable to find any devices for spec"; a
             # Keras user never sees the report's note that says why.
-            raise ConfigError(
-                f"the model's {self._kind} step was placed on devices this process does not "
-                f"have ({', '.join(missing)}) and soft device placement is off, so TensorFlow "
-                "cannot run it here: place for this process's devices (cluster='local' or a "
-                "spec of them; logical CPUs need tf.config.set_logical_device_configuration "
-                "before TensorFlow starts), or turn soft placement on, which runs those ops "
-                "on the devices there are")
+            raise cannot_run_here(f"the model's {self._kind} step", missing)
         self._placed.append((spec, placed))
         p.reports[self._kind] = report
         return placed

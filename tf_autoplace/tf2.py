@@ -291,11 +291,25 @@ class PlacedFunction:
     original: object
 
     def __call__(self, *args, **kwargs):
+        """Call the placed function as the original.
+
+        Raises:
+          ConfigError: it was placed on devices this process does not have and soft device
+            placement is off, so TensorFlow cannot run it here (TF's own error would name an
+            op of the placed graph, not why); also what :meth:`_bind` raises.
+        """
+        if self._missing and not tf.config.get_soft_device_placement():
+            raise cannot_run_here(self._name, self._missing)
         # The common call (every argument a tensor, positionally, as traced) goes straight
         # through; any other is bound to the original's parameters first (_bind).
         if kwargs or len(args) != self._num_positional or not all(map(tf.is_tensor, args)):
             args, kwargs = self._bind(args, kwargs)
         return self.concrete_function(*args, **kwargs)
+
+    @functools.cached_property
+    def _missing(self) -> list[str]:
+        """The placement's devices this process has no logical device for."""
+        return devices_missing_here(self.report.assignment)
 
     @functools.cached_property
     def _parameters(self) -> list:
@@ -657,6 +671,18 @@ def devices_missing_here(assignment) -> list[str]:
 
     return missing_devices(sorted({d for d in assignment.values() if d}),
                            [local(d.name) for d in tf.config.list_logical_devices()])
+
+
+def cannot_run_here(what: str, missing) -> ConfigError:
+    """The error for calling ``what`` (a placed function, a Keras model's step) here: it was
+    placed on the devices ``missing``, which this process lacks, and soft device placement is
+    off, so TensorFlow would fail with an error naming one op of the placed graph."""
+    return ConfigError(
+        f"{what} was placed on devices this process does not have ({', '.join(missing)}) and "
+        "soft device placement is off, so TensorFlow cannot run it here: place for this "
+        "process's devices (cluster='local' or a spec of them; logical CPUs need "
+        "tf.config.set_logical_device_configuration before TensorFlow starts), or turn soft "
+        "placement on, which runs those ops on the devices there are")
 
 
 def _missing_devices_note(assignment) -> list:
