@@ -74,6 +74,11 @@ def test_a_placed_function_is_called_and_differentiated_as_the_original(child):
         "GPU:0" in message
 
 
+def test_a_loop_over_a_dataset_is_said_not_to_be_placed_op_by_op(child):
+    r = _result(child, "dataset_loop")
+    assert r["equal"] and len(r["notes"]) == 1 and "Dataset" in r["notes"][0]
+
+
 def test_functional_control_flow_stays_single_ops_next_to_an_inlined_call(child):
     r = _result(child, "control_flow")
     # A loop that calls another function: a tape around the placed call gets the variable's

@@ -416,6 +416,25 @@ def errors():
     return out
 
 
+def check_dataset_loop_note():
+    """A loop over a dataset inside a tf.function is an op that runs the loop's body as a
+    function of its own (AutoGraph's ScanDataset/ReduceDataset): the report says the body is
+    not placed op by op, and the placed function computes what the original does."""
+    v = tf.Variable(1.0)
+    ds = tf.data.Dataset.range(4).map(lambda i: tf.cast(i, tf.float32))
+
+    @tf.function
+    def total():
+        out = tf.constant(0.0)
+        for x in ds:
+            out += x * v
+        return out
+
+    placed, report = tf2.autoplace_function(total, cluster=CPU2, placer="m_etf")
+    return {"notes": [n for n in report.notes if "run functions of their own" in n],
+            "equal": float(placed()) == float(total()) == 6.0}
+
+
 def run_checks(checks) -> None:
     """Run each (name, check) and print {name: result} as JSON on one line; a check that
     raises reports its exception and traceback instead, so the test fails with them."""
@@ -439,6 +458,7 @@ def main():
                 ("control_flow", check_control_flow_with_nested_call),
                 ("specialized_call", check_specialized_call),
                 ("keras_lstm", check_keras_lstm_training_step),
+                ("dataset_loop", check_dataset_loop_note),
                 ("errors", errors)])
 
 

@@ -653,12 +653,27 @@ def place_function(fn, args, kwargs, options: PlaceOptions, *, runs_here: bool =
     if single:
         notes.append(f"{len(single)} function calls and functional control-flow ops "
                      f"(If/While/Case) are placed as single ops (e.g. {single[0].name!r})")
+    seen = {n.name for n in single}
+    carriers = [n for n in placed_def.node if n.name not in seen and _runs_functions(n)]
+    if carriers:  # a loop over a dataset in a tf.function: AutoGraph's Scan/ReduceDataset
+        notes.append(
+            f"{len(carriers)} ops run functions of their own (e.g. {carriers[0].name!r}, a "
+            f"{carriers[0].op}): what those functions do runs where the op is, not placed op "
+            "by op; a training loop written as `for batch in dataset` inside a tf.function "
+            "is such an op, so place the step function and loop over the dataset outside it")
     if runs_here:
         notes.extend(_missing_devices_note(report.assignment))
     report = dataclasses.replace(report, notes=tuple(notes), graph_def=placed_def)
     placed = PlacedFunction(concrete_function=_rebuild(cf, placed_def), report=report,
                             original=cf)
     return placed, report
+
+
+def _runs_functions(node) -> bool:
+    """Whether ``node`` has a function among its attributes (tf.data's Map/Scan/Reduce
+    datasets, a py_function's host-side call aside): TF runs that function as part of it."""
+    return any(value.HasField("func") or (value.HasField("list") and len(value.list.func))
+               for value in node.attr.values())
 
 
 def devices_missing_here(assignment) -> list[str]:
