@@ -275,6 +275,8 @@ def test_errors_exit_non_zero_with_a_message_and_write_nothing(runs, name, messa
     (dict(input="g.costgraph.pbtxt", output="g.costgraph.pbtxt"),
      "--output 'g.costgraph.pbtxt' would overwrite the input cost graph"),
     (dict(progress_logdir="in.pb"), "--progress_logdir 'in.pb' is a file, not a directory"),
+    (dict(save_policy="policy"), "--save_policy keeps the policy a learned placer fine-tuned "
+                                 r"\(placeto, hdp, gdp\); --placer=m_etf keeps none"),
     (dict(trace_json="alias/out.pb"), "--trace_json and --output are the same file"),
     (dict(input="sm", output="placed_sm", trace_json="sm/saved_model.pb"),
      "--trace_json 'sm/saved_model.pb' would overwrite the input SavedModel 'sm'"),

@@ -70,6 +70,7 @@ from tensorflow.core.protobuf import meta_graph_pb2
 
 from tf_autoplace import tf2
 from tf_autoplace.cli import place_flags  # noqa: F401  (defines this command's flags)
+from tf_autoplace.core import registry
 from tf_autoplace.errors import AutoplaceError, ConfigError
 from tf_autoplace.graph import costgraph, ingest
 from tf_autoplace.grouping import GroupingConfig
@@ -164,6 +165,12 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
         if placement and placer_options:
             raise ConfigError("--placer_option sets a placer's search; --placement applies a "
                               "saved placement without one")
+        if save_policy and (placement or not registry.accepts(placer, "policy")):
+            # (known before the search, which used to run to its end first)
+            raise ConfigError(f"--save_policy keeps the policy a learned placer fine-tuned "
+                              f"({', '.join(registry.able('policy'))}); "
+                              + ("--placement applies a saved placement" if placement
+                                 else f"--placer={placer} keeps none"))
         if (saved_model or cost_graph) and (measure_steps or verify):
             raise ConfigError("--measure_steps and --verify time GraphDef and MetaGraphDef "
                               "input; a SavedModel or a cost graph is placed without them")
