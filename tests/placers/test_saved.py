@@ -134,6 +134,16 @@ def test_files_in_text_and_binary_read_back(tmp_path):
     with pytest.raises(ConfigError, match=f"parses as text, but op {holed.op[3].name!r} has "
                                           "no device"):
         read_placement(str(tmp_path / "holed.pbtxt"))
+    # A field this version does not know (a typo, a newer file): the parser's line and field.
+    text = serialize(saved, "p.pbtxt").decode().replace("placer:", "placr:", 1)
+    for name in ("typo.pbtxt", "typo.pb"):  # (a binary name holding text: read as text)
+        (tmp_path / name).write_text(text)
+        with pytest.raises(ConfigError, match=r"\(read as text: \d+:1 : .*has no field named "
+                                              r"\"placr\"\.\)"):
+            read_placement(str(tmp_path / name))
+    (tmp_path / "typo.json").write_text('{"op": [{"name": "a", "device": "b"}], "placr": 1}')
+    with pytest.raises(ConfigError, match=r"\(read as JSON: .*placr"):
+        read_placement(str(tmp_path / "typo.json"))
 
 
 # ------------------------------------------------------------------------- neighbour completion

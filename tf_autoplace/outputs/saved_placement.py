@@ -67,7 +67,7 @@ def read_placement(source) -> placement_pb2.PlacementResult:
         out = _parse(data, first)
         if out is None:
             raise ConfigError(f"{what} is not a PlacementResult in binary, text or JSON format"
-                              + _incomplete(data, first))
+                              + (_incomplete(data, first) or _parse_error(data, first)))
     if not out.op:
         raise ConfigError(f"{what} places no op (a PlacementResult from "
                           "PlacementReport.to_proto() or --placement_pb has one entry per op)")
@@ -89,6 +89,26 @@ def _decode(data: bytes, form: str) -> placement_pb2.PlacementResult | None:
             UnicodeDecodeError):
         return None
     return out
+
+
+def _parse_error(data: bytes, form: str) -> str:
+    """What the parser of text or JSON said of ``data`` (the line, the unknown field), for
+    the error message: in the file's own format (``form``), or for a binary name, in the text
+    format the bytes look like; ``""`` for bytes that are not text."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return ""
+    if form == "binary":
+        form = "json" if text.lstrip().startswith("{") else "text"
+    try:
+        if form == "json":
+            json_format.Parse(text, placement_pb2.PlacementResult())
+        else:
+            text_format.Parse(text, placement_pb2.PlacementResult())
+    except (text_format.ParseError, json_format.ParseError) as e:
+        return f" (read as {'JSON' if form == 'json' else 'text'}: {e})"
+    return ""
 
 
 def _parse(data: bytes, first: str) -> placement_pb2.PlacementResult | None:
