@@ -107,6 +107,11 @@ def test_a_truncated_entry_is_ignored_with_a_warning_and_replaced(tmp_path, capl
     assert not again.from_cache and again.assignment == first.assignment
     assert "ignoring the placement cache entry" in caplog.text and "does not parse" in caplog.text
     assert _place(tmp_path)[1].from_cache  # the search's result replaced the damaged entry
+    open(entry, "wb").close()  # cut to nothing: it parsed, as an entry of "another key"
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert not _place(tmp_path)[1].from_cache
+    assert "it is empty (a truncated file)" in caplog.text
 
 
 def _rewrite(entry, edit):

@@ -184,6 +184,8 @@ class PlacementCache:
         data, why = read_entry(path)
         if data is None:
             return self._ignore(path, why) if why else None
+        if not data:  # (it would parse, as an entry of no key)
+            return self._ignore(path, "it is empty (a truncated file)")
         entry = placement_pb2.PlacementResult()
         try:
             entry.ParseFromString(data)
