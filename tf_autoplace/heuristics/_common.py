@@ -1,6 +1,6 @@
 """Helpers shared by the partitioning baselines (expert, METIS, m-TOPO): which devices are the
-"compute" devices a baseline spreads work over, what each group costs there, and where groups
-that cannot run there go.
+"compute" devices a baseline spreads work over, what each group costs there, where groups
+that cannot run there go, and what a heuristic reads off a graph once for every run on it.
 
 The papers' baselines partition over the GPUs only (HDP's MinCut, Post's and GDP's METIS,
 Baechi's m-TOPO); the CPU host only takes ops that have no GPU kernel. Here the compute
@@ -9,6 +9,9 @@ devices are the devices of the cluster's default kind (the kind of
 """
 
 from __future__ import annotations
+
+import weakref
+from typing import Callable
 
 import numpy as np
 
@@ -19,6 +22,21 @@ from tf_autoplace.errors import InfeasiblePlacementError
 def compute_devices(problem: PlacementProblem) -> np.ndarray:
     """[k] int: indices of the devices of the default kind (the GPUs, if any), ascending."""
     return problem.cluster.compute_devices()
+
+
+# What heuristics read off a graph that does not depend on the devices, kept while the graph
+# lives (an OpGraph never changes): best_heuristic runs each heuristic once per prefix of the
+# devices, and on a graph of tens of thousands of ops such reading is most of a run.
+_PER_GRAPH: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # OpGraph -> {key: value}
+
+
+def once_per_graph(graph, key: tuple, read: Callable[[], object]):
+    """``read()``, or what it returned for this graph and ``key`` before (``key`` names the
+    reader and every setting it depends on)."""
+    per_graph = _PER_GRAPH.setdefault(graph, {})
+    if key not in per_graph:
+        per_graph[key] = read()
+    return per_graph[key]
 
 
 def group_compute_time(problem: PlacementProblem, devices: np.ndarray) -> np.ndarray:

@@ -71,14 +71,13 @@ Deterministic: the seed is ignored.
 from __future__ import annotations
 
 import re
-import weakref
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from tf_autoplace.core.problem import PlacementProblem, Placer
 from tf_autoplace.errors import ConfigError
-from tf_autoplace.heuristics._common import compute_devices
+from tf_autoplace.heuristics._common import compute_devices, once_per_graph
 from tf_autoplace.heuristics.single import SingleDevicePlacer
 
 _LAYER = re.compile(r"^((?:[^/]+/)*?layer_\d+/)")
@@ -141,21 +140,6 @@ def first_scope(names: Sequence[str], scopes: Sequence[str]) -> np.ndarray:
     return out
 
 
-# What the expert reads off a graph's op names, which does not depend on the devices (the
-# stages, the scope each op matches, the heads and tails), kept while the graph lives:
-# best_heuristic runs the expert once per prefix of the devices, and on a graph of tens of
-# thousands of ops this reading is most of a run.
-_READ: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # OpGraph -> {key: value}
-
-
-def _read_once(graph, key: tuple, read: Callable[[], object]):
-    """``read()``, or what it returned for this graph and ``key`` before."""
-    per_graph = _READ.setdefault(graph, {})
-    if key not in per_graph:
-        per_graph[key] = read()
-    return per_graph[key]
-
-
 class ExpertPlacer(Placer):
     """Human-expert placement by layer scopes (see module docstring).
 
@@ -206,7 +190,7 @@ class ExpertPlacer(Placer):
     def _place(self, problem: PlacementProblem, rng: np.random.Generator) -> np.ndarray:
         graph = problem.graph
         stages = (self.layer_scopes if self.layer_scopes is not None else
-                  _read_once(graph, ("stages",), lambda: self.stages_for(graph.names)))
+                  once_per_graph(graph, ("expert stages",), lambda: self.stages_for(graph.names)))
         if not stages:
             return SingleDevicePlacer()._place(problem, rng)  # pylint: disable=protected-access
         gpus = compute_devices(problem)
@@ -218,13 +202,14 @@ class ExpertPlacer(Placer):
         rules += [(scope, stage_device[-1], -1) for scope in self.tail_scopes]
 
         scopes = tuple(scope for scope, _, _ in rules)
-        op_rule = _read_once(graph, ("rules", scopes), lambda: first_scope(graph.names, scopes))
+        op_rule = once_per_graph(graph, ("expert rules", scopes),
+                                 lambda: first_scope(graph.names, scopes))
         matched = op_rule >= 0
         op_device = np.where(matched, np.array([d for _, d, _ in rules])[op_rule], -1)
         op_stage = np.where(matched, np.array([st for _, _, st in rules])[op_rule], -1)
         if not self.head_scopes and not self.tail_scopes and len(stages) > 1:
-            heads, tails = _read_once(
-                graph, ("ends", stages),
+            heads, tails = once_per_graph(
+                graph, ("expert ends", stages),
                 lambda: derive_heads_and_tails(graph, op_stage, len(stages)))
             op_device[heads], op_device[tails] = stage_device[0], stage_device[-1]
         coloc = graph.colocation.astype(np.int64)

@@ -31,7 +31,8 @@ import numpy as np
 
 from tf_autoplace.core.problem import PlacementProblem
 from tf_autoplace.core.units import format_bytes
-from tf_autoplace.heuristics._common import compute_devices
+from tf_autoplace.heuristics._common import compute_devices, once_per_graph
+from tf_autoplace.sim.jit import cached_njit
 
 ROUNDS = 8
 
@@ -67,7 +68,8 @@ def _offload(problem: PlacementProblem, devices: np.ndarray,
     unit_bytes = (np.bincount(coloc, weights=graph.persistent_bytes, minlength=num_units) +
                   np.bincount(coloc, weights=graph.output_bytes, minlength=num_units))
     if received:
-        unit_bytes = unit_bytes + _received_bytes(graph, coloc, num_units)
+        unit_bytes = unit_bytes + once_per_graph(
+            graph, ("offload received",), lambda: _received_bytes(graph, coloc, num_units))
     unit_time = np.stack([np.bincount(coloc, weights=np.where(np.isfinite(problem.op_time[:, d]),
                                                               problem.op_time[:, d], 0.0),
                                       minlength=num_units)
@@ -77,14 +79,14 @@ def _offload(problem: PlacementProblem, devices: np.ndarray,
     compute = np.isin(np.arange(cluster.num_devices), compute_devices(problem))
     unit_device = np.zeros(num_units, np.int64)
     unit_device[coloc] = devices
-    sim = problem.simulator.run(unit_device[coloc])
+    peak = _peak(problem, unit_device[coloc])
     for round_ in range(ROUNDS):
-        peak = sim.peak_memory.astype(np.float64)
         over = peak - capacity
         if (over <= 0).all():
             return unit_device[coloc].astype(np.int32)
         margin = 1.1 * 2 ** round_
         room = capacity - peak  # what each device can still take, by the same estimate
+        moved = 0
         for d in np.flatnonzero(over > 0).tolist():
             need = over[d] * margin
             units = np.flatnonzero(unit_device == d)
@@ -101,19 +103,39 @@ def _offload(problem: PlacementProblem, devices: np.ndarray,
             units, dest = units[ok], dest[ok]
             extra = np.maximum(extra[np.flatnonzero(ok), dest], 0.0)
             order = np.argsort(extra / unit_bytes[units], kind="stable")
-            freed = 0.0
-            for u, e in zip(units[order].tolist(), dest[order].tolist()):
-                if freed >= need:
-                    break
-                if room[e] <= unit_bytes[u]:
-                    continue
-                unit_device[u] = e
-                room[e] -= unit_bytes[u]
-                freed += unit_bytes[u]
-        sim = problem.simulator.run(unit_device[coloc])
-    if (sim.peak_memory <= cluster.memory).all():
+            moved += _move(units[order], dest[order], unit_bytes, room, unit_device, need)
+        if not moved:  # the same placement again: every later round would find the same
+            return None
+        peak = _peak(problem, unit_device[coloc])
+    if (peak <= capacity).all():
         return unit_device[coloc].astype(np.int32)
     return None
+
+
+def _peak(problem: PlacementProblem, devices: np.ndarray) -> np.ndarray:
+    """[D] float64 simulated peak bytes per device (only the peak: no per-op records)."""
+    return problem.simulator.summaries(devices[None])[1][0].astype(np.float64)
+
+
+@cached_njit
+def _move(units, dest, unit_bytes, room, unit_device, need):
+    """Move ``units`` (in that order) to their ``dest`` while less than ``need`` bytes are
+    freed, skipping a unit its destination has no room for; ``room`` and ``unit_device`` are
+    updated in place. Returns how many moved. (A loop over thousands of groups per round:
+    numba, not Python.)"""
+    freed = 0.0
+    moved = 0
+    for k in range(len(units)):
+        if freed >= need:
+            break
+        u, e = units[k], dest[k]
+        if room[e] <= unit_bytes[u]:
+            continue
+        unit_device[u] = e
+        room[e] -= unit_bytes[u]
+        freed += unit_bytes[u]
+        moved += 1
+    return moved
 
 
 def _received_bytes(graph, coloc: np.ndarray, num_units: int) -> np.ndarray:
