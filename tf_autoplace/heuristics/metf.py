@@ -179,8 +179,14 @@ def _schedule(order, labels, starts, parents, pbytes, key_index, num_keys, op_ti
     end = np.zeros(n)
     free_at = np.zeros(num_dev)
     link_free = np.zeros(num_dev)  # when each device's outgoing link is next idle
-    # When what key k sends has arrived on device d (NaN: not sent there yet).
-    arrived = np.full(num_keys * num_dev, np.nan)
+    # Where and when what key k sends has arrived: a linked list per key (head[k], then
+    # arrived_next) of (device, time) entries, at most one per input edge; a key reaches few
+    # devices, and a [keys, devices] table would grow with the devices of a large cluster.
+    head = np.full(num_keys, -1, np.int64)
+    arrived_dev = np.empty(len(key_index), np.int64)
+    arrived_at = np.empty(len(key_index))
+    arrived_next = np.empty(len(key_index), np.int64)
+    num_arrived = 0
     kept_for = np.full(num_dev, -1, np.int64)  # m-SCT: the favourite child a device waits for
     width = 1
     for i in range(n):
@@ -260,10 +266,13 @@ def _schedule(order, labels, starts, parents, pbytes, key_index, num_keys, op_ti
             for a in range(m):
                 p, k = in_parent[a], in_key[a]
                 src = device[p]
+                there = head[k]  # the entry of (k, d), if k has arrived on d
+                while there >= 0 and arrived_dev[there] != d:
+                    there = arrived_next[there]
                 if src == d:
                     ready = max(ready, in_end[a])
-                elif arrived[k * num_dev + d] == arrived[k * num_dev + d]:  # not NaN: there
-                    ready = max(ready, arrived[k * num_dev + d])
+                elif there >= 0:
+                    ready = max(ready, arrived_at[there])
                 else:
                     begin = max(in_end[a], links[src])
                     links[src] = begin + latency[src, d] + in_bytes[a] / bandwidth[src, d]
@@ -300,8 +309,17 @@ def _schedule(order, labels, starts, parents, pbytes, key_index, num_keys, op_ti
             used[d] += reserve[g]
             used_persistent[d] += persistent[g]
         link_free[:] = best_links
-        for a in range(num_best):
-            arrived[best_key[a] * num_dev + d] = best_at[a]
+        for a in range(num_best):  # (a key sent twice to d: its last arrival, as a dict)
+            k = best_key[a]
+            there = head[k]
+            while there >= 0 and arrived_dev[there] != d:
+                there = arrived_next[there]
+            if there < 0:
+                there = num_arrived
+                num_arrived += 1
+                arrived_dev[there], arrived_next[there] = d, head[k]
+                head[k] = there
+            arrived_at[there] = best_at[a]
         device[i], end[i] = d, best_finish
         free_at[d] = best_finish
         if use_favourite:
