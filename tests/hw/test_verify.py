@@ -3,6 +3,7 @@ candidates measured under the protocol, the decision rule's choice applied and r
 Nothing here depends on which placement is faster: the tests check that what was applied is
 what the rule says for the figures measured, never a timing."""
 
+import numpy as np
 import pytest
 import tensorflow as tf
 from absl import flags
@@ -117,3 +118,36 @@ def test_on_one_device_nothing_is_measured_and_the_placement_is_the_best_possibl
     assert any(n.startswith("verify: the cluster has one device") for n in report.notes)
     # One placement exists, so it is the best possible one: the certificate says 0%.
     assert report.optimality_gap == 0.0 and report.lp_lower_bound_s == report.step_time_s
+
+
+def test_the_graphs_own_annotations_are_a_candidate_what_the_user_had():
+    # A graph the user placed by hand: verification measures that placement too (it measured
+    # only the placer's, the best heuristic's and one device, so a good hand placement could
+    # be replaced by a placement never measured against it). No measurement here: which
+    # placements would be measured.
+    from tf_autoplace.graph import ingest
+    from tf_autoplace.pipeline.engine import ANNOTATED, annotated_placement, \
+        verification_candidates
+    from tf_autoplace.pipeline.prepare import build_problem
+
+    tg = small_cnn()
+    cluster = Cluster.from_file("testdata/cpu2_independent.pbtxt")
+    cpu1 = cluster.names.index(next(n for n in cluster.names if n.endswith("CPU:1")))
+    hand = [op for op in tg.graph.get_operations() if op.type == "VarHandleOp"][:2]
+    for op in hand:
+        op._set_device("/device:CPU:1")
+    graph_def = tg.graph.as_graph_def()
+    problem, _ = build_problem(ingest.load_meta_graph(tg.graph), cluster)
+    devices = annotated_placement(problem, graph_def)
+    coloc = problem.graph.colocation
+    pinned = {int(coloc[problem.graph.index(op.name)]) for op in hand}
+    on_cpu1 = np.isin(coloc, list(pinned))
+    assert (devices[on_cpu1] == cpu1).all() and (devices[~on_cpu1] != cpu1).all()
+    names = [c.name for c in verification_candidates(problem, "m_etf", devices * 0,
+                                                     annotated=devices)]
+    assert ANNOTATED in names and SINGLE in names
+    # Unannotated, or annotated with devices the cluster lacks: nothing of the user's.
+    assert annotated_placement(problem, small_cnn().graph.as_graph_def()) is None
+    for op in hand:
+        op._set_device("/device:GPU:3")
+    assert annotated_placement(problem, tg.graph.as_graph_def()) is None

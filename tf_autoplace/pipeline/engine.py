@@ -33,7 +33,9 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from tf_autoplace.core.problem import Placement, PlacementProblem, Placer, validate
+from tf_autoplace.core.cluster import same_device
+from tf_autoplace.core.problem import (Placement, PlacementProblem, Placer, check_placement,
+                                       validate)
 from tf_autoplace.cost import AnalyticalCostModel
 from tf_autoplace.cost.profile import ProfileCostModel
 from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
@@ -193,7 +195,8 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
     report = place_problem(problem, options, timings=timings, notes=notes)
     if verifying:
         t = time.perf_counter()
-        report = _verify(report, problem, workload, options)
+        report = _verify(report, problem, workload, options,
+                         annotated=annotated_placement(problem, meta_graph.graph_def))
         timings["verify"] = time.perf_counter() - t
     report = dataclasses.replace(report, notes=report.notes + _annotation_notes(
         meta_graph.graph_def, report.assignment, problem.graph))
@@ -330,20 +333,70 @@ def _crossing(graph, devices: np.ndarray) -> int:
     return len(set(zip(graph.edge_tensor[cross].tolist(), consumer[cross].tolist())))
 
 
-def verification_candidates(problem: PlacementProblem, name: str,
-                            devices: np.ndarray) -> list[Candidate]:
+ANNOTATED = "as the graph was annotated"
+
+
+def annotated_placement(problem: PlacementProblem, graph_def) -> np.ndarray | None:
+    """The placement the graph's own device annotations give, as TensorFlow would run it
+    before any placement: an op annotated with a device of the cluster on it, with its TF
+    colocation group (the first annotated member's device), every other op where the
+    single-device placement puts it. None when no op names a device of the cluster, or when
+    that placement breaks a kernel, colocation or memory constraint (TF would not run it
+    either, with soft placement off): then there is no placement of the user's to compare.
+    """
+    graph, cluster = problem.graph, problem.cluster
+    specs = [tf.DeviceSpec.from_string(name) for name in cluster.names]
+    index, found = {}, {}
+    for node in graph_def.node:
+        if not node.device:
+            continue
+        if node.device not in index:  # the one cluster device the annotation names, if any
+            asked = tf.DeviceSpec.from_string(node.device)
+            hits = ([d for d, spec in enumerate(specs) if same_device(asked, spec)]
+                    if asked.device_type is not None and asked.device_index is not None
+                    else [])
+            index[node.device] = hits[0] if len(hits) == 1 else None
+        if index[node.device] is not None:
+            found[node.name] = index[node.device]
+    if not found:
+        return None
+    devices = SingleDevicePlacer().propose(problem).astype(np.int32)
+    coloc = graph.colocation
+    group_device = {}
+    for name, d in found.items():  # graph_def order: the first annotated member decides
+        try:
+            group_device.setdefault(int(coloc[graph.index(name)]), d)
+        except KeyError:  # a node the placed graph does not hold
+            continue
+    if group_device:
+        groups = np.fromiter(group_device, np.int64)
+        lookup = np.full(int(coloc.max()) + 1, -1, np.int64)
+        lookup[groups] = np.fromiter(group_device.values(), np.int64)
+        annotated = lookup[coloc]
+        devices = np.where(annotated >= 0, annotated, devices).astype(np.int32)
+    if check_placement(problem, devices):
+        return None
+    sim = problem.simulator.run(devices)
+    return None if (sim.peak_memory > cluster.memory).any() else devices
+
+
+def verification_candidates(problem: PlacementProblem, name: str, devices: np.ndarray, *,
+                            annotated: np.ndarray | None = None) -> list[Candidate]:
     """What verification measures against a placer's placement: that placement (``name``),
-    the best fast heuristic's that fits and the single-device one, each once (a placement
-    found twice keeps its first name, but the single-device one is always named
-    :data:`~tf_autoplace.hw.verify.SINGLE`, which the decision rule needs).
+    the best fast heuristic's that fits, the placement the graph's own annotations give
+    (``annotated``, :data:`ANNOTATED`: what the user had, when it differs from one device) and
+    the single-device one, each once (a placement found twice keeps its first name, but the
+    single-device one is always named :data:`~tf_autoplace.hw.verify.SINGLE`, which the
+    decision rule needs).
 
     Args:
       problem: the placement problem (its simulator predicts each candidate's step).
       name: what the placer's placement is called in the measurement (the placer's name).
       devices: the placer's placement, a device index per op.
+      annotated: :func:`annotated_placement`, or None.
 
     Returns:
-      One to three :class:`~tf_autoplace.hw.verify.Candidate` s, the placer's first; one
+      One to four :class:`~tf_autoplace.hw.verify.Candidate` s, the placer's first; one
       means every candidate was the single-device placement.
     """
     graph, names = problem.graph, problem.cluster.names
@@ -352,6 +405,8 @@ def verification_candidates(problem: PlacementProblem, name: str,
     best = next((c for c in BestHeuristicPlacer().ranked(problem) if c.fits), None)
     if best is not None:
         entries.append((f"best heuristic ({best.label})", np.asarray(best.devices, np.int32)))
+    if annotated is not None:
+        entries.append((ANNOTATED, np.asarray(annotated, np.int32)))
     entries.append((SINGLE, single))
     candidates, seen = [], {}
     for label, placed in entries:
@@ -396,18 +451,19 @@ def _annotation_notes(graph_def, assignment, graph) -> tuple[str, ...]:
 
 
 def _verify(report: PlacementReport, problem: PlacementProblem, workload: Workload,
-            options: PlaceOptions) -> PlacementReport:
-    """Measure the placer's placement, the best fast heuristic's and the single-device one on
-    this machine (:mod:`tf_autoplace.hw.verify`) and return the report of the one the decision
-    rule applies, with what was measured and why."""
+            options: PlaceOptions, *, annotated: np.ndarray | None = None) -> PlacementReport:
+    """Measure the placer's placement, the best fast heuristic's, the graph's own annotated
+    one (``annotated``) and the single-device one on this machine
+    (:mod:`tf_autoplace.hw.verify`) and return the report of the one the decision rule
+    applies, with what was measured and why."""
     cluster, graph = problem.cluster, problem.graph
     names = cluster.names
     chosen = np.array([names.index(report.assignment[n]) for n in graph.names], np.int32)
-    candidates = verification_candidates(problem, report.placer, chosen)
+    candidates = verification_candidates(problem, report.placer, chosen, annotated=annotated)
     if len(candidates) == 1:
         return dataclasses.replace(report, notes=report.notes + (
-            "verify: the placer and the best heuristic both chose the single-device placement; "
-            "there was nothing to measure against it",))
+            "verify: the placer, the best heuristic and the graph's own annotations all give "
+            "the single-device placement; there was nothing to measure against it",))
     verification = verify(workload, candidates, steps=options.verify, seed=int(options.seed),
                           config=RunConfig(target=cluster.target))
     applied = next(c for c in candidates if c.name == verification.decision.applied)
