@@ -86,6 +86,32 @@ def test_workload_finds_the_train_op_and_makes_up_feeds():
     assert "left/Relu" in m.traces[0].names
 
 
+@pytest.mark.parametrize("feeds, message", [
+    # Each raised TensorFlow's or numpy's own error (ValueError, TypeError, NotImplementedError)
+    # once the measurement ran, not a ConfigError.
+    ({"images": np.full((8, 16, 16, 3), "a")}, "dtype <U1, which placeholder 'images' .float32"),
+    ({"images": np.array([[object()]] * 8, dtype=object)}, "dtype object, which placeholder"),
+    ({"images:3": np.zeros((8, 16, 16, 3), np.float32)}, "placeholder 'images' has one output"),
+    ({"nowhere:0": np.zeros(3)}, "'nowhere:0' names no op of the graph"),
+    ({7: np.zeros(3)}, "keys are tensor names"),
+    ({"images": "symbolic"}, "given a symbolic"),
+])
+def test_bad_feeds_are_config_errors_before_anything_runs(feeds, message):
+    tg = small_cnn()
+    if isinstance(feeds.get("images"), str):  # the marker: a symbolic tensor of this graph
+        with tg.graph.as_default():
+            feeds = {"images": tf.zeros((8, 16, 16, 3))}
+    with pytest.raises(ConfigError, match=message):
+        Workload.from_graph(tg.graph, feeds=feeds)
+    # A tensor that is not a placeholder, fed a value of another shape: TF's ValueError when
+    # the session is made, as a ConfigError.
+    loss = next(op.name for op in tg.graph.get_operations() if op.type == "Mean")
+    workload = Workload.from_graph(tg.graph, feeds={f"{loss}:0": np.zeros((3, 3), np.float32)})
+    with pytest.raises(ConfigError, match="feeds do not fit the graph: Cannot feed value of "
+                                          "shape"):
+        run(workload, None, RunConfig(steps=1, warmup_steps=1))
+
+
 def test_interleaved_runs_time_each_placement():
     tg = small_cnn()
     workload = Workload.from_graph(tg.graph, feeds=tg.feed)

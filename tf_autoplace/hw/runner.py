@@ -252,7 +252,7 @@ class PlacedSession:
                 raise ConfigError(f"the placement uses {missing}, which {where} does not have "
                                   f"(it has {list(self.devices)}); a measured run needs the "
                                   "cluster's devices")
-            with _tf_errors():
+            with _tf_errors(), _feed_errors():
                 if workload.init:
                     self.session.run(list(workload.init), self._feeds)
                 self._step = self.session.make_callable(self._fetches,
@@ -264,7 +264,7 @@ class PlacedSession:
 
     def step(self) -> float:
         """Run one step; its wall time in seconds."""
-        with _tf_errors():
+        with _tf_errors(), _feed_errors():
             began = time.perf_counter()
             self._step(*self._values)
             return time.perf_counter() - began
@@ -374,6 +374,21 @@ def release_container(graph_def: graph_pb2.GraphDef, container: str, config: Run
             session.run(destroy, options=tf.compat.v1.RunOptions(timeout_in_ms=60_000))
     except (ValueError, tf.errors.OpError):
         pass
+
+
+class _feed_errors:
+    """Turn what TensorFlow's Python side raises for a feed it cannot take (a value of another
+    shape or dtype for a tensor that is not a placeholder, a name it cannot read as a tensor)
+    into ConfigError: the measurement's feeds are the caller's input."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, tb):
+        if isinstance(error, (TypeError, ValueError)):
+            raise ConfigError(f"the measurement's feeds do not fit the graph: {error}") \
+                from error
+        return False
 
 
 class _tf_errors:

@@ -32,6 +32,7 @@ is a :class:`MeasurementError` naming the dequeue, when the workload is made.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Mapping
 
 import numpy as np
@@ -122,9 +123,11 @@ class Workload:
         if fetches is None:
             fetches = _default_fetches(meta_graph, by_name, init)
         fetches = (fetches,) if isinstance(fetches, str) else tuple(fetches)
-        given = {k if ":" in k else f"{k}:0": np.asarray(v) for k, v in (feeds or {}).items()}
-        for name, value in given.items():
+        given = {}
+        for key, value in (feeds or {}).items():
+            name, value = _feed(key, value)
             _check_feed(by_name.get(name.rsplit(":", 1)[0]), name, value)
+            given[name] = value
         rng = np.random.default_rng(seed)
         needed = fan_in(graph_def, fetches + init)
         _check_queues_are_filled(by_name, fan_in(graph_def, fetches), needed)
@@ -266,11 +269,54 @@ def _variable_value(handle, placeholder) -> tf.Tensor:
     return tf.raw_ops.ReadVariableOp(resource=handle, dtype=dtype)
 
 
+def _feed(key, value) -> tuple[str, np.ndarray]:
+    """``(tensor name, value as an array)`` of one given feed; ConfigError for a key that is
+    not a tensor or op name, or a value that is not data (a symbolic tf.Tensor, say)."""
+    if not isinstance(key, str) or not key or not _TENSOR_NAME.fullmatch(
+            key if ":" in key else f"{key}:0"):
+        raise ConfigError(f"feeds: keys are tensor names ('x:0', or an op name 'x' for its "
+                          f"first output), got {key!r}")
+    name = key if ":" in key else f"{key}:0"
+    if tf.is_tensor(value) and not hasattr(value, "numpy"):
+        raise ConfigError(f"feeds: {name!r} is given a symbolic {type(value).__name__}; give "
+                          "its value (a NumPy array or a Python value)")
+    try:
+        return name, np.asarray(value)
+    except Exception as e:  # noqa: BLE001 (whatever the object's __array__ raises)
+        raise ConfigError(f"feeds: {name!r} is given a {type(value).__name__}, which is not an "
+                          f"array of values ({e})") from e
+
+
+_TENSOR_NAME = re.compile(r"[^:]+:\d+")
+
+
 def _check_feed(node, name: str, value: np.ndarray) -> None:
-    """ConfigError for a value a placeholder's static shape rules out (TensorFlow would
-    raise a ValueError at the first measured step, after the warm-up's wait)."""
-    if node is None or node.op != "Placeholder" or "shape" not in node.attr:
-        return  # other names are checked when the steps run
+    """ConfigError for a feed that names an op the graph lacks, or another output than a
+    placeholder's one, or a value a placeholder's dtype or static shape rules out
+    (TensorFlow would raise a TypeError or ValueError at the first measured step, after the
+    warm-up's wait)."""
+    op, index = name.rsplit(":", 1)
+    if node is None:
+        raise ConfigError(f"feeds: {name!r} names no op of the graph ({op!r})")
+    if node.op != "Placeholder":
+        return  # another tensor: fed as TF takes it (a shape or dtype it refuses: ConfigError)
+    if int(index) != 0:
+        raise ConfigError(f"feeds: {name!r}: placeholder {op!r} has one output, {op}:0")
+    if "dtype" in node.attr:
+        dtype = tf.dtypes.as_dtype(node.attr["dtype"].type)
+        if dtype == tf.string:
+            fits = value.dtype.kind in "SUO"
+        else:
+            try:  # as TensorFlow converts a fed value
+                np.asarray(value, dtype=dtype.as_numpy_dtype)
+                fits = True
+            except (TypeError, ValueError, OverflowError):
+                fits = False
+        if not fits:
+            raise ConfigError(f"feeds: {name!r} is given a value of dtype {value.dtype}, which "
+                              f"placeholder {op!r} ({dtype.name}) does not take")
+    if "shape" not in node.attr:
+        return
     shape = node.attr["shape"].shape
     if shape.unknown_rank:
         return
