@@ -232,3 +232,36 @@ def test_the_notes_say_when_a_measurement_says_slower_nothing_or_little(monkeypa
     report = measure_module.measure(dataclasses.replace(report, timeline=None), None, steps=15)
     got = [n for n in report.notes if n.startswith("measured")]
     assert len(got) == len(want) and all(w in n for w, n in zip(want, got)), got
+
+
+def test_ctrl_c_ends_a_step_that_blocks_at_once():
+    # A queue the init fills with one batch: the second step waits for a batch nothing makes.
+    # The interrupt came out after TensorFlow's 10-minute timeout, as pybind11's RuntimeError
+    # (or was lost); the step now runs on the session's thread and Ctrl-C cancels it.
+    import _thread
+    import threading
+
+    from tf_autoplace.hw.runner import PlacedSession
+
+    g = tf.Graph()
+    with g.as_default():
+        q = tf.queue.FIFOQueue(4, tf.float32, shapes=[[2]])
+        fill = q.enqueue(tf.ones([2]), name="fill")
+        step = tf.reduce_sum(q.dequeue(), name="step")
+    workload = Workload.from_graph(g, fetches=(step.op.name,), init=(fill.name,))
+    session = PlacedSession(workload, {op.name: "/device:CPU:0" for op in g.get_operations()},
+                            RunConfig())
+    try:
+        assert session.step() >= 0  # the one batch
+        interrupt = threading.Timer(0.5, _thread.interrupt_main)  # as Ctrl-C would
+        # (A guard, so that a regression fails instead of waiting for TF's timeout: closing
+        # the session cancels the step with a MeasurementError, not a KeyboardInterrupt.)
+        guard = threading.Timer(120, session.session.close)
+        interrupt.start()
+        guard.start()
+        with pytest.raises(KeyboardInterrupt):
+            session.step()
+        interrupt.join()
+        guard.cancel()
+    finally:
+        session.close()

@@ -42,10 +42,12 @@ nodes than the graph: an op that does not appear did not run as its own kernel.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import itertools
 import os
 import re
+import threading
 import time
 from typing import Callable, Mapping
 
@@ -59,6 +61,8 @@ from tf_autoplace.errors import ConfigError, MeasurementError
 from tf_autoplace.hw.trace import TracedStep
 from tf_autoplace.hw.workload import Workload
 
+CANCEL_WAIT_S = 30.0  # how long an interrupted step may take to end once cancelled
+INTERRUPT_POLL_S = 0.1  # how often the main thread looks for a Ctrl-C while a step runs
 WARMUP_STEPS = 80  # a kernel's cost estimate falls from 1e8 cycles below 8e3 in ~71 runs
 SETUP_STEPS = 3  # the first steps partition, optimise and allocate: never cut short
 _DEVICE = re.compile(r"device:(CPU|GPU):(\d+)$", re.IGNORECASE)
@@ -229,6 +233,7 @@ class PlacedSession:
         self.container = (f"tf-autoplace-{os.getpid()}-{next(_CONTAINERS)}" if config.target
                           else "")
         self._graph_def = None
+        self._worker = None  # the thread that runs the session's steps (_run_interruptibly)
         graph_def = placed_graph_def(workload.graph_def, assignment, self.container)
         self._graph_def = graph_def
         used = sorted({n.device for n in graph_def.node if n.device})
@@ -254,20 +259,51 @@ class PlacedSession:
                                   "cluster's devices")
             with _tf_errors(), _feed_errors():
                 if workload.init:
-                    self.session.run(list(workload.init), self._feeds)
+                    self._run_interruptibly(self.session.run, list(workload.init),
+                                            self._feeds)
                 self._step = self.session.make_callable(self._fetches,
                                                         feed_list=list(self._feeds))
         except BaseException:
             self.session.close()
+            self._stop_worker()
             raise
         self._values = list(self._feeds.values())
 
+    def _run_interruptibly(self, fn, *args, **kwargs):
+        """``fn(*args)`` on this session's own thread while the calling (main) thread waits
+        for it, so that Ctrl-C ends a step that blocks (a queue nothing fills): the session is
+        closed, which cancels the step, and the KeyboardInterrupt goes on. While TensorFlow's
+        C++ holds the main thread, Python sees the interrupt only when the step returns, at
+        TensorFlow's 10-minute timeout, and then as pybind11's RuntimeError. Off the main
+        thread (where no interrupt is delivered) ``fn`` runs in the caller's thread."""
+        if threading.current_thread() is not threading.main_thread():
+            return fn(*args, **kwargs)
+        if self._worker is None:
+            self._worker = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix="tf-autoplace-session")
+        future = self._worker.submit(fn, *args, **kwargs)
+        try:
+            # Short waits, not one: the main thread sees a Ctrl-C when it next runs Python,
+            # and a wait on a lock is not woken by a signal another thread received.
+            while not concurrent.futures.wait([future], timeout=INTERRUPT_POLL_S).done:
+                pass
+            return future.result()
+        except BaseException:
+            if not future.done():  # interrupted while the step runs: cancel it
+                self.session.close()
+                concurrent.futures.wait([future], timeout=CANCEL_WAIT_S)
+            raise
+
+    def _timed_step(self) -> float:
+        began = time.perf_counter()
+        self._step(*self._values)
+        return time.perf_counter() - began
+
     def step(self) -> float:
-        """Run one step; its wall time in seconds."""
+        """Run one step; its wall time in seconds (of the step alone, on the thread that runs
+        it)."""
         with _tf_errors(), _feed_errors():
-            began = time.perf_counter()
-            self._step(*self._values)
-            return time.perf_counter() - began
+            return self._run_interruptibly(self._timed_step)
 
     def traced_step(self) -> TracedStep:
         """Run one step with full tracing."""
@@ -279,7 +315,8 @@ class PlacedSession:
         options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
         metadata = tf.compat.v1.RunMetadata()
         with _tf_errors():
-            self.session.run(self._fetches, self._feeds, options=options, run_metadata=metadata)
+            self._run_interruptibly(self.session.run, self._fetches, self._feeds,
+                                    options=options, run_metadata=metadata)
         return metadata
 
     def partition_graphs(self) -> list:
@@ -288,11 +325,18 @@ class PlacedSession:
         options = tf.compat.v1.RunOptions(output_partition_graphs=True)
         metadata = tf.compat.v1.RunMetadata()
         with _tf_errors():
-            self.session.run(self._fetches, self._feeds, options=options, run_metadata=metadata)
+            self._run_interruptibly(self.session.run, self._fetches, self._feeds,
+                                    options=options, run_metadata=metadata)
         return list(metadata.partition_graphs)
+
+    def _stop_worker(self) -> None:
+        if self._worker is not None:
+            self._worker.shutdown(wait=False)
+            self._worker = None
 
     def close(self) -> None:
         self.session.close()
+        self._stop_worker()
         if self.container:
             release_container(self._graph_def, self.container, self.config)
 
