@@ -160,9 +160,13 @@ def canonical_device(name: str) -> str:
 
 def session_device_counts(device_names) -> dict[str, int]:
     """``ConfigProto.device_count`` for a session that has every device of ``device_names``:
-    as many logical CPUs as the highest CPU index needs (at least one)."""
-    cpus = [int(canonical_device(d).split(":")[1]) for d in device_names
-            if canonical_device(d).startswith("CPU")]
+    as many logical CPUs as the highest CPU index needs (at least one). A name without an
+    index (``/device:CPU:*``, as TF annotates some ops of its own) needs none in particular."""
+    cpus = []
+    for name in device_names:
+        spec = tf.DeviceSpec.from_string(name)
+        if (spec.device_type or "").upper() == "CPU" and spec.device_index is not None:
+            cpus.append(int(spec.device_index))
     return {"CPU": max(cpus, default=0) + 1}
 
 

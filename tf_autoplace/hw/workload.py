@@ -6,12 +6,16 @@ with the GraphDef; :mod:`tf_autoplace.hw.runner` runs it under any device assign
 
 Defaults, when the caller does not say (:meth:`Workload.from_graph`):
 
-* **fetches**: a MetaGraphDef's ``train_op`` collection; else an op named ``train_op`` or
-  ``train``; else every sink (an op nobody reads) that is not an initializer, a Saver op
-  (``save/``), a dead end of the initializer's fan-in or a queue's close op (a queue runner's:
-  fetched, it would close the queue the step reads).
-* **init**: an op named ``init`` (what ``tf.compat.v1.global_variables_initializer`` makes);
-  else every variable's initializer, the ``<variable>/Assign`` op that assigns it. Then the
+* **fetches**: a graph's or MetaGraphDef's ``train_op`` collection; else an op named
+  ``train_op`` or ``train``; else every sink (an op nobody reads) that is not an initializer, a
+  Saver op (``save/``), a dead end of the initializer's fan-in or a queue's close op (a queue
+  runner's: fetched, it would close the queue the step reads), and of those, when some apply
+  an optimizer's update (``ApplyAdam``, ``ResourceApply*``, ...), only those: the step, not a
+  ``Scaffold``'s init and ready ops or the summaries a program writes. With them, the
+  enqueue ops a queue runner runs (sinks) of the queues the step reads and nothing else fills.
+* **init**: an op named ``init`` (what ``tf.compat.v1.global_variables_initializer`` makes, or
+  ``local_variables_initializer`` when it was made first) and every variable's initializer,
+  the ``<variable>/Assign`` op that assigns it. Then the
   lookup tables' initializers (a MetaGraphDef's ``table_initializer`` collection, else an op
   named ``init_all_tables``, and ``InitializeTable*`` ops) and every iterator's
   (``MakeIterator``), which a TF1 program runs with ``tf.compat.v1.tables_initializer()`` and
@@ -49,6 +53,21 @@ def _node_name(tensor_or_op: str) -> str:
     return tensor_or_op.lstrip("^").split(":")[0]
 
 
+def _fan_out(graph_def: graph_pb2.GraphDef, roots) -> set[str]:
+    """Names of the nodes that depend on the nodes ``roots``, the roots included."""
+    consumers: dict[str, list[str]] = {}
+    for n in graph_def.node:
+        for i in n.input:
+            consumers.setdefault(_node_name(i), []).append(n.name)
+    seen, stack = set(), list(roots)
+    while stack:
+        name = stack.pop()
+        if name not in seen:
+            seen.add(name)
+            stack.extend(consumers.get(name, ()))
+    return seen
+
+
 def fan_in(graph_def: graph_pb2.GraphDef, roots) -> set[str]:
     """Names of the nodes ``roots`` (op or tensor names) depend on, the roots included."""
     inputs = {n.name: [_node_name(i) for i in n.input] for n in graph_def.node}
@@ -66,6 +85,21 @@ _DEQUEUE_OPS = frozenset({"QueueDequeue", "QueueDequeueV2", "QueueDequeueMany",
                           "QueueDequeueManyV2", "QueueDequeueUpTo", "QueueDequeueUpToV2"})
 _ENQUEUE_OPS = frozenset({"QueueEnqueue", "QueueEnqueueV2", "QueueEnqueueMany",
                           "QueueEnqueueManyV2"})
+
+
+def _with_queue_fillers(graph_def, by_name, fetches: tuple[str, ...], init) -> tuple[str, ...]:
+    """``fetches`` and the enqueue ops, run by nothing else (sinks: a queue runner's), of the
+    queues the step dequeues from that neither it nor the init fills: one step then fills
+    what it reads, as the program's queue runner thread would."""
+    needed = fan_in(graph_def, list(fetches) + list(init))
+    filled = {_node_name(by_name[n].input[0]) for n in needed
+              if by_name[n].op in _ENQUEUE_OPS and by_name[n].input}
+    read = {_node_name(by_name[n].input[0]) for n in fan_in(graph_def, fetches)
+            if by_name[n].op in _DEQUEUE_OPS and by_name[n].input}
+    sinks = set(grappler.sink_nodes(graph_def))
+    fillers = [n.name for n in graph_def.node if n.op in _ENQUEUE_OPS and n.input
+               and n.name in sinks and _node_name(n.input[0]) in read - filled]
+    return tuple(fetches) + tuple(f for f in fillers if f not in fetches)
 
 
 def _check_queues_are_filled(by_name, step: set[str], needed: set[str]) -> None:
@@ -117,11 +151,17 @@ class Workload:
         """A workload of ``source`` (tf.Graph, GraphDef, MetaGraphDef, bytes or file path), its
         fetches, init ops and missing feeds found as the module docstring says."""
         meta_graph = ingest.load_meta_graph(source)
+        if isinstance(source, tf.Graph):  # (its MetaGraphDef here carries no collections)
+            trained = [getattr(t, "op", t) for t in source.get_collection("train_op")]
+            names = [t.name for t in trained if isinstance(t, tf.Operation)]
+            if names:
+                meta_graph.collection_def["train_op"].node_list.value.extend(names)
         graph_def = meta_graph.graph_def
         by_name = {n.name: n for n in graph_def.node}
         init = tuple(init) if init is not None else _default_init(meta_graph, by_name)
         if fetches is None:
-            fetches = _default_fetches(meta_graph, by_name, init)
+            fetches = _with_queue_fillers(graph_def, by_name,
+                                          _default_fetches(meta_graph, by_name, init), init)
         fetches = (fetches,) if isinstance(fetches, str) else tuple(fetches)
         given = {}
         for key, value in (feeds or {}).items():
@@ -215,20 +255,23 @@ _RESOURCE_INIT_OPS = frozenset({"InitializeTable", "InitializeTableV2",
                                 "InitializeTableFromDataset", "MakeIterator"})
 # Sinks that are not part of a step: closing a queue ends every later step's reads.
 _NOT_A_STEP_OPS = frozenset({"QueueClose", "QueueCloseV2"})
+# The ops by which an optimizer updates a variable (ApplyAdam, ResourceApplyAdam,
+# ResourceSparseApplyAdagrad, ...).
+_UPDATE_PREFIXES = ("Apply", "ResourceApply", "SparseApply", "ResourceSparseApply")
 
 
 def _default_init(meta_graph, by_name) -> tuple[str, ...]:
     graph_def = meta_graph.graph_def
     node = by_name.get("init")
-    if node is not None and node.op == "NoOp":
-        out = ["init"]
-    else:
-        out = []
-        for n in graph_def.node:
-            if n.op in ("Assign", "AssignVariableOp") and n.name.endswith("/Assign") and n.input:
-                source = by_name.get(_node_name(n.input[0]))
-                if source is not None and source.op in _VARIABLE_OPS:
-                    out.append(n.name)
+    # An op named "init" is the first initializer a program made: global_variables_
+    # initializer's, or local_variables_initializer's when that came first (a Scaffold's
+    # local_init_op); so every variable's own initializer runs too (twice is harmless).
+    out = ["init"] if node is not None and node.op == "NoOp" else []
+    for n in graph_def.node:
+        if n.op in ("Assign", "AssignVariableOp") and n.name.endswith("/Assign") and n.input:
+            source = by_name.get(_node_name(n.input[0]))
+            if source is not None and source.op in _VARIABLE_OPS:
+                out.append(n.name)
     # Tables: the MetaGraph's table_initializer collection (what tables_initializer() runs),
     # else the op it makes; and every op that can only be an initializer.
     tables = meta_graph.collection_def.get("table_initializer")
@@ -254,7 +297,12 @@ def _default_fetches(meta_graph, by_name, init) -> tuple[str, ...]:
         raise ConfigError("cannot tell what one step of this graph runs (no train_op collection, "
                           "no op named train_op or train, no sink outside the initializers); "
                           "give fetches=")
-    return tuple(sinks)
+    # A training graph: the sinks that apply an optimizer's update are the step; the others
+    # (a Scaffold's init and ready ops, summaries and their writer) would re-initialize the
+    # variables or write the user's event files at every measured step.
+    updates = [n.name for n in meta_graph.graph_def.node if n.op.startswith(_UPDATE_PREFIXES)]
+    after = _fan_out(meta_graph.graph_def, updates)
+    return tuple([s for s in sinks if s in after] or sinks)
 
 
 def _variable_value(handle, placeholder) -> tf.Tensor:
