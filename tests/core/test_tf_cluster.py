@@ -206,3 +206,22 @@ def test_hosts_and_link_classes():
     a, b, c = Task("w", 0, "localhost:1"), Task("w", 1, "127.0.0.1:2"), Task("w", 2, "n:1")
     assert (link_class(a, a), link_class(a, b), link_class(a, c)) == ("task", "host", "network")
     assert link_class(Task("w", 0), Task("w", 1)) == "network"  # machines not known
+
+
+def test_an_earlier_placement_for_this_machine_is_named_as_such_for_a_cluster():
+    # A graph placed for this machine (job 'localhost'), then for a TensorFlow cluster: the
+    # message said its annotations were "for another TensorFlow cluster".
+    from tensorflow.core.framework import graph_pb2
+
+    from tf_autoplace.rewrite.apply import check_annotations
+
+    cluster = Cluster.from_tf(TF_CONFIG, devices="cpu2")
+    graph_def = graph_pb2.GraphDef()
+    graph_def.node.add(name="w", op="NoOp",
+                       device="/job:localhost/replica:0/task:0/device:CPU:1")
+    with pytest.raises(ClusterSpecError, match="a device of one machine .job 'localhost', as a "
+                                               "placement for this machine writes it"):
+        check_annotations(graph_def, cluster)
+    graph_def.node[0].device = "/job:chief/task:0/device:CPU:0"
+    with pytest.raises(ClusterSpecError, match="for another TensorFlow cluster"):
+        check_annotations(graph_def, cluster)

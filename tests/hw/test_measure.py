@@ -265,6 +265,17 @@ def test_ctrl_c_ends_a_step_that_blocks_at_once():
         guard.cancel()
     finally:
         session.close()
+    # Without Ctrl-C, TF's operation timeout ends it: the message says what ran out (TF's
+    # says only "Deadline Exceeded"). (The step waits forever: any timeout fires.)
+    session = PlacedSession(workload, {op.name: "/device:CPU:0" for op in g.get_operations()},
+                            RunConfig(timeout_s=1))
+    try:
+        session.step()
+        with pytest.raises(MeasurementError, match="no step ended within the 1 s operation "
+                                                   "timeout here"):
+            session.step()
+    finally:
+        session.close()
 
 
 def test_the_step_of_a_scaffold_graph_is_its_train_op_and_every_variable_is_initialized():

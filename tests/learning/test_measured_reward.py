@@ -61,6 +61,19 @@ def test_a_placement_tensorflow_rejects_scores_inf(problem, monkeypatch):
     assert np.isfinite(out.scores[0]) and np.isinf(out.scores[1])
 
 
+def test_auto_refuses_to_choose_when_every_measured_run_failed(problem, monkeypatch):
+    # A graph TensorFlow cannot run here at all (its one-epoch data runs out, say): every
+    # placement scored inf, and auto applied one anyway, saying only "inf -> inf ms".
+    def fail(workload, assignment, config):
+        raise MeasurementError("TensorFlow could not run the placed graph: OutOfRangeError")
+
+    monkeypatch.setattr(measured, "run", fail)
+    with pytest.raises(MeasurementError, match="ran none of the .* placements measured.*"
+                                               "first failure: TensorFlow could not run the "
+                                               "placed graph: OutOfRangeError"):
+        AutoPlacer(reward="measured", max_samples=8, learned=()).place(problem, seed=0)
+
+
 def test_a_placement_over_memory_is_not_run(monkeypatch):
     p = random_problem(20, 0, num_gpus=2, host=False, gpu_memory=1)
     p = dataclasses.replace(p, workload=object())

@@ -249,10 +249,10 @@ class PlacedSession:
             raise MeasurementError(f"TensorFlow cannot import the graph to run it: {e}") from e
         self._fetches = list(workload.fetches)
         self._feeds = dict(workload.feeds)
-        with _tf_errors():
+        with _tf_errors(config):
             self.session = open_session(graph, config, used)
         try:
-            with _tf_errors():
+            with _tf_errors(config):
                 self.devices = tuple(d.name for d in self.session.list_devices())
             missing = missing_devices(used, self.devices)
             if missing:
@@ -261,7 +261,7 @@ class PlacedSession:
                 raise ConfigError(f"the placement uses {missing}, which {where} does not have "
                                   f"(it has {list(self.devices)}); a measured run needs the "
                                   "cluster's devices")
-            with _tf_errors(), _feed_errors():
+            with _tf_errors(config), _feed_errors():
                 if workload.init:
                     self._run_interruptibly(self.session.run, list(workload.init),
                                             self._feeds)
@@ -306,7 +306,7 @@ class PlacedSession:
     def step(self) -> float:
         """Run one step; its wall time in seconds (of the step alone, on the thread that runs
         it)."""
-        with _tf_errors(), _feed_errors():
+        with _tf_errors(self.config), _feed_errors():
             return self._run_interruptibly(self._timed_step)
 
     def traced_step(self) -> TracedStep:
@@ -318,7 +318,7 @@ class PlacedSession:
         allocations in ``step_stats``)."""
         options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
         metadata = tf.compat.v1.RunMetadata()
-        with _tf_errors():
+        with _tf_errors(self.config):
             self._run_interruptibly(self.session.run, self._fetches, self._feeds,
                                     options=options, run_metadata=metadata)
         return metadata
@@ -328,7 +328,7 @@ class PlacedSession:
         after Grappler's passes and partitioning, with the Send/Recv pairs it added."""
         options = tf.compat.v1.RunOptions(output_partition_graphs=True)
         metadata = tf.compat.v1.RunMetadata()
-        with _tf_errors():
+        with _tf_errors(self.config):
             self._run_interruptibly(self.session.run, self._fetches, self._feeds,
                                     options=options, run_metadata=metadata)
         return list(metadata.partition_graphs)
@@ -440,15 +440,26 @@ class _feed_errors:
 
 
 class _tf_errors:
-    """Turn TensorFlow's runtime errors into MeasurementError."""
+    """Turn TensorFlow's runtime errors into MeasurementError; with the run's ``config``, a
+    timeout says what ran out (TF's own message is only "Deadline Exceeded")."""
+
+    def __init__(self, config: RunConfig | None = None):
+        self.config = config
 
     def __enter__(self):
         return self
 
     def __exit__(self, kind, error, tb):
         if error is not None and isinstance(error, tf.errors.OpError):
+            why = ""
+            if isinstance(error, tf.errors.DeadlineExceededError) and self.config is not None:
+                where = (f"on the servers at {self.config.target}" if self.config.target
+                         else "here")
+                why = (f" (no step ended within the {self.config.timeout_s:g} s operation "
+                       f"timeout {where}: a server that stopped answering or died, or a step "
+                       "that waits for input nothing in the graph provides)")
             raise MeasurementError(f"TensorFlow could not run the placed graph: "
-                                   f"{type(error).__name__}: {error.message}") from error
+                                   f"{type(error).__name__}: {error.message}{why}") from error
         return False
 
 

@@ -83,6 +83,7 @@ class MeasuredEvaluator:
         self.samples = 0
         self.runs = 0
         self._seen: dict[bytes, float] = {}
+        self.first_failure: str | None = None  # TensorFlow's reason for the first failed run
 
     def step_time(self, devices: np.ndarray) -> float:
         """Measured median step time (s) of the op placement ``devices`` ([n] device index)."""
@@ -93,8 +94,9 @@ class MeasuredEvaluator:
             assignment = dict(zip(self.problem.graph.names, (names[d] for d in devices)))
             try:
                 self._seen[key] = run(self.problem.workload, assignment, self.config).step_time_s
-            except MeasurementError:
+            except MeasurementError as e:
                 self._seen[key] = float("inf")
+                self.first_failure = self.first_failure or str(e)
             self.runs += 1
         return self._seen[key]
 

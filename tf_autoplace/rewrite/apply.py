@@ -93,6 +93,12 @@ def check_annotations(graph_def: graph_pb2.GraphDef, cluster: Cluster) -> None:
         try:
             cluster.check_task(device)
         except ClusterSpecError as e:
+            if tf.DeviceSpec.from_string(device).job == "localhost":
+                raise ClusterSpecError(
+                    f"op {op!r} of the graph is annotated {device!r}, a device of one machine "
+                    f"(job 'localhost', as a placement for this machine writes it), which the "
+                    f"TensorFlow cluster's jobs do not include: place the graph as it was "
+                    f"before that placement, or clear its devices first: {e}") from e
             raise ClusterSpecError(f"op {op!r} of the graph is annotated {device!r}, for "
                                    f"another TensorFlow cluster: {e}") from e
 

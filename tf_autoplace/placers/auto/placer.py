@@ -45,7 +45,7 @@ import time
 import numpy as np
 
 from tf_autoplace.core.problem import PlacementProblem, Placer, check_memory
-from tf_autoplace.errors import ConfigError
+from tf_autoplace.errors import ConfigError, MeasurementError
 from tf_autoplace.heuristics import (BestHeuristicPlacer, ReplicaDeviceSetterPlacer,
                                     SingleDevicePlacer)
 from tf_autoplace.learning.eager import policy_context
@@ -362,6 +362,13 @@ class AutoPlacer(Placer):
                                     for (lab, _, _), s in zip(labels, searches)],
                           kicks=len(iterated), kick_gains=gains,
                           seconds=time.perf_counter() - began)
+        if measured and not np.isfinite(winner.best):
+            # Every run failed, the starts' too: nothing measured says which placement to
+            # apply (and the cause is the graph's, not a placement's).
+            raise MeasurementError(
+                f"auto: TensorFlow ran none of the {samples} placements measured, the starts "
+                f"included, so none can be chosen by measurement; the first failure: "
+                f"{getattr(evaluator, 'first_failure', None) or 'unknown'}")
         tried = ", ".join(f"{lab} {s.curve[0][1] * 1e3:.1f} -> {s.best * 1e3:.1f} ms"
                           for (lab, _, _), s in zip(labels, searches))
         summary = (f"auto: {len(searches) + len(iterated)} local searches from {len(starts)} "
