@@ -160,6 +160,13 @@ def test_report_without_timeline_says_so(tmp_path):
         report.write_chrome_trace(tmp_path / "t.json")
     with pytest.raises(ConfigError, match="no timeline"):
         report.write_plot(tmp_path / "t.png")
+    # A path that cannot be written: a ConfigError naming it, before anything (it was the raw
+    # FileNotFoundError / IsADirectoryError of the write).
+    for write in (report.write_chrome_trace, report.write_plot):
+        with pytest.raises(ConfigError, match="does not exist"):
+            write(tmp_path / "missing" / "t.json")
+        with pytest.raises(ConfigError, match="is a directory"):
+            write(tmp_path)
 
 
 @pytest.fixture(scope="module")

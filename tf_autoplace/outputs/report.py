@@ -23,7 +23,7 @@ import numpy as np
 
 from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.errors import ConfigError
-from tf_autoplace.outputs import timeline
+from tf_autoplace.outputs import files, timeline
 from tf_autoplace.proto import placement_pb2
 from tf_autoplace.sim import SimResult
 
@@ -286,14 +286,27 @@ class PlacementReport:
 
     def write_chrome_trace(self, path) -> None:
         """Write the simulated step as a Chrome trace (JSON; open in chrome://tracing or
-        ui.perfetto.dev). See :mod:`tf_autoplace.outputs.timeline`."""
+        ui.perfetto.dev). See :mod:`tf_autoplace.outputs.timeline`.
+
+        Raises:
+          ConfigError: ``path`` cannot be written (its directory is missing or not writable,
+            or it is a directory), before anything is made.
+          OSError: the write itself failed (a full disk).
+        """
+        files.check_output_path(path, "the Chrome trace's path")
         t = self._timeline()
         timeline.write_chrome_trace(path, t.graph, t.cluster, t.placement, t.sim,
                                     measured=t.measured)
 
     def write_plot(self, path) -> None:
         """Write a PNG of per-device load over the step and peak memory against capacity
-        (needs the ``plot`` extra, matplotlib). See :mod:`tf_autoplace.outputs.timeline`."""
+        (needs the ``plot`` extra, matplotlib). See :mod:`tf_autoplace.outputs.timeline`.
+
+        Raises:
+          ConfigError: as :meth:`write_chrome_trace`, or matplotlib is not installed.
+          OSError: the write itself failed.
+        """
+        files.check_output_path(path, "the plot's path")
         t = self._timeline()
         timeline.plot_report(path, t.graph, t.cluster, t.placement, t.sim)
 
