@@ -107,8 +107,8 @@ def test_bad_feeds_are_config_errors_before_anything_runs(feeds, message):
     # the session is made, as a ConfigError.
     loss = next(op.name for op in tg.graph.get_operations() if op.type == "Mean")
     workload = Workload.from_graph(tg.graph, feeds={f"{loss}:0": np.zeros((3, 3), np.float32)})
-    with pytest.raises(ConfigError, match="feeds do not fit the graph: Cannot feed value of "
-                                          "shape"):
+    with pytest.raises(ConfigError, match="feeds or fetches do not fit the graph: Cannot "
+                                          "feed value of shape"):
         run(workload, None, RunConfig(steps=1, warmup_steps=1))
 
 

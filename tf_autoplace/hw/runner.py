@@ -425,17 +425,18 @@ def release_container(graph_def: graph_pb2.GraphDef, container: str, config: Run
 
 
 class _feed_errors:
-    """Turn what TensorFlow's Python side raises for a feed it cannot take (a value of another
-    shape or dtype for a tensor that is not a placeholder, a name it cannot read as a tensor)
-    into ConfigError: the measurement's feeds are the caller's input."""
+    """Turn what TensorFlow's Python side raises for a feed or fetch it cannot take (a value
+    of another shape or dtype for a tensor that is not a placeholder, a name it cannot read as
+    a tensor or op) into ConfigError: the measurement's feeds and fetches are the caller's
+    input."""
 
     def __enter__(self):
         return self
 
     def __exit__(self, kind, error, tb):
         if isinstance(error, (TypeError, ValueError)):
-            raise ConfigError(f"the measurement's feeds do not fit the graph: {error}") \
-                from error
+            raise ConfigError(f"the measurement's feeds or fetches do not fit the graph: "
+                              f"{error}") from error
         return False
 
 
