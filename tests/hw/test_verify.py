@@ -151,3 +151,6 @@ def test_the_graphs_own_annotations_are_a_candidate_what_the_user_had():
     for op in hand:
         op._set_device("/device:GPU:3")
     assert annotated_placement(problem, tg.graph.as_graph_def()) is None
+    graph_def = tg.graph.as_graph_def()
+    graph_def.node[0].device = "not a device::"  # (TF's parser raises on it)
+    assert annotated_placement(problem, graph_def) is None

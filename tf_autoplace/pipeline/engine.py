@@ -351,10 +351,13 @@ def annotated_placement(problem: PlacementProblem, graph_def) -> np.ndarray | No
         if not node.device:
             continue
         if node.device not in index:  # the one cluster device the annotation names, if any
-            asked = tf.DeviceSpec.from_string(node.device)
+            try:
+                asked = tf.DeviceSpec.from_string(node.device)
+            except (ValueError, TypeError):  # not a device string TF reads: names none
+                asked = None
             hits = ([d for d, spec in enumerate(specs) if same_device(asked, spec)]
-                    if asked.device_type is not None and asked.device_index is not None
-                    else [])
+                    if asked is not None and asked.device_type is not None
+                    and asked.device_index is not None else [])
             index[node.device] = hits[0] if len(hits) == 1 else None
         if index[node.device] is not None:
             found[node.name] = index[node.device]
