@@ -33,12 +33,11 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from tf_autoplace.core.cluster import same_device
 from tf_autoplace.core.problem import (Placement, PlacementProblem, Placer, check_placement,
                                        validate)
 from tf_autoplace.cost import AnalyticalCostModel
 from tf_autoplace.cost.profile import ProfileCostModel
-from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
+from tf_autoplace.errors import ClusterSpecError, ConfigError, InfeasiblePlacementError
 from tf_autoplace.graph import costgraph, ingest, kernels
 from tf_autoplace.graph.fingerprint import fingerprint
 from tf_autoplace.heuristics import BestHeuristicPlacer, SingleDevicePlacer
@@ -345,20 +344,15 @@ def annotated_placement(problem: PlacementProblem, graph_def) -> np.ndarray | No
     either, with soft placement off): then there is no placement of the user's to compare.
     """
     graph, cluster = problem.graph, problem.cluster
-    specs = [tf.DeviceSpec.from_string(name) for name in cluster.names]
     index, found = {}, {}
     for node in graph_def.node:
         if not node.device:
             continue
         if node.device not in index:  # the one cluster device the annotation names, if any
             try:
-                asked = tf.DeviceSpec.from_string(node.device)
-            except (ValueError, TypeError):  # not a device string TF reads: names none
-                asked = None
-            hits = ([d for d, spec in enumerate(specs) if same_device(asked, spec)]
-                    if asked is not None and asked.device_type is not None
-                    and asked.device_index is not None else [])
-            index[node.device] = hits[0] if len(hits) == 1 else None
+                index[node.device] = cluster.index(node.device)
+            except ClusterSpecError:  # none, several (/device:CPU:*), or not a device string
+                index[node.device] = None
         if index[node.device] is not None:
             found[node.name] = index[node.device]
     if not found:
