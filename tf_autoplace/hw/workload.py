@@ -55,29 +55,28 @@ def _node_name(tensor_or_op: str) -> str:
 
 def _fan_out(graph_def: graph_pb2.GraphDef, roots) -> set[str]:
     """Names of the nodes that depend on the nodes ``roots``, the roots included."""
-    consumers: dict[str, list[str]] = {}
+    consumers: dict[str, list[str]] = {n.name: [] for n in graph_def.node}
     for n in graph_def.node:
         for i in n.input:
             consumers.setdefault(_node_name(i), []).append(n.name)
-    seen, stack = set(), list(roots)
-    while stack:
-        name = stack.pop()
-        if name not in seen:
-            seen.add(name)
-            stack.extend(consumers.get(name, ()))
-    return seen
+    return _reach(consumers, roots)
 
 
 def fan_in(graph_def: graph_pb2.GraphDef, roots) -> set[str]:
     """Names of the nodes ``roots`` (op or tensor names) depend on, the roots included."""
-    inputs = {n.name: [_node_name(i) for i in n.input] for n in graph_def.node}
+    return _reach({n.name: [_node_name(i) for i in n.input] for n in graph_def.node}, roots)
+
+
+def _reach(edges: dict[str, list[str]], roots) -> set[str]:
+    """The nodes of ``edges`` (name -> the names it leads to) reached from ``roots`` (op or
+    tensor names), the roots included."""
     seen, stack = set(), [_node_name(r) for r in roots]
     while stack:
         name = stack.pop()
-        if name in seen or name not in inputs:
+        if name in seen or name not in edges:
             continue
         seen.add(name)
-        stack.extend(inputs[name])
+        stack.extend(edges[name])
     return seen
 
 
