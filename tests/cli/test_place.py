@@ -379,11 +379,11 @@ def test_save_policy_without_a_fine_tuned_policy_writes_nothing_at_all(tmp_path,
     monkeypatch.chdir(tmp_path)
     (tmp_path / "in.pb").write_bytes(small_cnn().graph.as_graph_def().SerializeToString())
     before = sorted(os.listdir(tmp_path))
-    # (gdp placing zero-shot, budget 0, tunes nothing: a learned placer that keeps none. A
-    # placer that never keeps one is refused before the search: test_unwritable_outputs_...)
+    # (gdp placing zero-shot, no update step, tunes nothing: a learned placer that keeps none.
+    # A placer that never keeps one is refused before the search: test_unwritable_outputs_...)
     status = place.run("in.pb", "out.pb", cluster=CPU2_SPLIT, placer="gdp", seed=0,
                        max_groups=2000, report_json="r.json", save_policy="policy",
-                       progress=False, budget_s=0)
+                       progress=False, placer_options=["max_steps=0"])
     assert status == 1
     assert "the gdp placer kept no fine-tuned policy" in capsys.readouterr().err
     assert sorted(os.listdir(tmp_path)) == before
