@@ -239,6 +239,7 @@ def test_ctrl_c_ends_a_step_that_blocks_at_once():
     # The interrupt came out after TensorFlow's 10-minute timeout, as pybind11's RuntimeError
     # (or was lost); the step now runs on the session's thread and Ctrl-C cancels it.
     import _thread
+    import signal
     import threading
 
     from tf_autoplace.hw.runner import PlacedSession
@@ -251,6 +252,10 @@ def test_ctrl_c_ends_a_step_that_blocks_at_once():
     workload = Workload.from_graph(g, fetches=(step.op.name,), init=(fill.name,))
     session = PlacedSession(workload, {op.name: "/device:CPU:0" for op in g.get_operations()},
                             RunConfig())
+    # Ctrl-C reaches a program whose SIGINT is at its default; pytest started in the
+    # background by a shell without job control inherits it ignored, and then
+    # ``interrupt_main`` does nothing.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         assert session.step() >= 0  # the one batch
         interrupt = threading.Timer(0.5, _thread.interrupt_main)  # as Ctrl-C would
@@ -264,6 +269,7 @@ def test_ctrl_c_ends_a_step_that_blocks_at_once():
         interrupt.join()
         guard.cancel()
     finally:
+        signal.signal(signal.SIGINT, previous)
         session.close()
     # Without Ctrl-C, TF's operation timeout ends it: the message says what ran out (TF's
     # says only "Deadline Exceeded"). (The step waits forever: any timeout fires.)
