@@ -16,7 +16,7 @@ a well-kept library does the job better than code we would write:
   SciPy), and it returns the row duals the bound is certified from, also after a time limit.
 - platformdirs: the user's cache directory on every platform (XDG on Linux, ~/Library/Caches on
   macOS, %LOCALAPPDATA% on Windows), where numba's compiled simulator kernels are cached
-  (tf_autoplace/sim/jit.py) instead of inside the installed package.
+  (tf_autoplace/core/jit.py) instead of inside the installed package.
 - pymetis (where it has wheels: Linux x86_64 and macOS): the ``metis`` placer partitions with
   METIS 5 itself. pymetis publishes no wheel for Windows or Linux aarch64, where TensorFlow has
   wheels; there pip would have to build it from source with a C compiler, so it is not required

@@ -15,7 +15,7 @@ import sys
 import numba.core.config
 import pytest
 
-from tf_autoplace.sim import jit
+from tf_autoplace.core import jit
 
 from tests.conftest import REPO
 

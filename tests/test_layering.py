@@ -24,6 +24,7 @@ LAYERS = [
     # byte amounts for messages; private cache directories and reading files without trust
     {"core.units", "core.cachedir", "core.npz"},
     {"core.tasks"},  # the jobs and tasks of a TensorFlow cluster, which a Cluster may span
+    {"core.jit"},  # numba kernels cached in the user's cache directory (grouping, sim, ...)
     {"core.cluster", "core.registry", "outputs.files", "outputs.progress", "graph", "zoo"},
     # hw runs graphs on this machine and measures them: it reads clusters and graphs, and what
     # it writes (profiles, link fits) feeds cost models and the simulator from outside.

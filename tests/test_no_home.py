@@ -21,7 +21,7 @@ import tempfile
 
 import pytest
 
-from tf_autoplace.sim import jit
+from tf_autoplace.core import jit
 
 from tests.conftest import REPO
 

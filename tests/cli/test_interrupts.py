@@ -129,7 +129,7 @@ def test_an_interrupt_numba_wrapped_in_a_system_error_comes_out_plain():
     """What numba's compiled code raises when Ctrl-C lands while it unpickles a cached
     kernel's constants: a SystemError whose cause and context are the KeyboardInterrupt."""
     from tf_autoplace.errors import Terminated, interrupt_in
-    from tf_autoplace.sim.jit import interruptible
+    from tf_autoplace.core.jit import interruptible
 
     def numba_like(interrupt):
         try:

@@ -36,7 +36,7 @@ from tf_autoplace.graph.opgraph import OpGraph
 from tf_autoplace.grouping import Grouping
 from tf_autoplace.outputs.progress import QUIET, Progress
 from tf_autoplace.sim import SimResult
-from tf_autoplace.sim.jit import interruptible
+from tf_autoplace.core.jit import interruptible
 from tf_autoplace.sim.layout import OrderedSimulator
 
 # Attributes a placer sets while placing, which its result does not depend on.
@@ -260,7 +260,7 @@ class Placer(abc.ABC):
         """The placer's raw answer, [n] int32, not yet checked against memory (baselines that
         may not fit, like a single GPU, are reported with their peak memory rather than
         rejected). A Ctrl-C during the search is a plain KeyboardInterrupt, as at the engine's
-        doors (:func:`tf_autoplace.sim.jit.interruptible`), for callers that run placers
+        doors (:func:`tf_autoplace.core.jit.interruptible`), for callers that run placers
         themselves."""
         self.notes = []
         self.trained_policy = None

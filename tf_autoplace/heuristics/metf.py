@@ -43,7 +43,7 @@ from tf_autoplace.core.problem import PlacementProblem, Placer, check_memory
 from tf_autoplace.core.units import format_bytes
 from tf_autoplace.errors import InfeasiblePlacementError
 from tf_autoplace.heuristics._common import compute_devices
-from tf_autoplace.sim.jit import cached_njit
+from tf_autoplace.core.jit import cached_njit
 
 
 def _in_edges(graph):

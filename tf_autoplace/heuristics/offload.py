@@ -32,7 +32,7 @@ import numpy as np
 from tf_autoplace.core.problem import PlacementProblem
 from tf_autoplace.core.units import format_bytes
 from tf_autoplace.heuristics._common import compute_devices, once_per_graph
-from tf_autoplace.sim.jit import cached_njit
+from tf_autoplace.core.jit import cached_njit
 
 ROUNDS = 8
 

@@ -30,7 +30,7 @@ placement; nothing read from the cache can run code) named ``<key>.pb`` in the c
 ``tf_autoplace/placements`` in the user's cache directory,
 :func:`tf_autoplace.core.cachedir.user_cache_dir`: ``$XDG_CACHE_HOME`` or ``~/.cache`` on
 Linux, ``~/Library/Caches`` on macOS, ``%LOCALAPPDATA%`` on Windows, beside the compiled
-simulator kernels of :mod:`tf_autoplace.sim.jit`). The directory is private
+simulator kernels of :mod:`tf_autoplace.core.jit`). The directory is private
 (:func:`tf_autoplace.core.cachedir.private_directory`): created with mode 0700 on the first
 store, and one that another user owns or others can write to is a ConfigError when the cache
 is opened. A user without a cache directory (no home) places without a cache, with a warning;

@@ -58,7 +58,7 @@ from tf_autoplace.proto import cost_graph_pb2
 from tf_autoplace.rewrite import (apply_to_graph, apply_to_graph_def, check_annotations,
                                   other_task, replaced_devices, sessions)
 from tf_autoplace.sim import lp_lower_bound
-from tf_autoplace.sim.jit import interruptible
+from tf_autoplace.core.jit import interruptible
 
 
 def _profile_notes(profile: ProfileCostModel, path) -> list[str]:

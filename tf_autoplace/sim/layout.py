@@ -38,7 +38,7 @@ import numpy as np
 
 from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.graph.opgraph import OpGraph
-from tf_autoplace.sim.jit import cached_njit
+from tf_autoplace.core.jit import cached_njit
 from tf_autoplace.sim.simulator import (
     SimResult,
     Simulator,

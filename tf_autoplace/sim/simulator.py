@@ -161,7 +161,7 @@ same schedule, since nothing in it depends on memory) and stopped once the clock
 Speed: ``experiments/bench_sim.py`` (a synthetic 8,000-op graph, and random placements of zoo
 graphs with ``--pairs``; figures in BENCHMARKS.md). The first call in a fresh environment
 compiles the kernel (a few seconds; then cached on disk by numba, in the user's cache directory:
-:mod:`tf_autoplace.sim.jit`; the arrays it reads are read-only in every process, so that one
+:mod:`tf_autoplace.core.jit`; the arrays it reads are read-only in every process, so that one
 compiled version serves all of them).
 """
 
@@ -187,7 +187,7 @@ from tf_autoplace.graph.buffers import (
     reuse_inputs,
 )
 from tf_autoplace.graph.opgraph import OpGraph
-from tf_autoplace.sim.jit import cached_njit
+from tf_autoplace.core.jit import cached_njit
 
 GB = 1e9
 
