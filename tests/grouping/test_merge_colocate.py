@@ -378,3 +378,20 @@ def test_matches_naive_reference(seed):
         slow = Grouping.from_labels(graph, _naive_merge_and_colocate(graph, max_groups,
                                                                      threshold))
         np.testing.assert_array_equal(fast.labels, slow.labels)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_many_kernel_kinds_match_the_naive_reference(seed):
+    # A graph partitioned by a placement on a large cluster has one kind per device: kinds
+    # beyond the first 64 (a word of bits) must keep apart what they keep apart.
+    rng = np.random.default_rng(200 + seed)
+    base = _random_graph(rng, 40, extra_edges=1.5)
+    kinds = np.zeros((40, 130), bool)
+    kinds[np.arange(40), rng.choice([5, 64, 70, 129], size=40)] = True
+    kinds[rng.random(40) < 0.2, 129] = True  # some ops could go to two of them
+    graph = base.with_kernels(kinds, [f"k{j}" for j in range(130)])
+    for max_groups in (1, 8):
+        fast = merge_and_colocate(graph, GroupingConfig(max_groups))
+        slow = Grouping.from_labels(graph, _naive_merge_and_colocate(graph, max_groups, None))
+        np.testing.assert_array_equal(fast.labels, slow.labels)
+        assert fast.kernels.any(axis=1).all()

@@ -54,17 +54,20 @@ Implementation: a binary heap of ``(cost, index)`` with lazy invalidation (a ver
 node), predecessor/successor dicts per live node that always name live nodes (a merge moves
 the smaller node's adjacency into the larger one's), and a union-find parent array resolved
 once at the end. A pop scans the popped node's neighbours and a merge re-points the
-neighbours of the side with fewer of them; about 0.1 s for 10k ops and 20k-40k edges down to
-1k groups on one core.
+neighbours of the side with fewer of them. The loop is compiled with numba
+(:func:`_merge_loop`): the local search of the default placer runs it on the whole graph
+whenever it re-aligns its blocks to a placement.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import heapq
 
 import numpy as np
+from numba import types
+from numba.typed import Dict, List
 
+from tf_autoplace.core.jit import cached_njit
 from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
 from tf_autoplace.graph.opgraph import OpGraph
 
@@ -264,14 +267,6 @@ def _op_edges(graph: OpGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return src, dst, nbytes
 
 
-def _kernel_masks(kernels: np.ndarray) -> list[int]:
-    """One int bitmask per row of a bool matrix."""
-    if kernels.shape[1] > 62:
-        return [sum(1 << j for j in np.flatnonzero(row).tolist()) for row in kernels]
-    shifts = np.arange(kernels.shape[1], dtype=np.int64)
-    return (kernels.astype(np.int64) << shifts).sum(axis=1).tolist()
-
-
 # ------------------------------------------------------------------------------- algorithm
 def merge_and_colocate(graph: OpGraph, config: GroupingConfig = GroupingConfig()) -> Grouping:
     """Group ``graph``'s ops with Merge-and-Colocate (see the module doc for the exact rules).
@@ -305,16 +300,12 @@ def merge_and_colocate_levels(graph: OpGraph, levels, *, spare: bool = False) ->
     levels = [GroupingConfig(max_groups=x).max_groups for x in levels]  # validated
     if not spare:
         return _merge_levels(graph, GroupingConfig(max_groups=min(levels)), levels)
-    merges: list[tuple[int, int]] = []
-    final = _merge_levels(graph, GroupingConfig(max_groups=1), [1], merges)[0]
+    # Every merge possible; F = atoms - merges groups never merge, and level L is the
+    # snapshot with F + L groups.
     atom, num_atoms = _dense_by_first(graph.colocation)
-    out = []
-    for level in levels:
-        parent = np.arange(num_atoms)
-        for gone, keep in merges[:max(0, num_atoms - final.num_groups - level)]:
-            parent[gone] = keep
-        out.append(_as_grouping(graph, atom, parent))
-    return out
+    gone, keep = _merges(graph, atom, num_atoms, GroupingConfig(max_groups=1))
+    return [_snapshot(graph, atom, num_atoms, gone, keep, max(0, len(gone) - level))
+            for level in levels]
 
 
 def _as_grouping(graph: OpGraph, atom: np.ndarray, parent: np.ndarray) -> Grouping:
@@ -328,11 +319,32 @@ def _as_grouping(graph: OpGraph, atom: np.ndarray, parent: np.ndarray) -> Groupi
     return Grouping(labels=labels, num_groups=num, kernels=_and_rows(graph.kernels, labels, num))
 
 
-def _merge_levels(graph: OpGraph, config: GroupingConfig, levels,
-                  merges: list | None = None) -> list[Grouping]:
-    """The groupings at ``levels`` of one merge run down to ``config.max_groups``; the merges
-    made, as (gone, kept) atom pairs in order, are appended to ``merges`` if given."""
+def _merge_levels(graph: OpGraph, config: GroupingConfig, levels) -> list[Grouping]:
+    """The groupings at ``levels`` of one merge run down to ``config.max_groups``."""
     atom, num_atoms = _dense_by_first(graph.colocation)
+    gone, keep = _merges(graph, atom, num_atoms, config)
+    # The grouping at level L is the one the run had when at most L nodes were left (after
+    # ``num_atoms - L`` merges), or its end if it stopped before.
+    return [_snapshot(graph, atom, num_atoms, gone, keep, max(0, num_atoms - level))
+            for level in levels]
+
+
+def _snapshot(graph: OpGraph, atom: np.ndarray, num_atoms: int, gone: np.ndarray,
+              keep: np.ndarray, count: int) -> Grouping:
+    """The Grouping after the first ``count`` merges (all of them if there are fewer)."""
+    parent = np.arange(num_atoms)
+    parent[gone[:count]] = keep[:count]  # a node is merged away once: no index repeats
+    return _as_grouping(graph, atom, parent)
+
+
+def _merges(graph: OpGraph, atom: np.ndarray, num_atoms: int, config: GroupingConfig
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """The merges of the run down to ``config.max_groups``, in order, as (gone, kept) atom
+    arrays (the module doc's rules; the loop is :func:`_merge_loop`).
+
+    Raises:
+      InfeasiblePlacementError: a colocation group's ops have no kernel kind in common.
+    """
     atom_kernels = _and_rows(graph.kernels, atom, num_atoms)
     empty = np.flatnonzero(~atom_kernels.any(axis=1))
     if len(empty):
@@ -341,108 +353,174 @@ def _merge_levels(graph: OpGraph, config: GroupingConfig, levels,
         raise InfeasiblePlacementError(
             f"colocated ops {names}{' ...' if len(ops) > 5 else ''} have no device kind in "
             f"common among {list(graph.kernel_kinds)}; they cannot share a device")
-
-    parent = np.arange(num_atoms)
-    snapshots: dict[int, Grouping] = {}
-    pending = sorted(set(levels), reverse=True)
-
-    def on_merge(live: int) -> None:
-        while pending and live <= pending[0]:
-            snapshots[pending.pop(0)] = _as_grouping(graph, atom, parent.copy())
-
-    if num_atoms > config.max_groups:
-        _merge(graph, atom, num_atoms, atom_kernels, config, parent, on_merge, merges)
-    final = _as_grouping(graph, atom, parent)
-    return [snapshots.get(level, final) for level in levels]
-
-
-def _merge(graph: OpGraph, atom: np.ndarray, num_atoms: int, atom_kernels: np.ndarray,
-           config: GroupingConfig, parent: np.ndarray, on_merge, merges: list | None) -> None:
-    """Run the merge loop on atomic nodes, writing merges into ``parent`` (union-find) and
-    ``merges`` (if given), and calling ``on_merge(live nodes)`` before the loop and after
-    every merge."""
-    cost = _sum_by(atom, graph.output_bytes, num_atoms).tolist()
-    mask = _kernel_masks(atom_kernels)
-    key = list(range(num_atoms))  # lowest atomic index in the node: the tie-break index
-    version = [0] * num_atoms
-    alive = [True] * num_atoms
-    pred: list[dict[int, int]] = [{} for _ in range(num_atoms)]
-    succ: list[dict[int, int]] = [{} for _ in range(num_atoms)]
-
+    if num_atoms <= config.max_groups:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
     src, dst, nbytes = _op_edges(graph)
     a_src, a_dst = atom[src].astype(np.int64), atom[dst].astype(np.int64)
-    keep = a_src != a_dst
-    if keep.any():
-        pair = a_src[keep] * num_atoms + a_dst[keep]
-        uniq, inverse = np.unique(pair, return_inverse=True)
-        weight = np.zeros(len(uniq), np.int64)
-        np.add.at(weight, inverse.reshape(-1), nbytes[keep])
-        for p, w in zip(uniq.tolist(), weight.tolist()):
-            s, d = divmod(p, num_atoms)
-            succ[s][d] = w
-            pred[d][s] = w
-
+    between = a_src != a_dst
+    pair = a_src[between] * num_atoms + a_dst[between]
+    uniq, inverse = np.unique(pair, return_inverse=True)
+    weight = np.zeros(len(uniq), np.int64)
+    np.add.at(weight, inverse.reshape(-1), nbytes[between])
     threshold = config.cost_threshold_bytes
-    heap = [(c, i, i, 0) for i, c in enumerate(cost)]
-    heapq.heapify(heap)
+    gone, keep, count = _merge_loop(
+        num_atoms, _sum_by(atom, graph.output_bytes, num_atoms), _kernel_words(atom_kernels),
+        uniq // num_atoms, uniq % num_atoms, weight, config.max_groups,
+        -1 if threshold is None else threshold)
+    return gone[:count], keep[:count]
+
+
+def _kernel_words(kernels: np.ndarray) -> np.ndarray:
+    """[rows, W] uint64: each row of a bool matrix as bits. Only ANDs and tests for a
+    non-zero word read them, so the order of the bits does not matter."""
+    packed = np.packbits(kernels, axis=1)
+    pad = (-packed.shape[1]) % 8
+    packed = np.pad(packed, ((0, 0), (0, pad)))
+    return np.ascontiguousarray(packed).view(np.uint64)
+
+
+@cached_njit
+def _merge_loop(num_atoms, cost, mask, pair_src, pair_dst, pair_weight, max_groups,
+                threshold):
+    """The merge loop of the module doc on atomic nodes ``0..num_atoms-1`` with ``cost``
+    ([A] int64), kernel bits ``mask`` ([A, W] uint64, ANDed on merge) and directed edges
+    ``pair_src -> pair_dst`` of ``pair_weight`` bytes (one per ordered pair); stops at
+    ``max_groups`` nodes, or when the cheapest node that could merge costs at least
+    ``threshold`` (-1: no threshold). Returns (gone, kept, count): the first ``count``
+    entries are the merges made, in order.
+
+    A binary heap of (cost, key, node, stamp) with lazy invalidation (a node's stamp grows at
+    every merge into it), where ``key`` is the lowest atomic index in the node, which breaks
+    ties; predecessor and successor dicts per live node that always name live nodes (a merge
+    moves the adjacency of the node with fewer neighbours into the other's). Compiled: the
+    same loop in Python took seconds on graphs of tens of thousands of ops, and the local
+    search runs it again whenever it re-aligns its blocks to a placement. The choices do not
+    depend on the dicts' order (each is decided by bytes, then by the unique keys), so they
+    are the same wherever it runs."""
+    words = mask.shape[1]
+    cost, mask = cost.copy(), mask.copy()
+    key = np.arange(num_atoms)
+    version = np.zeros(num_atoms, np.int64)
+    alive = np.ones(num_atoms, np.bool_)
+    pred = List()
+    succ = List()
+    for _ in range(num_atoms):
+        pred.append(Dict.empty(key_type=types.int64, value_type=types.int64))
+        succ.append(Dict.empty(key_type=types.int64, value_type=types.int64))
+    for e in range(pair_src.shape[0]):
+        succ[pair_src[e]][pair_dst[e]] = pair_weight[e]
+        pred[pair_dst[e]][pair_src[e]] = pair_weight[e]
+    # The heap: entry k is (h_cost[k], h_key[k], h_node[k], h_stamp[k]), ordered as tuples.
+    # One entry per node to start, one more per merge.
+    size = 2 * num_atoms
+    h_cost = np.empty(size, np.int64)
+    h_key = np.empty(size, np.int64)
+    h_node = np.empty(size, np.int64)
+    h_stamp = np.empty(size, np.int64)
+    order = np.argsort(cost, kind="mergesort")  # by (cost, index): a sorted array is a heap
+    h_cost[:num_atoms] = cost[order]
+    h_key[:num_atoms] = order
+    h_node[:num_atoms] = order
+    h_stamp[:num_atoms] = 0
+    heap_n = num_atoms
+    gone_out = np.empty(num_atoms, np.int64)
+    keep_out = np.empty(num_atoms, np.int64)
+    count = 0
     live = num_atoms
-    on_merge(live)
-    while live > config.max_groups and heap:
-        c, _, x, stamp = heapq.heappop(heap)
+    while live > max_groups and heap_n > 0:
+        # pop the smallest entry: the last one takes the root's place and sifts down
+        c, x, stamp = h_cost[0], h_node[0], h_stamp[0]
+        heap_n -= 1
+        if heap_n > 0:
+            tc, tk, tn, ts = h_cost[heap_n], h_key[heap_n], h_node[heap_n], h_stamp[heap_n]
+            at = 0
+            while True:
+                child = 2 * at + 1
+                if child >= heap_n:
+                    break
+                right = child + 1
+                if right < heap_n and (
+                        h_cost[right] < h_cost[child] or (h_cost[right] == h_cost[child] and (
+                            h_key[right] < h_key[child] or (h_key[right] == h_key[child] and (
+                                h_node[right] < h_node[child] or (
+                                    h_node[right] == h_node[child]
+                                    and h_stamp[right] < h_stamp[child])))))):
+                    child = right
+                if tc < h_cost[child] or (tc == h_cost[child] and (
+                        tk < h_key[child] or (tk == h_key[child] and (
+                            tn < h_node[child] or (tn == h_node[child]
+                                                   and ts < h_stamp[child]))))):
+                    break
+                h_cost[at], h_key[at] = h_cost[child], h_key[child]
+                h_node[at], h_stamp[at] = h_node[child], h_stamp[child]
+                at = child
+            h_cost[at], h_key[at], h_node[at], h_stamp[at] = tc, tk, tn, ts
         if not alive[x] or version[x] != stamp:
             continue  # stale entry
-        if threshold is not None and c >= threshold:
+        if threshold >= 0 and c >= threshold:
             break  # every node still in the heap costs at least C
-        target = _choose_neighbour(x, pred[x], mask, key)  # producers first
+        # The compatible neighbour with the most bytes, ties to the lowest key: producers
+        # first, then consumers; none: left as is until something merges into it.
+        target = -1
+        for side in range(2):
+            neighbours = pred[x] if side == 0 else succ[x]
+            best_w, best_k = -1, 0
+            for nb, w in neighbours.items():
+                ok = False
+                for j in range(words):
+                    if mask[nb, j] & mask[x, j]:
+                        ok = True
+                        break
+                if ok and (w > best_w or (w == best_w and key[nb] < best_k)):
+                    target, best_w, best_k = nb, w, key[nb]
+            if target >= 0:
+                break
         if target < 0:
-            target = _choose_neighbour(x, succ[x], mask, key)
-        if target < 0:
-            continue  # no compatible neighbour: left as is until something merges into it
-        # Move the adjacency of the node with fewer neighbours into the other one.
-        if len(pred[x]) + len(succ[x]) > len(pred[target]) + len(succ[target]):
-            keep_, gone = x, target
-        else:
-            keep_, gone = target, x
-        _move_edges(gone, keep_, pred[gone], pred[keep_], succ)
-        _move_edges(gone, keep_, succ[gone], succ[keep_], pred)
-        pred[keep_].pop(gone, None)
-        succ[keep_].pop(gone, None)
-        pred[gone] = succ[gone] = {}  # free memory
-        alive[gone] = False
-        parent[gone] = keep_
-        if merges is not None:
-            merges.append((gone, keep_))
-        cost[keep_] += cost[gone]
-        mask[keep_] &= mask[gone]
-        key[keep_] = min(key[keep_], key[gone])
-        version[keep_] += 1
-        live -= 1
-        on_merge(live)
-        heapq.heappush(heap, (cost[keep_], key[keep_], keep_, version[keep_]))
-
-
-def _move_edges(gone: int, keep: int, gone_side: dict[int, int], keep_side: dict[int, int],
-                back: list[dict[int, int]]) -> None:
-    """Re-point one side (predecessors or successors) of ``gone`` at ``keep``: ``back`` holds
-    the opposite side of every node, whose entry for ``gone`` becomes one for ``keep``."""
-    for nb, w in gone_side.items():
-        if nb == keep:
             continue
-        rev = back[nb]
-        del rev[gone]
-        rev[keep] = rev.get(keep, 0) + w
-        keep_side[nb] = keep_side.get(nb, 0) + w
-
-
-def _choose_neighbour(x: int, neighbours: dict[int, int], mask: list[int],
-                      key: list[int]) -> int:
-    """The compatible neighbour with the most bytes, ties to the lowest index; -1 if none."""
-    mx = mask[x]
-    best, best_w, best_k = -1, -1, 0
-    for nb, w in neighbours.items():
-        if mask[nb] & mx and (w > best_w or (w == best_w and key[nb] < best_k)):
-            best, best_w, best_k = nb, w, key[nb]
-    return best
+        if len(pred[x]) + len(succ[x]) > len(pred[target]) + len(succ[target]):
+            kept, gone = x, target
+        else:
+            kept, gone = target, x
+        # Re-point gone's predecessors and successors at kept.
+        for side in range(2):
+            gone_side = pred[gone] if side == 0 else succ[gone]
+            kept_side = pred[kept] if side == 0 else succ[kept]
+            for nb, w in gone_side.items():
+                if nb == kept:
+                    continue
+                back = succ[nb] if side == 0 else pred[nb]
+                del back[gone]
+                back[kept] = back.get(kept, 0) + w
+                kept_side[nb] = kept_side.get(nb, 0) + w
+        pred[kept].pop(gone, 0)
+        succ[kept].pop(gone, 0)
+        pred[gone].clear()
+        succ[gone].clear()
+        alive[gone] = False
+        gone_out[count] = gone
+        keep_out[count] = kept
+        count += 1
+        cost[kept] += cost[gone]
+        for j in range(words):
+            mask[kept, j] &= mask[gone, j]
+        key[kept] = min(key[kept], key[gone])
+        version[kept] += 1
+        live -= 1
+        # push (cost, key, node, stamp) of kept: sift up
+        tc, tk, tn, ts = cost[kept], key[kept], kept, version[kept]
+        at = heap_n
+        heap_n += 1
+        while at > 0:
+            up = (at - 1) >> 1
+            if h_cost[up] < tc or (h_cost[up] == tc and (
+                    h_key[up] < tk or (h_key[up] == tk and (
+                        h_node[up] < tn or (h_node[up] == tn and h_stamp[up] < ts))))):
+                break
+            h_cost[at], h_key[at] = h_cost[up], h_key[up]
+            h_node[at], h_stamp[at] = h_node[up], h_stamp[up]
+            at = up
+        h_cost[at], h_key[at], h_node[at], h_stamp[at] = tc, tk, tn, ts
+    return gone_out, keep_out, count
 
 
 # ------------------------------------------------------------------------------- view
