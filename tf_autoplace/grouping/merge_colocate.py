@@ -50,13 +50,11 @@ The contracted group graph may have cycles (``a -> b -> c`` with ``a`` and ``c``
 is fine, because placement is evaluated at op level and only ever uses a group as "these ops
 share a device". :func:`group_graph` reports such edges as they are.
 
-Implementation: a binary heap of ``(cost, index)`` with lazy invalidation (a version stamp per
-node), predecessor/successor dicts per live node that always name live nodes (a merge moves
-the smaller node's adjacency into the larger one's), and a union-find parent array resolved
-once at the end. A pop scans the popped node's neighbours and a merge re-points the
-neighbours of the side with fewer of them. The loop is compiled with numba
-(:func:`_merge_loop`): the local search of the default placer runs it on the whole graph
-whenever it re-aligns its blocks to a placement.
+Implementation (:func:`_merge_loop`, compiled with numba: the default placer's local search
+runs it on the whole graph whenever it re-aligns its blocks to a placement): a binary heap of
+``(cost, index)`` with lazy invalidation, per node lists of the atomic edges into and out of
+it that a merge links together, and a union-find over atomic nodes that says which node an
+edge's other end is in now.
 """
 
 from __future__ import annotations
@@ -64,8 +62,6 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from numba import types
-from numba.typed import Dict, List
 
 from tf_autoplace.core.jit import cached_njit
 from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
@@ -363,8 +359,9 @@ def _merges(graph: OpGraph, atom: np.ndarray, num_atoms: int, config: GroupingCo
     weight = np.zeros(len(uniq), np.int64)
     np.add.at(weight, inverse.reshape(-1), nbytes[between])
     threshold = config.cost_threshold_bytes
+    cost = _sum_by(atom, graph.output_bytes, num_atoms)
     gone, keep, count = _merge_loop(
-        num_atoms, _sum_by(atom, graph.output_bytes, num_atoms), _kernel_words(atom_kernels),
+        num_atoms, cost, np.argsort(cost, kind="stable"), _kernel_words(atom_kernels),
         uniq // num_atoms, uniq % num_atoms, weight, config.max_groups,
         -1 if threshold is None else threshold)
     return gone[:count], keep[:count]
@@ -380,48 +377,70 @@ def _kernel_words(kernels: np.ndarray) -> np.ndarray:
 
 
 @cached_njit
-def _merge_loop(num_atoms, cost, mask, pair_src, pair_dst, pair_weight, max_groups,
+def _merge_loop(num_atoms, cost, order, mask, pair_src, pair_dst, pair_weight, max_groups,
                 threshold):
     """The merge loop of the module doc on atomic nodes ``0..num_atoms-1`` with ``cost``
     ([A] int64), kernel bits ``mask`` ([A, W] uint64, ANDed on merge) and directed edges
     ``pair_src -> pair_dst`` of ``pair_weight`` bytes (one per ordered pair); stops at
     ``max_groups`` nodes, or when the cheapest node that could merge costs at least
     ``threshold`` (-1: no threshold). Returns (gone, kept, count): the first ``count``
-    entries are the merges made, in order.
+    entries are the merges made, in order (``gone`` merged into ``kept``).
 
-    A binary heap of (cost, key, node, stamp) with lazy invalidation (a node's stamp grows at
-    every merge into it), where ``key`` is the lowest atomic index in the node, which breaks
-    ties; predecessor and successor dicts per live node that always name live nodes (a merge
-    moves the adjacency of the node with fewer neighbours into the other's). Compiled: the
-    same loop in Python took seconds on graphs of tens of thousands of ops, and the local
-    search runs it again whenever it re-aligns its blocks to a placement. The choices do not
-    depend on the dicts' order (each is decided by bytes, then by the unique keys), so they
-    are the same wherever it runs."""
+    How, in arrays only (numba compiles typed dicts for many seconds, once per install):
+
+    * a binary heap of (cost, key, node, stamp) ordered by (cost, key), with lazy
+      invalidation (a node's stamp grows at every merge into it; an entry with an older
+      stamp, or of a node merged away, is skipped). ``key``, the lowest atomic index in the
+      node, is unique among live nodes, so the entries that are not skipped come in one
+      order, whatever order the heap gives entries that tie;
+    * per node and side (its producers, its consumers) a linked list of (atom, bytes)
+      entries, one per atomic edge to start; a merge links the gone node's lists onto the
+      kept one's, and a union-find over atoms says which node an entry's atom is in now;
+    * a popped node sums its entries by node (skipping itself) into the weights the module
+      doc's rules read, and rewrites its list as those sums, so that each list stays as
+      long as the node's neighbours (plus what merged in since it was last popped).
+
+    Which of two merged nodes keeps its number changes no group (groups are sets of
+    atoms, and the keys break ties), so the merges' groupings are the rules' whatever it is."""
     words = mask.shape[1]
     cost, mask = cost.copy(), mask.copy()
     key = np.arange(num_atoms)
     version = np.zeros(num_atoms, np.int64)
     alive = np.ones(num_atoms, np.bool_)
-    pred = List()
-    succ = List()
-    for _ in range(num_atoms):
-        pred.append(Dict.empty(key_type=types.int64, value_type=types.int64))
-        succ.append(Dict.empty(key_type=types.int64, value_type=types.int64))
-    for e in range(pair_src.shape[0]):
-        succ[pair_src[e]][pair_dst[e]] = pair_weight[e]
-        pred[pair_dst[e]][pair_src[e]] = pair_weight[e]
+    uf = np.arange(num_atoms)  # union-find over atoms: the node each atom is in
+    # Entry lists: side 0 a node's producers, side 1 its consumers.
+    num_pairs = pair_src.shape[0]
+    head = np.full((2, num_atoms), -1, np.int64)
+    tail = np.full((2, num_atoms), -1, np.int64)
+    entry_atom = np.empty(2 * num_pairs, np.int64)
+    entry_bytes = np.empty(2 * num_pairs, np.int64)
+    entry_next = np.full(2 * num_pairs, -1, np.int64)
+    for e in range(num_pairs):
+        for side in range(2):
+            owner = pair_dst[e] if side == 0 else pair_src[e]
+            slot = 2 * e + side
+            entry_atom[slot] = pair_src[e] if side == 0 else pair_dst[e]
+            entry_bytes[slot] = pair_weight[e]
+            if head[side, owner] == -1:
+                head[side, owner] = slot
+            else:
+                entry_next[tail[side, owner]] = slot
+            tail[side, owner] = slot
+    # Scratch for summing one node's entries by neighbour.
+    seen_at = np.full(num_atoms, -1, np.int64)
+    summed = np.zeros(num_atoms, np.int64)
+    touched = np.empty(num_atoms, np.int64)
+    tick = 0
     # The heap: entry k is (h_cost[k], h_key[k], h_node[k], h_stamp[k]), ordered as tuples.
     # One entry per node to start, one more per merge.
     size = 2 * num_atoms
     h_cost = np.empty(size, np.int64)
     h_key = np.empty(size, np.int64)
     h_node = np.empty(size, np.int64)
-    h_stamp = np.empty(size, np.int64)
-    order = np.argsort(cost, kind="mergesort")  # by (cost, index): a sorted array is a heap
-    h_cost[:num_atoms] = cost[order]
+    h_stamp = np.zeros(size, np.int64)
+    h_cost[:num_atoms] = cost[order]  # sorted by (cost, index): a heap
     h_key[:num_atoms] = order
     h_node[:num_atoms] = order
-    h_stamp[:num_atoms] = 0
     heap_n = num_atoms
     gone_out = np.empty(num_atoms, np.int64)
     keep_out = np.empty(num_atoms, np.int64)
@@ -439,17 +458,10 @@ def _merge_loop(num_atoms, cost, mask, pair_src, pair_dst, pair_weight, max_grou
                 if child >= heap_n:
                     break
                 right = child + 1
-                if right < heap_n and (
-                        h_cost[right] < h_cost[child] or (h_cost[right] == h_cost[child] and (
-                            h_key[right] < h_key[child] or (h_key[right] == h_key[child] and (
-                                h_node[right] < h_node[child] or (
-                                    h_node[right] == h_node[child]
-                                    and h_stamp[right] < h_stamp[child])))))):
+                if right < heap_n and (h_cost[right] < h_cost[child] or (
+                        h_cost[right] == h_cost[child] and h_key[right] < h_key[child])):
                     child = right
-                if tc < h_cost[child] or (tc == h_cost[child] and (
-                        tk < h_key[child] or (tk == h_key[child] and (
-                            tn < h_node[child] or (tn == h_node[child]
-                                                   and ts < h_stamp[child]))))):
+                if tc < h_cost[child] or (tc == h_cost[child] and tk < h_key[child]):
                     break
                 h_cost[at], h_key[at] = h_cost[child], h_key[child]
                 h_node[at], h_stamp[at] = h_node[child], h_stamp[child]
@@ -463,9 +475,38 @@ def _merge_loop(num_atoms, cost, mask, pair_src, pair_dst, pair_weight, max_grou
         # first, then consumers; none: left as is until something merges into it.
         target = -1
         for side in range(2):
-            neighbours = pred[x] if side == 0 else succ[x]
+            # Sum x's entries of this side by the node their atom is in now.
+            tick += 1
+            num = 0
+            slot = head[side, x]
+            while slot != -1:
+                r = entry_atom[slot]
+                while uf[r] != r:  # find, halving the path
+                    uf[r] = uf[uf[r]]
+                    r = uf[r]
+                if r != x:
+                    if seen_at[r] != tick:
+                        seen_at[r] = tick
+                        summed[r] = 0
+                        touched[num] = r
+                        num += 1
+                    summed[r] += entry_bytes[slot]
+                slot = entry_next[slot]
+            # ... and rewrite the list as those sums, in its first ``num`` entries.
+            slot, last = head[side, x], -1
+            for t in range(num):
+                entry_atom[slot] = touched[t]
+                entry_bytes[slot] = summed[touched[t]]
+                last, slot = slot, entry_next[slot]
+            if num == 0:
+                head[side, x] = tail[side, x] = -1
+            else:
+                entry_next[last] = -1
+                tail[side, x] = last
             best_w, best_k = -1, 0
-            for nb, w in neighbours.items():
+            for t in range(num):
+                nb = touched[t]
+                w = summed[nb]
                 ok = False
                 for j in range(words):
                     if mask[nb, j] & mask[x, j]:
@@ -477,25 +518,17 @@ def _merge_loop(num_atoms, cost, mask, pair_src, pair_dst, pair_weight, max_grou
                 break
         if target < 0:
             continue
-        if len(pred[x]) + len(succ[x]) > len(pred[target]) + len(succ[target]):
-            kept, gone = x, target
-        else:
-            kept, gone = target, x
-        # Re-point gone's predecessors and successors at kept.
-        for side in range(2):
-            gone_side = pred[gone] if side == 0 else succ[gone]
-            kept_side = pred[kept] if side == 0 else succ[kept]
-            for nb, w in gone_side.items():
-                if nb == kept:
-                    continue
-                back = succ[nb] if side == 0 else pred[nb]
-                del back[gone]
-                back[kept] = back.get(kept, 0) + w
-                kept_side[nb] = kept_side.get(nb, 0) + w
-        pred[kept].pop(gone, 0)
-        succ[kept].pop(gone, 0)
-        pred[gone].clear()
-        succ[gone].clear()
+        kept, gone = target, x
+        for side in range(2):  # gone's entries join kept's
+            if head[side, gone] == -1:
+                continue
+            if head[side, kept] == -1:
+                head[side, kept] = head[side, gone]
+            else:
+                entry_next[tail[side, kept]] = head[side, gone]
+            tail[side, kept] = tail[side, gone]
+            head[side, gone] = tail[side, gone] = -1
+        uf[gone] = kept
         alive[gone] = False
         gone_out[count] = gone
         keep_out[count] = kept
@@ -512,9 +545,7 @@ def _merge_loop(num_atoms, cost, mask, pair_src, pair_dst, pair_weight, max_grou
         heap_n += 1
         while at > 0:
             up = (at - 1) >> 1
-            if h_cost[up] < tc or (h_cost[up] == tc and (
-                    h_key[up] < tk or (h_key[up] == tk and (
-                        h_node[up] < tn or (h_node[up] == tn and h_stamp[up] < ts))))):
+            if h_cost[up] < tc or (h_cost[up] == tc and h_key[up] < tk):
                 break
             h_cost[at], h_key[at] = h_cost[up], h_key[up]
             h_node[at], h_stamp[at] = h_node[up], h_stamp[up]
