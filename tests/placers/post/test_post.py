@@ -146,6 +146,22 @@ def test_ppo_update_raises_the_objective_moves_towards_good_samples_and_keeps_fo
             kl_divergence(old.probabilities(), p).sum())
 
 
+def test_ppo_update_is_its_steps_of_the_gradient_from_the_same_samples():
+    # The update keeps what does not depend on the new logits (the old probabilities, the
+    # sampled devices) across its steps: it must take exactly the steps ppo_gradient gives.
+    rng = np.random.default_rng(3)
+    allowed = rng.random((40, 4)) < 0.8
+    allowed[:, 0] = True
+    old = SoftmaxTables(np.where(allowed, rng.normal(size=allowed.shape), -np.inf))
+    samples = old.sample(rng, 12)
+    adv = rng.normal(size=12)
+    logits = old.logits.copy()
+    for _ in range(5):
+        logits = logits + 0.3 * ppo_gradient(logits, old, samples, adv, 0.5)
+    new = ppo_update(old, samples, adv, beta=0.5, learning_rate=0.3, steps=5)
+    np.testing.assert_array_equal(new.logits, logits)
+
+
 # -------------------------------------------------------------------------- Algorithm 1
 
 

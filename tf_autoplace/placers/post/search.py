@@ -230,9 +230,10 @@ class Units:
     def op_placements(self, actions: np.ndarray) -> np.ndarray:
         """[B, U] action-device index per unit -> [B, n] cluster device index per op."""
         actions = np.asarray(actions)
-        groups = np.broadcast_to(self.fixed, (len(actions), len(self.fixed))).copy()
+        groups = np.empty((len(actions), len(self.fixed)), np.int32)  # the simulator's dtype
+        groups[:] = self.fixed
         groups[:, self.searched] = self.action_devices[actions]
-        return groups[:, self.grouping.labels].astype(np.int32)
+        return groups[:, self.grouping.labels]
 
     def actions_of(self, devices: np.ndarray) -> np.ndarray:
         """[U] the action device each unit holds most of its ops on in the op placement

@@ -111,22 +111,44 @@ def ppo_gradient(logits: np.ndarray, old: SoftmaxTables, placements: np.ndarray,
                  advantages: np.ndarray, beta: float) -> np.ndarray:
     """[U, D] gradient of :func:`ppo_objective` with respect to ``logits`` (module doc); 0 on
     devices a unit may not use."""
-    probs, q = softmax(np.asarray(logits, np.float64)), old.probabilities()
-    placements = np.asarray(placements)
-    k, units = placements.shape
-    weights = _ratios(probs, q, placements) * np.asarray(advantages, np.float64)[:, None]
-    chosen = np.zeros_like(probs)  # sum_n w_nm I{d_m^(n) = j}
-    np.add.at(chosen, (np.broadcast_to(np.arange(units), placements.shape), placements),
-              weights)
-    grad = (chosen - weights.sum(axis=0)[:, None] * probs) / k - beta * (probs - q)
-    return np.where(old.allowed, grad, 0.0)
+    return _PPOSamples(old, placements, advantages).gradient(logits, beta)
+
+
+class _PPOSamples:
+    """What the gradient of Eq. 11 needs that does not depend on the new logits: the old
+    tables' probabilities and the ones of the sampled devices, and where each sample's
+    devices fall in a [U, D] table. :func:`ppo_update` takes several steps from one set of
+    samples, and recomputing these at every step was most of its time."""
+
+    def __init__(self, old: SoftmaxTables, placements: np.ndarray, advantages: np.ndarray):
+        placements = np.asarray(placements)
+        self.shape = old.logits.shape
+        self.k, units = placements.shape
+        self.placements = placements
+        self.q, self.allowed = old.probabilities(), old.allowed
+        self.q_chosen = self.q[np.arange(units)[None, :], placements]  # as _ratios reads it
+        self.advantages = np.asarray(advantages, np.float64)[:, None]
+        # Cell of each (sample, unit) in a flattened [U, D] table, row by row: bincount adds
+        # the weights into each cell in this order, as np.add.at over the [K, U] rows did.
+        self.cells = (np.arange(units)[None, :] * self.shape[1] + placements).ravel()
+
+    def gradient(self, logits: np.ndarray, beta: float) -> np.ndarray:
+        probs = softmax(np.asarray(logits, np.float64))
+        units = np.arange(self.shape[0])[None, :]
+        weights = probs[units, self.placements] / self.q_chosen * self.advantages
+        # sum_n w_nm I{d_m^(n) = j}
+        chosen = np.bincount(self.cells, weights=weights.ravel(),
+                             minlength=self.shape[0] * self.shape[1]).reshape(self.shape)
+        grad = (chosen - weights.sum(axis=0)[:, None] * probs) / self.k - beta * (probs
+                                                                                 - self.q)
+        return np.where(self.allowed, grad, 0.0)
 
 
 def ppo_update(old: SoftmaxTables, placements: np.ndarray, advantages: np.ndarray, *,
                beta: float = 1.0, learning_rate: float = 1.0, steps: int = 10) -> SoftmaxTables:
     """``steps`` steps of gradient ascent on Eq. 11 from ``old``'s logits (module doc)."""
     logits = old.logits.copy()
+    samples = _PPOSamples(old, placements, advantages)
     for _ in range(steps):
-        logits = logits + learning_rate * ppo_gradient(logits, old, placements, advantages,
-                                                       beta)
+        logits = logits + learning_rate * samples.gradient(logits, beta)
     return SoftmaxTables(logits)
