@@ -223,6 +223,9 @@ def test_cost_threshold_stops_merging():
     # N still applies when C is set.
     grouping = merge_and_colocate(graph, GroupingConfig(max_groups=4, cost_threshold_bytes=10**9))
     assert grouping.num_groups == 4
+    # A bound beyond int64 (the compiled loop's integers) is no bound, not an OverflowError.
+    assert merge_and_colocate(graph, GroupingConfig(4, cost_threshold_bytes=10**30)).num_groups == 4
+    assert merge_and_colocate(graph, GroupingConfig(10**30)).num_groups == 5
 
 
 def test_cost_threshold_on_random_graph():
