@@ -358,13 +358,14 @@ def _merges(graph: OpGraph, atom: np.ndarray, num_atoms: int, config: GroupingCo
     uniq, inverse = np.unique(pair, return_inverse=True)
     weight = np.zeros(len(uniq), np.int64)
     np.add.at(weight, inverse.reshape(-1), nbytes[between])
-    # (Bounds beyond int64 mean "no bound": every count and sum of bytes fits in one.)
+    # A threshold beyond int64 is none: every sum of bytes fits in one. (A max_groups that
+    # large returned above: there are fewer atoms.)
     big = np.iinfo(np.int64).max
     threshold = config.cost_threshold_bytes
     cost = _sum_by(atom, graph.output_bytes, num_atoms)
     gone, keep, count = _merge_loop(
         num_atoms, cost, np.argsort(cost, kind="stable"), _kernel_words(atom_kernels),
-        uniq // num_atoms, uniq % num_atoms, weight, min(config.max_groups, big),
+        uniq // num_atoms, uniq % num_atoms, weight, config.max_groups,
         -1 if threshold is None or threshold >= big else threshold)
     return gone[:count], keep[:count]
 
