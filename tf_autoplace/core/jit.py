@@ -28,6 +28,15 @@ such directory (no home directory, a cache directory that cannot be created or w
 a service account or a container's arbitrary user), or numba finds no place to cache,
 :func:`cached_njit` compiles without an on-disk cache and logs one warning per process saying
 why; the simulator then compiles its kernels in each process (seconds) and works the same.
+When numba cannot use the kernel's own subdirectory there, it would fall back to caching next
+to the source (the problem above): :func:`cached_njit` checks first and compiles uncached instead.
+
+**A damaged cache entry is compiled again, not an error.** numba reads a kernel's cache entry
+(an index and a data file, both pickles) when the kernel first runs; a truncated, emptied or
+overwritten file would come out of that first call as a raw unpickling error. The kernels'
+caches treat any failure to read an entry as a miss (one warning per process): the kernel is
+compiled, and the damaged index is removed so that numba writes a good entry in its place; a
+failure to write an entry only costs the next process a compile.
 
 An interrupt (Ctrl-C) that arrives while a compiled kernel calls back into Python (a cached
 kernel unpickles its constants through ``_numba_unpickle``) comes out of numba as a
@@ -39,9 +48,11 @@ KeyboardInterrupt instead.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 
 import numba
+import numba.core.caching
 import numba.core.config
 from absl import logging
 
@@ -51,6 +62,7 @@ from tf_autoplace.errors import ConfigError, interrupt_in
 CACHE_ENV = "NUMBA_CACHE_DIR"
 
 _warned = False  # the no-cache warning is logged once per process
+_warned_damaged = False  # ... and the damaged-entry one
 
 
 def default_cache_dir() -> str | None:
@@ -80,12 +92,73 @@ def cached_njit(fn):
     previous = config.CACHE_DIR
     config.CACHE_DIR = directory
     try:
-        return numba.njit(cache=True, nogil=True)(fn)
+        if not _cacheable_in(directory, fn):
+            _warn_uncached(f"numba cannot write {fn.__qualname__}'s cache in {directory!r}")
+            return numba.njit(nogil=True)(fn)
+        kernel = numba.njit(cache=True, nogil=True)(fn)
     except RuntimeError as e:  # "cannot cache function ...: no locator available"
         _warn_uncached(f"numba cannot cache there ({e})")
         return numba.njit(nogil=True)(fn)
     finally:
         config.CACHE_DIR = previous
+    cache = kernel._cache
+    path = getattr(cache, "cache_path", None)
+    home = os.path.realpath(directory)
+    if path is None or os.path.commonpath([os.path.realpath(path), home]) != home:
+        # numba chose another place after all (beside the source): no disk cache then.
+        _warn_uncached(f"numba would cache {fn.__qualname__} in {path!r}, outside {directory!r}")
+        kernel._cache = numba.core.caching.NullCache()
+    else:
+        _read_damaged_entries_as_misses(cache)
+    return kernel
+
+
+def _cacheable_in(directory: str, fn) -> bool:
+    """Whether numba's locator for a cache directory the user chose can cache ``fn`` there
+    (its subdirectory can be created and written); numba tries the source's own directory
+    next, which :func:`cached_njit` must not let it use (module doc). True where this numba
+    names that locator otherwise (its choice is checked after the decoration)."""
+    caching = numba.core.caching
+    locator = (getattr(caching, "UserProvidedCacheLocator", None)
+               or getattr(caching, "_UserProvidedCacheLocator", None))
+    if locator is None:
+        return True
+    try:
+        return locator.from_function(fn, inspect.getfile(fn)) is not None
+    except OSError:
+        return False
+
+
+def _read_damaged_entries_as_misses(cache) -> None:
+    """Make ``cache`` (a numba function cache) read an entry it cannot load as a miss, after
+    removing its index so that the compile that follows writes a good entry, and give up
+    writing an entry it cannot write (module doc); each logs one warning per process."""
+    load, save = cache.load_overload, cache.save_overload
+
+    def load_overload(sig, target_context):
+        try:
+            return load(sig, target_context)
+        except Exception as e:  # noqa: BLE001 (any damage: pickle, EOF, OS errors)
+            if interrupt_in(e) is not None:  # Ctrl-C while unpickling (module doc)
+                raise
+            index = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
+            if index is not None:
+                try:
+                    os.remove(index)
+                except OSError:
+                    pass
+            _warn_damaged(cache.cache_path, e)
+            return None
+
+    def save_overload(sig, data):
+        try:
+            save(sig, data)
+        except Exception as e:  # noqa: BLE001
+            if interrupt_in(e) is not None:
+                raise
+            _warn_damaged(cache.cache_path, e)
+
+    cache.load_overload, cache.save_overload = load_overload, save_overload
 
 
 def _usable_cache_dir() -> tuple[str | None, str]:
@@ -111,6 +184,15 @@ def _warn_uncached(why: str) -> None:
         logging.warning("tf_autoplace: the simulator's kernels are compiled without an on-disk "
                         "cache (each process compiles them again, seconds): %s. Set %s to a "
                         "private writable directory to cache them.", why, CACHE_ENV)
+
+
+def _warn_damaged(path: str, error: Exception) -> None:
+    global _warned_damaged
+    if not _warned_damaged:
+        _warned_damaged = True
+        logging.warning("tf_autoplace: a compiled kernel's cache entry in %r cannot be used "
+                        "(%s: %s); the kernel is compiled again (seconds) and its entry "
+                        "rewritten.", path, type(error).__name__, error)
 
 
 def interruptible(fn):

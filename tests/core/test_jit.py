@@ -1,0 +1,83 @@
+"""The compiled kernels' disk cache: damaged entries are compiled again, and numba never
+caches beside the source (tf_autoplace/core/jit.py)."""
+
+import importlib.util
+import logging
+import os
+
+import numba.core.caching
+import pytest
+
+from tf_autoplace.core import jit
+
+SOURCE = "def double(x):\n    return 2 * x\n"
+
+
+def _kernel(src_dir, name):
+    """``double`` from a module file in ``src_dir``, freshly imported and decorated (a new
+    dispatcher, as in a new process: its first call reads the disk cache)."""
+    path = os.path.join(src_dir, "kern.py")
+    if not os.path.exists(path):
+        with open(path, "w") as f:
+            f.write(SOURCE)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return jit.cached_njit(module.double)
+
+
+def _damage(cache, how):
+    """Damage the one kernel's entry in ``cache`` as ``how`` says."""
+    (sub,) = os.listdir(cache)
+    sub = os.path.join(cache, sub)
+    index = [os.path.join(sub, n) for n in os.listdir(sub) if n.endswith(".nbi")][0]
+    data = [os.path.join(sub, n) for n in os.listdir(sub) if n.endswith(".nbc")][0]
+    if how == "truncated data":
+        os.truncate(data, os.path.getsize(data) // 2)
+    elif how == "garbage index":
+        with open(index, "wb") as f:
+            f.write(b"not a pickle at all")
+    elif how == "empty index":
+        open(index, "wb").close()
+    elif how == "directory for data":
+        os.remove(data)
+        os.mkdir(data)
+
+
+@pytest.mark.parametrize("how", ["truncated data", "garbage index", "empty index",
+                                 "directory for data"])
+def test_a_damaged_cache_entry_is_compiled_again_with_one_warning(tmp_path, monkeypatch,
+                                                                  caplog, how):
+    src, cache = tmp_path / "src", tmp_path / "cache"
+    src.mkdir()
+    monkeypatch.setenv(jit.CACHE_ENV, str(cache))
+    monkeypatch.setattr(jit, "_warned_damaged", False)
+    assert _kernel(src, "k0")(21) == 42  # compiled and cached
+    again = _kernel(src, "k1")
+    assert again(21) == 42 and again.stats.cache_hits  # read from the cache
+    _damage(cache, how)
+    with caplog.at_level(logging.WARNING):
+        assert _kernel(src, "k2")(21) == 42
+        assert _kernel(src, "k3")(21) == 42
+    assert caplog.text.count("cache entry in") == 1, caplog.text
+    if how != "directory for data":  # the entry was written again: the next one reads it
+        healed = _kernel(src, "k4")
+        assert healed(21) == 42 and healed.stats.cache_hits
+
+
+def test_numba_never_caches_beside_the_source_when_the_cache_directory_fails(
+        tmp_path, monkeypatch, caplog):
+    # A file where numba would make the kernel's subdirectory: numba's next choice is a
+    # __pycache__ beside the source, which must not be used.
+    src, cache = tmp_path / "src", tmp_path / "cache"
+    src.mkdir()
+    cache.mkdir(mode=0o700)
+    monkeypatch.setenv(jit.CACHE_ENV, str(cache))
+    monkeypatch.setattr(jit, "_warned", False)
+    locator = (getattr(numba.core.caching, "UserProvidedCacheLocator", None)
+               or numba.core.caching._UserProvidedCacheLocator)
+    (cache / locator.get_suitable_cache_subpath(str(src / "kern.py"))).write_text("")
+    with caplog.at_level(logging.WARNING):
+        assert _kernel(src, "k5")(21) == 42
+    assert not (src / "__pycache__").exists()
+    assert "compiled without an on-disk cache" in caplog.text
