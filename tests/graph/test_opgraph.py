@@ -40,3 +40,13 @@ def test_a_cycle_is_named_by_its_own_ops_not_those_after_it():
         from_edges(6, [(0, 1, 8), (1, 2, 8), (2, 1, 8), (2, 3, 8), (3, 4, 8), (5, 1, 8)],
                    names=["src", "a", "b", "after", "sink", "feed"])
 
+
+
+def test_a_tensor_read_often_enough_to_wrap_int64_sums_is_refused():
+    # 2**60 bytes fit the total, but read by 9 ops they add up to more than int64 holds, and
+    # the grouping's edge weights count a tensor once per reading op (they would wrap
+    # negative and merge ops into the wrong neighbour).
+    edges = [(0, d, 2**60) for d in range(1, 10)]
+    with pytest.raises(InvalidGraphError, match=r"read 1.04e\+19 bytes .* op 'op0' alone"):
+        from_edges(11, edges)
+    from_edges(11, edges[:3])  # three reads: 3.5e18, within what sums can count

@@ -158,6 +158,12 @@ def test_spare_levels_count_groups_beyond_those_that_never_merge():
         np.testing.assert_array_equal(grouping.labels, alone.labels)
 
 
+def test_no_levels_give_no_groupings():
+    graph = _random_graph(np.random.default_rng(4), 20)
+    assert merge_and_colocate_levels(graph, []) == []
+    assert merge_and_colocate_levels(graph, [], spare=True) == []
+
+
 def test_kernel_constraints_block_merges():
     graph = from_edges(2, [(0, 1, 10)], kernels=np.array([CPU, GPU]))
     grouping = merge_and_colocate(graph, GroupingConfig(max_groups=1))

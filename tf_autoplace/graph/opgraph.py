@@ -48,8 +48,9 @@ from tf_autoplace.errors import InvalidGraphError
 from tf_autoplace.graph.buffers import ALIAS_NONE, ALIAS_VIEW
 
 KERNEL_KINDS = ("CPU", "GPU")
-# The most bytes a graph's tensors and variables may add up to (4 EiB): peaks and transfer
-# totals are int64 sums of them, which must not wrap around.
+# The most bytes a graph's tensors and variables may add up to (4 EiB), and its tensors' bytes
+# counted once per op that reads them: peaks, transfer totals and the grouping's edge weights
+# are int64 sums of them, which must not wrap around.
 MAX_TOTAL_BYTES = 2**62
 
 
@@ -153,6 +154,17 @@ class OpGraph:
                 f"the graph's byte sizes add up to {total:.3g} bytes (op {big!r} alone "
                 f"{per_op.max():.3g}), more than the {MAX_TOTAL_BYTES:.3g} this package can "
                 "count: no device holds that; check the sizes given")
+        # Each read of a tensor counts its bytes again in the grouping's edge weights.
+        read = self.tensor_bytes[self.edge_tensor].astype(np.float64)
+        if read.sum() > MAX_TOTAL_BYTES:
+            per_tensor = np.bincount(self.edge_tensor, weights=read,
+                                     minlength=len(self.tensor_op))
+            big = self.names[int(self.tensor_op[int(per_tensor.argmax())])]
+            raise InvalidGraphError(
+                f"the graph's ops read {read.sum():.3g} bytes of tensors in all (the outputs "
+                f"of op {big!r} alone {per_tensor.max():.3g}, once per reading op), more "
+                f"than the {MAX_TOTAL_BYTES:.3g} this package can count; check the sizes "
+                "given")
         if not self.kernels.any(axis=1).all():
             bad = self.names[int(np.flatnonzero(~self.kernels.any(axis=1))[0])]
             raise InvalidGraphError(f"op {bad!r} has a kernel for no device kind")

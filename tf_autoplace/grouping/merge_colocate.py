@@ -294,6 +294,8 @@ def merge_and_colocate_levels(graph: OpGraph, levels, *, spare: bool = False) ->
     the blocks that really hold the work, whatever the number of isolated leftovers.
     """
     levels = [GroupingConfig(max_groups=x).max_groups for x in levels]  # validated
+    if not levels:
+        return []
     if not spare:
         return _merge_levels(graph, GroupingConfig(max_groups=min(levels)), levels)
     # Every merge possible; F = atoms - merges groups never merge, and level L is the
