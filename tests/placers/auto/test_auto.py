@@ -234,39 +234,6 @@ def test_local_search_same_result_on_one_thread_or_several():
     assert runs[0].curve == runs[1].curve
 
 
-@pytest.mark.parametrize("case", ["draws", "realigns", "sweeps", "overflows"])
-@pytest.mark.parametrize("ahead", [2, 3])
-def test_batches_scored_ahead_take_the_same_steps_as_one_batch_at_a_time(case, ahead):
-    # A search running alone scores a batch per thread, each drawn as if the ones before it
-    # gained nothing; after a gain or a re-alignment the rest are dropped and the draws
-    # rewound. Every step, count and draw must be those of one batch at a time.
-    config = LocalSearchConfig(sweep_below=0, levels=(4, 16, 64))
-    p = random_problem(300, seed=30, num_gpus=4, max_groups=48)
-    start = BestHeuristicPlacer().propose(p)
-    if case == "realigns":
-        config = dataclasses.replace(config, realign_after=8)
-    elif case == "sweeps":
-        p = random_problem(40, seed=31, num_gpus=2, max_groups=16)
-        config = LocalSearchConfig(levels=(4, 16))
-        start = SingleDevicePlacer().propose(p)
-    elif case == "overflows":
-        p = _overfull(4)
-        start = np.zeros(p.graph.num_ops, np.int32)
-    runs = []
-    for k in (1, ahead):
-        with Evaluator(p, threads=2) as evaluator:
-            search = LocalSearch(p, start, config, seed=5, evaluator=evaluator)
-            steps = []
-            stopped = search.run(700, ahead=k, on_step=lambda: steps.append(search.samples))
-            runs.append((stopped, search.curve, search.samples, search.simulations,
-                         search.current.tolist(), search.fits, steps,
-                         search.rng.random()))  # and the generator left in the same state
-    assert runs[0] == runs[1]
-    assert len(runs[0][1]) > 3  # the search gained several times
-    if case == "sweeps":
-        assert runs[0][0] == "local optimum"
-
-
 def test_a_race_on_several_threads_takes_the_same_steps_as_one_after_the_other():
     # The legs of a round run at once, one search per thread: every search must take the
     # same steps (same draws, same shares, same cut-offs) and the same search must win.
@@ -282,9 +249,7 @@ def test_a_race_on_several_threads_takes_the_same_steps_as_one_after_the_other()
             runs.append((searches.index(winner), [(s.curve, s.samples, s.simulations,
                                                    s.current.tolist()) for s in searches],
                          evaluator.samples))
-    assert runs[0][:2] == runs[1][:2]
-    # On threads the last survivor also scores batches ahead that a gain then drops.
-    assert runs[0][2] <= runs[1][2] <= runs[0][2] + 400
+    assert runs[0] == runs[1]
 
 
 def test_block_draws_are_the_generators_choice_draws():

@@ -50,9 +50,7 @@ placement, a learned policy's zero-shot placement):
   nothing faster.
 
 Everything random comes from one generator seeded by the caller, and candidates are scored in
-batch order, so the same seed gives the same placement whatever the number of workers or
-threads (a search running alone scores the next batches on the other threads as if the current
-one gained nothing, and drops them when it does: :meth:`LocalSearch.run`).
+batch order, so the same seed gives the same placement whatever the number of workers.
 """
 
 from __future__ import annotations
@@ -281,7 +279,7 @@ class LocalSearch:
                 action, others = self._targets(level, block)
                 for dst in action + others:
                     moved = self._movable(level, block, dst)
-                    key = _key((moved, dst))
+                    key = (dst, moved.tobytes())
                     if len(moved) and key not in seen:
                         seen.add(key)
                         moves.append((moved, dst))
@@ -289,19 +287,11 @@ class LocalSearch:
 
     def run(self, until: int, *, deadline: float | None = None, lower_bound: float = 0.0,
             on_gain: Callable[[int, float], None] | None = None,
-            on_step: Callable[[], None] | None = None, ahead: int = 1) -> str:
+            on_step: Callable[[], None] | None = None) -> str:
         """Search until ``until`` placements in all have been simulated, the deadline (a
         ``time.perf_counter()`` value), the lower bound or a local optimum; returns why it
         stopped ("samples", "deadline", "bound", "local optimum"). ``on_gain(samples, R)`` is
-        called at every gain, ``on_step()`` after every batch of simulations.
-
-        ``ahead`` > 1 (with an evaluator of that many threads, for a search that runs alone)
-        scores that many batches at once, one per thread, each drawn as if the ones before it
-        gained nothing, and takes them in order until one gains or re-aligns the blocks; the
-        batches after it are dropped, and the random draws go on from where that batch's
-        draws ended, so the search takes the same steps, with the same draws and counts, as
-        one batch at a time. Most batches gain nothing, and a batch on each thread keeps the
-        cores busier, with fewer hand-offs, than one batch cut over them."""
+        called at every gain, ``on_step()`` after every batch of simulations."""
         while True:
             if self.samples >= until:
                 self.stopped = "samples"
@@ -310,43 +300,16 @@ class LocalSearch:
             elif self.best <= lower_bound * (1 + 1e-9):
                 self.stopped = "bound"
             else:
-                batches = self._draw_batches(until, ahead)
-                if not batches:
+                moves = self._next_moves(min(self.config.batch, until - self.samples))
+                if moves is None:
                     self.stopped = "local optimum"
-                    return self.stopped
-                if len(batches) == 1:
-                    scored = [self._score(batches[0][0])]
                 else:
-                    scored = self.evaluator.in_threads(
-                        [lambda moves=moves, seen=seen: self._score(moves, seen)
-                         for moves, seen, _ in batches])
-                for (_, _, drawn), batch in zip(batches, scored):
-                    # The draws as they were right after this batch's: a gain draws from there.
-                    self.rng.bit_generator.state, self.queue = drawn
-                    blocks = self.blocks
-                    gained = self._take(batch)
-                    if gained and on_gain is not None:
+                    if self._try_moves(moves) and on_gain is not None:
                         on_gain(self.samples, self.best)
                     if on_step is not None:
                         on_step()
-                    if gained or self.blocks is not blocks:  # the next batches were drawn
-                        break                                # for another state: dropped
-                continue
+                    continue
             return self.stopped
-
-    def _draw_batches(self, until: int, ahead: int) -> list:
-        """Up to ``ahead`` batches of moves, each drawn as if the ones before it gained
-        nothing, as ``(moves, keys of the batches before it, the random generator's state and
-        the sweep's queue right after its draws)``; empty at a local optimum (sweeps only)."""
-        batches, seen, left = [], set(), until - self.samples
-        while len(batches) < ahead and left > 0:
-            moves = self._next_moves(min(self.config.batch, left))
-            if moves is None:
-                break
-            batches.append((moves, frozenset(seen), (self.rng.bit_generator.state, self.queue)))
-            seen.update(_key(move) for move in moves)
-            left -= len(moves)
-        return batches
 
     def result(self) -> LocalSearchResult:
         return LocalSearchResult(devices=self.current, score=self.best, samples=self.samples,
@@ -368,35 +331,27 @@ class LocalSearch:
                     break
         return moves or None
 
-    def _score(self, moves: list, seen: frozenset = frozenset()):
-        """Score ``moves`` from the current placement, as ``(candidates, keys, scores, fits,
-        simulated)``. A move already scored from this placement, in ``seen`` (moves of the
-        batches drawn before this one) or earlier in the batch is not simulated again: it did
-        not gain, so it scores ``inf`` here, which takes the same step."""
+    def _try_moves(self, moves: list) -> bool:
+        """Score ``moves`` from the current placement; keep the best if it gains. A move
+        already scored from this placement (or earlier in the batch) is not simulated again:
+        it did not gain, so it scores ``inf`` here, which takes the same step."""
         candidates = np.repeat(self.current[None, :], len(moves), axis=0)
         for row, (members, dst) in zip(candidates, moves):
             row[members] = dst
-        keys = [_key(move) for move in moves]
+        keys = [(dst, members.tobytes()) for members, dst in moves]
         new = {}  # key -> its first row
         for k, key in enumerate(keys):
-            if key not in self.tried and key not in seen and key not in new:
+            if key not in self.tried and key not in new:
                 new[key] = k
         rows = list(new.values())
         scores, fits = np.full(len(moves), np.inf), np.zeros(len(moves), bool)
         if rows:  # a candidate no faster than the current placement is not kept: cut off
             evaluation = self.evaluator.evaluate(candidates[rows], below=self.best)
             scores[rows], fits[rows] = evaluation.scores, evaluation.fits
-        return candidates, keys, scores, fits, len(rows)
-
-    def _take(self, scored) -> bool:
-        """Keep the best of a scored batch (:meth:`_score`) if it gains; returns whether it
-        did. Without a gain the search re-aligns its blocks once ``realign_after``
-        simulations in a row have not gained."""
-        candidates, keys, scores, fits, simulated = scored
-        self.simulations += simulated
+            self.simulations += len(rows)
         # Once the placement fits, a candidate that overflows is never taken, however fast.
         scores = np.where(fits | (not self.fits), scores, np.inf)
-        self.samples += len(keys)
+        self.samples += len(moves)
         k = int(np.argmin(scores))
         if scores[k] < self.best:
             self.best, self.current = float(scores[k]), candidates[k]
@@ -409,17 +364,11 @@ class LocalSearch:
                 self.queue = self._sweep()
             return True
         self.tried.update(keys)
-        self.since_gain += len(keys)
+        self.since_gain += len(moves)
         if (not self.sweeping and self.since_gain >= self.config.realign_after
                 and not np.array_equal(self.current, self.aligned)):
             self._align()
         return False
-
-
-def _key(move) -> tuple:
-    """What identifies a move: its destination and the ops it moves."""
-    members, dst = move
-    return dst, members.tobytes()
 
 
 def local_search(problem: PlacementProblem, start: np.ndarray, config: LocalSearchConfig,
@@ -457,7 +406,7 @@ def race(searches: list[LocalSearch], total: int, *, deadline: float | None = No
     and its own share), so with an ``evaluator`` (the one the searches score with) they run
     on its threads, up to one search per thread at once (``Evaluator.in_threads``): the same
     searches take the same steps, and the same search wins, as one after the other. The last
-    survivor runs alone and scores a batch ahead per thread (``LocalSearch.run(ahead=)``).
+    survivor runs alone, its batches cut over the evaluator's threads.
     """
     best = lambda: min(searches, key=rank)  # noqa: E731
     lock = threading.Lock()  # legs on several threads report through one progress
@@ -493,8 +442,7 @@ def race(searches: list[LocalSearch], total: int, *, deadline: float | None = No
         alive = sorted(alive, key=rank)[:(len(alive) + 1) // 2]
     leader = min(alive, key=rank)
     leader.run(leader.samples + max(0, total - sum(s.samples for s in searches)),
-               deadline=deadline, lower_bound=lower_bound, on_step=step,
-               ahead=evaluator.threads if evaluator is not None else 1)
+               deadline=deadline, lower_bound=lower_bound, on_step=step)
     return best()
 
 
@@ -522,14 +470,13 @@ def kick(problem: PlacementProblem, devices: np.ndarray, fraction: float,
 def iterate_until_stale(best: LocalSearch, fresh: Callable[[LocalSearch], LocalSearch],
                         total: int, done: int, *, patience: int,
                         deadline: float | None = None, lower_bound: float = 0.0,
-                        progress: Progress = QUIET, ahead: int = 1
-                        ) -> tuple[LocalSearch, list[LocalSearch]]:
+                        progress: Progress = QUIET) -> tuple[LocalSearch, list[LocalSearch]]:
     """Iterated local search after the race, while the best search ended at a local optimum:
     ``fresh(best)`` is a search not yet run from a perturbation of the best placement so far
     (:func:`kick`), run to its own local optimum; it becomes the best when it beats it. Ends
     after ``patience`` searches in a row that do not, at ``total`` placements (``done`` of them
     scored before), at the deadline or at the bound. ``progress`` is told the placements
-    scored and the best R after each search. ``ahead``: as in :meth:`LocalSearch.run`.
+    scored and the best R after each search.
 
     Why: on small problems every search of the race sweeps to a local optimum within a few
     percent of its sample budget, and a better optimum is often a few groups away from it
@@ -546,7 +493,7 @@ def iterate_until_stale(best: LocalSearch, fresh: Callable[[LocalSearch], LocalS
         search = fresh(best)
         ran.append(search)
         search.run(search.samples + total - used(), deadline=deadline,
-                   lower_bound=lower_bound, ahead=ahead)
+                   lower_bound=lower_bound)
         progress.update(used(), min(best.best, search.best))
         if rank(search) < rank(best):
             best, misses = search, 0

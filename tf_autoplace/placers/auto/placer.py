@@ -91,8 +91,8 @@ class AutoConfig:
       ray_address: simulate on a Ray cluster: ``"auto"``, ``"HOST:PORT"``, ``"local"``; None:
         local processes. The placement does not depend on it.
       threads: with one worker (this process), threads that simulate (>= 1): the race runs
-        up to this many searches at once, one per thread, and a search running alone scores
-        this many batches at once, one per thread (``LocalSearch.run(ahead=)``); or None: as many as the CPUs this process may use, at most
+        up to this many searches at once, one per thread, and a search running alone has its
+        candidates cut over them; or None: as many as the CPUs this process may use, at most
         ``search.batch``. The placement does not depend on it.
       starts: how many of the fastest distinct starts the search races (>= 1).
       seeds_per_start: searches from each start, each with its own random draws (>= 1):
@@ -342,8 +342,7 @@ class AutoPlacer(Placer):
                 total = min(max_samples - spent, int(raced * (1 + cfg.kick_share)))
                 winner, iterated = iterate_until_stale(
                     winner, fresh, total, raced, patience=cfg.patience, deadline=deadline,
-                    lower_bound=bound, progress=self.progress,
-                    ahead=1 if measured else evaluator.threads)
+                    lower_bound=bound, progress=self.progress)
             label, start_s, start = labels[searches.index(origin.get(winner, winner))]
             if measured:  # both ends as measured here, not simulated
                 start_s = evaluator.step_time(start)
