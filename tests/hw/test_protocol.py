@@ -12,7 +12,7 @@ from tf_autoplace.errors import ConfigError
 from tf_autoplace.hw import protocol
 from tf_autoplace.hw.protocol import (MIN_STEPS, ProtocolResult, StepTimes, check_steps,
                                       median_interval)
-from tf_autoplace.hw.verify import SINGLE, Candidate, decide
+from tf_autoplace.hw.verify import SINGLE, Candidate, confirm, decide
 
 
 def test_the_interval_holds_the_median_and_narrows_with_more_steps():
@@ -128,6 +128,35 @@ def test_a_candidate_that_ties_the_leader_but_not_faster_than_one_device_is_not_
     decision = decide([SPLIT, HEURISTIC, ONE], measured)
     assert decision.applied == "best heuristic (m_etf)" and decision.leader == "auto"
     assert "was not faster than the single device beyond noise" in decision.reason
+
+
+def test_a_split_is_applied_only_if_new_sessions_confirm_it():
+    first = _result(**{"auto": (8.0, 7.8, 8.2), SINGLE: (10.0, 9.8, 10.2),
+                       "best heuristic (m_etf)": (9.0, 8.8, 9.2)})
+    chosen = decide([SPLIT, HEURISTIC, ONE], first)
+    assert chosen.applied == "auto"
+    # Faster again, each placement's two sessions agreeing: applied, with both figures.
+    kept = confirm(chosen, first, _result(**{"auto": (8.1, 7.9, 8.3), SINGLE: (9.9, 9.7, 10.1)}))
+    assert kept.applied == "auto" and kept.leader == "auto"
+    assert "confirmed: measured again in new sessions: auto 8100.00 ms" in kept.reason
+    # Not faster beyond noise the second time: the single device.
+    tie = confirm(chosen, first, _result(**{"auto": (8.2, 8.0, 9.9), SINGLE: (9.9, 9.8, 10.1)}))
+    assert tie.applied == SINGLE and "not faster beyond noise in both" in tie.reason
+    # The single device's two sessions disagree (one was a slow session): the gain is within
+    # what sessions of one placement differ by, whatever the second comparison says.
+    slow = confirm(chosen, first, _result(**{"auto": (7.0, 6.9, 7.1), SINGLE: (8.5, 8.4, 8.6)}))
+    assert slow.applied == SINGLE
+    assert (f"{SINGLE} measured 10000.00 ms [9800.00, 10200.00] and 8500.00 ms [8400.00, "
+            "8600.00]") in slow.reason
+    # ... and so do the split's own two sessions.
+    lucky = confirm(chosen, first, _result(**{"auto": (9.0, 8.9, 9.1), SINGLE: (10.0, 9.9, 10.1)}))
+    assert lucky.applied == SINGLE and "auto measured 8000.00 ms" in lucky.reason
+    # Every interval of the split below every one of the single device's, not only pairwise.
+    # (Here each pair agrees and the split beats the single device in each set of sessions.)
+    cross = confirm(chosen, first, _result(**{"auto": (7.5, 7.4, 7.9), SINGLE: (9.0, 8.1, 9.9)}))
+    assert cross.applied == SINGLE
+    with pytest.raises(ConfigError, match="only a candidate other than the single device"):
+        confirm(decide([ONE], _result(**{SINGLE: (1.0, 1.0, 1.0)})), first, first)
 
 
 def test_the_decision_needs_the_single_device_candidate_measured():

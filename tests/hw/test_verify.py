@@ -13,7 +13,7 @@ import tf_autoplace
 from tf_autoplace import Cluster
 from tf_autoplace import flags as ap_flags
 from tf_autoplace.errors import ConfigError
-from tf_autoplace.hw.verify import SINGLE, decide
+from tf_autoplace.hw.verify import SINGLE, confirm, decide
 from tf_autoplace.testing import small_cnn
 
 
@@ -35,7 +35,12 @@ def test_the_applied_candidate_is_the_decision_rules_for_what_was_measured(verif
     v = report.verification
     names = [c.name for c in v.candidates]
     assert SINGLE in names and "random" in names
-    assert decide(v.candidates, v.measured) == v.decision
+    expected = decide(v.candidates, v.measured)
+    if expected.applied != SINGLE:  # confirmed (or not) in new sessions
+        expected = confirm(expected, v.measured, v.confirmation)
+    else:
+        assert v.confirmation is None
+    assert expected == v.decision
     applied = next(c for c in v.candidates if c.name == v.decision.applied)
     assert _devices(tg.graph) == applied.assignment == report.assignment
     single = v.measured[SINGLE]
@@ -53,6 +58,11 @@ def test_the_report_shows_every_candidate_measured_beside_its_prediction(verifie
     assert [c.name for c in proto.verified] == [c.name for c in report.verification.candidates]
     assert sum(c.applied for c in proto.verified) == 1
     assert proto.verify_reason == report.verification.decision.reason
+    measured = report.verification.measured
+    assert proto.verify_steps == 15 and f"of 15 timed steps; {measured.load_text()}" in text
+    assert (proto.verify_load_before, proto.verify_load_after) == (measured.load_before,
+                                                                   measured.load_after)
+    assert len(proto.verify_confirmed) == (0 if report.verification.confirmation is None else 2)
     rows = report.to_dict()["verification"]["candidates"]
     assert all(r["measured_low_s"] <= r["measured_s"] <= r["measured_high_s"] for r in rows)
     # Every prediction at this run's speed is scaled by the one factor that puts the

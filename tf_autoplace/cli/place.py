@@ -5,7 +5,8 @@ r"""``tf-autoplace place``: place a GraphDef / MetaGraphDef file offline, write 
 
 The input may be binary or text format; the output format follows ``--output``'s extension
 (``.pbtxt``/``.txt`` = text, anything else binary) and its kind follows the input (a MetaGraphDef
-stays a MetaGraphDef). The report is printed. The same input and seed give the same bytes.
+stays a MetaGraphDef). The report is printed. The same input and seed give the same bytes (except with ``--verify`` or
+``--measure_steps``, whose measured figures depend on the machine and the moment).
 
 Every output path is checked before any work (its directory must exist: none is created).
 Nothing is written unless placement succeeds; then all outputs (the graph, ``--report_json``,

@@ -13,7 +13,22 @@ with bootstrap intervals, the load recorded), and :func:`decide` picks the one t
 3. of those, every one the measurement cannot tell from the fastest of them is as good, and the
    *simplest* is applied: fewest devices used, then fewest tensors crossing devices, then the
    smaller median. The single-device placement uses one device and sends nothing, so it wins
-   every tie it is in.
+   every tie it is in;
+4. a placement other than the single device is applied only if it is **confirmed in new
+   sessions** (:func:`confirm`): it and the single-device placement are measured again, each in
+   a Session of its own, and the candidate must again be faster beyond noise, every interval of
+   it below every interval of the single device, and each placement's two sessions must agree
+   with each other (intervals that overlap). Otherwise the single-device placement is applied.
+
+Why the second set of sessions: an interval covers the noise of steps within one Session, not
+the difference between Sessions. Two Sessions of the *same* placement, interleaved in one
+process, can run persistently apart (the executor's inline-kernel choices, where buffers land):
+on this 2-core machine, with 0.3 ms steps under other work, the two were told apart in 8 of 20
+A/A runs, and one verification in about 30 applied a split that was slower in later sessions.
+A gain seen in two independent pairs of Sessions that each agree is not one Session's luck: in a
+model where the Session effect is any multiple of the step noise, an A/A candidate passes at
+most about 2% of the time (one set of sessions alone: up to 40%). The cost is paid only when a
+split is about to be applied.
 
 The decision reads only measured figures; the predictions ride along for the report.
 """
@@ -74,11 +89,15 @@ class Verification:
       candidates: the candidates, in the order measured.
       measured: their step times under the protocol.
       decision: the applied candidate and why.
+      confirmation: the second measurement of the candidate the first one chose and of the
+        single device, in new Sessions (:func:`confirm`); None when the first chose the single
+        device.
     """
 
     candidates: tuple[Candidate, ...]
     measured: ProtocolResult
     decision: Decision
+    confirmation: ProtocolResult | None = None
 
     def speed_scale(self) -> float | None:
         """The single-device placement's measured step over its predicted one: how much slower
@@ -90,14 +109,21 @@ class Verification:
             return None
         return self.measured[SINGLE].median_s / single.predicted_s
 
-    def rows(self) -> list[dict]:
+    def rows(self, *, confirmation: bool = False) -> list[dict]:
         """One dict per candidate: name, predicted step time, the prediction at this run's
         speed (times :meth:`speed_scale`; None without one), measured step time (median,
-        interval), devices used, tensors crossing devices, and whether it was applied."""
+        interval), devices used, tensors crossing devices, and whether it was applied. With
+        ``confirmation``, the same for the two placements measured again (none without)."""
         scale = self.speed_scale()
+        measured = self.confirmation if confirmation else self.measured
+        if measured is None:
+            return []
+        names = {m.name for m in measured.placements}
         out = []
         for c in self.candidates:
-            m = self.measured[c.name]
+            if c.name not in names:
+                continue
+            m = measured[c.name]
             out.append(dict(name=c.name, predicted_s=c.predicted_s,
                             predicted_at_run_speed_s=(None if scale is None
                                                       else c.predicted_s * scale),
@@ -156,6 +182,39 @@ def decide(candidates, measured: ProtocolResult) -> Decision:
     return Decision(applied=applied.name, leader=leader.name, reason=reason)
 
 
+def confirm(decision: Decision, first: ProtocolResult, second: ProtocolResult) -> Decision:
+    """Rule 4 of the module docstring: ``decision`` (a candidate other than the single device,
+    chosen from ``first``) if ``second``, its and the single device's measurement in new
+    Sessions, confirms it; else the single device, with the reason.
+
+    Raises:
+      ConfigError: ``decision`` applies the single device, or a measurement lacks the
+        candidate or the single device.
+    """
+    name = decision.applied
+    if name == SINGLE:
+        raise ConfigError("only a candidate other than the single device is confirmed")
+    try:
+        c1, s1, c2, s2 = first[name], first[SINGLE], second[name], second[SINGLE]
+    except KeyError as e:
+        raise ConfigError(f"{e.args[0]!r} was not measured") from None
+    again = (f"measured again in new sessions: {name} {c2.describe()}, the single device "
+             f"{s2.describe()}")
+    if s1.distinguishable(s2) or c1.distinguishable(c2):
+        same = SINGLE if s1.distinguishable(s2) else name
+        return Decision(applied=SINGLE, leader=decision.leader, reason=(
+            f"{decision.reason}; but {again}: {same} measured {first[same].describe()} and "
+            f"{second[same].describe()} in two sessions, so sessions of one placement differ "
+            "here by more than the intervals say, and the simpler single-device placement is "
+            "applied"))
+    if not (max(c1.high_s, c2.high_s) < min(s1.low_s, s2.low_s)):
+        return Decision(applied=SINGLE, leader=decision.leader, reason=(
+            f"{decision.reason}; but {again}: not faster beyond noise in both, so the simpler "
+            "single-device placement is applied"))
+    return Decision(applied=name, leader=decision.leader,
+                    reason=f"{decision.reason}; confirmed: {again}")
+
+
 def verify(workload: Workload, candidates, *, steps: int, seed: int = 0,
            config: RunConfig | None = None) -> Verification:
     """Measure ``candidates`` under the protocol and decide which to apply.
@@ -169,7 +228,8 @@ def verify(workload: Workload, candidates, *, steps: int, seed: int = 0,
 
     Returns:
       The :class:`Verification`; one traced step of the applied candidate is not taken (the
-      caller measures what it applies if it wants a trace).
+      caller measures what it applies if it wants a trace). A candidate other than the single
+      device is measured twice (rule 4 of the module docstring).
 
     Raises:
       ConfigError: repeated names, no single-device candidate, too few steps.
@@ -179,7 +239,13 @@ def verify(workload: Workload, candidates, *, steps: int, seed: int = 0,
     names = [c.name for c in candidates]
     if len(set(names)) != len(names):
         raise ConfigError(f"candidate names must differ, got {names}")
-    measured = measure_placements(workload, {c.name: c.assignment for c in candidates},
-                                  steps=steps, seed=seed, config=config)
-    return Verification(candidates=candidates, measured=measured,
-                        decision=decide(candidates, measured))
+    assignments = {c.name: c.assignment for c in candidates}
+    measured = measure_placements(workload, assignments, steps=steps, seed=seed, config=config)
+    decision, confirmation = decide(candidates, measured), None
+    if decision.applied != SINGLE:
+        confirmation = measure_placements(
+            workload, {n: assignments[n] for n in (decision.applied, SINGLE)}, steps=steps,
+            seed=seed + 1, config=config)
+        decision = confirm(decision, measured, confirmation)
+    return Verification(candidates=candidates, measured=measured, decision=decision,
+                        confirmation=confirmation)

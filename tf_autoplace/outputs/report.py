@@ -215,9 +215,13 @@ class PlacementReport:
                      "measure_load"):
             out[name] = list(out[name])
         if self.verification is not None:
+            measured = self.verification.measured
             out["verification"] = dict(candidates=self.verification.rows(),
+                                       confirmation=self.verification.rows(confirmation=True),
                                        applied=self.verification.decision.applied,
-                                       reason=self.verification.decision.reason)
+                                       reason=self.verification.decision.reason,
+                                       steps=measured.steps, load_before=measured.load_before,
+                                       load_after=measured.load_after)
         return out
 
     def to_json(self) -> str:
@@ -239,10 +243,16 @@ class PlacementReport:
             measured_baseline_low_s=self.measured_baseline_interval_s[0],
             measured_baseline_high_s=self.measured_baseline_interval_s[1],
             measure_load_before=self.measure_load[0], measure_load_after=self.measure_load[1])
+        out.verify_load_before = out.verify_load_after = math.nan
         if self.verification is not None:
-            for row in self.verification.rows():
-                out.verified.add(**{key: value for key, value in row.items() if value is not None})
+            for field, confirmation in ((out.verified, False), (out.verify_confirmed, True)):
+                for row in self.verification.rows(confirmation=confirmation):
+                    field.add(**{key: value for key, value in row.items() if value is not None})
             out.verify_reason = self.verification.decision.reason
+            measured = self.verification.measured
+            out.verify_steps = measured.steps
+            out.verify_load_before, out.verify_load_after = (measured.load_before,
+                                                             measured.load_after)
         if self.seed is not None:
             out.seed = int(self.seed)
         if self.optimality_gap is not None:
@@ -332,8 +342,9 @@ class PlacementReport:
             f"  LP lower bound        {self.lp_lower_bound_s * 1e3:10.2f} ms "
             f"(placed / bound = {self.ratio_to_lp_lower_bound:.2f})",
             f"  certificate           {self.certificate() or 'no bound, no certificate'}",
-            f"  single-device step    {self.baseline_step_time_s * 1e3:10.2f} ms "
-            f"(speedup {self.speedup:.2f}x{'' if self.baseline_fits else ', baseline does not fit'})",
+            f"  predicted one device  {self.baseline_step_time_s * 1e3:10.2f} ms "
+            f"(predicted speedup {self.speedup:.2f}x"
+            f"{'' if self.baseline_fits else ', baseline does not fit'})",
         ]
         if self.measure_steps:
             low, high = self.measured_step_interval_s
@@ -351,8 +362,15 @@ class PlacementReport:
         if self.verification is not None:
             scale = self.verification.speed_scale()
             lines.append("  verified by running each candidate (predicted / at this run's "
-                         "speed / measured median [95% interval]):")
-            for row in self.verification.rows():
+                         "speed / measured median [95% interval] of "
+                         f"{self.verification.measured.steps} timed steps; "
+                         f"{self.verification.measured.load_text()}):")
+            rows = self.verification.rows()
+            again = self.verification.rows(confirmation=True)
+            if again:
+                rows = rows + [dict(row, name=f"{row['name']} (again)", applied=False)
+                               for row in again]
+            for row in rows:
                 mark = "applied" if row["applied"] else ""
                 at_speed = row["predicted_at_run_speed_s"]
                 lines.append(

@@ -1791,6 +1791,12 @@ def _check_verification(report, cluster: Cluster, steps: int) -> list[str]:
     if applied.name != SINGLE and not chosen.high_s < single.low_s:
         problems.append(f"{applied.name!r} was applied, measured {chosen.describe()}: not "
                         f"faster than the single device's {single.describe()} beyond noise")
+    again = verification.confirmation
+    if applied.name != SINGLE and (again is None or not max(
+            chosen.high_s, again[applied.name].high_s) < min(single.low_s,
+                                                             again[SINGLE].low_s)):
+        problems.append(f"{applied.name!r} was applied without new sessions confirming it "
+                        "faster than the single device beyond noise")
     leader = min(times.values(), key=lambda t: t.median_s)
     if decision.leader not in times or times[decision.leader].median_s != leader.median_s:
         problems.append(f"leader {decision.leader!r} does not have the smallest median")
