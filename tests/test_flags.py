@@ -336,6 +336,40 @@ def test_placement_error_stops_the_run_and_leaves_the_graph(hook, tmp_path):
     assert not (tmp_path / "r.json").exists()
 
 
+def _unknown_batch_graph():
+    """A training graph whose input has no static batch size: only the program can feed it."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 8], name="x")
+        w = tf.compat.v1.get_variable("w", [8, 4])
+        loss = tf.reduce_sum(tf.matmul(x, w) ** 2)
+        train = tf.compat.v1.train.GradientDescentOptimizer(1e-3).minimize(loss)
+    return graph, x, loss, train
+
+
+@pytest.mark.parametrize("by_default", [False, True])
+def test_verify_on_a_graph_only_the_program_can_feed(hook, monkeypatch, by_default):
+    # Asked for, the error says what a binary can do (no flag reaches measure_feeds); on by
+    # default, the graph keeps TensorFlow's placement and the binary trains on (README).
+    hook(placer="m_etf", cluster="cpu2", verify=15, verify_by_default=by_default)
+    graph, x, loss, train = _unknown_batch_graph()
+    with graph.as_default():
+        init = tf.compat.v1.global_variables_initializer()
+    before = _op_devices(graph)
+    feed = {x: np.ones((4, 8), np.float32)}
+    with tf.compat.v1.Session(graph=graph, config=tf.compat.v1.ConfigProto(**CONFIG2)) as sess:
+        if not by_default:
+            with pytest.raises(tf_autoplace.ConfigError, match=(
+                    r"--autoplace_verify cannot step the graph on its own: placeholder 'x' has "
+                    r"no fully known static shape.*set --autoplace_verify=0")):
+                sess.run(init)
+            assert _op_devices(graph) == before
+            return
+        sess.run(init)
+        assert sess.run(loss, feed) > 0 and sess.run(train, feed) is None
+    assert _op_devices(graph) == before
+
+
 def test_monitored_session_graph_is_placed_once_before_it_runs(hook):
     hook(placer="m_etf", cluster=CPU2)
     tg = small_cnn()

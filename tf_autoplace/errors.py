@@ -29,6 +29,12 @@ class ConfigError(AutoplaceError, ValueError):
     """An option passed to a public function is out of range or unknown."""
 
 
+class InputValueError(ConfigError):
+    """A graph input (a placeholder) whose value measuring needs and cannot make up (no static
+    shape, a dtype with no made-up value): give its value or a static shape. A ConfigError,
+    told apart so that a door that measures by default can fall back instead (``flags``)."""
+
+
 class WorkerError(AutoplaceError, RuntimeError):
     """The processes work runs on could not be started: the workers of a search (a Ray
     cluster without room for them, actors that never came up) or the servers of a local

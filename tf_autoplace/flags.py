@@ -524,7 +524,7 @@ def _check_session_devices(session, cluster, spec: str) -> None:
 
 
 def _place_graph(session, settings: AutoplaceSettings) -> None:
-    from tf_autoplace.errors import MeasurementError
+    from tf_autoplace.errors import ConfigError, InputValueError, MeasurementError
     from tf_autoplace.pipeline import engine
 
     graph = session.graph
@@ -545,8 +545,13 @@ def _place_graph(session, settings: AutoplaceSettings) -> None:
         _check_session_devices(session, cluster, settings.cluster)
         try:
             report = engine.place_graph(graph, options.replace(cluster=cluster))
-        except MeasurementError as e:
+        except (MeasurementError, InputValueError) as e:
             if not settings.verify_by_default:
+                if isinstance(e, InputValueError):  # measure_feeds is autoplace()'s, no flag's
+                    raise ConfigError(
+                        f"--autoplace_verify cannot step the graph on its own: "
+                        f"{str(e).split('; ')[0]}; give the placeholder a static "
+                        "shape, or set --autoplace_verify=0 to place without measuring") from e
                 raise
             logging.warning("autoplace: verification could not run the graph on its own (%s); "
                             "the graph keeps TensorFlow's default placement. Set "

@@ -43,7 +43,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2, types_pb2
 
-from tf_autoplace.errors import ConfigError, MeasurementError
+from tf_autoplace.errors import ConfigError, InputValueError, MeasurementError
 from tf_autoplace.graph import grappler, ingest
 
 _VARIABLE_OPS = ingest.VARIABLE_OPS
@@ -381,8 +381,8 @@ def _synthetic_value(node, rng: np.random.Generator) -> np.ndarray:
     shape = node.attr["shape"].shape if "shape" in node.attr else None
     dims = None if shape is None or shape.unknown_rank else [d.size for d in shape.dim]
     if dims is None or any(d < 0 for d in dims):
-        raise ConfigError(f"placeholder {node.name!r} has no fully known static shape, so no "
-                          f"input can be made up for it; {_GIVE_VALUE}")
+        raise InputValueError(f"placeholder {node.name!r} has no fully known static shape, so "
+                              f"no input can be made up for it; {_GIVE_VALUE}")
     dtype = tf.dtypes.as_dtype(node.attr["dtype"].type)
     if dtype.is_floating:
         return rng.standard_normal(dims).astype(dtype.as_numpy_dtype)
@@ -390,4 +390,4 @@ def _synthetic_value(node, rng: np.random.Generator) -> np.ndarray:
         return np.zeros(dims, dtype=dtype.as_numpy_dtype)
     if node.attr["dtype"].type == types_pb2.DT_STRING:
         return np.full(dims, b"", dtype=object)
-    raise ConfigError(f"placeholder {node.name!r} has dtype {dtype.name}; {_GIVE_VALUE}")
+    raise InputValueError(f"placeholder {node.name!r} has dtype {dtype.name}; {_GIVE_VALUE}")
