@@ -103,3 +103,15 @@ def test_profile_checks_its_outputs_before_measuring(repo_root, tmp_path):
                                                   repo_root)
         assert message in error, error
     assert graph.read_text() == "node { name: 'a' op: 'NoOp' }\n" and not profile.exists()
+
+
+def test_profile_refuses_transfer_steps_below_one_when_parsing_its_flags(repo_root):
+    # Found late before: only after the op profile was measured and written.
+    code = ("from absl import flags\nfrom tf_autoplace.cli import profile_flags\n"
+            "flags.FLAGS(['profile', '--out_profile=p', '--transfer_steps=%s'])\n")
+    for value, ok in (("-5", False), ("0", False), ("1", True)):
+        proc = subprocess.run([sys.executable, "-c", code % value], cwd=repo_root,
+                              env=_env(repo_root), text=True, capture_output=True, timeout=120)
+        assert (proc.returncode == 0) == ok, proc.stderr
+        if not ok:
+            assert "flag --transfer_steps=" in proc.stderr and "positive" in proc.stderr

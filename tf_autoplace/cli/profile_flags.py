@@ -22,7 +22,8 @@ flags.DEFINE_integer("warmup_steps", 80, "untimed steps per placement first, few
 flags.DEFINE_integer("steps", 10, "Timed untraced steps (their median is the run's step).")
 flags.DEFINE_integer("trace_steps", 10, "Traced steps whose per-op median is written.")
 flags.DEFINE_integer("transfer_steps", None, "Timed rounds of each link and Send benchmark of "
-                     "--out_cluster (default: tf_autoplace.hw.transfers' own, 30 and 40).")
+                     "--out_cluster (default: tf_autoplace.hw.transfers' own, 30 and 40).",
+                     lower_bound=1)
 flags.DEFINE_bool("partners", True, "Also time the ops whose kernel changes when a partner op "
                   "is on another device (a calibration run).")
 flags.DEFINE_integer("seed", 0, "Seed of the made-up inputs.")
