@@ -81,3 +81,17 @@ def test_numba_never_caches_beside_the_source_when_the_cache_directory_fails(
         assert _kernel(src, "k5")(21) == 42
     assert not (src / "__pycache__").exists()
     assert "compiled without an on-disk cache" in caplog.text
+
+
+def test_kernels_run_as_python_with_numbas_jit_disabled(tmp_path, monkeypatch):
+    src = tmp_path / "src"
+    src.mkdir()
+    monkeypatch.setenv(jit.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv("NUMBA_DISABLE_JIT", "1")
+    try:
+        kernel = _kernel(src, "k6")  # numba returns the function itself
+        assert kernel(21) == 42 and not hasattr(kernel, "_cache")
+    finally:
+        monkeypatch.delenv("NUMBA_DISABLE_JIT")
+        numba.core.config.reload_config()  # later kernels of this process compile again
+    assert _kernel(src, "k7")(21) == 42 and hasattr(_kernel(src, "k8"), "_cache")

@@ -101,7 +101,9 @@ def cached_njit(fn):
         return numba.njit(nogil=True)(fn)
     finally:
         config.CACHE_DIR = previous
-    cache = kernel._cache
+    cache = getattr(kernel, "_cache", None)
+    if cache is None:  # NUMBA_DISABLE_JIT: the Python function itself, nothing to cache
+        return kernel
     path = getattr(cache, "cache_path", None)
     home = os.path.realpath(directory)
     if path is None or os.path.commonpath([os.path.realpath(path), home]) != home:
