@@ -71,7 +71,7 @@ from tf_autoplace.hw.link_fit import fit_latency, reference_device, task_pairs
 from tf_autoplace.hw.fidelity import distinct, median_relative_error, moved_share, spearman
 from tf_autoplace.hw.profiler import with_step
 from tf_autoplace.hw.protocol import measure_placements, wait_for_quiet
-from tf_autoplace.hw.runner import RunConfig
+from tf_autoplace.hw.runner import RunConfig, on_cluster
 from tf_autoplace.hw.verify import verify
 from tf_autoplace.hw.workload import Workload
 from tf_autoplace.pipeline.engine import verification_candidates
@@ -229,7 +229,7 @@ def run_graph(name: str) -> GraphFigures:
         decision = "nothing to verify: auto and the best heuristic chose one task"
         if len(candidates) > 1:
             checked = verify(workload, candidates, steps=VERIFY_STEPS, seed=FLAGS.seed,
-                             config=RunConfig(target=cluster.target))
+                             config=on_cluster(cluster))
             applied = next(c for c in candidates if c.name == checked.decision.applied)
             verified = np.array([names.index(applied.assignment[o]) for o in ops], np.int32)
             decision = f"applied {applied.name}: {checked.decision.reason}"
@@ -243,7 +243,7 @@ def run_graph(name: str) -> GraphFigures:
         assignments[CALIBRATION] = {op: names[reference] for op in ops}
         measured = measure_placements(workload, assignments, steps=FLAGS.steps,
                                       warmup_steps=FLAGS.warmup_steps,
-                                      config=RunConfig(target=cluster.target), seed=FLAGS.seed,
+                                      config=on_cluster(cluster), seed=FLAGS.seed,
                                       max_load=FLAGS.max_load, log=log)
     in_rounds = ProfileCostModel.from_proto(
         with_step(found.profile, "CPU", measured[CALIBRATION].median_s),

@@ -116,3 +116,33 @@ def test_the_commands_warm_up_as_the_runner_does(path):
                 if isinstance(call, ast.Call) and getattr(call.func, "attr", "") ==
                 "DEFINE_integer" and call.args[0].value == "warmup_steps"]
     assert defaults == [runner.WARMUP_STEPS]
+
+
+def test_nothing_is_released_on_a_cluster_while_one_of_its_tasks_is_down():
+    # A Session on a cluster with a task down waits for the task without end: when a ps task
+    # died in the middle of a verification, releasing the measured variables hung the process
+    # (Ctrl-C too). The cleanup must return at once instead.
+    import socket
+    import threading
+
+    import tensorflow as tf
+
+    from tf_autoplace.core.cluster import Cluster
+
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.raw_ops.VarHandleOp(dtype=tf.float32, shape=[2], shared_name="w", container="c")
+    with socket.socket() as alive, socket.socket() as dead:
+        alive.bind(("127.0.0.1", 0))
+        alive.listen()  # accepts connections, answers no RPC: a Session there never starts
+        dead.bind(("127.0.0.1", 0))  # bound, not listening: connections are refused
+        addresses = [f"127.0.0.1:{s.getsockname()[1]}" for s in (alive, dead)]
+        cluster = Cluster.from_tf({"worker": addresses})
+        config = runner.on_cluster(cluster)
+        assert config.target == f"grpc://{addresses[0]}" and config.servers == tuple(addresses)
+        done = threading.Event()
+        threading.Thread(target=lambda: (runner.release_container(
+            graph.as_graph_def(), "c", config), done.set()), daemon=True).start()
+        assert done.wait(60)
+    with pytest.raises(ConfigError, match="servers must be a tuple"):
+        RunConfig(servers=["127.0.0.1:1"])

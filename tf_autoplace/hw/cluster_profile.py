@@ -41,7 +41,7 @@ from tf_autoplace.core.cluster import Cluster, Device
 from tf_autoplace.core.tasks import LinkClass, parse_tasks
 from tf_autoplace.errors import ConfigError, MeasurementError
 from tf_autoplace.hw import profiler, transfers
-from tf_autoplace.hw.runner import RunConfig, check_reachable
+from tf_autoplace.hw.runner import RunConfig, check_reachable, on_cluster
 from tf_autoplace.hw.workload import Workload
 from tf_autoplace.proto import cost_profile_pb2
 
@@ -103,12 +103,12 @@ def profile_cluster(cluster: Cluster, workload: Workload | None = None, *, links
     if links:
         measured, fits = transfers.profile_links(
             cluster, sizes=sizes, hops=hops,
-            config=dataclasses.replace(link_config, target=cluster.target))
+            config=on_cluster(cluster, link_config))
     class_fits = _class_fits(cluster, fits)
     if workload is None:
         return ClusterProfile(cluster=measured, profile=None, link_fits=fits,
                               class_fits=class_fits, task_seconds={})
-    config = dataclasses.replace(op_config, target=cluster.target)
+    config = on_cluster(cluster, op_config)
     home = cluster.target_task()
     reference = home if home is not None else 0
     profiles, totals = {}, {}

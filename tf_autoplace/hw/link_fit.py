@@ -75,7 +75,7 @@ from tf_autoplace.errors import ConfigError
 from tf_autoplace.hw.cluster_profile import ClusterProfile
 from tf_autoplace.hw.profiler import with_step
 from tf_autoplace.hw.protocol import MIN_STEPS, ProtocolResult, measure_placements
-from tf_autoplace.hw.runner import RunConfig
+from tf_autoplace.hw.runner import RunConfig, on_cluster
 from tf_autoplace.hw.workload import Workload
 from tf_autoplace.pipeline.prepare import build_problem
 from tf_autoplace.proto import cost_profile_pb2
@@ -297,7 +297,7 @@ def fit_latency(cluster: Cluster, profile: cost_profile_pb2.CostProfile, meta_gr
                 others[k] = d
                 placements[f"on {cluster.tasks[k].name}"] = np.full(n, d, np.int32)
     names, ops = cluster.names, problem.graph.names
-    config = dataclasses.replace(config or RunConfig(), target=cluster.target)
+    config = on_cluster(cluster, config)
     measured = measure_placements(
         workload, {label: dict(zip(ops, (names[d] for d in devices.tolist())))
                    for label, devices in placements.items()},

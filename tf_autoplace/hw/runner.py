@@ -93,6 +93,10 @@ class RunConfig:
         GPU ops).
       target: run on a TensorFlow cluster: the ``grpc://host:port`` of one of its servers
         (``Cluster.target``); "" runs in this process (module docstring).
+      servers: the ``host:port`` of every task of that cluster (:func:`on_cluster` fills it):
+        before the resources a measured placement left on the servers are released, each must
+        accept a connection, since a Session on a cluster with a task down waits for the task
+        without end (:func:`release_container`); empty: not checked.
       timeout_s: a step (or an init) that takes longer than this many seconds fails with a
         MeasurementError instead of waiting for a server that may have died, or for an input
         the program would have given it (0: no limit).
@@ -109,6 +113,7 @@ class RunConfig:
     soft_placement: bool = False
     target: str = ""
     timeout_s: float = 600.0
+    servers: tuple[str, ...] = ()
 
     def __post_init__(self):
         for field, low in (("steps", 1), ("warmup_steps", 0), ("trace_steps", 0),
@@ -127,6 +132,18 @@ class RunConfig:
         if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) \
                 or not self.timeout_s >= 0:
             raise ConfigError(f"timeout_s must be a number >= 0, got {self.timeout_s!r}")
+        if not (isinstance(self.servers, tuple)
+                and all(isinstance(a, str) and a for a in self.servers)):
+            raise ConfigError(f"servers must be a tuple of 'host:port' strings, got "
+                              f"{self.servers!r}")
+
+
+def on_cluster(cluster, config: RunConfig | None = None) -> RunConfig:
+    """``config`` (default: :class:`RunConfig`'s) set to run on ``cluster``: its ``target``
+    (a TensorFlow cluster's; "" for this process's own devices) and the addresses of its
+    tasks (``servers``)."""
+    return dataclasses.replace(config or RunConfig(), target=cluster.target,
+                               servers=tuple(t.address for t in cluster.tasks if t.address))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -385,7 +402,13 @@ def release_container(graph_def: graph_pb2.GraphDef, container: str, config: Run
     output and a ``container`` attr) is made again by name in a graph of its own and its
     resource destroyed. Ref variables (``VariableV2``, from programs that turn resource
     variables off) have no destroy op and stay. Best effort: a server that cannot be reached
-    any more has nothing to keep."""
+    any more has nothing to keep, and while any task of the cluster (``config.servers``) is
+    down nothing is released (a Session there would wait for that task without end)."""
+    if config.servers:
+        try:
+            check_reachable(config.servers)
+        except MeasurementError:
+            return
     nodes = []
     for node in graph_def.node:
         op_def = op_def_registry.get(node.op)

@@ -31,7 +31,7 @@ import numpy as np
 
 from tf_autoplace.core.problem import PlacementProblem
 from tf_autoplace.errors import ConfigError, MeasurementError
-from tf_autoplace.hw.runner import RunConfig, run
+from tf_autoplace.hw.runner import RunConfig, on_cluster, run
 from tf_autoplace.learning.rollouts import GB, Evaluation
 
 REWARDS = ("simulated", "measured")
@@ -77,8 +77,8 @@ class MeasuredEvaluator:
         self.memory_penalty = float(memory_penalty)
         check_reward("measured", steps)
         # On a cluster of TensorFlow tasks, placements run on its servers (its target).
-        self.config = RunConfig(steps=steps, warmup_steps=WARMUP_STEPS,
-                                target=problem.cluster.target)
+        self.config = on_cluster(problem.cluster,
+                                 RunConfig(steps=steps, warmup_steps=WARMUP_STEPS))
         self.workers = 1
         self.samples = 0
         self.runs = 0

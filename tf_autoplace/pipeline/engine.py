@@ -45,7 +45,7 @@ from tf_autoplace.hw.cluster_profile import profile_cluster
 from tf_autoplace.hw.link_fit import fit_core_group
 from tf_autoplace.hw.measure import measure, runs_here
 from tf_autoplace.hw.profiler import profile_ops, with_profiled_cores
-from tf_autoplace.hw.runner import RunConfig, check_reachable
+from tf_autoplace.hw.runner import check_reachable, on_cluster
 from tf_autoplace.hw.verify import SINGLE, Candidate, verify
 from tf_autoplace.hw.workload import Workload
 from tf_autoplace.learning.eager import policy_context
@@ -202,7 +202,7 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
     if measure_steps:
         t = time.perf_counter()
         report = measure(report, workload, steps=int(measure_steps), seed=int(seed),
-                         config=RunConfig(target=cluster.target))
+                         config=on_cluster(cluster))
         timings["measure"] = time.perf_counter() - t
 
     t = time.perf_counter()  # last: any error above leaves a tf.Graph as it was
@@ -462,7 +462,7 @@ def _verify(report: PlacementReport, problem: PlacementProblem, workload: Worklo
             "verify: the placer, the best heuristic and the graph's own annotations all give "
             "the single-device placement; there was nothing to measure against it",))
     verification = verify(workload, candidates, steps=options.verify, seed=int(options.seed),
-                          config=RunConfig(target=cluster.target))
+                          config=on_cluster(cluster))
     applied = next(c for c in candidates if c.name == verification.decision.applied)
     where = (f"the TensorFlow cluster at {cluster.target}" if cluster.target
              else "this machine")
