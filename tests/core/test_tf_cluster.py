@@ -225,3 +225,14 @@ def test_an_earlier_placement_for_this_machine_is_named_as_such_for_a_cluster():
     graph_def.node[0].device = "/job:chief/task:0/device:CPU:0"
     with pytest.raises(ClusterSpecError, match="for another TensorFlow cluster"):
         check_annotations(graph_def, cluster)
+
+
+@pytest.mark.parametrize("target", ["grpc://localhost:2", "grpc://127.0.0.1:2",
+                                    "grpc://[::1]:2", "grpc://LOCALHOST:2"])
+def test_the_target_task_is_found_whichever_loopback_name_the_target_uses(target):
+    # The target is the worker, named by another name of this machine than its task's: work a
+    # placement keeps on one task goes to the target's (not to ps:0, the first task).
+    cluster = Cluster.from_tf({"ps": ["localhost:1"], "worker": ["127.0.0.1:2"]}, target=target)
+    assert cluster.target_task() == 1
+    other = Cluster.from_tf({"ps": ["localhost:1"], "worker": ["otherhost:2"]}, target=target)
+    assert other.target_task() is None

@@ -119,6 +119,17 @@ def device_spec(name: str):
     return spec
 
 
+_LOOPBACK = {"localhost", "127.0.0.1", "::1", "ip6-localhost"}
+
+
+def _same_host_form(address: str) -> str:
+    """``host:port`` with a loopback host written one way (``localhost``), for comparing."""
+    host, sep, port = address.rpartition(":")
+    if not sep:
+        return address
+    return f"localhost:{port}" if host.strip("[]").lower() in _LOOPBACK else address
+
+
 def same_device(a, b) -> bool:
     """Whether TensorFlow could resolve DeviceSpecs ``a`` and ``b`` to one device: every field
     that both give agrees."""
@@ -448,10 +459,11 @@ class Cluster:
 
     def target_task(self) -> int | None:
         """The index in ``tasks`` of the task whose address the target is (None: no target, or
-        none of the tasks')."""
-        address = self.target.removeprefix("grpc://")
+        none of the tasks'). The loopback names of this machine (``localhost``, ``127.0.0.1``,
+        ``::1``) are one host: a spec may name its target by one and its tasks by another."""
+        address = _same_host_form(self.target.removeprefix("grpc://"))
         for k, task in enumerate(self.tasks):
-            if address and task.address == address:
+            if address and _same_host_form(task.address) == address:
                 return k
         return None
 
