@@ -336,11 +336,12 @@ def test_placement_error_stops_the_run_and_leaves_the_graph(hook, tmp_path):
     assert not (tmp_path / "r.json").exists()
 
 
-def _unknown_batch_graph():
-    """A training graph whose input has no static batch size: only the program can feed it."""
+def _unknown_batch_graph(batch=None):
+    """A training graph whose input has no static batch size (``batch`` None): only the
+    program can feed it."""
     graph = tf.Graph()
     with graph.as_default():
-        x = tf.compat.v1.placeholder(tf.float32, [None, 8], name="x")
+        x = tf.compat.v1.placeholder(tf.float32, [batch, 8], name="x")
         w = tf.compat.v1.get_variable("w", [8, 4])
         loss = tf.reduce_sum(tf.matmul(x, w) ** 2)
         train = tf.compat.v1.train.GradientDescentOptimizer(1e-3).minimize(loss)
@@ -368,6 +369,28 @@ def test_verify_on_a_graph_only_the_program_can_feed(hook, monkeypatch, by_defau
         sess.run(init)
         assert sess.run(loss, feed) > 0 and sess.run(train, feed) is None
     assert _op_devices(graph) == before
+
+
+def test_a_binary_that_verifies_places_and_trains(hook):
+    # Verification runs its Sessions' steps on threads of their own; the hook once took those
+    # Sessions for the user's and waited for the placement that waited for them (deadlock).
+    import faulthandler
+
+    hook(placer="random", cluster="cpu2", verify=15)  # a split to measure
+    graph, x, loss, train = _unknown_batch_graph(batch=4)  # verification can feed it
+    with graph.as_default():
+        init = tf.compat.v1.global_variables_initializer()
+    feed = {x: np.ones((4, 8), np.float32)}
+    faulthandler.dump_traceback_later(300, exit=True)  # a deadlock fails, not hangs, the run
+    try:
+        with tf.compat.v1.Session(graph=graph,
+                                  config=tf.compat.v1.ConfigProto(**CONFIG2)) as sess:
+            sess.run(init)
+            assert sess.run(loss, feed) > 0 and sess.run(train, feed) is None
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    report = ap_flags._placed[graph]
+    assert report is not None and report.verification is not None
 
 
 def test_monitored_session_graph_is_placed_once_before_it_runs(hook):

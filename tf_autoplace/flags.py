@@ -593,9 +593,11 @@ def _write_report(settings: AutoplaceSettings, report, placer) -> None:
 
 
 def _extend_graph(self):
+    from tf_autoplace.hw.runner import is_own_graph  # (TensorFlow is imported by now)
+
     settings = _settings
     if (settings is not None and not getattr(_state, "busy", False)
-            and self.graph not in _placed):
+            and self.graph not in _placed and not is_own_graph(self.graph)):
         _state.busy = True
         try:
             _place_graph(self, settings)

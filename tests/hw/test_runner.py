@@ -146,3 +146,34 @@ def test_nothing_is_released_on_a_cluster_while_one_of_its_tasks_is_down():
         assert done.wait(60)
     with pytest.raises(ConfigError, match="servers must be a tuple"):
         RunConfig(servers=["127.0.0.1:1"])
+
+
+def test_a_session_on_a_cluster_with_a_task_down_is_closed_without_waiting():
+    # Closing a Session on a cluster whose task has died blocks in TensorFlow's C++ until the
+    # task is back (found when a ps task died mid-verify; Ctrl-C could not end it).
+    import socket
+    import threading
+    import time
+
+    release = threading.Event()
+    closed = []
+
+    class _Blocking:
+        def close(self):
+            closed.append(threading.current_thread())
+            release.wait(60)
+
+    with socket.socket() as dead:
+        dead.bind(("127.0.0.1", 0))  # bound, not listening
+        placed = object.__new__(runner.PlacedSession)
+        placed.session = _Blocking()
+        placed.config = RunConfig(target=f"grpc://127.0.0.1:{dead.getsockname()[1]}",
+                                  servers=(f"127.0.0.1:{dead.getsockname()[1]}",))
+        placed._close_session()  # returns at once
+        assert not release.is_set()
+    release.set()
+    for _ in range(200):  # the closing thread has started, or soon will
+        if closed:
+            break
+        time.sleep(0.01)
+    assert closed and closed[0] is not threading.main_thread() and closed[0].daemon

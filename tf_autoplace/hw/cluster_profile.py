@@ -41,7 +41,7 @@ from tf_autoplace.core.cluster import Cluster, Device
 from tf_autoplace.core.tasks import LinkClass, parse_tasks
 from tf_autoplace.errors import ConfigError, MeasurementError
 from tf_autoplace.hw import profiler, transfers
-from tf_autoplace.hw.runner import RunConfig, check_reachable, on_cluster
+from tf_autoplace.hw.runner import RunConfig, check_reachable, on_cluster, own_graph
 from tf_autoplace.hw.workload import Workload
 from tf_autoplace.proto import cost_profile_pb2
 
@@ -164,7 +164,7 @@ def served_devices(spec, *, timeout_s: float = 60.0) -> dict[str, Cluster]:
     tasks, target = parse_tasks(spec)
     config = tf.compat.v1.ConfigProto(operation_timeout_in_ms=int(timeout_s * 1000))
     try:
-        with tf.compat.v1.Session(target, graph=tf.Graph(), config=config) as session:
+        with tf.compat.v1.Session(target, graph=own_graph(), config=config) as session:
             listed = session.list_devices()
     except tf.errors.OpError as e:
         raise MeasurementError(f"the servers at {target} did not list their devices: "

@@ -35,7 +35,7 @@ from tensorflow.core.framework import graph_pb2, types_pb2
 
 from tf_autoplace.errors import ConfigError, MeasurementError
 from tf_autoplace.graph.grappler import V1_CONTROL_FLOW
-from tf_autoplace.hw.runner import PlacedSession, RunConfig, session_config
+from tf_autoplace.hw.runner import PlacedSession, RunConfig, own_graph, session_config
 from tf_autoplace.hw.workload import Workload
 
 _UNFEEDABLE = frozenset({types_pb2.DT_RESOURCE, types_pb2.DT_VARIANT, types_pb2.DT_STRING})
@@ -142,7 +142,7 @@ def time_isolated(node, values: Sequence[np.ndarray], *, copies: int = 16, round
     for name, value, low in (("copies", copies, 1), ("rounds", rounds, 1), ("warmup", warmup, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ConfigError(f"{name} must be an int >= {low}, got {value!r}")
-    graph = tf.Graph()
+    graph = own_graph()
     try:
         with graph.as_default():
             tf.graph_util.import_graph_def(_chain_graph(node, values, copies), name="")

@@ -202,10 +202,30 @@ def session_config(config: RunConfig, device_names=()) -> tf.compat.v1.ConfigPro
     return proto
 
 
+_OWN = "_tf_autoplace_own"  # the attribute that marks a graph as tf_autoplace's own
+
+
+def own_graph(graph: tf.Graph | None = None) -> tf.Graph:
+    """``graph`` (a new one if None) marked as one tf_autoplace runs for itself (a placement
+    measured, a cleanup), which the ``--autoplace`` session hook must never place
+    (:func:`is_own_graph`): a measurement runs its Sessions' steps on threads of their own,
+    where the hook's guard against placing inside a placement, kept per thread, does not
+    hold, and the hook would wait for the placement that is waiting for it."""
+    graph = tf.Graph() if graph is None else graph
+    setattr(graph, _OWN, True)
+    return graph
+
+
+def is_own_graph(graph) -> bool:
+    """Whether :func:`own_graph` marked ``graph``."""
+    return bool(getattr(graph, _OWN, False))
+
+
 def open_session(graph: tf.Graph, config: RunConfig, device_names=()) -> tf.compat.v1.Session:
-    """A v1 Session on ``graph`` as ``config`` says: in this process with the devices of
-    ``device_names``, or on the TensorFlow cluster of ``config.target``."""
-    return tf.compat.v1.Session(config.target, graph=graph,
+    """A v1 Session on ``graph`` (marked :func:`own_graph`) as ``config`` says: in this
+    process with the devices of ``device_names``, or on the TensorFlow cluster of
+    ``config.target``."""
+    return tf.compat.v1.Session(config.target, graph=own_graph(graph),
                                 config=session_config(config, device_names))
 
 
@@ -285,7 +305,7 @@ class PlacedSession:
                 self._step = self.session.make_callable(self._fetches,
                                                         feed_list=list(self._feeds))
         except BaseException:
-            self.session.close()
+            self._close_session()
             self._stop_worker()
             raise
         self._values = list(self._feeds.values())
@@ -311,7 +331,7 @@ class PlacedSession:
             return future.result()
         except BaseException:
             if not future.done():  # interrupted while the step runs: cancel it
-                self.session.close()
+                self._close_session()
                 concurrent.futures.wait([future], timeout=CANCEL_WAIT_S)
             raise
 
@@ -355,8 +375,21 @@ class PlacedSession:
             self._worker.shutdown(wait=False)
             self._worker = None
 
-    def close(self) -> None:
+    def _close_session(self) -> None:
+        """Close the Session; on a cluster with a task down, on a thread that is not waited
+        for: a Session there blocks in ``close`` until the task is back, out of Python's
+        reach (Ctrl-C included)."""
+        if self.config.servers:
+            try:
+                check_reachable(self.config.servers)
+            except MeasurementError:
+                threading.Thread(target=self.session.close, daemon=True,
+                                 name="tf-autoplace-close").start()
+                return
         self.session.close()
+
+    def close(self) -> None:
+        self._close_session()
         self._stop_worker()
         if self.container:
             release_container(self._graph_def, self.container, self.config)
@@ -431,7 +464,7 @@ def release_container(graph_def: graph_pb2.GraphDef, container: str, config: Run
     cleanup.versions.CopyFrom(graph_def.versions)
     cleanup.library.CopyFrom(graph_def.library)
     cleanup.node.extend(nodes)
-    graph = tf.Graph()
+    graph = own_graph()
     try:
         with graph.as_default():
             tf.graph_util.import_graph_def(cleanup, name="")
