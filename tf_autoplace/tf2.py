@@ -832,6 +832,35 @@ def _place_tf2_saved_model(input_dir, options, *, signature, tags):
     return PlacedSavedModel(report=report, write=write)
 
 
+_VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp"})
+
+
+def _check_tf1_variables(input_dir, meta_graph) -> None:
+    """InvalidGraphError unless a TF1 SavedModel whose graph has variables has them in
+    ``variables/``: an index TensorFlow reads, and data shards at least as large as the
+    numeric tensors the index lists (the output copies ``variables/`` as it is, and a missing
+    or truncated checkpoint only fails when the placed model is loaded)."""
+    if not any(node.op in _VARIABLE_OPS for node in meta_graph.graph_def.node):
+        return
+    prefix = os.path.join(input_dir, "variables", "variables")
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        shapes, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
+    except Exception as e:  # noqa: BLE001 - TF's reader on a user's files, in one line
+        raise InvalidGraphError(f"{input_dir!r}: its variables cannot be read "
+                                f"({type(e).__name__}: {' '.join(str(e).split())[:300]}); "
+                                "the placed SavedModel would not load") from e
+    need = sum(int(np.prod(shapes[name], dtype=np.int64)) * dtypes[name].size
+               for name in shapes if dtypes[name] != tf.string)
+    shards = [os.path.join(os.path.dirname(prefix), f)
+              for f in os.listdir(os.path.dirname(prefix)) if f.startswith("variables.data-")]
+    have = sum(os.path.getsize(f) for f in shards)
+    if have < need:
+        raise InvalidGraphError(f"{input_dir!r}: its variables' data holds {have} bytes, and "
+                                f"its index describes {need}: the checkpoint is truncated; "
+                                "the placed SavedModel would not load")
+
+
 def _place_tf1_saved_model(input_dir, proto, options, *, signature, tags):
     wanted = set(tags)
     found = [i for i, mg in enumerate(proto.meta_graphs)
@@ -844,6 +873,7 @@ def _place_tf1_saved_model(input_dir, proto, options, *, signature, tags):
         raise ConfigError(f"{input_dir!r} has no signature {signature!r} in its MetaGraph "
                           f"tagged {sorted(wanted)}; it has {sorted(meta_graph.signature_def)} "
                           "(the whole MetaGraph is placed: no signature needs naming)")
+    _check_tf1_variables(input_dir, meta_graph)
     report = place_graph(meta_graph, options)
     out = saved_model_pb2.SavedModel()
     out.CopyFrom(proto)

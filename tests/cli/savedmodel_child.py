@@ -149,7 +149,20 @@ def main(workdir):
     for shard in glob.glob(os.path.join(truncated, "variables", "*.data*")):
         with open(shard, "r+b") as f:
             f.truncate(10)
-    bad = {"bad_signature": (tf2_in, {"signature": "no_such_signature"}),
+    # The same damage to a TF1 SavedModel, which is placed from its proto without loading.
+    tf1_broken = {}
+    for name, damage in (("tf1_missing_variables", "remove"), ("tf1_truncated_variables", 10),
+                         ("tf1_empty_variables", 0)):
+        tf1_broken[name] = os.path.join(workdir, name + "_in")
+        shutil.copytree(tf1_in, tf1_broken[name])
+        if damage == "remove":
+            shutil.rmtree(os.path.join(tf1_broken[name], "variables"))
+            continue
+        for shard in glob.glob(os.path.join(tf1_broken[name], "variables", "*.data*")):
+            with open(shard, "r+b") as f:
+                f.truncate(damage)
+    bad = {**{name: (src, {}) for name, src in tf1_broken.items()},
+           "bad_signature": (tf2_in, {"signature": "no_such_signature"}),
            "bad_tags": (tf1_in, {"tags": ("train",)}),
            "bad_tf1_signature": (tf1_in, {"signature": "no_such_signature"}),
            "output_exists": (tf2_in, {}),

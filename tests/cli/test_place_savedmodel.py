@@ -75,6 +75,16 @@ def test_broken_input_is_one_error_line_about_the_input(results, case):
     assert "cannot write output" not in lines[0]
 
 
+@pytest.mark.parametrize("case", ["tf1_missing_variables", "tf1_truncated_variables",
+                                  "tf1_empty_variables"])
+def test_a_tf1_savedmodel_whose_variables_are_damaged_is_refused(results, case):
+    # A TF1 SavedModel is placed from its proto, not loaded: its checkpoint is checked, or the
+    # output was written whole and failed only when loaded.
+    assert results[case] == {"rc": 1, "exists": False, "contents": None, "report": False}
+    lines = results[case + "_stderr"].strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "would not load" in lines[0]
+
+
 def test_existing_output_is_not_overwritten(results):
     assert results["output_exists"] == {"rc": 1, "exists": True, "contents": ["keep"],
                                         "report": False}
