@@ -15,6 +15,7 @@ import pytest
 import tf_autoplace
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph.fingerprint import fingerprint
+from tf_autoplace.pipeline import cache as cache_module
 from tf_autoplace.pipeline.cache import PlacementCache, as_cache, default_directory
 from tf_autoplace.placers import AutoPlacer, SavedPlacement
 from tf_autoplace.proto import placement_pb2
@@ -114,13 +115,28 @@ def test_a_truncated_entry_is_ignored_with_a_warning_and_replaced(tmp_path, capl
     assert "it is empty (a truncated file)" in caplog.text
 
 
-def _rewrite(entry, edit):
+def _rewrite(entry, edit, *, checksum=True):
+    """Edit the entry's proto; with ``checksum``, as a writer would have stored it (the
+    checks behind the checksum are what is tested)."""
     proto = placement_pb2.PlacementResult()
     with open(entry, "rb") as f:
         proto.ParseFromString(f.read())
     edit(proto)
+    if checksum:
+        proto.cache_checksum = cache_module._checksum(proto)  # noqa: SLF001
     with open(entry, "wb") as f:
         f.write(proto.SerializeToString())
+
+
+def test_an_entry_whose_bytes_changed_anywhere_is_not_read_back(tmp_path, caplog):
+    # Damage outside what is checked against the graph (a note) still parses and matches:
+    # only the checksum tells it was damaged.
+    _place(tmp_path)
+    (entry,) = _entries(tmp_path)
+    _rewrite(entry, lambda p: p.note.append("a note no writer wrote"), checksum=False)
+    with caplog.at_level(logging.WARNING):
+        assert not _place(tmp_path)[1].from_cache
+    assert "do not match its checksum" in caplog.text
 
 
 @pytest.mark.parametrize("edit,reason", [

@@ -191,6 +191,9 @@ class PlacementCache:
             entry.ParseFromString(data)
         except Exception:  # protobuf raises DecodeError, or others on some damaged inputs
             return self._ignore(path, "it does not parse (a truncated or damaged file)")
+        if entry.cache_checksum != _checksum(entry):
+            return self._ignore(path, "its bytes do not match its checksum (a damaged file, or "
+                                      "one written by an older version)")
         if entry.cache_key != key:
             return self._ignore(path, "it holds another key")
         if entry.graph_fingerprint != graph_fingerprint:
@@ -217,6 +220,7 @@ class PlacementCache:
         out = placement_pb2.PlacementResult()
         out.CopyFrom(entry)
         out.cache_key = key
+        out.cache_checksum = _checksum(out)
         path = self.path(key)
         try:
             private_directory(self.directory, "the placement cache")
@@ -270,3 +274,13 @@ def as_cache(value) -> PlacementCache | None:
         return PlacementCache(value)
     raise ConfigError(f"cache must be True, False, a directory or a "
                       f"tf_autoplace.pipeline.cache.PlacementCache, got {value!r}")
+
+
+def _checksum(entry: placement_pb2.PlacementResult) -> str:
+    """SHA-256 (hex) of ``entry`` serialized deterministically with its ``cache_checksum``
+    empty: a byte of an entry changed anywhere (a note, a figure, not only what is checked
+    against the graph) no longer matches, and the entry is not read back."""
+    copy = placement_pb2.PlacementResult()
+    copy.CopyFrom(entry)
+    copy.ClearField("cache_checksum")
+    return hashlib.sha256(copy.SerializeToString(deterministic=True)).hexdigest()
