@@ -379,13 +379,10 @@ class PlacedSession:
         """Close the Session; on a cluster with a task down, on a thread that is not waited
         for: a Session there blocks in ``close`` until the task is back, out of Python's
         reach (Ctrl-C included)."""
-        if self.config.servers:
-            try:
-                check_reachable(self.config.servers)
-            except MeasurementError:
-                threading.Thread(target=self.session.close, daemon=True,
-                                 name="tf-autoplace-close").start()
-                return
+        if task_down(self.config):
+            threading.Thread(target=self.session.close, daemon=True,
+                             name="tf-autoplace-close").start()
+            return
         self.session.close()
 
     def close(self) -> None:
@@ -423,6 +420,16 @@ def check_reachable(addresses, timeout_s: float = REACH_TIMEOUT_S) -> None:
                                    "start it, or measure without it") from e
 
 
+def task_down(config: RunConfig) -> bool:
+    """Whether a task of the cluster ``config`` runs on (``config.servers``) accepts no
+    connection now; False where it names none."""
+    try:
+        check_reachable(config.servers)
+    except MeasurementError:
+        return True
+    return False
+
+
 def release_container(graph_def: graph_pb2.GraphDef, container: str, config: RunConfig) -> None:
     """Destroy, on the servers at ``config.target``, the resources ``graph_def``'s ops made in
     ``container``: the variables (and tables, ...) of a placement measured there.
@@ -437,11 +444,8 @@ def release_container(graph_def: graph_pb2.GraphDef, container: str, config: Run
     variables off) have no destroy op and stay. Best effort: a server that cannot be reached
     any more has nothing to keep, and while any task of the cluster (``config.servers``) is
     down nothing is released (a Session there would wait for that task without end)."""
-    if config.servers:
-        try:
-            check_reachable(config.servers)
-        except MeasurementError:
-            return
+    if task_down(config):
+        return
     nodes = []
     for node in graph_def.node:
         op_def = op_def_registry.get(node.op)
