@@ -21,11 +21,11 @@ untouched, the process alive and never waiting forever.
 
 The cases run in child processes (tests/fuzz_child.py; the default ones of every family in one
 child, which imports TensorFlow once), so an abort in C++ code fails the test with the case that
-caused it instead of killing pytest. By default 200 graph cases, 40 + 12 + 20 cost graphs,
-policies and cache entries, and 40 + 4 + 6 TensorFlow clusters, Keras models and verified
-placements (no server process is started); ``pytest -m slow`` runs the next 3,100 graph cases
-with the learned placer among the placers, the next 1,000 + 308 + 300 of the next three
-families and 1,000 + 62 + 62 of the last three (the default and slow cases together are the
+caused it instead of killing pytest. By default 100 graph cases, 40 + 6 + 20 cost graphs,
+policies and cache entries, and 20 + 4 + 6 TensorFlow clusters, Keras models and verified
+placements (no server process is started); ``pytest -m slow`` runs the next 3,200 graph cases
+with the learned placer among the placers, the next 1,000 + 314 + 300 of the next three
+families and 1,020 + 62 + 62 of the last three (the default and slow cases together are the
 same whichever share the default runs), and places the base graph on 30 descriptions of two
 local server processes and runs it there.
 """
@@ -125,8 +125,8 @@ def _check_doors(results):
 @pytest.fixture(scope="module")
 def default_cases(repo_root):
     """The default cases of every family, in one child process (one TensorFlow start)."""
-    return _run_child(repo_root, ["graphs:0:200", "cost_graphs:0:40", "policies:0:12",
-                                  "caches:0:20", "tf_clusters:0:40", "keras:0:4", "verify:0:6"],
+    return _run_child(repo_root, ["graphs:0:100", "cost_graphs:0:40", "policies:0:6",
+                                  "caches:0:20", "tf_clusters:0:20", "keras:0:4", "verify:0:6"],
                       timeout=900)
 
 
@@ -144,18 +144,18 @@ def test_tf_clusters_keras_models_and_verified_placements(default_cases):
 
 @pytest.mark.slow
 def test_many_more_damaged_inputs_with_every_placer(repo_root):
-    _check_graphs(_run_child(repo_root, ["graphs:200:3100"], "all", timeout=7200)["graphs"])
+    _check_graphs(_run_child(repo_root, ["graphs:100:3200"], "all", timeout=7200)["graphs"])
 
 
 @pytest.mark.slow
 def test_many_more_damaged_cost_graphs_policies_and_cache_entries(repo_root):
-    _check_others(_run_child(repo_root, ["cost_graphs:40:1000", "policies:12:308",
+    _check_others(_run_child(repo_root, ["cost_graphs:40:1000", "policies:6:314",
                                          "caches:20:300"], "all", timeout=7200))
 
 
 @pytest.mark.slow
 def test_many_more_tf_clusters_keras_models_and_verified_placements(repo_root):
-    _check_doors(_run_child(repo_root, ["tf_clusters:40:1000", "keras:4:62", "verify:6:62"],
+    _check_doors(_run_child(repo_root, ["tf_clusters:20:1020", "keras:4:62", "verify:6:62"],
                             timeout=7200))
 
 

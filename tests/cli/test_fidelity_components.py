@@ -7,9 +7,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+@pytest.mark.slow
 def test_components_prints_the_command_commit_load_and_tables(tmp_path):
     out_json, out_md = tmp_path / "c.json", tmp_path / "c.md"
     args = ["fidelity", "--components", "--component=transfers", "--steps=3",

@@ -389,6 +389,7 @@ def test_save_policy_without_a_fine_tuned_policy_writes_nothing_at_all(tmp_path,
     assert sorted(os.listdir(tmp_path)) == before
 
 
+@pytest.mark.slow
 def test_hdp_saves_its_policy_and_the_next_run_starts_from_it(tmp_path, monkeypatch,
                                                              one_update_hdp):
     monkeypatch.chdir(tmp_path)

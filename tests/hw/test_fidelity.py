@@ -62,6 +62,7 @@ def test_config_is_validated():
         fidelity.Config(max_load=0)
 
 
+@pytest.mark.slow
 def test_a_users_graph_file_is_measured_under_the_protocol(tmp_path):
     from tf_autoplace.testing import small_cnn
 

@@ -212,6 +212,7 @@ def test_the_servers_say_which_devices_each_task_has(cluster):
     assert again.names == cluster.names and again.target == cluster.target
 
 
+@pytest.mark.slow
 def test_every_server_ends_after_the_block_and_after_an_exception_in_it():
     before = set(_servers(os.getpid()))  # the module's cluster
     with local_cluster(1) as one:
@@ -226,6 +227,7 @@ def test_every_server_ends_after_the_block_and_after_an_exception_in_it():
     assert not _alive(pids)
 
 
+@pytest.mark.slow
 def test_every_server_ends_when_its_parent_is_killed(tmp_path):
     script = tmp_path / "parent.py"
     script.write_text("import time\nfrom tf_autoplace.hw import local_cluster\n"

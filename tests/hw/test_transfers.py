@@ -63,6 +63,7 @@ def test_ladder_placements_cut_from_no_edge_to_every_edge():
     assert len({p.tobytes() for p in placements.values()}) == len(placements)
 
 
+@pytest.mark.slow
 def test_the_send_fit_counts_tensorflows_sends_and_fits_the_work_per_send():
     cluster = Cluster.local(num_logical_cpus=2)
     config = RunConfig(steps=3, warmup_steps=1)

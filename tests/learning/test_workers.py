@@ -48,6 +48,7 @@ def _interrupted(context, task):
     return context + task
 
 
+@pytest.mark.slow
 def test_process_workers_leave_ctrl_c_to_the_parent():
     with worker_pool(int, (10,), workers=2) as pool:
         assert pool.map(_interrupted, [1, 2, 3]) == [11, 12, 13]
@@ -108,6 +109,7 @@ def _search(problem, evaluator, legs, kill=None):
     return search
 
 
+@pytest.mark.slow
 def test_ray_search_matches_the_local_one_and_survives_a_killed_worker(local_ray):
     problem = random_problem(250, seed=6, num_gpus=2)
     with Evaluator(problem) as here:

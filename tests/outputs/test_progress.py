@@ -122,6 +122,7 @@ def test_post_reports_its_search():
     assert updates[-1][1] * 1e3 == pytest.approx(placer.stats["curve"][-1][1] * 1e3)
 
 
+@pytest.mark.slow
 def test_hdp_reports_its_search():
     recorder = Recorder()
     placer = HDPPlacer(max_samples=32, samples_per_update=8, heuristics=("m_etf",),
@@ -169,6 +170,7 @@ print("done")
 """ % CPU2
 
 
+@pytest.mark.slow
 def test_a_script_whose_stderr_is_a_file_logs_lines_without_absl_app(tmp_path, repo_root):
     """A plain script (no absl.app, no logging set up) with stderr redirected to a file gets
     the log lines there ("auto": stderr is not a terminal); progress=False writes none. One

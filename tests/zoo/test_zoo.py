@@ -30,9 +30,16 @@ SMALL = {
                        layers=2, width=8), (240, 330)),
 }
 SEQUENCE_MODELS = ("nmt", "rnnlm", "transformer", "wavenet")
-# NASNet-Mobile has full-size cells even at 32x32 pixels: ~10-20 s per build on 2 cores.
-MODELS = [pytest.param(name, marks=pytest.mark.slow) if name == "nasnet" else name
-          for name in zoo.MODELS]
+
+
+def _models(*slow):
+    """zoo.MODELS, those in ``slow`` marked slow. NASNet-Mobile has full-size cells even at
+    32x32 pixels: ~10-20 s per build on 2 cores; the two CNNs take seconds each."""
+    return [pytest.param(name, marks=pytest.mark.slow) if name in slow else name
+            for name in zoo.MODELS]
+
+
+MODELS = _models("nasnet")
 STATEFUL_RANDOM_OPS = {"RandomUniform", "RandomStandardNormal", "TruncatedNormal"}
 
 
@@ -55,7 +62,7 @@ def test_models_are_the_papers_models_and_three_users_kinds():
     assert set(SMALL) == set(zoo.MODELS)
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", _models("nasnet", "resnet50"))
 def test_structure(name):
     model = small(name)
     graph = model.graph
@@ -84,7 +91,7 @@ def test_one_training_step_gives_finite_loss_and_changes_it(name):
     assert after != before
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", _models("nasnet", "resnet50", "inception_v3"))
 def test_same_knobs_give_same_graph_and_seeded_initializers(name):
     model = small(name)
     assert zoo.build(name, **SMALL[name][0]).graph.as_graph_def() == model.graph.as_graph_def()

@@ -252,6 +252,7 @@ def test_network_matches_the_numpy_reference(superposition, attention, hint):
                                rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_segment_recurrence_equals_full_attention_when_one_segment_covers_the_graph():
     graph = graph_features(random_problem(70, seed=5, num_gpus=4))
     weights = _randomize(GdpPolicy(hidden=8, heads=2, segment=16, ffn=12), seed=2).get_weights()

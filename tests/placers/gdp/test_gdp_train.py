@@ -126,6 +126,7 @@ def test_pretraining_keeps_the_checkpoint_that_scored_best_on_validation():
     assert set(results["train_best_ratio"]) == {"x", "y"}
 
 
+@pytest.mark.slow
 def test_corpus_builds_each_graph_once_per_cluster_and_reads_the_cache(tmp_path):
     config = gdp_corpus.CorpusConfig(
         families=("ptb",),

@@ -181,8 +181,8 @@ def _prob_of_device(policy, env, device):
     return float(np.mean(probs))
 
 
-@pytest.mark.parametrize("estimator,discount", [
-    ("reinforce", 1.0), pytest.param("all_actions", 0.0, marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("estimator,discount", [("reinforce", 1.0), ("all_actions", 0.0)])
 def test_untrained_policy_only_prefers_keeping_and_training_moves_towards_the_faster_device(
         estimator, discount):
     # Device 1 runs every op 4x faster: moving any op there shortens the step.
@@ -209,6 +209,7 @@ def _wide_policy(seed, n, max_groups, policy_seed, head_seed):
     return env, policy
 
 
+@pytest.mark.slow
 def test_lockstep_episodes_are_the_episodes_run_one_at_a_time():
     env, policy = _wide_policy(12, 24, 12, policy_seed=3, head_seed=4)
     policy.keep.assign(0.0)
@@ -225,6 +226,7 @@ def test_lockstep_episodes_are_the_episodes_run_one_at_a_time():
     assert any(e.best_score < e.scores[0] for e in together[1:])  # and some improve
 
 
+@pytest.mark.slow
 def test_episodes_traced_without_xla_are_the_same_episodes():
     # The default placer's zero-shot episode runs the forward pass without XLA
     # (jit_compile = False): the same logits to float rounding, the same greedy and sampled
@@ -278,6 +280,7 @@ def test_all_action_episodes_score_every_device_of_every_step():
         assert 0 < moves < env.num_steps and plain.samples == 1 + moves
 
 
+@pytest.mark.slow
 def test_all_action_gradient_is_the_expectation_of_the_reinforce_gradient():
     # One group, one step, three devices: the state does not depend on the action, so the
     # expectation over the action of REINFORCE's gradient can be enumerated.
@@ -524,6 +527,7 @@ def test_shipped_policy_loads_and_places_a_small_graph_validly():
     assert not any("no pretrained policy" in note for note in placement.notes)
 
 
+@pytest.mark.slow
 def test_every_episode_starts_from_the_heuristic_placement():
     rng = np.random.default_rng(9)
     problem = _problem(20, _random_dag(rng, 20))
@@ -559,7 +563,8 @@ def test_tempering_divides_the_logits_and_keeps_the_greedy_episode():
         PlacetoPlacer(temperature=-1.0)
 
 
-@pytest.mark.parametrize("episode_start", ["env", pytest.param("best", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("episode_start", ["env", "best"])
 def test_episodes_start_from_the_incumbent_when_asked(episode_start):
     # A policy that never moves a group, with every action scored: every device of every group
     # is scored from the episode's start placement, so the best placement after one iteration
