@@ -74,6 +74,9 @@ def test_every_form_of_a_tf_cluster_gives_the_same_tasks():
     ({"cluster": {"worker": ["a:1"]}, "task": {"type": "ps", "index": 0}}, "task ps:0 is not"),
     ({"worker": "a:1"}, "must list its tasks"),
     ({"worker": [""]}, "task worker:0 has the address ''"),
+    ({"worker": ["localhost"]}, "task worker:0 has the address 'localhost', which TensorFlow"),
+    ({"ps": ["a:1"], "worker": ["a:x"]}, "task worker:0 has the address 'a:x'"),
+    ({"worker": ["grpc://a:1"]}, "address 'grpc://a:1', which TensorFlow cannot"),
     ({"1worker": ["a:1"]}, "job name '1worker'"),
     ({"worker": {-1: "a:1"}}, "task index -1"),
     ({"worker": {2**70: "a:1"}}, "task index 1180591620717411303424; must be an int in"),
@@ -188,6 +191,8 @@ def test_a_device_without_its_task_is_refused_or_ambiguous():
                 latency=np.zeros((1, 1)), tasks=cluster.tasks)
     with pytest.raises(ClusterSpecError, match="'grpc://host:port'"):
         Cluster.from_tf(TF_CONFIG, devices="cpu2", target="localhost:2222")
+    with pytest.raises(ClusterSpecError, match="target 'grpc://localhost' is not"):
+        Cluster.from_tf(TF_CONFIG, devices="cpu2", target="grpc://localhost")
     with pytest.raises(ClusterSpecError, match="must be one machine's"):
         Cluster.from_tf(TF_CONFIG, devices=cluster)
 
@@ -236,3 +241,25 @@ def test_the_target_task_is_found_whichever_loopback_name_the_target_uses(target
     assert cluster.target_task() == 1
     other = Cluster.from_tf({"ps": ["localhost:1"], "worker": ["otherhost:2"]}, target=target)
     assert other.target_task() is None
+
+
+@pytest.mark.parametrize("address", ["localhost:2", ":1", "[::1]:5", "host.domain:65536",
+                                     "/bns/cell/job/0", "localhost", "localhost:x", "a/b:1",
+                                     "grpc://a:1", "a:", "a:-1", "a:\u0662"])
+def test_a_task_address_is_taken_exactly_when_tensorflows_runtime_takes_it(address):
+    # The rule of TensorFlow's gRPC channel cache, asked of TensorFlow itself: a server whose
+    # cluster lists the address as its other task's starts a Session on it, or refuses it.
+    import tensorflow as tf
+    try:
+        server = tf.distribute.Server({"ps": ["localhost:0"], "worker": [address]},
+                                      job_name="ps", task_index=0, start=False)
+        with tf.compat.v1.Session(server.target):
+            pass
+        tensorflow_takes = True
+    except (tf.errors.InvalidArgumentError, UnicodeError):
+        tensorflow_takes = False
+    if tensorflow_takes:
+        assert Cluster.from_tf({"worker": [address]}, devices="cpu2").tasks[0].address == address
+    else:
+        with pytest.raises(ClusterSpecError, match="TensorFlow cannot connect to"):
+            Cluster.from_tf({"worker": [address]}, devices="cpu2")

@@ -64,6 +64,7 @@ from tf_autoplace.core.tasks import (
     LINK_CLASSES,
     LinkClass,
     Task,
+    is_server_address,
     link_class,
     parse_tasks,
 )
@@ -334,8 +335,9 @@ class Cluster:
         names = [t.name for t in tasks]
         if len(set(names)) != len(names):
             raise ClusterSpecError(f"the cluster lists a task twice: {names}")
-        if not isinstance(self.target, str) or (self.target
-                                                and not self.target.startswith("grpc://")):
+        if not isinstance(self.target, str) or (self.target and not (
+                self.target.startswith("grpc://")
+                and is_server_address(self.target.removeprefix("grpc://")))):
             raise ClusterSpecError(f"target {self.target!r} is not a 'grpc://host:port' address")
         if not tasks:
             return

@@ -97,6 +97,9 @@ class Task:
         if not isinstance(self.address, str):
             raise ClusterSpecError(f"task {self.name} has the address {self.address!r}; must be "
                                    "a 'host:port' string")
+        if self.address and not is_server_address(self.address):
+            raise ClusterSpecError(f"task {self.name} has the address {self.address!r}, which "
+                                   "TensorFlow cannot connect to: it must be 'host:port'")
 
     @property
     def name(self) -> str:
@@ -113,6 +116,19 @@ class Task:
         """The machine of the task's address: its host part, :data:`LOOPBACK` for any loopback
         name, "" when the address is not known."""
         return host_of(self.address)
+
+
+def is_server_address(address: str) -> bool:
+    """Whether TensorFlow's gRPC runtime takes ``address`` as a server's: ``host:port`` with a
+    port that parses as an unsigned 32-bit number and no ``/`` in the host (or a ``/bns/``
+    name), the rule its channel cache applies when a Session or server first uses a cluster.
+    A spec that breaks it places, then fails at the first run on the cluster; so it is refused
+    when it is read."""
+    if address.startswith("/bns/"):
+        return True
+    host, colon, port = address.rpartition(":")
+    return bool(colon) and "/" not in host and port.isascii() and port.isdigit() \
+        and int(port) < 2**32
 
 
 def host_of(address: str) -> str:
