@@ -241,6 +241,12 @@ def errors():
         finally:
             tf.config.set_soft_device_placement(soft)
 
+    def fit_under_a_strategy():  # placed outside the strategy's scope, then fit inside it
+        model = keras3_model()
+        tk.autoplace_model(model, **PLACE)
+        with tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]).scope():
+            model.fit(*data(8), batch_size=8, verbose=0)
+
     uncompiled = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
     cases = {
         "uncompiled": lambda: tk.autoplace_model(uncompiled, **PLACE),
@@ -254,6 +260,7 @@ def errors():
                                              tf.TensorSpec([None, 1]))),
         # TF would fail at the first batch with its own "Unable to find any devices"
         "absent_devices": devices_absent_without_soft_placement,
+        "fit_under_a_strategy": fit_under_a_strategy,
     }
     out = {}
     for name, case in cases.items():

@@ -89,6 +89,7 @@ def test_tf_keras_predict_joins_the_batches_of_an_execution(child):
     ("input_spec", "does not fit the model's first train batch"),
     ("absent_devices", "device:GPU:0, /job:localhost/replica:0/task:0/device:GPU:1) and soft "
                        "device placement is off"),
+    ("fit_under_a_strategy", "train ran under a tf.distribute strategy (MirroredStrategy)"),
 ])
 def test_models_that_cannot_run_placed_steps_are_config_errors(child, case, message):
     got = _result(child, "errors")[case]

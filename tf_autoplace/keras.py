@@ -34,8 +34,9 @@ Not supported (ConfigError at :func:`autoplace_model`): a model not compiled, co
 ``run_eagerly=True`` (nothing is traced) or ``jit_compile=True`` (an XLA cluster runs on one
 device and ignores per-op devices; compile with ``jit_compile=False``, which is also what
 Keras picks on machines without GPUs), created under a ``tf.distribute`` strategy (the
-strategy places the replicas), a Keras 3 backend other than TensorFlow, or ragged or sparse
-batches (the TF2 door's limits).
+strategy places the replicas; a placed model fit, evaluated or predicted inside a strategy's
+scope is a ConfigError at its first batch), a Keras 3 backend other than TensorFlow, or ragged
+or sparse batches (the TF2 door's limits).
 """
 
 from __future__ import annotations
@@ -209,6 +210,11 @@ class _PlacedStep:
         self._placed: list = []  # (spec, placed function), one per batch structure
 
     def __call__(self, data):
+        if tf.distribute.has_strategy():  # the model was placed outside, then run inside one
+            strategy = type(tf.distribute.get_strategy()).__name__
+            raise ConfigError(f"{self._kind} ran under a tf.distribute strategy ({strategy}), "
+                              "which places its replicas itself; run the placed model outside "
+                              "the strategy's scope")
         data = _as_tensors(data)
         for spec, placed in self._placed:
             if _fits(spec, data):
