@@ -317,3 +317,14 @@ def test_a_live_graph_is_not_imported_again_and_a_graph_def_is(monkeypatch):
     live = tf_autoplace.autoplace(graph, cluster=CPU2, placer="m_etf", seed=0)
     assert imported == [1]
     assert live.assignment == from_def.assignment
+
+
+def test_the_keras_and_tf2_doors_are_attributes_after_a_bare_import():
+    # Asked of the package's own attribute hook, so an earlier import of the submodule (which
+    # sets the attribute too) cannot make this pass: after ``import tf_autoplace`` alone,
+    # ``tf_autoplace.keras.autoplace_model`` must work, whatever was used before it.
+    import importlib
+    for door in ("keras", "tf2"):
+        assert tf_autoplace.__getattr__(door) is importlib.import_module(f"tf_autoplace.{door}")
+    with pytest.raises(AttributeError, match="no attribute 'flagz'"):
+        tf_autoplace.__getattr__("flagz")

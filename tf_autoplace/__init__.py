@@ -33,9 +33,14 @@ _LAZY = {
     "Placement": ("tf_autoplace.placers", "Placement"),
     "PlacementReport": ("tf_autoplace.outputs.report", "PlacementReport"),
 }
+# The doors that are modules of their own: ``tf_autoplace.keras.autoplace_model(...)`` works
+# after a bare ``import tf_autoplace``, whatever was used before it.
+_DOORS = ("keras", "tf2")
 
 
 def __getattr__(name):
+    if name in _DOORS:
+        return _import_whole(f"tf_autoplace.{name}")
     if name in _LAZY:
         module, attr = _LAZY[name]
         value = getattr(_import_whole(module), attr)
