@@ -84,6 +84,29 @@ def test_outputs_appear_together_with_the_umask_and_replace_old_ones(tmp_path):
     assert _mode(tmp_path / "model") == 0o750
 
 
+def test_links_at_output_paths_are_replaced_never_followed(tmp_path):
+    # A link to an empty directory where a new directory goes (the check takes it: it reads as
+    # an empty directory) and a link to a file where a file goes: the set is written whole, the
+    # links replaced by the outputs, their targets untouched and nothing left behind.
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "policy").symlink_to("empty")
+    (tmp_path / "target.json").write_bytes(b"old")
+    (tmp_path / "report.json").symlink_to("target.json")
+    for name, directory in (("policy", True), ("report.json", False)):
+        files.check_output_path(tmp_path / name, "--out", directory=directory)
+    outputs = files.Outputs()
+    outputs.add_file(tmp_path / "placed.pb", b"graph")
+    outputs.add_directory(tmp_path / "policy",
+                          lambda d: open(os.path.join(d, "weights"), "wb").close())
+    outputs.add_file(tmp_path / "report.json", b"{}")
+    outputs.commit()
+    assert _listing(tmp_path) == ["empty", "placed.pb", "policy", "report.json", "target.json"]
+    assert not (tmp_path / "policy").is_symlink() and _listing(tmp_path / "policy") == ["weights"]
+    assert not (tmp_path / "report.json").is_symlink()
+    assert (tmp_path / "report.json").read_bytes() == b"{}"
+    assert _listing(tmp_path / "empty") == [] and (tmp_path / "target.json").read_bytes() == b"old"
+
+
 @pytest.mark.parametrize("interrupt", [OSError("disk full"), KeyboardInterrupt(),
                                        SystemExit(143)])
 def test_an_error_or_interrupt_while_writing_leaves_nothing(tmp_path, interrupt):

@@ -7,7 +7,9 @@ this module, with these rules:
   cannot be written: empty, holding a NUL, in a directory that does not exist or is not
   writable, an existing directory where a file goes, or a non-empty directory where a new one
   goes. Missing parent directories are an error rather than created, so a failed or interrupted
-  run never leaves directories of its own behind.
+  run never leaves directories of its own behind. A symbolic link at an output's path is
+  replaced by the output, never followed (a link to an empty directory where a new directory
+  goes, too).
 - **One set, all new or all old.** :meth:`Outputs.commit` writes a run's outputs (the graph, the
   report, the trace, the saved policy, ...) only once everything is computed, as one set, with
   a small journal:
@@ -313,7 +315,10 @@ def _roll_forward(plan: dict) -> None:
         staged, final = item["staged"], item["final"]
         if not _own(staged):
             continue
-        if item["directory"] and os.path.isdir(final) and not os.path.islink(final):
+        if item["directory"] and os.path.islink(final):
+            os.unlink(final)  # a link (to an empty directory: checked) is replaced, as a
+            # file's is; os.replace cannot put a directory over it
+        elif item["directory"] and os.path.isdir(final):
             os.rmdir(final)  # empty (checked): os.replace cannot replace a directory
         os.replace(staged, final)
     _drop_journal(plan)
