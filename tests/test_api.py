@@ -254,6 +254,20 @@ def test_bad_arguments_are_typed_errors_and_graph_untouched(kwargs, error):
     assert _devices(tg.graph) == before
 
 
+def test_a_proto_where_a_path_goes_is_named_in_one_short_line():
+    # A RunMetadata (tens of thousands of characters as text) passed as the cost profile: the
+    # error names its type, not the whole proto.
+    tg = small_cnn()
+    stats = tf.compat.v1.RunMetadata()
+    for i in range(2000):
+        stats.step_stats.dev_stats.add(device=f"/device:CPU:{i}")
+    with pytest.raises(tf_autoplace.ConfigError) as caught:
+        tf_autoplace.autoplace(tg.graph, cluster=CPU2, placer="m_etf", cost_profile=stats)
+    message = str(caught.value)
+    assert "tensorflow.core.protobuf.config_pb2.RunMetadata" in message
+    assert len(message) < 300 and "\n" not in message
+
+
 def test_a_path_with_a_nul_is_an_invalid_graph_error():
     with pytest.raises(tf_autoplace.InvalidGraphError, match="cannot read graph file 'a\\\\x00b"):
         tf_autoplace.autoplace("a\0b.pb", cluster=CPU2, placer="m_etf")

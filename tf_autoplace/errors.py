@@ -51,6 +51,18 @@ class Terminated(KeyboardInterrupt):
     program as Ctrl-C's KeyboardInterrupt does (outputs not yet written are not written)."""
 
 
+def shown(value, limit: int = 100) -> str:
+    """``repr(value)`` for an error message, cut to about ``limit`` characters with the value's
+    type named when it is longer: a message names the offending value, and a proto or a
+    graph passed where a path goes must not make it tens of thousands of characters long."""
+    text = repr(value)
+    if len(text) <= limit and "\n" not in text:
+        return text
+    kind = type(value)
+    excerpt = " ".join(text[:limit].split())  # one line: a proto's text spans many
+    return f"a {kind.__module__}.{kind.__qualname__} ({excerpt}...)"
+
+
 def interrupt_in(error: BaseException) -> KeyboardInterrupt | None:
     """The KeyboardInterrupt (or :class:`Terminated`) that ``error`` stands for: ``error``
     itself, or one in the chain of exceptions it was raised from or while handling, else None.

@@ -22,7 +22,7 @@ import numpy as np
 from tf_autoplace.core.cluster import Cluster, resolve_cluster
 from tf_autoplace.core.problem import Placer
 from tf_autoplace.cost import CostModel
-from tf_autoplace.errors import ConfigError
+from tf_autoplace.errors import ConfigError, shown
 from tf_autoplace.grouping import GroupingConfig
 from tf_autoplace.hw.protocol import check_steps
 from tf_autoplace.outputs.progress import QUIET, Progress, as_progress
@@ -77,26 +77,26 @@ class PlaceOptions:
 
     def __post_init__(self):
         if not isinstance(self.placer, Placer):
-            raise ConfigError(f"placer must be a Placer, got {self.placer!r}")
+            raise ConfigError(f"placer must be a Placer, got {shown(self.placer)}")
         if not (isinstance(self.cluster, Cluster) or self.cluster == "local"):
-            raise ConfigError(f"cluster must be a Cluster or 'local', got {self.cluster!r}")
+            raise ConfigError(f"cluster must be a Cluster or 'local', got {shown(self.cluster)}")
         if not (_is_int(self.seed) and 0 <= self.seed <= MAX_SEED):
             raise ConfigError(f"seed must be an int in [0, 2**63 - 1], got {self.seed!r}")
         if not isinstance(self.grouping, GroupingConfig):
-            raise ConfigError(f"grouping must be a GroupingConfig, got {self.grouping!r}")
+            raise ConfigError(f"grouping must be a GroupingConfig, got {shown(self.grouping)}")
         if self.cost_model is not None and not isinstance(self.cost_model, CostModel):
             raise ConfigError(f"cost_model must be None (Grappler's analytical costs) or a "
-                              f"tf_autoplace.cost.CostModel, got {self.cost_model!r}")
+                              f"tf_autoplace.cost.CostModel, got {shown(self.cost_model)}")
         if self.cost_profile is not None and not isinstance(self.cost_profile,
                                                             (str, os.PathLike)):
             raise ConfigError(f"cost_profile must be the path of a CostProfile file, got "
-                              f"{self.cost_profile!r}")
+                              f"{shown(self.cost_profile)}")
         if self.cost_profile is not None and self.cost_model is not None:
             raise ConfigError("give cost_model or cost_profile, not both")
         if not (_is_int(self.unknown_dim) and self.unknown_dim >= 1):
             raise ConfigError(f"unknown_dim must be an int >= 1, got {self.unknown_dim!r}")
         if self.cache is not None and not isinstance(self.cache, PlacementCache):
-            raise ConfigError(f"cache must be a PlacementCache or None, got {self.cache!r}")
+            raise ConfigError(f"cache must be a PlacementCache or None, got {shown(self.cache)}")
         if not isinstance(self.progress, Progress):
             raise ConfigError(f"progress must be a Progress, got {self.progress!r}")
         if not (_is_int(self.measure_steps) and self.measure_steps >= 0):
