@@ -71,7 +71,23 @@ def test_missing_ops_come_from_the_fallback_model_when_given():
     rest[1, 2] = False
     assert (got[rest & np.isfinite(got)] < 1.0).all()  # nothing else taken from the fallback
     assert np.isinf(got[3, :2]).all()  # no GPU kernel: not "missing", so no fallback either
-    assert model.num_unprofiled_ops == 1
+    assert model.num_unprofiled_ops == 1 and model.unprofiled_kinds == ("CPU",)
+
+
+def test_a_profile_with_no_time_on_the_clusters_kind_of_device_is_another_machines():
+    # Every op timed, on GPUs only, and a cluster of CPUs: with a fallback, every time would
+    # silently be the fallback's. A cluster with one of the kinds takes it (the GPU pairs).
+    gpu_only = "\n".join(line for line in PROFILE.splitlines() if '"CPU"' not in line)
+    cpus = Cluster.uniform([Device("/device:CPU:0", "CPU", 64 * GB),
+                            Device("/device:CPU:1", "CPU", 64 * GB)])
+    fallback = TableCostModel({"GPU": np.full(4, 7.0), "CPU": np.full(4, 3.0)})
+    model = ProfileCostModel.from_text(gpu_only, fallback=fallback)
+    with pytest.raises(ConfigError, match="times this graph's ops on GPU devices only, and the "
+                                          "cluster's devices are CPU: it is another machine's"):
+        model.op_time(_graph(), cpus)
+    got = model.op_time(_graph(), _cluster())
+    assert got[1, 0] == pytest.approx(100e-6) and got[1, 2] == 3.0
+    assert model.unprofiled_kinds == ("CPU",)
 
 
 def test_profile_drives_a_placer():

@@ -174,6 +174,7 @@ class ProfileCostModel(CostModel):
             self._steps[str(kind)] = float(t)
         self.fallback = fallback
         self.num_unprofiled_ops = 0
+        self.unprofiled_kinds: tuple[str, ...] = ()  # the kinds those ops lacked a time on
         self.num_unused = 0
 
     # ------------------------------------------------------------------------- constructors
@@ -343,6 +344,13 @@ class ProfileCostModel(CostModel):
                    if inside else "it is another graph's profile")
                 + "; profile this graph with tf-autoplace profile --graph=..., which does so")
         self._check_sizes(graph)
+        if covered and all(np.isnan(table[k]).all() for k in kinds):
+            timed = sorted({k for name in graph.names for k in self._times.get(name, {})})
+            raise ConfigError(
+                f"the cost profile times this graph's ops on {'/'.join(timed)} devices only, "
+                f"and the cluster's devices are {'/'.join(kinds)}: it is another machine's "
+                "profile; profile on this cluster's kind of device (tf-autoplace profile), or "
+                "place without it")
 
         needed = {}
         for k in kinds:
@@ -354,6 +362,7 @@ class ProfileCostModel(CostModel):
         for k in kinds:
             missing |= needed[k]
         self.num_unprofiled_ops = 0
+        self.unprofiled_kinds = tuple(k for k in kinds if needed[k].any())
         if missing.any() and self.fallback is None:
             ops = np.flatnonzero(missing)
             shown = ", ".join(

@@ -66,7 +66,9 @@ def _profile_notes(profile: ProfileCostModel, path) -> list[str]:
     notes = []
     if profile.num_unprofiled_ops:
         notes.append(f"{profile.num_unprofiled_ops} ops are not in the cost profile "
-                     f"{os.fspath(path)!r}; their times are Grappler's analytical estimates"
+                     f"{os.fspath(path)!r} for this cluster's "
+                     f"{'/'.join(profile.unprofiled_kinds)} devices; their times there are "
+                     "Grappler's analytical estimates"
                      + ("; so its measured step does not scale the op times" if
                         profile.profiled_steps else ""))
     if profile.num_unused:
