@@ -8,6 +8,7 @@ import re
 
 import numpy as np
 import pytest
+from google.protobuf import json_format, text_format
 from tensorflow.core.framework import cost_graph_pb2
 from tensorflow.core.protobuf import config_pb2
 
@@ -280,6 +281,21 @@ def test_a_cost_graph_proto_is_placed_and_any_other_object_is_a_config_error():
     for other in (cost_graph_pb2.CostGraphDef(), config_pb2.RunMetadata(), 3):
         with pytest.raises(ConfigError, match=f"got a .*{type(other).__name__}"):
             tf_autoplace.place_cost_graph(other, cluster=_cluster(), placer="m_etf")
+
+
+@pytest.mark.parametrize("fmt", ["binary", "text", "json"])
+@pytest.mark.parametrize("kind", ["CostGraphDef", "RunMetadata"])
+def test_tensorflows_own_profiling_protos_are_named_as_another_format_in_every_form(fmt, kind):
+    # What a user who ran a FULL_TRACE step has at hand; only the binary form said so before.
+    tf_graph = cost_graph_pb2.CostGraphDef()
+    tf_graph.node.add(name="MatMul", device="/device:CPU:0", compute_cost=12)
+    proto = tf_graph if kind == "CostGraphDef" else config_pb2.RunMetadata(cost_graph=tf_graph)
+    data = {"binary": proto.SerializeToString(),
+            "text": text_format.MessageToString(proto).encode(),
+            "json": json_format.MessageToJson(proto).encode()}[fmt]
+    with pytest.raises(InvalidGraphError, match="TensorFlow's own CostGraphDef .* is another "
+                                                "format: profile the graph with"):
+        costgraph.decode(data, fmt)
 
 
 def test_export_needs_one_time_per_device_kind():

@@ -95,6 +95,22 @@ class CostGraph:
 
 
 # ------------------------------------------------------------------------------ the proto
+_TF_FORMATS_HINT = (
+    "; TensorFlow's own CostGraphDef (RunMetadata.cost_graph) is another format: profile the "
+    "graph with `tf-autoplace profile`, or export a costed graph with "
+    "tf_autoplace.pipeline.prepare.export_cost_graph")
+# The first field of TensorFlow's CostGraphDef, RunMetadata and StepStats in text or JSON form.
+_TF_FIRST_FIELDS = ("node", "cost", "step_stats", "stepStats", "cost_graph", "costGraph",
+                    "partition_graphs", "partitionGraphs", "dev_stats", "devStats")
+
+
+def _looks_like_tensorflows(data: bytes) -> bool:
+    """Whether text or JSON ``data`` starts with a field of one of TensorFlow's own profiling
+    protos (what a user who ran a FULL_TRACE step has at hand)."""
+    head = data[:200].decode("utf-8", "replace").lstrip().lstrip("{").lstrip().lstrip('"')
+    return head.startswith(_TF_FIRST_FIELDS)
+
+
 def from_proto(proto: cost_graph_pb2.CostGraph) -> CostGraph:
     """Read a ``CostGraph`` proto (see module doc for the checks)."""
     if proto.format_version != FORMAT_VERSION:
@@ -102,9 +118,7 @@ def from_proto(proto: cost_graph_pb2.CostGraph) -> CostGraph:
             f"cost graph format_version is {proto.format_version}"
             f"{' (unset)' if proto.format_version == 0 else ''}; this reader knows version "
             f"{FORMAT_VERSION}"
-            + ("; TensorFlow's own CostGraphDef (RunMetadata.cost_graph) is another format: "
-               "profile the graph with `tf-autoplace profile`, or export a costed graph with "
-               "tf_autoplace.pipeline.prepare.export_cost_graph" if proto.format_version == 0 else ""))
+            + (_TF_FORMATS_HINT if proto.format_version == 0 else ""))
     ops = list(proto.op)
     if not ops:
         raise InvalidGraphError("the cost graph has no ops")
@@ -294,7 +308,8 @@ def decode(data: bytes, fmt: str, *, what: str = "the cost graph") -> CostGraph:
             json_format.Parse(data.decode("utf-8"), proto)
     except (_pb_message.DecodeError, text_format.ParseError, json_format.ParseError,
             UnicodeDecodeError) as e:
-        raise InvalidGraphError(f"{what} is not a {fmt} CostGraph: {e}") from e
+        hint = _TF_FORMATS_HINT if fmt != "binary" and _looks_like_tensorflows(data) else ""
+        raise InvalidGraphError(f"{what} is not a {fmt} CostGraph: {e}{hint}") from e
     try:
         return from_proto(proto)
     except InvalidGraphError as e:
