@@ -4,6 +4,7 @@ caches beside the source (tf_autoplace/core/jit.py)."""
 import importlib.util
 import logging
 import os
+import sys
 
 import numba.core.caching
 import pytest
@@ -13,15 +14,30 @@ from tf_autoplace.core import jit
 SOURCE = "def double(x):\n    return 2 * x\n"
 
 
+_MODULES = []  # the names _kernel registered in sys.modules
+
+
+@pytest.fixture(autouse=True)
+def _forget_kernel_modules():
+    yield
+    while _MODULES:
+        sys.modules.pop(_MODULES.pop(), None)
+
+
 def _kernel(src_dir, name):
     """``double`` from a module file in ``src_dir``, freshly imported and decorated (a new
-    dispatcher, as in a new process: its first call reads the disk cache)."""
+    dispatcher, as in a new process: its first call reads the disk cache). The module is in
+    ``sys.modules`` while the test runs, as an imported module is: numba names a kernel's
+    module in its cache entry, and one it cannot import by name made the entry's reading
+    depend on what else the process had run."""
     path = os.path.join(src_dir, "kern.py")
     if not os.path.exists(path):
         with open(path, "w") as f:
             f.write(SOURCE)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    _MODULES.append(name)
     spec.loader.exec_module(module)
     return jit.cached_njit(module.double)
 
