@@ -2,9 +2,10 @@
 hashes to what ``testdata/placement_goldens.json`` recorded (``tools/make_placement_goldens.py``
 writes it; ``tf_autoplace/testing/goldens.py`` says which problems and settings).
 
-The learned placers on the zoo graph and on the larger random DAGs take most of the time and
-run with ``-m slow``; the default suite checks every placer on the smaller random DAG and the
-fast ones everywhere.
+The learned placers on the zoo graph and on the larger random DAGs, and Placeto everywhere
+(its seeds are checked in tests/placers/placeto), take most of the time and run with ``-m
+slow``; the default suite checks the other placers on the smaller random DAG and the fast ones
+everywhere.
 """
 
 import functools
@@ -31,7 +32,8 @@ def _problem(name):
 def _cases():
     for key in sorted(GOLDENS):
         problem_name, placer_name = key.rsplit("/", 1)
-        slow = placer_name in LEARNED and not problem_name.startswith("random_n80")
+        slow = placer_name in LEARNED and not problem_name.startswith("random_n80") or (
+            placer_name == "placeto")  # its search takes seconds; its seeds: test_placeto
         yield pytest.param(problem_name, placer_name, id=key,
                            marks=[pytest.mark.slow] if slow else [])
 

@@ -38,7 +38,8 @@ def _assert_tf_constraints_hold(graph: tf.Graph):
 
 
 @pytest.mark.parametrize("name, knobs, placer", [
-    ("inception_v3", dict(batch=2, image_size=75, num_classes=10), "m_etf"),
+    pytest.param("inception_v3", dict(batch=2, image_size=75, num_classes=10), "m_etf",
+                 marks=pytest.mark.slow),
     pytest.param("inception_v3", dict(batch=2, image_size=75, num_classes=10), "random",
                  marks=pytest.mark.slow),
     ("nmt", SMALL_NMT, "m_etf"),

@@ -48,6 +48,7 @@ def _run(installed, *args):
                           text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_installed_command_helps_and_places_a_small_graph(installed):
     command, env, outside = installed
     assert command.is_file()

@@ -95,6 +95,7 @@ def test_a_training_graph_placed_across_the_servers_runs_with_the_unplaced_loss(
     assert {tf.DeviceSpec.from_string(d).job for d in devices if d} == {"ps", "worker"}
 
 
+@pytest.mark.slow
 def test_verify_measures_the_candidates_on_the_servers(cluster):
     tg = small_cnn()
     report = tf_autoplace.autoplace(tg.graph.as_graph_def(), cluster=cluster, placer="metis",
