@@ -41,25 +41,6 @@ def installed_tf_autoplace():
 def pytest_sessionstart(session):
     if not hasattr(session.config, "workerinput"):  # the controller, not an xdist worker
         session.config.stash[_INSTALLED] = installed_tf_autoplace()
-        _compile_kernels()
-
-
-def _compile_kernels():
-    """Compile the package's numba kernels once, in the controller, before the workers start
-    (xdist starts them after this hook): in a fresh environment the two workers and the
-    child processes they start would each compile the same kernels at the same time (seconds
-    apiece) before the first of them had written its cache entries. With the kernels in the
-    cache already, this takes a second."""
-    from tf_autoplace.placers import AutoPlacer
-    from tf_autoplace.sim.bounds import transfer_path_bound
-    from tf_autoplace.testing import problems
-
-    # The default placer's starts (the heuristics; on GPUs too small for the graph, their
-    # memory repair) and a short search (simulations, the blocks' merges), and the bounds.
-    for gpu_memory in (10 * 2**30, 2**20):
-        problem = problems.random_problem(60, seed=0, gpu_memory=gpu_memory)
-        AutoPlacer(max_samples=40, patience=1, learned=()).propose(problem, seed=0)
-    transfer_path_bound(problem.graph, problem.cluster, problem.op_time)
 
 
 def pytest_sessionfinish(session, exitstatus):
