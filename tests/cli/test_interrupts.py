@@ -197,6 +197,7 @@ print("retry: placed", report.num_ops)
 """
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_the_first_call_loads_its_modules_leaves_later_calls_working(repo_root):
     # An interrupt during the import of numba would leave half-initialised packages in
     # sys.modules; it is held back until the import is whole, then raised.

@@ -35,6 +35,7 @@ def profiled(tmp_path_factory, run_scripts, write_proto):
     return profile, Cluster.from_file(workdir / "local.pbtxt"), stdout
 
 
+@pytest.mark.slow
 def test_the_profile_says_which_ops_ran_and_the_steps_of_the_run(profiled):
     profile, _, _ = profiled
     by_name = {op.name: op for op in profile.op}

@@ -58,6 +58,7 @@ def test_the_manifest_command_uses_repository_relative_paths_only(manifest):
 
 
 @pytest.mark.parametrize("source", ["no flags", "manifest command"])
+@pytest.mark.slow
 def test_the_tool_would_train_with_the_recorded_settings(settings, manifest, source):
     got = settings[source]
     assert resolve_cluster(got["cluster"]).to_proto() == \

@@ -145,6 +145,7 @@ def test_a_placeholder_is_costed_as_before_without_a_made_up_feed():
     assert set(times) <= {n.name for n in meta_graph.graph_def.node}  # no stand-in's Const
 
 
+@pytest.mark.slow
 def test_a_placeholder_too_big_to_allocate_is_infeasible_and_the_process_lives(run_scripts):
     """A [10**9, 4096] float placeholder made Grappler allocate a 16 TB made-up feed while
     costing, and the process died (SIGSEGV); it must be an InfeasiblePlacementError."""

@@ -44,6 +44,7 @@ def _logits(policy, env):
                          pool_masks(env.view.ancestors, current), current).numpy()
 
 
+@pytest.mark.slow
 def test_a_saved_fine_tuned_policy_reloads_with_identical_outputs(tuned):
     problem, placer, directory = tuned
     assert sorted(os.listdir(directory)) == ["manifest.json", "policy.json", "weights.npz"]
@@ -59,6 +60,7 @@ def test_a_saved_fine_tuned_policy_reloads_with_identical_outputs(tuned):
         assert not np.allclose(_logits(loaded, env), _logits(shipped, env))
 
 
+@pytest.mark.slow
 def test_the_manifest_says_what_it_was_tuned_on(tuned):
     problem, placer, directory = tuned
     with open(os.path.join(directory, "manifest.json"), encoding="utf-8") as f:
@@ -72,6 +74,7 @@ def test_the_manifest_says_what_it_was_tuned_on(tuned):
     assert "PlacetoConfig(" in manifest["placer_config"]
 
 
+@pytest.mark.slow
 def test_a_later_placer_starts_from_the_saved_policy(tuned):
     problem, placer, directory = tuned
     again = PlacetoPlacer(fine_tune=False, heuristics=("m_etf",), policy=directory)
@@ -90,6 +93,7 @@ def test_a_later_placer_starts_from_the_saved_policy(tuned):
     assert again.settings() != before
 
 
+@pytest.mark.slow
 def test_saving_replaces_a_policy_and_refuses_anything_else(tuned, tmp_path):
     _, placer, _ = tuned
     target = tmp_path / "p"

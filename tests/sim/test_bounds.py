@@ -214,6 +214,7 @@ def test_lp_beats_the_simple_bound_on_load_bound_problems():
         assert lp.value_s <= best
 
 
+@pytest.mark.slow
 def test_solving_the_lp_prints_nothing(tmp_path, repo_root):
     # HiGHS's Python wrapper prints a banner on stdout the first time a process builds a
     # solver: a line in every user's program output. A fresh process, so that it is the first.

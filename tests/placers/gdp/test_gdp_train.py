@@ -75,6 +75,7 @@ def _setup(num, hint):
     return graphs, [Evaluator(p) for p in problems]
 
 
+@pytest.mark.slow
 def test_a_search_that_follows_its_best_placement_keeps_it_as_the_hint():
     graphs, evaluators = _setup(1, hint=True)
     policy = GdpPolicy(hidden=16, segment=16, hint=True)

@@ -415,6 +415,7 @@ def test_hint_order_runs_through_each_device_in_topological_order():
                                   plain.group_features(labels)[0])
 
 
+@pytest.mark.slow
 def test_the_heuristic_start_places_as_the_hint_before_any_reinforce_step():
     problem = random_problem(80, num_gpus=2, seed=3)
     hint = np.where(np.arange(80) < 35, 0, 1).astype(np.int32)

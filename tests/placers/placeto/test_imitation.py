@@ -30,6 +30,7 @@ def targets():
     return imitation.search_targets(_problems(), SEARCH, samples=40, seed=3, workers=1)
 
 
+@pytest.mark.slow
 def test_search_targets_are_the_searchs_best(targets):
     problems = _problems()
     for a, problem in zip(targets, problems):
@@ -60,6 +61,7 @@ def test_worker_processes_return_results_in_task_order():
 
 
 @pytest.mark.slow
+@pytest.mark.slow
 def test_search_targets_do_not_depend_on_the_workers(targets):
     two = imitation.search_targets(_problems(), SEARCH, samples=40, seed=3, workers=2)
     for a, b in zip(targets, two):
@@ -81,6 +83,7 @@ def test_with_several_searches_the_target_is_the_best_of_them():
         imitation.search_targets([problem], SEARCH, samples=20, seed=5, searches=0)
 
 
+@pytest.mark.slow
 @pytest.mark.slow
 def test_cloning_teaches_the_greedy_episode_to_reach_the_target(targets):
     problem = _problems()[0]
@@ -105,6 +108,7 @@ def test_cloning_teaches_the_greedy_episode_to_reach_the_target(targets):
     np.testing.assert_array_equal(greedy_result(policy), target)
 
 
+@pytest.mark.slow
 @pytest.mark.slow
 def test_the_loss_is_the_target_devices_cross_entropy_with_moving_steps_weighted(targets):
     problem = _problems()[0]
