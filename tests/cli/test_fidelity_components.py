@@ -33,6 +33,7 @@ def test_components_prints_the_command_commit_load_and_tables(tmp_path):
     assert len(transfers["measured_s"]) == 6 and doc["results"]["memory"] == []
 
 
+@pytest.mark.slow
 def test_a_graph_file_that_cannot_be_read_is_one_error_line_before_any_timing(tmp_path):
     bad = tmp_path / "bad.pb"
     bad.write_bytes(b"not a graph")

@@ -163,6 +163,7 @@ def test_the_autoplace_flag_places_for_a_monitored_session_on_a_server(cluster, 
     assert jobs == {"ps", "worker"}
 
 
+@pytest.mark.slow
 def test_profiling_the_servers_gives_links_over_grpc_and_op_costs_per_task(cluster):
     tg = small_cnn(batch=2)
     workload = Workload(graph_def=tg.graph.as_graph_def(), fetches=(tg.train_op,),

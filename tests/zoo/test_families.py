@@ -57,8 +57,8 @@ def test_config_validation():
         families.family_graphs("mnist", TINY)
 
 
-@pytest.mark.parametrize("family", [  # the two larger families' builds take seconds each
-    pytest.param(f, marks=pytest.mark.slow) if f in ("cifar10", "nmt") else f for f in FAMILIES])
+@pytest.mark.slow  # the families' builds take seconds each
+@pytest.mark.parametrize("family", FAMILIES)
 def test_deterministic_and_varied(family):
     graphs = tiny_graphs(family)
     assert [g.name for g in graphs] == [f"{family}_{i}" for i in range(4)]

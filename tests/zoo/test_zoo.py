@@ -62,7 +62,7 @@ def test_models_are_the_papers_models_and_three_users_kinds():
     assert set(SMALL) == set(zoo.MODELS)
 
 
-@pytest.mark.parametrize("name", _models("nasnet", "resnet50"))
+@pytest.mark.parametrize("name", _models("nasnet", "resnet50", "inception_v3"))
 def test_structure(name):
     model = small(name)
     graph = model.graph
