@@ -448,3 +448,24 @@ def test_a_cluster_of_more_devices_than_can_be_placed_on_is_refused_at_once():
         Cluster.uniform(gpus + [Device("/job:w/task:0/device:CPU:0", "CPU", memory_bytes=1)])
     with pytest.raises(ClusterSpecError, match="are one device to TensorFlow"):
         Cluster.uniform(gpus[:-1] + [Device("/device:GPU:0", "GPU", memory_bytes=1)])
+
+
+@pytest.mark.parametrize("setting, env, expected", [
+    (1, None, 1), (0, "1", 1), (0, "-1", 1), (-1, None, 1), (0, "x", None), (0, None, None),
+    (64, None, None)])
+def test_local_core_group_follows_the_inter_op_pool(monkeypatch, setting, env, expected):
+    """A program that limits TensorFlow's inter-op pool (``set_inter_op_parallelism_threads``,
+    ``TF_NUM_INTEROP_THREADS``; negative: the caller's thread) runs that many ops at once, not
+    one per core: the local cluster's core group says so (None: the host's cores)."""
+    import tensorflow as tf
+
+    monkeypatch.setattr(tf.config.threading, "get_inter_op_parallelism_threads",
+                        lambda: setting)
+    if env is None:
+        monkeypatch.delenv("TF_NUM_INTEROP_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("TF_NUM_INTEROP_THREADS", env)
+    cluster = Cluster.local(num_logical_cpus=2)
+    host_cores = cluster.devices[0].num_cores
+    assert cluster.core_groups == (("host", expected or host_cores),)
+    assert cluster.executors()[1].tolist() == [expected or host_cores]

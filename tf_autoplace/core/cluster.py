@@ -670,7 +670,9 @@ class Cluster:
           and its cores and clock as TensorFlow reads them (:func:`_tf_device_properties`), and
           all of them form one core group, ``"host"``, with the host's cores: TensorFlow runs
           every CPU device of a process on one thread pool of that many threads, so N logical
-          CPUs run no more ops at once than one does (module docstring).
+          CPUs run no more ops at once than one does (module docstring). Where the program
+          made that pool smaller (:func:`inter_op_threads`), the group has that many cores:
+          the pool, not the host, then bounds how many ops run at once.
         * **GPUs** (only with ``num_logical_cpus == 0``): each with its name and compute
           capability (``tf.config.experimental.get_device_details``), the memory TensorFlow
           may use on it (``memory_limit``), and its streaming multiprocessors, clock and memory
@@ -689,6 +691,8 @@ class Cluster:
         cpu = props.get("CPU:0")
         cores = int(cpu.num_cores) if cpu is not None and cpu.num_cores > 0 else \
             (os.cpu_count() or 1)
+        threads = inter_op_threads()
+        group_cores = min(cores, threads) if threads else cores
         mhz = int(cpu.frequency) if cpu is not None and cpu.frequency > 0 else 2000
         total = _host_memory_bytes()
         devices = [
@@ -701,7 +705,7 @@ class Cluster:
             devices += _local_gpus(props)
         # Logical devices on one host exchange tensors through host memory.
         return cls.uniform(devices, bandwidth_gbps=10.0, latency_us=5.0,
-                           core_groups=[(HOST_CORE_GROUP, cores)])
+                           core_groups=[(HOST_CORE_GROUP, group_cores)])
 
     def to_proto(self) -> cluster_pb2.ClusterSpec:
         spec = cluster_pb2.ClusterSpec(op_overhead_us=self.op_overhead_s * 1e6)
@@ -828,6 +832,27 @@ def _tf_device_properties() -> dict:
         kind, _, index = named.name.rpartition("device:")[2].partition(":")
         out[f"{kind.upper()}:{index}"] = named.properties
     return out
+
+
+def inter_op_threads() -> int:
+    """How many ops TensorFlow's inter-op thread pool runs at once in this process, where the
+    program limited it; 0 where it did not (the pool then has a thread per core).
+
+    A Session created without a config takes the process's threading settings
+    (``tf.config.threading.set_inter_op_parallelism_threads``), and so do ``tf.function`` and
+    eager ops; without a setting TensorFlow reads ``TF_NUM_INTEROP_THREADS``. A negative
+    setting (or variable) runs every op in the caller's thread: one at a time. A Session given its own
+    ``ConfigProto`` is not seen here (describe its cores with a cluster spec).
+    """
+    import tensorflow as tf  # TF only at the edge
+
+    setting = int(tf.config.threading.get_inter_op_parallelism_threads())
+    if setting == 0:
+        try:
+            setting = int(os.environ.get("TF_NUM_INTEROP_THREADS", "0"))
+        except ValueError:  # TensorFlow ignores a value it cannot read
+            setting = 0
+    return 1 if setting < 0 else setting
 
 
 def _local_gpus(props: dict) -> list[Device]:
