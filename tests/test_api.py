@@ -342,3 +342,21 @@ def test_the_keras_and_tf2_doors_are_attributes_after_a_bare_import():
         assert tf_autoplace.__getattr__(door) is importlib.import_module(f"tf_autoplace.{door}")
     with pytest.raises(AttributeError, match="no attribute 'flagz'"):
         tf_autoplace.__getattr__("flagz")
+
+
+def test_a_core_group_wider_than_this_process_is_named_in_the_notes(monkeypatch):
+    """Placing for the shipped ``cpu2`` spec (a 2-core host) in a process limited to one core
+    (``taskset -c 0``, faked) predicts concurrency the graph would not get here: the notes
+    say so. With the cores it describes, nothing is said."""
+    from tf_autoplace.pipeline import engine
+
+    graph_def = small_cnn().graph.as_graph_def()
+    monkeypatch.setattr(engine, "inter_op_threads", lambda: 0)  # TensorFlow's default pool
+    monkeypatch.setattr(engine, "available_cpus", lambda: 2)
+    quiet = tf_autoplace.autoplace(graph_def, cluster="cpu2", placer="m_etf")
+    assert not [n for n in quiet.notes if "core group" in n], quiet.notes
+    monkeypatch.setattr(engine, "available_cpus", lambda: 1)
+    noted = tf_autoplace.autoplace(graph_def, cluster="cpu2", placer="m_etf")
+    said = [n for n in noted.notes if "core group" in n]
+    assert len(said) == 1 and "runs 2 ops at once, but this process runs at most 1" in said[0]
+    assert noted.assignment == quiet.assignment  # a note, nothing else

@@ -33,6 +33,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from tf_autoplace.core.cluster import Cluster, inter_op_threads
 from tf_autoplace.core.problem import (Placement, PlacementProblem, Placer, check_placement,
                                        validate)
 from tf_autoplace.cost import AnalyticalCostModel
@@ -49,6 +50,7 @@ from tf_autoplace.hw.runner import check_reachable, on_cluster
 from tf_autoplace.hw.verify import SINGLE, Candidate, verify
 from tf_autoplace.hw.workload import Workload
 from tf_autoplace.learning.eager import policy_context
+from tf_autoplace.learning.rollouts import available_cpus
 from tf_autoplace.outputs.report import PlacementReport, device_loads
 from tf_autoplace.outputs.timeline import TimelineData
 from tf_autoplace.pipeline.cache import PlacementCache
@@ -59,6 +61,27 @@ from tf_autoplace.rewrite import (apply_to_graph, apply_to_graph_def, check_anno
                                   other_task, replaced_devices, sessions)
 from tf_autoplace.sim import lp_lower_bound
 from tf_autoplace.core.jit import interruptible
+
+
+def _core_notes(cluster: Cluster) -> list[str]:
+    """A note for each core group of this machine's CPU devices (a cluster of no servers) that
+    has more cores than this process can run ops on at once: its CPU affinity (``taskset``)
+    or a smaller inter-op pool (:func:`~tf_autoplace.core.cluster.inter_op_threads`). A spec
+    may describe another machine, so this is a note, not an error; run here, the placement
+    would get less concurrency than it was predicted with."""
+    if cluster.target:
+        return []
+    threads = inter_op_threads()
+    here = min(available_cpus(), threads) if threads else available_cpus()
+    notes = []
+    for name, cores in cluster.core_groups:
+        members = [i for i, d in enumerate(cluster.devices) if d.core_group == name]
+        if cores > here and runs_here(cluster.subset(members), local_gpus=0):
+            notes.append(f"the cluster's core group {name!r} runs {cores} ops at once, but this "
+                         f"process runs at most {here} (its CPU affinity and inter-op threads): "
+                         "if the graph runs here, its step is predicted with concurrency it "
+                         "will not get (cluster=\"local\" describes this process)")
+    return notes
 
 
 def _profile_notes(profile: ProfileCostModel, path) -> list[str]:
@@ -163,6 +186,7 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
         problem = dataclasses.replace(problem, workload=workload)
     if kernels.gpu_kernel_note() and any(d.kind == "GPU" for d in problem.cluster.devices):
         notes.append(kernels.gpu_kernel_note())
+    notes += _core_notes(problem.cluster)
     if cost_profile is not None:
         notes += _profile_notes(cost_model, cost_profile)
     if profiled_here:
