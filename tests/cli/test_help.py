@@ -115,3 +115,16 @@ def test_profile_refuses_transfer_steps_below_one_when_parsing_its_flags(repo_ro
         assert (proc.returncode == 0) == ok, proc.stderr
         if not ok:
             assert "flag --transfer_steps=" in proc.stderr and "positive" in proc.stderr
+
+
+@pytest.mark.parametrize("argv", [["profile", "--steps=abc"], ["place", "--seed=x"],
+                                  ["benchmark", "--budget_s=soon"]])
+def test_a_flag_value_absl_cannot_read_fails_before_tensorflow(argv, repo_root):
+    """absl's own message and status 1, at once: not after seconds of importing TensorFlow."""
+    proc = subprocess.run([sys.executable, "-c", WRAPPER, *argv], cwd=repo_root,
+                          env=_env(repo_root), text=True, capture_output=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout.rsplit("IMPORTED", 1)[1].strip() == "[]"
+    flag = argv[1].partition("=")[0]
+    assert proc.stderr.startswith(f"FATAL Flags parsing error: flag {argv[1]}: "), proc.stderr
+    assert flag in proc.stderr and "Traceback" not in proc.stderr

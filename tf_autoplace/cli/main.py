@@ -112,21 +112,27 @@ def _help(name: str, full: bool) -> int:
 
 
 def _check_early(flags_module) -> int | None:
-    """Run the flags module's ``check()``, if it has one, on ``sys.argv``'s flags before the
-    command's module (and TensorFlow) is imported: a wrong setting of a long command (a
-    trainer, the benchmark) is one ``error:`` line at once, not after seconds of loading.
-    Returns 1 when a check fails, None otherwise. A command line absl cannot parse is left to
-    ``app.run``, which says why; the flags are unparsed again either way, since ``app.run``
-    parses them once more (a repeated flag would otherwise count twice)."""
-    check = getattr(flags_module, "check", None)
-    if check is None:
-        return None
+    """Parse ``sys.argv``'s flags and run the flags module's ``check()``, if it has one, before
+    the command's module (and TensorFlow) is imported: a wrong setting of a long command (a
+    trainer, the benchmark) is one line at once, not after seconds of loading. A value absl
+    cannot parse (``--steps=abc``) gets absl's own message and status 1 here; an unknown flag
+    is left to ``app.run``, since TensorFlow defines flags of its own when it is imported.
+    Returns 1 when a value or a check fails, None otherwise.
+    The flags are unparsed again either way, since ``app.run`` parses them once more (a
+    repeated flag would otherwise count twice)."""
     try:
         flags.FLAGS(sys.argv)
-    except flags.Error:
+    except flags.UnrecognizedFlagError:
         return None
+    except flags.Error as e:
+        flags.FLAGS.unparse_flags()
+        print(f"FATAL Flags parsing error: {e}\nPass --helpshort or --helpfull to see help on "
+              "flags.", file=sys.stderr)  # absl's words (app.parse_flags_with_usage)
+        return 1
+    check = getattr(flags_module, "check", None)
     try:
-        check()
+        if check is not None:
+            check()
     except AutoplaceError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
