@@ -280,6 +280,33 @@ def test_serve_local_writes_the_spec_serves_and_ends_everything_on_sigterm(tmp_p
     assert not _alive(pids)
 
 
+@pytest.mark.slow
+def test_serve_local_ends_when_a_server_of_its_own_stops(tmp_path):
+    """A server killed while serve-local serves (out of memory, by hand): the command ends
+    with an error naming the task, removes the spec and ends the other servers, rather than
+    serving a spec with a dead task in it."""
+    spec = tmp_path / "cluster.pbtxt"
+    command = subprocess.Popen(
+        [sys.executable, "-m", "tf_autoplace.cli", "serve-local", "--tasks=2",
+         f"--out_cluster={spec}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    try:
+        assert command.stdout.readline().startswith(b"serving worker:0, worker:1")
+        pids = _servers(command.pid)
+        assert len(pids) == 2
+        os.kill(pids[0], signal.SIGKILL)
+        _, err = command.communicate(timeout=HANG_GUARD_S)
+    finally:
+        if command.poll() is None:
+            command.kill()
+            command.communicate()
+    assert command.returncode == 1, err
+    errors = [line for line in err.decode().splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "the server of task worker:" in errors[0], err
+    assert "has stopped" in errors[0] and str(spec) in errors[0], err
+    assert not spec.exists()
+    assert not _alive(pids)
+
+
 @pytest.mark.parametrize("tasks,cores,expected,shared", [
     (2, [0, 1], [(0,), (1,)], False),
     (2, [0, 1, 2, 3], [(0, 1), (2, 3)], False),

@@ -9,7 +9,10 @@ and the command says so), as ``tf_autoplace.hw.local_cluster`` does. Once every 
 it writes the cluster as a text ``ClusterSpec`` (``protos/cluster.proto``: the tasks' devices,
 the links between them, the tasks and the ``target`` a Session connects to) to
 ``--out_cluster``, prints the target, and serves until Ctrl-C or SIGTERM. Then every server
-process ends and ``--out_cluster`` is removed: it describes servers that no longer run.
+process ends and ``--out_cluster`` is removed: it describes servers that no longer run. A
+server that stops on its own (killed, out of memory) ends the command the same way, with an
+``error:`` line naming the task and status 1: a spec that names a dead server would make
+every placement on it fail later, far from the cause.
 
 From another shell, while it serves: place on it (``tf-autoplace place --cluster=cluster.pbtxt``,
 ``--autoplace_cluster=cluster.pbtxt`` in a training binary whose session target is the
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import sys
 import time
 
@@ -40,6 +44,7 @@ from tf_autoplace.hw.local_cluster import local_cluster
 from tf_autoplace.outputs.files import Outputs, check_output_path
 
 FLAGS = flags.FLAGS  # this command's flags: tf_autoplace.cli.serve_local_flags
+POLL_S = 1.0  # how often the servers are checked while serving
 
 
 def main(argv):
@@ -68,14 +73,16 @@ def main(argv):
                     print(note.replace("# ", "").strip())
                 print(f"serving {', '.join(t.name for t in cluster.tasks)} at {cluster.target}; "
                       f"wrote {path}; Ctrl-C ends every server", flush=True)
-                _serve()
+                stopped = _serve(cluster.tasks)
             finally:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
     except AutoplaceError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    return 0  # serving ends only by a signal, which tf_autoplace.cli.main reports (130/143)
+    # Serving ends by a signal (which tf_autoplace.cli.main reports: 130/143) or a task's end.
+    print(f"error: {stopped}; every server has ended and {path} was removed", file=sys.stderr)
+    return 1
 
 
 def _sharing(cluster) -> dict[str, set]:
@@ -86,8 +93,19 @@ def _sharing(cluster) -> dict[str, set]:
     return {group: names for group, names in tasks.items() if group and len(names) > 1}
 
 
-def _serve() -> None:
-    """Wait until a signal ends the command (Ctrl-C, SIGTERM: an interrupt that leaves the
-    servers' block, which ends them, and that tf_autoplace.cli.main reports in one line)."""
+def _serve(tasks) -> str:
+    """Serve until a signal ends the command (Ctrl-C, SIGTERM: an interrupt that leaves the
+    servers' block, which ends them, and that tf_autoplace.cli.main reports in one line) or
+    a server of ``tasks`` refuses connections (its process has ended); returns which. A
+    connection that times out is not taken for an end: a loaded server may be slow to accept."""
     while True:
-        time.sleep(3600)
+        time.sleep(POLL_S)
+        for task in tasks:
+            host, _, port = task.address.rpartition(":")
+            try:
+                with socket.create_connection((host, int(port)), timeout=POLL_S):
+                    pass
+            except TimeoutError:
+                continue
+            except OSError as e:
+                return f"the server of task {task.name} ({task.address}) has stopped ({e})"
