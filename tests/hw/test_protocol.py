@@ -12,7 +12,7 @@ from tf_autoplace.errors import ConfigError
 from tf_autoplace.hw import protocol
 from tf_autoplace.hw.protocol import (MIN_STEPS, ProtocolResult, StepTimes, check_steps,
                                       median_interval)
-from tf_autoplace.hw.verify import SINGLE, Candidate, confirm, decide
+from tf_autoplace.hw.verify import ANNOTATED, SINGLE, Candidate, confirm, decide, kept
 
 
 def test_the_interval_holds_the_median_and_narrows_with_more_steps():
@@ -141,7 +141,8 @@ def test_a_split_is_applied_only_if_new_sessions_confirm_it():
     assert "confirmed: measured again in new sessions: auto 8100.00 ms" in kept.reason
     # Not faster beyond noise the second time: the single device.
     tie = confirm(chosen, first, _result(**{"auto": (8.2, 8.0, 9.9), SINGLE: (9.9, 9.8, 10.1)}))
-    assert tie.applied == SINGLE and "not faster beyond noise in both" in tie.reason
+    assert tie.applied == SINGLE
+    assert "not faster than the single device beyond noise in both" in tie.reason
     # The single device's two sessions disagree (one was a slow session): the gain is within
     # what sessions of one placement differ by, whatever the second comparison says.
     slow = confirm(chosen, first, _result(**{"auto": (7.0, 6.9, 7.1), SINGLE: (8.5, 8.4, 8.6)}))
@@ -250,3 +251,67 @@ def test_the_load_is_read_after_the_warm_up_and_after_the_timed_rounds(monkeypat
                                          max_load=1.0)
     assert (result.load_before, result.load_after) == (0.8, 1.3)
     assert result.quiet
+
+
+OWN = _candidate(ANNOTATED, 2, 4)
+
+
+def test_the_users_own_placement_is_kept_unless_a_split_is_confirmed_faster_than_it():
+    """What the user had (the graph's own annotations) measured faster than one device: it is
+    what a failed confirmation falls back to, not the single device, and a split replaces it
+    only when measured faster than it in new sessions too."""
+    first = _result(**{ANNOTATED: (5.0, 4.9, 5.1), SINGLE: (6.0, 5.9, 6.1),
+                       "auto": (5.5, 5.4, 5.6)})
+    assert kept([SPLIT, OWN, ONE], first) == ANNOTATED
+    chosen = decide([SPLIT, OWN, ONE], first)
+    assert chosen.applied == ANNOTATED  # the fastest: no new sessions needed to keep it
+    # A split measured faster than the user's own placement: confirmed against it.
+    first = _result(**{ANNOTATED: (5.0, 4.9, 5.1), SINGLE: (6.0, 5.9, 6.1),
+                       "auto": (4.0, 3.9, 4.1)})
+    chosen = decide([SPLIT, OWN, ONE], first)
+    assert chosen.applied == "auto" and kept([SPLIT, OWN, ONE], first) == ANNOTATED
+    again = _result(**{ANNOTATED: (5.0, 4.9, 5.1), "auto": (4.0, 3.9, 4.1)})
+    assert confirm(chosen, first, again, baseline=ANNOTATED).applied == "auto"
+    # Not confirmed (the user's placement's two sessions differ): the user's, not one device.
+    drifted = _result(**{ANNOTATED: (4.5, 4.4, 4.6), "auto": (4.0, 3.9, 4.1)})
+    fell = confirm(chosen, first, drifted, baseline=ANNOTATED)
+    assert fell.applied == ANNOTATED and "the graph's own placement" in fell.reason
+    tie = confirm(chosen, first, _result(**{ANNOTATED: (5.0, 4.9, 5.1), "auto": (4.1, 3.9, 5.0)}),
+                  baseline=ANNOTATED)
+    assert tie.applied == ANNOTATED and f"not faster than {ANNOTATED!r}" in tie.reason
+    # The user's placement not faster than one device beyond noise: the single device is kept.
+    slow_own = _result(**{ANNOTATED: (6.0, 5.8, 6.2), SINGLE: (6.0, 5.9, 6.1),
+                          "auto": (4.0, 3.9, 4.1)})
+    assert kept([SPLIT, OWN, ONE], slow_own) == SINGLE
+    with pytest.raises(ConfigError, match=f"only a candidate other than the {ANNOTATED}"):
+        confirm(decide([OWN, ONE], _result(**{ANNOTATED: (5.0, 4.9, 5.1), SINGLE: (6.0, 5.9,
+                                                                              6.1)})),
+                first, again, baseline=ANNOTATED)
+
+
+def test_verify_falls_back_to_what_the_user_had(monkeypatch):
+    """verify() itself, its measurements scripted: the helper that found it fed the user's
+    placement measured faster than one device in both sets of sessions, the single device's
+    two sessions apart, and got the single device applied."""
+    from tf_autoplace.hw import verify as verify_module
+
+    script = []
+    monkeypatch.setattr(verify_module, "measure_placements",
+                        lambda workload, assignments, **kw: script.pop(0))
+    own_fastest = _result(**{ANNOTATED: (5.0, 4.9, 5.1), SINGLE: (6.0, 5.9, 6.1),
+                             "auto": (5.5, 5.4, 5.6)})
+    script[:] = [own_fastest]
+    v = verify_module.verify(None, [SPLIT, OWN, ONE], steps=15)
+    assert v.decision.applied == ANNOTATED and v.confirmation is None
+    assert "kept without new sessions" in v.decision.reason
+    split_fastest = _result(**{ANNOTATED: (5.0, 4.9, 5.1), SINGLE: (6.0, 5.9, 6.1),
+                               "auto": (4.0, 3.9, 4.1)})
+    script[:] = [split_fastest, _result(**{ANNOTATED: (4.5, 4.4, 4.6), "auto": (4.0, 3.9, 4.1)})]
+    v = verify_module.verify(None, [SPLIT, OWN, ONE], steps=15)
+    assert v.decision.applied == ANNOTATED and v.confirmation is not None
+    assert not script  # measured twice, the second time the split against the user's own
+    # Without a placement of the user's, a split is confirmed against one device, as before.
+    script[:] = [_result(**{SINGLE: (6.0, 5.9, 6.1), "auto": (4.0, 3.9, 4.1)}),
+                 _result(**{SINGLE: (6.0, 5.9, 6.1), "auto": (4.0, 3.9, 4.1)})]
+    v = verify_module.verify(None, [SPLIT, ONE], steps=15)
+    assert v.decision.applied == "auto" and "confirmed" in v.decision.reason

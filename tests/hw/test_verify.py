@@ -13,7 +13,7 @@ import tf_autoplace
 from tf_autoplace import Cluster
 from tf_autoplace import flags as ap_flags
 from tf_autoplace.errors import ConfigError
-from tf_autoplace.hw.verify import SINGLE, confirm, decide
+from tf_autoplace.hw.verify import SINGLE, confirm, decide, kept
 from tf_autoplace.testing import small_cnn
 
 
@@ -36,8 +36,9 @@ def test_the_applied_candidate_is_the_decision_rules_for_what_was_measured(verif
     names = [c.name for c in v.candidates]
     assert SINGLE in names and "random" in names
     expected = decide(v.candidates, v.measured)
-    if expected.applied != SINGLE:  # confirmed (or not) in new sessions
-        expected = confirm(expected, v.measured, v.confirmation)
+    baseline = kept(v.candidates, v.measured)
+    if expected.applied not in (SINGLE, baseline):  # confirmed (or not) in new sessions
+        expected = confirm(expected, v.measured, v.confirmation, baseline=baseline)
     else:
         assert v.confirmation is None
     assert expected == v.decision

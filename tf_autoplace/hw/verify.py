@@ -14,11 +14,16 @@ with bootstrap intervals, the load recorded), and :func:`decide` picks the one t
    *simplest* is applied: fewest devices used, then fewest tensors crossing devices, then the
    smaller median. The single-device placement uses one device and sends nothing, so it wins
    every tie it is in;
-4. a placement other than the single device is applied only if it is **confirmed in new
-   sessions** (:func:`confirm`): it and the single-device placement are measured again, each in
-   a Session of its own, and the candidate must again be faster beyond noise, every interval of
-   it below every interval of the single device, and each placement's two sessions must agree
-   with each other (intervals that overlap). Otherwise the single-device placement is applied.
+4. a placement other than what the user keeps without it (:func:`kept`: the placement the
+   graph's own device annotations give, :data:`ANNOTATED`, where it measured faster than one
+   device beyond noise; else the single device) is applied only if it is **confirmed in new
+   sessions** (:func:`confirm`): it and the kept placement are measured again, each in a
+   Session of its own, and the candidate must again be faster beyond noise, every interval of
+   it below every interval of the kept one, and each placement's two sessions must agree with
+   each other (intervals that overlap). Otherwise the kept placement is applied. So a user's
+   own placement is never replaced by one measured slower than it, nor by the single device
+   when it measured faster than that; it is itself applied without new sessions, since
+   keeping it changes nothing the user ran.
 
 Why the second set of sessions: an interval covers the noise of steps within one Session, not
 the difference between Sessions. Two Sessions of the *same* placement, interleaved in one
@@ -44,6 +49,7 @@ from tf_autoplace.hw.runner import RunConfig
 from tf_autoplace.hw.workload import Workload
 
 SINGLE = "single device"
+ANNOTATED = "as the graph was annotated"  # the candidate that is the user's own placement
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -90,8 +96,8 @@ class Verification:
       measured: their step times under the protocol.
       decision: the applied candidate and why.
       confirmation: the second measurement of the candidate the first one chose and of the
-        single device, in new Sessions (:func:`confirm`); None when the first chose the single
-        device.
+        kept placement (:func:`kept`), in new Sessions (:func:`confirm`); None when the first
+        chose the kept placement or the single device.
     """
 
     candidates: tuple[Candidate, ...]
@@ -182,35 +188,55 @@ def decide(candidates, measured: ProtocolResult) -> Decision:
     return Decision(applied=applied.name, leader=leader.name, reason=reason)
 
 
-def confirm(decision: Decision, first: ProtocolResult, second: ProtocolResult) -> Decision:
-    """Rule 4 of the module docstring: ``decision`` (a candidate other than the single device,
-    chosen from ``first``) if ``second``, its and the single device's measurement in new
-    Sessions, confirms it; else the single device, with the reason.
+def kept(candidates, measured: ProtocolResult) -> str:
+    """The candidate applied when no other is confirmed (rule 4 of the module docstring): the
+    user's own placement (:data:`ANNOTATED`) where it is a candidate measured faster than the
+    single device beyond noise, else :data:`SINGLE`.
 
     Raises:
-      ConfigError: ``decision`` applies the single device, or a measurement lacks the
-        candidate or the single device.
+      ConfigError: as :func:`decide`.
+    """
+    own = [c for c in candidates if c.name in (SINGLE, ANNOTATED)]
+    return decide(own, measured).applied
+
+
+def confirm(decision: Decision, first: ProtocolResult, second: ProtocolResult, *,
+            baseline: str = SINGLE) -> Decision:
+    """Rule 4 of the module docstring: ``decision`` (a candidate other than ``baseline``,
+    chosen from ``first``) if ``second``, its and ``baseline``'s measurement in new Sessions,
+    confirms it; else ``baseline``, with the reason.
+
+    Args:
+      decision: what :func:`decide` chose from ``first``.
+      first, second: the two measurements, each with the candidate and ``baseline``.
+      baseline: what is applied unless the candidate is confirmed (:func:`kept`).
+
+    Raises:
+      ConfigError: ``decision`` applies ``baseline``, or a measurement lacks the candidate or
+        ``baseline``.
     """
     name = decision.applied
-    if name == SINGLE:
-        raise ConfigError("only a candidate other than the single device is confirmed")
+    if name == baseline:
+        raise ConfigError(f"only a candidate other than the {baseline} placement is confirmed")
     try:
-        c1, s1, c2, s2 = first[name], first[SINGLE], second[name], second[SINGLE]
+        c1, s1, c2, s2 = first[name], first[baseline], second[name], second[baseline]
     except KeyError as e:
         raise ConfigError(f"{e.args[0]!r} was not measured") from None
-    again = (f"measured again in new sessions: {name} {c2.describe()}, the single device "
-             f"{s2.describe()}")
+    other = "the single device" if baseline == SINGLE else f"{baseline!r}"
+    fallback = ("the simpler single-device placement is applied" if baseline == SINGLE else
+                f"the graph's own placement ({baseline!r}, measured faster than one device "
+                "beyond noise) is kept")
+    again = f"measured again in new sessions: {name} {c2.describe()}, {other} {s2.describe()}"
     if s1.distinguishable(s2) or c1.distinguishable(c2):
-        same = SINGLE if s1.distinguishable(s2) else name
-        return Decision(applied=SINGLE, leader=decision.leader, reason=(
+        same = baseline if s1.distinguishable(s2) else name
+        return Decision(applied=baseline, leader=decision.leader, reason=(
             f"{decision.reason}; but {again}: {same} measured {first[same].describe()} and "
             f"{second[same].describe()} in two sessions, so sessions of one placement differ "
-            "here by more than the intervals say, and the simpler single-device placement is "
-            "applied"))
+            f"here by more than the intervals say, and {fallback}"))
     if not (max(c1.high_s, c2.high_s) < min(s1.low_s, s2.low_s)):
-        return Decision(applied=SINGLE, leader=decision.leader, reason=(
-            f"{decision.reason}; but {again}: not faster beyond noise in both, so the simpler "
-            "single-device placement is applied"))
+        return Decision(applied=baseline, leader=decision.leader, reason=(
+            f"{decision.reason}; but {again}: not faster than {other} beyond noise in both, "
+            f"so {fallback}"))
     return Decision(applied=name, leader=decision.leader,
                     reason=f"{decision.reason}; confirmed: {again}")
 
@@ -228,8 +254,8 @@ def verify(workload: Workload, candidates, *, steps: int, seed: int = 0,
 
     Returns:
       The :class:`Verification`; one traced step of the applied candidate is not taken (the
-      caller measures what it applies if it wants a trace). A candidate other than the single
-      device is measured twice (rule 4 of the module docstring).
+      caller measures what it applies if it wants a trace). A candidate other than the kept
+      one (:func:`kept`) is measured twice (rule 4 of the module docstring).
 
     Raises:
       ConfigError: repeated names, no single-device candidate, too few steps.
@@ -242,10 +268,14 @@ def verify(workload: Workload, candidates, *, steps: int, seed: int = 0,
     assignments = {c.name: c.assignment for c in candidates}
     measured = measure_placements(workload, assignments, steps=steps, seed=seed, config=config)
     decision, confirmation = decide(candidates, measured), None
-    if decision.applied != SINGLE:
+    baseline = kept(candidates, measured)
+    if decision.applied not in (SINGLE, baseline):
         confirmation = measure_placements(
-            workload, {n: assignments[n] for n in (decision.applied, SINGLE)}, steps=steps,
+            workload, {n: assignments[n] for n in (decision.applied, baseline)}, steps=steps,
             seed=seed + 1, config=config)
-        decision = confirm(decision, measured, confirmation)
+        decision = confirm(decision, measured, confirmation, baseline=baseline)
+    elif decision.applied == ANNOTATED:
+        decision = dataclasses.replace(decision, reason=(
+            f"{decision.reason}; it is the graph's own placement, kept without new sessions"))
     return Verification(candidates=candidates, measured=measured, decision=decision,
                         confirmation=confirmation)

@@ -47,7 +47,7 @@ from tf_autoplace.hw.link_fit import fit_core_group
 from tf_autoplace.hw.measure import measure, runs_here
 from tf_autoplace.hw.profiler import profile_ops, with_profiled_cores
 from tf_autoplace.hw.runner import check_reachable, on_cluster
-from tf_autoplace.hw.verify import SINGLE, Candidate, verify
+from tf_autoplace.hw.verify import ANNOTATED, SINGLE, Candidate, verify
 from tf_autoplace.hw.workload import Workload
 from tf_autoplace.learning.eager import policy_context
 from tf_autoplace.learning.rollouts import available_cpus
@@ -356,9 +356,6 @@ def _crossing(graph, devices: np.ndarray) -> int:
     consumer = devices[graph.edge_dst]
     cross = producer != consumer
     return len(set(zip(graph.edge_tensor[cross].tolist(), consumer[cross].tolist())))
-
-
-ANNOTATED = "as the graph was annotated"
 
 
 def annotated_placement(problem: PlacementProblem, graph_def) -> np.ndarray | None:

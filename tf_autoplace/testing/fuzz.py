@@ -99,7 +99,7 @@ from tf_autoplace.errors import AutoplaceError, MeasurementError
 from tf_autoplace.graph import costgraph, grappler, ingest
 from tf_autoplace.hw.cluster_profile import served_devices
 from tf_autoplace.hw.local_cluster import local_cluster
-from tf_autoplace.hw.verify import SINGLE
+from tf_autoplace.hw.verify import SINGLE, kept
 from tf_autoplace.keras import autoplace_model
 from tf_autoplace.learning.checkpoints import CONFIG_FILE, WEIGHTS_FILE
 from tf_autoplace.pipeline.prepare import build_problem, export_cost_graph
@@ -1792,11 +1792,15 @@ def _check_verification(report, cluster: Cluster, steps: int) -> list[str]:
         problems.append(f"{applied.name!r} was applied, measured {chosen.describe()}: not "
                         f"faster than the single device's {single.describe()} beyond noise")
     again = verification.confirmation
-    if applied.name != SINGLE and (again is None or not max(
-            chosen.high_s, again[applied.name].high_s) < min(single.low_s,
-                                                             again[SINGLE].low_s)):
+    baseline = kept(verification.candidates, measured)  # what the user keeps without a split
+    if applied.name not in (SINGLE, baseline) and (again is None or not max(
+            chosen.high_s, again[applied.name].high_s) < min(times[baseline].low_s,
+                                                             again[baseline].low_s)):
         problems.append(f"{applied.name!r} was applied without new sessions confirming it "
-                        "faster than the single device beyond noise")
+                        f"faster than {baseline!r} beyond noise")
+    if applied.name == SINGLE and baseline != SINGLE:
+        problems.append(f"the single device was applied, though {baseline!r}, the graph's own "
+                        "placement, measured faster than it beyond noise")
     leader = min(times.values(), key=lambda t: t.median_s)
     if decision.leader not in times or times[decision.leader].median_s != leader.median_s:
         problems.append(f"leader {decision.leader!r} does not have the smallest median")
