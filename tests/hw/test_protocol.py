@@ -211,6 +211,9 @@ def test_the_load_text_names_the_other_processes_cores():
                                      load_before=0.5, load_after=1.8, other_cores=0.07)
     text = result.load_text()
     assert "other processes 0.07 cores" in text and "busy" in text
+    # The warning is about the load, and follows it (after the cores it read as their own).
+    assert text.startswith("load 0.50 -> 1.80 (above 1.5: the machine was busy")
+    assert text.endswith(", other processes 0.07 cores")
 
 
 def test_wait_for_quiet_waits_until_the_load_is_at_most_the_level(monkeypatch):

@@ -236,13 +236,14 @@ class ProtocolResult:
         return hits, k * (k - 1) // 2
 
     def load_text(self) -> str:
-        """``"load 0.80 -> 1.10"``, with a warning when the machine was not quiet."""
+        """``"load 0.80 -> 1.10"``, with a warning when the machine was not quiet (the
+        warning follows the load it is about, before the cores of other processes)."""
         text = f"load {self.load_before:.2f} -> {self.load_after:.2f}"
-        if math.isfinite(self.other_cores):
-            text += f", other processes {self.other_cores:.2f} cores"
         if not self.quiet:
             text += (f" (above {QUIET_LOAD}: the machine was busy, the figures are noisy and "
                      "not comparable with a quiet machine's)")
+        if math.isfinite(self.other_cores):
+            text += f", other processes {self.other_cores:.2f} cores"
         return text
 
 
