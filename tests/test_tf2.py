@@ -67,6 +67,14 @@ def test_a_placed_function_is_called_and_differentiated_as_the_original(child):
     assert r["other_constant"][0] == "ConfigError" and "traced with the Python constant 2.0" \
         in r["other_constant"][1]
     assert r["unused_argument_equal"]  # an argument the function does not read
+    # Another shape than the trace takes: refused (TF ran the traced shapes, without a word).
+    loss_rows, nested_b, signature = r["other_shapes"]
+    assert loss_rows[0] == "ConfigError" and "argument 'x' was traced as [4, 5] " \
+        "float32" in loss_rows[1] and "this call gives [3, 5] float32" in loss_rows[1]
+    assert nested_b[0] == "ConfigError" and "argument 'inp' was traced as [2] float32" in \
+        nested_b[1]
+    assert signature[0] == "ConfigError" and "traced as [None, 5] float32" in signature[1]
+    assert r["none_dimension_equal"]  # a None dimension takes any size
     here, on_gpus = r["missing_notes"]  # placed for this process's devices, then for GPUs
     assert here == [] and len(on_gpus) == 1 and "GPU:0" in on_gpus[0] and "GPU:1" in on_gpus[0]
     kind, message = r["call_on_gpus"]  # called anyway, with soft placement off

@@ -223,7 +223,23 @@ def check_calls_and_gradients_as_the_original():
         other_constant = None
     except tf_autoplace.AutoplaceError as e:
         other_constant = [type(e).__name__, str(e)]
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 5], tf.float32)])
+    def rows(x):
+        return tf.reduce_sum(x, 0) / tf.cast(tf.shape(x)[0], tf.float32)
+
+    placed_rows, _ = tf2.autoplace_function(rows, cluster=CPU2, placer="random")
+    other_shapes = []  # a shape the trace does not take: TF would run the traced one silently
+    for fn, arg in ((placed, x[:3]), (placed_nested, {"a": x, "b": tf.ones([3])}),
+                    (placed_rows, tf.ones([2, 4]))):
+        try:
+            fn(arg) if fn is not placed_nested else fn(inp=arg)
+            other_shapes.append(None)
+        except tf_autoplace.AutoplaceError as e:
+            other_shapes.append([type(e).__name__, str(e)])
     return {
+        "other_shapes": other_shapes,
+        "none_dimension_equal": bool(np.allclose(placed_rows(x[:2]), rows(x[:2]))),
         "value_equal": bool(np.allclose(want_value, got_value, rtol=1e-6)),
         "grad_is_none": got_grad is None,
         "grad_equal": got_grad is not None and bool(np.allclose(want_grad, got_grad,

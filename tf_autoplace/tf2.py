@@ -296,7 +296,8 @@ class PlacedFunction:
         Raises:
           ConfigError: it was placed on devices this process does not have and soft device
             placement is off, so TensorFlow cannot run it here (TF's own error would name an
-            op of the placed graph, not why); also what :meth:`_bind` raises.
+            op of the placed graph, not why); an argument whose shape or dtype the traced
+            signature does not take (:meth:`_check_specs`); also what :meth:`_bind` raises.
         """
         if self._missing and not tf.config.get_soft_device_placement():
             raise cannot_run_here(self._name, self._missing)
@@ -304,7 +305,43 @@ class PlacedFunction:
         # through; any other is bound to the original's parameters first (_bind).
         if kwargs or len(args) != self._num_positional or not all(map(tf.is_tensor, args)):
             args, kwargs = self._bind(args, kwargs)
+        self._check_specs(args, kwargs)
         return self.concrete_function(*args, **kwargs)
+
+    def _check_specs(self, args, kwargs) -> None:
+        """Raise ConfigError for a tensor argument the traced signature does not take.
+
+        A ConcreteFunction runs the graph it was traced for and does not check its arguments'
+        shapes: a function traced with an ``[8, 4]`` tensor and called with a ``[3, 4]`` one
+        returns numbers computed with the traced 8 (a ``tf.shape`` folded into a constant),
+        without a word. The original ``tf.function`` would trace again for the new shape (or
+        reject it, with an ``input_signature``); the placed graph cannot, so the call is
+        refused, with what to do. Arguments whose structure differs from the traced one are
+        left to the function's own binding."""
+        args_sig, kwargs_sig = self.original.structured_input_signature
+        names = [p[0] for p in self._parameters] or [f"#{i}" for i in range(len(args_sig))]
+        pairs = [(n, v, t) for n, v, t in zip(names, args, args_sig)]
+        pairs += [(name, v, kwargs_sig[name]) for name, v in kwargs.items() if name in kwargs_sig]
+        for name, value, traced in pairs:
+            try:
+                leaves = list(zip(tf.nest.flatten(value, expand_composites=False),
+                                  tf.nest.flatten(traced, expand_composites=False)))
+            except (ValueError, TypeError):
+                continue
+            if len(tf.nest.flatten(value)) != len(tf.nest.flatten(traced)):
+                continue
+            for v, t in leaves:
+                if isinstance(t, tf.TensorSpec) and tf.is_tensor(v) and \
+                        not t.is_compatible_with(v):
+                    position = (f"positional argument {name[1:]}" if name.startswith("#")
+                                else f"argument {name!r}")
+                    raise ConfigError(
+                        f"{self._name}: {position} was traced as {_spec_text(t)} (None: any "
+                        f"size), and this call gives {_spec_text(v)}: the placed graph is "
+                        "the traced one and a ConcreteFunction does not check shapes (TF "
+                        "would run it with the traced shapes). Place the function again for "
+                        "this shape, or trace it with an input_signature that has None in the "
+                        "dimensions that vary")
 
     @functools.cached_property
     def _missing(self) -> list[str]:
@@ -408,6 +445,12 @@ def _as_traced(value, traced, name: str, function: str):
         return tf.nest.map_structure(convert, value, traced)
     except (ValueError, TypeError):
         return value
+
+
+def _spec_text(t) -> str:
+    """``[8, 4] float32`` for a TensorSpec or a tensor."""
+    shape = t.shape.as_list() if t.shape.rank is not None else "unknown rank"
+    return f"{shape} {t.dtype.name}"
 
 
 def _same(a, b) -> bool:
