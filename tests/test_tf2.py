@@ -101,6 +101,13 @@ def test_functional_control_flow_stays_single_ops_next_to_an_inlined_call(child)
     assert any("placed as single ops" in n for n in r["notes"])
 
 
+def test_control_flow_over_variables_on_two_devices_is_placed_and_differentiated(child):
+    r = _result(child, "two_device_variables")
+    assert {k: v["equal"] for k, v in r.items()} == {
+        "loop/single": True, "loop/m_etf": True, "branch/single": True, "branch/m_etf": True}
+    assert len(r["loop/m_etf"]["notes"]) == 1 and r["branch/m_etf"]["notes"] == []
+
+
 def test_a_keras_lstm_training_step_placed_trains_identically(child):
     r = _result(child, "keras_lstm")
     np.testing.assert_allclose(r["losses"], r["reference"], rtol=1e-6)

@@ -451,6 +451,45 @@ def check_dataset_loop_note():
             "equal": float(placed()) == float(total()) == 6.0}
 
 
+def check_control_flow_over_variables_on_two_devices():
+    """A loop and a cond reading variables that live on two devices (the user placed them):
+    the placement was refused (the loop, its variables and their devices were one group);
+    placed, each gives the original's values and, with a tape around the call, its gradients
+    (a loop given a device broke that: TF pins the loop's resource outputs to it)."""
+    with tf.device("/CPU:0"):
+        a = tf.Variable(tf.ones([4, 4]) * 0.3, name="a")
+    with tf.device("/CPU:1"):
+        b = tf.Variable(tf.ones([4]) * 0.1, name="b")
+
+    @tf.function
+    def loop(x):
+        _, h = tf.while_loop(lambda i, h: i < 3, lambda i, h: (i + 1, tf.tanh(h @ a + b)),
+                             (0, x))
+        return tf.reduce_sum(h)
+
+    @tf.function
+    def branch(x):
+        return tf.reduce_sum(tf.cond(tf.reduce_sum(x) > 0, lambda: x @ a + b,
+                                     lambda: x + b))
+
+    def value_and_grads(fn):
+        with tf.GradientTape() as tape:
+            value = fn(x)
+        return [value.numpy()] + [g.numpy() for g in tape.gradient(value, [a, b])]
+
+    x = tf.ones([2, 4])
+    out = {}
+    for fn in (loop, branch):
+        want = value_and_grads(fn)
+        for placer in ("single", "m_etf"):
+            placed, report = tf2.autoplace_function(fn, x, cluster=CPU2, placer=placer)
+            got = value_and_grads(placed)
+            out[f"{fn.__name__}/{placer}"] = {
+                "equal": all(np.allclose(w, g, rtol=1e-6) for w, g in zip(want, got)),
+                "notes": [n for n in report.notes if "live on two devices" in n]}
+    return out
+
+
 def run_checks(checks) -> None:
     """Run each (name, check) and print {name: result} as JSON on one line; a check that
     raises reports its exception and traceback instead, so the test fails with them."""
@@ -475,6 +514,7 @@ def main():
                 ("specialized_call", check_specialized_call),
                 ("keras_lstm", check_keras_lstm_training_step),
                 ("dataset_loop", check_dataset_loop_note),
+                ("two_device_variables", check_control_flow_over_variables_on_two_devices),
                 ("errors", errors)])
 
 

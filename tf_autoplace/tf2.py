@@ -680,6 +680,9 @@ def place_function(fn, args, kwargs, options: PlaceOptions, *, runs_here: bool =
             raise ConfigError(f"captured {external.dtype.name} {name!r} of {cf.name} has no "
                               "device; cannot pin its readers to it")
         pins[name] = _cluster_device(cluster, external.device, f"captured resource {name!r}")
+        # Its device, written on the copy: ingestion sees which resources live apart (a loop
+        # reading variables on two devices is then not one group; tf_autoplace.graph.ingest).
+        nodes[name].device = pins[name]
         if external.dtype == tf.resource:
             _resource_as_variable(nodes[name], internal)
 
@@ -687,11 +690,21 @@ def place_function(fn, args, kwargs, options: PlaceOptions, *, runs_here: bool =
     pinned = PinnedCostModel(options.cost_model or AnalyticalCostModel(meta_graph), pins)
     report = place_graph(to_place, options.replace(cluster=cluster, cost_model=pinned))
     placed_def = apply_to_graph_def(graph_def, report.assignment)
+    apart = _loops_over_two_devices(placed_def, pins)
+    for node in apart:
+        node.device = ""
 
     notes = list(report.notes)
     if pins:
         notes.append(f"{len(pins)} captured resources were pinned to the devices they live on "
                      "(their readers and updaters follow them)")
+    if apart:
+        notes.append(
+            f"{len(apart)} loop(s) read resources that live on two devices (e.g. "
+            f"{apart[0].name!r}): TensorFlow places such a loop's body with each resource and "
+            "its While op by them, so the op is left without a device for it (a device on it "
+            "breaks a GradientTape around the call); the simulated figures assumed "
+            f"{report.assignment.get(apart[0].name, 'a device')!r}")
     single = _call_ops(placed_def) + [n for n in placed_def.node if n.op in CONTROL_FLOW_OPS]
     if single:
         notes.append(f"{len(single)} function calls and functional control-flow ops "
@@ -710,6 +723,30 @@ def place_function(fn, args, kwargs, options: PlaceOptions, *, runs_here: bool =
     placed = PlacedFunction(concrete_function=_rebuild(cf, placed_def), report=report,
                             original=cf)
     return placed, report
+
+
+def _loops_over_two_devices(graph_def, pins: Mapping[str, str]) -> list:
+    """The ``While`` nodes of ``graph_def`` whose resource loop variables come from captured
+    resources (``pins``: placeholder -> device) on two devices, through other loops.
+
+    TensorFlow pins a function's resource outputs to the device their producer asks for: a
+    loop given a device, whose loop variables include a variable on another device, fails
+    ("a reference or resource edge connects colocation groups with incompatible assigned
+    devices") as soon as a GradientTape makes the loop's outputs outputs of the function.
+    Without a device, TF's placer puts it by its resources, as it does unplaced."""
+    by_name = {node.name: node for node in graph_def.node}
+    out = []
+    for node in graph_def.node:
+        if node.op not in ingest.WHILE_OPS:
+            continue
+        devices = set()
+        for port in range(sum(not i.startswith("^") for i in node.input)):
+            origin = ingest.resource_origin(by_name, node.name, port)
+            if origin in pins:
+                devices.add(pins[origin])
+        if len(devices) > 1:
+            out.append(node)
+    return out
 
 
 def _runs_functions(node) -> bool:

@@ -151,6 +151,37 @@ def test_reference_variable_is_colocated_with_its_assign_and_read():
     assert ["plus"] in _summary(og)["colocation"]
 
 
+@pytest.mark.parametrize("second", ["/device:CPU:1", "/device:CPU:0", ""])
+def test_a_loop_reading_variables_on_two_devices_is_not_one_group(second):
+    """A functional While reading variables annotated with two devices (a tf.function's
+    loop over variables that live apart): TF's placer does not colocate the loop with its
+    resources, and one group of both devices could not be placed. With one device (or one
+    unannotated), the loop and its variables are one group, as any resource reader; a read
+    of the loop's resource output joins the variable it is."""
+    g = tf.Graph()
+    with g.as_default():
+        with tf.device("/device:CPU:0"):
+            a = tf.Variable(tf.ones([4, 4]), name="a")
+        with tf.device(second):
+            b = tf.Variable(tf.ones([4]), name="b")
+        out = tf.while_loop(lambda i, h, r: i < 3,
+                            lambda i, h, r: (i + 1, tf.tanh(h @ a + b), r),
+                            (0, tf.ones([2, 4]), b.handle), name="loop")
+        tf.identity(out[1], name="h")
+        tf.raw_ops.ReadVariableOp(resource=out[2], dtype=tf.float32, name="read_b")
+    og = _opgraph(g)
+    loop = [name for name, op in zip(og.names, og.op_types) if op in ingest.WHILE_OPS]
+    assert len(loop) == 1, og.op_types  # a functional loop (control flow v2)
+    group = _by_name(og, og.colocation)
+    if second == "/device:CPU:1":
+        assert len({group["a"], group["b"], group[loop[0]]}) == 3
+    else:
+        assert group["a"] == group["b"] == group[loop[0]]
+    assert group["read_b"] == group["b"]  # the loop passes b's handle through
+    assert ingest._on_two_devices(["/CPU:0", "/job:localhost/device:CPU:1"])
+    assert not ingest._on_two_devices(["/CPU:0", "/job:localhost/replica:0/device:cpu:0", ""])
+
+
 def test_class_attr_and_colocate_with_are_honoured():
     g = tf.Graph()
     with g.as_default():

@@ -27,7 +27,13 @@ counted in int64: an :class:`InfeasiblePlacementError`.
 Colocation (what TF's placer enforces and we must not split):
 - ``_class`` attrs ``loc:@name`` put a node in ``name``'s group;
 - an edge carrying a resource handle or a reference (variables and their readers, assigners and
-  optimizer updates) joins producer and consumer;
+  optimizer updates) joins producer and consumer. A functional control-flow or call op
+  (``While``, ``If``, ``Case``, ``PartitionedCall``, ...: :data:`FORWARDS_RESOURCES`) joins
+  its resources too, except where they are annotated with two different devices (a loop of a
+  ``tf.function`` that reads variables living on two devices): TF's placer exempts such an op
+  (it forwards the handles to the ops of its body, which TF places with each resource), and
+  a group of both devices could not be placed. A ``While``'s resource output is the loop's
+  input at the same position, so its consumers join that input's producer;
 - a ``tf.data`` pipeline is one group: a variant edge out of a dataset op (an op type with
   ``Dataset`` in its name) joins producer and consumer, and the iterator joins it through its
   ``_class`` (``make_one_shot_iterator``) or its ``MakeIterator``. TF's placer refuses some
@@ -48,6 +54,7 @@ v1 while loops: the ``NextIteration -> Merge`` back edge is dropped, so the rest
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import stat
@@ -202,6 +209,49 @@ def _colocation_targets(node) -> list[str]:
     entries = node.attr["_class"].list.s if "_class" in node.attr else []
     return [e.decode("utf-8", "replace")[len("loc:@"):] for e in entries
             if e.startswith(b"loc:@")]
+
+
+# Ops that pass resource inputs on to the ops of a function they run, which TensorFlow places
+# with each resource: its placer does not colocate them with their resource inputs
+# (InputColocationExemptionRegistry and the placer's inspection of function-calling ops).
+WHILE_OPS = frozenset({"While", "StatelessWhile"})
+FORWARDS_RESOURCES = WHILE_OPS | frozenset({
+    "If", "StatelessIf", "Case", "StatelessCase", "PartitionedCall", "StatefulPartitionedCall"})
+
+def resource_origin(by_name, name: str, port: int) -> str:
+    """The node whose resource node ``name``'s output ``port`` is (``by_name``: node name ->
+    NodeDef): through ``While`` ops, which pass their loop variables on, the producer of the
+    input at the same position; else ``name``."""
+    for _ in range(len(by_name)):  # a chain of loops, each node at most once
+        node = by_name.get(name)
+        if node is None or node.op not in WHILE_OPS:
+            return name
+        data = [inp for inp in node.input if not inp.startswith("^")]
+        split = _split_input(data[port]) if port < len(data) else None
+        if split is None:
+            return name
+        name, port, _ = split
+    return name
+
+
+def _on_two_devices(devices) -> bool:
+    """Whether two of the device strings ``devices`` name different devices: a field (job,
+    replica, task, type, index) both give, with different values. Empty strings and strings
+    TF cannot parse name none (ingestion checks device strings elsewhere)."""
+    specs = []
+    for device in set(filter(None, devices)):
+        try:
+            specs.append(tf.DeviceSpec.from_string(device))
+        except ValueError:
+            continue
+    fields = ("job", "replica", "task", "device_type", "device_index")
+    for a, b in itertools.combinations(specs, 2):
+        for field in fields:
+            x, y = getattr(a, field), getattr(b, field)
+            if x is not None and y is not None and (x.upper() if field == "device_type" else x) \
+                    != (y.upper() if field == "device_type" else y):
+                return True
+    return False
 
 
 # Ops that make an iterator resource, and those that find one from a string handle (a feedable
@@ -542,6 +592,13 @@ def _opgraph(meta_graph: meta_graph_pb2.MetaGraphDef, props: dict, unknown_dim: 
             add_tensor(i, port, elements * grappler.dtype_size(tp.dtype), tp.dtype)
 
     uf = _UnionFind(n)
+
+    by_name = {node.name: node for node in nodes}
+
+    def resource_source(src: int, port: int) -> int:
+        return index[resource_origin(by_name, nodes[src].name, port)]
+
+    forwarded: dict[int, list[int]] = {}  # a FORWARDS_RESOURCES op -> its resources' ops
     edge_tensor, edge_dst, ctrl_src, ctrl_dst = [], [], [], []
     inputs_of: list[list[int]] = [[] for _ in range(n)]  # data inputs' tensors, input order
     n_back = 0
@@ -560,14 +617,22 @@ def _opgraph(meta_graph: meta_graph_pb2.MetaGraphDef, props: dict, unknown_dim: 
             if t is None:
                 shape_known[src] = False
                 t = add_tensor(src, port, 0, 0)
-            if grappler.is_handle_or_ref(tensor_dtype[t]) or (
-                    tensor_dtype[t] == types_pb2.DT_VARIANT and "Dataset" in nodes[src].op):
+            if grappler.is_handle_or_ref(tensor_dtype[t]):
+                if node.op in FORWARDS_RESOURCES:
+                    forwarded.setdefault(i, []).append(resource_source(src, port))
+                else:
+                    uf.union(resource_source(src, port), i)
+            elif tensor_dtype[t] == types_pb2.DT_VARIANT and "Dataset" in nodes[src].op:
                 uf.union(src, i)
             edge_tensor.append(t)
             edge_dst.append(i)
             inputs_of[i].append(t)
         for target in _colocation_targets(node):
             uf.union(index[target], i)
+    for i, sources in forwarded.items():
+        if not _on_two_devices([nodes[src].device for src in sources]):
+            for src in sources:
+                uf.union(src, i)
     _join_feedable_iterators(nodes, uf)
     _join_shared_resources(nodes, uf)
 
