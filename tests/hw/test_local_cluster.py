@@ -210,6 +210,10 @@ def test_the_servers_say_which_devices_each_task_has(cluster):
     served = served_devices(spec)
     assert set(served) == {"ps:0", "worker:0"}
     assert all(c.names == ("/device:CPU:0",) for c in served.values())
+    # The host's memory, not the fixed 256 MiB TensorFlow lists for every CPU device (which
+    # refused a 400 MB embedding the servers train).
+    host = Cluster.local().memory[0]
+    assert all(c.memory.tolist() == [host] for c in served.values()) and host > 2**28
     again = Cluster.from_tf(spec, devices=served)
     assert again.names == cluster.names and again.target == cluster.target
 
@@ -439,6 +443,9 @@ def test_measuring_on_a_cluster_whose_server_is_down_is_an_error_at_once():
             tf_autoplace.autoplace(tg.graph, cluster=cluster, placer="random", progress=False,
                                    **kwargs)
     assert {op.name: op.device for op in tg.graph.get_operations()} == before
-    # Profiling its servers too (tf-autoplace profile --cluster=...).
+    # Profiling its servers too (tf-autoplace profile --cluster=...), and asking them for
+    # their devices (which waited the whole timeout for a DeadlineExceededError).
     with pytest.raises(tf_autoplace.AutoplaceError, match=f"cannot reach .*:{free[0]}"):
         profile_cluster(cluster, links=True)
+    with pytest.raises(tf_autoplace.AutoplaceError, match=f"cannot reach .*:{free[0]}"):
+        served_devices({"worker": [f"127.0.0.1:{port}" for port in free]}, timeout_s=20)

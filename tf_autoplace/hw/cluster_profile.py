@@ -151,17 +151,23 @@ def served_devices(spec, *, timeout_s: float = 60.0) -> dict[str, Cluster]:
       timeout_s: how long the servers may take to answer (> 0).
 
     Each task's CPU and GPU devices, as its server reports them (``Session.list_devices``:
-    kind, index and memory limit), with this machine's description of a device of the same
-    kind (:meth:`Cluster.local`: cores, clock, memory bandwidth) where this machine has one,
-    and the local cluster's links between them; profile the cluster to measure what matters.
+    kind, index and, for a GPU, memory limit), with this machine's description of a device of
+    the same kind (:meth:`Cluster.local`: cores, clock, memory bandwidth) where this machine
+    has one, and the local cluster's links between them; profile the cluster to measure what
+    matters. A CPU's memory is the host's, as :meth:`Cluster.local` gives it: TensorFlow lists
+    every CPU device with a fixed 256 MiB limit it does not enforce, which would refuse models
+    the servers run (a server on another host is taken to have this one's memory; give a
+    cluster spec where it has less).
 
     Raises:
       ClusterSpecError: a malformed TensorFlow cluster.
-      MeasurementError: the servers did not answer.
+      MeasurementError: a task accepts no connection (at once, not after ``timeout_s``), or
+        the servers did not answer.
     """
     import tensorflow as tf  # TF only when servers are asked
 
     tasks, target = parse_tasks(spec)
+    check_reachable([task.address for task in tasks if task.address])
     config = tf.compat.v1.ConfigProto(operation_timeout_in_ms=int(timeout_s * 1000))
     try:
         with tf.compat.v1.Session(target, graph=own_graph(), config=config) as session:
@@ -180,8 +186,9 @@ def served_devices(spec, *, timeout_s: float = 60.0) -> dict[str, Cluster]:
                         kind=name.device_type,
                         memory_bytes=int(attributes.memory_limit_bytes) or 2**30)
         if like is not None:
-            device = dataclasses.replace(
-                like, name=device.name, memory_bytes=device.memory_bytes, core_group="")
+            memory = like.memory_bytes if name.device_type == "CPU" else device.memory_bytes
+            device = dataclasses.replace(like, name=device.name, memory_bytes=memory,
+                                         core_group="")
         per_task.setdefault(f"{name.job}:{name.task}", []).append(device)
     missing = [t.name for t in tasks if t.name not in per_task]
     if missing:
