@@ -67,6 +67,7 @@ from tf_autoplace.core.tasks import (
     is_server_address,
     link_class,
     parse_tasks,
+    same_device,
 )
 from tf_autoplace.errors import ClusterSpecError, ConfigError
 from tf_autoplace.proto import cluster_pb2
@@ -129,14 +130,6 @@ def _same_host_form(address: str) -> str:
     if not sep:
         return address
     return f"localhost:{port}" if host.strip("[]").lower() in _LOOPBACK else address
-
-
-def same_device(a, b) -> bool:
-    """Whether TensorFlow could resolve DeviceSpecs ``a`` and ``b`` to one device: every field
-    that both give agrees."""
-    return all(x is None or y is None or x == y
-               for x, y in ((a.job, b.job), (a.replica, b.replica), (a.task, b.task),
-                            (a.device_type, b.device_type), (a.device_index, b.device_index)))
 
 
 def _check_number(what: str, value, *, integer: bool = False, zero_ok: bool = False,

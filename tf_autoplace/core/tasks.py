@@ -246,3 +246,11 @@ def _index(job, index) -> int:
 
 def _grpc(address: str) -> str:
     return address if address.startswith("grpc://") else f"grpc://{address}"
+
+
+def same_device(a, b) -> bool:
+    """Whether TensorFlow could resolve DeviceSpecs ``a`` and ``b`` to one device: every field
+    that both give (job, replica, task, device type and index) agrees."""
+    return all(x is None or y is None or x == y
+               for x, y in ((a.job, b.job), (a.replica, b.replica), (a.task, b.task),
+                            (a.device_type, b.device_type), (a.device_index, b.device_index)))

@@ -69,6 +69,7 @@ from tensorflow.core.framework import graph_pb2, types_pb2
 from tensorflow.core.protobuf import meta_graph_pb2
 from tensorflow.python.framework import op_def_registry
 
+from tf_autoplace.core.tasks import same_device
 from tf_autoplace.errors import InfeasiblePlacementError, InvalidGraphError
 from tf_autoplace.graph import buffers, grappler
 from tf_autoplace.graph.kernels import kernel_kinds
@@ -244,14 +245,7 @@ def _on_two_devices(devices) -> bool:
             specs.append(tf.DeviceSpec.from_string(device))
         except ValueError:
             continue
-    fields = ("job", "replica", "task", "device_type", "device_index")
-    for a, b in itertools.combinations(specs, 2):
-        for field in fields:
-            x, y = getattr(a, field), getattr(b, field)
-            if x is not None and y is not None and (x.upper() if field == "device_type" else x) \
-                    != (y.upper() if field == "device_type" else y):
-                return True
-    return False
+    return any(not same_device(a, b) for a, b in itertools.combinations(specs, 2))
 
 
 # Ops that make an iterator resource, and those that find one from a string handle (a feedable

@@ -64,7 +64,8 @@ import functools
 import numpy as np
 import tensorflow as tf
 
-from tf_autoplace.core.cluster import Cluster, same_device
+from tf_autoplace.core.cluster import Cluster
+from tf_autoplace.core.tasks import same_device
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph import ingest
 from tf_autoplace.graph.executed import CALL_OPS, CONTROL_FLOW_OPS

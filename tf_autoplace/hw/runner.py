@@ -56,7 +56,7 @@ import tensorflow as tf
 from tensorflow.core.framework import graph_pb2, node_def_pb2, types_pb2
 from tensorflow.python.framework import op_def_registry
 
-from tf_autoplace.core.cluster import same_device
+from tf_autoplace.core.tasks import same_device
 from tf_autoplace.errors import ConfigError, MeasurementError
 from tf_autoplace.hw.trace import TracedStep
 from tf_autoplace.hw.workload import Workload

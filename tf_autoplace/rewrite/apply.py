@@ -22,7 +22,8 @@ from typing import Mapping, Sequence
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
-from tf_autoplace.core.cluster import Cluster, same_device
+from tf_autoplace.core.cluster import Cluster
+from tf_autoplace.core.tasks import same_device
 from tf_autoplace.errors import ClusterSpecError, InfeasiblePlacementError, InvalidGraphError
 
 
