@@ -165,3 +165,36 @@ def test_the_graphs_own_annotations_are_a_candidate_what_the_user_had():
     graph_def = tg.graph.as_graph_def()
     graph_def.node[0].device = "not a device::"  # (TF's parser raises on it)
     assert annotated_placement(problem, graph_def) is None
+
+
+def test_a_replica_device_setter_placement_is_what_the_user_had():
+    """replica_device_setter annotates variables with a task and no device (/job:ps/task:0):
+    the user's placement then had no candidate (or a wrong one, when a Saver's ops named the
+    device in full). TF puts such an op on the task's first device with its kernel."""
+    from tf_autoplace.graph import ingest
+    from tf_autoplace.pipeline.engine import annotated_placement
+    from tf_autoplace.pipeline.prepare import build_problem
+
+    cluster = Cluster.from_tf({"ps": ["localhost:2222"], "worker": ["localhost:2223"]},
+                              devices="cpu2")
+    graph = tf.Graph()
+    with graph.as_default():
+        with tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(
+                ps_tasks=1, worker_device="/job:worker/task:0")):
+            w = tf.compat.v1.get_variable("w", [8, 8])
+            step = tf.compat.v1.train.get_or_create_global_step()
+            loss = tf.reduce_sum(tf.matmul(tf.ones([4, 8]), w))
+            train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
+                loss, global_step=step)
+        tf.compat.v1.train.Saver()  # its ops name /job:ps/task:0/device:CPU:0 in full
+    del train
+    graph_def = graph.as_graph_def()
+    assert graph.get_operation_by_name("w").device == "/job:ps/task:0"
+    problem, _ = build_problem(ingest.load_meta_graph(graph), cluster)
+    devices = annotated_placement(problem, graph_def)
+    assert devices is not None
+    names = problem.cluster.names
+    placed = {problem.graph.names[i]: names[d] for i, d in enumerate(devices.tolist())}
+    ps0 = "/job:ps/replica:0/task:0/device:CPU:0"
+    assert placed["w"] == placed["global_step"] == ps0
+    assert placed["MatMul"].startswith("/job:worker/replica:0/task:0/")

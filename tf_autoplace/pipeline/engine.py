@@ -34,6 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_autoplace.core.cluster import Cluster, inter_op_threads
+from tf_autoplace.core.tasks import same_device
 from tf_autoplace.core.problem import (Placement, PlacementProblem, Placer, check_placement,
                                        validate)
 from tf_autoplace.cost import AnalyticalCostModel
@@ -41,6 +42,7 @@ from tf_autoplace.cost.profile import ProfileCostModel
 from tf_autoplace.errors import ClusterSpecError, ConfigError, InfeasiblePlacementError
 from tf_autoplace.graph import costgraph, ingest, kernels
 from tf_autoplace.graph.fingerprint import fingerprint
+from tf_autoplace.graph.opgraph import KERNEL_KINDS
 from tf_autoplace.heuristics import BestHeuristicPlacer, SingleDevicePlacer
 from tf_autoplace.hw.cluster_profile import profile_cluster
 from tf_autoplace.hw.link_fit import fit_core_group
@@ -371,13 +373,18 @@ def annotated_placement(problem: PlacementProblem, graph_def) -> np.ndarray | No
     for node in graph_def.node:
         if not node.device:
             continue
-        if node.device not in index:  # the one cluster device the annotation names, if any
-            try:
-                index[node.device] = cluster.index(node.device)
-            except ClusterSpecError:  # none, several (/device:CPU:*), or not a device string
-                index[node.device] = None
-        if index[node.device] is not None:
-            found[node.name] = index[node.device]
+        if node.device not in index:  # the cluster devices the annotation names, if any
+            index[node.device] = _annotated_devices(cluster, node.device)
+        candidates = index[node.device]
+        if len(candidates) > 1:  # a task without a device (replica_device_setter's): TF takes
+            try:                 # the first of them with a kernel for the op, GPUs first
+                kinds = graph.kernels[graph.index(node.name)]
+            except KeyError:  # a node the placed graph does not hold
+                continue
+            candidates = [d for d in candidates
+                          if kinds[KERNEL_KINDS.index(cluster.devices[d].kind)]] or candidates
+        if candidates:
+            found[node.name] = candidates[0]
     if not found:
         return None
     devices = SingleDevicePlacer().propose(problem).astype(np.int32)
@@ -398,6 +405,27 @@ def annotated_placement(problem: PlacementProblem, graph_def) -> np.ndarray | No
         return None
     sim = problem.simulator.run(devices)
     return None if (sim.peak_memory > cluster.memory).any() else devices
+
+
+def _annotated_devices(cluster: Cluster, device: str) -> list[int]:
+    """The devices of ``cluster`` TensorFlow may put an op annotated ``device`` on, in the
+    order its placer prefers them: the one device it names; for an annotation that names a
+    job or task but no device (``/job:ps/task:0``, as ``replica_device_setter`` writes them),
+    that task's devices, GPUs first; none for a device the cluster lacks, an annotation that
+    could be several named devices, or a string that is not a device."""
+    try:
+        return [cluster.index(device)]
+    except ClusterSpecError:
+        pass
+    try:
+        spec = tf.DeviceSpec.from_string(device)
+    except (ValueError, TypeError):
+        return []
+    if spec.device_type is not None and spec.device_index is not None or spec.job is None:
+        return []  # a named device the cluster lacks or cannot tell apart (index said why)
+    matching = [i for i, d in enumerate(cluster.devices)
+                if same_device(spec, tf.DeviceSpec.from_string(d.name))]
+    return sorted(matching, key=lambda i: cluster.devices[i].kind != "GPU")
 
 
 def verification_candidates(problem: PlacementProblem, name: str, devices: np.ndarray, *,
