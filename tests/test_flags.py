@@ -371,6 +371,29 @@ def test_verify_on_a_graph_only_the_program_can_feed(hook, monkeypatch, by_defau
     assert _op_devices(graph) == before
 
 
+@pytest.mark.parametrize("by_default", [False, True])
+def test_verify_in_a_session_that_lacks_cluster_devices(hook, by_default):
+    """Soft placement on, a device of the cluster missing: the warning said the run would go
+    on, and then verification refused the placement (it cannot measure where there is no
+    device). On by default, verification is off for it; asked for, that is said at once."""
+    hook(placer="m_etf", cluster="cpu2", verify=15, verify_by_default=by_default)
+    tg = small_cnn()
+    before = _op_devices(tg.graph)
+    config = tf.compat.v1.ConfigProto(device_count={"CPU": 1}, allow_soft_placement=True)
+    with tf.compat.v1.Session(graph=tg.graph, config=config) as sess:
+        if not by_default:
+            with pytest.raises(tf_autoplace.ConfigError, match=(
+                    r"--autoplace_verify measures .* this session lacks .*CPU:1.* set "
+                    r"--autoplace_verify=0")):
+                sess.run(tg.init_op)
+            assert _op_devices(tg.graph) == before
+            return
+        sess.run(tg.init_op)  # placed, then run with soft placement
+    report = ap_flags.report_for(tg.graph)
+    assert report is not None and report.verification is None
+    assert _op_devices(tg.graph) != before
+
+
 def test_a_binary_that_verifies_places_and_trains(hook):
     # Verification runs its Sessions' steps on threads of their own; the hook once took those
     # Sessions for the user's and waited for the placement that waited for them (deadlock).

@@ -484,10 +484,11 @@ def report_for(graph):
     return _placed.get(graph)
 
 
-def _check_session_devices(session, cluster, spec: str) -> None:
+def _check_session_devices(session, cluster, spec: str) -> list[str]:
     """Raise ConfigError if ``cluster`` (read from ``spec``) names devices ``session`` lacks
-    and the session does not allow soft placement. A name that leaves out its job, replica or
-    task (``/device:CPU:0``) is the session's device of that type and index on any task, as
+    and the session does not allow soft placement; returns the devices it lacks (soft
+    placement will move their ops). A name that leaves out its job, replica or task
+    (``/device:CPU:0``) is the session's device of that type and index on any task, as
     TensorFlow places it."""
     import tensorflow as tf
 
@@ -503,7 +504,7 @@ def _check_session_devices(session, cluster, spec: str) -> None:
 
     missing = [n for n in cluster.names if not reached(n)]
     if not missing:
-        return
+        return []
     elsewhere = [n for n in missing if not reached(n, ("job", "replica", "task"))]
     config = getattr(session, "_config", None)
     if elsewhere:  # soft placement moves ops between a task's devices, never to another task
@@ -515,7 +516,7 @@ def _check_session_devices(session, cluster, spec: str) -> None:
     if config is not None and config.allow_soft_placement:
         logging.warning("autoplace: the session lacks cluster devices %s; soft placement will "
                         "move their ops", missing)
-        return
+        return missing
     raise ConfigError(
         f"--autoplace_cluster={spec!r} has devices {missing} that this "
         f"session does not have (it has {sorted(have)}); create the Session with "
@@ -542,7 +543,16 @@ def _place_graph(session, settings: AutoplaceSettings) -> None:
             return
         options = settings.place_options()
         cluster = options.resolved_cluster()  # "local": this machine's devices, read now
-        _check_session_devices(session, cluster, settings.cluster)
+        missing = _check_session_devices(session, cluster, settings.cluster)
+        if missing and options.verify:  # nothing can be measured on devices that are not there
+            if not settings.verify_by_default:
+                raise ConfigError(
+                    f"--autoplace_verify measures placements on the cluster's devices, and "
+                    f"this session lacks {missing} (soft placement would move their ops): set "
+                    "--autoplace_verify=0, or pick a cluster spec of this session's devices")
+            logging.warning("autoplace: placing without verification: the session lacks "
+                            "cluster devices %s to measure placements on", missing)
+            options = options.replace(verify=0)
         try:
             report = engine.place_graph(graph, options.replace(cluster=cluster))
         except (MeasurementError, InputValueError) as e:
