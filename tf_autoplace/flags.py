@@ -517,11 +517,15 @@ def _check_session_devices(session, cluster, spec: str) -> list[str]:
         logging.warning("autoplace: the session lacks cluster devices %s; soft placement will "
                         "move their ops", missing)
         return missing
+    on_servers = bool(getattr(session, "sess_str", ""))  # a Session on a server's target
     raise ConfigError(
         f"--autoplace_cluster={spec!r} has devices {missing} that this "
-        f"session does not have (it has {sorted(have)}); create the Session with "
-        "ConfigProto(device_count={'CPU': N}) for N logical CPUs, or pick a cluster spec "
-        "that matches the machine")
+        f"session does not have (it has {sorted(have)}); "
+        + ("the servers decide their devices: start them with the spec's devices, or pick a "
+           "spec of what they serve (tf_autoplace.hw.cluster_profile.served_devices)"
+           if on_servers else
+           "create the Session with ConfigProto(device_count={'CPU': N}) for N logical CPUs, "
+           "or pick a cluster spec that matches the machine"))
 
 
 def _place_graph(session, settings: AutoplaceSettings) -> None:

@@ -163,6 +163,19 @@ def test_the_autoplace_flag_places_for_a_monitored_session_on_a_server(cluster, 
     assert jobs == {"ps", "worker"}
 
 
+def test_a_spec_with_devices_the_servers_lack_says_the_servers_decide(cluster):
+    """A Session on servers gets its devices from them: the advice for a local Session
+    (device_count) does nothing there."""
+    spec = {}
+    for task in cluster.tasks:
+        spec.setdefault(task.job, []).append(task.address)
+    wider = Cluster.from_tf(spec, devices="cpu2")  # the servers have one CPU each
+    config = tf.compat.v1.ConfigProto(allow_soft_placement=False)
+    with tf.compat.v1.Session(cluster.target, graph=tf.Graph(), config=config) as session:
+        with pytest.raises(tf_autoplace.ConfigError, match="the servers decide their devices"):
+            autoplace_flags._check_session_devices(session, wider, "wider.pbtxt")
+
+
 @pytest.mark.slow
 def test_profiling_the_servers_gives_links_over_grpc_and_op_costs_per_task(cluster):
     tg = small_cnn(batch=2)

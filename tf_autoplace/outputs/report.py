@@ -117,7 +117,8 @@ class PlacementReport:
         ``to_dict``).
       measure_steps: timed steps behind each measured figure (0: not measured).
       measured_step_time_s / measured_baseline_step_time_s: median measured step time of the
-        placement and of the single-device baseline on this machine (NaN: not measured).
+        placement and of the single-device baseline on the cluster's devices (this machine's,
+        or a TensorFlow cluster's servers; NaN: not measured).
       measured_step_interval_s / measured_baseline_interval_s: their 95% bootstrap intervals
         (low, high), in seconds (NaN: not measured).
       measure_load: the machine's 1-minute load average before and after measuring.
@@ -352,7 +353,7 @@ class PlacementReport:
             lines += [
                 f"  measured step time    {self.measured_step_time_s * 1e3:10.2f} ms "
                 f"[{low * 1e3:.2f}, {high * 1e3:.2f}] (median of {self.measure_steps} steps on "
-                "this machine, 95% interval)",
+                "the cluster's devices, 95% interval)",
                 f"  measured single-device{self.measured_baseline_step_time_s * 1e3:10.2f} ms "
                 f"[{base_low * 1e3:.2f}, {base_high * 1e3:.2f}] "
                 f"(measured speedup {self.measured_speedup:.2f}x)",
