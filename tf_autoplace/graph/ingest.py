@@ -219,6 +219,7 @@ WHILE_OPS = frozenset({"While", "StatelessWhile"})
 FORWARDS_RESOURCES = WHILE_OPS | frozenset({
     "If", "StatelessIf", "Case", "StatelessCase", "PartitionedCall", "StatefulPartitionedCall"})
 
+
 def resource_origin(by_name, name: str, port: int) -> str:
     """The node whose resource node ``name``'s output ``port`` is (``by_name``: node name ->
     NodeDef): through ``While`` ops, which pass their loop variables on, the producer of the
@@ -586,7 +587,6 @@ def _opgraph(meta_graph: meta_graph_pb2.MetaGraphDef, props: dict, unknown_dim: 
             add_tensor(i, port, elements * grappler.dtype_size(tp.dtype), tp.dtype)
 
     uf = _UnionFind(n)
-
     by_name = {node.name: node for node in nodes}
 
     def resource_source(src: int, port: int) -> int:
