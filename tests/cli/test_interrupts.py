@@ -230,3 +230,47 @@ def test_once_a_command_is_over_its_signals_are_ignored(monkeypatch):
         for sig, handler in before.items():
             signal.signal(sig, handler)
     assert exited.value.code == 1 and got == [signal.SIG_IGN, signal.SIG_IGN]
+
+
+def test_an_interrupt_as_outputs_are_renamed_says_they_were_written(monkeypatch, tmp_path,
+                                                                    capsys):
+    """Ctrl-C after the commit record, while the outputs are renamed into place: the renames
+    are finished (the new set is whole) and the line says so; it said 'nothing was written'
+    whatever the writing had reached."""
+    from tf_autoplace.cli import main as cli_main
+    from tf_autoplace.outputs import files
+
+    out = [str(tmp_path / "g.pb"), str(tmp_path / "r.json")]
+    for path in out:
+        with open(path, "w") as f:
+            f.write("old")
+    real_roll_forward, calls = files._roll_forward, []
+
+    def roll_forward(plan):  # the Ctrl-C lands on the first rename, then the renames finish
+        calls.append(plan)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        real_roll_forward(plan)
+
+    def run(name):
+        outputs = files.Outputs()
+        for path in out:
+            outputs.add_file(path, b"new")
+        outputs.commit()
+        return 0
+
+    monkeypatch.setattr(files, "_roll_forward", roll_forward)
+    monkeypatch.setattr(cli_main, "_run", run)
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        status = cli_main.main(["tf-autoplace", "place", "--input=x.pb"])
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    assert status == 130 and len(calls) == 2
+    assert [open(p).read() for p in out] == ["new", "new"]
+    line = capsys.readouterr().err.strip()
+    assert line == (f"tf-autoplace place: interrupted by Ctrl-C (SIGINT); it came as its outputs "
+                    f"were renamed into place, which was finished: {out[0]}, {out[1]} are "
+                    "whole and new")

@@ -174,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     # manifest that records the command line).
     sys.argv = [f"{PROG} {name}", *argv[2:]]
     signal.signal(signal.SIGTERM, _terminate)
+    from tf_autoplace.outputs import files  # no TensorFlow: the journal of the outputs
+
+    earlier = files.written_when_interrupted()
     try:
         return _run(name)
     except BaseException as e:  # noqa: B036  (SystemExit, the command's status, goes on)
@@ -182,6 +185,10 @@ def main(argv: list[str] | None = None) -> int:
         if interrupt is None:
             raise
         terminated = isinstance(interrupt, Terminated)
+        written = files.written_when_interrupted()
+        left = (f"it came as its outputs were renamed into place, which was finished: "
+                f"{', '.join(written)} are whole and new" if written != earlier and written
+                else COMMANDS[name][2])
         print(f"{PROG} {name}: interrupted by {'SIGTERM' if terminated else 'Ctrl-C (SIGINT)'}"
-              f"; {COMMANDS[name][2]}", file=sys.stderr)
+              f"; {left}", file=sys.stderr)
         return 128 + (signal.SIGTERM if terminated else signal.SIGINT)

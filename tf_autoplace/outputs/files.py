@@ -198,10 +198,24 @@ class Outputs:
                 raise
             try:
                 _roll_forward(plan)
-            except BaseException:  # interrupted after the commit point: finish the renames
+            except BaseException as e:  # interrupted after the commit point: finish the renames
                 with contextlib.suppress(OSError):
                     _roll_forward(plan)
+                if isinstance(e, KeyboardInterrupt):
+                    _written_when_interrupted[:] = [p for p, _ in pending]
                 raise
+
+
+# The outputs of the last set an interrupt reached after its commit point: complete and new
+# (the renames were finished before the interrupt went on). What an interrupted command says.
+_written_when_interrupted: list[str] = []
+
+
+def written_when_interrupted() -> tuple[str, ...]:
+    """The outputs of the last set of this process whose commit an interrupt (Ctrl-C,
+    SIGTERM) reached after the commit point: their renames were finished, so they are whole
+    and new. Empty where no interrupt came then."""
+    return tuple(_written_when_interrupted)
 
 
 def recover(directory) -> None:
