@@ -134,3 +134,36 @@ def test_the_same_graph_with_counters_in_its_gradient_scopes_is_this_graph(tmp_p
     assert "for this graph (same fingerprint)" not in shuffled.notes[0]
     assert {op.name: op.device for op in graph.get_operations()} == \
         {name: tf.DeviceSpec.from_string(device).to_string() for name, device in entries}
+
+
+@pytest.mark.parametrize("name", ["p.pb", "p.pbtxt"])
+def test_a_file_cut_short_is_refused_not_completed(saved, name):
+    """A placement file cut at an op's end still parses, with fewer ops; applied, its lost ops
+    were placed next to their neighbours as if the graph had changed. Its per-device counts
+    say how many ops it had."""
+    report, _, out = saved
+    data = (out / name).read_bytes()
+    proto = report.to_proto()
+    kept = len(proto.op) // 2
+    if name.endswith(".pbtxt"):  # up to the end of the kept-th op's entry
+        end = 0
+        for _ in range(kept):
+            end = data.index(b"\n}\n", data.index(b"op {", end)) + 3
+    else:  # the bytes of the fields before the ops and of the kept ops
+        head = type(proto)()
+        head.CopyFrom(proto)
+        del head.op[kept:]
+        for field, _ in head.ListFields():
+            if field.number > type(proto).DESCRIPTOR.fields_by_name["op"].number:
+                head.ClearField(field.name)
+        end = len(head.SerializeToString())
+        assert data[:end] == head.SerializeToString()  # fields are written in number order
+    cut = out / f"cut_{name}"
+    cut.write_bytes(data[:end])
+    tg = small_cnn()
+    before = _bytes(tg.graph)
+    with pytest.raises(tf_autoplace.ConfigError, match=(
+            rf"is incomplete or damaged: its devices hold {len(proto.op)} ops and it lists "
+            rf"{kept} \(a copy cut short\?\)")):
+        tf_autoplace.apply_placement(tg.graph, str(cut), cluster=CPU2)
+    assert _bytes(tg.graph) == before

@@ -71,6 +71,13 @@ def read_placement(source) -> placement_pb2.PlacementResult:
     if not out.op:
         raise ConfigError(f"{what} places no op (a PlacementResult from "
                           "PlacementReport.to_proto() or --placement_pb has one entry per op)")
+    counted = sum(device.num_ops for device in out.device)
+    listed = len({op.name for op in out.op})
+    if out.device and counted != listed:  # a file cut short can still parse, with fewer ops
+        raise ConfigError(
+            f"{what} is incomplete or damaged: its devices hold {counted} ops and it lists "
+            f"{listed} (a copy cut short?); to apply a list of ops written or edited by hand, "
+            "leave out the per-device entries ('device')")
     return out
 
 
