@@ -21,8 +21,9 @@ ROOT = os.path.dirname(tf_autoplace.__file__)
 # role (outputs, pipeline, hw, zoo) may have modules on several floors.
 LAYERS = [
     {"errors", "proto"},
-    # byte amounts for messages; private cache directories and reading files without trust
-    {"core.units", "core.cachedir", "core.npz"},
+    # byte amounts for messages; private cache directories and reading files without trust;
+    # the numbers a config takes
+    {"core.units", "core.cachedir", "core.npz", "core.settings"},
     {"core.tasks"},  # the jobs and tasks of a TensorFlow cluster, which a Cluster may span
     {"core.jit"},  # numba kernels cached in the user's cache directory (grouping, sim, ...)
     {"core.cluster", "core.registry", "outputs.files", "outputs.progress", "graph", "zoo"},

@@ -41,6 +41,7 @@ import sys
 from absl import app, flags
 
 from tf_autoplace.errors import AutoplaceError, Terminated, interrupt_in
+from tf_autoplace.outputs import files  # no TensorFlow: what an interrupt left written
 
 PROG = "tf-autoplace"
 HELP = ("-h", "--help", "-help", "help", "--helpshort", "-?")
@@ -174,8 +175,6 @@ def main(argv: list[str] | None = None) -> int:
     # manifest that records the command line).
     sys.argv = [f"{PROG} {name}", *argv[2:]]
     signal.signal(signal.SIGTERM, _terminate)
-    from tf_autoplace.outputs import files  # no TensorFlow: the journal of the outputs
-
     earlier = files.written_when_interrupted()
     try:
         return _run(name)

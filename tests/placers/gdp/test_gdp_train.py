@@ -60,9 +60,9 @@ def test_clipped_loss_is_reinforce_at_ratio_one_and_stops_past_the_clip():
 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(samples=0), "samples must be an int >= 1, got 0"),
-    (dict(clip=1.5), "clip must be in \\(0, 1\\), got 1.5"),
+    (dict(clip=1.5), "clip must be a finite number > 0 and < 1, got 1.5"),
     (dict(steps=-1), "steps must be an int >= 0, got -1"),
-    (dict(final_learning_rate=0), "final_learning_rate must be None or > 0, got 0"),
+    (dict(final_learning_rate=0), "final_learning_rate must be None or a finite number > 0, got 0"),
 ])
 def test_ppo_config_checks_its_values(kwargs, match):
     with pytest.raises(ConfigError, match=match):

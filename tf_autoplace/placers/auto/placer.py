@@ -45,6 +45,7 @@ import time
 import numpy as np
 
 from tf_autoplace.core.problem import PlacementProblem, Placer, check_memory
+from tf_autoplace.core.settings import check_number
 from tf_autoplace.errors import ConfigError, MeasurementError
 from tf_autoplace.heuristics import (BestHeuristicPlacer, ReplicaDeviceSetterPlacer,
                                     SingleDevicePlacer)
@@ -151,8 +152,7 @@ class AutoConfig:
                                                  and self.max_samples > 0):
             raise ConfigError(f"max_samples must be None or an int > 0, got "
                               f"{self.max_samples!r}")
-        if not (isinstance(self.search_work, (int, float)) and self.search_work > 0):
-            raise ConfigError(f"search_work must be a number > 0, got {self.search_work!r}")
+        check_number("search_work", self.search_work, low=0, low_ok=False)
         if not (isinstance(self.budget_s, (int, float)) and self.budget_s > 0):
             raise ConfigError(f"budget_s must be a number > 0, got {self.budget_s!r}")
         if self.workers is not None and not (isinstance(self.workers, int) and self.workers >= 1):
@@ -167,18 +167,12 @@ class AutoConfig:
         if isinstance(self.patience, bool) or not (isinstance(self.patience, int)
                                                     and self.patience >= 0):
             raise ConfigError(f"patience must be an int >= 0, got {self.patience!r}")
-        if isinstance(self.kick, bool) or not (isinstance(self.kick, (int, float))
-                                                and 0 < self.kick <= 1):
-            raise ConfigError(f"kick must be a number in (0, 1], got {self.kick!r}")
-        if isinstance(self.kick_share, bool) or not (isinstance(self.kick_share, (int, float))
-                                                      and self.kick_share > 0):
-            raise ConfigError(f"kick_share must be a number > 0, got {self.kick_share!r}")
+        check_number("kick", self.kick, low=0, low_ok=False, high=1)
+        check_number("kick_share", self.kick_share, low=0, low_ok=False)
         if not (isinstance(self.seeds_per_start, int) and self.seeds_per_start >= 1):
             raise ConfigError(f"seeds_per_start must be an int >= 1, got "
                               f"{self.seeds_per_start!r}")
-        if isinstance(self.min_gain, bool) or not (isinstance(self.min_gain, (int, float))
-                                                    and 0 <= self.min_gain < 1):
-            raise ConfigError(f"min_gain must be a number in [0, 1), got {self.min_gain!r}")
+        check_number("min_gain", self.min_gain, low=0, high=1, high_ok=False)
         unknown = sorted(set(self.learned) - set(LEARNED))
         if unknown:
             raise ConfigError(f"learned must name policies among {list(LEARNED)}, got {unknown}")

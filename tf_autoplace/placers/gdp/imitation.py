@@ -33,6 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_autoplace.core.problem import PlacementProblem
+from tf_autoplace.core.settings import check_number
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.heuristics import BestHeuristicPlacer
 from tf_autoplace.learning.adam import FusedAdam
@@ -139,10 +140,8 @@ class CloneConfig:
         if not (isinstance(self.epochs, int) and self.epochs >= 0):
             raise ConfigError(f"epochs must be an int >= 0, got {self.epochs!r}")
         for name in ("learning_rate", "max_grad_norm"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        if not self.move_weight >= 1:
-            raise ConfigError(f"move_weight must be >= 1, got {self.move_weight!r}")
+            check_number(name, getattr(self, name), low=0, low_ok=False)
+        check_number("move_weight", self.move_weight, low=1)
 
 
 def imitation_loss(policy: GdpPolicy, tensors: tuple, target: np.ndarray,

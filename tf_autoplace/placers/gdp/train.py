@@ -44,6 +44,7 @@ from typing import Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
+from tf_autoplace.core.settings import check_number
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.learning import ppo
 from tf_autoplace.learning.adam import FusedAdam
@@ -96,17 +97,13 @@ class PPOConfig:
                 raise ConfigError(f"{name} must be an int >= 1, got {value!r}")
         if not (isinstance(self.steps, int) and self.steps >= 0):
             raise ConfigError(f"steps must be an int >= 0, got {self.steps!r}")
-        if not 0 < self.clip < 1:
-            raise ConfigError(f"clip must be in (0, 1), got {self.clip!r}")
+        check_number("clip", self.clip, low=0, low_ok=False, high=1, high_ok=False)
         for name in ("learning_rate", "max_grad_norm"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        if self.final_learning_rate is not None and not self.final_learning_rate > 0:
-            raise ConfigError(
-                f"final_learning_rate must be None or > 0, got {self.final_learning_rate!r}")
+            check_number(name, getattr(self, name), low=0, low_ok=False)
+        check_number("final_learning_rate", self.final_learning_rate, low=0, low_ok=False,
+                     none_ok=True)
         for name in ("entropy", "advantage_floor", "memory_penalty"):
-            if not getattr(self, name) >= 0:
-                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+            check_number(name, getattr(self, name), low=0)
 
     def rate(self, step: int) -> float:
         if self.final_learning_rate is None:

@@ -75,6 +75,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_autoplace.core.problem import PlacementProblem
+from tf_autoplace.core.settings import check_number
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.learning.adam import KerasAdam
 from tf_autoplace.learning.rollouts import Evaluator
@@ -168,29 +169,16 @@ class HDPConfig:
         _positive_int("samples_per_update", self.samples_per_update)
         _positive_int("workers", self.workers)
         check_ray_address(self.ray_address)
-        if self.learning_rate is not None and not (
-                isinstance(self.learning_rate, (int, float)) and self.learning_rate > 0):
-            raise ConfigError(
-                f"learning_rate must be None or a number > 0, got {self.learning_rate!r}")
+        check_number("learning_rate", self.learning_rate, low=0, low_ok=False, none_ok=True)
         if self.start not in STARTS:
             raise ConfigError(f"start must be one of {STARTS}, got {self.start!r}")
-        if not (isinstance(self.start_sharpness, (int, float)) and self.start_sharpness > 0):
-            raise ConfigError(
-                f"start_sharpness must be a number > 0, got {self.start_sharpness!r}")
+        check_number("start_sharpness", self.start_sharpness, low=0, low_ok=False)
         _positive_int("start_steps", self.start_steps)
-        if not (isinstance(self.start_noise, (int, float)) and 0 <= self.start_noise < 1):
-            raise ConfigError(f"start_noise must be a number in [0, 1), got {self.start_noise!r}")
-        if not (isinstance(self.baseline_decay, (int, float)) and 0 <= self.baseline_decay < 1):
-            raise ConfigError(
-                f"baseline_decay must be a number in [0, 1), got {self.baseline_decay!r}")
-        if not (isinstance(self.entropy, (int, float)) and self.entropy >= 0):
-            raise ConfigError(f"entropy must be a number >= 0, got {self.entropy!r}")
-        if self.grad_clip is not None and not (isinstance(self.grad_clip, (int, float))
-                                               and self.grad_clip > 0):
-            raise ConfigError(f"grad_clip must be None or a number > 0, got {self.grad_clip!r}")
-        if not (isinstance(self.memory_penalty, (int, float)) and self.memory_penalty >= 0):
-            raise ConfigError(
-                f"memory_penalty must be a number >= 0, got {self.memory_penalty!r}")
+        check_number("start_noise", self.start_noise, low=0, high=1, high_ok=False)
+        check_number("baseline_decay", self.baseline_decay, low=0, high=1, high_ok=False)
+        check_number("entropy", self.entropy, low=0)
+        check_number("grad_clip", self.grad_clip, low=0, low_ok=False, none_ok=True)
+        check_number("memory_penalty", self.memory_penalty, low=0)
         for name in POLICY_WIDTHS:
             _positive_int(name, getattr(self, name))
         if self.policy_dir is not None and not (isinstance(self.policy_dir, str)

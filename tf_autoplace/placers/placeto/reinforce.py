@@ -60,6 +60,7 @@ from typing import Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
+from tf_autoplace.core.settings import check_number
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.learning.adam import KerasAdam
 from tf_autoplace.learning.workers import WorkerPool, worker_pool
@@ -119,13 +120,10 @@ class TrainConfig:
             if not (isinstance(value, int) and value >= 1):
                 raise ConfigError(f"{name} must be an int >= 1, got {value!r}")
         for name in ("learning_rate", "final_learning_rate"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        if not 0 <= self.discount <= 1:
-            raise ConfigError(f"discount must be in [0, 1], got {self.discount!r}")
+            check_number(name, getattr(self, name), low=0, low_ok=False)
+        check_number("discount", self.discount, low=0, high=1)
         for name in ("entropy", "final_entropy"):
-            if not getattr(self, name) >= 0:
-                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+            check_number(name, getattr(self, name), low=0)
         if self.estimator not in ("reinforce", "all_actions"):
             raise ConfigError(
                 f"estimator must be 'reinforce' or 'all_actions', got {self.estimator!r}")

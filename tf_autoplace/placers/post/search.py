@@ -78,6 +78,7 @@ import time
 import numpy as np
 
 from tf_autoplace.core.problem import PlacementProblem
+from tf_autoplace.core.settings import check_number
 from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
 from tf_autoplace.grouping import Grouping, GroupingConfig, merge_and_colocate
 from tf_autoplace.grouping.heuristic import heuristic_grouping
@@ -174,15 +175,10 @@ class PostConfig:
         if self.ce_period % self.batch:
             raise ConfigError(f"ce_period must be a multiple of batch ({self.batch}), "
                               f"got {self.ce_period!r}")
-        if not (isinstance(self.elite_fraction, (int, float)) and
-                0 < self.elite_fraction <= 1):
-            raise ConfigError(f"elite_fraction must be in (0, 1], got {self.elite_fraction!r}")
-        if not (isinstance(self.epsilon, (int, float)) and 0 <= self.epsilon <= 1):
-            raise ConfigError(f"epsilon must be in [0, 1], got {self.epsilon!r}")
+        check_number("elite_fraction", self.elite_fraction, low=0, low_ok=False, high=1)
+        check_number("epsilon", self.epsilon, low=0, high=1)
         for name in ("learning_rate", "kl_penalty", "memory_penalty"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and value >= 0):
-                raise ConfigError(f"{name} must be a number >= 0, got {value!r}")
+            check_number(name, getattr(self, name), low=0)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
