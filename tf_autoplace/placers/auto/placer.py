@@ -30,7 +30,9 @@ or 8 devices alike. The learned policies still contribute their zero-shot placem
 free starts.
 
 Guarantees, by construction: the result is never slower than any start (so never slower than
-the best fast heuristic); colocation groups stay whole and every op stays on a device with its
+the best fast heuristic), except that a split predicted less than ``min_gain`` faster than the
+single-device placement gives way to it (on any cluster; within 1% by default, and said in
+the notes); colocation groups stay whole and every op stays on a device with its
 kernel (moves are whole colocation groups to devices that can run them); with one device, or
 nothing movable, it returns at once. The same seed gives the same placement when the sample
 budget, not the time cap, ends the search.
