@@ -12,7 +12,8 @@ costs little and removes the guess. Three rules make the result dependable on an
   with room, then to the CPU host) and competes if the repair fits. When none fits even so,
   every op on the host is the last resort; only when that does not fit either is an
   :class:`InfeasiblePlacementError` raised, naming the graph's total need against the
-  cluster's capacity.
+  cluster's capacity. Every op on the host also competes where it is the fastest (slow links,
+  ops without GPU kernels among the GPU ops), and only there.
 * **More devices never make it worse.** Each heuristic also runs on the prefixes of the compute
   devices with 1, 2, 4, ... of them (with every other device, such as the CPU host, kept), and
   those placements compete too: a placement that leaves devices idle is valid on the larger
@@ -136,26 +137,34 @@ class BestHeuristicPlacer(Placer):
                 label, devices = label + "+offload", repaired
                 sim = problem.simulator.run(devices)
             scored.append(Candidate(label, devices, sim.makespan, True, order))
-        if scored and not any(c.fits for c in scored):
-            scored.extend(self._all_on_the_host(problem, len(scored)))
+        host = self._all_on_the_host(problem, len(scored)) if scored else None
+        fitting = [c.step_s for c in scored if c.fits]
+        if host is not None and not fitting:
+            self.notes.append("best_heuristic: no heuristic's placement fits, even repaired; "
+                              "all on the CPU host does")
+            scored.append(host)
+        elif host is not None and host.step_s < min(fitting) and not any(
+                np.array_equal(host.devices, c.devices) for c in scored):
+            scored.append(host)
         scored.sort(key=lambda c: (not c.fits, c.step_s, c.order))
         return scored
 
-    def _all_on_the_host(self, problem: PlacementProblem, order: int) -> list[Candidate]:
-        """The last resort when no candidate fits, even repaired: every op on the CPU host,
-        which the repair (moving a group only where its outputs and variables all fit at
-        once) can miss though the host holds the whole step's peak. None without a host or
-        when that does not fit either."""
+    def _all_on_the_host(self, problem: PlacementProblem, order: int) -> Candidate | None:
+        """Every op on the CPU host, where that fits: the last resort when no candidate fits,
+        even repaired (the repair, which moves a group only where its outputs and variables all
+        fit at once, can miss it though the host holds the whole step's peak), and a candidate
+        where it is faster than every other (transfers dearer than the GPUs' gain: slow links,
+        ops without GPU kernels between the GPU ops). Kept out where it is slower, so it never
+        takes a start of ``auto`` from a faster placement. None without a host or when it does
+        not fit."""
         try:
             devices = CpuOnlyPlacer().propose(problem)
         except AutoplaceError:
-            return []
+            return None
         sim = problem.simulator.run(devices)
         if check_memory(problem, sim):
-            return []
-        self.notes.append("best_heuristic: no heuristic's placement fits, even repaired; all "
-                          "on the CPU host does")
-        return [Candidate("cpu_only", devices, sim.makespan, True, order)]
+            return None
+        return Candidate("cpu_only", devices, sim.makespan, True, order)
 
     def _place(self, problem: PlacementProblem, rng: np.random.Generator) -> np.ndarray:
         scored = self.ranked(problem)
