@@ -573,3 +573,28 @@ def test_all_on_the_host_competes_where_it_is_the_fastest(tmp_path):
     ranked = get_placer("best_heuristic").ranked(problem)
     host = problem.simulator.run(CpuOnlyPlacer().propose(problem)).makespan
     assert host > ranked[0].step_s and not any(c.label == "cpu_only" for c in ranked)
+
+
+def test_all_on_the_host_repaired_when_the_host_alone_overflows(tmp_path):
+    """A 1 GB variable with a 400 MB output fits no 1.2 GB GPU, and all on the 2 GB host is
+    just over (2.02 GB): every placer said nothing fits, though a 400 MB op on a GPU leaves
+    the host 1.6 GB. All on the host, with groups moved to GPUs with room, is that."""
+    import tf_autoplace
+
+    spec, graph = tmp_path / "tight.pbtxt", tmp_path / "g.costgraph.pbtxt"
+    spec.write_text("default_latency_us: 1000 default_bandwidth_gbps: 100\n" + "".join(
+        f'device {{ name: "/device:GPU:{i}" kind: "GPU" memory_bytes: 1200000000 }}\n'
+        for i in range(3)) + 'device { name: "/device:CPU:0" kind: "CPU" '
+                             'memory_bytes: 2000000000 }')
+    graph.write_text("""format_version: 1
+op { name: "o0" type: "Op" output_bytes: 419430400 time { device_kind: "GPU" seconds: 0.0001 }
+     time { device_kind: "CPU" seconds: 0.0001 } }
+op { name: "o1" type: "Op" output_bytes: 419430400 persistent_bytes: 1073741824
+     time { device_kind: "GPU" seconds: 0.005 } time { device_kind: "CPU" seconds: 0 } }
+op { name: "o2" type: "Op" output_bytes: 0 persistent_bytes: 104857600
+     time { device_kind: "CPU" seconds: 0.0001 } input { op: "o0" } }""")
+    for name in ("best_heuristic", "auto"):
+        report = tf_autoplace.place_cost_graph(str(graph), cluster=str(spec), placer=name,
+                                               progress=False)
+        assert report.assignment["o1"].endswith("CPU:0") and "GPU" in report.assignment["o0"]
+    assert any("with groups moved to GPUs with room, does" in n for n in report.notes)

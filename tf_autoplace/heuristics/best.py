@@ -141,7 +141,9 @@ class BestHeuristicPlacer(Placer):
         fitting = [c.step_s for c in scored if c.fits]
         if host is not None and not fitting:
             self.notes.append("best_heuristic: no heuristic's placement fits, even repaired; "
-                              "all on the CPU host does")
+                              + ("all on the CPU host does" if host.label == "cpu_only" else
+                                 "all on the CPU host, with groups moved to GPUs with room, "
+                                 "does"))
             scored.append(host)
         elif host is not None and host.step_s < min(fitting) and not any(
                 np.array_equal(host.devices, c.devices) for c in scored):
@@ -156,15 +158,19 @@ class BestHeuristicPlacer(Placer):
         where it is faster than every other (transfers dearer than the GPUs' gain: slow links,
         ops without GPU kernels between the GPU ops). Kept out where it is slower, so it never
         takes a start of ``auto`` from a faster placement. None without a host or when it does
-        not fit."""
+        not fit, even with groups moved from the host to GPUs with room
+        (:func:`~tf_autoplace.heuristics.offload.offload`, as for any other candidate)."""
         try:
             devices = CpuOnlyPlacer().propose(problem)
         except AutoplaceError:
             return None
-        sim = problem.simulator.run(devices)
-        if check_memory(problem, sim):
-            return None
-        return Candidate("cpu_only", devices, sim.makespan, True, order)
+        label, sim = "cpu_only", problem.simulator.run(devices)
+        if check_memory(problem, sim):  # the host alone overflows: groups off it to the GPUs
+            devices = offload(problem, devices)
+            if devices is None:
+                return None
+            label, sim = "cpu_only+offload", problem.simulator.run(devices)
+        return Candidate(label, devices, sim.makespan, True, order)
 
     def _place(self, problem: PlacementProblem, rng: np.random.Generator) -> np.ndarray:
         scored = self.ranked(problem)
