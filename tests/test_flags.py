@@ -372,7 +372,7 @@ def test_verify_on_a_graph_only_the_program_can_feed(hook, monkeypatch, by_defau
 
 
 @pytest.mark.parametrize("by_default", [False, True])
-def test_verify_in_a_session_that_lacks_cluster_devices(hook, by_default):
+def test_verify_in_a_session_that_lacks_cluster_devices(hook, by_default, caplog):
     """Soft placement on, a device of the cluster missing: the warning said the run would go
     on, and then verification refused the placement (it cannot measure where there is no
     device). On by default, verification is off for it; asked for, that is said at once."""
@@ -389,6 +389,7 @@ def test_verify_in_a_session_that_lacks_cluster_devices(hook, by_default):
             assert _op_devices(tg.graph) == before
             return
         sess.run(tg.init_op)  # placed, then run with soft placement
+    assert "placing without verification: the session lacks cluster devices" in caplog.text
     report = ap_flags.report_for(tg.graph)
     assert report is not None and report.verification is None
     assert _op_devices(tg.graph) != before

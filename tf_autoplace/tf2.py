@@ -318,8 +318,7 @@ class PlacedFunction:
         reject it, with an ``input_signature``); the placed graph cannot, so the call is
         refused, with what to do. Arguments whose structure differs from the traced one are
         left to the function's own binding."""
-        args_sig, kwargs_sig = self.original.structured_input_signature
-        names = [p[0] for p in self._parameters] or [f"#{i}" for i in range(len(args_sig))]
+        names, args_sig, kwargs_sig = self._traced
         pairs = [(n, v, t) for n, v, t in zip(names, args, args_sig)]
         pairs += [(name, v, kwargs_sig[name]) for name, v in kwargs.items() if name in kwargs_sig]
         for name, value, traced in pairs:
@@ -342,6 +341,14 @@ class PlacedFunction:
                         "would run it with the traced shapes). Place the function again for "
                         "this shape, or trace it with an input_signature that has None in the "
                         "dimensions that vary")
+
+    @functools.cached_property
+    def _traced(self) -> tuple[list[str], tuple, dict]:
+        """The positional parameters' names (``#i`` where unknown) and the structured input
+        signature, read once: :meth:`_check_specs` runs on every call."""
+        args_sig, kwargs_sig = self.original.structured_input_signature
+        names = [p[0] for p in self._parameters] or [f"#{i}" for i in range(len(args_sig))]
+        return names, args_sig, kwargs_sig
 
     @functools.cached_property
     def _missing(self) -> list[str]:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import sys
 import time
 
@@ -41,6 +40,7 @@ from tf_autoplace.cli import serve_local_flags  # noqa: F401  (defines this comm
 from tf_autoplace.errors import AutoplaceError
 from tf_autoplace.hw.cluster_profile import profile_cluster
 from tf_autoplace.hw.local_cluster import local_cluster
+from tf_autoplace.hw.runner import connection_error
 from tf_autoplace.outputs.files import Outputs, check_output_path
 
 FLAGS = flags.FLAGS  # this command's flags: tf_autoplace.cli.serve_local_flags
@@ -101,11 +101,6 @@ def _serve(tasks) -> str:
     while True:
         time.sleep(POLL_S)
         for task in tasks:
-            host, _, port = task.address.rpartition(":")
-            try:
-                with socket.create_connection((host, int(port)), timeout=POLL_S):
-                    pass
-            except TimeoutError:
-                continue
-            except OSError as e:
-                return f"the server of task {task.name} ({task.address}) has stopped ({e})"
+            error = connection_error(task.address, POLL_S)
+            if error is not None and not isinstance(error, TimeoutError):
+                return f"the server of task {task.name} ({task.address}) has stopped ({error})"

@@ -408,16 +408,25 @@ def check_reachable(addresses, timeout_s: float = REACH_TIMEOUT_S) -> None:
     A Session on a TensorFlow cluster whose master or another task is down does not fail: it
     waits for the task (``Session.list_devices`` for ten minutes, the RPC deadline) without a
     word. A connection to each server first turns that into an error at once."""
+    for address in addresses:
+        error = connection_error(address, timeout_s)
+        if error is not None:
+            raise MeasurementError(f"cannot reach the TensorFlow server at {address!r} "
+                                   f"({error}); start it, or measure without it") from error
+
+
+def connection_error(address: str, timeout_s: float) -> Exception | None:
+    """Why a TCP connection to ``host:port`` (``[::1]:port`` too) failed within ``timeout_s``
+    (a ``TimeoutError`` when it only did not answer in time), or None when it was accepted."""
     import socket
 
-    for address in addresses:
-        host, _, port = address.rpartition(":")
-        try:
-            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
-                pass
-        except (OSError, ValueError) as e:
-            raise MeasurementError(f"cannot reach the TensorFlow server at {address!r} ({e}); "
-                                   "start it, or measure without it") from e
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except (OSError, ValueError) as e:
+        return e
+    return None
 
 
 def task_down(config: RunConfig) -> bool:
