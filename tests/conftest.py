@@ -56,6 +56,28 @@ def pytest_sessionfinish(session, exitstatus):
 
 _INSTALLED = pytest.StashKey()
 
+# Modules that take tens of seconds each (child processes running TensorFlow programs, model
+# builds, policy training), heaviest first. They are collected first: pytest-xdist's
+# ``--dist loadfile`` hands whole modules to its workers in collection order, and a heavy
+# module handed out last keeps one worker busy while the other has nothing left to run.
+HEAVY_FIRST = (
+    "test_keras.py", "test_fuzz.py", "placers/placeto/test_placeto.py", "test_modes.py",
+    "cli/test_place.py", "zoo/test_zoo.py", "test_flags.py", "hw/test_local_cluster.py",
+    "placers/hdp/test_hdp.py", "test_placement_goldens.py", "cli/test_interrupts.py",
+    "pipeline/test_cache.py", "cli/test_profile_command.py", "test_tf2.py",
+    "learning/test_shared_trace.py", "outputs/test_progress.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: k for k, name in enumerate(HEAVY_FIRST)}
+
+    def key(item):
+        path = os.path.relpath(str(item.path), os.path.join(REPO, "tests")).replace(os.sep, "/")
+        return rank.get(path, len(rank))
+
+    items.sort(key=key)  # stable: the other modules keep their order, after these
+
 
 @pytest.fixture(scope="session", autouse=True)
 def user_cache_dir(tmp_path_factory):

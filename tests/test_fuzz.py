@@ -21,13 +21,12 @@ untouched, the process alive and never waiting forever.
 
 The cases run in child processes (tests/fuzz_child.py; the default ones of every family in one
 child, which imports TensorFlow once), so an abort in C++ code fails the test with the case that
-caused it instead of killing pytest. By default 100 graph cases, 40 + 6 + 20 cost graphs,
-policies and cache entries, and 20 + 4 + 6 TensorFlow clusters, Keras models and verified
-placements (no server process is started); ``pytest -m slow`` runs the next 3,200 graph cases
-with the learned placer among the placers, the next 1,000 + 314 + 300 of the next three
-families and 1,020 + 62 + 62 of the last three (the default and slow cases together are the
-same whichever share the default runs), and places the base graph on 30 descriptions of two
-local server processes and runs it there.
+caused it instead of killing pytest. By default the first cases of each family (``DEFAULT``;
+no server process is started); ``pytest -m slow`` runs the rest of ``TOTAL`` (over 3,000 graph
+cases, with the learned placer among the placers; up to about a thousand of each other
+family), so the default and slow cases together are the same whichever share the default
+runs, and places the base graph on 30 descriptions of two local server processes and runs it
+there.
 """
 
 import collections
@@ -41,9 +40,20 @@ import pytest
 from tf_autoplace.testing import fuzz
 
 SEED = 0
+# Cases of each family the default suite runs (case 0 on), and the default and slow runs' cases
+# together (the slow tests run the rest): the same cases are checked whichever share is default.
+DEFAULT = {"graphs": 50, "cost_graphs": 20, "policies": 4, "caches": 10, "tf_clusters": 20,
+           "keras": 4, "verify": 4}
+TOTAL = {"graphs": 3300, "cost_graphs": 1040, "policies": 320, "caches": 320,
+         "tf_clusters": 1040, "keras": 66, "verify": 68}
 ERRORS = {"InvalidGraphError", "ClusterSpecError", "InfeasiblePlacementError", "ConfigError"}
 # verify measures: a graph TensorFlow cannot run unplaced either ends in a MeasurementError.
 VERIFY_ERRORS = ERRORS | {"MeasurementError"}
+
+
+def _more(*families) -> list[str]:
+    """Specs of the cases of ``families`` the default suite does not run."""
+    return [f"{f}:{DEFAULT[f]}:{TOTAL[f] - DEFAULT[f]}" for f in families]
 
 
 def _run_child(repo_root, specs, *extra, timeout):
@@ -125,8 +135,7 @@ def _check_doors(results):
 @pytest.fixture(scope="module")
 def default_cases(repo_root):
     """The default cases of every family, in one child process (one TensorFlow start)."""
-    return _run_child(repo_root, ["graphs:0:100", "cost_graphs:0:40", "policies:0:6",
-                                  "caches:0:20", "tf_clusters:0:20", "keras:0:4", "verify:0:6"],
+    return _run_child(repo_root, [f"{family}:0:{count}" for family, count in DEFAULT.items()],
                       timeout=900)
 
 
@@ -144,19 +153,17 @@ def test_tf_clusters_keras_models_and_verified_placements(default_cases):
 
 @pytest.mark.slow
 def test_many_more_damaged_inputs_with_every_placer(repo_root):
-    _check_graphs(_run_child(repo_root, ["graphs:100:3200"], "all", timeout=7200)["graphs"])
+    _check_graphs(_run_child(repo_root, _more("graphs"), "all", timeout=7200)["graphs"])
 
 
 @pytest.mark.slow
 def test_many_more_damaged_cost_graphs_policies_and_cache_entries(repo_root):
-    _check_others(_run_child(repo_root, ["cost_graphs:40:1000", "policies:6:314",
-                                         "caches:20:300"], "all", timeout=7200))
+    _check_others(_run_child(repo_root, _more("cost_graphs", "policies", "caches"), "all", timeout=7200))
 
 
 @pytest.mark.slow
 def test_many_more_tf_clusters_keras_models_and_verified_placements(repo_root):
-    _check_doors(_run_child(repo_root, ["tf_clusters:20:1020", "keras:4:62", "verify:6:62"],
-                            timeout=7200))
+    _check_doors(_run_child(repo_root, _more("tf_clusters", "keras", "verify"), timeout=7200))
 
 
 @pytest.mark.slow

@@ -379,12 +379,12 @@ def test_placer_is_never_worse_than_the_heuristics_and_reports_itself():
     rng = np.random.default_rng(6)
     problem = _problem(24, _random_dag(rng, 24))
     # The sample budget ends the search; the time cap is there only to be far off.
-    placer = PlacetoPlacer(budget_s=3600, max_samples=100, env=EnvConfig(max_groups=12))
+    placer = PlacetoPlacer(budget_s=3600, max_samples=30, env=EnvConfig(max_groups=12))
     placement = placer.place(problem, seed=0)
     for name in ("m_etf", "single"):
         assert placement.sim.makespan <= get_placer(name).place(problem).sim.makespan + 1e-12
     assert any(note.startswith("placeto:") for note in placement.notes)
-    assert placer.stats["samples"] >= 100
+    assert placer.stats["samples"] >= 30
     with pytest.raises(ConfigError, match="budget_s"):
         PlacetoPlacer(budget_s=0)
 
