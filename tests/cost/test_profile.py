@@ -247,16 +247,39 @@ def test_another_graphs_profile_is_refused_and_a_partial_one_does_not_calibrate(
     with pytest.raises(ConfigError, match=r"times 6 ops this graph does not have and 4 of its 4 "
                                           r"ops: it is another graph's profile"):
         foreign.op_time(_graph(), _cluster())
-    # Its measured step is of a run whose op times it has; with one op estimated instead, that
-    # step is not used to scale the op times.
-    run = 'run { device_kind: "GPU" step_time_us: 250 }'
+    # A measured step is of a run whose op times it has; with one CPU op estimated instead,
+    # the CPU step is not used to scale the CPU times, and the GPU step, every GPU time
+    # measured, still scales the GPU times.
+    runs = ('run { device_kind: "GPU" step_time_us: 250 }\n'
+            'run { device_kind: "CPU" step_time_us: 1500 }')
     text = PROFILE.replace('op { name: "mm"   device_kind: "CPU" compute_time_us: 900 }', "")
-    partial = ProfileCostModel.from_text(text + run, fallback=fallback)
+    partial = ProfileCostModel.from_text(text + runs, fallback=fallback)
     partial.op_time(_graph(), _cluster())
-    assert partial.num_unprofiled_ops == 1 and partial.measured_steps() == {}
-    whole = ProfileCostModel.from_text(PROFILE + run)
+    assert partial.num_unprofiled_ops == 1
+    assert partial.measured_steps() == {"GPU": pytest.approx(250e-6)}
+    whole = ProfileCostModel.from_text(PROFILE + runs)
     whole.op_time(_graph(), _cluster())
-    assert whole.measured_steps() == {"GPU": pytest.approx(250e-6)}
+    assert whole.measured_steps() == {"GPU": pytest.approx(250e-6), "CPU": pytest.approx(1.5e-3)}
+
+
+def test_a_measured_time_is_not_divided_by_a_specs_absolute_speed():
+    # A shipped spec's host CPU has speed 16 and an H100 speed 2: factors that correct
+    # Grappler's analytical flop counts. A measured time is the device's own; only the speeds of
+    # a kind's devices relative to its reference device (the first of speed 1, else the first)
+    # scale it.
+    cluster = Cluster.uniform([Device("/device:GPU:0", "GPU", 10 * GB, speed=2.0),
+                               Device("/device:GPU:1", "GPU", 10 * GB, speed=4.0),
+                               Device("/device:CPU:0", "CPU", 64 * GB, speed=16.0)])
+    assert [cluster.reference_device(k) for k in ("GPU", "CPU")] == [0, 2]
+    np.testing.assert_allclose(cluster.relative_speeds(), [1.0, 2.0, 1.0])
+    got = ProfileCostModel.from_text(PROFILE).op_time(_graph(), cluster)
+    us = 1e-6
+    np.testing.assert_allclose(got[:3], [[10 * us, 5 * us, 20 * us],
+                                         [100 * us, 50 * us, 900 * us],
+                                         [5 * us, 2.5 * us, 30 * us]])
+    partner, apart = ProfileCostModel.from_text(EXECUTION).partner_times(
+        _graph(), cluster, ProfileCostModel.from_text(EXECUTION).op_time(_graph(), cluster))
+    np.testing.assert_allclose(apart[2], [15e-6, 7.5e-6, 30e-6])
 
 
 def test_a_profile_of_the_model_at_another_batch_size_is_refused():

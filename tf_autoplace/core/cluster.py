@@ -156,7 +156,9 @@ class Device:
       name: full TF device string written into placed graphs.
       kind: "CPU" or "GPU"; decides which kernels it can run.
       memory_bytes: memory the graph may use on it (> 0).
-      speed: op costs of its kind are divided by this (> 0).
+      speed: estimated op costs of its kind (analytical, a cost graph's) are divided by
+        this (> 0); measured ones (a cost profile) by its speed relative to the kind's
+        :meth:`Cluster.reference_device`, whose times they are.
       num_cores, frequency_mhz, memory_bandwidth_gbps, architecture: hardware numbers fed to
         Grappler's analytical cost estimator (SMs for a GPU, cores for a CPU).
       core_group: the name of the core group whose cores the device shares ("" = none; see
@@ -412,6 +414,27 @@ class Cluster:
     def kind_mask(self, kinds: Sequence[str]) -> np.ndarray:
         """[len(kinds), D] bool: device d is of kind ``kinds[k]``."""
         return np.array([[d.kind == k for d in self.devices] for k in kinds], dtype=bool)
+
+    def reference_device(self, kind: str) -> int | None:
+        """The device of ``kind`` whose times a measurement of that kind holds (a profile, a
+        measured step): the first with speed 1, else the first of the kind; None when the
+        cluster has no device of ``kind``.
+
+        A TensorFlow cluster's speeds are relative to its reference task (speed 1), whose
+        devices the profile timed; a shipped spec's speeds correct an analytical cost model
+        (a host CPU's ``speed: 16``), and a measured time needs no such correction: it holds
+        for the kind's first device as measured. The other devices of the kind get it scaled
+        by their speed relative to this one (:meth:`relative_speeds`)."""
+        devices = [d for d, device in enumerate(self.devices) if device.kind == kind]
+        if not devices:
+            return None
+        return next((d for d in devices if self.devices[d].speed == 1.0), devices[0])
+
+    def relative_speeds(self) -> np.ndarray:
+        """[D] float64: each device's speed over its kind's :meth:`reference_device`'s: what
+        a measured time of the kind is divided by on that device."""
+        return np.array([d.speed / self.devices[self.reference_device(d.kind)].speed
+                         for d in self.devices])
 
     def compute_devices(self) -> np.ndarray:
         """[k] int64: the devices placers spread work over, ascending: those of the default

@@ -7,8 +7,12 @@ A profile lists, for ops of one graph by node name, the time each took on a kind
     op { name: "left/Conv2D" device_kind: "GPU" compute_time_us: 41.5 output_bytes: 12544 }
     op { name: "left/Conv2D" device_kind: "CPU" compute_time_us: 380 }
 
-Like :class:`~tf_autoplace.cost.model.TableCostModel`, a device of kind ``k`` gets
-``time[op, k] / speed``: the measured time is taken as the whole op time, so the cluster's
+A device of kind ``k`` gets ``time[op, k]`` divided by its speed relative to the kind's
+reference device (:meth:`~tf_autoplace.core.cluster.Cluster.relative_speeds`): a measured time
+holds for the device it was measured on as it is, and a spec's absolute ``speed`` (a shipped
+host CPU's 16, which corrects Grappler's flop count) must not shrink it; only the speeds of a
+kind's devices against each other (a TensorFlow cluster's tasks, measured against its
+reference task) scale it. The measured time is taken as the whole op time, so the cluster's
 ``op_overhead_s`` is not added. Tensor sizes come from the graph; ``output_bytes`` (the op's
 outputs in all, as the profiled graph's shapes gave them) only tells a profile of this graph at
 another batch size or input shape: when a tenth of the ops whose sizes both know differ, that is
@@ -276,10 +280,12 @@ class ProfileCostModel(CostModel):
                 "it runs (tf-autoplace profile --graph=...)")
 
     def measured_steps(self) -> dict[str, float]:
-        """The profiled runs' untraced single-device steps by device kind; none once op times
-        were made for a graph some of whose ops the profile lacks (their estimated times are
-        not the run's, so its step does not calibrate them)."""
-        return {} if self.num_unprofiled_ops else self.profiled_steps
+        """The profiled runs' untraced single-device steps by device kind, for the kinds on
+        which the last op times made timed every op from the profile: where some ops of a kind
+        have estimated times, those are not the run's, so its step does not calibrate them
+        (a CPU profile still calibrates the CPUs of a cluster whose GPUs it did not time)."""
+        return {kind: step for kind, step in self.profiled_steps.items()
+                if kind not in self.unprofiled_kinds}
 
     @property
     def profiled_steps(self) -> dict[str, float]:
@@ -306,9 +312,10 @@ class ProfileCostModel(CostModel):
                       ) -> tuple[np.ndarray, np.ndarray] | None:
         """``(partner, partner_time)`` from the profile's partner entries whose op and
         partner are both in ``graph`` (a device of kind k gets the kind's time divided by its
-        speed; ``op_time`` elsewhere); None when there is none."""
+        relative speed, as op times are; ``op_time`` elsewhere); None when there is none."""
         partner = np.full(graph.num_ops, -1, np.int32)
         apart = np.array(op_time, np.float64)
+        relative = cluster.relative_speeds()
         names = set(graph.names)
         for (name, kind), (other, t) in self._partners.items():
             if name not in names or other not in names:
@@ -317,7 +324,7 @@ class ProfileCostModel(CostModel):
             for d, device in enumerate(cluster.devices):
                 if device.kind == kind and np.isfinite(op_time[i, d]):
                     partner[i] = graph.index(other)
-                    apart[i, d] = t / device.speed
+                    apart[i, d] = t / relative[d]
         if (partner < 0).all():
             return None
         return partner, apart
@@ -374,8 +381,9 @@ class ProfileCostModel(CostModel):
                               "pass a fallback cost model")
 
         out = np.empty((n, cluster.num_devices))
+        relative = cluster.relative_speeds()
         for d, device in enumerate(cluster.devices):
-            out[:, d] = table[device.kind] / device.speed
+            out[:, d] = table[device.kind] / relative[d]
         if missing.any():
             base = self.fallback.op_time(graph, cluster)
             fill = np.stack([needed[dev.kind] for dev in cluster.devices], axis=1)

@@ -125,9 +125,8 @@ def calibrate(sim_graph: OpGraph, cluster: Cluster, op_time: np.ndarray,
     """Scale each device kind's op times to the step they were measured in.
 
     For each kind in ``steps`` that the cluster has, the graph is simulated with every op on
-    one device of that kind, as the profiled run placed it (the first whose ``speed`` is 1: a
-    TensorFlow cluster's profile holds its reference task's times, and the other tasks'
-    devices have speeds relative to it), and the op times (and partner times) of all devices
+    one device of that kind, as the profiled run placed it (the kind's
+    :meth:`~tf_autoplace.core.cluster.Cluster.reference_device`), and the op times (and partner times) of all devices
     of that kind are multiplied by ``measured / simulated``.
     A kind some op cannot run on is left as it is: the profiled run then put those ops
     elsewhere, and the single-device step is not the run that was measured.
@@ -145,10 +144,10 @@ def calibrate(sim_graph: OpGraph, cluster: Cluster, op_time: np.ndarray,
     """
     scale = {}
     for kind, step in sorted(steps.items()):
-        devices = [d for d, device in enumerate(cluster.devices) if device.kind == kind]
-        if not devices:
+        ran = cluster.reference_device(kind)
+        if ran is None:
             continue
-        ran = next((d for d in devices if cluster.devices[d].speed == 1.0), devices[0])
+        devices = [d for d, device in enumerate(cluster.devices) if device.kind == kind]
         if not np.isfinite(op_time[:, ran]).all():
             continue
         simulated = float(Simulator(sim_graph, cluster, op_time, partner=partner,
