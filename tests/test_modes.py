@@ -68,3 +68,12 @@ def test_tf1_program_after_disable_eager_execution():
         assert out[name]["placer"] == name
         np.testing.assert_allclose(out[name]["losses"], out["reference"], rtol=1e-5)
         assert out[name]["devices"] == BOTH
+    # A tf_keras model in this mode: the Keras door says which door places it, and that door
+    # does (its Session's fit gives the unplaced losses).
+    keras = out["keras_v1"]
+    assert "disable_eager_execution" in keras["placed"]["error"]
+    assert "--autoplace" in keras["placed"]["error"]
+    assert keras["reference"]["error"] is None and keras["reference"]["devices"] == []
+    np.testing.assert_allclose(keras["placed"]["losses"], keras["reference"]["losses"],
+                               rtol=1e-6)
+    assert keras["placed"]["devices"] == BOTH

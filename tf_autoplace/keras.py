@@ -30,7 +30,10 @@ shapes: give ``input_spec`` with None in the dimensions that vary. So is an ``in
 first batch does not fit (another structure, dtype, rank or fixed size), before anything is
 traced.
 
-Not supported (ConfigError at :func:`autoplace_model`): a model not compiled, compiled with
+Not supported (ConfigError at :func:`autoplace_model`): a model in a program that disabled
+eager execution (``tf.compat.v1.disable_eager_execution()``: tf_keras then trains with its TF1
+loop, a Session running the default graph, which the training-binary door places:
+``--autoplace`` or ``tf_autoplace.flags.install``), a model not compiled, compiled with
 ``run_eagerly=True`` (nothing is traced) or ``jit_compile=True`` (an XLA cluster runs on one
 device and ignores per-op devices; compile with ``jit_compile=False``, which is also what
 Keras picks on machines without GPUs), created under a ``tf.distribute`` strategy (the
@@ -90,6 +93,15 @@ def _check_model(model, flavour: str) -> None:
             raise ConfigError(f"this {name} runs on Keras 3's {keras.backend.backend()!r} "
                               "backend; tf_autoplace places TensorFlow graphs: set "
                               "KERAS_BACKEND=tensorflow")
+    if not tf.compat.v1.executing_eagerly_outside_functions():
+        # tf_keras then runs fit/evaluate/predict with its TF1 loop (training_v1): functions
+        # of the default graph run by a Session, never the make_*_function this door replaces.
+        raise ConfigError(
+            f"eager execution is disabled (tf.compat.v1.disable_eager_execution()), so this "
+            f"{name} trains with Keras' TF1 loop in the default graph, run by a Session, "
+            "which the Keras door does not see; place that graph as it runs with the "
+            "training-binary door: the --autoplace flag, or tf_autoplace.flags.install("
+            "tf_autoplace.flags.AutoplaceSettings(placer=..., cluster=...)) before fit")
     if not getattr(model, "compiled", getattr(model, "_is_compiled", False)):
         raise ConfigError(f"call {name}.compile(...) before autoplace_model: the functions "
                           "fit, evaluate and predict run are built from the compiled model")
