@@ -417,6 +417,20 @@ def test_a_binary_that_verifies_places_and_trains(hook):
     assert report is not None and report.verification is not None
 
 
+def test_local_is_the_sessions_cpus(hook):
+    # --autoplace_cluster=local (the default) for a Session of two CPU devices was one CPU:
+    # every op went to CPU:0 and verify said there was nothing to measure, replacing the
+    # program's own two-device placement unmeasured.
+    hook(placer="m_etf", cluster="local", verify=0, cache=False)
+    graph, x, loss, train = _unknown_batch_graph(batch=4)
+    with graph.as_default():
+        init = tf.compat.v1.global_variables_initializer()
+    with tf.compat.v1.Session(graph=graph, config=tf.compat.v1.ConfigProto(**CONFIG2)) as sess:
+        sess.run(init)
+    report = ap_flags._placed[graph]
+    assert [d.name for d in report.devices] == [f"{HOST}CPU:0", f"{HOST}CPU:1"]
+
+
 def test_monitored_session_graph_is_placed_once_before_it_runs(hook):
     hook(placer="m_etf", cluster=CPU2)
     tg = small_cnn()

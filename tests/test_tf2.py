@@ -24,6 +24,10 @@ def _result(child, name):
     return result
 
 
+def test_local_is_the_logical_cpus_the_process_configured(child):
+    assert _result(child, "local") == BOTH
+
+
 def test_keras_training_step_placed_trains_identically(child):
     r = _result(child, "keras")
     np.testing.assert_allclose(r["losses"], r["reference"], rtol=1e-6)

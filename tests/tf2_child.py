@@ -77,6 +77,14 @@ def keras_train_step():
     return step, model, opt, x, y
 
 
+def check_local_cluster_is_the_configured_cpus():
+    """The devices of "local": the two logical CPUs this process configured (it was one CPU,
+    so verify never measured a placement over both)."""
+    from tf_autoplace.core.cluster import resolve_cluster
+
+    return [d.name for d in resolve_cluster("local").devices]
+
+
 def check_keras_training_step():
     step, model, opt, x, y = keras_train_step()
     variables = model.variables + opt.variables()
@@ -507,7 +515,8 @@ def run_checks(checks) -> None:
 
 
 def main():
-    run_checks([("keras", check_keras_training_step),
+    run_checks([("local", check_local_cluster_is_the_configured_cpus),
+                ("keras", check_keras_training_step),
                 ("dispatch", check_dispatch_nested_and_kwargs),
                 ("calls", check_calls_and_gradients_as_the_original),
                 ("control_flow", check_control_flow_with_nested_call),

@@ -10,7 +10,8 @@ Flags:
   --autoplace           placer name (``tf_autoplace.core.registry``); "" or "off" (default)
                         disables autoplacement and nothing is patched.
   --autoplace_cluster   a shipped cluster name (``k80x4``, ``cpu2``), a cluster spec file (text
-                        ``ClusterSpec``) or "local" (default).
+                        ``ClusterSpec``) or "local" (default: this machine's devices, with
+                        as many CPU devices as the Session has).
   --autoplace_budget_s  time budget in seconds (>= 0, default 60) for placers that search or
                         learn: passed to the placer's constructor when it takes ``budget_s``
                         (``auto``, ``placeto``, ``post``, ``hdp``, ``gdp``; 0 makes ``gdp``
@@ -484,6 +485,22 @@ def report_for(graph):
     return _placed.get(graph)
 
 
+def _session_local_cluster(session):
+    """``--autoplace_cluster=local`` for ``session``: this machine's devices, with as many CPU
+    devices as the session has (a Session created with ``device_count={'CPU': N}`` has N; a
+    process-wide logical device configuration is read by :meth:`Cluster.local` itself). A
+    session with GPUs keeps the local cluster's single CPU beside them."""
+    import tensorflow as tf
+
+    from tf_autoplace.core.cluster import Cluster
+
+    kinds = [d.device_type for d in session.list_devices()
+             if tf.DeviceSpec.from_string(d.name).job in (None, "localhost")]
+    if "GPU" in kinds or kinds.count("CPU") <= 1:
+        return Cluster.local()
+    return Cluster.local(num_logical_cpus=kinds.count("CPU"))
+
+
 def _check_session_devices(session, cluster, spec: str) -> list[str]:
     """Raise ConfigError if ``cluster`` (read from ``spec``) names devices ``session`` lacks
     and the session does not allow soft placement; returns the devices it lacks (soft
@@ -546,7 +563,8 @@ def _place_graph(session, settings: AutoplaceSettings) -> None:
             _placed[graph] = None
             return
         options = settings.place_options()
-        cluster = options.resolved_cluster()  # "local": this machine's devices, read now
+        cluster = (_session_local_cluster(session) if options.cluster == "local"
+                   else options.resolved_cluster())
         missing = _check_session_devices(session, cluster, settings.cluster)
         if missing and options.verify:  # nothing can be measured on devices that are not there
             if not settings.verify_by_default:

@@ -682,14 +682,17 @@ class Cluster:
 
         * **CPU.** With ``num_logical_cpus > 0`` the host is that many logical CPU devices
           (``/device:CPU:0..N-1``), the way a v1 Session with ``device_count={'CPU': N}`` runs
-          it; otherwise one CPU device. Every CPU device gets the host's memory (they share it)
+          it; otherwise the logical CPU devices the program configured
+          (``tf.config.set_logical_device_configuration``, :func:`configured_logical_cpus`;
+          read without starting TensorFlow's runtime, which would fix the configuration), one
+          when it configured none. Every CPU device gets the host's memory (they share it)
           and its cores and clock as TensorFlow reads them (:func:`_tf_device_properties`), and
           all of them form one core group, ``"host"``, with the host's cores: TensorFlow runs
           every CPU device of a process on one thread pool of that many threads, so N logical
           CPUs run no more ops at once than one does (module docstring). Where the program
           made that pool smaller (:func:`inter_op_threads`), the group has that many cores:
           the pool, not the host, then bounds how many ops run at once.
-        * **GPUs** (only with ``num_logical_cpus == 0``): each with its name and compute
+        * **GPUs** (only without ``num_logical_cpus``): each with its name and compute
           capability (``tf.config.experimental.get_device_details``), the memory TensorFlow
           may use on it (``memory_limit``), and its streaming multiprocessors, clock and memory
           bandwidth as TensorFlow's cost model reads them from the CUDA driver. If TensorFlow
@@ -715,7 +718,7 @@ class Cluster:
             Device(name=f"/job:localhost/replica:0/task:0/device:CPU:{i}", kind="CPU",
                    memory_bytes=total, num_cores=cores, frequency_mhz=mhz,
                    memory_bandwidth_gbps=20.0, core_group=HOST_CORE_GROUP)
-            for i in range(max(num_logical_cpus, 1))
+            for i in range(num_logical_cpus or configured_logical_cpus())
         ]
         if num_logical_cpus == 0:
             devices += _local_gpus(props)
@@ -869,6 +872,18 @@ def inter_op_threads() -> int:
         except ValueError:  # TensorFlow ignores a value it cannot read
             setting = 0
     return 1 if setting < 0 else setting
+
+
+def configured_logical_cpus() -> int:
+    """How many CPU devices this process's TensorFlow has: the logical devices the program
+    configured on its CPU (``tf.config.set_logical_device_configuration``), else one. Reads
+    the configuration only: TensorFlow's runtime is not started, so the program may still
+    configure its devices afterwards."""
+    import tensorflow as tf  # TF only at the edge
+
+    cpus = tf.config.list_physical_devices("CPU")
+    configured = tf.config.get_logical_device_configuration(cpus[0]) if cpus else None
+    return max(len(configured or ()), 1)
 
 
 def _local_gpus(props: dict) -> list[Device]:
