@@ -139,7 +139,7 @@ def test_report_json_is_written_and_valid(runs):
     assert {d["name"] for d in report["devices"] if d["num_ops"]} == {f"{HOST}CPU:0",
                                                                      f"{HOST}CPU:1"}
     assert report["flags"] == {"autoplace": "m_etf", "autoplace_cluster": CPU2,
-                               "autoplace_budget_s": 60.0, "budget_passed_to_placer": False,
+                               "autoplace_budget_s": None, "budget_passed_to_placer": False,
                                "autoplace_placement": None, "autoplace_cache": True,
                                "autoplace_policy": None, "autoplace_cost_profile": None,
                                "autoplace_placer_option": [], "autoplace_verify": 0}
@@ -213,6 +213,12 @@ def test_budget_is_passed_to_placers_that_take_one():
     with registry.temporarily(entry):
         assert _placer("budgeted", 12.5).budget_s == 12.5
     assert _placer("placeto", 12.5).config.budget_s == 12.5
+    # Without --autoplace_budget_s a placer keeps its own cap, as autoplace() gives it (the
+    # flag's 60 s once cut auto's 120 s search short in training binaries).
+    from tf_autoplace.placers import AutoConfig, get_placer
+    assert not flags.FLAGS["autoplace_budget_s"].default
+    assert _placer("auto", flags.FLAGS["autoplace_budget_s"].default).config.budget_s == \
+        get_placer("auto").config.budget_s == AutoConfig().budget_s
     assert isinstance(_placer("single", 12.5), SingleDevicePlacer)
     with pytest.raises(tf_autoplace.ConfigError, match="unknown placer"):
         _placer("nope", 1.0)

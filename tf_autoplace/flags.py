@@ -12,8 +12,8 @@ Flags:
   --autoplace_cluster   a shipped cluster name (``k80x4``, ``cpu2``), a cluster spec file (text
                         ``ClusterSpec``) or "local" (default: this machine's devices, with
                         as many CPU devices as the Session has).
-  --autoplace_budget_s  time budget in seconds (>= 0, default 60) for placers that search or
-                        learn: passed to the placer's constructor when it takes ``budget_s``
+  --autoplace_budget_s  time budget in seconds (>= 0; default: the placer's own, e.g. 120 s for
+                        ``auto``) for placers that search or learn: passed to the placer's constructor when it takes ``budget_s``
                         (``auto``, ``placeto``, ``post``, ``hdp``, ``gdp``; 0 makes ``gdp``
                         place zero-shot, the others need > 0); the heuristic placers take
                         none. Recorded in the JSON report either way.
@@ -104,9 +104,9 @@ flags.DEFINE_string("autoplace", "off",
 flags.DEFINE_string("autoplace_cluster", "local",
                     "Cluster for --autoplace: a shipped cluster name (k80x4, cpu2, ...), a text "
                     "ClusterSpec file or 'local'.")
-flags.DEFINE_float("autoplace_budget_s", 60.0,
-                   "Time budget in seconds (>= 0) for placers that search or learn "
-                   "(0: no search; gdp places zero-shot).")
+flags.DEFINE_float("autoplace_budget_s", None,
+                   "Time budget in seconds (>= 0) for placers that search or learn (default: "
+                   "the placer's own, as autoplace() gives it; 0: gdp places zero-shot).")
 flags.DEFINE_string("autoplace_report", None,
                     "Write the --autoplace PlacementReport as JSON to this path.")
 flags.DEFINE_string("autoplace_ray_address", None,
@@ -172,7 +172,7 @@ def _warn_settings_without_autoplace(values) -> bool:
 
 @flags.validator("autoplace_budget_s", message="--autoplace_budget_s must be >= 0 seconds")
 def _check_budget(value) -> bool:
-    return value is not None and value >= 0
+    return value is None or value >= 0
 
 
 @flags.multi_flags_validator(["autoplace", "autoplace_cluster", "autoplace_ray_address",
@@ -315,7 +315,8 @@ class AutoplaceSettings:
     Attributes:
       placer: a registered placer name ("off" when ``placement`` is given).
       cluster: a shipped cluster name, a cluster spec file path or "local".
-      budget_s: time budget (>= 0) for placers whose constructor takes ``budget_s``.
+      budget_s: time budget (>= 0) for placers whose constructor takes ``budget_s``; None:
+        the placer's own default.
       report_path: where to write the JSON report, or None.
       seed: the placement seed.
       ray_address: the Ray cluster the placer simulates on, or None (this machine).
@@ -335,7 +336,7 @@ class AutoplaceSettings:
 
     placer: str
     cluster: str = "local"
-    budget_s: float = 60.0
+    budget_s: float | None = None
     report_path: str | None = None
     seed: int = 0
     ray_address: str | None = None
@@ -357,7 +358,8 @@ class AutoplaceSettings:
 
         if not _enabled(self.placer) and not self.placement:
             raise ConfigError(f"placer {self.placer!r} means autoplacement is off")
-        if not (isinstance(self.budget_s, (int, float)) and self.budget_s >= 0):
+        if self.budget_s is not None and not (isinstance(self.budget_s, (int, float))
+                                              and self.budget_s >= 0):
             raise ConfigError(f"budget_s must be >= 0 seconds, got {self.budget_s!r}")
         check_ray_address(self.ray_address)
         if self.verify:
@@ -613,7 +615,8 @@ def _write_report(settings: AutoplaceSettings, report, placer) -> None:
     out = report.to_dict()
     out["flags"] = {"autoplace": settings.placer, "autoplace_cluster": settings.cluster,
                     "autoplace_budget_s": settings.budget_s,
-                    "budget_passed_to_placer": takes_budget(placer),
+                    "budget_passed_to_placer": (settings.budget_s is not None
+                                                and takes_budget(placer)),
                     "autoplace_placement": settings.placement,
                     "autoplace_cache": settings.cache, "autoplace_policy": settings.policy,
                     "autoplace_cost_profile": settings.cost_profile,
