@@ -90,6 +90,22 @@ def test_a_profile_with_no_time_on_the_clusters_kind_of_device_is_another_machin
     assert model.unprofiled_kinds == ("CPU",)
 
 
+
+@pytest.mark.parametrize("how", ["compute_time_us: 0", "compute_time_us: 0 did_not_run: true"])
+def test_a_profile_that_times_every_op_at_zero_measured_nothing(how):
+    # A converter that lost the times: every placement would simulate a step of 0, silently.
+    zero = "".join(f'op {{ name: "{name}" device_kind: "{kind}" {how} }}\n'
+                   for name in NAMES for kind in ("GPU", "CPU") if (name, kind) != ("save", "GPU"))
+    model = ProfileCostModel.from_text(zero + 'run { device_kind: "CPU" step_time_us: 120 }')
+    with pytest.raises(ConfigError, match=r"times all 7 \(op, device kind\) pairs it has for this "
+                                          r"graph's ops on CPU/GPU at 0 us.*broken profile"):
+        model.op_time(_graph(), _cluster())
+    # One time measured on a kind the cluster has is a profile (its other ops did not run).
+    one = zero.replace(f'"mm" device_kind: "GPU" {how}',
+                       '"mm" device_kind: "GPU" compute_time_us: 3')
+    assert ProfileCostModel.from_text(one).op_time(_graph(), _cluster())[1, 0] == \
+        pytest.approx(3e-6)
+
 def test_profile_drives_a_placer():
     graph, cluster = _graph(), _cluster()
     op_time = ProfileCostModel.from_text(PROFILE).op_time(graph, cluster)

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from tf_autoplace.core.cluster import Cluster, Device
+from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph.opgraph import from_edges
 from tf_autoplace.pipeline.prepare import calibrate
 from tf_autoplace.sim import Simulator
@@ -66,3 +67,34 @@ def test_the_step_is_matched_on_the_device_the_profile_ran_not_a_slower_one():
     sim = Simulator(graph, cluster, scaled)
     assert sim.makespan(np.ones(5, np.int32)) == pytest.approx(20e-3)  # the reference task
     assert sim.makespan(np.zeros(5, np.int32)) == pytest.approx(40e-3)  # half its speed
+
+
+@pytest.mark.parametrize("us, match", [
+    # Op times of 1e13 us against a 120 us step "calibrated" by 2.4e-12: times and step of two
+    # runs, or a unit error.
+    (1e13, r"CPU op times simulate a single-device step of 5e\+10 ms and its measured CPU step "
+           r"is 0\.12 ms: calibration would scale the op times by 2\.4e-12, outside \[1/100, "
+           r"100\].*op times and its step disagree \(a step from another run or graph, or a "
+           r"unit error"),
+    # Tiny times scaled up by 2.4e+295; times all 0 by an infinite factor (was: left alone).
+    (1e-294, "scale the op times by 2\\.4e\\+295"),
+    (0.0, "step of 0 ms and .* scale the op times by inf"),
+])
+def test_a_factor_no_overhead_explains_is_refused(us, match):
+    graph, cluster, op_time = _problem()
+    op_time = op_time.copy()
+    op_time[:, 0] = us * 1e-6
+    with pytest.raises(ConfigError, match=match):
+        calibrate(graph, cluster, op_time, None, None, {"CPU": 120e-6})
+
+
+def test_the_bound_holds_either_way_and_lets_a_factor_inside_it_pass():
+    bound = 100  # prepare.MAX_TIME_SCALE
+    graph, cluster, op_time = _problem()
+    single = Simulator(graph, cluster, op_time).makespan(np.zeros(5, np.int32))
+    for factor in (bound / 2, 2 / bound):
+        _, _, scale = calibrate(graph, cluster, op_time, None, None, {"CPU": factor * single})
+        assert scale["CPU"] == pytest.approx(factor)
+    for factor in (bound * 2, 1 / bound / 2):
+        with pytest.raises(ConfigError, match="profile's op times and its step disagree"):
+            calibrate(graph, cluster, op_time, None, None, {"CPU": factor * single})

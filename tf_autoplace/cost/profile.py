@@ -30,7 +30,10 @@ anyway). A needed pair missing from the profile is
 Op names in the profile that are not in the graph are ignored (a profile of a larger graph, or
 of a run with extra ops, is fine); ``num_unused`` counts them. When they are most of the
 profile's ops it is another graph's profile, a ConfigError. A pair listed twice is an error:
-merge repeated measurements (e.g. take their median) before writing the profile.
+merge repeated measurements (e.g. take their median) before writing the profile. A profile
+whose times for the graph's ops on the cluster's kinds are all 0 (or did_not_run) measured
+nothing, a broken profile (a converter that lost the times): a ConfigError too, since every
+placement of it would simulate a step of 0.
 
 What the profiled runs showed of how TensorFlow executes the graph, the simulator uses too:
 
@@ -46,7 +49,8 @@ What the profiled runs showed of how TensorFlow executes the graph, the simulato
   run slower than untraced ones, and the simulator's cores are whole while a process runs a
   fractional number of ops at once; the problem's op times of that kind are therefore scaled
   so that the simulated single-device step equals this measured one (the calibration of
-  :func:`tf_autoplace.pipeline.prepare.build_problem`).
+  :func:`tf_autoplace.pipeline.prepare.build_problem`, which refuses a factor no overhead
+  explains: op times and a step that do not belong together).
 """
 
 from __future__ import annotations
@@ -358,6 +362,13 @@ class ProfileCostModel(CostModel):
                 f"and the cluster's devices are {'/'.join(kinds)}: it is another machine's "
                 "profile; profile on this cluster's kind of device (tf-autoplace profile), or "
                 "place without it")
+        given = np.concatenate([table[k][~np.isnan(table[k])] for k in kinds])
+        if len(given) and not given.any():
+            raise ConfigError(
+                f"the cost profile times all {len(given)} (op, device kind) pairs it has for "
+                f"this graph's ops on {'/'.join(kinds)} at 0 us (or marks them did_not_run): "
+                "nothing was measured, it is a broken profile (e.g. a converter that lost the "
+                "times); profile the graph again with tf-autoplace profile --graph=...")
 
         needed = {}
         for k in kinds:

@@ -36,6 +36,13 @@ from tf_autoplace.graph.opgraph import OpGraph
 from tf_autoplace.grouping import GroupingConfig, merge_and_colocate
 from tf_autoplace.sim import Simulator
 
+# The most calibration may scale a kind's op times by, either way. Traced op times run slower
+# than the untraced step and the simulator's whole cores differ from a process's parallelism:
+# factors near 1 on real profiles, an order of magnitude for a graph of one tiny op whose step
+# is all Session overhead. A factor past this bound says the op times and the step do not belong
+# together (a step from another run or graph, a unit slip, times lost to 0).
+MAX_TIME_SCALE = 100.0
+
 
 def build_problem(meta_graph, cluster: Cluster, *, grouping: GroupingConfig = GroupingConfig(),
                   cost_model: CostModel | None = None, unknown_dim: int = 1,
@@ -130,6 +137,8 @@ def calibrate(sim_graph: OpGraph, cluster: Cluster, op_time: np.ndarray,
     of that kind are multiplied by ``measured / simulated``.
     A kind some op cannot run on is left as it is: the profiled run then put those ops
     elsewhere, and the single-device step is not the run that was measured.
+    A factor outside ``[1 / MAX_TIME_SCALE, MAX_TIME_SCALE]`` is a ConfigError: more than
+    tracing and Session overhead explain, the profile's op times and its step disagree.
 
     Args:
       sim_graph: the graph the simulator runs (the executed graph when known).
@@ -153,9 +162,17 @@ def calibrate(sim_graph: OpGraph, cluster: Cluster, op_time: np.ndarray,
         simulated = float(Simulator(sim_graph, cluster, op_time, partner=partner,
                                     partner_time=partner_time).makespan(
             np.full(sim_graph.num_ops, ran, np.int32)))
-        if not simulated > 0:
-            continue
-        factor = step / simulated
+        factor = step / simulated if simulated > 0 else np.inf
+        if not 1 / MAX_TIME_SCALE <= factor <= MAX_TIME_SCALE:
+            raise ConfigError(
+                f"the cost profile's {kind} op times simulate a single-device step of "
+                f"{simulated * 1e3:.3g} ms and its measured {kind} step is {step * 1e3:.3g} ms: "
+                f"calibration would scale the op times by {factor:.3g}, outside "
+                f"[1/{MAX_TIME_SCALE:g}, {MAX_TIME_SCALE:g}], more than tracing overhead "
+                "explains. The profile's op times and its step disagree (a step from another "
+                "run or graph, or a unit error: compute_time_us and step_time_us are in "
+                "microseconds); profile the graph again with tf-autoplace profile, or drop the "
+                "profile's `run` entries to use the op times as they are")
         op_time = op_time.copy()
         op_time[:, devices] *= factor
         if partner_time is not None:
