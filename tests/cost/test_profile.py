@@ -162,6 +162,40 @@ def test_unreadable_file_is_a_config_error(tmp_path):
         ProfileCostModel.from_file(tmp_path / "nope.pbtxt")
 
 
+
+# What a user who ran a FULL_TRACE step (or wrote a timeline) has at hand, where the profile
+# goes: each said `no field named "step_stats"` or `'utf-8' codec can't decode byte`.
+STATS = ('dev_stats { device: "/device:CPU:0" node_stats { node_name: "mm" '
+         'all_start_micros: 1796528443017591 all_end_rel_micros: 5 } }')
+RUN_METADATA_BINARY = (b'\n"\n \n\r/device:CPU:0\x12\x0f\n\x02mm\x10\xf7\x92\xb3\xfd\xed\xbd'
+                       b'\x98\x03(\x05\x12\n\n\x08\n\x02mm\x18\x01H\x05')
+TEXT_ONLY = ("another format; it must be the text CostProfile that `tf-autoplace profile "
+             "--out_profile` writes")
+
+
+@pytest.mark.parametrize("data, match", [
+    (f"step_stats {{ {STATS} }}\ncost_graph {{ node {{ name: \"mm\" id: 1 }} }}",
+     f"TensorFlow's own RunMetadata, {TEXT_ONLY}"),
+    ('{\n "stepStats": {\n  "devStats": [{"device": "/device:CPU:0"}]}}',
+     f"TensorFlow's own RunMetadata, {TEXT_ONLY}"),
+    (STATS, f"TensorFlow's own StepStats, {TEXT_ONLY}"),
+    ('node {\n  name: "mm"\n  id: 1\n  compute_cost: 5\n}\n',
+     f"TensorFlow's own CostGraphDef, {TEXT_ONLY}"),
+    ('{"traceEvents": [{"name": "mm", "ph": "X", "ts": 0, "dur": 5, "pid": 0, "tid": 0}]}',
+     rf"TensorFlow's own Chrome trace \(timeline\), {TEXT_ONLY}"),
+    (RUN_METADATA_BINARY, r"is a binary file \(TensorFlow's RunMetadata, .*\), not text; it "
+                          r"must be the text CostProfile that `tf-autoplace profile"),
+    (b'\n\x11\n\x0f\n\r/device:CPU:0', "is a binary file"),  # binary that decodes as UTF-8
+    (ProfileCostModel.from_text(PROFILE).to_proto().SerializeToString(),
+     "a binary file .*binary CostProfile"),
+], ids=["run_metadata", "run_metadata_json", "step_stats", "cost_graph_def", "chrome_trace",
+        "run_metadata_binary", "binary_that_decodes", "binary_cost_profile"])
+def test_tensorflows_own_formats_and_binary_files_are_named(tmp_path, data, match):
+    path = tmp_path / "profile"
+    path.write_bytes(data if isinstance(data, bytes) else data.encode())
+    with pytest.raises(ConfigError, match=match):
+        ProfileCostModel.from_file(path)
+
 # "in" did not run on either kind (folded); "mm" did not run on the GPU only (fused there);
 # "relu" runs another kernel, 3x slower, when "mm" is on another device.
 EXECUTION = PROFILE.replace(

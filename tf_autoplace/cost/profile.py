@@ -56,6 +56,7 @@ What the profiled runs showed of how TensorFlow executes the graph, the simulato
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 from google.protobuf import message as _pb_message
@@ -65,7 +66,7 @@ from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.core.units import format_bytes
 from tf_autoplace.cost.model import CostModel
 from tf_autoplace.errors import ConfigError
-from tf_autoplace.graph.costgraph import MAX_TOTAL_SECONDS
+from tf_autoplace.graph.costgraph import MAX_TOTAL_SECONDS, tensorflow_format
 
 # A measured step shorter than a nanosecond is a unit slip (op times are scaled by the steps).
 MIN_STEP_SECONDS = 1e-9
@@ -73,6 +74,15 @@ from tf_autoplace.graph.opgraph import KERNEL_KINDS, OpGraph
 from tf_autoplace.proto import cost_profile_pb2
 
 _SHOW = 5  # missing op names quoted in an error message
+# What to do with a file in another format, said by the errors that find one.
+_TEXT_ONLY = ("it must be the text CostProfile that `tf-autoplace profile --out_profile` "
+              "writes (protos/cost_profile.proto): profile the graph with tf-autoplace profile "
+              "--graph=...")
+# Control characters no text format has: a binary file's bytes, even where they decode.
+_BINARY = re.compile(r"[\x00-\x08\x0e-\x1f]")
+_BINARY_ERROR = ("the cost profile is a binary file (TensorFlow's RunMetadata, StepStats or "
+                 "CostGraphDef, a compressed trace, or a binary CostProfile?), not text; "
+                 + _TEXT_ONLY)
 SIZE_TOLERANCE = 0.01  # output sizes closer than this (relative) are the same workload's
 # A profile is another workload's when this share of the ops whose output sizes it and the
 # graph both know differ: a batch size changes only the activations (a fifth of a small conv
@@ -219,10 +229,18 @@ class ProfileCostModel(CostModel):
     @classmethod
     def from_text(cls, text: str, *, fallback: CostModel | None = None) -> "ProfileCostModel":
         """Parse a text-format ``CostProfile``; one that times no op (an empty file) is a
-        ConfigError."""
+        ConfigError, and so are binary data and TensorFlow's own profiling formats
+        (:func:`~tf_autoplace.graph.costgraph.tensorflow_format`: what a FULL_TRACE step
+        gives), which the error names."""
+        if _BINARY.search(text[:200]):
+            raise ConfigError(_BINARY_ERROR)
         try:
             profile = text_format.Parse(text, cost_profile_pb2.CostProfile())
         except (text_format.ParseError, _pb_message.DecodeError) as e:
+            other = tensorflow_format(text[:200].encode("utf-8", "replace"))
+            if other:
+                raise ConfigError(f"the cost profile is TensorFlow's own {other}, another "
+                                  f"format; {_TEXT_ONLY}") from e
             raise ConfigError(f"malformed cost profile: {e}") from e
         if not profile.op:  # an empty file: a mistake, not a profile of nothing
             raise ConfigError("the cost profile times no op: it has no `op { name: ... "
@@ -232,11 +250,13 @@ class ProfileCostModel(CostModel):
     @classmethod
     def from_file(cls, path: str | os.PathLike, *,
                   fallback: CostModel | None = None) -> "ProfileCostModel":
-        """Read a text-format ``CostProfile`` file."""
+        """Read a text-format ``CostProfile`` file (see :meth:`from_text`)."""
         try:
             with open(path, "r", encoding="utf-8") as f:
                 text = f.read()
-        except (OSError, UnicodeDecodeError) as e:
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{path}: {_BINARY_ERROR}") from e
+        except OSError as e:
             raise ConfigError(f"cannot read cost profile {str(path)!r}: {e}") from e
         try:
             return cls.from_text(text, fallback=fallback)

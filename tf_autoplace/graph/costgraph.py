@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 
 import numpy as np
 from google.protobuf import json_format, text_format
@@ -99,16 +100,22 @@ _TF_FORMATS_HINT = (
     "; TensorFlow's own CostGraphDef (RunMetadata.cost_graph) is another format: profile the "
     "graph with `tf-autoplace profile`, or export a costed graph with "
     "tf_autoplace.pipeline.prepare.export_cost_graph")
-# The first field of TensorFlow's CostGraphDef, RunMetadata and StepStats in text or JSON form.
-_TF_FIRST_FIELDS = ("node", "cost", "step_stats", "stepStats", "cost_graph", "costGraph",
-                    "partition_graphs", "partitionGraphs", "dev_stats", "devStats")
+# TensorFlow's own profiling formats, by the first field of their text or JSON form.
+_TF_FIRST_FIELDS = {
+    "step_stats": "RunMetadata", "stepStats": "RunMetadata", "cost_graph": "RunMetadata",
+    "costGraph": "RunMetadata", "partition_graphs": "RunMetadata",
+    "partitionGraphs": "RunMetadata", "dev_stats": "StepStats", "devStats": "StepStats",
+    "node": "CostGraphDef", "cost": "CostGraphDef", "traceEvents": "Chrome trace (timeline)"}
 
 
-def _looks_like_tensorflows(data: bytes) -> bool:
-    """Whether text or JSON ``data`` starts with a field of one of TensorFlow's own profiling
-    protos (what a user who ran a FULL_TRACE step has at hand)."""
+def tensorflow_format(data: bytes) -> str | None:
+    """Which of TensorFlow's own profiling formats text or JSON ``data`` is in, by its first
+    field: "RunMetadata", "StepStats", "CostGraphDef" or "Chrome trace (timeline)" (what a user
+    who ran a FULL_TRACE step has at hand, and gives where this package's own formats go);
+    None for anything else. Both the cost graph and the cost profile readers name it."""
     head = data[:200].decode("utf-8", "replace").lstrip().lstrip("{").lstrip().lstrip('"')
-    return head.startswith(_TF_FIRST_FIELDS)
+    match = re.match(r"[A-Za-z_]+", head)
+    return _TF_FIRST_FIELDS.get(match.group()) if match else None
 
 
 def from_proto(proto: cost_graph_pb2.CostGraph) -> CostGraph:
@@ -308,7 +315,7 @@ def decode(data: bytes, fmt: str, *, what: str = "the cost graph") -> CostGraph:
             json_format.Parse(data.decode("utf-8"), proto)
     except (_pb_message.DecodeError, text_format.ParseError, json_format.ParseError,
             UnicodeDecodeError) as e:
-        hint = _TF_FORMATS_HINT if fmt != "binary" and _looks_like_tensorflows(data) else ""
+        hint = _TF_FORMATS_HINT if fmt != "binary" and tensorflow_format(data) else ""
         raise InvalidGraphError(f"{what} is not a {fmt} CostGraph: {e}{hint}") from e
     try:
         return from_proto(proto)
