@@ -342,6 +342,9 @@ def test_the_keras_and_tf2_doors_are_attributes_after_a_bare_import():
         assert tf_autoplace.__getattr__(door) is importlib.import_module(f"tf_autoplace.{door}")
     with pytest.raises(AttributeError, match="no attribute 'flagz'"):
         tf_autoplace.__getattr__("flagz")
+    # Completion and help() list the lazy names, loaded or not.
+    assert {"autoplace", "Cluster", "apply_placement", "keras", "tf2"} <= set(
+        tf_autoplace.__dir__())
 
 
 def test_a_core_group_wider_than_this_process_is_named_in_the_notes(monkeypatch):

@@ -49,6 +49,12 @@ def __getattr__(name):
     raise AttributeError(f"module 'tf_autoplace' has no attribute {name!r}")
 
 
+def __dir__():
+    """The lazy names and doors too, so that completion in a notebook or ``help()`` lists
+    ``autoplace`` and ``Cluster`` before their modules are loaded."""
+    return sorted(set(globals()) | set(_LAZY) | set(_DOORS))
+
+
 def _import_whole(module: str):
     """Import ``module`` with Ctrl-C held back until the import is done (then raised).
 
