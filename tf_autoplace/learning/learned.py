@@ -32,6 +32,7 @@ import os
 import platform
 import shlex
 import sys
+import time
 
 import numpy as np
 
@@ -116,6 +117,21 @@ class LearnedPlacer(Placer):
     def _heuristics(self, problem: PlacementProblem) -> list[tuple[str, np.ndarray]]:
         """``(name, devices)`` of each heuristic the config compares the result with."""
         return [(name, HEURISTICS[name]().propose(problem)) for name in self.config.heuristics]
+
+    def _nothing_to_learn(self, problem: PlacementProblem, heuristics,
+                          start: float) -> np.ndarray | None:
+        """The fastest of ``heuristics`` when the cluster has one action device (a policy
+        choosing among one device has nothing to learn: no search is run, and the notes and
+        ``stats`` say so); None when there are several. ``start``: when ``place`` began
+        (``time.perf_counter()``)."""
+        if len(problem.cluster.compute_devices()) >= 2:
+            return None
+        _, _, winner, devices = rank_placements(problem, heuristics)[0]
+        self.notes.append(f"{self.name}: one action device, nothing to learn; the heuristic "
+                          "placement is used")
+        self.stats = dict(samples=0, updates=0, winner=winner, curve=[], curve_s=[],
+                          stopped="one device", seconds=time.perf_counter() - start)
+        return devices
 
     def _choose(self, problem: PlacementProblem, learned: np.ndarray, heuristics,
                 step_time=None) -> Choice:

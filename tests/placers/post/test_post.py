@@ -273,6 +273,17 @@ def test_search_beats_the_best_heuristic_on_a_random_dag(seed, overrides, margin
     assert learned <= margin * heuristic
 
 
+def test_one_gpu_leaves_nothing_to_learn_and_gives_the_heuristic_placement():
+    # It once simulated thousands of placements of its units for the only possible answer.
+    problem_ = problem(random_dag(30, 0), cluster(1), 1e-3)
+    placer = PostPlacer(max_samples=400)
+    placement = placer.place(problem_, seed=0)
+    np.testing.assert_array_equal(placement.devices,
+                                  get_placer("best_heuristic").place(problem_).devices)
+    assert placer.stats["samples"] == 0 and placer.stats["stopped"] == "one device"
+    assert "one action device, nothing to learn" in placement.notes[0]
+
+
 def test_placer_is_registered_takes_a_budget_and_is_never_worse_than_the_heuristics():
     placer = get_placer("post", budget_s=5.0)
     assert isinstance(placer, PostPlacer) and takes_budget(placer)

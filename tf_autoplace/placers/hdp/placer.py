@@ -60,13 +60,9 @@ class HDPPlacer(LearnedPlacer):
         start = time.perf_counter()
         seed = int(rng.integers(2**31 - 1))
         heuristics = self._heuristics(problem)
-        if len(problem.cluster.compute_devices()) < 2:
-            self.notes.append("hdp: one action device, nothing to learn; the heuristic "
-                              "placement is used")
-            _, _, winner, devices = rank_placements(problem, heuristics)[0]
-            self.stats = dict(samples=0, updates=0, winner=winner, curve=[], curve_s=[],
-                              stopped="one device", seconds=time.perf_counter() - start)
-            return devices
+        single = self._nothing_to_learn(problem, heuristics, start)
+        if single is not None:
+            return single
         searching = time.perf_counter()
         # The heuristic start begins from the best of the heuristics it is compared with.
         hint = rank_placements(problem, heuristics)[0][3] if cfg.start == "heuristic" else None

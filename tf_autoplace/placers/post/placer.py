@@ -16,6 +16,9 @@ Optimization", NeurIPS 2018.)
    the result is never worse than the best heuristic; the report's notes say which won and by
    how much.
 
+With one action device there is nothing to learn: the fastest heuristic placement is returned
+without a search.
+
 With ``reward="measured"`` every sampled placement, and the final comparison, is timed on this
 machine instead of simulated, as the paper's placements were (:mod:`tf_autoplace.learning.measured`).
 """
@@ -46,6 +49,9 @@ class PostPlacer(LearnedPlacer):
         start = time.perf_counter()
         seed = int(rng.integers(2**31 - 1))
         contenders = self._heuristics(problem)
+        single = self._nothing_to_learn(problem, contenders, start)
+        if single is not None:
+            return single
         heuristic = dict(contenders).get("best_heuristic")  # None: search() runs it if needed
         searching = time.perf_counter()
         measured = None
