@@ -13,8 +13,8 @@ Flags:
                         ``ClusterSpec``) or "local" (default: this machine's devices, with
                         as many CPU devices as the Session has).
   --autoplace_budget_s  time budget in seconds (>= 0; default: the placer's own, e.g. 120 s for
-                        ``auto``) for placers that search or learn: passed to the placer's constructor when it takes ``budget_s``
-                        (``auto``, ``placeto``, ``post``, ``hdp``, ``gdp``; 0 makes ``gdp``
+                        ``auto``) for placers that search or learn: passed to the placer's
+                        constructor when it takes ``budget_s`` (``auto``, ``placeto``, ``post``, ``hdp``, ``gdp``; 0 makes ``gdp``
                         place zero-shot, the others need > 0); the heuristic placers take
                         none. Recorded in the JSON report either way.
   --autoplace_report    write the PlacementReport as JSON here (optional).
