@@ -16,7 +16,8 @@ Flags:
                         ``auto``) for placers that search or learn: passed to the placer's
                         constructor when it takes ``budget_s`` (``auto``, ``placeto``,
                         ``post``, ``hdp``, ``gdp``; 0 makes ``gdp`` place zero-shot, the
-                        others need > 0); the heuristic placers take none. Recorded in the JSON report either way.
+                        others need > 0); the heuristic placers take none. Recorded in the
+                        JSON report either way.
   --autoplace_report    write the PlacementReport as JSON here (optional).
   --autoplace_ray_address  run the placer's simulations on a Ray cluster: "auto" (the cluster
                         ``ray start --head`` made on this machine), HOST:PORT, or "local";
