@@ -128,7 +128,9 @@ class AutoConfig:
         share cores (two logical CPUs), and a split that only ties one device still pays its
         transfers in a real run. Where the cluster records the error its predictions had
         when measured (``Cluster.prediction_error``, written by ``tf-autoplace profile``),
-        the gain must exceed that error too. The notes say so when it happens.
+        the gain must exceed that error too. A split over devices of one core group (their
+        ops share one pool of cores) is never returned, whatever its predicted gain. The
+        notes say so when it happens.
     """
 
     max_samples: int | None = None
@@ -396,11 +398,25 @@ class AutoPlacer(Placer):
                            step_s: float) -> np.ndarray | None:
         """The single-device placement when ``devices`` (simulated at ``step_s``) is predicted
         less than ``min_gain`` faster, or less than the cluster's measured
-        ``prediction_error``, and the single device fits; else None."""
+        ``prediction_error``, or uses only devices of the single device's core group (their
+        ops share one pool of cores: a split there can only reorder ops, a gain a real run
+        was measured not to keep), and the single device fits; else None."""
         single = SingleDevicePlacer().propose(problem)
         if np.array_equal(single, devices):
             return None
         sim = problem.simulator.run(single)
+        groups = {problem.cluster.devices[d].core_group for d in np.unique(np.append(devices,
+                                                                                 single))}
+        if len(groups) == 1 and "" not in groups and not check_memory(problem, sim):
+            gain = 1 - step_s / sim.makespan if sim.makespan > 0 else 0.0
+            self.notes.append(
+                f"auto: placement does not pay on these devices: they share one core group "
+                f"({groups.pop()!r}, one thread pool), so a split adds transfers and no cores; "
+                f"the best placement found ({step_s * 1e3:.2f} ms, predicted {gain:.1%} "
+                f"faster than one device at {sim.makespan * 1e3:.2f} ms) owes that to the "
+                "order the simulator runs ops in, which a real run does not keep, so the "
+                "single-device placement is returned")
+            return single
         measured_error = problem.cluster.prediction_error or 0.0
         min_gain = max(self.config.min_gain, measured_error)
         if check_memory(problem, sim) or step_s < sim.makespan * (1 - min_gain):
