@@ -363,3 +363,22 @@ def test_a_core_group_wider_than_this_process_is_named_in_the_notes(monkeypatch)
     said = [n for n in noted.notes if "core group" in n]
     assert len(said) == 1 and "runs 2 ops at once, but this process runs at most 1" in said[0]
     assert noted.assignment == quiet.assignment  # a note, nothing else
+
+
+def test_one_device_verify_names_the_annotations_it_could_not_compare_and_analytic_costs_say_so():
+    # A program pinned towers to /device:CPU:1, which its Sessions have (device_count) but
+    # "local" in this process does not: verify had nothing to compare and said only that,
+    # and the analytical CPU times (an order of magnitude from the real step here) were
+    # printed as the prediction without a word.
+    tg = small_cnn()
+    with tg.graph.as_default(), tf.device("/device:CPU:1"):
+        tf.constant(1.0, name="pinned")
+    report = tf_autoplace.autoplace(tg.graph, cluster="local", verify=15, placer="single",
+                                    cache=False, progress=False)
+    notes = " | ".join(report.notes)
+    assert "annotations name devices it lacks (/device:CPU:1)" in notes
+    assert "Grappler's analytical estimates" in notes
+    # Shipped GPU specs correct the analytical model (their speeds); no such note there.
+    other = tf_autoplace.autoplace(small_cnn().graph, cluster="k80x2", placer="single",
+                                   cache=False, progress=False)
+    assert not any("analytical estimates" in n for n in other.notes)

@@ -33,7 +33,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from tf_autoplace.core.cluster import Cluster, inter_op_threads
+from tf_autoplace.core.cluster import HOST_CORE_GROUP, Cluster, inter_op_threads
 from tf_autoplace.core.tasks import same_device
 from tf_autoplace.core.problem import (Placement, PlacementProblem, Placer, check_placement,
                                        validate)
@@ -217,8 +217,22 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
                      f"{options.unknown_dim} per unknown dimension): give the inputs static "
                      "shapes for better memory and transfer estimates")
     if options.verify and not verifying:
+        lacking = sorted({node.device for node in meta_graph.graph_def.node if node.device
+                          and not _annotated_devices(cluster, node.device)})
         notes.append("verify: the cluster has one device, so there is no placement to choose "
-                     "between and none was measured")
+                     "between and none was measured"
+                     + (f"; the graph's own device annotations name devices it lacks "
+                        f"({', '.join(lacking[:3])}{' ...' if len(lacking) > 3 else ''}), so "
+                        "they were not compared: give a cluster with them (for a Session "
+                        "with device_count={'CPU': N}: Cluster.local(num_logical_cpus=N))"
+                        if lacking else ""))
+    if (options.cost_model is None and cost_profile is None and not profiled_here
+            and not cluster.target
+            and any(d.core_group == HOST_CORE_GROUP for d in cluster.devices)):
+        notes.append("op times are Grappler's analytical estimates, which on this machine's "
+                     "CPU can be an order of magnitude from a real step: for figures to trust, "
+                     "measure them (verify, measure_steps) or give a cost profile "
+                     "(tf-autoplace profile)")
     report = place_problem(problem, options, timings=timings, notes=notes)
     if verifying:
         t = time.perf_counter()
