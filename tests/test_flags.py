@@ -437,6 +437,26 @@ def test_local_is_the_sessions_cpus(hook):
     assert [d.name for d in report.devices] == [f"{HOST}CPU:0", f"{HOST}CPU:1"]
 
 
+def test_a_second_graphs_report_is_written_beside_the_first(hook, tmp_path):
+    # A binary with a training and an evaluation graph: the evaluation graph's report once
+    # replaced the training graph's at --autoplace_report without a word.
+    hook(placer="m_etf", cluster=CPU2, verify=0, cache=False,
+         report_path=str(tmp_path / "report.json"))
+    sizes = []
+    for batch in (4, 2):
+        graph, x, loss, train = _unknown_batch_graph(batch=batch)
+        with graph.as_default():
+            init = tf.compat.v1.global_variables_initializer()
+        with tf.compat.v1.Session(graph=graph,
+                                  config=tf.compat.v1.ConfigProto(**CONFIG2)) as sess:
+            sess.run(init)
+        sizes.append(ap_flags._placed[graph].num_ops)
+    first = json.loads((tmp_path / "report.json").read_text())
+    second = json.loads((tmp_path / "report.2.json").read_text())
+    assert [first["num_ops"], second["num_ops"]] == sizes
+    assert ap_flags.report_path("out/r.json", 3) == "out/r.3.json"
+
+
 def test_monitored_session_graph_is_placed_once_before_it_runs(hook):
     hook(placer="m_etf", cluster=CPU2)
     tg = small_cnn()

@@ -18,7 +18,8 @@ Flags:
                         ``post``, ``hdp``, ``gdp``; 0 makes ``gdp`` place zero-shot, the
                         others need > 0); the heuristic placers take none. Recorded in the
                         JSON report either way.
-  --autoplace_report    write the PlacementReport as JSON here (optional).
+  --autoplace_report    write the PlacementReport as JSON here (optional); a later graph the
+                        process places gets its own file beside it (``report.2.json``...).
   --autoplace_ray_address  run the placer's simulations on a Ray cluster: "auto" (the cluster
                         ``ray start --head`` made on this machine), HOST:PORT, or "local";
                         for placers that take it (``auto``, ``placeto``, ``post``, ``hdp``).
@@ -478,6 +479,7 @@ def settings_from_flags() -> AutoplaceSettings | None:
 
 _lock = threading.RLock()
 _placed: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # tf.Graph -> report
+_reports_written = [0]  # reports this process wrote to --autoplace_report's path and its kin
 _state = threading.local()
 _settings: AutoplaceSettings | None = None  # set while installed
 _original_extend = None
@@ -605,10 +607,28 @@ def _place_graph(session, settings: AutoplaceSettings) -> None:
             report.save_policy(settings.save_policy)
             logging.info("autoplace: wrote the fine-tuned policy to %s", settings.save_policy)
     if settings.report_path:
-        _write_report(settings, report, placer)
+        with _lock:
+            _reports_written[0] += 1
+            path = report_path(settings.report_path, _reports_written[0])
+        if path != settings.report_path:
+            logging.warning("autoplace: placed graph %d of this process (%d ops); its report "
+                            "is %s (%s keeps the first graph's)", _reports_written[0],
+                            report.num_ops, path, settings.report_path)
+        _write_report(settings, report, placer, path)
 
 
-def _write_report(settings: AutoplaceSettings, report, placer) -> None:
+def report_path(path: str, k: int) -> str:
+    """Where the report of the ``k``-th graph (from 1) a process places goes: ``path`` for the
+    first, ``report.2.json`` beside ``report.json`` for the second, and so on. A binary that
+    places a training graph and then an evaluation graph keeps both reports: the later one
+    does not replace the first. Counted from the last :func:`install`."""
+    if k == 1:
+        return path
+    stem, ext = os.path.splitext(path)
+    return f"{stem}.{k}{ext}"
+
+
+def _write_report(settings: AutoplaceSettings, report, placer, path: str) -> None:
     from tf_autoplace.outputs import files
     from tf_autoplace.outputs.report import json_text
     from tf_autoplace.placers import takes_budget
@@ -624,7 +644,7 @@ def _write_report(settings: AutoplaceSettings, report, placer) -> None:
                     "autoplace_placer_option": list(settings.placer_options),
                     "autoplace_verify": settings.verify}
     outputs = files.Outputs()  # whole or absent, with the user's umask like every output
-    outputs.add_file(settings.report_path, json_text(out).encode("utf-8"))
+    outputs.add_file(path, json_text(out).encode("utf-8"))
     outputs.commit()
 
 
@@ -680,6 +700,7 @@ def install(settings: AutoplaceSettings | None = None) -> bool:
             _original_extend = original
             tf_session.BaseSession._extend_graph = _extend_graph
         _settings = settings
+        _reports_written[0] = 0  # the next graph's report goes to the settings' own path
     logging.info("autoplace: sessions will place their graph with %s on %s before the first "
                  "run", f"the saved placement {settings.placement}" if settings.placement
                  else settings.placer, settings.cluster)
