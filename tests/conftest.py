@@ -69,6 +69,29 @@ HEAVY_FIRST = (
 )
 
 
+def pytest_configure(config):
+    # With worker processes (pytest-xdist), the kernels are compiled once, in a process of
+    # their own, while the workers start (tests/warm_kernels.py): in a new environment every
+    # worker and child process reaching a kernel before its cache entry exists compiles it.
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        return
+    pythonpath = os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)
+    config.stash[_WARMING] = subprocess.Popen(
+        [sys.executable, os.path.join(REPO, "tests", "warm_kernels.py")], cwd=REPO,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=pythonpath),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def pytest_unconfigure(config):
+    warming = config.stash.get(_WARMING, None)
+    if warming is not None and warming.poll() is None:
+        warming.kill()
+        warming.wait()
+
+
+_WARMING = pytest.StashKey()
+
+
 def pytest_collection_modifyitems(items):
     rank = {name: k for k, name in enumerate(HEAVY_FIRST)}
 
