@@ -1,8 +1,8 @@
 """Compile the package's numba kernels into the user's kernel cache (tests/conftest.py runs
 this once per session, in a process of its own, while the test workers start): otherwise, in a
 new environment, every worker and every child process that reaches a kernel before its cache
-entry exists compiles it again. It imports no TensorFlow and exercises the kernels on small
-random problems: the default placer's search and starts, every heuristic, the bounds."""
+entry exists compiles it again. It places no TensorFlow graph: it exercises the kernels on
+small random problems (the default placer's search and starts, every heuristic, the bounds)."""
 
 import numpy as np
 
