@@ -25,7 +25,9 @@ def _result(child, name):
 
 
 def test_local_is_the_logical_cpus_the_process_configured(child):
-    assert _result(child, "local") == BOTH
+    r = _result(child, "local")
+    assert r["local"] == BOTH
+    assert r["task"] == ["/job:worker/replica:0/task:0/device:CPU:0"]
 
 
 def test_keras_training_step_placed_trains_identically(child):

@@ -79,10 +79,13 @@ def keras_train_step():
 
 def check_local_cluster_is_the_configured_cpus():
     """The devices of "local": the two logical CPUs this process configured (it was one CPU,
-    so verify never measured a placement over both)."""
-    from tf_autoplace.core.cluster import resolve_cluster
+    so verify never measured a placement over both); and a TensorFlow cluster's task, another
+    process, described by default as one CPU whatever this process configured."""
+    from tf_autoplace.core.cluster import Cluster, resolve_cluster
 
-    return [d.name for d in resolve_cluster("local").devices]
+    served = Cluster.from_tf({"worker": ["localhost:2222"]}, devices="local")
+    return {"local": [d.name for d in resolve_cluster("local").devices],
+            "task": [d.name for d in served.devices]}
 
 
 def check_keras_training_step():

@@ -612,8 +612,10 @@ class Cluster:
             (a group per task): anything :func:`resolve_cluster` takes (a :class:`Cluster`, a
             shipped name such as ``"k80x2"``, a spec file, ``"local"``) for every task, or a
             dict from a job name (``"ps"``) or a task (``"worker:1"``, or ``("worker", 1)``) to
-            one, the task's entry before its job's; tasks it does not cover, and None, get
-            :meth:`local`'s devices (each task taken for a machine like this one). The devices
+            one, the task's entry before its job's; tasks it does not cover, None and
+            ``"local"`` get ``local(configured=False)``'s devices (each task taken for a
+            process of a machine like this one, whatever logical CPUs this process
+            configured). The devices
             running servers have: :func:`tf_autoplace.hw.cluster_profile.served_devices`;
             their measured speeds and links:
             :func:`tf_autoplace.hw.cluster_profile.profile_cluster`.
@@ -677,7 +679,7 @@ class Cluster:
             raise ClusterSpecError(f"{path}: {e}") from e
 
     @classmethod
-    def local(cls, num_logical_cpus: int = 0) -> "Cluster":
+    def local(cls, num_logical_cpus: int = 0, *, configured: bool = True) -> "Cluster":
         """The devices TensorFlow sees on this machine, described as TensorFlow describes them.
 
         * **CPU.** With ``num_logical_cpus > 0`` the host is that many logical CPU devices
@@ -685,7 +687,9 @@ class Cluster:
           it; otherwise the logical CPU devices the program configured
           (``tf.config.set_logical_device_configuration``, :func:`configured_logical_cpus`;
           read without starting TensorFlow's runtime, which would fix the configuration), one
-          when it configured none. Every CPU device gets the host's memory (they share it)
+          when it configured none (or with ``configured=False``: the devices another
+          process of this machine has by default, as a TensorFlow server's task does). Every
+          CPU device gets the host's memory (they share it)
           and its cores and clock as TensorFlow reads them (:func:`_tf_device_properties`), and
           all of them form one core group, ``"host"``, with the host's cores: TensorFlow runs
           every CPU device of a process on one thread pool of that many threads, so N logical
@@ -718,7 +722,7 @@ class Cluster:
             Device(name=f"/job:localhost/replica:0/task:0/device:CPU:{i}", kind="CPU",
                    memory_bytes=total, num_cores=cores, frequency_mhz=mhz,
                    memory_bandwidth_gbps=20.0, core_group=HOST_CORE_GROUP)
-            for i in range(num_logical_cpus or configured_logical_cpus())
+            for i in range(num_logical_cpus or (configured_logical_cpus() if configured else 1))
         ]
         if num_logical_cpus == 0:
             devices += _local_gpus(props)
@@ -788,9 +792,16 @@ def _class_links(owner: list, classes: dict[str, LinkClass], bandwidth: np.ndarr
 
 def _task_templates(tasks: tuple[Task, ...], devices) -> list[Cluster]:
     """The one-machine cluster of each task (see :meth:`Cluster.from_tf`'s ``devices``)."""
-    local = functools.cache(Cluster.local)
+    # A task is another process (a server), with the devices a process of this machine has
+    # by default, whatever logical CPUs the calling process configured for itself.
+    local = functools.cache(functools.partial(Cluster.local, configured=False))
+
+    def resolve(value) -> Cluster:
+        return local() if value is None or (isinstance(value, str) and value == "local") \
+            else resolve_cluster(value)
+
     if not isinstance(devices, dict):
-        template = local() if devices is None else resolve_cluster(devices)
+        template = resolve(devices)
         templates = [template] * len(tasks)
     else:
         by_name = {}
@@ -805,7 +816,7 @@ def _task_templates(tasks: tuple[Task, ...], devices) -> list[Cluster]:
         templates = []
         for task in tasks:
             value = by_name.get(task.name, by_name.get(task.job))
-            templates.append(local() if value is None else resolve_cluster(value))
+            templates.append(resolve(value))
     for task, template in zip(tasks, templates):
         if template.tasks:
             raise ClusterSpecError(f"the devices of task {task.name} must be one machine's; the "
