@@ -949,7 +949,9 @@ _JOBS = ("worker", "ps", "chief", "evaluator", "master", "w2")
 _HOSTS = ("localhost", "127.0.0.1", "[::1]", "127.0.0.2", "LocalHost", "10.0.0.1", "10.0.0.2",
           "node1.example", "node2.example")
 # The one-machine clusters a task's devices are taken from (Cluster.from_tf's ``devices``),
-# by name: "local" is Cluster.local(), "two CPUs" _ONE_MACHINE, the others shipped specs.
+# by name: "local" is Cluster.local(configured=False) (a server process's default devices,
+# whatever logical CPUs this process configured), "two CPUs" _ONE_MACHINE, the others shipped
+# specs.
 TASK_TEMPLATES = ("local", "cpu2", "k80x2", "two CPUs")
 _ONE_MACHINE = """
 default_bandwidth_gbps: 20
@@ -964,7 +966,7 @@ def _template(name: str) -> Cluster:
     """The one-machine cluster of :data:`TASK_TEMPLATES` ``name``."""
     if name == "two CPUs":
         return Cluster.from_text(_ONE_MACHINE)
-    return resolve_cluster(None if name == "local" else name)
+    return Cluster.local(configured=False) if name == "local" else resolve_cluster(name)
 
 
 def _as_loopback(host: str) -> str:
