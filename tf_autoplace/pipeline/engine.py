@@ -217,8 +217,8 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
                      f"{options.unknown_dim} per unknown dimension): give the inputs static "
                      "shapes for better memory and transfer estimates")
     if options.verify and not verifying:
-        lacking = sorted({node.device for node in meta_graph.graph_def.node if node.device
-                          and not _annotated_devices(cluster, node.device)})
+        annotations = {node.device for node in meta_graph.graph_def.node if node.device}
+        lacking = sorted(d for d in annotations if not _annotated_devices(cluster, d))
         notes.append("verify: the cluster has one device, so there is no placement to choose "
                      "between and none was measured"
                      + (f"; the graph's own device annotations name devices it lacks "
