@@ -32,7 +32,8 @@ import numpy as np
 from tf_autoplace.core.problem import PlacementProblem
 from tf_autoplace.errors import ConfigError, MeasurementError
 from tf_autoplace.hw.runner import RunConfig, on_cluster, run
-from tf_autoplace.learning.rollouts import GB, Evaluation
+from tf_autoplace.learning.rollouts import Evaluation
+from tf_autoplace.sim import overflow_gb
 
 REWARDS = ("simulated", "measured")
 WARMUP_STEPS = 2  # untimed steps per measured placement (graph optimisation, allocation)
@@ -108,10 +109,9 @@ class MeasuredEvaluator:
         if placements.ndim != 2 or placements.shape[1] != n:
             raise ConfigError(f"placements must have shape [B, {n}], got {placements.shape}")
         rows = np.empty((len(placements), 3))
-        capacity = self.problem.cluster.memory.astype(np.float64)
         for b, devices in enumerate(placements):
             sim = self.problem.simulator.run(devices)
-            over = max(0.0, float((sim.peak_memory.astype(np.float64) - capacity).max()) / GB)
+            over = float(overflow_gb(sim.peak_memory[None, :], self.problem.cluster)[0])
             step = sim.makespan if over > 0 else self.step_time(devices)
             rows[b] = (step + self.memory_penalty * over, step, over)
         self.samples += len(placements)

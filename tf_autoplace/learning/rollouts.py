@@ -36,9 +36,7 @@ import numpy as np
 from tf_autoplace.core.problem import PlacementProblem
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.learning.workers import worker_pool
-from tf_autoplace.sim import memory_penalized_runtimes
-
-GB = 1e9
+from tf_autoplace.sim import overflow_gb
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,10 +65,8 @@ def evaluate_batch(problem: PlacementProblem, placements: np.ndarray,
     op), simulated in this process (``below`` as for :meth:`Evaluator.evaluate`)."""
     # One kernel call for the batch; a row cut off at ``below`` has makespan inf, peak 0.
     makespan, peak = problem.simulator.summaries(placements, below=below)
-    excess = peak.astype(np.float64) - problem.cluster.memory.astype(np.float64)
-    over = np.maximum(0.0, excess.max(axis=1)) / GB
-    score = memory_penalized_runtimes(makespan, peak, problem.cluster, memory_penalty)
-    return np.stack([score, makespan, over], axis=1)
+    over = overflow_gb(peak, problem.cluster)
+    return np.stack([makespan + memory_penalty * over, makespan, over], axis=1)
 
 
 def _problem(problem: PlacementProblem) -> PlacementProblem:

@@ -183,6 +183,36 @@ def test_repeated_moves_are_scored_from_memory_and_change_nothing(seed):
     assert memo_sims == memo.simulations < 0.9 * plain_sims
 
 
+class _BuildsEveryMove(LocalSearch):
+    """A search that builds every move it draws afresh from the current placement."""
+
+    def _move(self, level, block, dst):
+        self.moves = {}
+        return super()._move(level, block, dst)
+
+
+@pytest.mark.parametrize("sweep_below", [0, 10**6])
+@pytest.mark.parametrize("seed", range(3))
+def test_moves_kept_between_gains_change_no_step_of_the_search(seed, sweep_below):
+    # A move is built once per current placement and blocks (most draws repeat one); the
+    # search must take exactly the steps of one that builds each move when it is drawn,
+    # through gains, re-alignments and (sweep_below large) sweeps.
+    p = random_problem(300, seed=30 + seed, num_gpus=4, max_groups=48)
+    start = BestHeuristicPlacer().propose(p)
+    config = LocalSearchConfig(sweep_below=sweep_below, levels=(4, 16, 64), realign_after=40)
+    runs = []
+    for cls in (LocalSearch, _BuildsEveryMove):
+        with Evaluator(p) as evaluator:
+            search = cls(p, start, config, seed=seed, evaluator=evaluator)
+            search.run(600)
+            runs.append(search)
+    kept, fresh = runs
+    assert len(fresh.curve) > 5  # gains, after which kept moves would be stale
+    np.testing.assert_array_equal(kept.current, fresh.current)
+    assert kept.curve == fresh.curve and kept.samples == fresh.samples
+    assert kept.simulations == fresh.simulations
+
+
 class _WholeEvaluator(Evaluator):
     """Simulates every candidate to its end, with the memory model (ignores ``below``), and
     counts the rows the search asked to cut off."""

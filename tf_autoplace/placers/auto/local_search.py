@@ -191,13 +191,14 @@ class LocalSearch:
         other.queue = list(self.queue)
         other.current = self.current.copy()
         other.weights, other.tried = copy.copy(self.weights), copy.copy(self.tried)
+        other.moves = copy.copy(self.moves)
         return other
 
     def _changed(self) -> None:
         """Forget what depended on the previous current placement: each op's time on its
-        device, the block weights and the moves already scored from it."""
+        device, the block weights, the moves built from it and those already scored."""
         self.busy = self.op_time[np.arange(len(self.current)), self.current]
-        self.weights, self.tried = {}, set()
+        self.weights, self.tried, self.moves = {}, set(), {}
 
     def _align(self) -> None:
         self.blocks, self.aligned, self.since_gain = (
@@ -205,7 +206,7 @@ class LocalSearch:
         # What depends only on the blocks, kept per block (a move is drawn in microseconds,
         # and small graphs draw far more moves than they simulate): which devices each
         # member can run on, and the target lists from each device a block can be on.
-        self.weights, self.allowed, self.targets = {}, {}, {}
+        self.weights, self.allowed, self.targets, self.moves = {}, {}, {}, {}
 
     def _runnable(self, level: int, block: int) -> np.ndarray:
         """[m, D] bool: the devices each member of block ``block`` of ``level`` can run on."""
@@ -227,11 +228,20 @@ class LocalSearch:
                 [int(d) for d in self.others if d != here and ok[d]])
         return out
 
-    def _movable(self, level: int, block: int, dst: int) -> np.ndarray:
-        """The members of block ``block`` of ``level`` that move to ``dst``: whole colocation
-        groups that can run there and are elsewhere now."""
-        members = self.blocks.members[level][block]
-        return members[self._runnable(level, block)[:, dst] & (self.current[members] != dst)]
+    def _move(self, level: int, block: int, dst: int):
+        """The move of block ``block`` of ``level`` to ``dst`` from the current placement:
+        ``(members, dst, key)``, where ``members`` are the ops that move (whole colocation
+        groups that can run there and are elsewhere now) and ``key`` tells moves apart
+        (two moves with the same key give the same placement); None if nothing moves. Kept
+        until the placement or the blocks change: between two gains most draws repeat a move.
+        """
+        out = self.moves.get((level, block, dst), False)
+        if out is False:
+            members = self.blocks.members[level][block]
+            moved = members[self._runnable(level, block)[:, dst] & (self.current[members] != dst)]
+            out = self.moves[level, block, dst] = (
+                (moved, dst, (dst, moved.tobytes())) if len(moved) else None)
+        return out
 
     def _block_cdf(self, level: int) -> np.ndarray:
         """The cumulative probability of drawing each block of ``level`` (in proportion to
@@ -267,9 +277,7 @@ class LocalSearch:
             action = others
         if not action:
             return None
-        dst = action[int(self.rng.integers(len(action)))]
-        moved = self._movable(level, block, dst)
-        return (moved, dst) if len(moved) else None
+        return self._move(level, block, action[int(self.rng.integers(len(action)))])
 
     def _sweep(self) -> list:
         """Every move of every block to every device it could go to, in random order."""
@@ -278,11 +286,10 @@ class LocalSearch:
             for block in range(len(members_of)):
                 action, others = self._targets(level, block)
                 for dst in action + others:
-                    moved = self._movable(level, block, dst)
-                    key = (dst, moved.tobytes())
-                    if len(moved) and key not in seen:
-                        seen.add(key)
-                        moves.append((moved, dst))
+                    move = self._move(level, block, dst)
+                    if move is not None and move[2] not in seen:
+                        seen.add(move[2])
+                        moves.append(move)
         return [moves[i] for i in self.rng.permutation(len(moves))]
 
     def run(self, until: int, *, deadline: float | None = None, lower_bound: float = 0.0,
@@ -332,37 +339,36 @@ class LocalSearch:
         return moves or None
 
     def _try_moves(self, moves: list) -> bool:
-        """Score ``moves`` from the current placement; keep the best if it gains. A move
-        already scored from this placement (or earlier in the batch) is not simulated again:
-        it did not gain, so it scores ``inf`` here, which takes the same step."""
-        candidates = np.repeat(self.current[None, :], len(moves), axis=0)
-        for row, (members, dst) in zip(candidates, moves):
-            row[members] = dst
-        keys = [(dst, members.tobytes()) for members, dst in moves]
-        new = {}  # key -> its first row
+        """Score ``moves`` (``(members, dst, key)`` as :meth:`_move` gives them) from the
+        current placement; keep the best if it gains. A move already scored from this
+        placement (or earlier in the batch) is not simulated again: it did not gain, so it
+        cannot now, and the step taken is the same as if it were scored."""
+        keys = [key for _, _, key in moves]
+        new = {}  # key -> the first of the batch's moves with it
         for k, key in enumerate(keys):
             if key not in self.tried and key not in new:
                 new[key] = k
-        rows = list(new.values())
-        scores, fits = np.full(len(moves), np.inf), np.zeros(len(moves), bool)
-        if rows:  # a candidate no faster than the current placement is not kept: cut off
-            evaluation = self.evaluator.evaluate(candidates[rows], below=self.best)
-            scores[rows], fits[rows] = evaluation.scores, evaluation.fits
-            self.simulations += len(rows)
-        # Once the placement fits, a candidate that overflows is never taken, however fast.
-        scores = np.where(fits | (not self.fits), scores, np.inf)
         self.samples += len(moves)
-        k = int(np.argmin(scores))
-        if scores[k] < self.best:
-            self.best, self.current = float(scores[k]), candidates[k]
-            self.fits = bool(fits[k])
-            self.curve.append((self.samples, self.best))
-            self.since_gain = 0
-            self._changed()
-            if self.sweeping:
-                self._align()
-                self.queue = self._sweep()
-            return True
+        if new:  # a candidate no faster than the current placement is not kept: cut off
+            candidates = np.repeat(self.current[None, :], len(new), axis=0)
+            for row, k in zip(candidates, new.values()):
+                members, dst, _ = moves[k]
+                row[members] = dst
+            evaluation = self.evaluator.evaluate(candidates, below=self.best)
+            self.simulations += len(new)
+            # Once the placement fits, a candidate that overflows is never taken, however fast.
+            scores = np.where(evaluation.fits | (not self.fits), evaluation.scores, np.inf)
+            k = int(np.argmin(scores))  # the first of the fastest, in batch order
+            if scores[k] < self.best:
+                self.best, self.current = float(scores[k]), candidates[k]
+                self.fits = bool(evaluation.fits[k])
+                self.curve.append((self.samples, self.best))
+                self.since_gain = 0
+                self._changed()
+                if self.sweeping:
+                    self._align()
+                    self.queue = self._sweep()
+                return True
         self.tried.update(keys)
         self.since_gain += len(moves)
         if (not self.sweeping and self.since_gain >= self.config.realign_after
@@ -415,8 +421,9 @@ def race(searches: list[LocalSearch], total: int, *, deadline: float | None = No
     def step():
         if cancel.is_set():
             raise _Cancelled
-        with lock:
-            progress.update(sum(s.samples for s in searches), min(s.best for s in searches))
+        if progress is not QUIET:  # (a batch of a small graph costs tens of microseconds)
+            with lock:
+                progress.update(sum(s.samples for s in searches), min(s.best for s in searches))
 
     def leg(search: LocalSearch, until: int) -> Callable[[], str]:
         return lambda: search.run(until, deadline=deadline, lower_bound=lower_bound,
