@@ -124,6 +124,54 @@ def check_single_device_bitwise():
     return {"reference": losses[False], "losses": losses[True]}
 
 
+def dropout_model(flavour):
+    """Dense, Dropout, Dense with Adam: Dropout's seed generator and Adam's step counter are
+    state the train step advances whether or not its batch arrives."""
+    if flavour == "keras3":
+        import keras as k
+
+        k.utils.set_random_seed(0)
+    else:
+        import tf_keras as k
+
+        tf.keras.utils.set_random_seed(0)
+    model = k.Sequential([k.Input((16,)), k.layers.Dense(32, activation="relu"),
+                          k.layers.Dropout(0.3), k.layers.Dense(1)])
+    model.compile(optimizer=k.optimizers.Adam(1e-2), loss="mse", **(
+        {"jit_compile": False} if flavour == "keras3" else {}))
+    return model, k
+
+
+def check_unknown_length():
+    """fit on data of unknown length (a filtered tf.data dataset; a Python generator): Keras'
+    step runs once more on the exhausted iterator at each epoch's end, which fails after its
+    counters advanced. Placed (split over both devices) and unplaced: losses and counters."""
+    x, y = data()
+
+    def dataset():
+        return tf.data.Dataset.from_tensor_slices((x, y)).filter(lambda a, b: True).batch(16)
+
+    def generator():
+        return ((x[i:i + 16], y[i:i + 16]) for i in range(0, len(x), 16))
+
+    out = {}
+    for flavour, source in (("keras3", "dataset"), ("keras3", "generator"),
+                            ("tf_keras", "dataset")):
+        runs = []
+        for placed in (False, True):
+            model, k = dropout_model(flavour)
+            if placed:
+                tk.autoplace_model(model, **PLACE)
+            recorder = batch_losses(k.callbacks)
+            for _ in range(3):  # a generator is read once: one fit per epoch
+                model.fit(dataset() if source == "dataset" else generator(), epochs=1,
+                          verbose=0, callbacks=[recorder])
+            runs.append({"losses": recorder.losses,
+                         "iterations": int(model.optimizer.iterations.numpy())})
+        out[f"{flavour}_{source}"] = runs
+    return out
+
+
 def sequence_model():
     import keras
 
@@ -276,6 +324,7 @@ def main():
     run_checks([("keras3", check_keras3), ("tf_keras", check_tf_keras),
                 ("single", check_single_device_bitwise), ("shapes", check_changing_shapes),
                 ("spec_parts", check_spec_parts_and_joined_predict),
+                ("unknown_length", check_unknown_length),
                 ("errors", errors)])
 
 

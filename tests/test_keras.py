@@ -35,6 +35,17 @@ def test_fit_runs_placed_steps_with_the_unplaced_losses_on_both_devices(child, f
     assert r["is_placement"]
 
 
+@pytest.mark.parametrize("case", ["keras3_dataset", "keras3_generator", "tf_keras_dataset"])
+def test_data_of_unknown_length_keeps_the_counters_of_the_unplaced_fit(child, case):
+    # Keras' step runs on the exhausted iterator at each epoch's end and fails after Dropout's
+    # seed and Adam's counter advanced: the placed fit must advance them too, or every later
+    # Dropout mask and Adam step differs from the unplaced fit's.
+    reference, placed = _result(child, "unknown_length")[case]
+    assert len(placed["losses"]) == len(reference["losses"]) == 9  # 3 epochs of 3 batches
+    assert placed["iterations"] == reference["iterations"]
+    np.testing.assert_allclose(placed["losses"], reference["losses"], rtol=1e-5)
+
+
 def test_on_one_device_the_losses_are_bitwise_the_unplaced_ones(child):
     r = _result(child, "single")
     assert len(r["losses"]) == 6 and r["losses"] == r["reference"]

@@ -220,6 +220,8 @@ class _PlacedStep:
     def __init__(self, placement: "KerasPlacement", kind: str):
         self._placement, self._kind = placement, kind
         self._placed: list = []  # (spec, placed function), one per batch structure
+        self._last = None  # the placed function the last batch ran
+        self._past: dict = {}  # id(placed function) -> its run past the end (past_the_end)
 
     def __call__(self, data):
         if tf.distribute.has_strategy():  # the model was placed outside, then run inside one
@@ -230,6 +232,7 @@ class _PlacedStep:
         data = _as_tensors(data)
         for spec, placed in self._placed:
             if _fits(spec, data):
+                self._last = placed
                 return placed(data)
         for spec, _ in self._placed:
             if _same_structure(spec, data):
@@ -239,7 +242,32 @@ class _PlacedStep:
                     f"{_shapes(data)}: give tf_autoplace.keras.autoplace_model(..., "
                     "input_spec=...) with None in every dimension that varies between "
                     "batches, or feed batches of one shape")
-        return self._place(data)(data)
+        self._last = self._place(data)
+        return self._last(data)
+
+    def past_the_end(self, iterator) -> None:
+        """Run the step on ``iterator.get_next()`` in one graph, as Keras' own step function
+        does once an iterator of unknown length is exhausted: that run fails with OutOfRange,
+        but only after the step's stateful ops that do not read the batch ran (the
+        optimizer's ``iterations``, a Dropout layer's seed generator). Keras' step does so at
+        the end of every epoch of a generator or a filtered dataset; without this run those
+        counters fall a step behind the unplaced model's per epoch, and every later Dropout
+        mask and Adam step differs. Nothing is run before the step was placed on a batch."""
+        if self._last is None:
+            return
+        run = self._past.get(id(self._last))
+        if run is None:  # one per placed function (traced once per kind of iterator)
+            # The step as traced, unplaced: this run computes nothing that is kept, and on
+            # one device its ops that do not read the batch run before the failure stops it,
+            # as the unplaced model's do; split over devices, some wait on a transfer that
+            # the failure cancels.
+            step = self._last.original
+            run = self._past[id(self._last)] = tf.function(
+                lambda it: step(_as_tensors(it.get_next())), autograph=False)
+        try:
+            run(iterator)
+        except (StopIteration, tf.errors.OutOfRangeError):
+            pass
 
     def _place(self, data):
         p = self._placement
@@ -273,17 +301,28 @@ def _same_structure(spec, data) -> bool:
         s.dtype == t.dtype and s.shape.rank == t.shape.rank)) for s, t in leaves)
 
 
-def _iterator_function(step: _PlacedStep, model, *, join: bool = False):
+def _reads_in_graph(iterator) -> bool:
+    """Whether Keras' own step function reads ``iterator``'s batches inside its graph (a
+    ``tf.data`` iterator; other iterables are read in Python)."""
+    return isinstance(iterator, (tf.data.Iterator, tf.distribute.DistributedIterator))
+
+
+def _iterator_function(step: _PlacedStep, model, flavour: str, *, join: bool = False):
     """Keras' train/test function and tf_keras' predict function: up to
     ``steps_per_execution`` batches from the iterator; the last one's outputs returned, or
     with ``join`` (tf_keras' predict) every batch's outputs joined on axis 0, as tf_keras'
     own predict function joins them (its caller keeps one result per execution)."""
     def function(iterator):
         outputs = []
-        for _ in range(_steps_per_execution(model)):
+        steps = _steps_per_execution(model)
+        for _ in range(steps):
             try:
                 data = next(iterator)
             except (StopIteration, tf.errors.OutOfRangeError):
+                # Keras 3 reads one batch per call in its graph (several: as optionals, which
+                # have no side effects); tf_keras reads every batch in its graph.
+                if _reads_in_graph(iterator) and (flavour == "tf_keras" or steps == 1):
+                    step.past_the_end(iterator)
                 break
             outputs.append(step(data))
         if not outputs:
@@ -351,7 +390,7 @@ class KerasPlacement:
                 step = _PlacedStep(self, kind)
                 function = (_keras3_predict_function(step)
                             if kind == "predict" and self.flavour == "keras"
-                            else _iterator_function(step, self.model,
+                            else _iterator_function(step, self.model, self.flavour,
                                                     join=kind == "predict"))
                 setattr(self.model, attribute, function)
                 return function
