@@ -21,6 +21,7 @@ from absl import flags
 import tf_autoplace
 from tf_autoplace import flags as ap_flags  # defines the flags on absl's global FLAGS; harmless
 from tf_autoplace.core import registry
+from tf_autoplace.core import cluster as cluster_module
 from tf_autoplace.core.cluster import Cluster, resolve_cluster
 from tf_autoplace.outputs.files import umask
 from tf_autoplace.placers import SingleDevicePlacer
@@ -435,6 +436,22 @@ def test_local_is_the_sessions_cpus(hook):
         sess.run(init)
     report = ap_flags._placed[graph]
     assert [d.name for d in report.devices] == [f"{HOST}CPU:0", f"{HOST}CPU:1"]
+
+
+def test_local_is_the_sessions_one_cpu_whatever_the_process_configured(hook, monkeypatch):
+    # A Session given its own ConfigProto does not take the logical CPUs the program set up
+    # with tf.config (here: said to be two): "local" was those two, and the first run failed
+    # with the session lacking CPU:1.
+    monkeypatch.setattr(cluster_module, "configured_logical_cpus", lambda: 2)
+    hook(placer="m_etf", cluster="local", verify=0, cache=False)
+    graph, x, loss, train = _unknown_batch_graph(batch=4)
+    with graph.as_default():
+        init = tf.compat.v1.global_variables_initializer()
+    config = tf.compat.v1.ConfigProto(device_count={"CPU": 1}, allow_soft_placement=False)
+    with tf.compat.v1.Session(graph=graph, config=config) as sess:
+        sess.run(init)
+    report = ap_flags._placed[graph]
+    assert [d.name for d in report.devices] == [f"{HOST}CPU:0"]
 
 
 def test_a_second_graphs_report_is_written_beside_the_first(hook, tmp_path):

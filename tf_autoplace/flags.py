@@ -492,18 +492,20 @@ def report_for(graph):
 
 def _session_local_cluster(session):
     """``--autoplace_cluster=local`` for ``session``: this machine's devices, with as many CPU
-    devices as the session has (a Session created with ``device_count={'CPU': N}`` has N; a
-    process-wide logical device configuration is read by :meth:`Cluster.local` itself). A
-    session with GPUs keeps the local cluster's single CPU beside them."""
+    devices as the session has (a Session created with ``device_count={'CPU': N}`` has N, one
+    given its own ConfigProto has one whatever logical CPUs the program configured with
+    ``tf.config``, a Session without a config has those). A session with GPUs keeps them,
+    beside its CPUs."""
     import tensorflow as tf
 
     from tf_autoplace.core.cluster import Cluster
 
     kinds = [d.device_type for d in session.list_devices()
              if tf.DeviceSpec.from_string(d.name).job in (None, "localhost")]
-    if "GPU" in kinds or kinds.count("CPU") <= 1:
-        return Cluster.local()
-    return Cluster.local(num_logical_cpus=kinds.count("CPU"))
+    cpus = kinds.count("CPU")
+    if "GPU" in kinds:  # Cluster.local() has the GPUs; its CPUs: the configured ones, or one
+        return Cluster.local(configured=cpus > 1)
+    return Cluster.local(num_logical_cpus=max(1, cpus))
 
 
 def _check_session_devices(session, cluster, spec: str) -> list[str]:
