@@ -14,8 +14,9 @@ How a function is placed (one engine: :func:`tf_autoplace.pipeline.engine.place_
 3. Captured resources (variables, optimizer slots, ...) enter the function graph as ``Placeholder``
    ops of dtype ``resource``. Their resource lives on a fixed device, and TF requires readers and
    updaters to sit with it, so each is pinned to that device: every other device gets ``inf``
-   time for it in the cost model (:class:`PinnedCostModel`), which the placers treat like a
-   missing kernel, so the whole colocation group (reads, updates) follows the variable and the
+   time for it in the cost model (:class:`tf_autoplace.cost.PinnedCostModel`), which the
+   placers treat like a missing kernel, so the whole colocation group (reads, updates) follows
+   the variable and the
    simulated figures already include the pin. In the copy that is placed (not the one that runs)
    such a placeholder becomes a ``VarHandleOp`` of the variable's dtype and shape, so Grappler
    infers the shapes of its reads and the variable's memory is counted on its device.
@@ -64,11 +65,10 @@ from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
 from tensorflow.python.eager import context  # private; TF's SavedModel loader uses it so
 
 from tf_autoplace.core.cluster import Cluster
-from tf_autoplace.cost import AnalyticalCostModel, CostModel
+from tf_autoplace.cost import AnalyticalCostModel, CostModel, PinnedCostModel
 from tf_autoplace.errors import ConfigError, InvalidGraphError
 from tf_autoplace.graph import ingest
 from tf_autoplace.graph.executed import CALL_OPS, CONTROL_FLOW_OPS
-from tf_autoplace.graph.opgraph import OpGraph
 from tf_autoplace.grouping import GroupingConfig
 from tf_autoplace.hw.runner import missing_devices
 from tf_autoplace.outputs import files
@@ -90,34 +90,7 @@ def is_function(obj) -> bool:
                             tf.types.experimental.ConcreteFunction))
 
 
-# ------------------------------------------------------------------------------ cost model pin
-class PinnedCostModel(CostModel):
-    """``base``'s op times with some ops allowed on one device only.
-
-    Args:
-      base: the cost model that times the ops.
-      pins: op name -> name of the one cluster device the op may run on.
-    """
-
-    def __init__(self, base: CostModel, pins: Mapping[str, str]):
-        self._base = base
-        self._pins = dict(pins)
-
-    @property
-    def num_fallback_ops(self) -> int:
-        return getattr(self._base, "num_fallback_ops", 0)
-
-    def _op_time(self, graph: OpGraph, cluster: Cluster) -> np.ndarray:
-        times = np.array(self._base.op_time(graph, cluster), dtype=np.float64)
-        index = {name: i for i, name in enumerate(graph.names)}
-        for name, device in self._pins.items():
-            i, d = index[name], cluster.index(device)
-            keep = times[i, d]
-            times[i, :] = np.inf
-            times[i, d] = keep
-        return times
-
-
+# ------------------------------------------------------------------------- pinned resources
 def _cluster_device(cluster: Cluster, device: str, what: str) -> str:
     """The name of ``cluster``'s device that ``device`` (a TF device string) denotes."""
     spec = tf.DeviceSpec.from_string(device)

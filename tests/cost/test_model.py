@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tf_autoplace.core.cluster import Cluster, Device, resolve_cluster
-from tf_autoplace.cost import AnalyticalCostModel, CostModel, TableCostModel
+from tf_autoplace.cost import AnalyticalCostModel, CostModel, PinnedCostModel, TableCostModel
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph import grappler, ingest
 from tf_autoplace.graph.opgraph import from_edges
@@ -99,6 +99,34 @@ def test_table_cost_model_is_inf_where_there_is_no_kernel(k80x2):
 
     with pytest.raises(ConfigError, match="no op times for device kind 'GPU'"):
         TableCostModel({"CPU": [1.0, 1.0]}).op_time(graph, k80x2)
+
+
+def test_a_pinned_op_runs_on_its_device_only_and_the_rest_is_the_base_models(k80x2):
+    # A pin leaves one device's time; what the base model measured besides op times (a
+    # profile's executed ops, partner times, measured step) must not be lost: the TF2 door
+    # pins captured variables and a profile's calibration went with it.
+    class Measured(TableCostModel):
+        profile_path = "p.pbtxt"
+
+        def executed_ops(self, graph, cluster):
+            return np.array([True, False])
+
+        def partner_times(self, graph, cluster, op_time):
+            return np.array([-1, -1], np.int32), op_time
+
+        def measured_steps(self):
+            return {"GPU": 1e-3}
+
+    graph = from_edges(2, [(0, 1, 8)], names=("a", "b"))
+    base = Measured({"CPU": [3.0, 5.0], "GPU": [1.0, 0.5]})
+    pinned = PinnedCostModel(base, {"a": k80x2.names[GPU1]})
+    times = pinned.op_time(graph, k80x2)
+    np.testing.assert_array_equal(times[0], [np.inf, 1.0, np.inf])
+    np.testing.assert_array_equal(times[1], base.op_time(graph, k80x2)[1])
+    np.testing.assert_array_equal(pinned.executed_ops(graph, k80x2), [True, False])
+    assert pinned.partner_times(graph, k80x2, times)[1] is times
+    assert pinned.measured_steps() == {"GPU": 1e-3} and pinned.profile_path == "p.pbtxt"
+    assert getattr(pinned, "num_fallback_ops", 0) == 0
 
 
 def test_a_cost_model_returning_the_wrong_shape_is_rejected(k80x2):

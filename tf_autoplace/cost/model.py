@@ -19,6 +19,7 @@ Transfers (Placeto A.5): ``latency[src, dst] + bytes / bandwidth[src, dst]``.
 from __future__ import annotations
 
 import abc
+from typing import Mapping
 
 import numpy as np
 
@@ -72,6 +73,47 @@ class CostModel(abc.ABC):
             return 0.0
         return float(cluster.latency[src, dst] + nbytes / cluster.bandwidth[src, dst]
                      + cluster.delay[src, dst])
+
+
+class PinnedCostModel(CostModel):
+    """``base``'s op times with some ops allowed on one device only: every other device gets
+    ``inf`` for them, which placers treat like a missing kernel (the op's colocation group
+    follows it). What else ``base`` knows of the graph (the ops a measured run executed,
+    partner times, measured steps, its other attributes) is ``base``'s.
+
+    Args:
+      base: the cost model that times the ops.
+      pins: op name -> name of the one cluster device the op may run on.
+    """
+
+    def __init__(self, base: CostModel, pins: Mapping[str, str]):
+        self._base = base
+        self._pins = dict(pins)
+
+    def __getattr__(self, name):  # (only for attributes this class lacks)
+        if name.startswith("_"):  # (copy and pickle look for hooks before _base is set)
+            raise AttributeError(name)
+        return getattr(self._base, name)
+
+    def _op_time(self, graph: OpGraph, cluster: Cluster) -> np.ndarray:
+        times = np.array(self._base.op_time(graph, cluster), dtype=np.float64)
+        index = {name: i for i, name in enumerate(graph.names)}
+        for name, device in self._pins.items():
+            i, d = index[name], cluster.index(device)
+            keep = times[i, d]
+            times[i, :] = np.inf
+            times[i, d] = keep
+        return times
+
+    def executed_ops(self, graph: OpGraph, cluster: Cluster) -> np.ndarray | None:
+        return self._base.executed_ops(graph, cluster)
+
+    def partner_times(self, graph: OpGraph, cluster: Cluster, op_time: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray] | None:
+        return self._base.partner_times(graph, cluster, op_time)
+
+    def measured_steps(self) -> dict[str, float]:
+        return self._base.measured_steps()
 
 
 class AnalyticalCostModel(CostModel):

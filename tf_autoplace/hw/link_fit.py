@@ -89,6 +89,14 @@ DELAYS_S = (0.0,) + tuple(np.geomspace(1e-6, 1e-2, 21).tolist())  # ... with ``w
 SINGLE = "single"
 
 
+def _at_home(problem: PlacementProblem, home: int) -> np.ndarray:
+    """[C] each colocation group on ``home``, or where it can run (a group with no kernel
+    there, or pinned elsewhere: :mod:`tf_autoplace.graph.pins`) on the first device that can
+    run it."""
+    allowed = problem.colocation_allowed
+    return np.where(allowed[:, home], home, np.argmax(allowed, axis=1))
+
+
 def moved_share(problem: PlacementProblem, share: float, rng: np.random.Generator,
                 home: int = 0, targets: np.ndarray | None = None) -> np.ndarray:
     """All on ``home`` (a group that cannot run there: on the first device that can) except TF
@@ -96,7 +104,7 @@ def moved_share(problem: PlacementProblem, share: float, rng: np.random.Generato
     them (uniformly; only among ``targets``, a [D] bool mask, when given)."""
     allowed = problem.colocation_allowed  # [C, D]
     num = len(allowed)
-    device = np.where(allowed[:, home], home, np.argmax(allowed, axis=1))
+    device = _at_home(problem, home)
     movable = allowed if targets is None else allowed & np.asarray(targets, bool)
     move = rng.random(num) < share
     for c in np.flatnonzero(move).tolist():
@@ -272,9 +280,9 @@ def fit_latency(cluster: Cluster, profile: cost_profile_pb2.CostProfile, meta_gr
     analytical = AnalyticalCostModel(meta_graph)
     problem, _ = build_problem(meta_graph, cluster, cost_model=ProfileCostModel.from_proto(
         profile, fallback=analytical))
-    n = problem.graph.num_ops
     rng = np.random.default_rng(seed)
-    placements = {SINGLE: np.full(n, reference, np.int32)}
+    coloc = problem.graph.colocation
+    placements = {SINGLE: _at_home(problem, reference)[coloc].astype(np.int32)}
     for share in shares:  # groups move only to the devices the pairs link the reference to
         devices = moved_share(problem, share, rng, home=reference, targets=pairs[reference])
         if (devices != reference).any():
@@ -295,7 +303,8 @@ def fit_latency(cluster: Cluster, profile: cost_profile_pb2.CostProfile, meta_gr
             k = int(cluster.device_tasks[d])
             if cluster.devices[d].kind == kind and k not in others:
                 others[k] = d
-                placements[f"on {cluster.tasks[k].name}"] = np.full(n, d, np.int32)
+                placements[f"on {cluster.tasks[k].name}"] = _at_home(problem, d)[coloc].astype(
+                    np.int32)
     names, ops = cluster.names, problem.graph.names
     config = on_cluster(cluster, config)
     measured = measure_placements(

@@ -70,6 +70,7 @@ from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph import ingest
 from tf_autoplace.graph.executed import CALL_OPS, CONTROL_FLOW_OPS
 from tf_autoplace.graph.opgraph import OpGraph
+from tf_autoplace.graph.pins import device_pins
 from tf_autoplace.hw.runner import RunConfig, TracedStep, canonical_device, run, run_interleaved
 from tf_autoplace.hw.workload import Workload
 from tf_autoplace.proto import cost_profile_pb2
@@ -222,6 +223,16 @@ def partner_candidates(graph: OpGraph) -> dict[int, int]:
     return out
 
 
+def _keeping_pins(workload: Workload, assignment: dict) -> dict:
+    """``assignment`` with the workload's pinned ops on their own devices
+    (:func:`tf_autoplace.graph.pins.device_pins`): the members of a collective all-reduce on
+    one device wait for each other forever, so a profile of "every op on one device" runs
+    them where the program put them."""
+    pins = device_pins(workload.graph_def)
+    return {name: pins[name][0] if name in pins else device
+            for name, device in assignment.items()}
+
+
 def _second_device(kind: str) -> str | None:
     """A second device of ``kind`` this machine can run on: a second logical CPU always
     (a Session makes as many as it is asked for), a second GPU when there is one."""
@@ -243,8 +254,8 @@ def measure_partners(workload: Workload, graph: OpGraph, kind: str, single_kerne
         return {}
     moved = np.isin(graph.colocation, graph.colocation[list(candidates)])
     first = f"/device:{kind}:0"
-    assignment = {name: other if move else first
-                  for name, move in zip(graph.names, moved.tolist())}
+    assignment = _keeping_pins(workload, {name: other if move else first
+                                          for name, move in zip(graph.names, moved.tolist())})
     cfg = config if kind == "CPU" else dataclasses.replace(config, soft_placement=True)
     measured = run(workload, assignment, dataclasses.replace(cfg, steps=1))
     per_step = [op_times(trace, kind, graph.names) for trace in measured.traces]
@@ -293,7 +304,7 @@ def profile_ops(workload: Workload, *, kinds=None, config: RunConfig = DEFAULT_C
     for kind in kinds:
         device = devices.get(kind, f"/device:{kind}:0")
         cfg = config if kind == "CPU" else dataclasses.replace(config, soft_placement=True)
-        assignment = {name: device for name in names}
+        assignment = _keeping_pins(workload, {name: device for name in names})
         # The untraced step calibrates the op times: measured as placements are (module
         # docstring), in interleaved Sessions, before the traced Session.
         step_s = float(np.median([m.step_time_s for m in run_interleaved(

@@ -27,12 +27,13 @@ import numpy as np
 from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.core.problem import PlacementProblem
 from tf_autoplace.core.units import format_bytes
-from tf_autoplace.cost import AnalyticalCostModel, CostModel, TableCostModel
-from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
+from tf_autoplace.cost import AnalyticalCostModel, CostModel, PinnedCostModel, TableCostModel
+from tf_autoplace.errors import ClusterSpecError, ConfigError, InfeasiblePlacementError
 from tf_autoplace.graph import ingest
 from tf_autoplace.graph.costgraph import CostGraph
 from tf_autoplace.graph.executed import executed_graph
 from tf_autoplace.graph.opgraph import OpGraph
+from tf_autoplace.graph.pins import device_pins
 from tf_autoplace.grouping import GroupingConfig, merge_and_colocate
 from tf_autoplace.sim import Simulator
 
@@ -61,7 +62,26 @@ def build_problem(meta_graph, cluster: Cluster, *, grouping: GroupingConfig = Gr
     graph, tensor_properties = read
     cost_model = cost_model or AnalyticalCostModel(meta_graph,
                                                    tensor_properties=tensor_properties)
-    return _cost_and_group(graph, cluster, cost_model, grouping, timings), cost_model
+    pins = _pins(meta_graph.graph_def, cluster)
+    timed = PinnedCostModel(cost_model, pins) if pins else cost_model
+    return _cost_and_group(graph, cluster, timed, grouping, timings), cost_model
+
+
+def _pins(graph_def, cluster: Cluster) -> dict[str, str]:
+    """Op name -> the cluster device it must stay on (:mod:`tf_autoplace.graph.pins`).
+
+    Raises:
+      ConfigError: the device is not one of the cluster's.
+    """
+    out = {}
+    for name, (device, why) in device_pins(graph_def).items():
+        try:
+            out[name] = cluster.names[cluster.index(device)]
+        except ClusterSpecError as e:
+            raise ConfigError(f"op {name!r} must stay on {device!r} ({why}), and the cluster "
+                              f"cannot hold it there: {e}; give a cluster with that device") \
+                from e
+    return out
 
 
 def cost_graph_problem(cost_graph: CostGraph, cluster: Cluster, *,

@@ -1,0 +1,173 @@
+"""Ops that keep the device the program gave them (tf_autoplace.graph.pins): collective ops,
+and ops a function body colocates with on a device of its own. Each graph is placed and then
+trained in a Session on two CPU devices with soft placement off."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.python.ops import collective_ops
+
+import tf_autoplace
+from tf_autoplace.errors import ConfigError, InvalidGraphError
+from tf_autoplace.graph.pins import device_pins
+
+CPU = "/job:localhost/replica:0/task:0/device:CPU:"
+CONFIG = dict(allow_soft_placement=False, device_count={"CPU": 2})
+
+
+def towers_with_an_all_reduce():
+    """Two towers, one per CPU, averaging their gradient with a collective all-reduce."""
+    graph = tf.Graph()
+    rng = np.random.default_rng(0)
+    with graph.as_default():
+        w = tf.compat.v1.get_variable("w", [4, 1],
+                                      initializer=tf.compat.v1.constant_initializer(0.1))
+        losses, grads = [], []
+        for i in range(2):
+            with tf.device(f"/device:CPU:{i}"):
+                x = tf.constant(rng.normal(size=(8, 4)).astype(np.float32))
+                y = tf.constant(rng.normal(size=(8, 1)).astype(np.float32))
+                loss = tf.reduce_mean(tf.square(x @ w - y))
+                (grad,) = tf.gradients(loss, [w])
+                grads.append(collective_ops.all_reduce(grad, group_size=2, group_key=1,
+                                                       instance_key=1, merge_op="Add",
+                                                       final_op="Div"))
+                losses.append(loss)
+        with tf.device("/device:CPU:0"):
+            loss = tf.add_n(losses, name="loss")
+            train = tf.group(tf.compat.v1.assign_sub(w, 0.1 * grads[0]), grads[1])
+        init = tf.compat.v1.global_variables_initializer()
+    return graph, loss, train, init
+
+
+def a_cond_colocated_with_an_op():
+    """A v2 cond built under a device scope and ``colocate_with(anchor)``: its branches' ops
+    carry ``loc:@anchor`` and the scope's device."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.constant(np.arange(12, dtype=np.float32).reshape(3, 4))
+        w = tf.compat.v1.get_variable("w", [4, 4],
+                                      initializer=tf.compat.v1.constant_initializer(0.1))
+        layers = [tf.tanh(x @ w * float(i)) for i in range(6)]
+        with tf.device("/device:CPU:0"):
+            anchor = tf.identity(tf.add_n(layers), name="anchor")
+            with tf.compat.v1.colocate_with(anchor):
+                c = tf.cond(tf.reduce_sum(anchor) > 0, lambda: tf.ones([3, 4]) * 2.0,
+                            lambda: tf.zeros([3, 4]))
+        loss = tf.reduce_sum(anchor * c, name="loss")
+        train = tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(loss)
+        init = tf.compat.v1.global_variables_initializer()
+    return graph, loss, train, init
+
+
+def a_mirrored_strategy_program():
+    """TF1 MirroredStrategy on both CPUs, fed by ``make_dataset_iterator`` (a
+    MultiDeviceIterator, whose replicas' functions call back to its device)."""
+    graph = tf.Graph()
+    xs = np.random.default_rng(0).normal(size=(16, 4)).astype(np.float32)
+    with graph.as_default():
+        strategy = tf.compat.v1.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+        with strategy.scope():
+            w = tf.compat.v1.get_variable("w", [4, 1],
+                                          initializer=tf.compat.v1.constant_initializer(0.1))
+            optimizer = tf.compat.v1.train.GradientDescentOptimizer(0.1)
+
+            def step(x):
+                loss = tf.reduce_mean(tf.square(x @ w))
+                with tf.control_dependencies([optimizer.minimize(loss)]):
+                    return tf.identity(loss)
+
+            iterator = strategy.make_dataset_iterator(
+                tf.data.Dataset.from_tensor_slices(xs).batch(8).repeat())
+            per_replica = strategy.extended.call_for_each_replica(
+                step, args=(iterator.get_next(),))
+            loss = strategy.reduce(tf.distribute.ReduceOp.MEAN, per_replica, axis=None)
+        init = tf.group(tf.compat.v1.global_variables_initializer(), iterator.initializer)
+        train = tf.no_op()
+    return graph, loss, train, init
+
+
+def losses(graph, loss, train, init):
+    # A hang (collective members that wait for each other) fails the test instead of stopping it.
+    options = tf.compat.v1.RunOptions(timeout_in_ms=60_000)
+    with tf.compat.v1.Session(graph=graph, config=tf.compat.v1.ConfigProto(**CONFIG)) as sess:
+        sess.run(init)
+        return [float(sess.run([loss, train], options=options)[0]) for _ in range(3)]
+
+
+def test_collective_ops_are_pinned_to_their_devices():
+    graph = towers_with_an_all_reduce()[0]
+    pins = device_pins(graph.as_graph_def())
+    reduces = sorted(op.name for op in graph.get_operations() if op.type == "CollectiveReduce")
+    assert sorted(pins) == reduces
+    assert sorted(device for device, _ in pins.values()) == ["/device:CPU:0", "/device:CPU:1"]
+
+
+def test_an_op_a_function_body_colocates_with_is_pinned_to_the_bodys_device():
+    graph = a_cond_colocated_with_an_op()[0]
+    pins = device_pins(graph.as_graph_def())
+    assert pins["anchor"][0] == "/device:CPU:0" and "function" in pins["anchor"][1]
+
+
+def test_one_op_pinned_to_two_devices_is_an_invalid_graph():
+    graph_def = a_cond_colocated_with_an_op()[0].as_graph_def()
+    bodies = [f for f in graph_def.library.function
+              if any(n.device for n in f.node_def)]
+    node = next(n for n in bodies[0].node_def if n.device)
+    node.device = "/device:CPU:1"  # one branch's op now on CPU:1, the other's on CPU:0
+    with pytest.raises(InvalidGraphError, match="'anchor' must be on"):
+        device_pins(graph_def)
+
+
+@pytest.mark.parametrize("build", [towers_with_an_all_reduce, a_cond_colocated_with_an_op,
+                                   a_mirrored_strategy_program])
+@pytest.mark.parametrize("placer", ["m_etf", "metis", "single"])
+def test_a_placed_graph_with_pinned_ops_trains_to_the_unplaced_losses(build, placer):
+    check_placed_graph_trains(build, placer)
+
+
+def test_auto_keeps_the_pins_through_its_search_and_its_single_device_answer():
+    check_placed_graph_trains(towers_with_an_all_reduce, "auto")
+
+
+def check_placed_graph_trains(build, placer):
+    # m_etf and single put both collective members on CPU:0 (a hang), metis moved the anchor
+    # away from its cond's branches ("Cannot colocate nodes") and a multi-device iterator
+    # away from where its replicas look for it ("Attempted create an iterator on device").
+    reference = losses(*build())
+    graph, *ops = build()
+    pinned = device_pins(graph.as_graph_def())
+    report = tf_autoplace.autoplace(graph, cluster="cpu2", placer=placer, seed=0,
+                                    progress=False, cache=False)
+    for name, (device, _) in pinned.items():
+        assert report.assignment[name] == CPU + device[-1]
+    np.testing.assert_allclose(losses(graph, *ops), reference, rtol=1e-6)
+
+
+def test_verify_measures_a_graph_with_collectives_with_their_members_apart():
+    # Verification profiles the graph with every op on one device and fits the links on
+    # placements moved from it: both once put the all-reduce's members on one device, and the
+    # first step waited forever.
+    import faulthandler
+
+    graph, *ops = towers_with_an_all_reduce()
+    reference = losses(*towers_with_an_all_reduce())
+    faulthandler.dump_traceback_later(300, exit=True)  # a deadlock fails, not hangs, the run
+    try:
+        report = tf_autoplace.autoplace(graph, cluster=tf_autoplace.Cluster.local(
+            num_logical_cpus=2), placer="m_etf", seed=0, progress=False, cache=False,
+            verify=15)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    assert report.verification is not None
+    np.testing.assert_allclose(losses(graph, *ops), reference, rtol=1e-6)
+
+
+def test_a_pin_to_a_device_the_cluster_lacks_is_a_config_error():
+    graph = towers_with_an_all_reduce()[0]
+    before = graph.as_graph_def().SerializeToString(deterministic=True)
+    one_cpu = tf_autoplace.Cluster.local(num_logical_cpus=1)
+    with pytest.raises(ConfigError, match="collective op.*give a cluster with that device"):
+        tf_autoplace.autoplace(graph, cluster=one_cpu, placer="m_etf", progress=False,
+                               cache=False)
+    assert graph.as_graph_def().SerializeToString(deterministic=True) == before

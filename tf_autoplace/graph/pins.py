@@ -1,0 +1,86 @@
+"""Ops that must stay on the device the graph gives them.
+
+Every op of a graph is placed anew, whatever its device annotation, except where the program's
+annotation is a constraint TensorFlow does not check until the step runs (or never):
+
+* **Collective ops** (``CollectiveReduce``, ``CollectiveGather``, the broadcast pair, their V2
+  and V3 forms, ``CollectiveAllToAll``): the members of one collective instance, one per device
+  of its group, meet at run time by group and instance key. Two of them on one device wait for
+  each other forever: the step hangs, with no error. The program put each member on its
+  tower's device, so each keeps that device.
+* **Ops that a function body colocates with.** A node of a library function (a ``cond``'s
+  branch, a loop body) may carry ``_class: loc:@X`` naming an op X of the graph, and a device
+  of its own (from the ``tf.device`` scope it was built in). TensorFlow inlines the function
+  when the step runs and colocates the node with X, so X on another device fails the run
+  with "Cannot colocate nodes ... incompatible ids". The rewrite leaves function bodies as
+  they are, so X keeps the node's device.
+* **Multi-device iterators** (TF1 ``MirroredStrategy``'s input, ``MultiDeviceIterator``): the
+  functions that fill each replica's buffer call back (``RemoteCall``) to the device the
+  iterator was made on, named by a constant of the graph, and find the iterator there from its
+  handle; TensorFlow finds an iterator only on the device that made it ("Attempted create an
+  iterator on device ... from handle defined on device ..."), so it keeps its device.
+
+:func:`device_pins` finds all three; the pipeline turns them into a cost model under which a
+pinned op can run on its device only (:class:`tf_autoplace.cost.model.PinnedCostModel`), which
+every placer treats like a missing kernel elsewhere (the op's colocation group follows it), and
+the profiler runs them there when it runs "every op on one device".
+"""
+
+from __future__ import annotations
+
+from tensorflow.core.framework import graph_pb2
+
+from tf_autoplace.errors import InvalidGraphError
+
+COLLECTIVE_OPS = frozenset({
+    "CollectiveReduce", "CollectiveReduceV2", "CollectiveReduceV3", "CollectiveGather",
+    "CollectiveGatherV2", "CollectiveBcastSend", "CollectiveBcastSendV2", "CollectiveBcastRecv",
+    "CollectiveBcastRecvV2", "CollectiveAllToAllV2", "CollectiveAllToAllV3"})
+MULTI_DEVICE_ITERATORS = frozenset({
+    "MultiDeviceIterator", "AnonymousMultiDeviceIterator", "AnonymousMultiDeviceIteratorV3"})
+
+
+def _colocated_with(node) -> list[str]:
+    entries = node.attr["_class"].list.s if "_class" in node.attr else []
+    return [e.decode("utf-8", "replace")[len("loc:@"):] for e in entries
+            if e.startswith(b"loc:@")]
+
+
+def device_pins(graph_def: graph_pb2.GraphDef) -> dict[str, tuple[str, str]]:
+    """The ops of ``graph_def`` that must keep a device (module docstring).
+
+    Returns:
+      op name -> ``(device string, why)``: the device as the graph writes it, and a phrase
+      saying why it is pinned (for error messages and notes).
+
+    Raises:
+      InvalidGraphError: an op is pinned to two different devices (two function-body nodes on
+        two devices colocated with it): TensorFlow cannot run the graph anywhere.
+    """
+    top = {node.name for node in graph_def.node}
+    pins: dict[str, tuple[str, str]] = {}
+
+    def pin(name: str, device: str, why: str) -> None:
+        old = pins.setdefault(name, (device, why))
+        if old[0] != device:
+            raise InvalidGraphError(
+                f"op {name!r} must be on {old[0]!r} ({old[1]}) and on {device!r} ({why}); "
+                "TensorFlow cannot run this graph")
+
+    for node in graph_def.node:
+        if node.op in COLLECTIVE_OPS and node.device:
+            pin(node.name, node.device, "a collective op: the members of its group meet on "
+                "the devices the program gave them")
+        elif node.op in MULTI_DEVICE_ITERATORS and node.device:
+            pin(node.name, node.device, "a multi-device iterator: its replicas' functions "
+                "find it on the device it was made on")
+    for function in graph_def.library.function:
+        inner = {node.name for node in function.node_def}
+        for node in function.node_def:
+            if not node.device:
+                continue
+            for target in _colocated_with(node):
+                if target in top and target not in inner:
+                    pin(target, node.device, f"{node.name!r} of function "
+                        f"{function.signature.name!r} is colocated with it on that device")
+    return pins
