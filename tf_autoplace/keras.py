@@ -268,6 +268,8 @@ class _PlacedStep:
             run(iterator)
         except (StopIteration, tf.errors.OutOfRangeError):
             pass
+        except (TypeError, ValueError):  # a step traced for a fixed batch size does not take
+            pass  # the iterator's batches of any size: nothing runs, the counters stay behind
 
     def _place(self, data):
         p = self._placement

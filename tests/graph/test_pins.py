@@ -114,6 +114,8 @@ def test_one_op_pinned_to_two_devices_is_an_invalid_graph():
     bodies = [f for f in graph_def.library.function
               if any(n.device for n in f.node_def)]
     node = next(n for n in bodies[0].node_def if n.device)
+    node.device = CPU + "0"  # the same device written in full: still one pin
+    assert device_pins(graph_def)["anchor"][0] in ("/device:CPU:0", CPU + "0")
     node.device = "/device:CPU:1"  # one branch's op now on CPU:1, the other's on CPU:0
     with pytest.raises(InvalidGraphError, match="'anchor' must be on"):
         device_pins(graph_def)

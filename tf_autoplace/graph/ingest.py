@@ -205,7 +205,7 @@ def _split_input(inp: str) -> tuple[str, int, bool] | None:
     return match[2], int(match[3] or 0), False
 
 
-def _colocation_targets(node) -> list[str]:
+def colocation_targets(node) -> list[str]:
     """Names in the node's ``_class`` attr entries ``loc:@name``."""
     entries = node.attr["_class"].list.s if "_class" in node.attr else []
     return [e.decode("utf-8", "replace")[len("loc:@"):] for e in entries
@@ -408,7 +408,7 @@ def _check_nodes(graph_def: graph_pb2.GraphDef) -> None:
                                         "(expected 'name', 'name:port' or '^name')")
             if split[0] not in index:
                 raise InvalidGraphError(f"node {node.name!r} reads {inp!r}, which does not exist")
-        for target in _colocation_targets(node):
+        for target in colocation_targets(node):
             if target not in index:
                 raise InvalidGraphError(f"node {node.name!r} asks to be colocated with "
                                         f"{target!r}, which does not exist")
@@ -621,7 +621,7 @@ def _opgraph(meta_graph: meta_graph_pb2.MetaGraphDef, props: dict, unknown_dim: 
             edge_tensor.append(t)
             edge_dst.append(i)
             inputs_of[i].append(t)
-        for target in _colocation_targets(node):
+        for target in colocation_targets(node):
             uf.union(index[target], i)
     for i, sources in forwarded.items():
         if not _on_two_devices([nodes[src].device for src in sources]):

@@ -28,9 +28,12 @@ the profiler runs them there when it runs "every op on one device".
 
 from __future__ import annotations
 
+import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
+from tf_autoplace.core.tasks import same_device
 from tf_autoplace.errors import InvalidGraphError
+from tf_autoplace.graph.ingest import colocation_targets
 
 COLLECTIVE_OPS = frozenset({
     "CollectiveReduce", "CollectiveReduceV2", "CollectiveReduceV3", "CollectiveGather",
@@ -40,10 +43,14 @@ MULTI_DEVICE_ITERATORS = frozenset({
     "MultiDeviceIterator", "AnonymousMultiDeviceIterator", "AnonymousMultiDeviceIteratorV3"})
 
 
-def _colocated_with(node) -> list[str]:
-    entries = node.attr["_class"].list.s if "_class" in node.attr else []
-    return [e.decode("utf-8", "replace")[len("loc:@"):] for e in entries
-            if e.startswith(b"loc:@")]
+def _same_device(a: str, b: str) -> bool:
+    """Whether device strings ``a`` and ``b`` name one device (``/device:CPU:0`` and
+    ``/job:localhost/replica:0/task:0/device:CPU:0`` do); strings TF cannot parse, only if
+    equal."""
+    try:
+        return same_device(tf.DeviceSpec.from_string(a), tf.DeviceSpec.from_string(b))
+    except ValueError:
+        return a == b
 
 
 def device_pins(graph_def: graph_pb2.GraphDef) -> dict[str, tuple[str, str]]:
@@ -62,7 +69,7 @@ def device_pins(graph_def: graph_pb2.GraphDef) -> dict[str, tuple[str, str]]:
 
     def pin(name: str, device: str, why: str) -> None:
         old = pins.setdefault(name, (device, why))
-        if old[0] != device:
+        if not _same_device(old[0], device):
             raise InvalidGraphError(
                 f"op {name!r} must be on {old[0]!r} ({old[1]}) and on {device!r} ({why}); "
                 "TensorFlow cannot run this graph")
@@ -79,7 +86,7 @@ def device_pins(graph_def: graph_pb2.GraphDef) -> dict[str, tuple[str, str]]:
         for node in function.node_def:
             if not node.device:
                 continue
-            for target in _colocated_with(node):
+            for target in colocation_targets(node):
                 if target in top and target not in inner:
                     pin(target, node.device, f"{node.name!r} of function "
                         f"{function.signature.name!r} is colocated with it on that device")
