@@ -829,8 +829,8 @@ def place_saved_model(input_dir, output_dir, *, cluster=None, placer=DEFAULT_PLA
     a TF1 SavedModel's whole MetaGraph (of ``tags``) is placed, and a signature given must be
     one of its signatures (a ConfigError naming them otherwise).
 
-    ``output_dir`` must not exist (or be an empty directory) and its parent must exist; both
-    are checked before any work. Nothing is written until the placement is done, and the
+    ``output_dir`` must not exist (or be an empty directory), its parent must exist, and it
+    must lie outside ``input_dir``; all are checked before any work. Nothing is written until the placement is done, and the
     directory then appears whole (:mod:`tf_autoplace.outputs.files`). Raises an
     :class:`AutoplaceError` on bad input and an OSError when the output cannot be written,
     leaving nothing behind.
@@ -839,6 +839,10 @@ def place_saved_model(input_dir, output_dir, *, cluster=None, placer=DEFAULT_PLA
                                 cost_model=cost_model, unknown_dim=unknown_dim, cache=cache,
                                 progress=progress)
     output_dir = files.check_output_path(output_dir, "output", directory=True)
+    if files.is_within(output_dir, input_dir):
+        raise ConfigError(f"output_dir {output_dir!r} lies in the input SavedModel "
+                          f"{os.fspath(input_dir)!r}, which must stay as it is: write the placed "
+                          "SavedModel outside it")
     placed = load_and_place_saved_model(input_dir, options, signature=signature, tags=tags)
     outputs = files.Outputs()
     outputs.add_directory(output_dir, placed.write)

@@ -231,6 +231,20 @@ def test_saved_model_interrupted_or_failing_leaves_nothing(tmp_path):
     assert np.all([not name.startswith(files.TEMP_PREFIX) for name in _listing(tmp_path)])
 
 
+def test_a_saved_model_output_inside_its_input_is_refused_before_any_work(tmp_path):
+    # The Python door wrote the placed SavedModel into the input's directory (the command
+    # refused it): the input must stay as it was.
+    _tf1_saved_model(tmp_path / "in")
+    before = sorted(_listing(tmp_path / "in"))
+    (tmp_path / "link").symlink_to(tmp_path / "in")
+    for inside in (tmp_path / "in" / "placed", tmp_path / "in" / "variables" / "p",
+                   tmp_path / "link" / "placed"):
+        with pytest.raises(ConfigError, match="lies in the input SavedModel"):
+            tf2.place_saved_model(tmp_path / "in", inside, cluster=CPU2,
+                                  placer=_Watching(tmp_path, AssertionError("placed anyway")))
+    assert sorted(_listing(tmp_path / "in")) == before
+
+
 def test_a_tf2_saved_model_that_cannot_be_written_is_an_os_error_leaving_nothing(
         tmp_path, monkeypatch):
     # TF's file system reports a full disk or a size limit as an OpError, not an OSError.

@@ -139,7 +139,7 @@ def _check_outputs(input_path: str, output_path: str, saved_model: bool, paths: 
         if full in seen:
             raise ConfigError(f"--{flag} and --{seen[full]} are the same file {path!r}")
         seen[full] = flag
-        inside = saved_model and os.path.commonpath([source, full]) == source
+        inside = saved_model and files.is_within(full, source)
         if (full == source and (flag != "output" or cost_graph)) or inside:
             kind = "SavedModel" if saved_model else "cost graph" if cost_graph else "graph"
             raise ConfigError(f"--{flag} {path!r} would overwrite the input {kind} "

@@ -127,6 +127,13 @@ def check_output_path(path, what: str, *, directory: bool = False) -> str:
     return full
 
 
+def is_within(path, directory) -> bool:
+    """Whether ``path`` is ``directory`` or lies in it, symbolic links resolved: an output
+    there would change an input directory (a SavedModel)."""
+    source = os.path.realpath(directory)
+    return os.path.commonpath([source, os.path.realpath(path)]) == source
+
+
 def write_atomically(path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that a reader (or a concurrent writer) sees the old file
     or the whole new one: into a temporary file beside it (mode 0600), then renamed over it.
