@@ -234,6 +234,18 @@ def check_calls_and_gradients_as_the_original():
         other_constant = None
     except tf_autoplace.AutoplaceError as e:
         other_constant = [type(e).__name__, str(e)]
+    try:  # a tensor where a constant was traced: TF's binding said TypeError
+        placed_scaled(x, y, tf.constant(2.0))
+        tensor_for_constant = None
+    except tf_autoplace.AutoplaceError as e:
+        tensor_for_constant = [type(e).__name__, str(e)]
+
+    @tf.function
+    def tensor_default(x, shift=tf.constant(1.5)):
+        return x * 2.0 + shift
+
+    placed_default, _ = tf2.autoplace_function(tensor_default, x, cluster=CPU2,
+                                               placer="random")
 
     @tf.function(input_signature=[tf.TensorSpec([None, 5], tf.float32)])
     def rows(x):
@@ -262,6 +274,8 @@ def check_calls_and_gradients_as_the_original():
             placed_scaled(x.numpy(), y), placed_scaled(x.numpy(), y=y),
             placed_scaled(x=x.numpy(), y=y, scale=2.0), placed_scaled(x, tf.constant(y)))],
         "other_constant": other_constant,
+        "tensor_for_constant": tensor_for_constant,
+        "tensor_default_equal": bool(np.allclose(placed_default(x), tensor_default(x))),
         "unused_argument_equal": bool(np.allclose(placed_ignores(x, tf.zeros([4])), x * 2.0)),
         "missing_notes": [[n for n in r.notes if "this process has no device" in n]
                           for r in (report, on_gpus)],

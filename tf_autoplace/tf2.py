@@ -257,11 +257,14 @@ class PlacedFunction:
       report: the PlacementReport (op names in ``report.assignment`` are the original ones; in
         the placed graph they sit under the name scope ``placed/``).
       original: the ConcreteFunction that was placed.
+      defaults: parameter name -> default value of the ``tf.function`` traced (none for a
+        ConcreteFunction given as it is: it takes no defaults for its tensor parameters).
     """
 
     concrete_function: object
     report: object
     original: object
+    defaults: Mapping[str, object] = dataclasses.field(default_factory=dict)
 
     def __call__(self, *args, **kwargs):
         """Call the placed function as the original.
@@ -382,6 +385,8 @@ class PlacedFunction:
                 value = _as_traced(given[name], traced, name, self._name)
             elif not any(isinstance(leaf, tf.TypeSpec) for leaf in tf.nest.flatten(traced)):
                 value = traced  # a constant left out: the one the graph was traced with
+            elif name in self.defaults:  # a tensor parameter left out: the tf.function's default
+                value = _as_traced(self.defaults[name], traced, name, self._name)
             else:
                 raise TypeError(f"{self._name}() missing a required argument: {name!r}")
             if kind == inspect.Parameter.KEYWORD_ONLY:
@@ -400,6 +405,19 @@ class PlacedFunction:
         return self.concrete_function.graph
 
 
+def _defaults(fn) -> dict:
+    """Parameter name -> default value of ``fn``'s Python function, for a ``tf.function``
+    (a ConcreteFunction keeps none)."""
+    python = getattr(fn, "python_function", None)
+    if not isinstance(fn, tf.types.experimental.GenericFunction) or python is None:
+        return {}
+    try:
+        parameters = inspect.signature(python).parameters.values()
+    except (TypeError, ValueError):  # a callable inspect cannot read
+        return {}
+    return {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
+
+
 def _as_traced(value, traced, name: str, function: str):
     """``value`` for a parameter traced with ``traced`` (a nest of TensorSpecs and constants):
     each array, number or list where ``traced`` has a TensorSpec made a tensor of its dtype;
@@ -412,11 +430,13 @@ def _as_traced(value, traced, name: str, function: str):
                                                       bool, list)):
                 return tf.convert_to_tensor(v, dtype=t.dtype)
             return v
-        if not isinstance(t, tf.TypeSpec) and not tf.is_tensor(v) and not _same(v, t):
+        if not isinstance(t, tf.TypeSpec) and (tf.is_tensor(v) or not _same(v, t)):
+            given = "a tensor" if tf.is_tensor(v) else repr(v)
             raise ConfigError(
                 f"{function}: argument {name!r} was traced with the Python constant {t!r}, "
-                f"and this call gives {v!r}: a constant is part of the placed graph; place "
-                "the function again for another value, or pass it as a tensor")
+                f"and this call gives {given}: a constant is part of the placed graph; give "
+                f"{t!r} (or leave it out), or place the function again traced with this "
+                "argument (a tensor there if it varies)")
         return v
 
     if isinstance(traced, tf.TypeSpec) or not tf.nest.is_nested(traced):
@@ -701,7 +721,7 @@ def place_function(fn, args, kwargs, options: PlaceOptions, *, runs_here: bool =
         notes.extend(_missing_devices_note(report.assignment))
     report = dataclasses.replace(report, notes=tuple(notes), graph_def=placed_def)
     placed = PlacedFunction(concrete_function=_rebuild(cf, placed_def), report=report,
-                            original=cf)
+                            original=cf, defaults=_defaults(fn))
     return placed, report
 
 
