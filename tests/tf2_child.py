@@ -234,11 +234,14 @@ def check_calls_and_gradients_as_the_original():
         other_constant = None
     except tf_autoplace.AutoplaceError as e:
         other_constant = [type(e).__name__, str(e)]
-    try:  # a tensor where a constant was traced: TF's binding said TypeError
-        placed_scaled(x, y, tf.constant(2.0))
-        tensor_for_constant = None
-    except tf_autoplace.AutoplaceError as e:
-        tensor_for_constant = [type(e).__name__, str(e)]
+    tensor_for_constant = []  # a tensor of another value where a constant was traced
+    for call in (lambda: placed_scaled(x, tf.constant(y), tf.constant(3.0)),  # all tensors
+                 lambda: placed_scaled(x, y, scale=tf.constant(3.0))):
+        try:
+            call()
+            tensor_for_constant.append(None)
+        except tf_autoplace.AutoplaceError as e:
+            tensor_for_constant.append([type(e).__name__, str(e)])
 
     @tf.function
     def tensor_default(x, shift=tf.constant(1.5)):
@@ -275,6 +278,8 @@ def check_calls_and_gradients_as_the_original():
             placed_scaled(x=x.numpy(), y=y, scale=2.0), placed_scaled(x, tf.constant(y)))],
         "other_constant": other_constant,
         "tensor_for_constant": tensor_for_constant,
+        "tensor_of_the_constant_equal": bool(np.allclose(  # TF's binding takes it: so do we
+            placed_scaled(x, tf.constant(y), tf.constant(2.0)), want_scaled, rtol=1e-6)),
         "tensor_default_equal": bool(np.allclose(placed_default(x), tensor_default(x))),
         "unused_argument_equal": bool(np.allclose(placed_ignores(x, tf.zeros([4])), x * 2.0)),
         "missing_notes": [[n for n in r.notes if "this process has no device" in n]

@@ -306,10 +306,13 @@ class PlacedFunction:
             if len(tf.nest.flatten(value)) != len(tf.nest.flatten(traced)):
                 continue
             for v, t in leaves:
+                position = (f"positional argument {name[1:]}" if name.startswith("#")
+                            else f"argument {name!r}")
+                if not isinstance(t, tf.TypeSpec) and tf.is_tensor(v) and \
+                        _another_constant(v, t):  # (TF's binding: an untyped TypeError)
+                    raise _constant_error(self._name, position, t, v)
                 if isinstance(t, tf.TensorSpec) and tf.is_tensor(v) and \
                         not t.is_compatible_with(v):
-                    position = (f"positional argument {name[1:]}" if name.startswith("#")
-                                else f"argument {name!r}")
                     raise ConfigError(
                         f"{self._name}: {position} was traced as {_spec_text(t)} (None: any "
                         f"size), and this call gives {_spec_text(v)}: the placed graph is "
@@ -430,13 +433,8 @@ def _as_traced(value, traced, name: str, function: str):
                                                       bool, list)):
                 return tf.convert_to_tensor(v, dtype=t.dtype)
             return v
-        if not isinstance(t, tf.TypeSpec) and (tf.is_tensor(v) or not _same(v, t)):
-            given = "a tensor" if tf.is_tensor(v) else repr(v)
-            raise ConfigError(
-                f"{function}: argument {name!r} was traced with the Python constant {t!r}, "
-                f"and this call gives {given}: a constant is part of the placed graph; give "
-                f"{t!r} (or leave it out), or place the function again traced with this "
-                "argument (a tensor there if it varies)")
+        if not isinstance(t, tf.TypeSpec) and _another_constant(v, t):
+            raise _constant_error(function, f"argument {name!r}", t, v)
         return v
 
     if isinstance(traced, tf.TypeSpec) or not tf.nest.is_nested(traced):
@@ -451,6 +449,32 @@ def _spec_text(t) -> str:
     """``[8, 4] float32`` for a TensorSpec or a tensor."""
     shape = t.shape.as_list() if t.shape.rank is not None else "unknown rank"
     return f"{shape} {t.dtype.name}"
+
+
+def _another_constant(value, traced) -> bool:
+    """Whether ``value``, given where the Python constant ``traced`` was traced, is another
+    value (a tensor of the same value is not: TF's own binding takes it)."""
+    if tf.is_tensor(value):
+        try:
+            value = value.numpy()
+        except (AttributeError, ValueError, TypeError):  # symbolic: its value is not known
+            return True
+        value = value.item() if value.ndim == 0 else value.tolist()
+    return not _same(value, traced)
+
+
+def _constant_error(function: str, what: str, traced, value) -> ConfigError:
+    given = repr(value)
+    if tf.is_tensor(value):
+        try:
+            given = f"a tensor of {value.numpy().tolist()!r}"
+        except (AttributeError, ValueError, TypeError, NotImplementedError):
+            given = "a tensor"
+    return ConfigError(
+        f"{function}: {what} was traced with the Python constant {traced!r}, and this call "
+        f"gives {given}: a constant is part of the placed graph; give {traced!r} (or leave it "
+        "out), or place the function again traced with this argument (a tensor there if it "
+        "varies)")
 
 
 def _same(a, b) -> bool:
