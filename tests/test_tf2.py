@@ -118,6 +118,13 @@ def test_control_flow_over_variables_on_two_devices_is_placed_and_differentiated
     assert len(r["loop/m_etf"]["notes"]) == 1 and r["branch/m_etf"]["notes"] == []
 
 
+def test_a_cond_reading_an_iterator_argument_runs_placed(child):
+    # metis put the cond on one CPU and the iterator's reads on the other; the branch's
+    # reads, colocated with the iterator, then could not be placed ("Cannot colocate nodes").
+    r = _result(child, "optional_from_iterator")
+    assert r["got"] == r["want"] == [0.0, 1.0, 3.0, 6.0, 10.0, 10.0, 10.0]
+
+
 def test_a_keras_lstm_training_step_placed_trains_identically(child):
     r = _result(child, "keras_lstm")
     np.testing.assert_allclose(r["losses"], r["reference"], rtol=1e-6)

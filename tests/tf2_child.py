@@ -520,6 +520,31 @@ def check_control_flow_over_variables_on_two_devices():
     return out
 
 
+def check_an_optional_read_from_an_iterator_argument():
+    """A step that reads an iterator argument through an optional and a cond: the cond's
+    branch reads the optional's value with ops colocated with the iterator (its only link to
+    it), which TF puts with the iterator once it inlines the cond."""
+    def build():
+        total = tf.Variable(0.0)
+
+        @tf.function
+        def step(it):
+            optional = it.get_next_as_optional()
+            if optional.has_value():
+                total.assign_add(optional.get_value())
+            return total.read_value()
+
+        return step
+
+    dataset = tf.data.Dataset.range(5).map(lambda i: tf.cast(i, tf.float32))
+    original, it = build(), iter(dataset)
+    want = [float(original(it)) for _ in range(7)]
+    step, it = build(), iter(dataset)
+    placed, report = tf2.autoplace_function(step, it, cluster="local", placer="metis", seed=0)
+    return {"want": want, "got": [float(placed(it)) for _ in range(7)],
+            "devices": sorted(set(report.assignment.values()))}
+
+
 def run_checks(checks) -> None:
     """Run each (name, check) and print {name: result} as JSON on one line; a check that
     raises reports its exception and traceback instead, so the test fails with them."""
@@ -546,6 +571,7 @@ def main():
                 ("keras_lstm", check_keras_lstm_training_step),
                 ("dataset_loop", check_dataset_loop_note),
                 ("two_device_variables", check_control_flow_over_variables_on_two_devices),
+                ("optional_from_iterator", check_an_optional_read_from_an_iterator_argument),
                 ("errors", errors)])
 
 

@@ -9,6 +9,7 @@ from tensorflow.python.ops import collective_ops
 
 import tf_autoplace
 from tf_autoplace.errors import ConfigError, InvalidGraphError
+from tf_autoplace.graph import ingest
 from tf_autoplace.graph.pins import device_pins
 
 CPU = "/job:localhost/replica:0/task:0/device:CPU:"
@@ -40,15 +41,19 @@ def towers_with_an_all_reduce():
     return graph, loss, train, init
 
 
+def six_layers() -> list:
+    """Six small layers of one variable, in the default graph: work for a placer to spread."""
+    x = tf.constant(np.arange(12, dtype=np.float32).reshape(3, 4))
+    w = tf.compat.v1.get_variable("w", [4, 4], initializer=tf.compat.v1.constant_initializer(0.1))
+    return [tf.tanh(x @ w * float(i)) for i in range(6)]
+
+
 def a_cond_colocated_with_an_op():
     """A v2 cond built under a device scope and ``colocate_with(anchor)``: its branches' ops
     carry ``loc:@anchor`` and the scope's device."""
     graph = tf.Graph()
     with graph.as_default():
-        x = tf.constant(np.arange(12, dtype=np.float32).reshape(3, 4))
-        w = tf.compat.v1.get_variable("w", [4, 4],
-                                      initializer=tf.compat.v1.constant_initializer(0.1))
-        layers = [tf.tanh(x @ w * float(i)) for i in range(6)]
+        layers = six_layers()
         with tf.device("/device:CPU:0"):
             anchor = tf.identity(tf.add_n(layers), name="anchor")
             with tf.compat.v1.colocate_with(anchor):
@@ -58,6 +63,35 @@ def a_cond_colocated_with_an_op():
         train = tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(loss)
         init = tf.compat.v1.global_variables_initializer()
     return graph, loss, train, init
+
+
+def a_cond_whose_branch_colocates_with_an_op():
+    """A cond whose branch's ops (only: not the cond) are colocated with an op of the graph,
+    without a device: nothing is pinned, but TensorFlow inlines the branch and places those
+    ops with the anchor, so the cond must go with it (as a cond that reads an iterator
+    argument through an optional does)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        layers = six_layers()
+        anchor = tf.identity(tf.add_n(layers[:3]), name="anchor")
+        gate = tf.reduce_sum(tf.add_n(layers[3:]))
+
+        def branch():
+            with tf.compat.v1.colocate_with(anchor.op):
+                return tf.ones([3, 4]) * 2.0
+
+        c = tf.cond(gate > 0, branch, lambda: tf.zeros([3, 4]))
+        loss = tf.reduce_sum(anchor * c, name="loss")
+        train = tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(loss)
+        init = tf.compat.v1.global_variables_initializer()
+    return graph, loss, train, init
+
+
+def test_a_cond_whose_branch_colocates_with_an_op_is_in_its_group():
+    graph = a_cond_whose_branch_colocates_with_an_op()[0]
+    opgraph = ingest.to_opgraph(ingest.load_meta_graph(graph))
+    group = dict(zip(opgraph.names, opgraph.colocation.tolist()))
+    assert group["cond"] == group["anchor"]
 
 
 def a_mirrored_strategy_program():
@@ -122,6 +156,7 @@ def test_one_op_pinned_to_two_devices_is_an_invalid_graph():
 
 
 @pytest.mark.parametrize("build", [towers_with_an_all_reduce, a_cond_colocated_with_an_op,
+                                   a_cond_whose_branch_colocates_with_an_op,
                                    a_mirrored_strategy_program])
 @pytest.mark.parametrize("placer", ["m_etf", "metis", "single"])
 def test_a_placed_graph_with_pinned_ops_trains_to_the_unplaced_losses(build, placer):

@@ -44,6 +44,9 @@ Colocation (what TF's placer enforces and we must not split):
 - a feedable iterator (``Iterator.from_string_handle``) and every iterator of the graph are one
   group: the handle it reads names some iterator through a feed, and TensorFlow looks that
   iterator up on the feedable one's device only.
+- an op that calls a library function (``If``, ``While``, a call) joins each op of the graph
+  that a node of the function without a device of its own is colocated with (``_class``):
+  TensorFlow inlines the function and places that node with the op;
 - ops that make a resource under one ``shared_name`` (and ``container``) are one group: a
   variable, queue or table imported twice (two towers of one GraphDef) is one resource only
   on one device; on two, each finds its own ("Could not find variable", a dequeue that waits
@@ -430,6 +433,57 @@ def _function_attrs(op: str, cache: dict) -> list[str]:
     return cache[op]
 
 
+def _called_functions(node, library_functions, cache: dict) -> list[str]:
+    """The functions ``node`` calls: its op if that is a library function, and the functions
+    in its function attrs (``_function_attrs``; ``cache`` as there)."""
+    named = [node.op] if node.op in library_functions else []
+    for key in _function_attrs(node.op, cache):
+        if key not in node.attr:  # (reading a missing key would add it to the map)
+            continue
+        value = node.attr[key]
+        named += [value.func.name] if value.HasField("func") else [
+            f.name for f in value.list.func]
+    return named
+
+
+def _join_body_colocations(graph_def: graph_pb2.GraphDef, nodes, index: dict,
+                           uf: _UnionFind) -> None:
+    """Put an op that calls a library function in the group of each op X of the graph that
+    a node of that function (or of one it calls) is colocated with (``_class: loc:@X``) and
+    has no device of its own: TensorFlow inlines the function when the step runs and places
+    the node with X, so the caller's other inlined nodes and X are then one colocation group
+    ("Cannot colocate nodes" if split; a ``cond`` that reads an iterator argument through an
+    optional). A node with a device of its own pins X instead (:mod:`tf_autoplace.graph.pins`).
+    """
+    functions = {f.signature.name: f for f in graph_def.library.function}
+    if not functions:
+        return
+    cache: dict[str, list[str]] = {}
+    targets: dict[str, set[str]] = {}
+
+    def colocated(name: str) -> set[str]:
+        if name not in targets:
+            targets[name] = set()  # (a function that calls itself is an error elsewhere)
+            body = functions[name].node_def
+            inner = {node.name for node in body}
+            found = set()
+            for node in body:
+                if not node.device:
+                    found.update(t for t in colocation_targets(node)
+                                 if t in index and t not in inner)
+                for called in _called_functions(node, functions, cache):
+                    if called in functions:
+                        found |= colocated(called)
+            targets[name] = found
+        return targets[name]
+
+    for i, node in enumerate(nodes):
+        for called in _called_functions(node, functions, cache):
+            if called in functions:
+                for target in colocated(called):
+                    uf.union(index[target], i)
+
+
 def _check_function_calls(graph_def: graph_pb2.GraphDef, library_functions: set[str]) -> None:
     """InvalidGraphError for a call of a function that is neither in the library nor an op
     (TF's Grappler then raises "Op type not registered"), or a library function that calls
@@ -446,14 +500,7 @@ def _check_function_calls(graph_def: graph_pb2.GraphDef, library_functions: set[
                 raise InvalidGraphError(f"node {node.name!r} in function {where!r} has unknown "
                                         f"op type {node.op!r} (not registered in this "
                                         "TensorFlow build and not a function of the library)")
-            named = [node.op] if node.op in library_functions else []
-            for key in _function_attrs(node.op, cache):
-                if key not in node.attr:  # (reading a missing key would add it to the map)
-                    continue
-                value = node.attr[key]
-                named += [value.func.name] if value.HasField("func") else [
-                    f.name for f in value.list.func]
-            for name in named:
+            for name in _called_functions(node, library_functions, cache):
                 if name not in library_functions and op_def_registry.get(name) is None:
                     inside = f" in function {where!r}" if where else ""
                     raise InvalidGraphError(f"node {node.name!r}{inside} calls function "
@@ -629,6 +676,7 @@ def _opgraph(meta_graph: meta_graph_pb2.MetaGraphDef, props: dict, unknown_dim: 
                 uf.union(src, i)
     _join_feedable_iterators(nodes, uf)
     _join_shared_resources(nodes, uf)
+    _join_body_colocations(meta_graph.graph_def, nodes, index, uf)
 
     ports_of: list[dict[int, int]] = [{} for _ in range(n)]  # op -> {port: tensor}
     for (i, port), t in tensor_id.items():
