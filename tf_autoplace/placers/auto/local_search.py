@@ -30,8 +30,9 @@ placement, a learned policy's zero-shot placement):
 * **Repeated candidates.** Between two gains the current placement stays the same, and the
   draws repeat moves (a coarse level has few blocks, and the heavy ones are drawn often): a
   move already scored from the current placement did not gain then and cannot now, so it is
-  counted as a scored placement again but not simulated again. The search takes the same
-  steps as if it were; only the simulations are saved.
+  counted as a scored placement again but not simulated again (and each move is built once
+  per placement and blocks). The search takes the same steps as if it were; only the
+  simulations are saved.
 * **Candidates cut off.** Most candidates are no faster than the current placement, and a
   candidate is kept only if its R beats the current one's, which its step time alone (R's
   lower part) already tells: candidates are simulated with ``below`` set to the current R
