@@ -284,6 +284,21 @@ def test_ctrl_c_ends_a_step_that_blocks_at_once():
         session.close()
 
 
+def test_an_optimizers_assign_of_a_variable_is_not_taken_for_its_initializer():
+    # TF1 Adam updates beta1_power with an op named "Adam/Assign": taken for an initializer,
+    # it ran before the variables were initialized and verification could not run the graph.
+    g = tf.Graph()
+    with g.as_default():
+        w = tf.compat.v1.get_variable("w", [3, 1], use_resource=False)
+        loss = tf.reduce_sum(tf.matmul(tf.ones([4, 3]), w) ** 2)
+        tf.compat.v1.train.AdamOptimizer(0.1).minimize(loss)  # the step: "Adam"
+        tf.compat.v1.global_variables_initializer()
+    workload = Workload.from_graph(g)
+    assert "Adam/Assign" in {op.name for op in g.get_operations()}
+    assert "Adam/Assign" not in workload.init and "w/Assign" in workload.init
+    assert run(workload, None, RunConfig(steps=2, warmup_steps=1)).step_times_s.shape == (2,)
+
+
 def test_the_step_of_a_scaffold_graph_is_its_train_op_and_every_variable_is_initialized():
     # A MonitoredTrainingSession's graph after Scaffold.finalize: local_variables_initializer
     # made first takes the name "init" (its variables only), and the init, ready and summary

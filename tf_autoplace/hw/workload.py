@@ -269,7 +269,10 @@ def _default_init(meta_graph, by_name) -> tuple[str, ...]:
     for n in graph_def.node:
         if n.op in ("Assign", "AssignVariableOp") and n.name.endswith("/Assign") and n.input:
             source = by_name.get(_node_name(n.input[0]))
-            if source is not None and source.op in _VARIABLE_OPS:
+            # A variable's own initializer is "<variable>/Assign"; another "/Assign" of it is
+            # a step's update (TF1 Adam's "Adam/Assign" of beta1_power reads other variables).
+            if source is not None and source.op in _VARIABLE_OPS \
+                    and n.name == source.name + "/Assign":
                 out.append(n.name)
     # Tables: the MetaGraph's table_initializer collection (what tables_initializer() runs),
     # else the op it makes; and every op that can only be an initializer.
