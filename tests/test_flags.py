@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -131,7 +132,7 @@ def test_with_flag_same_losses_and_both_devices_execute(runs):
     assert _devices(out) == {f"{HOST}CPU:0", f"{HOST}CPU:1"}
 
 
-def test_report_json_is_written_and_valid(runs):
+def test_report_json_is_written_and_valid(runs, repo_root):
     rc, _, err, workdir = runs["placed"]
     assert rc == 0, err
     report = json.loads((workdir / "report.json").read_text())
@@ -139,7 +140,9 @@ def test_report_json_is_written_and_valid(runs):
     assert sum(d["num_ops"] for d in report["devices"]) == report["num_ops"] > 0
     assert {d["name"] for d in report["devices"] if d["num_ops"]} == {f"{HOST}CPU:0",
                                                                      f"{HOST}CPU:1"}
-    assert report["flags"] == {"autoplace": "m_etf", "autoplace_cluster": CPU2,
+    # Paths as the binary resolved them when it parsed its flags (its main() may chdir).
+    assert report["flags"] == {"autoplace": "m_etf",
+                               "autoplace_cluster": os.path.join(repo_root, CPU2),
                                "autoplace_budget_s": None, "budget_passed_to_placer": False,
                                "autoplace_placement": None, "autoplace_cache": True,
                                "autoplace_policy": None, "autoplace_cost_profile": None,
@@ -207,6 +210,65 @@ def _placer(name, budget_s=60.0, ray_address=None, policy=None):
     """The placer the flags' settings build for ``--autoplace=name``."""
     return ap_flags.AutoplaceSettings(placer=name, budget_s=budget_s, ray_address=ray_address,
                                       policy=policy).place_options().placer
+
+
+def test_paths_are_the_ones_the_binary_was_started_with_after_main_changes_directory(
+        tmp_path, monkeypatch):
+    # A binary's main() that chdirs to its model directory made relative --autoplace_* paths
+    # point elsewhere at the first run (a report's FileNotFoundError, a placement not found).
+    start, elsewhere = tmp_path / "start", tmp_path / "elsewhere"
+    (start / "out").mkdir(parents=True)
+    elsewhere.mkdir()
+    (start / "cluster.pbtxt").write_text((Path(__file__).parent.parent / "testdata"
+                                          / "cpu2_independent.pbtxt").read_text())
+    monkeypatch.chdir(start)
+    try:
+        flags.FLAGS(["train.py", "--autoplace=m_etf", "--autoplace_report=out/r.json",
+                     "--autoplace_cluster=cluster.pbtxt"])
+        settings = ap_flags.settings_from_flags()  # what install() reads, right after parsing
+    finally:
+        flags.FLAGS.unparse_flags()
+    monkeypatch.chdir(elsewhere)  # main() runs after install()
+    assert settings.report_path == str(start / "out" / "r.json")
+    assert settings.cluster == str(start / "cluster.pbtxt")
+
+
+def _cannot_create_in(directory: str) -> bool:
+    """Whether a file cannot be made in ``directory`` (root may write where modes say no)."""
+    try:
+        with open(os.path.join(directory, ".tf_autoplace_probe"), "w"):
+            pass
+    except OSError:
+        return os.path.isdir(directory)
+    os.remove(os.path.join(directory, ".tf_autoplace_probe"))
+    return False
+
+
+@pytest.mark.skipif(not _cannot_create_in("/proc"),
+                    reason="needs a directory this user cannot write to")
+def test_a_report_that_cannot_be_written_is_a_config_error_naming_it(hook):
+    # It was an untyped FileNotFoundError out of the first run, after placing the graph.
+    hook(placer="m_etf", cluster=CPU2, verify=0, cache=False, report_path="/proc/r.json")
+    graph, x, loss, train = _unknown_batch_graph(batch=4)
+    with graph.as_default():
+        init = tf.compat.v1.global_variables_initializer()
+    with tf.compat.v1.Session(graph=graph, config=tf.compat.v1.ConfigProto(**CONFIG2)) as sess:
+        with pytest.raises(tf_autoplace.ConfigError, match="cannot write the report to "
+                                                           "'/proc/r.json'"):
+            sess.run(init)
+
+
+def test_installing_with_autoplace_off_removes_an_earlier_hook(hook):
+    hook(placer="m_etf", cluster=CPU2)
+    from tensorflow.python.client import session as tf_session
+
+    assert tf_session.BaseSession._extend_graph is ap_flags._extend_graph
+    try:
+        flags.FLAGS(["train.py"])  # --autoplace off
+        assert ap_flags.install() is False
+    finally:
+        flags.FLAGS.unparse_flags()
+    assert tf_session.BaseSession._extend_graph is not ap_flags._extend_graph
 
 
 def test_budget_is_passed_to_placers_that_take_one():

@@ -267,8 +267,16 @@ def _check_cost_profile(value) -> bool:
 @flags.validator("autoplace_report",
                  message="--autoplace_report must be a file path in an existing directory")
 def _check_report_path(value) -> bool:
-    return value is None or (bool(value) and not os.path.isdir(value)
-                             and os.path.isdir(os.path.dirname(os.path.abspath(value))))
+    if value is None:
+        return True
+    from tf_autoplace.errors import AutoplaceError
+    from tf_autoplace.outputs import files
+
+    try:  # the command's check of its outputs: a file in an existing, writable directory
+        files.check_output_path(value, "--autoplace_report")
+    except AutoplaceError:
+        return False
+    return True
 
 
 @flags.validator("autoplace_placement",
@@ -461,16 +469,23 @@ def settings_from_flags() -> AutoplaceSettings | None:
     ``--autoplace_placement`` is given."""
     if not (_enabled(FLAGS.autoplace) or FLAGS.autoplace_placement):
         return None
-    return AutoplaceSettings(placer=FLAGS.autoplace.strip(), cluster=FLAGS.autoplace_cluster,
+
+    def here(path):  # as parsed, from this directory: a binary's main() may chdir later
+        return os.path.abspath(path) if path else None
+
+    cluster = FLAGS.autoplace_cluster  # a file here wins over a shipped name (resolve_cluster)
+    cluster = os.path.abspath(cluster) if os.path.isfile(cluster) else cluster
+    return AutoplaceSettings(placer=FLAGS.autoplace.strip(), cluster=cluster,
                              budget_s=FLAGS.autoplace_budget_s,
-                             report_path=FLAGS.autoplace_report or None,
+                             report_path=here(FLAGS.autoplace_report),
                              ray_address=FLAGS.autoplace_ray_address or None,
-                             placement=FLAGS.autoplace_placement, cache=FLAGS.autoplace_cache,
-                             cache_dir=FLAGS.autoplace_cache_dir, policy=FLAGS.autoplace_policy,
-                             save_policy=FLAGS.autoplace_save_policy,
+                             placement=here(FLAGS.autoplace_placement),
+                             cache=FLAGS.autoplace_cache, cache_dir=here(FLAGS.autoplace_cache_dir),
+                             policy=here(FLAGS.autoplace_policy),
+                             save_policy=here(FLAGS.autoplace_save_policy),
                              progress=FLAGS.autoplace_progress,
-                             progress_logdir=FLAGS.autoplace_progress_logdir,
-                             cost_profile=FLAGS.autoplace_cost_profile or None,
+                             progress_logdir=here(FLAGS.autoplace_progress_logdir),
+                             cost_profile=here(FLAGS.autoplace_cost_profile),
                              placer_options=tuple(FLAGS.autoplace_placer_option or ()),
                              **dict(zip(("verify", "verify_by_default"),
                                         _verify_steps(FLAGS.autoplace_verify,
@@ -647,7 +662,13 @@ def _write_report(settings: AutoplaceSettings, report, placer, path: str) -> Non
                     "autoplace_verify": settings.verify}
     outputs = files.Outputs()  # whole or absent, with the user's umask like every output
     outputs.add_file(path, json_text(out).encode("utf-8"))
-    outputs.commit()
+    try:
+        outputs.commit()
+    except OSError as e:  # checked at parsing; a disk that filled since, a directory removed
+        from tf_autoplace.errors import ConfigError
+
+        raise ConfigError(f"--autoplace_report: cannot write the report to {path!r} ({e}); "
+                          "the graph is placed") from e
 
 
 def _extend_graph(self):
@@ -685,7 +706,8 @@ def install(settings: AutoplaceSettings | None = None) -> bool:
             raise ConfigError("tf_autoplace.flags.install() needs parsed flags (call it after "
                               "the flags are parsed) or settings")
         settings = settings_from_flags()
-        if settings is None:
+        if settings is None:  # --autoplace off now: an earlier install must not go on placing
+            uninstall()
             return False
     with _lock:
         from tensorflow.python.client import session as tf_session
