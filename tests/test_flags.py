@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from absl import flags
+from absl.testing import flagsaver
 
 import tf_autoplace
 from tf_autoplace import flags as ap_flags  # defines the flags on absl's global FLAGS; harmless
@@ -222,10 +223,12 @@ def test_paths_are_the_ones_the_binary_was_started_with_after_main_changes_direc
     (start / "cluster.pbtxt").write_text((Path(__file__).parent.parent / "testdata"
                                           / "cpu2_independent.pbtxt").read_text())
     monkeypatch.chdir(start)
-    try:
-        flags.FLAGS(["train.py", "--autoplace=m_etf", "--autoplace_report=out/r.json",
-                     "--autoplace_cluster=cluster.pbtxt"])
-        settings = ap_flags.settings_from_flags()  # what install() reads, right after parsing
+    try:  # (not FLAGS(argv): other modules of the suite define flags it would require)
+        flags.FLAGS.unparse_flags()
+        flags.FLAGS.mark_as_parsed()
+        with flagsaver.flagsaver(autoplace="m_etf", autoplace_report="out/r.json",
+                                 autoplace_cluster="cluster.pbtxt"):
+            settings = ap_flags.settings_from_flags()  # what install() reads after parsing
     finally:
         flags.FLAGS.unparse_flags()
     monkeypatch.chdir(elsewhere)  # main() runs after install()
@@ -264,7 +267,8 @@ def test_installing_with_autoplace_off_removes_an_earlier_hook(hook):
 
     assert tf_session.BaseSession._extend_graph is ap_flags._extend_graph
     try:
-        flags.FLAGS(["train.py"])  # --autoplace off
+        flags.FLAGS.unparse_flags()
+        flags.FLAGS.mark_as_parsed()  # parsed, --autoplace off (its default)
         assert ap_flags.install() is False
     finally:
         flags.FLAGS.unparse_flags()
