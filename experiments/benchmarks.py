@@ -175,23 +175,52 @@ def run_section(section: Section, out_dir: str, max_load: float) -> bool:
 
 def assemble(out_dir: str, path: str = os.path.join(REPO, "BENCHMARKS.md")) -> list[str]:
     """Replace each marked table in ``path`` whose section has a file in ``out_dir``; returns
-    the names replaced."""
+    the names replaced. Every table's headings are nested under the hand-written heading above
+    its marker (see :func:`_nest_headings`), the ones kept as well as the new ones."""
     text = open(path, encoding="utf-8").read()
     done = []
     for name in SECTIONS:
         source = os.path.join(out_dir, f"{name}.md")
-        pattern = re.compile(rf"(<!-- benchmarks:{name} -->\n).*?(<!-- /benchmarks:{name} -->)",
+        pattern = re.compile(rf"(<!-- benchmarks:{name} -->\n)(.*?)(<!-- /benchmarks:{name} -->)",
                              re.S)
-        if not os.path.exists(source) or not pattern.search(text):
+        match = pattern.search(text)
+        if not match:
             continue
-        table = open(source, encoding="utf-8").read()
-        text = pattern.sub(lambda m: m.group(1) + table + m.group(2), text)
-        done.append(name)
+        table = match.group(2)
+        if os.path.exists(source):
+            table = open(source, encoding="utf-8").read()
+            done.append(name)
+        table = _nest_headings(table, *_enclosing_heading(text[:match.start()]))
+        text = text[:match.start()] + match.group(1) + table + match.group(3) + text[match.end():]
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
     os.replace(tmp, path)
     return done
+
+
+_HEADING = re.compile(r"^(#+) (.*)$", re.M)
+
+
+def _enclosing_heading(before: str) -> tuple[int, str]:
+    """Level and title of the last hand-written heading in ``before`` (text inside other
+    sections' markers is skipped: a table's headings do not enclose the next table)."""
+    prose = re.sub(r"<!-- benchmarks:(\w+) -->\n.*?<!-- /benchmarks:\1 -->", "", before, flags=re.S)
+    headings = _HEADING.findall(prose)
+    return (len(headings[-1][0]), headings[-1][1].strip()) if headings else (0, "")
+
+
+def _nest_headings(table: str, level: int, title: str) -> str:
+    """A command's markdown (a report with its own ``##`` title) nested under the heading at
+    ``level``: its headings moved down so that the shallowest is one level deeper, and a title
+    that only repeats the enclosing heading dropped, so BENCHMARKS.md's outline shows each
+    section once."""
+    lines = [line for line in table.split("\n")
+             if not ((m := _HEADING.match(line)) and m.group(2).strip() == title)]
+    levels = [len(m.group(1)) for m in map(_HEADING.match, lines) if m]
+    shift = max(0, level + 1 - min(levels, default=level + 1))
+    out = ["#" * shift + line if _HEADING.match(line) else line for line in lines]
+    return "\n".join(out)
 
 
 def main(argv):
