@@ -16,6 +16,8 @@ def test_options_are_typed_like_the_config_fields():
     auto = get_placer("auto", budget_s=30, options=["starts=2"])
     assert isinstance(auto, AutoPlacer) and (auto.config.starts, auto.config.budget_s) == (2, 30)
     assert parse_options("m_etf", []) == {}
+    auto = get_placer("auto", options=["heuristic_starts=m_sct,metis", "learned="])
+    assert (auto.config.heuristic_starts, auto.config.learned) == (("m_sct", "metis"), ())
 
 
 @pytest.mark.parametrize("name, options, message", [
@@ -27,6 +29,7 @@ def test_options_are_typed_like_the_config_fields():
     ("hdp", ["start=sideways"], "start must be one of"),  # the config checks the value
     ("auto", ["search=fast"], "search is LocalSearchConfig, which the command line cannot"),
     ("auto", ["budget_s=3"], "budget_s has its own argument"),
+    ("auto", ["heuristic_starts=m_sct,sct"], "heuristic_starts must name heuristics among"),
     ("gdp", ["policy_dir=x"], "policy_dir has its own argument \\(policy\\)"),
 ])
 def test_bad_options_are_config_errors_naming_the_problem(name, options, message):

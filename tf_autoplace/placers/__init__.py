@@ -117,7 +117,8 @@ _OWN_ARGUMENTS = {"budget_s": "budget_s", "ray_address": "ray_address", "policy_
 
 def parse_options(name: str, items: Sequence[str]) -> dict:
     """``["start=uniform", "max_samples=512"]`` -> keyword settings of placer ``name``'s config
-    dataclass, each typed like the field (bool: true/false; int; float; text); the config then
+    dataclass, each typed like the field (bool: true/false; int; float; text; names separated
+    by commas); the config then
     checks the values. ConfigError for a malformed item, a placer without settings, an unknown
     field, a value of the wrong type, or a field that takes a structure (set those from Python)
     or has its own argument."""
@@ -145,8 +146,11 @@ def parse_options(name: str, items: Sequence[str]) -> dict:
 
 def _typed(placer: str, field: dataclasses.Field, text: str):
     """``text`` as the type of ``field`` (its annotation, as a string under postponed
-    evaluation)."""
+    evaluation); a tuple of names is written with commas (``heuristic_starts=m_sct,metis``;
+    empty: none)."""
     kinds = str(field.type).replace(" ", "").split("|")
+    if kinds == ["tuple[str,...]"]:
+        return tuple(name for name in text.split(",") if name)
     try:
         if "bool" in kinds:
             if text.lower() not in ("true", "false"):

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
-from tf_autoplace.heuristics import FAST_HEURISTICS, BestHeuristicPlacer, offload
+from tf_autoplace.heuristics import (FAST_HEURISTICS, BestHeuristicPlacer,
+                                     MemoryAwareSCTPlacer, offload)
 from tf_autoplace.heuristics.best import device_counts
 from tf_autoplace.heuristics.single import SingleDevicePlacer
 from tf_autoplace.learning.rollouts import Evaluator
@@ -334,6 +335,33 @@ def test_default_placer_beats_the_best_heuristic_and_says_how():
     assert any(n.startswith("auto: ") and "local searches from" in n for n in placement.notes)
 
 
+def test_heuristic_starts_join_the_race_from_their_own_placement():
+    # On this graph m-SCT's placement is none of best_heuristic's candidates and faster than
+    # all of them: with heuristic_starts it is a start (the notes name each search's start).
+    p = training_problem(30, seed=2, num_gpus=2)
+    sct = MemoryAwareSCTPlacer().propose(p)
+    ranked = BestHeuristicPlacer().ranked(p)
+    assert not any(np.array_equal(sct, c.devices) for c in ranked)
+    assert p.simulator.run(sct).makespan < ranked[0].step_s
+    notes = {}
+    for extra in ((), ("m_sct",)):
+        placer = AutoPlacer(heuristic_starts=extra, learned=(), patience=0, max_samples=300)
+        placement = placer.place(p, seed=0)
+        notes[extra] = next(n for n in placement.notes if "local searches from" in n)
+        assert placement.sim.makespan <= p.simulator.run(sct).makespan or not extra
+    step = p.simulator.run(sct).makespan * 1e3
+    assert f"m_sct {step:.1f} -> " in notes[("m_sct",)]
+    assert "m_sct" not in notes[()]
+
+
+def test_a_heuristic_start_that_fails_is_skipped_and_noted(monkeypatch):
+    monkeypatch.setattr(MemoryAwareSCTPlacer, "_place", _Raises._place)
+    p = random_problem(60, seed=1, num_gpus=2)
+    placement = AutoPlacer(heuristic_starts=("m_sct",), max_samples=50).place(p)
+    assert any(n.startswith("auto: no start from m_sct: no device has room")
+               for n in placement.notes)
+
+
 def test_a_kick_moves_whole_colocation_groups_to_devices_that_can_run_them():
     p = _overfull(seed=2)
     coloc = p.graph.colocation
@@ -557,7 +585,9 @@ def test_one_device_returns_at_once():
                                     dict(learned=("gdp2",)), dict(threads=0),
                                     dict(threads=True), dict(patience=-1), dict(patience=1.5),
                                     dict(kick=0.0), dict(kick=1.5), dict(kick=True),
-                                    dict(kick_share=0), dict(kick_share=True)])
+                                    dict(kick_share=0), dict(kick_share=True),
+                                    dict(heuristic_starts=("m_sc",)),
+                                    dict(heuristic_starts="m_sct")])
 def test_bad_auto_settings_are_config_errors(kwargs):
     with pytest.raises(ConfigError):
         AutoPlacer(**kwargs)

@@ -47,8 +47,9 @@ import time
 import numpy as np
 
 from tf_autoplace.core.problem import PlacementProblem, Placer, check_memory
+from tf_autoplace.core.registry import HEURISTICS
 from tf_autoplace.core.settings import check_number
-from tf_autoplace.errors import ConfigError, MeasurementError
+from tf_autoplace.errors import ConfigError, InfeasiblePlacementError, MeasurementError
 from tf_autoplace.heuristics import (BestHeuristicPlacer, ReplicaDeviceSetterPlacer,
                                     SingleDevicePlacer)
 from tf_autoplace.learning.eager import policy_context
@@ -115,6 +116,13 @@ class AutoConfig:
         action-device count; ``"post"``: a Post search of ``post.max_samples`` placements, when
         the sample budget is at least ``POST_BUDGET_SHARE`` times that).
       post: the settings of that Post search (its ``budget_s`` is replaced by what is left).
+      heuristic_starts: more heuristics (names in
+        :data:`~tf_autoplace.core.registry.HEURISTICS`) whose placements join best_heuristic's
+        as starts, for example ``("m_sct",)``: Baechi's LP placer, whose linear program costs
+        milliseconds on tens of groups and seconds to a minute on the zoo's graphs (so it is
+        none of best_heuristic's candidates). Off by default: on the optimality benchmark's
+        random training graphs it changed the race's shares more than its basin
+        (docs/experiments.md, "m-SCT as a start of auto").
       search: the local search's settings.
       reward: "simulated" (default) or "measured": the search's candidates are run on this
         machine and scored by their measured step time
@@ -146,6 +154,7 @@ class AutoConfig:
     kick_share: float = 5.0
     learned: tuple[str, ...] = LEARNED
     post: PostConfig = PostConfig()
+    heuristic_starts: tuple[str, ...] = ()
     search: LocalSearchConfig = LocalSearchConfig()
     reward: str = "simulated"
     measure_steps: int = 5
@@ -177,9 +186,17 @@ class AutoConfig:
             raise ConfigError(f"seeds_per_start must be an int >= 1, got "
                               f"{self.seeds_per_start!r}")
         check_number("min_gain", self.min_gain, low=0, high=1, high_ok=False)
-        unknown = sorted(set(self.learned) - set(LEARNED))
-        if unknown:
-            raise ConfigError(f"learned must name policies among {list(LEARNED)}, got {unknown}")
+        _check_names("learned", self.learned, LEARNED, "policies")
+        _check_names("heuristic_starts", self.heuristic_starts, sorted(HEURISTICS), "heuristics")
+
+
+def _check_names(field: str, names, known, what: str) -> None:
+    """ConfigError unless ``names`` is a tuple of names among ``known``."""
+    if isinstance(names, str) or not all(isinstance(name, str) for name in names):
+        raise ConfigError(f"{field} must be a tuple of names, got {names!r}")
+    unknown = sorted(set(names) - set(known))
+    if unknown:
+        raise ConfigError(f"{field} must name {what} among {list(known)}, got {unknown}")
 
 
 class AutoPlacer(Placer):
@@ -227,8 +244,9 @@ class AutoPlacer(Placer):
                deadline: float, evaluator: Evaluator | None = None
                ) -> tuple[list[tuple[str, np.ndarray, float]], int]:
         """Distinct start placements that fit, fastest first, as ``(label, devices, step s)``:
-        every fast heuristic's (best_heuristic's candidates), ``replica_device_setter``'s on a
-        cluster of several TensorFlow tasks, and each learned placer's
+        every fast heuristic's (best_heuristic's candidates) and ``heuristic_starts``',
+        ``replica_device_setter``'s on a cluster of several TensorFlow tasks, and each learned
+        placer's
         placement from the best of them; and how many placements the learned starts simulated
         (Post's count against ``max_samples``). ``evaluator`` simulates Post's batches (the
         search's own, on its threads or workers) when it scores with Post's memory penalty;
@@ -239,6 +257,18 @@ class AutoPlacer(Placer):
         if not ranked or not ranked[0].fits:  # best_heuristic says why, with the total need
             heuristic.place(problem)
         out = [(c.label, c.devices, c.step_s) for c in ranked if c.fits]
+        for name in self.config.heuristic_starts:
+            placer = HEURISTICS[name]()
+            try:
+                devices = placer.propose(problem, seed=seed)
+            except InfeasiblePlacementError as e:  # as best_heuristic skips a failing one
+                self.notes.append(f"auto: no start from {name}: {e}")
+                continue
+            self.notes.extend(placer.notes)
+            sim = problem.simulator.run(devices)
+            if not check_memory(problem, sim):
+                out.append((name, devices, sim.makespan))
+        out.sort(key=lambda start: start[2])  # the learned starts begin from the fastest
         if out:  # the placement auto would return if stopped now (anytime curves show it)
             self.progress.update(0, out[0][2])
         if len(problem.cluster.tasks) > 1:  # a TF cluster: the placement TF1 users write
