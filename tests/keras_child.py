@@ -173,10 +173,14 @@ def check_unknown_length():
 
 
 def sequence_model():
+    return sequence_model_of(4)
+
+
+def sequence_model_of(features):
     import keras
 
     keras.utils.set_random_seed(0)
-    inp = keras.Input((None, 4))  # sequences of any length
+    inp = keras.Input((None, features))  # sequences of any length
     h = keras.layers.Dense(8, activation="relu")(inp)
     out = keras.layers.Dense(1)(keras.layers.GlobalAveragePooling1D()(h))
     model = keras.Model(inp, out)
@@ -185,26 +189,23 @@ def sequence_model():
 
 
 def check_changing_shapes():
-    """Sequences of length 5, then 7: refused with the shapes named when placed from the first
-    batch; run, with the unplaced losses, when input_spec leaves the length free."""
+    """Sequences of length 5, then 7: without input_spec the second fit gets a step placed for
+    its shapes (as Keras traces one), with the unplaced losses; refused with the shapes named
+    when input_spec fixed the length; run with one placement when input_spec leaves it free."""
     short, long_ = data(8, (5, 4), seed=1), data(8, (7, 4), seed=2)
     out = {}
-    model = sequence_model()
-    tk.autoplace_model(model, **PLACE)
-    model.fit(*short, batch_size=8, verbose=0)
-    try:
-        model.fit(*long_, batch_size=8, verbose=0)
-        out["refused"] = None
-    except tf_autoplace.AutoplaceError as e:
-        out["refused"] = [type(e).__name__, str(e)]
-
-    reference, model = sequence_model(), sequence_model()
-    spec = (tf.TensorSpec([None, None, 4]), tf.TensorSpec([None, 1]))
-    placement = tk.autoplace_model(model, input_spec=spec, **PLACE)
-    out["losses"] = [model.fit(*d, batch_size=8, verbose=0).history["loss"][0]
-                     for d in (short, long_)]
-    out["reference"] = [reference.fit(*d, batch_size=8, verbose=0).history["loss"][0]
-                        for d in (short, long_)]
+    for name, spec in (("replaced", None),
+                       ("refused", (tf.TensorSpec([None, 5, 4]), tf.TensorSpec([None, 1]))),
+                       ("free", (tf.TensorSpec([None, None, 4]), tf.TensorSpec([None, 1])))):
+        reference, model = sequence_model(), sequence_model()
+        placement = tk.autoplace_model(model, input_spec=spec, **PLACE)
+        try:
+            out[name] = [model.fit(*d, batch_size=8, verbose=0).history["loss"][0]
+                         for d in (short, long_)]
+        except tf_autoplace.AutoplaceError as e:
+            out[name] = [type(e).__name__, str(e)]
+        out[name + "_reference"] = [reference.fit(*d, batch_size=8, verbose=0).history[
+            "loss"][0] for d in (short, long_)]
     placement.remove()  # Keras' own functions again
     model.fit(*short, batch_size=8, verbose=0)
     out["removed"] = ("make_train_function" not in model.__dict__
@@ -258,6 +259,79 @@ def check_spec_parts_and_joined_predict():
         on_dataset.append(model.predict(dataset, verbose=0).tolist())
     return {"spec_runs": runs, "tf_keras_predict": predictions, "structures": structures,
             "predict_on_fit_dataset": on_dataset}
+
+
+def static_batch_models(keras):
+    """Models whose call() reads the static batch size: a reshape to (x.shape[0], 8) and a
+    Python branch on whether it is known (Keras traces fit's batches from arrays of whole
+    batches with it known)."""
+    class Flatten8(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(1)
+
+        def call(self, t):
+            return self.dense(tf.reshape(t, (t.shape[0], 8)))
+
+    class StaticBranch(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(1)
+
+        def call(self, t):
+            h = self.dense(tf.reshape(t, (-1, 8)))
+            return h * 2.0 if t.shape[0] is not None else h
+
+    return Flatten8, StaticBranch
+
+
+def check_batch_shapes_as_keras_traces_them():
+    """The step traced with the static batch size where Keras' own is (fit on arrays of whole
+    batches), train_on_batch/test_on_batch with an (x, y) input_spec (Keras 3 passes (x, y,
+    None)), and ragged or sparse batches refused before anything is placed."""
+    import keras
+    import tf_keras
+
+    x, y = data(32, (2, 4), seed=4)
+    out = {}
+    for module in (keras, tf_keras):
+        for cls in static_batch_models(module):
+            losses = []
+            for placed in (False, True):
+                module.utils.set_random_seed(0)
+                model = cls()
+                model.compile(optimizer="sgd", loss="mse", jit_compile=False)
+                if placed:
+                    tk.autoplace_model(model, **PLACE)
+                losses.append(model.fit(x, y, batch_size=8, shuffle=False, verbose=0)
+                              .history["loss"])
+            out[f"{module.__name__}_{cls.__name__}"] = losses
+
+    batches = [data(8, (5, 3), seed=5), data(8, (7, 3), seed=6)]
+    spec = (tf.TensorSpec([None, None, 3]), tf.TensorSpec([None, 1]))
+    on_batch = []
+    for placed in (False, True):
+        model = sequence_model_of(3)
+        if placed:
+            tk.autoplace_model(model, input_spec=spec, **PLACE)
+        on_batch.append([model.train_on_batch(*b) for b in batches]
+                        + [model.test_on_batch(*b) for b in batches])
+    out["on_batch"] = on_batch
+
+    ragged = tf.ragged.constant([[1.0, 2.0, 3.0], [4.0, 5.0], [6.0], [7.0, 8.0, 9.0, 1.0]])
+    sparse = tf.sparse.from_dense(tf.constant(np.eye(4, 8, dtype=np.float32)))
+    target = np.zeros((4, 1), np.float32)
+    for name, features in (("ragged", ragged), ("sparse", sparse)):
+        model = keras.Sequential([keras.layers.Lambda(
+            lambda t: tf.reduce_sum(t, axis=1, keepdims=True)), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse", jit_compile=False)
+        tk.autoplace_model(model, **PLACE)
+        try:
+            model.fit(tf.data.Dataset.from_tensor_slices((features, target)).batch(4), verbose=0)
+            out[name] = None
+        except tf_autoplace.AutoplaceError as e:
+            out[name] = [type(e).__name__, str(e)]
+    return out
 
 
 def errors():
@@ -325,6 +399,7 @@ def main():
                 ("single", check_single_device_bitwise), ("shapes", check_changing_shapes),
                 ("spec_parts", check_spec_parts_and_joined_predict),
                 ("unknown_length", check_unknown_length),
+                ("batch_shapes", check_batch_shapes_as_keras_traces_them),
                 ("errors", errors)])
 
 

@@ -55,14 +55,34 @@ def test_autoplace_takes_a_keras_model_to_the_keras_door(child):
     assert _result(child, "keras3")["is_placement"]  # keras3 goes through autoplace()
 
 
-def test_batches_whose_shape_changes_are_refused_or_run_with_a_free_dimension(child):
+def test_batches_whose_shape_changes_get_a_step_placed_for_them_unless_input_spec_fixed_it(
+        child):
     r = _result(child, "shapes")
-    assert r["refused"] is not None, "a batch of another sequence length was run"
+    for name in ("replaced", "free"):  # the new length runs, with the unplaced losses
+        np.testing.assert_allclose(r[name], r[name + "_reference"], rtol=1e-5)
     kind, message = r["refused"]
     assert kind == "ConfigError"
     assert "[None, 5, 4]" in message and "[8, 7, 4]" in message and "input_spec" in message
-    np.testing.assert_allclose(r["losses"], r["reference"], rtol=1e-5)
     assert r["removed"]  # remove() gives the model back Keras' own functions
+
+
+@pytest.mark.parametrize("model", ["keras_Flatten8", "keras_StaticBranch",
+                                   "tf_keras_Flatten8", "tf_keras_StaticBranch"])
+def test_a_call_that_reads_the_static_batch_size_sees_it_as_keras_traces_it(child, model):
+    reference, placed = _result(child, "batch_shapes")[model]
+    np.testing.assert_allclose(placed, reference, rtol=1e-5)
+
+
+def test_train_and_test_on_batch_take_an_x_y_input_spec(child):
+    reference, placed = _result(child, "batch_shapes")["on_batch"]
+    np.testing.assert_allclose(placed, reference, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind, name", [("ragged", "RaggedTensor"), ("sparse", "SparseTensor")])
+def test_ragged_and_sparse_batches_are_refused_as_such(child, kind, name):
+    got = _result(child, "batch_shapes")[kind]
+    assert got is not None and got[0] == "ConfigError"
+    assert f"batches hold a {name}" in got[1] and "dense batches only" in got[1]
 
 
 def test_one_input_spec_serves_weighted_fit_validation_and_predict(child):

@@ -10,9 +10,12 @@ and ``make_predict_function`` with ones that build the same loop around a *place
 
 1. On the first batch a function sees, its step (``model.train_step(data)``, for tf_keras
    followed by the model's step counter, as tf_keras does) is traced as a ``tf.function`` with
-   the batch's structure and dtypes, every dimension as the batch has it but the batch
-   dimension, which is left free (any batch size runs, the last short batch of an epoch
-   included), or with the ``input_spec`` given.
+   the batch's structure and dtypes and the shapes Keras' own step would be traced with: the
+   ``element_spec`` of the ``tf.data`` iterator Keras reads in its graph (fit and evaluate;
+   fixed batch size when the arrays hold whole batches, free when the last one is short), else
+   the batch's shapes with the batch dimension free (any batch size runs), or, if the step
+   cannot be traced so (a ``call`` that reshapes to ``x.shape[0]``), the batch's own shapes;
+   or with the ``input_spec`` given.
 2. That function is placed by the TF2 door (:func:`tf_autoplace.tf2.place_function`: its
    graph placed by the engine, the model's and optimizer's variables pinned to the devices
    they live on) and kept: every later batch runs it, and a later ``fit``/``evaluate``/
@@ -21,14 +24,17 @@ and ``make_predict_function`` with ones that build the same loop around a *place
 3. Its report is in :attr:`KerasPlacement.reports` under ``"train"``, ``"test"`` or
    ``"predict"``. A batch of another structure (``(x, y)`` after ``(x, y, sample_weight)``:
    an evaluate after a fit validated with weights) gets a step placed for it, as Keras traces
-   one per structure; the report is then the latest placement's.
+   one per structure; so does a batch of shapes no placed step takes, traced with every
+   dimension that changed left free (as ``tf.function``'s ``reduce_retracing`` relaxes
+   Keras' trace), so a dimension costs at most one more placement; the report is then the
+   latest placement's.
 
 Free dimensions are counted at the first batch's size in the cost model (``unknown_dim``),
-so the simulated figures are the first batch's. A batch whose shape does not fit the placed
-function (a dimension the first batch fixed has another size) is a ConfigError that names both
-shapes: give ``input_spec`` with None in the dimensions that vary. So is an ``input_spec`` the
-first batch does not fit (another structure, dtype, rank or fixed size), before anything is
-traced.
+so the simulated figures are the first batch's. A batch that does not fit the ``input_spec``
+given (a dimension it fixes has another size) is a ConfigError that names both shapes: give
+None in the dimensions that vary. So is an ``input_spec`` the first batch does not fit
+(another structure, dtype, rank or fixed size), before anything is traced; and a ragged or
+sparse batch, before anything is placed.
 
 Not supported (ConfigError at :func:`autoplace_model`): a model in a program that disabled
 eager execution (``tf.compat.v1.disable_eager_execution()``: tf_keras then trains with its TF1
@@ -38,8 +44,7 @@ loop, a Session running the default graph, which the training-binary door places
 device and ignores per-op devices; compile with ``jit_compile=False``, which is also what
 Keras picks on machines without GPUs), created under a ``tf.distribute`` strategy (the
 strategy places the replicas; a placed model fit, evaluated or predicted inside a strategy's
-scope is a ConfigError at its first batch), a Keras 3 backend other than TensorFlow, or ragged
-or sparse batches (the TF2 door's limits).
+scope is a ConfigError at its first batch), or a Keras 3 backend other than TensorFlow.
 """
 
 from __future__ import annotations
@@ -160,6 +165,29 @@ def _free_batch_dimension(data):
     return tf.nest.map_structure(spec, data)
 
 
+def _own_shapes(data):
+    """``data``'s TensorSpecs, every dimension as the batch has it."""
+    return tf.nest.map_structure(
+        lambda t: None if t is None else tf.TensorSpec(t.shape, t.dtype), data)
+
+
+def _dense_specs(element_spec):
+    """An iterator's ``element_spec`` as the placed step takes batches (TensorSpecs, None for
+    anything else: Keras 3's absent sample weight), or None without one."""
+    if element_spec is None:
+        return None
+    return tf.nest.map_structure(
+        lambda s: s if isinstance(s, tf.TensorSpec) else None, element_spec)
+
+
+def _relaxed(spec, data):
+    """The most specific spec that both ``spec`` and ``data`` (same structure, dtypes and
+    ranks) fit: every dimension they disagree on free."""
+    return tf.nest.map_structure(
+        lambda s, t: None if s is None else tf.TensorSpec(
+            s.shape.most_specific_compatible_shape(t.shape), s.dtype), spec, data)
+
+
 def _batch_size(data) -> int:
     for t in tf.nest.flatten(data):
         if t is not None and t.shape.rank:
@@ -200,12 +228,16 @@ def _spec_for(spec, kind: str, data):
     """The part of the user's ``input_spec`` (``(x, y)`` or ``(x, y, sample_weight)``) that
     ``kind``'s batch ``data`` carries: the whole spec, or its first entries when the batch has
     fewer (validation batches of a fit with sample weights are ``(x, y)``), or x alone or as
-    ``(x,)`` (predict's batches, unless it reads fit's dataset). A spec no part of which fits
+    ``(x,)`` (predict's batches, unless it reads fit's dataset), or the spec with None for
+    the batch's absent entries (``(x, y, None)``). A spec no part of which fits
     is returned whole (predict: x), for the caller's error."""
     if not isinstance(spec, (tuple, list)) or not spec:
         return spec
-    # predict takes x, (x,), or the (x, y[, w]) batches of the dataset fit reads
+    # predict takes x, (x,), or the (x, y[, w]) batches of the dataset fit reads; Keras 3's
+    # train_on_batch and test_on_batch pass (x, y, None) for an (x, y) spec
     parts = [tuple(spec[:k]) for k in range(len(spec), 1, -1)] + [spec[0], (spec[0],)]
+    if isinstance(data, tuple) and len(data) > len(spec):
+        parts.append(tuple(spec) + (None,) * (len(data) - len(spec)))
     for part in parts:
         if _fits(part, data):
             return part
@@ -223,26 +255,42 @@ class _PlacedStep:
         self._last = None  # the placed function the last batch ran
         self._past: dict = {}  # id(placed function) -> its run past the end (past_the_end)
 
-    def __call__(self, data):
+    def __call__(self, data, element_spec=None):
+        """Run ``data`` (one batch) on the placed step for its shapes, placing one first if
+        none fits; ``element_spec``: the spec of the iterator the batch came from, when Keras'
+        own step function reads it in its graph (and so is traced with it)."""
         if tf.distribute.has_strategy():  # the model was placed outside, then run inside one
             strategy = type(tf.distribute.get_strategy()).__name__
             raise ConfigError(f"{self._kind} ran under a tf.distribute strategy ({strategy}), "
                               "which places its replicas itself; run the placed model outside "
                               "the strategy's scope")
+        composite = [type(t).__name__ for t in tf.nest.flatten(data)
+                     if isinstance(t, (tf.RaggedTensor, tf.SparseTensor))]
+        if composite:
+            raise ConfigError(
+                f"the model's {self._kind} batches hold a {composite[0]}: the Keras door "
+                "places steps on dense batches only; convert the batches to dense tensors, or "
+                "call remove() on the placement autoplace_model returned to run the model "
+                "unplaced")
         data = _as_tensors(data)
-        for spec, placed in self._placed:
+        for spec, placed, _ in self._placed:
             if _fits(spec, data):
                 self._last = placed
                 return placed(data)
-        for spec, _ in self._placed:
-            if _same_structure(spec, data):
+        for spec, _, given in self._placed:
+            if not _same_structure(spec, data):
+                continue
+            if given:
                 raise ConfigError(
                     f"the model's {self._kind} function was placed for batches shaped "
-                    f"{_shapes(spec)} (None: any size), and this batch is shaped "
-                    f"{_shapes(data)}: give tf_autoplace.keras.autoplace_model(..., "
+                    f"{_shapes(spec)} (None: any size), as input_spec says, and this batch is "
+                    f"shaped {_shapes(data)}: give tf_autoplace.keras.autoplace_model(..., "
                     "input_spec=...) with None in every dimension that varies between "
                     "batches, or feed batches of one shape")
-        self._last = self._place(data)
+            # Keras traces its step again for a batch of other shapes, with every dimension
+            # the two disagree on left free (tf.function's reduce_retracing): so does this.
+            element_spec = _relaxed(spec, data)
+        self._last = self._place(data, element_spec)
         return self._last(data)
 
     def past_the_end(self, iterator) -> None:
@@ -271,7 +319,14 @@ class _PlacedStep:
         except (TypeError, ValueError):  # a step traced for a fixed batch size does not take
             pass  # the iterator's batches of any size: nothing runs, the counters stay behind
 
-    def _place(self, data):
+    def _place(self, data, element_spec=None):
+        """Trace, place and keep the step for ``data``'s batches. The spec it is traced with:
+        the user's ``input_spec`` (the part this batch carries); else ``element_spec`` when
+        the batch fits it (the spec Keras' own step sees when it reads its iterator in the
+        graph); else the batch's with its batch dimension free, so that one placement serves
+        every batch size; and if the step cannot be traced so (a ``call`` that reads the
+        static batch size, ``x.shape[0]``), the batch's own shapes, as Keras traces a first
+        batch read in Python."""
         p = self._placement
         spec = _spec_for(p.input_spec, self._kind, data)
         if spec is not None and not _fits(spec, data):  # else Keras' ValueError when traced
@@ -279,18 +334,36 @@ class _PlacedStep:
                 f"input_spec {_specs(spec)} does not fit the model's first {self._kind} batch "
                 f"{_specs(data)}: give the structure fit passes to the step ((x, y) or (x, y, "
                 "sample_weight)), its dtypes, and None in every dimension that varies")
-        spec = _free_batch_dimension(data) if spec is None else spec
+        given = spec is not None
+        if given:
+            candidates = [spec]
+        else:
+            element_spec = _dense_specs(element_spec)
+            candidates = [element_spec if element_spec is not None and _fits(element_spec, data)
+                          else _free_batch_dimension(data), _own_shapes(data)]
+        for k, spec in enumerate(candidates):
+            step = _step_function(p.model, self._kind, p.flavour)
+            try:
+                step.get_concrete_function(spec)
+                break
+            except (TypeError, ValueError) as e:
+                if k + 1 == len(candidates):
+                    raise ConfigError(
+                        f"cannot trace the model's {self._kind} step for batches "
+                        f"{_specs(spec)} ({type(e).__name__}: {' '.join(str(e).split())})"
+                        + ("" if given else f", nor for batches {_specs(candidates[0])}")
+                        + "; give autoplace_model(..., input_spec=...) the batch shapes the "
+                        "model can be traced with") from e
         options = p.options
         if p.unknown_dim is None:  # free dimensions count at the first batch's size
             options = options.replace(unknown_dim=_batch_size(data))
-        step = _step_function(p.model, self._kind, p.flavour)
         placed, report = place_function(step, (spec,), {}, options)
         missing = devices_missing_here(report.assignment)
         if missing and not tf.config.get_soft_device_placement():
             # TF would fail at this batch with "Unable to find any devices for spec"; a
             # Keras user never sees the report's note that says why.
             raise cannot_run_here(f"the model's {self._kind} step", missing)
-        self._placed.append((spec, placed))
+        self._placed.append((spec, placed, given))
         p.reports[self._kind] = report
         return placed
 
@@ -326,7 +399,8 @@ def _iterator_function(step: _PlacedStep, model, flavour: str, *, join: bool = F
                 if _reads_in_graph(iterator) and (flavour == "tf_keras" or steps == 1):
                     step.past_the_end(iterator)
                 break
-            outputs.append(step(data))
+            outputs.append(step(data, getattr(iterator, "element_spec", None)
+                                if _reads_in_graph(iterator) else None))
         if not outputs:
             raise StopIteration
         return _joined(outputs) if join else outputs[-1]
@@ -431,8 +505,8 @@ def autoplace_model(model, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *
         (``(x, y)`` or ``(x, y, sample_weight)``, each a nest like the data), with None in
         every dimension that varies between batches; a function whose batches carry fewer
         entries uses the first ones (``evaluate`` on ``(x, y)`` batches of a spec with sample
-        weights; ``predict`` x alone). None: each function's first batch, its batch dimension
-        free.
+        weights; ``predict`` x alone). None: each function's first batch, traced as Keras
+        would trace it (module doc).
       unknown_dim: elements counted per free dimension in the cost model; None: the first
         batch's size.
 
