@@ -365,6 +365,20 @@ def test_a_core_group_wider_than_this_process_is_named_in_the_notes(monkeypatch)
     assert noted.assignment == quiet.assignment  # a note, nothing else
 
 
+def test_a_function_or_keras_step_placed_with_analytic_costs_says_so_too():
+    # The TF2 and Keras doors time ops with Grappler's estimates under a PinnedCostModel:
+    # their reports printed the prediction without the note the graph door gives.
+    from tf_autoplace import tf2
+
+    step = tf.function(lambda x: tf.reduce_sum(tf.matmul(x, x)))
+    x = tf.ones((16, 16))
+    notes = {cluster: tf2.autoplace_function(step, x, cluster=cluster, placer="single",
+                                             progress=False)[1].notes
+             for cluster in ("local", "k80x2")}
+    assert any("Grappler's analytical estimates" in n for n in notes["local"]), notes["local"]
+    assert not any("analytical estimates" in n for n in notes["k80x2"])
+
+
 def test_one_device_verify_names_the_annotations_it_could_not_compare_and_analytic_costs_say_so():
     # A program pinned towers to /device:CPU:1, which its Sessions have (device_count) but
     # "local" in this process does not: verify had nothing to compare and said only that,

@@ -29,7 +29,15 @@ from tf_autoplace.graph.opgraph import OpGraph
 
 
 class CostModel(abc.ABC):
-    """Per-op compute time for every device of a cluster."""
+    """Per-op compute time for every device of a cluster.
+
+    Attributes:
+      estimates: the times are a model's estimates that nothing on the cluster's devices
+        measured (Grappler's analytical costs), which the report says where they can be far
+        from a real step.
+    """
+
+    estimates: bool = False
 
     def op_time(self, graph: OpGraph, cluster: Cluster) -> np.ndarray:
         """[n, D] float64 seconds; ``inf`` where device d has no kernel for op i."""
@@ -115,6 +123,10 @@ class PinnedCostModel(CostModel):
     def measured_steps(self) -> dict[str, float]:
         return self._base.measured_steps()
 
+    @property
+    def estimates(self) -> bool:
+        return self._base.estimates
+
 
 class AnalyticalCostModel(CostModel):
     """Grappler's analytical per-op costs (needs the MetaGraphDef the OpGraph was read from).
@@ -125,6 +137,8 @@ class AnalyticalCostModel(CostModel):
         inferred them already (:func:`tf_autoplace.graph.ingest.read_graph`); None: inferred
         when first needed.
     """
+
+    estimates = True
 
     def __init__(self, meta_graph, *, tensor_properties: dict | None = None):
         self._meta_graph = meta_graph

@@ -226,8 +226,7 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
                         "they were not compared: give a cluster with them (for a Session "
                         "with device_count={'CPU': N}: Cluster.local(num_logical_cpus=N))"
                         if lacking else ""))
-    if (options.cost_model is None and cost_profile is None and not profiled_here
-            and not cluster.target
+    if (cost_model.estimates and not cluster.target
             and any(d.core_group == HOST_CORE_GROUP for d in cluster.devices)):
         notes.append("op times are Grappler's analytical estimates, which on this machine's "
                      "CPU can be an order of magnitude from a real step: for figures to trust, "
