@@ -267,6 +267,11 @@ def test_errors_exit_non_zero_with_a_message_and_write_nothing(runs, name, messa
     (dict(report_json="same.json", trace_json="same.json"),
      "--trace_json and --report_json are the same file 'same.json'"),
     (dict(output="a_dir"), "--output 'a_dir' is a directory"),
+    # --output=$OUT with OUT unset: was placed, then staged in the parent directory
+    (dict(output=""), "--output must be a non-empty path, got ''"),
+    # a device (as root, --output=/dev/null replaced the machine's /dev/null) or a FIFO
+    (dict(output="fifo"), "--output 'fifo' is not a regular file .a device, FIFO or socket"),
+    (dict(report_json="fifo"), "--report_json 'fifo' is not a regular file"),
     (dict(placer_options=["bogus=1"]), "the m_etf placer has no settings to set"),
     (dict(input="g.costgraph.pbtxt", cost_profile="p.pbtxt"),
      "a cost graph carries its own times"),
@@ -294,6 +299,7 @@ def test_unwritable_outputs_fail_before_the_work_and_nothing_is_written(
     (tmp_path / "alias").symlink_to(tmp_path)  # the same directory under another name
     (tmp_path / "sm").mkdir()  # a SavedModel directory (the paths are checked before it is read)
     (tmp_path / "sm" / "saved_model.pb").write_bytes(b"")
+    os.mkfifo(tmp_path / "fifo")
     before = sorted(os.listdir(tmp_path))
     args = {"input": "in.pb", "output": "out.pb", "cluster": "testdata/cpu2_independent.pbtxt", "report_json": None,
             **flags}

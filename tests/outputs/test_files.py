@@ -38,6 +38,7 @@ def _mode(path):
     ("a_dir", False, "'a_dir' is a directory; expected a file path"),
     ("full_dir", True, "'full_dir' exists; refusing to overwrite it"),
     ("a_file", True, "'a_file' exists; refusing to overwrite it"),
+    ("a_fifo", False, "'a_fifo' is not a regular file \\(a device, FIFO or socket\\)"),
 ])
 def test_unwritable_output_paths_are_config_errors_before_any_work(tmp_path, monkeypatch, name,
                                                                    directory, message):
@@ -46,6 +47,7 @@ def test_unwritable_output_paths_are_config_errors_before_any_work(tmp_path, mon
     (tmp_path / "full_dir").mkdir()
     (tmp_path / "full_dir" / "keep").write_text("x")
     (tmp_path / "a_file").write_text("x")
+    os.mkfifo(tmp_path / "a_fifo")
     before = _listing(tmp_path)
     with pytest.raises(ConfigError, match="--out " + message):
         files.check_output_path(name, "--out", directory=directory)

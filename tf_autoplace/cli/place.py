@@ -132,7 +132,7 @@ def _check_outputs(input_path: str, output_path: str, saved_model: bool, paths: 
     source = os.path.realpath(input_path)
     seen = {}
     for flag, path in {"output": output_path, **paths}.items():
-        if not path:
+        if not path and flag != "output":  # an optional output not asked for
             continue
         directory = saved_model if flag == "output" else flag in directories
         full = os.path.realpath(files.check_output_path(path, f"--{flag}", directory=directory))

@@ -5,8 +5,8 @@ this module, with these rules:
 
 - **Check first.** :func:`check_output_path` rejects, before any placement work, a path that
   cannot be written: empty, holding a NUL, in a directory that does not exist or is not
-  writable, an existing directory where a file goes, or a non-empty directory where a new one
-  goes. Missing parent directories are an error rather than created, so a failed or interrupted
+  writable, an existing directory where a file goes, a non-empty directory where a new one
+  goes, or a device, FIFO or socket (``/dev/null``), which the output would replace. Missing parent directories are an error rather than created, so a failed or interrupted
   run never leaves directories of its own behind. A symbolic link at an output's path is
   replaced by the output, never followed (a link to an empty directory where a new directory
   goes, too).
@@ -124,6 +124,12 @@ def check_output_path(path, what: str, *, directory: bool = False) -> str:
                               "directory, or an empty one)")
     elif os.path.isdir(full):
         raise ConfigError(f"{what} {path!r} is a directory; expected a file path")
+    if os.path.lexists(full) and not os.path.islink(full) and not stat.S_ISREG(
+            os.lstat(full).st_mode) and not os.path.isdir(full):
+        # /dev/null, a FIFO, a socket: renaming the output over it would destroy it
+        raise ConfigError(f"{what} {path!r} is not a regular file (a device, FIFO or "
+                          "socket); outputs replace the file at their path, so give a file "
+                          "path")
     return full
 
 
