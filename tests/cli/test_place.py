@@ -26,7 +26,7 @@ from tf_autoplace.core.cluster import resolve_cluster
 from tf_autoplace.graph import costgraph, ingest
 from tf_autoplace.pipeline.prepare import build_problem, export_cost_graph
 from tf_autoplace.proto import placement_pb2
-from tf_autoplace.testing import small_cnn
+from tf_autoplace.testing import free_batch_graph, small_cnn
 
 from tests.conftest import REPO
 
@@ -60,6 +60,10 @@ IN_PROCESS_RUNS = {
     "profiled": ("cnn.pb", "placed_profiled.pb", dict(placer="m_etf",
                                                       cost_profile="{dir}/cnn_profile.pbtxt",
                                                       report_json="{dir}/r_profiled.json")),
+    # A placeholder of unknown batch size, measured with made-up inputs of the shape given.
+    "feed_shape": ("free_batch.pb", "placed_free.pb", dict(
+        placer="m_etf", measure_steps=15, feed_shapes=["x=8,16"],
+        report_json="{dir}/r_free.json")),
     # A placer's setting as the flag gives it: a Post search of 24 placements.
     "placer_option": ("cnn.pb", "placed_option.pb", dict(placer="post",
                                                          placer_options=["max_samples=24"],
@@ -77,6 +81,19 @@ ERROR_RUNS = {
                                                        report_json="{dir}/r_placer.json")),
     "foreign_placement": ("tiny.pb", "out_foreign.pb", dict(placement="{dir}/saved.pbtxt",
                                                             report_json="{dir}/r_foreign.json")),
+    "unfed": ("free_batch.pb", "out_unfed.pb", dict(placer="m_etf", measure_steps=15,
+                                                    report_json="{dir}/r_unfed.json")),
+    "feed_shape_not_a_placeholder": ("free_batch.pb", "out_y.pb", dict(
+        placer="m_etf", measure_steps=15, feed_shapes=["w=16,4"],
+        report_json="{dir}/r_y.json")),
+    "feed_shape_wrong_shape": ("free_batch.pb", "out_17.pb", dict(
+        placer="m_etf", measure_steps=15, feed_shapes=["x=8,17"],
+        report_json="{dir}/r_17.json")),
+    "feed_shape_unmeasured": ("free_batch.pb", "out_unmeasured.pb", dict(
+        placer="m_etf", feed_shapes=["x=8,16"], report_json="{dir}/r_unmeasured.json")),
+    "feed_shape_malformed": ("free_batch.pb", "out_malformed.pb", dict(
+        placer="m_etf", measure_steps=15, feed_shapes=["x=8,-1"],
+        report_json="{dir}/r_malformed.json")),
 }
 
 
@@ -121,6 +138,7 @@ def runs(tmp_path_factory, start_scripts, write_proto):
     with tiny.as_default():
         tf.identity(tf.constant(1.0, name="one"), name="out")
     write_proto(workdir / "tiny.pb", tiny.as_graph_def())
+    write_proto(workdir / "free_batch.pb", free_batch_graph().as_graph_def())
     slow_op = next(n.name for n in graph_def.node if n.op == "Conv2D")
     (workdir / "cnn_profile.pbtxt").write_text(
         f'op {{ name: "{slow_op}" device_kind: "CPU" compute_time_us: 2000000 }}\n'
@@ -215,6 +233,14 @@ def test_measure_steps_put_measured_step_times_in_the_report_and_trace(runs):
     assert "train" in {e["name"] for e in measured}  # graph ops, by name
 
 
+def test_a_graph_of_unknown_batch_size_is_measured_with_the_feed_shape_given(runs):
+    workdir, results, _ = runs
+    code, stdout, stderr = results["feed_shape"]
+    assert code == 0, stderr
+    report = json.loads((workdir / "r_free.json").read_text())
+    assert report["measured_step_time_s"] > 0 and report["measured_baseline_step_time_s"] > 0
+
+
 def test_a_placer_option_sets_the_placers_search(runs):
     workdir, results, _ = runs
     code, stdout, stderr = results["placer_option"]
@@ -242,6 +268,12 @@ def test_a_cost_profile_replaces_the_estimates_of_the_ops_it_names(runs):
     ("missing_input", "cannot read graph file '.*missing.pb'"),
     ("bad_cluster", "bad_cluster.pbtxt: malformed cluster spec"),
     ("unknown_placer", "no_such_placer"),
+    # a placeholder of unknown batch size: the error names the flag that gives its shape
+    ("unfed", "'x' has no fully known static shape.*--feed_shape=NAME=D0,D1"),
+    ("feed_shape_not_a_placeholder", "--feed_shape names 'w', which is not a placeholder"),
+    ("feed_shape_wrong_shape", "shape \\[8, 17\\], and the placeholder takes \\[-1, 16\\]"),
+    ("feed_shape_unmeasured", "--feed_shape gives the inputs of the steps --measure_steps"),
+    ("feed_shape_malformed", "--feed_shape is NAME=D0,D1,... .sizes >= 0"),
 ])
 def test_errors_exit_non_zero_with_a_message_and_write_nothing(runs, name, message):
     workdir, _, _ = runs

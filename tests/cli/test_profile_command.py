@@ -14,7 +14,7 @@ from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.hw.link_fit import LATENCIES_S
 from tf_autoplace.hw.profiler import parallelism
 from tf_autoplace.proto import cost_profile_pb2
-from tf_autoplace.testing import small_cnn
+from tf_autoplace.testing import free_batch_graph, small_cnn
 
 ONEDNN = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1") != "0"
 
@@ -72,3 +72,21 @@ def test_the_cluster_gets_the_send_cost_and_the_cores_the_profile_measured(profi
     assert cluster.core_groups == ((host.core_groups[0][0],
                                     int(min(max(math.floor(ran + 0.5), 1), host.core_groups[0][1]))),)
     assert [d.name for d in cluster.devices] == [d.name for d in host.devices]
+
+
+def test_a_graph_of_unknown_batch_size_is_profiled_with_the_feed_shape_given(
+        tmp_path, run_scripts, write_proto):
+    write_proto(tmp_path / "free.pb", free_batch_graph().as_graph_def())
+    command = ["-m", "tf_autoplace.cli", "profile", f"--graph={tmp_path / 'free.pb'}",
+               "--steps=2", "--warmup_steps=1", "--trace_steps=2", "--nopartners"]
+    results = run_scripts({
+        "fed": command + ["--feed_shape=x=8,16", f"--out_profile={tmp_path / 'p.pbtxt'}"],
+        "unfed": command + [f"--out_profile={tmp_path / 'q.pbtxt'}"]})
+    code, _, stderr = results["fed"]
+    assert code == 0, stderr
+    profile = text_format.Parse((tmp_path / "p.pbtxt").read_text(),
+                                cost_profile_pb2.CostProfile())
+    assert any(op.name == "MatMul" for op in profile.op)
+    code, _, stderr = results["unfed"]
+    assert code != 0 and "--feed_shape=NAME=D0,D1" in stderr
+    assert not (tmp_path / "q.pbtxt").exists()

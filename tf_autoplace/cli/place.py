@@ -52,7 +52,8 @@ times beside the predicted ones; ``--trace_json`` then holds the measured step's
 the simulated ones. The cluster must be this machine's (``local`` or ``cpu2``); one step runs
 the graph's train op (its ``train_op`` collection, or an op named ``train_op`` or ``train``)
 after its initializer, fed made-up values of each placeholder's static shape
-(``tf_autoplace.hw.workload``).
+(``tf_autoplace.hw.workload``), or of the shape ``--feed_shape=NAME=D0,D1,...`` gives a
+placeholder whose shape is not fully known (a None batch dimension).
 
     tf-autoplace place --input=model.pb --output=placed.pb --cluster=local \
         --measure_steps=20 --trace_json=step.json
@@ -75,6 +76,7 @@ from tf_autoplace.core import registry
 from tf_autoplace.errors import AutoplaceError, ConfigError
 from tf_autoplace.graph import costgraph, ingest
 from tf_autoplace.grouping import GroupingConfig
+from tf_autoplace.hw.workload import made_up_feeds, parse_feed_shapes
 from tf_autoplace.outputs import files, timeline
 from tf_autoplace.outputs.progress import SearchProgress
 from tf_autoplace.outputs.saved_placement import serialize
@@ -153,7 +155,8 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
         cache: bool = False, cache_dir: str | None = None, policy: str | None = None,
         save_policy: str | None = None, progress: bool = True,
         progress_logdir: str | None = None, measure_steps: int = 0, verify: int = 0,
-        cost_profile: str | None = None, placer_options=(), **extra_paths) -> int:
+        cost_profile: str | None = None, placer_options=(), feed_shapes=(),
+        **extra_paths) -> int:
     """Place ``input_path`` into ``output_path``; returns a process exit status."""
     saved_model = tf2.is_saved_model(input_path)
     cost_graph = not saved_model and costgraph.is_cost_graph_file(input_path)
@@ -179,6 +182,12 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
             raise ConfigError("--cost_profile times the ops of GraphDef and MetaGraphDef input; "
                               "a cost graph carries its own times, and a SavedModel's "
                               "function graph has other op names")
+        feeds = None
+        if feed_shapes:
+            if not (measure_steps or verify) or saved_model or cost_graph:
+                raise ConfigError("--feed_shape gives the inputs of the steps --measure_steps "
+                                  "and --verify time (GraphDef and MetaGraphDef input)")
+            feeds = made_up_feeds(input_path, parse_feed_shapes(feed_shapes), seed=seed)
         options = PlaceOptions.make(
             placer=SavedPlacement(placement) if placement else placer, cluster=cluster,
             seed=seed, budget_s=None if placement else budget_s,
@@ -186,7 +195,7 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
             placer_options=placer_options, grouping=GroupingConfig(max_groups=max_groups),
             cost_profile=cost_profile, cache=(cache_dir or True) if cache else False,
             progress=SearchProgress(logdir=progress_logdir) if progress else False,
-            measure_steps=measure_steps, verify=verify)
+            measure_steps=measure_steps, measure_feeds=feeds, verify=verify)
         outputs = files.Outputs()
         if saved_model:  # SavedModel in, SavedModel out
             placed = tf2.load_and_place_saved_model(input_path, options, signature=signature,
@@ -233,4 +242,4 @@ def main(argv):
                plot_png=FLAGS.plot_png, placement_pb=FLAGS.placement_pb,
                measure_steps=FLAGS.measure_steps, verify=FLAGS.verify,
                cost_profile=FLAGS.cost_profile,
-               placer_options=FLAGS.placer_option)
+               placer_options=FLAGS.placer_option, feed_shapes=FLAGS.feed_shape)

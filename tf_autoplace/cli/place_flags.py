@@ -56,4 +56,8 @@ flags.DEFINE_integer("verify", 0, "GraphDef/MetaGraphDef input on this machine's
                      "measure the placer's placement, the best heuristic's and the "
                      "single-device one for this many steps each (at least 15) and apply the "
                      "measured fastest (0: do not).")
+flags.DEFINE_multi_string("feed_shape", [], "NAME=D0,D1,...: made-up inputs of this shape for "
+                          "placeholder NAME in the steps --measure_steps and --verify time, "
+                          "for one whose static shape is not fully known (a None batch "
+                          "dimension); repeatable.")
 flags.mark_flags_as_required(["input", "output"])

@@ -7,7 +7,8 @@ r"""Profile a training graph on this machine: per-op times and the links between
 
 The graph is a GraphDef or MetaGraphDef file (``--graph``; one step runs ``--fetches``, by
 default its train op, after ``--init``, by default its variable initializer; placeholders get
-made-up values of their static shape, see ``tf_autoplace.hw.workload``) or a zoo model
+made-up values of their static shape, see ``tf_autoplace.hw.workload``, or of the shape
+``--feed_shape=NAME=D0,D1,...`` gives one whose shape is not fully known) or a zoo model
 (``--model`` and ``--knob=name=value``). It runs ``--warmup_steps`` steps, ``--steps`` timed
 steps and then ``--trace_steps`` traced steps with all ops on each kind of device this machine
 has, and writes per op and device kind the median measured time as a text ``CostProfile``
@@ -69,7 +70,7 @@ from tf_autoplace.hw.cluster_profile import profile_cluster
 from tf_autoplace.hw.link_fit import fit_core_group, fit_latency, reference_device, task_pairs
 from tf_autoplace.hw.profiler import profile_ops, with_profiled_cores
 from tf_autoplace.hw.runner import RunConfig
-from tf_autoplace.hw.workload import Workload
+from tf_autoplace.hw.workload import Workload, made_up_feeds, parse_feed_shapes
 from tf_autoplace.outputs import files
 
 FLAGS = flags.FLAGS  # this command's flags: tf_autoplace.cli.profile_flags
@@ -87,6 +88,9 @@ def main(argv):
     del argv
     if bool(FLAGS.graph) == bool(FLAGS.model):
         raise app.UsageError("give exactly one of --graph and --model")
+    if FLAGS.feed_shape and not FLAGS.graph:
+        raise app.UsageError("--feed_shape gives the inputs of a --graph (a zoo model makes "
+                             "its own)")
 
 
     try:
@@ -95,8 +99,10 @@ def main(argv):
             workload = Workload.from_model(zoo.build(FLAGS.model, **knobs), seed=FLAGS.seed)
             what = f"{FLAGS.model} {knobs}"
         else:
+            feeds = made_up_feeds(FLAGS.graph, parse_feed_shapes(FLAGS.feed_shape),
+                                  seed=FLAGS.seed)
             workload = Workload.from_graph(FLAGS.graph, fetches=FLAGS.fetches, init=FLAGS.init,
-                                           seed=FLAGS.seed)
+                                           feeds=feeds, seed=FLAGS.seed)
             what = FLAGS.graph
         load = os.getloadavg()[0]
         config = RunConfig(steps=FLAGS.steps, warmup_steps=FLAGS.warmup_steps,

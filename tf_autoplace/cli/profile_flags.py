@@ -13,6 +13,9 @@ flags.DEFINE_string("model", None, "A model zoo name instead (tf_autoplace.zoo.M
 flags.DEFINE_multi_string("knob", [], "Zoo model size knob as name=value (int), repeatable.")
 flags.DEFINE_list("fetches", None, "What one step runs (default: the train op).")
 flags.DEFINE_list("init", None, "Ops run once first (default: the variable initializer).")
+flags.DEFINE_multi_string("feed_shape", [], "NAME=D0,D1,...: made-up inputs of this shape for "
+                          "placeholder NAME, whose static shape is not fully known (a None "
+                          "batch dimension); repeatable.")
 flags.DEFINE_integer("num_logical_cpus", 2, "Logical CPU devices of the local cluster (0: this "
                      "machine's GPUs and its CPU host).", lower_bound=0)
 flags.DEFINE_string("cluster", None, "Profile the servers of this TensorFlow cluster instead (a "

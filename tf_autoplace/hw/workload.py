@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -377,12 +377,56 @@ def _check_feed(node, name: str, value: np.ndarray) -> None:
 
 
 _GIVE_VALUE = ("give its value (autoplace(..., measure_feeds={name: value}), feeds= of "
-               "Workload.from_graph), or give the placeholder a static shape")
+               "Workload.from_graph), its shape on the command line (--feed_shape=NAME=D0,D1,"
+               "...: made-up values), or give the placeholder a static shape")
 
 
-def _synthetic_value(node, rng: np.random.Generator) -> np.ndarray:
-    shape = node.attr["shape"].shape if "shape" in node.attr else None
-    dims = None if shape is None or shape.unknown_rank else [d.size for d in shape.dim]
+def parse_feed_shapes(items) -> dict[str, tuple[int, ...]]:
+    """``["x=32,16", "step="]`` -> ``{"x": (32, 16), "step": ()}``: the command line's
+    ``--feed_shape`` items, a placeholder's name and the shape its made-up values get.
+    ConfigError for a malformed item, a negative size or a name given twice."""
+    out = {}
+    for item in items or ():
+        name, sep, text = str(item).partition("=")
+        name = name.strip().removesuffix(":0")
+        try:
+            dims = tuple(int(d) for d in text.split(",")) if text.strip() else ()
+        except ValueError:
+            dims = None
+        if not sep or not name or dims is None or any(d < 0 for d in dims):
+            raise ConfigError(f"--feed_shape is NAME=D0,D1,... (sizes >= 0; NAME= for a "
+                              f"scalar), got {item!r}")
+        if name in out:
+            raise ConfigError(f"--feed_shape gives {name!r} twice")
+        out[name] = dims
+    return out
+
+
+def made_up_feeds(source, shapes: Mapping[str, Sequence[int]], seed: int = 0
+                  ) -> dict[str, np.ndarray]:
+    """Values for the placeholders named in ``shapes`` (name -> shape), made up as a workload
+    makes them for a placeholder of fully known shape: the feeds of a graph whose inputs have
+    a free (batch) dimension, for the command line's ``--feed_shape``. ``source``: as for
+    :meth:`Workload.from_graph`. ConfigError for a name that is not a placeholder, or a shape
+    its static shape rules out."""
+    by_name = {n.name: n for n in ingest.load_meta_graph(source).graph_def.node}
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, dims in sorted(shapes.items()):
+        node = by_name.get(name)
+        if node is None or node.op != "Placeholder":
+            raise ConfigError(f"--feed_shape names {name!r}, which is not a placeholder of the "
+                              "graph")
+        value = _synthetic_value(node, rng, dims=list(dims))
+        _check_feed(node, f"{name}:0", value)
+        out[f"{name}:0"] = value
+    return out
+
+
+def _synthetic_value(node, rng: np.random.Generator, *, dims=None) -> np.ndarray:
+    if dims is None:
+        shape = node.attr["shape"].shape if "shape" in node.attr else None
+        dims = None if shape is None or shape.unknown_rank else [d.size for d in shape.dim]
     if dims is None or any(d < 0 for d in dims):
         raise InputValueError(f"placeholder {node.name!r} has no fully known static shape, so "
                               f"no input can be made up for it; {_GIVE_VALUE}")

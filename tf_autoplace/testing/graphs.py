@@ -52,6 +52,19 @@ def small_cnn(batch: int = 8, seed: int = 0) -> TrainingGraph:
     return TrainingGraph(g, loss.name, train.name, init_op.name, feed)
 
 
+def free_batch_graph() -> tf.Graph:
+    """A linear model's training step (op ``train``) whose input placeholder ``x`` has the
+    batch dimension unknown, as TF1 programs usually export their graphs: no input can be
+    made up for it without a shape."""
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 16], name="x")
+        w = tf.Variable(tf.ones([16, 4]), name="w")
+        loss = tf.reduce_mean(tf.matmul(x, w), name="loss")
+        tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, name="train")
+    return g
+
+
 def while_loop_graph() -> tf.Graph:
     """A v1 while loop (Enter/Merge/Switch/NextIteration/Exit), so ingestion meets a cycle."""
     from tensorflow.python.ops import control_flow_util  # TF 2 builds v2 While by default
