@@ -563,6 +563,28 @@ def test_a_split_within_one_core_group_is_not_returned_whatever_its_predicted_ga
             assert "share one core group ('host', one thread pool)" in placer.notes[-1]
 
 
+def test_on_one_core_group_the_single_device_is_returned_without_a_search(monkeypatch):
+    # The search ran to its end (9.5 s on a 1.5k-op graph on cpu2) and was then thrown away.
+    p = random_problem(200, seed=3, num_gpus=2, host=False)
+    shared = dataclasses.replace(p, cluster=dataclasses.replace(
+        p.cluster, devices=tuple(dataclasses.replace(d, core_group="host")
+                                 for d in p.cluster.devices), core_groups=(("host", 2),)))
+    class Searched(Exception):
+        pass
+
+    def starts(*args, **kwargs):
+        raise Searched
+
+    monkeypatch.setattr(AutoPlacer, "starts", starts)
+    placement = AutoPlacer().place(shared)
+    assert (placement.devices == 0).all()
+    assert any("returned without a search" in n for n in placement.notes)
+    # Unless one device cannot hold the graph: then the search splits it.
+    big = _with_persistent(shared, np.full(p.graph.num_ops, shared.cluster.memory[0] // 150))
+    with pytest.raises(Searched):
+        AutoPlacer().place(big)
+
+
 def test_a_split_of_ops_that_take_no_time_is_no_gain_and_no_error():
     # Two unconnected ops of 0 s: a split steps in 0 s, as one device does.
     p = problem(from_edges(2, []), cluster(2, host=False), 0.0)

@@ -32,7 +32,9 @@ free starts.
 Guarantees, by construction: the result is never slower than any start (so never slower than
 the best fast heuristic), except that a split predicted less than ``min_gain`` faster than the
 single-device placement gives way to it (on any cluster; within 1% by default, and said in
-the notes); colocation groups stay whole and every op stays on a device with its
+the notes), and on a cluster whose devices all share one core group (logical CPUs of one
+process) the single-device placement is returned without a search where it fits; colocation
+groups stay whole and every op stays on a device with its
 kernel (moves are whole colocation groups to devices that can run them); with one device, or
 nothing movable, it returns at once. The same seed gives the same placement when the sample
 budget, not the time cap, ends the search.
@@ -330,9 +332,20 @@ class AutoPlacer(Placer):
         if problem.cluster.num_devices == 1:
             self.notes.append("auto: the cluster has one device; every op goes to it")
             return np.zeros(problem.graph.num_ops, dtype=np.int32)
+        measured = cfg.reward == "measured"
+        groups = {d.core_group for d in problem.cluster.devices}
+        if not measured and len(groups) == 1 and "" not in groups:
+            # No split of these devices is ever returned (_single_if_no_gain): the answer is
+            # known before any search, if one device holds the graph.
+            single = SingleDevicePlacer().propose(problem)
+            if not check_memory(problem, problem.simulator.run(single)):
+                self.notes.append(
+                    f"auto: the cluster's devices share one core group ({groups.pop()!r}, one "
+                    "thread pool), so a split adds transfers and no cores: the single-device "
+                    "placement is returned without a search")
+                return single
         max_samples = self.samples_for(problem)
         deadline = began + cfg.budget_s
-        measured = cfg.reward == "measured"
         with self._evaluator(problem) as evaluator:
             with self.progress.phase("auto: starting placements", None):
                 starts, spent = self.starts(problem, seed, max_samples=max_samples,
