@@ -470,6 +470,20 @@ def test_graph_too_big_to_count_is_infeasible_not_an_overflow():
         _opgraph(graph_def)
 
 
+def test_a_placeholder_too_big_for_grappler_counts_its_declared_size():
+    # Grappler gives no shape for 2**60 elements, which counted as unknown (4 bytes): a 4 EiB
+    # input "fitted" a 10.7 GB GPU with a peak of 0.000 GB.
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [4, 4], name="x")
+        tf.identity(x * 2.0, name="out")
+    graph_def = g.as_graph_def()
+    shape = next(n for n in graph_def.node if n.name == "x").attr["shape"].shape
+    shape.dim[0].size, shape.dim[1].size = 2**31, 2**29  # TF's API refuses; the file is valid
+    with pytest.raises(InfeasiblePlacementError, match="node 'x' alone has 4.61e\\+18 bytes"):
+        _opgraph(graph_def)
+
+
 def test_huge_unknown_dim_is_infeasible_not_an_overflow():
     g = _unknown_batch_graph()
     big = _opgraph(g, unknown_dim=2**50)  # 2**56 bytes: still counted

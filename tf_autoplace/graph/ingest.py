@@ -372,6 +372,20 @@ def _num_elements(shape, unknown_dim: int) -> tuple[int, bool]:
     return count, known
 
 
+def _declared_shapes(node) -> list:
+    """The fully known output shapes ``node`` declares itself (a placeholder's ``shape``, the
+    ``_output_shapes`` an export added), by output index; None where one is not fully known.
+    Grappler's shape inference gives up on sizes it cannot count (more than about 2**60
+    elements), which would otherwise count as unknown, a few bytes."""
+    if "_output_shapes" in node.attr:
+        shapes = list(node.attr["_output_shapes"].list.shape)
+    elif node.op in ("Placeholder", "PlaceholderWithDefault") and "shape" in node.attr:
+        shapes = [node.attr["shape"].shape]
+    else:
+        return []
+    return [shape if _num_elements(shape, 1)[1] else None for shape in shapes]
+
+
 def _variable_bytes(node) -> int:
     if node.op not in VARIABLE_OPS or "shape" not in node.attr or "dtype" not in node.attr:
         return 0
@@ -627,9 +641,14 @@ def _opgraph(meta_graph: meta_graph_pb2.MetaGraphDef, props: dict, unknown_dim: 
         return tensor_id[(op, port)]
 
     for i, node in enumerate(nodes):
+        declared = _declared_shapes(node)
         for port, serialized in enumerate(props.get(node.name, [])):
             tp = grappler.parse_properties(serialized)
-            elements, known = _num_elements(tp.shape, unknown_dim)
+            shape = tp.shape
+            if (port < len(declared) and declared[port] is not None
+                    and not _num_elements(shape, 1)[1]):
+                shape = declared[port]  # known where Grappler gave up (sizes past 2**60)
+            elements, known = _num_elements(shape, unknown_dim)
             shape_known[i] &= known
             add_tensor(i, port, elements * grappler.dtype_size(tp.dtype), tp.dtype)
 
