@@ -177,3 +177,34 @@ def test_a_session_on_a_cluster_with_a_task_down_is_closed_without_waiting():
             break
         time.sleep(0.01)
     assert closed and closed[0] is not threading.main_thread() and closed[0].daemon
+
+
+def test_a_session_is_not_opened_on_a_cluster_whose_task_died_since_the_last(monkeypatch):
+    # A task that died after the start-up check (between verify's profile and its measured
+    # Sessions) made the next Session wait in list_devices without end, deaf to Ctrl-C: each
+    # new Session now checks the servers first.
+    import socket
+
+    import tensorflow as tf
+
+    from tf_autoplace.errors import MeasurementError
+    from tf_autoplace.hw.workload import Workload
+
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.identity(tf.constant(1.0), name="train")
+    workload = Workload.from_graph(graph, fetches=["train"])
+
+    def opened(*args, **kwargs):
+        raise AssertionError("a Session was opened on a cluster with a task down")
+
+    monkeypatch.setattr(runner, "open_session", opened)
+    with socket.socket() as alive, socket.socket() as dead:
+        alive.bind(("127.0.0.1", 0))
+        alive.listen()
+        dead.bind(("127.0.0.1", 0))  # bound, not listening: the task that died
+        addresses = tuple(f"127.0.0.1:{s.getsockname()[1]}" for s in (alive, dead))
+        config = RunConfig(target=f"grpc://{addresses[0]}", servers=addresses)
+        device = "/job:worker/replica:0/task:0/device:CPU:0"
+        with pytest.raises(MeasurementError, match=f"cannot reach .*{addresses[1]}"):
+            runner.PlacedSession(workload, {"Const": device, "train": device}, config)

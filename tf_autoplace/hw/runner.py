@@ -286,6 +286,9 @@ class PlacedSession:
             raise MeasurementError(f"TensorFlow cannot import the graph to run it: {e}") from e
         self._fetches = list(workload.fetches)
         self._feeds = dict(workload.feeds)
+        # Every session: a server that died since the last one was opened makes a new one wait
+        # in list_devices, without end and deaf to Ctrl-C, for the task.
+        check_reachable(config.servers)
         with _tf_errors(config):
             self.session = open_session(graph, config, used)
         try:
