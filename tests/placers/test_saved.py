@@ -4,7 +4,8 @@ position and by name, the share that makes "another graph", devices, and where u
 import numpy as np
 import pytest
 
-from tf_autoplace.errors import ConfigError, InfeasiblePlacementError, InvalidGraphError
+from tf_autoplace.errors import (ClusterSpecError, ConfigError, InfeasiblePlacementError,
+                                 InvalidGraphError)
 from tf_autoplace.graph.fingerprint import fingerprint
 from tf_autoplace.graph.opgraph import from_edges
 from tf_autoplace.heuristics.neighbours import place_next_to_neighbours
@@ -91,6 +92,16 @@ def test_a_device_the_cluster_lacks_is_named():
     saved = _saved(problem, np.zeros(60, int))
     saved.op[5].device = "/device:GPU:7"
     with pytest.raises(InfeasiblePlacementError, match=r"'/device:GPU:7', which the cluster"):
+        SavedPlacement(saved).place(problem)
+
+
+def test_a_device_of_a_tf_clusters_job_on_a_cluster_without_tasks_is_a_cluster_spec_error():
+    # A placement made for ps/worker servers applied on one machine: the job is what is
+    # missing, as it is on a cluster of other tasks.
+    problem = _problem()
+    saved = _saved(problem, np.zeros(60, int))
+    saved.op[5].device = "/job:ps/replica:0/task:1/device:GPU:3"
+    with pytest.raises(ClusterSpecError, match="a device of a TensorFlow cluster's job 'ps'"):
         SavedPlacement(saved).place(problem)
 
 

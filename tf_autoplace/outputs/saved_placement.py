@@ -33,7 +33,8 @@ import tensorflow as tf
 from google.protobuf import json_format, message, text_format
 
 from tf_autoplace.core.problem import PlacementProblem
-from tf_autoplace.errors import ConfigError, InfeasiblePlacementError, InvalidGraphError
+from tf_autoplace.errors import (ClusterSpecError, ConfigError, InfeasiblePlacementError,
+                                 InvalidGraphError)
 from tf_autoplace.graph.costgraph import file_format
 from tf_autoplace.graph.fingerprint import normalized_name
 from tf_autoplace.outputs.files import write_atomically
@@ -245,6 +246,14 @@ def _device_index(problem: PlacementProblem, saved: set[str]) -> dict[str, int]:
             specs = [_spec(name) for name in cluster_names]
         want = _spec(device)
         found = [i for i, have in enumerate(specs) if _same_device(want, have)]
+        if not found and not problem.cluster.tasks and (want[0] not in (None, "localhost")
+                                                        or want[2] not in (None, 0)):
+            # as check_task says of a cluster with tasks: the job or task is what is missing
+            raise ClusterSpecError(
+                f"the saved placement puts ops on {device!r}, a device of a TensorFlow "
+                f"cluster's {'job ' + repr(want[0]) if want[0] is not None else 'task'}, and "
+                f"this cluster has no tasks (its devices are {list(cluster_names)}); give the "
+                "cluster the placement was made for")
         if len(found) != 1:
             what = "which the cluster does not have" if not found else \
                 f"which could be any of {[cluster_names[i] for i in found]}"
