@@ -536,6 +536,15 @@ def test_bad_graph_files_are_invalid_graph_errors(tmp_path, content, message):
         ingest.load_meta_graph(str(path))
 
 
+def test_a_saved_models_own_file_given_as_a_graph_points_at_its_directory(tmp_path):
+    saved_model = tmp_path / "model"
+    saved_model.mkdir()
+    (saved_model / "saved_model.pb").write_bytes(b"\x08\x01\x12\x04\xff\xfe a SavedModel")
+    with pytest.raises(InvalidGraphError, match="a SavedModel's own file: give the "
+                                                "SavedModel's directory .'.*model'."):
+        ingest.read_graph_file(saved_model / "saved_model.pb")
+
+
 def test_a_device_is_refused_and_a_pipe_is_read(tmp_path, monkeypatch):
     # /dev/zero never ends: it used to be read until the memory ran out.
     with pytest.raises(InvalidGraphError, match="'/dev/zero': it is a device, not a file"):

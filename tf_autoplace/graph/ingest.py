@@ -135,7 +135,13 @@ def read_graph_file(path: str | os.PathLike) -> tuple[meta_graph_pb2.MetaGraphDe
     if len(data) > MAX_GRAPH_FILE_BYTES:
         raise InvalidGraphError(f"graph file {path!r} is larger than 2 GiB, more than a "
                                 "GraphDef can hold")
-    return _parse(data, what=repr(path))
+    try:
+        return _parse(data, what=repr(path))
+    except InvalidGraphError as e:
+        if os.path.basename(path) in ("saved_model.pb", "saved_model.pbtxt"):
+            raise InvalidGraphError(f"{e}; it is a SavedModel's own file: give the SavedModel's "
+                                    f"directory ({os.path.dirname(path) or '.'!r})") from e
+        raise
 
 
 def _looks_valid(graph_def: graph_pb2.GraphDef) -> bool:
