@@ -340,9 +340,9 @@ class AutoPlacer(Placer):
             single = SingleDevicePlacer().propose(problem)
             if not check_memory(problem, problem.simulator.run(single)):
                 self.notes.append(
-                    f"auto: the cluster's devices share one core group ({groups.pop()!r}, one "
-                    "thread pool), so a split adds transfers and no cores: the single-device "
-                    "placement is returned without a search")
+                    f"auto: placement does not pay on these devices: they share one core "
+                    f"group ({groups.pop()!r}, one thread pool), so a split adds transfers "
+                    "and no cores; the single-device placement is returned without a search")
                 return single
         max_samples = self.samples_for(problem)
         deadline = began + cfg.budget_s
