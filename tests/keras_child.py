@@ -307,6 +307,43 @@ def check_batch_shapes_as_keras_traces_them():
                               .history["loss"])
             out[f"{module.__name__}_{cls.__name__}"] = losses
 
+    # A step placed for a fixed batch size does not serve an iterator whose batch size is
+    # free: there Keras' call() sees None (the evaluate of a dataset with a short last batch
+    # after one of whole batches).
+    features, target = data(36, (2, 4), seed=7)
+    dataset = tf.data.Dataset.from_tensor_slices((features, target))
+    _, StaticBranch = static_batch_models(keras)
+    results = []
+    for placed in (False, True):
+        keras.utils.set_random_seed(0)
+        model = StaticBranch()
+        model.compile(optimizer="sgd", loss="mse", jit_compile=False)
+        if placed:
+            tk.autoplace_model(model, **PLACE)
+        results.append([model.evaluate(dataset.batch(8, drop_remainder=drop), verbose=0)
+                        for drop in (True, False)])
+    out["fixed_then_free"] = results
+
+    # A step that cannot be traced with the dimension that changed left free is an error at
+    # that batch, as Keras' own trace is, not a placement per new shape.
+    class Lengths(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(1)
+
+        def call(self, t):
+            return self.dense(tf.reshape(t, (-1, t.shape[1] * t.shape[2])))
+
+    model = Lengths()
+    model.compile(optimizer="sgd", loss="mse", jit_compile=False)
+    tk.autoplace_model(model, **PLACE)
+    model.train_on_batch(*data(4, (5, 2), seed=8))
+    try:
+        model.train_on_batch(*data(4, (6, 2), seed=9))
+        out["new_length"] = None
+    except tf_autoplace.AutoplaceError as e:
+        out["new_length"] = [type(e).__name__, str(e)]
+
     batches = [data(8, (5, 3), seed=5), data(8, (7, 3), seed=6)]
     spec = (tf.TensorSpec([None, None, 3]), tf.TensorSpec([None, 1]))
     on_batch = []

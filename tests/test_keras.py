@@ -73,6 +73,19 @@ def test_a_call_that_reads_the_static_batch_size_sees_it_as_keras_traces_it(chil
     np.testing.assert_allclose(placed, reference, rtol=1e-5)
 
 
+def test_an_iterator_of_free_batch_size_does_not_run_the_step_placed_for_a_fixed_one(child):
+    reference, placed = _result(child, "batch_shapes")["fixed_then_free"]
+    np.testing.assert_allclose(placed, reference, rtol=1e-5)
+
+
+def test_a_step_that_cannot_take_the_new_shape_free_is_an_error_not_a_placement_per_shape(
+        child):
+    kind, message = _result(child, "batch_shapes")["new_length"]
+    assert kind == "ConfigError"
+    assert "cannot trace the model's train step for batches" in message
+    assert "[None, None, 2]" in message and "placed for other shapes" in message
+
+
 def test_train_and_test_on_batch_take_an_x_y_input_spec(child):
     reference, placed = _result(child, "batch_shapes")["on_batch"]
     np.testing.assert_allclose(placed, reference, rtol=1e-5)

@@ -26,8 +26,11 @@ and ``make_predict_function`` with ones that build the same loop around a *place
    an evaluate after a fit validated with weights) gets a step placed for it, as Keras traces
    one per structure; so does a batch of shapes no placed step takes, traced with every
    dimension that changed left free (as ``tf.function``'s ``reduce_retracing`` relaxes
-   Keras' trace), so a dimension costs at most one more placement; the report is then the
-   latest placement's.
+   Keras' trace), so a dimension costs at most one more placement (a step that cannot be
+   traced so is a ConfigError at that batch, where Keras' own trace fails too); the report is
+   then the latest placement's. A batch runs on the most specific placed step whose spec
+   takes what Keras' step would be traced with (the iterator's spec, else the batch), so a
+   step placed for a fixed batch size does not serve an iterator whose batch size is free.
 
 Free dimensions are counted at the first batch's size in the cost model (``unknown_dim``),
 so the simulated figures are the first batch's. A batch that does not fit the ``input_spec``
@@ -180,6 +183,25 @@ def _dense_specs(element_spec):
         lambda s: s if isinstance(s, tf.TensorSpec) else None, element_spec)
 
 
+def _takes(spec, seen) -> bool:
+    """Whether a step traced with ``spec`` takes batches of ``seen`` (a batch, or the
+    TensorSpecs of an iterator's batches) as Keras' trace for them would: the same structure
+    and dtypes, and every dimension ``spec`` fixes fixed to that size in ``seen`` too."""
+    leaves = _leaves(spec, seen)
+    return leaves is not None and all(
+        s is None and t is None or (
+            s is not None and t is not None and s.dtype == t.dtype
+            and s.shape.rank == t.shape.rank
+            and all(a is None or a == b for a, b in zip(s.shape.as_list(), t.shape.as_list())))
+        for s, t in leaves)
+
+
+def _known_dims(spec) -> int:
+    """How many dimensions ``spec`` fixes: the more, the more specific its trace."""
+    return sum(sum(d is not None for d in s.shape.as_list())
+               for s in tf.nest.flatten(spec) if s is not None)
+
+
 def _relaxed(spec, data):
     """The most specific spec that both ``spec`` and ``data`` (same structure, dtypes and
     ranks) fit: every dimension they disagree on free."""
@@ -273,10 +295,19 @@ class _PlacedStep:
                 "call remove() on the placement autoplace_model returned to run the model "
                 "unplaced")
         data = _as_tensors(data)
-        for spec, placed, _ in self._placed:
-            if _fits(spec, data):
-                self._last = placed
-                return placed(data)
+        element_spec = _dense_specs(element_spec)
+        if element_spec is not None and not _fits(element_spec, data):
+            element_spec = None
+        # What Keras' step would be traced with: the iterator's spec, else the batch. A step
+        # placed for it is one whose spec takes it, the most specific one (as tf.function
+        # picks among its traces): a step traced with a fixed batch size does not serve an
+        # iterator whose batch size is free, where call() sees None.
+        seen = data if element_spec is None else element_spec
+        takes = [(_known_dims(spec), k) for k, (spec, _, given) in enumerate(self._placed)
+                 if (_fits(spec, data) if given else _takes(spec, seen))]
+        if takes:
+            self._last = self._placed[max(takes)[1]][1]
+            return self._last(data)
         for spec, _, given in self._placed:
             if not _same_structure(spec, data):
                 continue
@@ -287,9 +318,10 @@ class _PlacedStep:
                     f"shaped {_shapes(data)}: give tf_autoplace.keras.autoplace_model(..., "
                     "input_spec=...) with None in every dimension that varies between "
                     "batches, or feed batches of one shape")
-            # Keras traces its step again for a batch of other shapes, with every dimension
+            # Keras traces its step again for batches of other shapes, with every dimension
             # the two disagree on left free (tf.function's reduce_retracing): so does this.
-            element_spec = _relaxed(spec, data)
+            self._last = self._place(data, _relaxed(spec, seen), relaxed=True)
+            return self._last(data)
         self._last = self._place(data, element_spec)
         return self._last(data)
 
@@ -319,14 +351,17 @@ class _PlacedStep:
         except (TypeError, ValueError):  # a step traced for a fixed batch size does not take
             pass  # the iterator's batches of any size: nothing runs, the counters stay behind
 
-    def _place(self, data, element_spec=None):
+    def _place(self, data, element_spec=None, *, relaxed: bool = False):
         """Trace, place and keep the step for ``data``'s batches. The spec it is traced with:
         the user's ``input_spec`` (the part this batch carries); else ``element_spec`` when
         the batch fits it (the spec Keras' own step sees when it reads its iterator in the
         graph); else the batch's with its batch dimension free, so that one placement serves
         every batch size; and if the step cannot be traced so (a ``call`` that reads the
         static batch size, ``x.shape[0]``), the batch's own shapes, as Keras traces a first
-        batch read in Python."""
+        batch read in Python. ``relaxed``: ``element_spec`` is the relaxed spec of a batch
+        no placed step takes, the one Keras would trace with: if the step cannot be traced so,
+        Keras' cannot either, and neither is a step fixed to this batch's shapes placed (each
+        new shape would be placed again)."""
         p = self._placement
         spec = _spec_for(p.input_spec, self._kind, data)
         if spec is not None and not _fits(spec, data):  # else Keras' ValueError when traced
@@ -337,6 +372,8 @@ class _PlacedStep:
         given = spec is not None
         if given:
             candidates = [spec]
+        elif relaxed:
+            candidates = [element_spec]
         else:
             element_spec = _dense_specs(element_spec)
             candidates = [element_spec if element_spec is not None and _fits(element_spec, data)
@@ -351,7 +388,11 @@ class _PlacedStep:
                     raise ConfigError(
                         f"cannot trace the model's {self._kind} step for batches "
                         f"{_specs(spec)} ({type(e).__name__}: {' '.join(str(e).split())})"
-                        + ("" if given else f", nor for batches {_specs(candidates[0])}")
+                        + ("" if given or relaxed
+                           else f", nor for batches {_specs(candidates[0])}")
+                        + ("; the step was placed for other shapes, and Keras would trace it "
+                           "with these for this batch: feed batches of the shapes it was "
+                           "placed for" if relaxed else "")
                         + "; give autoplace_model(..., input_spec=...) the batch shapes the "
                         "model can be traced with") from e
         options = p.options
