@@ -294,35 +294,32 @@ def check_batch_shapes_as_keras_traces_them():
 
     x, y = data(32, (2, 4), seed=4)
     out = {}
+    def unplaced_and_placed(module, cls, run):
+        results = []
+        for placed in (False, True):
+            module.utils.set_random_seed(0)
+            model = cls()
+            model.compile(optimizer="sgd", loss="mse", jit_compile=False)
+            if placed:
+                tk.autoplace_model(model, **PLACE)
+            results.append(run(model))
+        return results
+
     for module in (keras, tf_keras):
         for cls in static_batch_models(module):
-            losses = []
-            for placed in (False, True):
-                module.utils.set_random_seed(0)
-                model = cls()
-                model.compile(optimizer="sgd", loss="mse", jit_compile=False)
-                if placed:
-                    tk.autoplace_model(model, **PLACE)
-                losses.append(model.fit(x, y, batch_size=8, shuffle=False, verbose=0)
-                              .history["loss"])
-            out[f"{module.__name__}_{cls.__name__}"] = losses
+            out[f"{module.__name__}_{cls.__name__}"] = unplaced_and_placed(
+                module, cls, lambda model: model.fit(x, y, batch_size=8, shuffle=False,
+                                                     verbose=0).history["loss"])
 
     # A step placed for a fixed batch size does not serve an iterator whose batch size is
     # free: there Keras' call() sees None (the evaluate of a dataset with a short last batch
     # after one of whole batches).
     features, target = data(36, (2, 4), seed=7)
     dataset = tf.data.Dataset.from_tensor_slices((features, target))
-    _, StaticBranch = static_batch_models(keras)
-    results = []
-    for placed in (False, True):
-        keras.utils.set_random_seed(0)
-        model = StaticBranch()
-        model.compile(optimizer="sgd", loss="mse", jit_compile=False)
-        if placed:
-            tk.autoplace_model(model, **PLACE)
-        results.append([model.evaluate(dataset.batch(8, drop_remainder=drop), verbose=0)
-                        for drop in (True, False)])
-    out["fixed_then_free"] = results
+    out["fixed_then_free"] = unplaced_and_placed(
+        keras, static_batch_models(keras)[1],
+        lambda model: [model.evaluate(dataset.batch(8, drop_remainder=drop), verbose=0)
+                       for drop in (True, False)])
 
     # A step that cannot be traced with the dimension that changed left free is an error at
     # that batch, as Keras' own trace is, not a placement per new shape.
