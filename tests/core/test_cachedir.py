@@ -29,10 +29,14 @@ def test_a_shared_or_foreign_directory_is_refused(tmp_path):
     shared.mkdir()
     os.chmod(shared, 0o1777)  # like /tmp
     with pytest.raises(ConfigError, match=r"the test cache directory '.*shared' can be written "
-                                          r"by other users \(mode 1777\)"):
+                                          r"by other users \(mode 1777\)") as shared_error:
         cachedir.private_directory(shared, "the test cache")
+    # A sticky shared directory (/tmp) is not the user's to chmod: the error says to use one
+    # of their own, never to make it private.
+    assert "chmod" not in str(shared_error.value)
+    assert str(shared_error.value).endswith("Use a directory of your own")
     os.chmod(shared, 0o775)
-    with pytest.raises(ConfigError, match="can be written by other users"):
+    with pytest.raises(ConfigError, match="can be written by other users.*chmod go-w"):
         cachedir.check_private_directory(shared, "the test cache")
     a_file = tmp_path / "file"
     a_file.write_text("x")

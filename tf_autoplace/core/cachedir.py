@@ -109,8 +109,9 @@ def check_private_directory(path, what: str) -> None:
         raise ConfigError(
             f"{what} directory {full!r} can be written by other users (mode "
             f"{stat.S_IMODE(st.st_mode):o}): refusing to use it, since they could plant files "
-            f"that this process would read. Make it private (chmod go-w {full!r}) or use "
-            "another directory")
+            "that this process would read. "
+            + ("Use a directory of your own" if st.st_mode & stat.S_ISVTX  # /tmp: shared
+               else f"Make it private (chmod go-w {full!r}) or use another directory"))
 
 
 def read_regular_file(path, *, follow_symlinks: bool = False) -> bytes:
