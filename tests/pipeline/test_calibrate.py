@@ -98,3 +98,16 @@ def test_the_bound_holds_either_way_and_lets_a_factor_inside_it_pass():
     for factor in (bound * 2, 1 / bound / 2):
         with pytest.raises(ConfigError, match="profile's op times and its step disagree"):
             calibrate(graph, cluster, op_time, None, None, {"CPU": factor * single})
+
+
+def test_the_notes_say_which_kinds_a_partial_profile_leaves_unscaled():
+    # A CPU profile placed on GPUs: its note said "its measured step does not scale the op
+    # times" beside the note that the CPU op times were scaled by 1.21.
+    import types
+
+    from tf_autoplace.pipeline.engine import _profile_notes
+
+    profile = types.SimpleNamespace(num_unprofiled_ops=202, unprofiled_kinds=["GPU"],
+                                    profiled_steps=True, num_unused=0)
+    (note,) = _profile_notes(profile, "profile.pbtxt")
+    assert note.endswith("so the GPU op times are not scaled to a measured step"), note

@@ -94,8 +94,8 @@ def _profile_notes(profile: ProfileCostModel, path) -> list[str]:
                      f"{os.fspath(path)!r} for this cluster's "
                      f"{'/'.join(profile.unprofiled_kinds)} devices; their times there are "
                      "Grappler's analytical estimates"
-                     + ("; so its measured step does not scale the op times" if
-                        profile.profiled_steps else ""))
+                     + (f"; so the {'/'.join(profile.unprofiled_kinds)} op times are not "
+                        "scaled to a measured step" if profile.profiled_steps else ""))
     if profile.num_unused:
         notes.append(f"{profile.num_unused} ops of the cost profile are not in this graph "
                      "and were ignored")
