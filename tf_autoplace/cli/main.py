@@ -49,8 +49,9 @@ HELP_FULL = ("--helpfull", "-helpfull")
 
 # command -> (module of tf_autoplace.cli, what it does, what an interrupt leaves)
 COMMANDS = {
-    "place": ("place", "place a GraphDef, MetaGraphDef or SavedModel file; write the placed "
-                       "copy and the report", "nothing was written"),
+    "place": ("place", "place a GraphDef, MetaGraphDef or SavedModel file, or a cost graph; "
+                       "write the placed copy (a cost graph's placement) and the report",
+              "nothing was written"),
     "place-model": ("place_model", "build a model-zoo training graph, place it, print the "
                                    "report", "nothing was written"),
     "benchmark": ("benchmark", "placers x zoo models x clusters: step times, bounds, memory",
