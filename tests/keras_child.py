@@ -321,6 +321,23 @@ def check_batch_shapes_as_keras_traces_them():
         lambda model: [model.evaluate(dataset.batch(8, drop_remainder=drop), verbose=0)
                        for drop in (True, False)])
 
+    # An iterator whose batch size is free, and a call() that needs it: Keras' own step
+    # cannot be traced, and neither is the placed one, before any batch trains (it was
+    # placed for the first batch's size, trained on it, and failed at the second).
+    Flatten8 = static_batch_models(keras)[0]
+    keras.utils.set_random_seed(0)
+    model = Flatten8()
+    model.compile(optimizer="sgd", loss="mse", jit_compile=False)
+    model.build((None, 2, 4))
+    before = [w.numpy().tolist() for w in model.weights]
+    tk.autoplace_model(model, **PLACE)
+    try:
+        model.fit(features, target, batch_size=8, shuffle=False, verbose=0)
+        out["free_batch_untraceable"] = None
+    except tf_autoplace.AutoplaceError as e:
+        out["free_batch_untraceable"] = [type(e).__name__, str(e),
+                                         [w.numpy().tolist() for w in model.weights] == before]
+
     # A step that cannot be traced with the dimension that changed left free is an error at
     # that batch, as Keras' own trace is, not a placement per new shape.
     class Lengths(keras.Model):

@@ -86,6 +86,12 @@ def test_a_step_that_cannot_take_the_new_shape_free_is_an_error_not_a_placement_
     assert "[None, None, 2]" in message and "placed for other shapes" in message
 
 
+def test_a_step_keras_cannot_trace_for_its_iterator_fails_before_any_batch_trains(child):
+    kind, message, unchanged = _result(child, "batch_shapes")["free_batch_untraceable"]
+    assert kind == "ConfigError" and "cannot trace the model's train step" in message
+    assert "[None, 2, 4]" in message and unchanged
+
+
 def test_train_and_test_on_batch_take_an_x_y_input_spec(child):
     reference, placed = _result(child, "batch_shapes")["on_batch"]
     np.testing.assert_allclose(placed, reference, rtol=1e-5)

@@ -355,13 +355,13 @@ class _PlacedStep:
         """Trace, place and keep the step for ``data``'s batches. The spec it is traced with:
         the user's ``input_spec`` (the part this batch carries); else ``element_spec`` when
         the batch fits it (the spec Keras' own step sees when it reads its iterator in the
-        graph); else the batch's with its batch dimension free, so that one placement serves
-        every batch size; and if the step cannot be traced so (a ``call`` that reads the
-        static batch size, ``x.shape[0]``), the batch's own shapes, as Keras traces a first
-        batch read in Python. ``relaxed``: ``element_spec`` is the relaxed spec of a batch
-        no placed step takes, the one Keras would trace with: if the step cannot be traced so,
-        Keras' cannot either, and neither is a step fixed to this batch's shapes placed (each
-        new shape would be placed again)."""
+        graph; where that cannot be traced, Keras' step fails too); else the batch's with its
+        batch dimension free, so that one placement serves every batch size; and if the step
+        cannot be traced so (a ``call`` that reads the static batch size, ``x.shape[0]``), the
+        batch's own shapes, as Keras traces a first batch read in Python. ``relaxed``:
+        ``element_spec`` is the relaxed spec of a batch no placed step takes, the one Keras
+        would trace with: if the step cannot be traced so, Keras' cannot either, and neither is
+        a step fixed to this batch's shapes placed (each new shape would be placed again)."""
         p = self._placement
         spec = _spec_for(p.input_spec, self._kind, data)
         if spec is not None and not _fits(spec, data):  # else Keras' ValueError when traced
@@ -376,8 +376,10 @@ class _PlacedStep:
             candidates = [element_spec]
         else:
             element_spec = _dense_specs(element_spec)
-            candidates = [element_spec if element_spec is not None and _fits(element_spec, data)
-                          else _free_batch_dimension(data), _own_shapes(data)]
+            # Keras traces an iterator's batches with its spec, and fails where that fails
+            candidates = ([element_spec] if element_spec is not None
+                          and _fits(element_spec, data)
+                          else [_free_batch_dimension(data), _own_shapes(data)])
         for k, spec in enumerate(candidates):
             step = _step_function(p.model, self._kind, p.flavour)
             try:
