@@ -338,6 +338,20 @@ def check_batch_shapes_as_keras_traces_them():
         out["free_batch_untraceable"] = [type(e).__name__, str(e),
                                          [w.numpy().tolist() for w in model.weights] == before]
 
+    # Batches read in Python (train_on_batch): the first traced with its own batch size (its
+    # call() needs one), a shorter one after it with the batch size free, which cannot be
+    # traced either: an error at that batch, as Keras' own retrace is.
+    keras.utils.set_random_seed(0)
+    model = Flatten8()
+    model.compile(optimizer="sgd", loss="mse", jit_compile=False)
+    tk.autoplace_model(model, **PLACE)
+    model.train_on_batch(features[:8], target[:8])
+    try:
+        model.train_on_batch(features[:4], target[:4])
+        out["short_batch_untraceable"] = None
+    except tf_autoplace.AutoplaceError as e:
+        out["short_batch_untraceable"] = [type(e).__name__, str(e)]
+
     # A step that cannot be traced with the dimension that changed left free is an error at
     # that batch, as Keras' own trace is, not a placement per new shape.
     class Lengths(keras.Model):

@@ -55,14 +55,13 @@ def test_autoplace_takes_a_keras_model_to_the_keras_door(child):
     assert _result(child, "keras3")["is_placement"]  # keras3 goes through autoplace()
 
 
-def test_batches_whose_shape_changes_get_a_step_placed_for_them_unless_input_spec_fixed_it(
-        child):
+def test_batches_whose_other_dimensions_change_are_refused_unless_input_spec_frees_them(child):
     r = _result(child, "shapes")
-    for name in ("replaced", "free"):  # the new length runs, with the unplaced losses
-        np.testing.assert_allclose(r[name], r[name + "_reference"], rtol=1e-5)
-    kind, message = r["refused"]
-    assert kind == "ConfigError"
-    assert "[None, 5, 4]" in message and "[8, 7, 4]" in message and "input_spec" in message
+    np.testing.assert_allclose(r["free"], r["free_reference"], rtol=1e-5)
+    for name, placed_for in (("replaced", "[8, 5, 4]"), ("refused", "[None, 5, 4]")):
+        kind, message = r[name]
+        assert kind == "ConfigError"
+        assert placed_for in message and "[8, 7, 4]" in message and "input_spec" in message
     assert r["removed"]  # remove() gives the model back Keras' own functions
 
 
@@ -78,12 +77,17 @@ def test_an_iterator_of_free_batch_size_does_not_run_the_step_placed_for_a_fixed
     np.testing.assert_allclose(placed, reference, rtol=1e-5)
 
 
-def test_a_step_that_cannot_take_the_new_shape_free_is_an_error_not_a_placement_per_shape(
-        child):
+def test_a_new_sequence_length_is_refused_not_a_placement_per_length(child):
     kind, message = _result(child, "batch_shapes")["new_length"]
     assert kind == "ConfigError"
+    assert "placed for batches shaped ([None, 5, 2]" in message and "[4, 6, 2]" in message
+
+
+def test_a_new_batch_size_the_step_cannot_take_free_is_an_error_at_that_batch(child):
+    kind, message = _result(child, "batch_shapes")["short_batch_untraceable"]
+    assert kind == "ConfigError"
     assert "cannot trace the model's train step for batches" in message
-    assert "[None, None, 2]" in message and "placed for other shapes" in message
+    assert "[None, 2, 4]" in message and "placed for other shapes" in message
 
 
 def test_a_step_keras_cannot_trace_for_its_iterator_fails_before_any_batch_trains(child):

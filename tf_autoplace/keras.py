@@ -24,18 +24,19 @@ and ``make_predict_function`` with ones that build the same loop around a *place
 3. Its report is in :attr:`KerasPlacement.reports` under ``"train"``, ``"test"`` or
    ``"predict"``. A batch of another structure (``(x, y)`` after ``(x, y, sample_weight)``:
    an evaluate after a fit validated with weights) gets a step placed for it, as Keras traces
-   one per structure; so does a batch of shapes no placed step takes, traced with every
-   dimension that changed left free (as ``tf.function``'s ``reduce_retracing`` relaxes
-   Keras' trace), so a dimension costs at most one more placement (a step that cannot be
-   traced so is a ConfigError at that batch, where Keras' own trace fails too); the report is
-   then the latest placement's. A batch runs on the most specific placed step whose spec
+   one per structure; so does a batch of another batch size no placed step takes, traced
+   with the batch dimension free (as ``tf.function``'s ``reduce_retracing`` relaxes Keras'
+   trace), so the batch size costs at most one more placement (a step that cannot be traced
+   so is a ConfigError at that batch, where Keras' own trace fails too); the report is then
+   the latest placement's. A batch runs on the most specific placed step whose spec
    takes what Keras' step would be traced with (the iterator's spec, else the batch), so a
    step placed for a fixed batch size does not serve an iterator whose batch size is free.
 
 Free dimensions are counted at the first batch's size in the cost model (``unknown_dim``),
-so the simulated figures are the first batch's. A batch that does not fit the ``input_spec``
-given (a dimension it fixes has another size) is a ConfigError that names both shapes: give
-None in the dimensions that vary. So is an ``input_spec`` the first batch does not fit
+so the simulated figures are the first batch's. A batch whose other dimensions differ from
+every placed step's (a sequence length, a feature size), or that does not fit the
+``input_spec`` given, is a ConfigError that names both shapes: give ``input_spec`` with None
+in the dimensions that vary. So is an ``input_spec`` the first batch does not fit
 (another structure, dtype, rank or fixed size), before anything is traced; and a ragged or
 sparse batch, before anything is placed.
 
@@ -210,6 +211,14 @@ def _relaxed(spec, data):
             s.shape.most_specific_compatible_shape(t.shape), s.dtype), spec, data)
 
 
+def _only_batch_freed(spec, relaxed) -> bool:
+    """Whether ``relaxed`` frees no dimension of ``spec`` but the batch dimension (the first):
+    a feature size that changes is a model's misuse or needs an ``input_spec``, not a step
+    placed again for it."""
+    return all(s is None or s.shape.as_list()[1:] == r.shape.as_list()[1:]
+               for s, r in zip(tf.nest.flatten(spec), tf.nest.flatten(relaxed)))
+
+
 def _batch_size(data) -> int:
     for t in tf.nest.flatten(data):
         if t is not None and t.shape.rank:
@@ -311,16 +320,18 @@ class _PlacedStep:
         for spec, _, given in self._placed:
             if not _same_structure(spec, data):
                 continue
-            if given:
+            relaxed = _relaxed(spec, seen)
+            if given or not _only_batch_freed(spec, relaxed):
                 raise ConfigError(
                     f"the model's {self._kind} function was placed for batches shaped "
-                    f"{_shapes(spec)} (None: any size), as input_spec says, and this batch is "
+                    f"{_shapes(spec)} (None: any size)"
+                    + (", as input_spec says," if given else "") + " and this batch is "
                     f"shaped {_shapes(data)}: give tf_autoplace.keras.autoplace_model(..., "
                     "input_spec=...) with None in every dimension that varies between "
                     "batches, or feed batches of one shape")
-            # Keras traces its step again for batches of other shapes, with every dimension
-            # the two disagree on left free (tf.function's reduce_retracing): so does this.
-            self._last = self._place(data, _relaxed(spec, seen), relaxed=True)
+            # Keras traces its step again for batches of another batch size, with that
+            # dimension left free (tf.function's reduce_retracing): so does this.
+            self._last = self._place(data, relaxed, relaxed=True)
             return self._last(data)
         self._last = self._place(data, element_spec)
         return self._last(data)
