@@ -99,8 +99,8 @@ def main(argv):
             workload = Workload.from_model(zoo.build(FLAGS.model, **knobs), seed=FLAGS.seed)
             what = f"{FLAGS.model} {knobs}"
         else:
-            feeds = made_up_feeds(FLAGS.graph, parse_feed_shapes(FLAGS.feed_shape),
-                                  seed=FLAGS.seed)
+            feeds = (made_up_feeds(FLAGS.graph, parse_feed_shapes(FLAGS.feed_shape),
+                                   seed=FLAGS.seed) if FLAGS.feed_shape else None)
             workload = Workload.from_graph(FLAGS.graph, fetches=FLAGS.fetches, init=FLAGS.init,
                                            feeds=feeds, seed=FLAGS.seed)
             what = FLAGS.graph
