@@ -128,3 +128,31 @@ def test_a_flag_value_absl_cannot_read_fails_before_tensorflow(argv, repo_root):
     flag = argv[1].partition("=")[0]
     assert proc.stderr.startswith(f"FATAL Flags parsing error: flag {argv[1]}: "), proc.stderr
     assert flag in proc.stderr and "Traceback" not in proc.stderr
+
+
+# A command's main that prints far more than a pipe holds, as a report of a large graph does.
+LONG_OUTPUT = """
+import sys
+from tf_autoplace.cli import main as cli_main
+
+def run(name):
+    for _ in range(10_000):
+        print("x" * 100)
+    return 0
+
+cli_main._run = run
+sys.exit(cli_main.main(["tf-autoplace", *sys.argv[1:]]))
+"""
+
+
+@pytest.mark.parametrize("argv", [["place", "--input=x.pb"], ["--help"], ["place", "--help"]])
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(argv, repo_root):
+    # `tf-autoplace place-model ... | head -1` ended with a BrokenPipeError traceback and
+    # status 1 (a command's report, and the usage text, written after `head` had gone).
+    proc = subprocess.Popen([sys.executable, "-c", LONG_OUTPUT, *argv], cwd=repo_root,
+                            env=_env(repo_root), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    proc.stdout.close()  # the reader is gone before anything is written
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 141, err  # 128 + SIGPIPE, as a shell reports it
+    assert err == ""

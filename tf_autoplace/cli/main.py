@@ -35,6 +35,7 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import os
 import signal
 import sys
 
@@ -91,6 +92,18 @@ def _over() -> None:
     """The command is over: Ctrl-C and SIGTERM are ignored from now (module docstring)."""
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
+
+
+def _stdout_closed() -> int:
+    """The status of a command whose reader closed its standard output (``... | head``): what
+    the shell reports for a program SIGPIPE ended, without a traceback, as ``git log | head``
+    ends. Python ignores SIGPIPE, so the write raised BrokenPipeError instead; standard output
+    is pointed at the null device so that the flush at exit cannot raise it again. What the
+    command writes to files is whole or absent as for any other error it stops on."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, sys.stdout.fileno())
+    os.close(null)
+    return 128 + signal.SIGPIPE
 
 
 def _docstring(module: str) -> str:
@@ -161,8 +174,15 @@ def _run(name: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run ``argv[1]``'s command with the rest of ``argv`` (default ``sys.argv``); returns the
     exit status."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        return _stdout_closed()
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv if argv is None else argv)
-    if len(argv) < 2 or argv[1] in HELP:
+    if len(argv) < 2 or argv[1] in HELP or argv[1] in HELP_FULL:
         print(usage(), file=sys.stdout if len(argv) >= 2 else sys.stderr)
         return 0 if len(argv) >= 2 else 2
     name = argv[1]
