@@ -392,6 +392,9 @@ def test_one_device_verify_names_the_annotations_it_could_not_compare_and_analyt
     notes = " | ".join(report.notes)
     assert "annotations name devices it lacks (/device:CPU:1)" in notes
     assert "Grappler's analytical estimates" in notes
+    # ... and it does not send the user to verify, which they asked for and which measures
+    # nothing on one device.
+    assert "measure them (measure_steps) or give a cost profile" in notes, notes
     # Shipped GPU specs correct the analytical model (their speeds); no such note there.
     other = tf_autoplace.autoplace(small_cnn().graph, cluster="k80x2", placer="single",
                                    cache=False, progress=False)

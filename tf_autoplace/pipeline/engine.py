@@ -228,10 +228,15 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
                         if lacking else ""))
     if (cost_model.estimates and not cluster.target
             and any(d.core_group == HOST_CORE_GROUP for d in cluster.devices)):
+        # What the user has not asked for yet: verify chooses nothing on one device.
+        ways = [way for way, left in (("verify", cluster.num_devices > 1),
+                                      ("measure_steps", not measure_steps)) if left]
         notes.append("op times are Grappler's analytical estimates, which on this machine's "
-                     "CPU can be an order of magnitude from a real step: for figures to trust, "
-                     "measure them (verify, measure_steps) or give a cost profile "
-                     "(tf-autoplace profile)")
+                     "CPU can be an order of magnitude from a real step: "
+                     + (f"for figures to trust, measure them ({', '.join(ways)}) or "
+                        if ways else "the measured step times in this report are this "
+                        "machine's; for predictions to trust, ")
+                     + "give a cost profile (tf-autoplace profile)")
     report = place_problem(problem, options, timings=timings, notes=notes)
     if verifying:
         t = time.perf_counter()
