@@ -15,6 +15,7 @@ from tf_autoplace.placers import PlacementProblem, get_placer
 
 GB = 10**9
 NAMES = ["in", "mm", "relu", "save"]
+TYPES = ["Const", "MatMul", "Relu", "SaveV2"]  # the types PROFILE records, where it does
 # "save" has only a CPU kernel, so the profile need not (and does not) time it on a GPU.
 KERNELS = np.array([[1, 1], [1, 1], [1, 1], [1, 0]], bool)
 PROFILE = """
@@ -32,7 +33,7 @@ op { name: "not_in_this_graph" device_kind: "GPU" compute_time_us: 1 }
 
 def _graph():
     return from_edges(4, [(0, 1, 4096), (1, 2, 1024), (2, 3, 1024)], names=NAMES,
-                      kernels=KERNELS)
+                      kernels=KERNELS, op_types=TYPES)
 
 
 def _cluster():
@@ -335,7 +336,7 @@ def test_a_measured_time_is_not_divided_by_a_specs_absolute_speed():
 def test_a_profile_of_the_model_at_another_batch_size_is_refused():
     # "in" wrote 4096 bytes when profiled; here it writes 8192 (twice the batch).
     doubled = from_edges(4, [(0, 1, 8192), (1, 2, 2048), (2, 3, 2048)], names=NAMES,
-                         kernels=KERNELS)
+                         kernels=KERNELS, op_types=TYPES)
     model = ProfileCostModel.from_text(PROFILE)
     with pytest.raises(ConfigError, match=r"other tensor sizes: 1 of the 1 ops .*'in': "
                                           r"4\.10 KB in the profile, 8\.19 KB here"):
@@ -344,3 +345,34 @@ def test_a_profile_of_the_model_at_another_batch_size_is_refused():
     again = ProfileCostModel.from_proto(model.to_proto())  # the sizes survive a round trip
     with pytest.raises(ConfigError, match="other tensor sizes"):
         again.op_time(doubled, _cluster())
+
+
+def test_a_profile_whose_ops_have_other_types_is_another_graphs():
+    # A frozen inference graph's profile names the training graph's ops ("kernel" a Const
+    # there, a VarHandleOp here) and was taken as this graph's: the report predicted 9x the
+    # measured step from the estimates it filled in, and nothing said why.
+    frozen = from_edges(4, [(0, 1, 4096), (1, 2, 1024), (2, 3, 1024)], names=NAMES,
+                        kernels=KERNELS, op_types=["VarHandleOp", "MatMul", "Relu", "SaveV2"])
+    model = ProfileCostModel.from_text(PROFILE)
+    with pytest.raises(ConfigError, match=r"another graph's: 1 of the 2 ops it names have "
+                                          r"another type here \(e\.g\. 'in': Const in the "
+                                          r"profile, VarHandleOp here"):
+        model.op_time(frozen, _cluster())
+    again = ProfileCostModel.from_proto(model.to_proto())  # the types survive a round trip
+    with pytest.raises(ConfigError, match="another graph's"):
+        again.op_time(frozen, _cluster())
+    assert model.op_time(_graph(), _cluster()).shape == (4, 3) and model.retyped == []
+
+
+def test_a_few_ops_of_another_type_are_named_not_refused():
+    typed = PROFILE + "".join(
+        f'op {{ name: "x{i}" device_kind: "CPU" compute_time_us: 1 op_type: "Add" }}\n'
+        for i in range(10))
+    names = NAMES + [f"x{i}" for i in range(10)]
+    graph = from_edges(14, [(0, 1, 4096), (1, 2, 1024), (2, 3, 1024)], names=names,
+                       kernels=np.vstack([KERNELS, np.ones((10, 2), bool)]),
+                       op_types=TYPES[:1] + ["BatchMatMulV2"] + TYPES[2:] + ["Add"] * 10)
+    model = ProfileCostModel.from_text(
+        typed, fallback=TableCostModel({"GPU": np.full(14, 7.0), "CPU": np.full(14, 3.0)}))
+    model.op_time(graph, _cluster())  # 1 of 12 differs: under a tenth
+    assert model.retyped == [("mm", "MatMul", "BatchMatMulV2")]

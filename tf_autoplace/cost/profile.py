@@ -16,7 +16,9 @@ reference task) scale it. The measured time is taken as the whole op time, so th
 ``op_overhead_s`` is not added. Tensor sizes come from the graph; ``output_bytes`` (the op's
 outputs in all, as the profiled graph's shapes gave them) only tells a profile of this graph at
 another batch size or input shape: when a tenth of the ops whose sizes both know differ, that is
-a ConfigError.
+a ConfigError. ``op_type`` likewise tells another graph's profile whose op names match (a
+frozen graph's for a training graph): a tenth of the ops both type with other types here is a
+ConfigError, fewer are named in the report (``retyped``).
 
 Ops the profile does not cover. An (op, kind) pair is *needed* when the op has a kernel for that
 kind and the cluster has a device of that kind (an op without a kernel there costs ``inf``
@@ -144,8 +146,9 @@ class ProfileCostModel(CostModel):
 
     def __init__(self, times: dict[str, dict[str, float]], *, fallback: CostModel | None = None,
                  not_run=(), partners: dict | None = None, steps: dict | None = None,
-                 output_bytes: dict | None = None):
+                 output_bytes: dict | None = None, op_types: dict | None = None):
         self._bytes = {str(name): int(b) for name, b in (output_bytes or {}).items() if b > 0}
+        self._types = {str(name): str(t) for name, t in (op_types or {}).items() if t}
         self._times = {}
         for name, per_kind in times.items():
             for kind, t in per_kind.items():
@@ -194,16 +197,19 @@ class ProfileCostModel(CostModel):
         self.num_unprofiled_ops = 0
         self.unprofiled_kinds: tuple[str, ...] = ()  # the kinds those ops lacked a time on
         self.num_unused = 0
+        self.retyped: list[tuple[str, str, str]] = []  # (op, type in the profile, type here)
 
     # ------------------------------------------------------------------------- constructors
     @classmethod
     def from_proto(cls, profile: cost_profile_pb2.CostProfile, *,
                    fallback: CostModel | None = None) -> "ProfileCostModel":
         times: dict[str, dict[str, float]] = {}
-        not_run, partners, sizes = [], {}, {}
+        not_run, partners, sizes, types = [], {}, {}, {}
         for entry in profile.op:
             if entry.output_bytes > 0:
                 sizes.setdefault(entry.name, entry.output_bytes)
+            if entry.op_type:
+                types.setdefault(entry.name, entry.op_type)
             if not entry.name or not entry.device_kind:
                 raise ConfigError(f"profile entry without name or device_kind: "
                                   f"{text_format.MessageToString(entry, as_one_line=True)!r}")
@@ -224,7 +230,7 @@ class ProfileCostModel(CostModel):
                     raise ConfigError(f"the profile has two runs on {run.device_kind}")
                 steps[run.device_kind] = run.step_time_us * 1e-6
         return cls(times, fallback=fallback, not_run=not_run, partners=partners, steps=steps,
-                   output_bytes=sizes)
+                   output_bytes=sizes, op_types=types)
 
     @classmethod
     def from_text(cls, text: str, *, fallback: CostModel | None = None) -> "ProfileCostModel":
@@ -270,6 +276,7 @@ class ProfileCostModel(CostModel):
                 partner, apart = self._partners.get((name, kind), ("", 0.0))
                 out.op.add(name=name, device_kind=kind, compute_time_us=t * 1e6,
                            output_bytes=self._bytes.get(name, 0),
+                           op_type=self._types.get(name, ""),
                            did_not_run=(name, kind) in self._not_run, partner=partner,
                            partner_apart_time_us=apart * 1e6)
         for kind, t in self._steps.items():
@@ -302,6 +309,30 @@ class ProfileCostModel(CostModel):
                 f"{format_bytes(recorded)} in the profile, {format_bytes(here)} here), so it "
                 "times this model at another batch size or input shape; profile the graph as "
                 "it runs (tf-autoplace profile --graph=...)")
+
+    def _check_types(self, graph: OpGraph) -> None:
+        """Compare the op types the profile records with the graph's: a ConfigError when
+        :data:`SIZE_SHARE` or more of the ops both name differ (a profile of another graph
+        whose op names match, such as the frozen inference graph of a training graph:
+        ``kernel`` a Const there, a VarHandleOp here, and the gradients not timed at all);
+        otherwise ``retyped`` lists the ops that differ, which the report names."""
+        index = {name: i for i, name in enumerate(graph.names)}
+        compared, self.retyped = 0, []
+        for name, recorded in self._types.items():
+            i = index.get(name)
+            if i is None:
+                continue
+            compared += 1
+            if graph.op_types[i] != recorded:
+                self.retyped.append((name, recorded, graph.op_types[i]))
+        if self.retyped and len(self.retyped) >= SIZE_SHARE * compared:
+            name, recorded, here = self.retyped[0]
+            raise ConfigError(
+                f"the cost profile is another graph's: {len(self.retyped)} of the {compared} "
+                f"ops it names have another type here (e.g. {name!r}: {recorded} in the "
+                f"profile, {here} here; a frozen or rewritten graph's profile?), so its times "
+                "are not this graph's ops'; profile this graph (tf-autoplace profile "
+                "--graph=...)")
 
     def measured_steps(self) -> dict[str, float]:
         """The profiled runs' untraced single-device steps by device kind, for the kinds on
@@ -375,6 +406,7 @@ class ProfileCostModel(CostModel):
                    if inside else "it is another graph's profile")
                 + "; profile this graph with tf-autoplace profile --graph=..., which does so")
         self._check_sizes(graph)
+        self._check_types(graph)
         if covered and all(np.isnan(table[k]).all() for k in kinds):
             timed = sorted({k for name in graph.names for k in self._times.get(name, {})})
             raise ConfigError(

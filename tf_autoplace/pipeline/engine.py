@@ -94,8 +94,17 @@ def _profile_notes(profile: ProfileCostModel, path) -> list[str]:
                      f"{os.fspath(path)!r} for this cluster's "
                      f"{'/'.join(profile.unprofiled_kinds)} devices; their times there are "
                      "Grappler's analytical estimates"
+                     + (", which on a CPU can be an order of magnitude from a real step (for "
+                        "figures to trust, profile the whole graph as it runs)"
+                        if "CPU" in profile.unprofiled_kinds else "")
                      + (f"; so the {'/'.join(profile.unprofiled_kinds)} op times are not "
                         "scaled to a measured step" if profile.profiled_steps else ""))
+    if profile.retyped:
+        shown = ", ".join(f"{name!r} ({was} in the profile, {now} here)"
+                          for name, was, now in profile.retyped[:3])
+        notes.append(f"{len(profile.retyped)} ops have another type in the cost profile than "
+                     f"in this graph ({shown}{' ...' if len(profile.retyped) > 3 else ''}); "
+                     "their profiled times are another kernel's")
     if profile.num_unused:
         notes.append(f"{profile.num_unused} ops of the cost profile are not in this graph "
                      "and were ignored")
