@@ -293,9 +293,27 @@ def test_tensorflows_own_profiling_protos_are_named_as_another_format_in_every_f
     data = {"binary": proto.SerializeToString(),
             "text": text_format.MessageToString(proto).encode(),
             "json": json_format.MessageToJson(proto).encode()}[fmt]
-    with pytest.raises(InvalidGraphError, match="TensorFlow's own CostGraphDef .* is another "
-                                                "format: profile the graph with"):
+    # Text and JSON name the format they are (a RunMetadata was called "CostGraphDef"); a
+    # binary one parses as an unversioned cost graph.
+    said = (r"TensorFlow's own CostGraphDef .* is another format" if fmt == "binary"
+            else f"is TensorFlow's own {kind}, not this package's CostGraph")
+    with pytest.raises(InvalidGraphError, match=f"{said}: profile the graph with"):
         costgraph.decode(data, fmt)
+
+
+def test_a_cost_profile_or_binary_data_given_as_a_cost_graph_is_named():
+    # The profile said only 'no field named "device_kind"'; binary data, "bad UTF-8".
+    profile = b'op { name: "a" device_kind: "CPU" compute_time_us: 3 op_type: "MatMul" }\n'
+    with pytest.raises(InvalidGraphError, match=r"is a cost profile \(tf-autoplace profile "
+                                                r"--out_profile\), not a cost graph: give it "
+                                                r"with the graph it times, as --cost_profile"):
+        costgraph.decode(profile, "text")
+    with pytest.raises(InvalidGraphError, match=r"is not a binary CostGraph \(.*\): "
+                                                "TensorFlow's binary RunMetadata, StepStats and "
+                                                "CostGraphDef are other formats; profile"):
+        costgraph.decode(b"\x0a\x05ab", "binary")  # a field cut short
+    with pytest.raises(InvalidGraphError, match=r"is not a json CostGraph \([^\n]*\)$"):
+        costgraph.decode(b'{"formatVersion": 1, "bogus": 2}', "json")  # one line
 
 
 def test_export_needs_one_time_per_device_kind():

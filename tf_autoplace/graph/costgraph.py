@@ -48,7 +48,7 @@ from google.protobuf import message as _pb_message
 from tf_autoplace.errors import ConfigError, InvalidGraphError
 from tf_autoplace.graph import buffers
 from tf_autoplace.graph.opgraph import KERNEL_KINDS, OpGraph
-from tf_autoplace.proto import cost_graph_pb2
+from tf_autoplace.proto import cost_graph_pb2, cost_profile_pb2
 
 FORMAT_VERSION = 1
 # The most the ops' times on one device kind may add up to: a step no machine runs, and sums
@@ -96,10 +96,10 @@ class CostGraph:
 
 
 # ------------------------------------------------------------------------------ the proto
-_TF_FORMATS_HINT = (
-    "; TensorFlow's own CostGraphDef (RunMetadata.cost_graph) is another format: profile the "
-    "graph with `tf-autoplace profile`, or export a costed graph with "
-    "tf_autoplace.pipeline.prepare.export_cost_graph")
+_ADVICE = ("profile the graph with `tf-autoplace profile`, or export a costed graph with "
+           "tf_autoplace.pipeline.prepare.export_cost_graph")
+_TF_FORMATS_HINT = ("; TensorFlow's own CostGraphDef (RunMetadata.cost_graph) is another "
+                    f"format: {_ADVICE}")
 # TensorFlow's own profiling formats, by the first field of their text or JSON form.
 _TF_FIRST_FIELDS = {
     "step_stats": "RunMetadata", "stepStats": "RunMetadata", "cost_graph": "RunMetadata",
@@ -300,6 +300,29 @@ def encode(cost_graph: CostGraph, fmt: str) -> bytes:
     raise ConfigError(f"fmt must be one of {FORMATS}, got {fmt!r}")
 
 
+def _not_a_cost_graph(data: bytes, fmt: str, what: str, error: Exception) -> str:
+    """Why ``data`` did not parse as a ``fmt`` cost graph, naming what it is where that can be
+    told: TensorFlow's own profiling formats (what a user with a FULL_TRACE step has at hand),
+    a cost profile of this package (which goes with its graph, as ``cost_profile``), or binary
+    data of neither."""
+    other = tensorflow_format(data) if fmt != "binary" else None
+    if other:
+        return f"{what} is TensorFlow's own {other}, not this package's CostGraph: {_ADVICE}"
+    if fmt == "text":
+        try:
+            profile = text_format.Parse(data.decode("utf-8"), cost_profile_pb2.CostProfile())
+        except (text_format.ParseError, UnicodeDecodeError):
+            profile = None
+        if profile is not None and profile.op:
+            return (f"{what} is a cost profile (tf-autoplace profile --out_profile), not a "
+                    "cost graph: give it with the graph it times, as --cost_profile "
+                    "(cost_profile=)")
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return (f"{what} is not a {fmt} CostGraph ({first})"
+            + (": TensorFlow's binary RunMetadata, StepStats and CostGraphDef are other "
+               f"formats; {_ADVICE}" if fmt == "binary" else ""))
+
+
 def decode(data: bytes, fmt: str, *, what: str = "the cost graph") -> CostGraph:
     """A cost graph from its bytes in ``fmt`` (one of :data:`FORMATS`); ``what`` names the
     source in error messages."""
@@ -315,8 +338,7 @@ def decode(data: bytes, fmt: str, *, what: str = "the cost graph") -> CostGraph:
             json_format.Parse(data.decode("utf-8"), proto)
     except (_pb_message.DecodeError, text_format.ParseError, json_format.ParseError,
             UnicodeDecodeError) as e:
-        hint = _TF_FORMATS_HINT if fmt != "binary" and tensorflow_format(data) else ""
-        raise InvalidGraphError(f"{what} is not a {fmt} CostGraph: {e}{hint}") from e
+        raise InvalidGraphError(_not_a_cost_graph(data, fmt, what, e)) from e
     try:
         return from_proto(proto)
     except InvalidGraphError as e:
