@@ -305,13 +305,42 @@ def test_every_default_on_this_machine_places_a_tiny_graph():
                for note in learned.notes), learned.notes
 
 
-def test_a_cost_profile_is_for_graphs_not_functions():
-    @tf.function(input_signature=[tf.TensorSpec([2], tf.float32)])
-    def double(x):
-        return 2.0 * x
+def test_a_function_places_with_the_profile_of_its_graph(tmp_path):
+    # The README profiles a TF2 function with profile_ops(Workload.from_function(...)) and
+    # places "with it through cost_profile=", which was a ConfigError for a function.
+    from google.protobuf import text_format
 
-    with pytest.raises(tf_autoplace.ConfigError, match="cost_profile is for graphs"):
-        tf_autoplace.autoplace(double, cluster=CPU2, placer="m_etf", cost_profile="p.pbtxt")
+    from tf_autoplace import tf2
+    from tf_autoplace.hw.profiler import profile_ops
+    from tf_autoplace.hw.runner import RunConfig
+    from tf_autoplace.hw.workload import Workload
+
+    w = tf.Variable(tf.ones((16, 16)), name="w")
+
+    @tf.function(input_signature=[tf.TensorSpec([8, 16], tf.float32)])
+    def step(x):
+        loss = tf.reduce_sum(tf.nn.relu(tf.matmul(x, w)))
+        w.assign_sub(0.01 * tf.ones_like(w))
+        return loss
+
+    x = tf.ones((8, 16))
+    profile = profile_ops(Workload.from_function(step, x), kinds=("CPU",), partners=False,
+                          config=RunConfig(steps=1, warmup_steps=1, trace_steps=2))
+    path = tmp_path / "step.pbtxt"
+    path.write_text(text_format.MessageToString(profile))
+    placed = tf_autoplace.autoplace(step, cluster="local", placer="m_etf", cost_profile=path,
+                                    progress=False)
+    notes = " | ".join(placed.report.notes)
+    assert "the profiled CPU op times were scaled by" in notes, notes
+    assert "Grappler's analytical estimates" not in notes  # every op measured
+    assert float(placed(x)) == pytest.approx(float(tf.reduce_sum(tf.nn.relu(
+        tf.matmul(x, w + 0.01)))))  # the placed step runs (w moved once more)
+    # The same through autoplace_function; measure_steps stays for graphs.
+    _, report = tf2.autoplace_function(step, cluster="local", placer="m_etf",
+                                       cost_profile=path)
+    assert report.assignment == placed.report.assignment
+    with pytest.raises(tf_autoplace.ConfigError, match="measure_steps is for graphs"):
+        tf_autoplace.autoplace(step, cluster="local", cost_profile=path, measure_steps=15)
 
 
 def test_a_live_graph_is_not_imported_again_and_a_graph_def_is(monkeypatch):

@@ -46,11 +46,12 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
       seed: makes the placement reproducible.
       grouping: Merge-and-Colocate settings.
       cost_model: defaults to Grappler's analytical costs.
-      cost_profile: graphs only, instead of ``cost_model``: the path of a text ``CostProfile``
-        (``protos/cost_profile.proto``; ``tf-autoplace profile`` writes one, on this machine or
-        on the one the graph will train on) whose measured op times replace the analytical
-        estimates; ops it lacks keep the analytical estimate, and the report's notes count
-        them and the profile's ops the graph lacks.
+      cost_profile: graphs and functions, instead of ``cost_model``: the path of a text
+        ``CostProfile`` (``protos/cost_profile.proto``; ``tf-autoplace profile`` writes one, on
+        this machine or on the one the graph will train on, and for a function
+        ``tf_autoplace.hw.profiler.profile_ops(Workload.from_function(fn, *args))``) whose
+        measured op times replace the analytical estimates; ops it lacks keep the analytical
+        estimate, and the report's notes count them and the profile's ops the graph lacks.
       unknown_dim: elements assumed for a dimension whose size is unknown; None: 1 (for a
         Keras model, the first batch's size).
       budget_s: wall-time cap in seconds (>= 0) for placers that search (``auto``, ``placeto``,
@@ -111,9 +112,6 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
         if measure_steps:
             raise ConfigError("measure_steps is for graphs: time a placed function by calling "
                               "it (placed(...)) or profile it with tf-autoplace profile")
-        if cost_profile is not None:
-            raise ConfigError("cost_profile is for graphs (a profile names the ops of one "
-                              "graph); give a function a cost_model")
         return tf2.place_function(graph, (), {}, options)[0]
     return engine.place_graph(graph, options)
 

@@ -72,7 +72,8 @@ from tf_autoplace.graph.executed import CALL_OPS, CONTROL_FLOW_OPS
 from tf_autoplace.grouping import GroupingConfig
 from tf_autoplace.hw.runner import missing_devices
 from tf_autoplace.outputs import files
-from tf_autoplace.pipeline.engine import place_graph
+from tf_autoplace.cost.profile import ProfileCostModel
+from tf_autoplace.pipeline.engine import place_graph, profile_notes
 from tf_autoplace.pipeline.options import PlaceOptions
 from tf_autoplace.placers import DEFAULT_PLACER
 from tf_autoplace.rewrite import apply_to_graph_def
@@ -653,38 +654,44 @@ def _register_functions(graph_def: graph_pb2.GraphDef) -> None:
 # ---------------------------------------------------------------------------- public doors
 def autoplace_function(fn, *args, cluster=None, placer=DEFAULT_PLACER, seed: int = 0,
                        grouping: GroupingConfig = GroupingConfig(),
-                       cost_model: CostModel | None = None, unknown_dim: int = 1, cache=None,
-                       progress=None, **kwargs):
+                       cost_model: CostModel | None = None, cost_profile=None,
+                       unknown_dim: int = 1, cache=None, progress=None, **kwargs):
     """Place a ``tf.function`` (traced with ``*args, **kwargs``) or a ConcreteFunction.
 
     Args:
       fn: a ``tf.function`` or ConcreteFunction. Not modified.
       *args, **kwargs: example arguments or ``tf.TensorSpec``s to trace ``fn`` with (none for a
         ConcreteFunction or a tf.function with an ``input_signature``). The names ``cluster``,
-        ``placer``, ``seed``, ``grouping``, ``cost_model``, ``unknown_dim``, ``cache`` and
-        ``progress`` are taken by this function.
+        ``placer``, ``seed``, ``grouping``, ``cost_model``, ``cost_profile``, ``unknown_dim``,
+        ``cache`` and ``progress`` are taken by this function.
       cluster, placer, seed, grouping, cost_model, unknown_dim, cache, progress: as for
         :func:`tf_autoplace.autoplace` (None: no cache, no progress).
+      cost_profile: the path of a text ``CostProfile`` of this function (what
+        ``tf_autoplace.hw.profiler.profile_ops(Workload.from_function(fn, *args))`` measures):
+        its op times replace Grappler's estimates, as for a graph.
 
     Returns:
       ``(placed, report)``: a :class:`PlacedFunction` (called like ``fn``, running the same
       variables) and its PlacementReport (also ``placed.report``).
     """
     options = PlaceOptions.make(placer=placer, cluster=cluster, seed=seed, grouping=grouping,
-                                cost_model=cost_model, unknown_dim=unknown_dim, cache=cache,
-                                progress=progress)
+                                cost_model=cost_model, cost_profile=cost_profile,
+                                unknown_dim=unknown_dim, cache=cache, progress=progress)
     return place_function(fn, args, kwargs, options)
 
 
 def place_function(fn, args, kwargs, options: PlaceOptions, *, runs_here: bool = True):
     """:func:`autoplace_function` with its options checked: ``fn`` traced with ``args`` and
-    ``kwargs`` and placed as ``options`` say (not ``cost_profile``, ``measure_steps`` or
-    ``verify``, which are for graphs). With ``runs_here`` (the placed function is called in
-    this process, not saved for another) the notes name the devices it uses that this process
-    does not have. Returns ``(placed, report)``."""
-    if options.cost_profile is not None or options.measure_steps or options.verify:
-        raise ConfigError("cost_profile, measure_steps and verify are for graphs (a profile "
-                          "names one graph's ops; a function is timed by calling it)")
+    ``kwargs`` and placed as ``options`` say (not ``measure_steps`` or ``verify``, which are
+    for graphs: a function is timed by calling it). A ``cost_profile`` names the ops of the
+    graph placed here, the function's with its captured resources as variables, which is the
+    graph ``Workload.from_function`` profiles. With ``runs_here`` (the placed function is
+    called in this process, not saved for another) the notes name the devices it uses that
+    this process does not have. Returns ``(placed, report)``."""
+    if options.measure_steps or options.verify:
+        raise ConfigError("measure_steps and verify are for graphs: time a placed function by "
+                          "calling it, or profile it (tf_autoplace.hw.profiler.profile_ops("
+                          "Workload.from_function(fn, *args))) and give cost_profile")
     cf = _concrete_function(fn, args, kwargs)
     _check_captures_last(cf)  # before the search, not after it
     cluster = options.resolved_cluster()
@@ -711,14 +718,21 @@ def place_function(fn, args, kwargs, options: PlaceOptions, *, runs_here: bool =
             _resource_as_variable(nodes[name], internal)
 
     meta_graph = ingest.load_meta_graph(to_place)
-    pinned = PinnedCostModel(options.cost_model or AnalyticalCostModel(meta_graph), pins)
-    report = place_graph(to_place, options.replace(cluster=cluster, cost_model=pinned))
+    base = options.cost_model or AnalyticalCostModel(meta_graph)
+    if options.cost_profile is not None:  # measured times; what it lacks is estimated
+        base = ProfileCostModel.from_file(options.cost_profile,
+                                          fallback=AnalyticalCostModel(meta_graph))
+    pinned = PinnedCostModel(base, pins)
+    report = place_graph(to_place, options.replace(cluster=cluster, cost_model=pinned,
+                                                   cost_profile=None))
     placed_def = apply_to_graph_def(graph_def, report.assignment)
     apart = _loops_over_two_devices(placed_def, pins)
     for node in apart:
         node.device = ""
 
     notes = list(report.notes)
+    if options.cost_profile is not None:
+        notes += profile_notes(base, options.cost_profile)
     if pins:
         notes.append(f"{len(pins)} captured resources were pinned to the devices they live on "
                      "(their readers and updaters follow them)")

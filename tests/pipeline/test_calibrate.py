@@ -105,11 +105,11 @@ def test_the_notes_say_which_kinds_a_partial_profile_leaves_unscaled():
     # times" beside the note that the CPU op times were scaled by 1.21.
     import types
 
-    from tf_autoplace.pipeline.engine import _profile_notes
+    from tf_autoplace.pipeline.engine import profile_notes
 
     profile = types.SimpleNamespace(num_unprofiled_ops=202, unprofiled_kinds=["GPU"],
                                     profiled_steps=True, num_unused=0, retyped=[])
-    (note,) = _profile_notes(profile, "profile.pbtxt")
+    (note,) = profile_notes(profile, "profile.pbtxt")
     assert note.endswith("so the GPU op times are not scaled to a measured step"), note
     assert "order of magnitude" not in note  # estimates of GPU times follow the spec's speed
 
@@ -120,12 +120,12 @@ def test_the_notes_warn_of_cpu_estimates_and_name_ops_of_another_type():
     # the graph door gives estimates ("an order of magnitude from a real step") was gone.
     import types
 
-    from tf_autoplace.pipeline.engine import _profile_notes
+    from tf_autoplace.pipeline.engine import profile_notes
 
     profile = types.SimpleNamespace(num_unprofiled_ops=147, unprofiled_kinds=["CPU"],
                                     profiled_steps=False, num_unused=0,
                                     retyped=[("mm", "MatMul", "BatchMatMulV2")])
-    estimated, retyped = _profile_notes(profile, "profile.pbtxt")
+    estimated, retyped = profile_notes(profile, "profile.pbtxt")
     assert "can be an order of magnitude from a real step" in estimated, estimated
     assert retyped.startswith("1 ops have another type in the cost profile than in this graph "
                               "('mm' (MatMul in the profile, BatchMatMulV2 here))"), retyped

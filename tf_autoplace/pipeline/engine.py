@@ -86,7 +86,7 @@ def _core_notes(cluster: Cluster) -> list[str]:
     return notes
 
 
-def _profile_notes(profile: ProfileCostModel, path) -> list[str]:
+def profile_notes(profile: ProfileCostModel, path) -> list[str]:
     """What the report says of a cost profile that does not cover the graph exactly."""
     notes = []
     if profile.num_unprofiled_ops:
@@ -199,7 +199,7 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
         notes.append(kernels.gpu_kernel_note())
     notes += _core_notes(problem.cluster)
     if cost_profile is not None:
-        notes += _profile_notes(cost_model, cost_profile)
+        notes += profile_notes(cost_model, cost_profile)
     if profiled_here:
         notes.append("op times were profiled "
                      + (f"on the servers at {cluster.target} (task "
