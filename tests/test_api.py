@@ -428,3 +428,27 @@ def test_one_device_verify_names_the_annotations_it_could_not_compare_and_analyt
     other = tf_autoplace.autoplace(small_cnn().graph, cluster="k80x2", placer="single",
                                    cache=False, progress=False)
     assert not any("analytical estimates" in n for n in other.notes)
+
+
+def test_function_errors_name_the_users_function_and_variable():
+    # They named TensorFlow's own: "captured resource 'mul/ReadVariableOp/resource'" for the
+    # variable my_weight, "__inference_train_step_10" for train_step; and a call with another
+    # dtype was told "a ConcreteFunction does not check shapes".
+    my_weight = tf.Variable(1.0, name="my_weight")
+
+    @tf.function(input_signature=[tf.TensorSpec([2], tf.float32)])
+    def train_step(x):
+        return x * my_weight
+
+    gpus = Cluster.uniform([Device("/device:GPU:0", "GPU", 10**10)])
+    with pytest.raises(tf_autoplace.ConfigError, match=r"^captured variable 'my_weight' lives "
+                                                       r"on '.*CPU:0', which is not a device"):
+        tf_autoplace.autoplace(train_step, cluster=gpus, placer="m_etf", progress=False)
+    placed = tf_autoplace.autoplace(train_step, cluster="local", placer="m_etf", progress=False)
+    with pytest.raises(tf_autoplace.ConfigError,
+                       match=r"^train_step: argument 'x' was traced as \[2\] float32, and this "
+                             r"call gives \[2\] int32: the placed graph takes the traced dtype "
+                             r".*Cast the argument to float32"):
+        placed(tf.constant([1, 2]))
+    with pytest.raises(TypeError, match=r"^train_step\(\) takes 1 positional arguments"):
+        placed(tf.constant([1.0, 2.0]), 3)

@@ -109,6 +109,13 @@ def _cluster_device(cluster: Cluster, device: str, what: str) -> str:
         "use a cluster that includes it (or create the variables on a cluster device)")
 
 
+def _fn_name(cf) -> str:
+    """The name a user knows a ConcreteFunction by: its Python function's (``train_step``), not
+    TensorFlow's own (``__inference_train_step_10``), which messages would otherwise show."""
+    name = getattr(cf.graph, "name", None) or cf.name
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
 # ---------------------------------------------------------------------------------- tracing
 def _concrete_function(fn, args, kwargs):
     if isinstance(fn, tf.types.experimental.ConcreteFunction):
@@ -133,7 +140,7 @@ def _concrete_function(fn, args, kwargs):
                           f"{type(fn).__name__}")
     attr = cf.function_def.attr
     if "_XlaMustCompile" in attr and attr["_XlaMustCompile"].b:
-        raise _xla_error(cf.name)
+        raise _xla_error(_fn_name(cf))
     _check_arguments(cf)
     return cf
 
@@ -143,7 +150,7 @@ def _check_arguments(cf) -> None:
     a composite tensor (its components would be fed as separate inputs) or a variable (its
     placeholder is a resource handle, which the placed graph would be fed its value for)."""
     args_sig, kwargs_sig = cf.structured_input_signature
-    function = cf.name.decode() if isinstance(cf.name, bytes) else cf.name
+    function = _fn_name(cf)
     names = [f"argument {k}" for k in range(len(args_sig))] + [f"argument {k!r}"
                                                                for k in kwargs_sig]
     for name, spec in zip(names, list(args_sig) + list(kwargs_sig.values())):
@@ -205,7 +212,7 @@ def _inline_calls(cf, graph_def: graph_pb2.GraphDef) -> graph_pb2.GraphDef:
     try:
         out = tf_optimizer.OptimizeGraph(config, meta_graph)
     except (tf.errors.OpError, ValueError) as e:
-        raise InvalidGraphError(f"Grappler could not inline the function calls of {cf.name}: "
+        raise InvalidGraphError(f"Grappler could not inline the function calls of {_fn_name(cf)}: "
                                 f"{e}") from e
     for node in _control_flow_nodes(out):
         if _MARKER in node.attr:
@@ -312,6 +319,12 @@ class PlacedFunction:
                 if not isinstance(t, tf.TypeSpec) and tf.is_tensor(v) and \
                         _another_constant(v, t):  # (TF's binding: an untyped TypeError)
                     raise _constant_error(self._name, position, t, v)
+                if isinstance(t, tf.TensorSpec) and tf.is_tensor(v) and t.dtype != v.dtype:
+                    raise ConfigError(
+                        f"{self._name}: {position} was traced as {_spec_text(t)}, and this "
+                        f"call gives {_spec_text(v)}: the placed graph takes the traced dtype "
+                        f"(TF would trace the function again). Cast the argument to "
+                        f"{t.dtype.name}, or place the function again for this dtype")
                 if isinstance(t, tf.TensorSpec) and tf.is_tensor(v) and \
                         not t.is_compatible_with(v):
                     raise ConfigError(
@@ -401,8 +414,7 @@ class PlacedFunction:
 
     @property
     def _name(self) -> str:
-        name = self.original.name
-        return name.decode() if isinstance(name, bytes) else name
+        return _fn_name(self.original)
 
     @property
     def graph(self):
@@ -496,7 +508,7 @@ def _check_captures_last(cf) -> int:
     num_args = len(graph.inputs) - len(graph.captures)
     if [id(t) for t in graph.inputs[num_args:]] != [id(i) for _, i in graph.captures]:
         raise InvalidGraphError(
-            f"{cf.name}: its inputs do not end with its captures, so it cannot be called "
+            f"{_fn_name(cf)}: its inputs do not end with its captures, so it cannot be called "
             "placed as it is called now (a function that calls a tf.distribute strategy's "
             "run() is traced so; strategies are not supported: place the function without "
             "one)")
@@ -536,7 +548,7 @@ def _rebuild(cf, placed: graph_pb2.GraphDef):
     control_names = [op.name for op in graph.control_outputs
                      if op.name not in dropped]
     if num_outputs > len(graph.outputs):
-        raise ConfigError(f"{cf.name}: only dense tensors (in any nest) are supported as "
+        raise ConfigError(f"{_fn_name(cf)}: only dense tensors (in any nest) are supported as "
                           "outputs")
     args_sig, kwargs_sig = cf.structured_input_signature
 
@@ -544,7 +556,7 @@ def _rebuild(cf, placed: graph_pb2.GraphDef):
         flat = [t for t in tf.nest.flatten((args, kwargs), expand_composites=True)
                 if _is_tensor_like(t)]
         if len(flat) != num_args:
-            raise ConfigError(f"{cf.name}: only tensors (in any nest) and Python constants "
+            raise ConfigError(f"{_fn_name(cf)}: only tensors (in any nest) and Python constants "
                               f"are supported as arguments ({len(flat)} tensors for "
                               f"{num_args} inputs)")
         func_graph = tf.compat.v1.get_default_graph()
@@ -703,14 +715,19 @@ def place_function(fn, args, kwargs, options: PlaceOptions, *, runs_here: bool =
     to_place = _copy(graph_def)
     nodes = {n.name: n for n in to_place.node}
     pins = {}
+    # A captured variable is named as the user named it (``my_weight``), not by the op that
+    # reads it inside the function (``mul/ReadVariableOp/resource``).
+    variables = {id(v.handle): v.name.split(":")[0] for v in cf.graph.variables}
     for external, internal in cf.graph.captures:
         name = internal.op.name
         if external.dtype not in _PINNED_DTYPES or name not in nodes:
             continue
+        what = (f"captured variable {variables[id(external)]!r}" if id(external) in variables
+                else f"captured {external.dtype.name} {name!r}")
         if not external.device:
-            raise ConfigError(f"captured {external.dtype.name} {name!r} of {cf.name} has no "
-                              "device; cannot pin its readers to it")
-        pins[name] = _cluster_device(cluster, external.device, f"captured resource {name!r}")
+            raise ConfigError(f"{what} of {_fn_name(cf)} has no device; cannot pin its "
+                              "readers to it")
+        pins[name] = _cluster_device(cluster, external.device, what)
         # Its device, written on the copy: ingestion sees which resources live apart (a loop
         # reading variables on two devices is then not one group; tf_autoplace.graph.ingest).
         nodes[name].device = pins[name]
