@@ -56,30 +56,38 @@ def __dir__():
 
 
 def _import_whole(module: str):
-    """Import ``module`` with Ctrl-C held back until the import is done (then raised).
+    """Import ``module`` with signals held back until the import is done (then delivered).
 
     The first ``tf_autoplace.autoplace`` loads numba, networkx and the simulator, which takes
     seconds: an interrupt in the middle would leave half-initialised packages in
     ``sys.modules`` (numba without ``numba.core``), and every later call in that process (a
-    notebook's) would fail on them. Held back, the interrupt arrives as a plain
-    KeyboardInterrupt once the modules are whole. Only the main thread receives signals."""
+    notebook's) would fail on them. So would any signal whose Python handler raises: a
+    training script's SIGTERM or SIGALRM handler that calls ``sys.exit``. Each such signal
+    (Ctrl-C's included, whose default handler raises KeyboardInterrupt) is held while the
+    modules load and then raised again, once, to the handler it was meant for. Signals
+    without a Python handler keep their own action (a default SIGTERM still ends the
+    process, which leaves nothing half-loaded behind). Only the main thread runs Python's
+    signal handlers."""
     import importlib
     import signal
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         return importlib.import_module(module)
-    previous = signal.getsignal(signal.SIGINT)
-    if previous is None:  # a handler installed outside Python: leave it alone
-        return importlib.import_module(module)
+    names = ("SIGINT", "SIGTERM", "SIGALRM", "SIGHUP", "SIGUSR1", "SIGUSR2")
+    previous = {sig: signal.getsignal(sig) for sig in
+                (getattr(signal, name) for name in names if hasattr(signal, name))}
+    handled = [sig for sig, handler in previous.items() if callable(handler)]
     held = []
-    signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    for sig in handled:
+        signal.signal(sig, lambda signum, frame: held.append(signum))
     try:
         return importlib.import_module(module)
     finally:
-        signal.signal(signal.SIGINT, previous)
-        if held:
-            raise KeyboardInterrupt
+        for sig in handled:
+            signal.signal(sig, previous[sig])
+        for sig in dict.fromkeys(held):  # in the order they came, each once
+            signal.raise_signal(sig)
 
 
 from tf_autoplace import _session_recorder

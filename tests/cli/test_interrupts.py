@@ -172,13 +172,17 @@ FIRST_CALL_CHILD = """
 import importlib.abc, os, signal, sys
 import tensorflow as tf
 
+SIG = getattr(signal, sys.argv[1])
+if SIG != signal.SIGINT:  # a training script's own handler, which exits
+    signal.signal(SIG, lambda signum, frame: sys.exit(3))
+
 
 class Interrupt(importlib.abc.MetaPathFinder):
-    # Ctrl-C in the middle of loading numba, as in a user's first, slow autoplace call.
+    # A signal in the middle of loading numba, as in a user's first, slow autoplace call.
     def find_spec(self, fullname, path, target=None):
         if fullname == "numba.core.config" and not getattr(self, "done", False):
             self.done = True
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), SIG)
         return None
 
 
@@ -187,8 +191,8 @@ sys.meta_path.insert(0, Interrupt())
 try:
     tf_autoplace.autoplace
     print("first: no interrupt")
-except KeyboardInterrupt:
-    print("first: KeyboardInterrupt")
+except (KeyboardInterrupt, SystemExit) as e:
+    print("first:", type(e).__name__)
 graph = tf.Graph()
 with graph.as_default():
     tf.add(tf.constant(1.0), tf.constant(2.0), name="out")
@@ -198,14 +202,19 @@ print("retry: placed", report.num_ops)
 
 
 @pytest.mark.slow
-def test_ctrl_c_while_the_first_call_loads_its_modules_leaves_later_calls_working(repo_root):
+@pytest.mark.parametrize("sig, raised", [("SIGINT", "KeyboardInterrupt"),
+                                         ("SIGTERM", "SystemExit"), ("SIGALRM", "SystemExit")])
+def test_a_signal_while_the_first_call_loads_its_modules_leaves_later_calls_working(
+        sig, raised, repo_root):
     # An interrupt during the import of numba would leave half-initialised packages in
     # sys.modules; it is held back until the import is whole, then raised.
-    done = subprocess.run([sys.executable, "-c", FIRST_CALL_CHILD], cwd=repo_root, text=True,
-                          capture_output=True, timeout=300,
+    # A SIGTERM handler that exits (SIGALRM's too) broke every later call: only Ctrl-C was
+    # held back while the modules loaded.
+    done = subprocess.run([sys.executable, "-c", FIRST_CALL_CHILD, sig], cwd=repo_root,
+                          text=True, capture_output=True, timeout=300,
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split("\n")[:2] == ["first: KeyboardInterrupt", "retry: placed 3"]
+    assert done.stdout.split("\n")[:2] == [f"first: {raised}", "retry: placed 3"]
 
 
 
@@ -274,3 +283,30 @@ def test_an_interrupt_as_outputs_are_renamed_says_they_were_written(monkeypatch,
     assert line == (f"tf-autoplace place: interrupted by Ctrl-C (SIGINT); it came as its outputs "
                     f"were renamed into place, which was finished: {out[0]}, {out[1]} are "
                     "whole and new")
+
+
+def test_a_signal_whose_handler_raises_waits_for_the_lazy_import_to_finish(tmp_path,
+                                                                            monkeypatch):
+    # A module that takes a SIGTERM halfway through its import (as numba's did, with a
+    # training script's handler that exits): the import finishes, then the handler runs.
+    import tf_autoplace
+
+    (tmp_path / "slow_module.py").write_text(
+        "import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\nWHOLE = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "slow_module", raising=False)
+    ran = []
+
+    def handler(signum, frame):
+        ran.append(signum)
+        raise SystemExit(3)
+
+    before = signal.signal(signal.SIGTERM, handler)
+    try:
+        with pytest.raises(SystemExit):
+            tf_autoplace._import_whole("slow_module")
+        after = signal.getsignal(signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert sys.modules["slow_module"].WHOLE and ran == [signal.SIGTERM]
+    assert after is handler  # the user's handler is back
