@@ -452,3 +452,20 @@ def test_function_errors_name_the_users_function_and_variable():
         placed(tf.constant([1, 2]))
     with pytest.raises(TypeError, match=r"^train_step\(\) takes 1 positional arguments"):
         placed(tf.constant([1.0, 2.0]), 3)
+
+
+def test_an_address_space_limit_without_room_is_refused_before_the_graph_is_touched(
+        monkeypatch):
+    # With ulimit -v a few tens of MB above what the process mapped, placement aborted the
+    # process (LLVM's bad_alloc), could not start threads or failed an import, untyped.
+    import resource
+
+    from tf_autoplace.core import limits
+
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (10**6, 10**6))  # below VmSize
+    assert limits.address_space_left() < 0
+    tg = small_cnn()
+    before = [op.device for op in tg.graph.get_operations()]
+    with pytest.raises(tf_autoplace.ConfigError, match=r"ulimit -v"):
+        tf_autoplace.autoplace(tg.graph, cluster=CPU2, placer="m_etf", progress=False)
+    assert [op.device for op in tg.graph.get_operations()] == before

@@ -24,6 +24,7 @@ LAYERS = [
     # byte amounts for messages; private cache directories and reading files without trust;
     # the numbers a config takes
     {"core.units", "core.cachedir", "core.npz", "core.settings"},
+    {"core.limits"},  # the address-space limit, in byte amounts
     {"core.tasks"},  # the jobs and tasks of a TensorFlow cluster, which a Cluster may span
     {"core.jit"},  # numba kernels cached in the user's cache directory (grouping, sim, ...)
     {"core.cluster", "core.registry", "outputs.files", "outputs.progress", "graph", "zoo"},

@@ -71,9 +71,15 @@ def interrupt_in(error: BaseException) -> KeyboardInterrupt | None:
     (its cached functions unpickle their constants so) as a ``SystemError: <function
     _numba_unpickle ...> returned a result with an exception set`` whose context is the
     KeyboardInterrupt."""
+    return caused_by(error, KeyboardInterrupt)
+
+
+def caused_by(error: BaseException, kind: type) -> BaseException | None:
+    """``error`` if it is a ``kind``, else the first ``kind`` in the chain of exceptions it was
+    raised from or while handling, else None."""
     seen = set()
     while error is not None and id(error) not in seen:
-        if isinstance(error, KeyboardInterrupt):
+        if isinstance(error, kind):
             return error
         seen.add(id(error))
         error = error.__cause__ or error.__context__

@@ -81,6 +81,29 @@ def test_a_damaged_cache_entry_is_compiled_again_with_one_warning(tmp_path, monk
         assert healed(21) == 42 and healed.stats.cache_hits
 
 
+def test_running_out_of_memory_while_loading_an_entry_keeps_it(tmp_path, monkeypatch):
+    # Under a tight address-space limit a healthy entry's load failed for want of memory and
+    # its index was removed as if it were damaged.
+    src, cache = tmp_path / "src", tmp_path / "cache"
+    src.mkdir()
+    monkeypatch.setenv(jit.CACHE_ENV, str(cache))
+    assert _kernel(src, "m0")(21) == 42  # compiled and cached
+    (sub,) = os.listdir(cache)
+    index = [n for n in os.listdir(cache / sub) if n.endswith(".nbi")]
+
+    def out_of_memory(self, *args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(numba.core.caching.Cache, "load_overload", out_of_memory)
+    with pytest.raises(MemoryError):
+        _kernel(src, "m1")(21)
+    monkeypatch.undo()
+    assert [n for n in os.listdir(cache / sub) if n.endswith(".nbi")] == index  # kept
+    monkeypatch.setenv(jit.CACHE_ENV, str(cache))
+    again = _kernel(src, "m2")
+    assert again(21) == 42 and again.stats.cache_hits
+
+
 def test_numba_never_caches_beside_the_source_when_the_cache_directory_fails(
         tmp_path, monkeypatch, caplog):
     # A file where numba would make the kernel's subdirectory: numba's next choice is a

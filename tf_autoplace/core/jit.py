@@ -57,7 +57,7 @@ import numba.core.config
 from absl import logging
 
 from tf_autoplace.core.cachedir import private_directory, user_cache_dir
-from tf_autoplace.errors import ConfigError, interrupt_in
+from tf_autoplace.errors import ConfigError, caused_by, interrupt_in
 
 CACHE_ENV = "NUMBA_CACHE_DIR"
 
@@ -142,6 +142,8 @@ def _read_damaged_entries_as_misses(cache) -> None:
             return load(sig, target_context)
         except Exception as e:  # noqa: BLE001 (any damage: pickle, EOF, OS errors)
             if interrupt_in(e) is not None:  # Ctrl-C while unpickling (module doc)
+                raise
+            if caused_by(e, MemoryError) is not None:  # the process's memory, not the entry
                 raise
             index = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
             if index is not None:

@@ -34,6 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_autoplace.core.cluster import HOST_CORE_GROUP, Cluster, inter_op_threads
+from tf_autoplace.core.limits import check_address_space
 from tf_autoplace.core.tasks import same_device
 from tf_autoplace.core.problem import (Placement, PlacementProblem, Placer, check_placement,
                                        validate)
@@ -131,6 +132,7 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
         its devices there (:mod:`tf_autoplace.rewrite.sessions`).
       AutoplaceError: bad input, or no valid placement; a ``tf.Graph`` is left as it was.
     """
+    check_address_space()  # before anything that maps memory no error can come out of
     notes = []
     if isinstance(graph, tf.Graph):
         sessions.check_not_run(graph)
