@@ -43,6 +43,39 @@ def test_malformed_ray_addresses_are_config_errors_before_connecting(address):
         check_ray_address(address)
 
 
+UNGUARDED_SCRIPT = """
+import numpy as np
+from tf_autoplace.errors import WorkerError
+from tf_autoplace.learning.rollouts import Evaluator
+from tf_autoplace.testing.problems import random_problem
+
+# Work at the top of the script, with no `if __name__ == "__main__":` guard, on a problem
+# larger than a pipe holds (the parent wrote it into each worker's start-up pipe).
+problem = random_problem(2000, seed=0)
+try:
+    with Evaluator(problem, workers=2) as evaluator:
+        evaluator.evaluate(np.zeros((4, problem.graph.num_ops), np.int32))
+    print("evaluated")
+except WorkerError as e:
+    print("WorkerError:", e)
+"""
+
+
+def test_a_script_without_a_main_guard_gets_a_worker_error_not_a_hang(tmp_path, repo_root):
+    # spawn runs the main script again in each worker, which fails there; the parent was left
+    # writing the problem into the dead worker's start-up pipe, forever.
+    import subprocess
+
+    script = tmp_path / "unguarded.py"
+    script.write_text(UNGUARDED_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (str(repo_root), os.environ.get("PYTHONPATH")) if p))
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, text=True,
+                          capture_output=True, timeout=120)
+    assert "WorkerError:" in done.stdout and 'if __name__ == "__main__":' in done.stdout, (
+        done.stdout, done.stderr[-2000:])
+
+
 def _interrupted(context, task):
     os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C sends every process of the group
     return context + task

@@ -90,11 +90,12 @@ class InProcessPool(WorkerPool):
 _CONTEXT: Any = None  # the context of a ProcessPool worker process
 
 
-def _init_process(setup: Callable, args: tuple) -> None:
+def _init_process(builds) -> None:
     global _CONTEXT
     # Ctrl-C at a terminal signals the whole process group: the parent stops the pool; a
     # worker that took it too would die printing a KeyboardInterrupt traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    setup, args = builds.get()
     _CONTEXT = setup(*args)
 
 
@@ -104,24 +105,49 @@ def _run_in_process(item):
 
 
 class ProcessPool(WorkerPool):
-    """``workers`` local ``spawn`` processes; ``setup(*args)`` runs once in each (the
-    arguments are pickled into the pool's initializer, once per process)."""
+    """``workers`` local ``spawn`` processes; ``setup(*args)`` runs once in each.
+
+    The build arguments (a problem: megabytes) reach each process through a queue its
+    initializer reads, not with the process itself: multiprocessing writes a new process's
+    start-up data to a pipe the parent keeps open until the write is done, so a process that
+    dies before reading all of it (the usual way: spawn runs the main script again in each
+    process, and a script that places a graph without an ``if __name__ == "__main__":`` guard
+    fails there) left the parent blocked on that write forever. With small start-up data the
+    pool sees the process die and the map fails with a :class:`WorkerError` saying why."""
 
     backend = "processes"
 
     def __init__(self, setup: Callable, args: tuple, workers: int):
         self.size = workers
+        context = multiprocessing.get_context("spawn")
+        self._builds = context.Queue()
+        for _ in range(workers):
+            self._builds.put((setup, args))
         self._pool = concurrent.futures.ProcessPoolExecutor(
-            max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-            initializer=_init_process, initargs=(setup, args))
+            max_workers=workers, mp_context=context, initializer=_init_process,
+            initargs=(self._builds,))
 
     def imap(self, fn, tasks):
-        return self._pool.map(_run_in_process, [(fn, task) for task in tasks])
+        results = self._pool.map(_run_in_process, [(fn, task) for task in tasks])
+
+        def checked():
+            try:
+                yield from results
+            except concurrent.futures.process.BrokenProcessPool as e:
+                raise WorkerError(
+                    f"a worker process ended before its work was done ({e}); a worker that "
+                    "dies as it starts usually ran the main script again (local worker "
+                    "processes are started with multiprocessing's spawn): put the script's "
+                    "work under `if __name__ == \"__main__\":`, or use workers=1 (threads)"
+                    ) from e
+        return checked()
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)  # an interrupt leaves queued tasks
             self._pool = None
+            self._builds.close()
+            self._builds.cancel_join_thread()  # builds no worker took: not worth waiting on
 
 
 class _RayWorker:
