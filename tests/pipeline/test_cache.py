@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -287,6 +288,24 @@ def test_pruning_removes_entries_only_never_the_users_files(tmp_path):
         cache.store(f"{k + 1:064x}", entry)
     assert sorted(os.listdir(tmp_path)) == sorted(theirs + [f"{3:064x}.pb"])
     assert all((tmp_path / name).read_bytes() == b"user data" for name in theirs)
+
+
+def test_a_killed_writers_temporary_is_removed_once_it_is_old(tmp_path):
+    # A writer killed between its temporary and the rename (SIGKILL, the OOM killer) left
+    # .tmp_autoplace_* files in the cache for good: pruning counted only entries.
+    old, fresh = tmp_path / ".tmp_autoplace_k1ll3d_0", tmp_path / ".tmp_autoplace_wr1t1ng_"
+    journal = tmp_path / ".tmp_autoplace_0123abcd.plan"  # another run's output set: its own
+    for path in (old, fresh, journal):
+        path.write_bytes(b"half an entry")
+    day_ago = time.time() - 86400
+    for path in (old, journal):
+        os.utime(path, (day_ago, day_ago))
+    cache = PlacementCache(tmp_path)
+    entry = placement_pb2.PlacementResult(op=[placement_pb2.OpPlacement(name="a", device="b")])
+    cache.store(f"{1:064x}", entry)
+    assert not old.exists() and fresh.exists() and journal.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [fresh.name, journal.name, f"{1:064x}.pb"])
 
 
 def test_cache_arguments_are_checked(monkeypatch, tmp_path):

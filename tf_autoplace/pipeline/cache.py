@@ -63,6 +63,8 @@ import glob
 import hashlib
 import os
 import re
+import stat
+import time
 from importlib import metadata
 
 import numpy as np
@@ -77,11 +79,16 @@ from tf_autoplace.core.cachedir import (
 from tf_autoplace.core.problem import PlacementProblem, Placer
 from tf_autoplace.errors import AutoplaceError, ConfigError
 from tf_autoplace.graph.fingerprint import fingerprint
+from tf_autoplace.outputs.files import TEMP_PREFIX
 from tf_autoplace.outputs.saved_placement import match, write_placement
 from tf_autoplace.proto import placement_pb2
 
 SUFFIX = ".pb"
 ENTRY_NAME = re.compile(r"[0-9a-f]{64}\.pb")  # an entry's file name: its key, SHA-256 in hex
+# The temporary write_atomically writes an entry into (tempfile.mkstemp's name with our prefix)
+# and the age after which one is a killed writer's.
+ATOMIC_TEMP = re.compile(re.escape(TEMP_PREFIX) + r"[a-z0-9_]{8}")
+STALE_TEMP_S = 3600.0
 CACHE_ENV = "TF_AUTOPLACE_CACHE_DIR"
 # Bumped when the key or the entry format changes, so that old entries are never read.
 FORMAT = 4
@@ -234,6 +241,24 @@ class PlacementCache:
         return path
 
     def _prune(self) -> None:
+        """Keep the newest ``max_entries`` entries, and remove the temporaries of writers
+        killed before their rename (SIGKILL, the OOM killer): ``write_atomically``'s names,
+        an hour old (a live writer renames its own within milliseconds). Nothing else in the
+        directory is touched: a user may keep files there, and another run's output set has
+        its own journal (``outputs.files.recover``)."""
+        now = time.time()
+        for p in glob.glob(os.path.join(glob.escape(self.directory), TEMP_PREFIX + "*")):
+            try:
+                st = os.lstat(p)
+            except OSError:  # renamed or removed meanwhile
+                continue
+            if (ATOMIC_TEMP.fullmatch(os.path.basename(p)) and stat.S_ISREG(st.st_mode)
+                    and st.st_uid == getattr(os, "getuid", lambda: st.st_uid)()
+                    and now - st.st_mtime > STALE_TEMP_S):
+                try:
+                    os.unlink(p)
+                except OSError:
+                    pass
         entries = []
         for p in glob.glob(os.path.join(glob.escape(self.directory), "*" + SUFFIX)):
             if not ENTRY_NAME.fullmatch(os.path.basename(p)):  # not ours: never removed
