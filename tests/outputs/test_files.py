@@ -125,6 +125,33 @@ def test_an_error_or_interrupt_while_writing_leaves_nothing(tmp_path, interrupt)
     assert _listing(tmp_path) == []  # not even the first output's temporary
 
 
+def test_a_full_disk_names_the_output_it_could_not_write(tmp_path, monkeypatch):
+    # `tf-autoplace place` onto a full disk said "No space left on device" and no path.
+    import errno
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    real_stage = files._stage
+
+    def stage(path, content, mask):  # the journal fits; the output does not
+        monkeypatch.setattr(files.os, "fsync", full)
+        real_stage(path, content, mask)
+
+    monkeypatch.setattr(files, "_stage", stage)
+    outputs = files.Outputs()
+    outputs.add_file(tmp_path / "placed.pb", b"graph")
+    with pytest.raises(OSError, match=r"No space left on device: '.*placed\.pb'") as raised:
+        outputs.commit()
+    assert raised.value.errno == errno.ENOSPC
+    assert _listing(tmp_path) == []
+    monkeypatch.setattr(files, "_stage", real_stage)  # now the journal does not fit either
+    with pytest.raises(OSError, match=f"No space left on device: '{tmp_path}'"):
+        outputs.add_file(tmp_path / "placed.pb", b"graph")
+        outputs.commit()
+    assert _listing(tmp_path) == []
+
+
 def test_a_directory_another_run_made_meanwhile_fails_this_set_whole(tmp_path):
     # Two runs checked an absent output directory; the other committed first. This one must
     # fail as a whole, leaving the other's outputs and no journal a later run would finish.

@@ -200,14 +200,21 @@ class Outputs:
                         os.path.isdir(final) and not os.listdir(final)):
                     raise ConfigError(f"{final!r} was written by another run while this one "
                                       "worked; refusing to overwrite it")
+            writing = None  # the output (or the directory of the journal) being written
             try:
                 for path in plan["plans"]:
+                    writing = os.path.dirname(path)
                     _write_journal(path, plan)
-                for item, (_, content) in zip(plan["outputs"], pending):
+                for item, (final, content) in zip(plan["outputs"], pending):
+                    writing = final
                     _stage(item["staged"], content, mask)
+                writing = os.path.dirname(plan["commit"])
                 _write_journal(plan["commit"], plan)
-            except BaseException:
+            except BaseException as e:
                 _roll_back(plan)
+                if isinstance(e, OSError) and e.errno is not None and e.filename is None:
+                    # A full disk names no file: say where.
+                    raise OSError(e.errno, e.strerror, writing) from e
                 raise
             try:
                 _roll_forward(plan)
