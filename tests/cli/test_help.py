@@ -2,6 +2,7 @@
 without importing TensorFlow (so without its start-up log lines and its seconds)."""
 
 import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -77,6 +78,23 @@ def test_the_trainers_end_bad_settings_in_one_error_line(argv, message, repo_roo
     out = tmp_path / "policy"
     assert message in _one_error_line_before_tensorflow([*argv, f"--out_dir={out}"], repo_root)
     assert not out.exists()
+
+
+def test_train_placeto_on_one_device_fails_before_building_anything(repo_root, tmp_path):
+    # It failed after every graph was built (11 minutes with the defaults), not naming --cluster.
+    one = tmp_path / "one_cpu.pbtxt"
+    text = (pathlib.Path(repo_root) / "testdata" / "cpu2.pbtxt").read_text()
+    one.write_text(text[:text.rindex("# one logical CPU device")])
+    out = tmp_path / "policy"
+    proc = subprocess.run([sys.executable, "-c", WRAPPER, "train-placeto", f"--cluster={one}",
+                           f"--out_dir={out}", f"--cache_dir={tmp_path / 'cache'}"],
+                          cwd=repo_root, env=dict(_env(repo_root), TF_CPP_MIN_LOG_LEVEL="3"),
+                          text=True, capture_output=True, timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "--cluster" in errors[0], proc.stderr
+    assert "has 1 device(s) a policy can place ops on" in errors[0]
+    assert not out.exists() and not (tmp_path / "cache").exists()  # nothing built
 
 
 def test_benchmark_checks_its_outputs_first_and_says_what_is_wrong_in_one_line(repo_root,
@@ -156,3 +174,17 @@ def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(argv, repo_root)
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 141, err  # 128 + SIGPIPE, as a shell reports it
     assert err == ""
+
+
+def test_train_gdps_default_clusters_are_found_outside_the_checkout(repo_root, tmp_path):
+    # The default was testdata/k80x*.pbtxt, relative to the checkout: `tf-autoplace train-gdp
+    # --out_dir=DIR`, as the README gives it, failed anywhere else (an installed package has
+    # no testdata/).
+    script = ("from absl import flags\n"
+              "from tf_autoplace.cli import train_gdp_flags\n"
+              "from tf_autoplace.core.cluster import resolve_cluster\n"
+              "print([resolve_cluster(c).num_devices for c in flags.FLAGS['clusters'].default])")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=_env(repo_root),
+                          text=True, capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "[3, 5, 9]"  # 2, 4 and 8 GPUs and their host

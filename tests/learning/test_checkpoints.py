@@ -162,3 +162,31 @@ def test_a_policy_json_with_a_giant_size_is_refused_before_building(tmp_path):
         json.dump(dict(settings, hidden=10**9, seed=2**40), f)  # 10^18 floats if built
     with pytest.raises(ConfigError, match=r"sets hidden=1000000000, beyond the 4096"):
         PlacetoPolicy.load(directory)
+
+
+@pytest.mark.parametrize("where, message", [
+    ("under_a_file/policy", "its parent directory .* does not exist"),
+    ("missing/policy", "its parent directory .* does not exist"),
+    ("nul\0name", "cannot save the policy to"),
+])
+def test_saving_a_policy_where_it_cannot_go_is_a_config_error_leaving_nothing(
+        tmp_path, where, message):
+    # FileExistsError, FileNotFoundError and ValueError came out raw, and a missing parent
+    # was created and left behind when the save then failed.
+    from tf_autoplace.errors import ConfigError
+    from tf_autoplace.learning.trained_policy import TrainedPolicy
+
+    class Network:  # what a policy class does on save, in miniature
+        def set_weights(self, weights):
+            pass
+
+        def save(self, directory):
+            with open(os.path.join(directory, "policy.json"), "w") as f:
+                f.write("{}")
+
+    (tmp_path / "under_a_file").write_text("a file")
+    before = sorted(os.listdir(tmp_path))
+    policy = TrainedPolicy(policy_class=Network, config={}, weights=(), manifest={})
+    with pytest.raises(ConfigError, match=message):
+        policy.save(str(tmp_path / where))
+    assert sorted(os.listdir(tmp_path)) == before

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import os
 import platform
-import shlex
-import sys
 import time
 
 from absl import app, flags
@@ -31,6 +29,7 @@ from tf_autoplace import zoo
 from tf_autoplace.cli import one_line_errors, policy_out
 from tf_autoplace.cli import train_gdp_flags  # this command's flags and their checks
 from tf_autoplace.core.cluster import resolve_cluster
+from tf_autoplace.learning.checkpoints import command_line
 from tf_autoplace.learning.eager import policy_context
 from tf_autoplace.placers.gdp import imitation as gdp_imitation
 from tf_autoplace.placers.gdp import pretrain as gdp_pretrain
@@ -61,7 +60,11 @@ def held_out_check(zoo_entries) -> None:
 def main():
     """Train (see the module docstring)."""
     out_dir = policy_out.check_out_dir(FLAGS.out_dir)
+    with policy_out.staging_dir(out_dir) as staged:  # made now: a bad place fails at once
+        _train(out_dir, staged)
 
+
+def _train(out_dir: str, staged: str) -> None:
     config = gdp_corpus.CorpusConfig(
         families=tuple(FLAGS.families),
         family=families.FamilyConfig(num_graphs=FLAGS.family_graphs, train_fraction=2 / 3,
@@ -87,41 +90,40 @@ def main():
                                         learning_rate=FLAGS.clone_learning_rate,
                                         move_weight=FLAGS.move_weight, seed=FLAGS.seed),
         select_every=FLAGS.clone_select_every, seed=FLAGS.seed)
-    with policy_out.staging_dir(out_dir) as staged:
-        with policy_context():
-            policy = GdpPolicy(hidden=FLAGS.hidden, gnn_layers=FLAGS.gnn_layers,
-                               attention_layers=FLAGS.attention_layers, heads=FLAGS.heads,
-                               segment=FLAGS.segment, ffn=FLAGS.ffn,
-                               superposition=FLAGS.superposition, attention=FLAGS.attention,
-                               hint=FLAGS.hint, seed=FLAGS.seed)
-            scored = gdp_pretrain.Scored.build([f"{e.name}@{e.cluster}" for e in validation],
-                                               [e.problem for e in validation], features,
-                                               ppo_config.memory_penalty, hint=FLAGS.hint)
-            results = gdp_pretrain.pretrain(
-                policy, [f"{e.name}@{e.cluster}" for e in train], [e.problem for e in train],
-                scored, ppo_config, features, select_every=FLAGS.select_every,
-                imitation=imitation,
-                keep_offsets=train_gdp_flags.keep_offsets(FLAGS.keep_offsets), progress=True)
-            policy.save(staged)
-        manifest = dict(
-            what="GDP policy (tf_autoplace.placers.gdp.policy.GdpPolicy), one policy for every "
-                 "device count",
-            command=" ".join([*sys.argv[0].split(), *map(shlex.quote, sys.argv[1:])]),
-            data=dict(
-                corpus_config=repr(config), clusters=list(FLAGS.clusters),
-                held_out="the 16 pairs of tf_autoplace.zoo.benchmark.FULL_PAIRS at paper size: "
-                         "no zoo CNN is trained on, the zoo sequence models only at other layer "
-                         "counts",
-                train=[dict(graph=e.name, cluster=e.cluster, ops=e.problem.graph.num_ops)
-                       for e in train],
-                validation=[dict(graph=e.name, cluster=e.cluster, ops=e.problem.graph.num_ops)
-                            for e in validation]),
-            policy_config=policy.config, ppo_config=repr(ppo_config),
-            feature_config=repr(features), seed=FLAGS.seed, build_seconds=build_s,
-            machine=f"{platform.machine()}, {os.cpu_count()} cores (shared), "
-                    f"Python {platform.python_version()}",
-            results=results)
-        policy_out.commit(out_dir, staged, manifest)
+    with policy_context():
+        policy = GdpPolicy(hidden=FLAGS.hidden, gnn_layers=FLAGS.gnn_layers,
+                           attention_layers=FLAGS.attention_layers, heads=FLAGS.heads,
+                           segment=FLAGS.segment, ffn=FLAGS.ffn,
+                           superposition=FLAGS.superposition, attention=FLAGS.attention,
+                           hint=FLAGS.hint, seed=FLAGS.seed)
+        scored = gdp_pretrain.Scored.build([f"{e.name}@{e.cluster}" for e in validation],
+                                           [e.problem for e in validation], features,
+                                           ppo_config.memory_penalty, hint=FLAGS.hint)
+        results = gdp_pretrain.pretrain(
+            policy, [f"{e.name}@{e.cluster}" for e in train], [e.problem for e in train],
+            scored, ppo_config, features, select_every=FLAGS.select_every,
+            imitation=imitation,
+            keep_offsets=train_gdp_flags.keep_offsets(FLAGS.keep_offsets), progress=True)
+        policy.save(staged)
+    manifest = dict(
+        what="GDP policy (tf_autoplace.placers.gdp.policy.GdpPolicy), one policy for every "
+             "device count",
+        command=command_line(),
+        data=dict(
+            corpus_config=repr(config), clusters=list(FLAGS.clusters),
+            held_out="the 16 pairs of tf_autoplace.zoo.benchmark.FULL_PAIRS at paper size: "
+                     "no zoo CNN is trained on, the zoo sequence models only at other layer "
+                     "counts",
+            train=[dict(graph=e.name, cluster=e.cluster, ops=e.problem.graph.num_ops)
+                   for e in train],
+            validation=[dict(graph=e.name, cluster=e.cluster, ops=e.problem.graph.num_ops)
+                        for e in validation]),
+        policy_config=policy.config, ppo_config=repr(ppo_config),
+        feature_config=repr(features), seed=FLAGS.seed, build_seconds=build_s,
+        machine=f"{platform.machine()}, {os.cpu_count()} cores (shared), "
+                f"Python {platform.python_version()}",
+        results=results)
+    policy_out.commit(out_dir, staged, manifest)
     print(f"wrote {FLAGS.out_dir}: {results['steps']} updates, {results['samples']} samples in "
           f"{results['train_seconds']:.0f} s; chosen step {results['chosen_step']}, mean "
           f"validation ratio to the best heuristic {results['final_mean_ratio']:.3f}")

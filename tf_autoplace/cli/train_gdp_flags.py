@@ -12,8 +12,8 @@ flags.DEFINE_string("out_dir", None, "Where to write the policy and its manifest
                     "empty directory, or a policy's directory, whose files are replaced as one "
                     "set.")
 flags.DEFINE_string("cache_dir", None, "Cache the corpus's problems here.")
-flags.DEFINE_list("clusters", ["testdata/k80x2.pbtxt", "testdata/k80x4.pbtxt",
-                               "testdata/k80x8.pbtxt"], "Cluster specs every graph is placed on.")
+flags.DEFINE_list("clusters", ["k80x2", "k80x4", "k80x8"],
+                  "Clusters every graph is placed on: shipped names or spec files.")
 flags.DEFINE_list("families", ["cifar10", "ptb", "nmt"], "Graph families in the corpus.")
 flags.DEFINE_integer("family_graphs", 12, "Graphs per family; the first two thirds train, "
                      "the rest choose the checkpoint.", lower_bound=2)

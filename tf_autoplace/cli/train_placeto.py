@@ -33,7 +33,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import platform
-import shlex
 import sys
 import time
 
@@ -42,6 +41,7 @@ from absl import flags
 from tf_autoplace.cli import one_line_errors, policy_out
 from tf_autoplace.cli import train_placeto_flags  # this command's flags and their checks
 from tf_autoplace.core.cluster import resolve_cluster
+from tf_autoplace.learning.checkpoints import command_line
 from tf_autoplace.placers.placeto import imitation, reinforce
 from tf_autoplace.placers.placeto.env import EnvConfig, PlacementEnv
 from tf_autoplace.placers.placeto.policy import PlacetoPolicy
@@ -140,6 +140,12 @@ def main():
     settings = recipe()
     out_dir = policy_out.check_out_dir(FLAGS.out_dir)  # before hours of training
     cluster = resolve_cluster(settings["cluster"])
+    train_placeto_flags.check_cluster(cluster)
+    with policy_out.staging_dir(out_dir) as staged:  # made now: a bad place fails at once
+        _train(settings, cluster, out_dir, staged)
+
+
+def _train(settings, cluster, out_dir: str, staged: str) -> None:
     train, test, made = [], [], {}
     t = time.perf_counter()
     for family in settings["families"]:
@@ -161,7 +167,7 @@ def main():
     written = recorded(settings)
     manifest = dict(
         what="Placeto policy (tf_autoplace.placers.placeto.policy.PlacetoPolicy)",
-        command=" ".join([*sys.argv[0].split(), *map(shlex.quote, sys.argv[1:])]),
+        command=command_line(),
         cluster=written["cluster"], action_devices=policy.num_devices,
         trained_on=dict(families=made, family_config=written["family_config"]),
         objective=written["objective"], env_config=written["env_config"],
@@ -169,9 +175,8 @@ def main():
         policy_config=policy.config, seed=FLAGS.seed, build_seconds=build_s,
         machine=f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
         results=results)
-    with policy_out.staging_dir(out_dir) as staged:
-        policy.save(staged)
-        policy_out.commit(out_dir, staged, manifest)
+    policy.save(staged)
+    policy_out.commit(out_dir, staged, manifest)
     print(f"wrote {FLAGS.out_dir}: trained {results['iterations']} "
           f"{'epochs' if settings['objective'] == 'imitation' else 'iterations'}, "
           f"{results['samples']} samples in {results['train_seconds']:.0f} s")

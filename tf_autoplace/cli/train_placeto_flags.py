@@ -93,4 +93,14 @@ def check() -> None:
     problem)."""
     family_knobs(flags.FLAGS.family_knobs)
     policy_out.check_out_dir(flags.FLAGS.out_dir)
-    resolve_cluster(flags.FLAGS.cluster)
+    check_cluster(resolve_cluster(flags.FLAGS.cluster))
+
+
+def check_cluster(cluster) -> None:
+    """ConfigError naming --cluster when it has fewer than two action devices: a policy
+    chooses among them (found only after every graph was built, minutes later)."""
+    action = cluster.compute_devices()
+    if len(action) < 2:
+        raise ConfigError(f"--cluster {flags.FLAGS.cluster!r} has {len(action)} device(s) a "
+                          "policy can place ops on; a Placeto policy chooses among at least 2 "
+                          "(give a cluster of 2 or more GPUs, or of logical CPUs, e.g. k80x2)")

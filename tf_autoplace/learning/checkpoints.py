@@ -24,6 +24,8 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import shlex
+import sys
 
 import numpy as np
 
@@ -34,6 +36,8 @@ from tf_autoplace.errors import ConfigError
 CONFIG_FILE = "policy.json"
 WEIGHTS_FILE = "weights.npz"
 MANIFEST_FILE = "manifest.json"
+# Every file a saved policy's directory holds.
+POLICY_FILES = frozenset({CONFIG_FILE, WEIGHTS_FILE, MANIFEST_FILE})
 # The largest number a saved policy's settings may hold (its seed aside): every width, count
 # and layer number of a network here is far below it, and a network built with sizes beyond it
 # would take gigabytes before its weights could be compared with the file's.
@@ -47,6 +51,16 @@ MAX_ABS_WEIGHT = 1e10
 
 def _plain(value):
     return value.tolist() if hasattr(value, "tolist") else str(value)
+
+
+def command_line() -> str:
+    """The command this process runs, as a manifest records it for a user to run again: the
+    console command's words as typed (``tf-autoplace train-gdp --out_dir=...``; its
+    dispatcher sets ``sys.argv[0]`` to ``"tf-autoplace COMMAND"``), else ``python`` and the
+    script with its arguments."""
+    first = sys.argv[0] if sys.argv else ""
+    words = first.split() if first.startswith("tf-autoplace ") else ["python", first]
+    return " ".join([*words, *map(shlex.quote, sys.argv[1:])])
 
 
 def write_manifest(directory: str, manifest: dict) -> None:

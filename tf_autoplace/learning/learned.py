@@ -30,8 +30,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import platform
-import shlex
-import sys
 import time
 
 import numpy as np
@@ -41,7 +39,7 @@ from tf_autoplace.core.problem import PlacementProblem, Placer, rank_placements
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph.fingerprint import fingerprint
 from tf_autoplace.heuristics import HEURISTICS
-from tf_autoplace.learning.checkpoints import read_policy_files
+from tf_autoplace.learning.checkpoints import command_line, read_policy_files
 from tf_autoplace.learning.trained_policy import TrainedPolicy, weights_digest
 
 
@@ -159,7 +157,7 @@ class LearnedPlacer(Placer):
             placer=self.name,
             fine_tuned_from=source or "fresh",
             fine_tuned_from_sha256=None if source is None else weights_digest(source),
-            command=" ".join(shlex.quote(a) for a in ["python"] + sys.argv),
+            command=command_line(),
             graph=dict(fingerprint=fingerprint(problem.graph), ops=problem.graph.num_ops,
                        groups=int(groups)),
             cluster=list(problem.cluster.names), action_devices=int(action_devices),

@@ -34,9 +34,9 @@ import numpy as np
 
 from tf_autoplace.core.cachedir import read_regular_file
 from tf_autoplace.errors import ConfigError
+from tf_autoplace.learning.checkpoints import POLICY_FILES
 from tf_autoplace.learning.eager import policy_context
 
-POLICY_FILES = frozenset({"policy.json", "weights.npz", "manifest.json"})
 
 
 def weights_digest(directory: str) -> str:
@@ -86,16 +86,32 @@ class TrainedPolicy:
 
     def save(self, directory) -> None:
         """Write ``policy.json``, ``weights.npz`` and ``manifest.json`` into ``directory``
-        atomically (module docstring)."""
+        atomically (module docstring).
+
+        Raises:
+          ConfigError: ``directory`` is not a path, exists and is not a saved policy, has no
+            parent directory, or cannot be written (naming it and why); nothing is left.
+        """
         if not (isinstance(directory, (str, os.PathLike)) and os.fspath(directory)):
             raise ConfigError(f"directory must be a non-empty path, got {directory!r}")
-        final = os.path.abspath(os.fspath(directory))
+        try:
+            self._save(os.fspath(directory))
+        except ConfigError:
+            raise
+        except (OSError, ValueError) as e:  # (a NUL in the path is a ValueError)
+            raise ConfigError(f"cannot save the policy to {os.fspath(directory)!r}: "
+                              f"{getattr(e, 'strerror', None) or e}") from e
+
+    def _save(self, directory: str) -> None:
+        final = os.path.abspath(directory)
         if os.path.lexists(final) and not (os.path.isdir(final) and
                                            set(os.listdir(final)) <= POLICY_FILES):
-            raise ConfigError(f"{os.fspath(directory)!r} exists and is not a saved policy; "
-                              "refusing to overwrite it")
+            raise ConfigError(f"{directory!r} exists and is not a saved policy; refusing to "
+                              "overwrite it")
         parent = os.path.dirname(final)
-        os.makedirs(parent, exist_ok=True)
+        if not os.path.isdir(parent):  # made by nobody here: nothing is left if saving fails
+            raise ConfigError(f"cannot save the policy to {directory!r}: its parent "
+                              f"directory {parent!r} does not exist")
         tmp = tempfile.mkdtemp(dir=parent, prefix=".tmp_autoplace_")
         old = None
         try:
