@@ -81,6 +81,10 @@ ERROR_RUNS = {
                                                        report_json="{dir}/r_placer.json")),
     "foreign_placement": ("tiny.pb", "out_foreign.pb", dict(placement="{dir}/saved.pbtxt",
                                                             report_json="{dir}/r_foreign.json")),
+    # --placer, --policy and --budget_s with --placement were ignored without a word.
+    "placement_with_search": ("cnn.pb", "out_search.pb", dict(
+        placement="{dir}/saved.pbtxt", search_flags=["--placer", "--budget_s"],
+        report_json="{dir}/r_search.json")),
     "unfed": ("free_batch.pb", "out_unfed.pb", dict(placer="m_etf", measure_steps=15,
                                                     report_json="{dir}/r_unfed.json")),
     "feed_shape_not_a_placeholder": ("free_batch.pb", "out_y.pb", dict(
@@ -268,6 +272,8 @@ def test_a_cost_profile_replaces_the_estimates_of_the_ops_it_names(runs):
     ("missing_input", "cannot read graph file '.*missing.pb'"),
     ("bad_cluster", "bad_cluster.pbtxt: malformed cluster spec"),
     ("unknown_placer", "no_such_placer"),
+    ("placement_with_search", "--placer, --budget_s set a placer's search; --placement applies "
+                              "a saved placement without one"),
     # a placeholder of unknown batch size: the error names the flag that gives its shape
     ("unfed", "'x' has no fully known static shape.*--feed_shape=NAME=D0,D1"),
     ("feed_shape_not_a_placeholder", "--feed_shape names 'w', which is not a placeholder"),

@@ -2,6 +2,7 @@
 (``PlacementReport.write_*`` and ``tf-autoplace place --trace_json/--plot_png``)."""
 
 import json
+import os
 import sys
 
 import numpy as np
@@ -191,6 +192,37 @@ def test_autoplace_report_writes_trace_and_plot(tmp_path, cnn_graph_def):
     pytest.importorskip("matplotlib", reason="the plot extra (matplotlib) is not installed")
     report.write_plot(tmp_path / "t.png")
     assert (tmp_path / "t.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_the_reports_writers_replace_a_link_and_keep_the_old_file_when_a_write_fails(
+        tmp_path, cnn_graph_def, monkeypatch):
+    # report.write_chrome_trace hung on a link to a FIFO, wrote through a link into its
+    # target, and a failed write (a full disk) left the old trace cut short: the command's
+    # --trace_json did none of these.
+    import errno
+
+    import tf_autoplace
+    from tf_autoplace.outputs import files
+
+    report = tf_autoplace.autoplace(cnn_graph_def, cluster=CPU2, placer="m_etf")
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "theirs.json").write_text("the user's")
+    os.symlink(tmp_path / "fifo", tmp_path / "to_fifo.json")
+    os.symlink(tmp_path / "theirs.json", tmp_path / "to_theirs.json")
+    for name in ("to_fifo.json", "to_theirs.json"):
+        report.write_chrome_trace(tmp_path / name)  # (returns: the link is replaced)
+        assert not os.path.islink(tmp_path / name)
+        assert json.loads((tmp_path / name).read_text())["traceEvents"]
+    assert (tmp_path / "theirs.json").read_text() == "the user's"
+    old = (tmp_path / "to_theirs.json").read_bytes()
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(files.os, "fsync", full)
+    with pytest.raises(OSError, match="No space left on device"):
+        report.write_chrome_trace(tmp_path / "to_theirs.json")
+    assert (tmp_path / "to_theirs.json").read_bytes() == old
 
 
 def _run_tool(tmp_path, graph_def, *flags):

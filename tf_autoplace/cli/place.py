@@ -61,8 +61,6 @@ placeholder whose shape is not fully known (a None batch dimension).
 
 from __future__ import annotations
 
-import io
-import json
 import os
 import sys
 
@@ -77,7 +75,7 @@ from tf_autoplace.errors import AutoplaceError, ConfigError
 from tf_autoplace.graph import costgraph, ingest
 from tf_autoplace.grouping import GroupingConfig
 from tf_autoplace.hw.workload import made_up_feeds, parse_feed_shapes
-from tf_autoplace.outputs import files, timeline
+from tf_autoplace.outputs import files
 from tf_autoplace.outputs.progress import SearchProgress
 from tf_autoplace.outputs.saved_placement import serialize
 from tf_autoplace.pipeline import engine
@@ -91,16 +89,12 @@ def _extra_outputs(report, *, trace_json=None, plot_png=None, placement_pb=None)
     """{flag name: (path, bytes)} for the optional views of the report; rendered before anything
     is written, so a missing matplotlib fails the run with nothing written."""
     out = {}
-    t = report.timeline
-    if (trace_json or plot_png) and t is None:
+    if (trace_json or plot_png) and report.timeline is None:
         raise ConfigError("the report keeps no timeline; cannot write --trace_json/--plot_png")
     if trace_json:
-        trace = timeline.chrome_trace(t.graph, t.cluster, t.placement, t.sim, t.measured)
-        out["trace_json"] = (trace_json, json.dumps(trace, separators=(",", ":")).encode())
+        out["trace_json"] = (trace_json, report.chrome_trace_json())
     if plot_png:
-        buf = io.BytesIO()
-        timeline.plot_report(buf, t.graph, t.cluster, t.placement, t.sim)
-        out["plot_png"] = (plot_png, buf.getvalue())
+        out["plot_png"] = (plot_png, report.plot_png())
     if placement_pb:
         out["placement_pb"] = (placement_pb, _placement_bytes(report, placement_pb))
     return out
@@ -156,8 +150,10 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
         save_policy: str | None = None, progress: bool = True,
         progress_logdir: str | None = None, measure_steps: int = 0, verify: int = 0,
         cost_profile: str | None = None, placer_options=(), feed_shapes=(),
-        **extra_paths) -> int:
-    """Place ``input_path`` into ``output_path``; returns a process exit status."""
+        search_flags=(), **extra_paths) -> int:
+    """Place ``input_path`` into ``output_path``; returns a process exit status.
+    ``search_flags``: the flags that set a placer's search the command line gave (refused
+    with ``placement``, which applies a saved placement without a search)."""
     saved_model = tf2.is_saved_model(input_path)
     cost_graph = not saved_model and costgraph.is_cost_graph_file(input_path)
     try:
@@ -166,9 +162,11 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
         _check_outputs(input_path, output_path, saved_model,
                        dict(report_json=report_json, save_policy=save_policy, **extra_paths),
                        directories={"save_policy"}, cost_graph=cost_graph)
-        if placement and placer_options:
-            raise ConfigError("--placer_option sets a placer's search; --placement applies a "
-                              "saved placement without one")
+        search = [*search_flags, *(["--placer_option"] if placer_options else [])]
+        if placement and search:  # (they were ignored without a word)
+            raise ConfigError(f"{', '.join(search)} set{'s' if len(search) == 1 else ''} a "
+                              "placer's search; --placement applies a saved placement without "
+                              "one")
         if save_policy and (placement or not registry.accepts(placer, "policy")):
             # (known before the search, which used to run to its end first)
             raise ConfigError(f"--save_policy keeps the policy a learned placer fine-tuned "
@@ -242,4 +240,6 @@ def main(argv):
                plot_png=FLAGS.plot_png, placement_pb=FLAGS.placement_pb,
                measure_steps=FLAGS.measure_steps, verify=FLAGS.verify,
                cost_profile=FLAGS.cost_profile,
-               placer_options=FLAGS.placer_option, feed_shapes=FLAGS.feed_shape)
+               placer_options=FLAGS.placer_option, feed_shapes=FLAGS.feed_shape,
+               search_flags=[f"--{name}" for name in ("placer", "policy", "budget_s")
+                             if FLAGS[name].present])

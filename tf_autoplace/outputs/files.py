@@ -156,6 +156,15 @@ def write_atomically(path, data: bytes) -> None:
         raise
 
 
+def write_output(path, data: bytes) -> None:
+    """Write ``data`` to ``path`` as a set of one output (:class:`Outputs`): whole or not at
+    all, with the user's ordinary permissions, a link at ``path`` replaced and never followed.
+    Raises OSError if it cannot be written (the old file is left)."""
+    outputs = Outputs()
+    outputs.add_file(path, data)
+    outputs.commit()
+
+
 class Outputs:
     """Outputs written as one set: all new or all old (module docstring).
 

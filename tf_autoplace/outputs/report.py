@@ -16,6 +16,7 @@ which one was applied, and why.
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import math
 
@@ -295,31 +296,51 @@ class PlacementReport:
                               "was made without one); nothing to draw")
         return self.timeline
 
-    def write_chrome_trace(self, path) -> None:
-        """Write the simulated step as a Chrome trace (JSON; open in chrome://tracing or
+    def chrome_trace_json(self) -> bytes:
+        """The simulated step as a Chrome trace, JSON bytes (open in chrome://tracing or
         ui.perfetto.dev). See :mod:`tf_autoplace.outputs.timeline`.
 
         Raises:
+          ConfigError: the report keeps no timeline.
+        """
+        t = self._timeline()
+        trace = timeline.chrome_trace(t.graph, t.cluster, t.placement, t.sim, t.measured)
+        return json.dumps(trace, separators=(",", ":")).encode()
+
+    def plot_png(self) -> bytes:
+        """A PNG of per-device load over the step and peak memory against capacity (needs the
+        ``plot`` extra, matplotlib). See :mod:`tf_autoplace.outputs.timeline`.
+
+        Raises:
+          ConfigError: the report keeps no timeline, or matplotlib is not installed.
+        """
+        t = self._timeline()
+        buf = io.BytesIO()
+        timeline.plot_report(buf, t.graph, t.cluster, t.placement, t.sim)
+        return buf.getvalue()
+
+    def write_chrome_trace(self, path) -> None:
+        """Write :meth:`chrome_trace_json` to ``path``, whole or not at all, as the command's
+        outputs are written (:class:`tf_autoplace.outputs.files.Outputs`: a link at ``path`` is
+        replaced, never followed into a file or a FIFO elsewhere).
+
+        Raises:
           ConfigError: ``path`` cannot be written (its directory is missing or not writable,
-            or it is a directory), before anything is made.
-          OSError: the write itself failed (a full disk).
+            or it is a directory or a device), before anything is made; or no timeline.
+          OSError: the write itself failed (a full disk); the old file is left.
         """
         files.check_output_path(path, "the Chrome trace's path")
-        t = self._timeline()
-        timeline.write_chrome_trace(path, t.graph, t.cluster, t.placement, t.sim,
-                                    measured=t.measured)
+        files.write_output(path, self.chrome_trace_json())
 
     def write_plot(self, path) -> None:
-        """Write a PNG of per-device load over the step and peak memory against capacity
-        (needs the ``plot`` extra, matplotlib). See :mod:`tf_autoplace.outputs.timeline`.
+        """Write :meth:`plot_png` to ``path``, as :meth:`write_chrome_trace` writes.
 
         Raises:
           ConfigError: as :meth:`write_chrome_trace`, or matplotlib is not installed.
-          OSError: the write itself failed.
+          OSError: the write itself failed; the old file is left.
         """
         files.check_output_path(path, "the plot's path")
-        t = self._timeline()
-        timeline.plot_report(path, t.graph, t.cluster, t.placement, t.sim)
+        files.write_output(path, self.plot_png())
 
     def __str__(self) -> str:
         def table(loads):

@@ -39,6 +39,7 @@ from tf_autoplace.core.units import format_bytes
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph.opgraph import OpGraph
 from tf_autoplace.hw.trace import TracedStep
+from tf_autoplace.outputs import files
 from tf_autoplace.sim import SimResult
 
 OPS_TID = 0
@@ -159,10 +160,10 @@ def measured_events(measured: TracedStep, first_pid: int) -> list[dict]:
 def write_chrome_trace(path: str | os.PathLike, graph: OpGraph, cluster: Cluster,
                        placement: np.ndarray, sim: SimResult,
                        measured: TracedStep | None = None) -> None:
-    """Write :func:`chrome_trace` as JSON to ``path`` (raises OSError if it cannot)."""
+    """Write :func:`chrome_trace` as JSON to ``path``, whole or not at all
+    (:func:`tf_autoplace.outputs.files.write_output`; raises OSError if it cannot)."""
     trace = chrome_trace(graph, cluster, placement, sim, measured)
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(trace, f, separators=(",", ":"))
+    files.write_output(path, json.dumps(trace, separators=(",", ":")).encode())
 
 
 def _busy_intervals(start: np.ndarray, end: np.ndarray, gap: float) -> list[tuple[float, float]]:
