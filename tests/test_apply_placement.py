@@ -123,15 +123,17 @@ def test_the_same_graph_with_counters_in_its_gradient_scopes_is_this_graph(tmp_p
 
     # The same file with its ops reordered (sorted by a script): the names no longer agree
     # with the positions, so ops are matched by name, each getting the device the file names
-    # for it (by position they got their neighbours' devices).
+    # for it (by position they got their neighbours' devices); it is still this graph's
+    # placement (the note called the graph another one).
     proto = report.to_proto()
     entries = sorted(((op.name, op.device) for op in proto.op), reverse=True)
     del proto.op[:]
     for name, device in entries:
         proto.op.add(name=name, device=device)
+    proto.graph_fingerprint = report.graph_fingerprint
     graph = build()
     shuffled = tf_autoplace.apply_placement(graph, proto, cluster=CPU2)
-    assert "for this graph (same fingerprint)" not in shuffled.notes[0]
+    assert "for this graph (same fingerprint)" in shuffled.notes[0]
     assert {op.name: op.device for op in graph.get_operations()} == \
         {name: tf.DeviceSpec.from_string(device).to_string() for name, device in entries}
 

@@ -42,8 +42,21 @@ def test_a_saved_placement_of_this_graph_is_applied_as_it_was():
     devices = np.random.default_rng(0).integers(0, 3, problem.graph.num_ops)
     placer = SavedPlacement(_saved(problem, devices))
     assert placer.place(problem).devices.tolist() == devices.tolist()
-    assert placer.stats == dict(named=60, filled=0, unknown=0, by="position")
+    assert placer.stats == dict(named=60, filled=0, unknown=0, by="name")  # names exact
     assert "(seed 3) for this graph (same fingerprint)" in placer.notes[0]
+
+
+def test_exact_names_decide_over_positions_on_the_same_fingerprint():
+    # Two towers built in the other order: the same fingerprint (TF's counters aside), each
+    # op's exact name in the file, and by position every op got the other tower's device.
+    names = [f"tower_{i % 2}/op{i // 2}" for i in range(60)]
+    swapped = [f"tower_{1 - i % 2}/op{i // 2}" for i in range(60)]
+    problem, rebuilt = _problem(names=names), _problem(names=swapped)
+    assert fingerprint(problem.graph) == fingerprint(rebuilt.graph)
+    devices = np.random.default_rng(2).integers(0, 3, 60)
+    placed = SavedPlacement(_saved(problem, devices)).place(rebuilt).devices
+    by_name = {name: int(d) for name, d in zip(names, devices)}
+    assert placed.tolist() == [by_name[name] for name in swapped]
 
 
 def test_the_same_graph_with_other_counters_is_matched_by_position():

@@ -11,8 +11,11 @@ was made for (:mod:`tf_autoplace.graph.fingerprint`). Where it equals this graph
 counts agree and each saved op's name is the graph's op at its position but for TensorFlow's
 uniquifying counters (``dense_1`` for ``dense``), the i-th saved op is this graph's i-th op:
 the graph is the same one, built again, so matching by position is exact where matching by
-name would fail. Otherwise (the graph changed, or the file's ops were reordered) ops are
-matched by name, and an op the file does not name is left for the caller to place (-1).
+name would fail. Where every op the file names is in the graph by its exact name, names decide
+(two towers ``tower_0`` and ``tower_1`` built in the other order have the same fingerprint,
+and position would swap their devices). Otherwise (the graph changed, or the file's ops were
+reordered) ops are matched by name, and an op the file does not name is left for the caller
+to place (-1).
 
 **Which device is which.** A saved device string matches the cluster device of the same name,
 or else the one cluster device whose ``tf.DeviceSpec`` agrees with it wherever both say
@@ -192,8 +195,9 @@ def match(problem: PlacementProblem, result: placement_pb2.PlacementResult,
     repeated = _repeated_ops(result)
     names = problem.graph.names
     n = len(names)
+    present = set(names)
     by_position = bool(result.graph_fingerprint) and result.graph_fingerprint == fingerprint \
-        and len(result.op) == n and all(
+        and len(result.op) == n and not all(op.name in present for op in result.op) and all(
             normalized_name(op.name) == normalized_name(name)
             for op, name in zip(result.op, names))
     index = _device_index(problem, {op.device for op in result.op})

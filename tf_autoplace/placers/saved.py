@@ -69,7 +69,8 @@ class SavedPlacement(Placer):
 
     def _place(self, problem: PlacementProblem, rng: np.random.Generator) -> np.ndarray:
         n = problem.graph.num_ops
-        found = match(problem, self.result, fingerprint(problem.graph))
+        fp = fingerprint(problem.graph)
+        found = match(problem, self.result, fp)
         named, saved = found.num_named, len(self.result.op)
         if named < self.min_match * n or named < self.min_match * saved:
             missing = [problem.graph.names[i] for i in np.flatnonzero(found.devices < 0)[:3]]
@@ -82,7 +83,9 @@ class SavedPlacement(Placer):
         filled = n - named
         made_by = self.result.placer or "an unnamed placer"
         seed = f" (seed {self.result.seed})" if self.result.HasField("seed") else ""
-        if found.by == "position":
+        same = (self.result.graph_fingerprint == fp and named == n == saved
+                and not found.unknown)  # (matched by position or, where exact, by name)
+        if same:
             note = (f"applied {self.source}, made by {made_by}{seed} for this graph "
                     f"(same fingerprint), applied to all {n} ops without searching")
         else:
