@@ -105,6 +105,14 @@ def test_benchmark_checks_its_outputs_first_and_says_what_is_wrong_in_one_line(r
     assert "--out_md" in error and "does not exist" in error
 
 
+@pytest.mark.parametrize("flag", ["--out_md", "--out_json"])
+def test_fidelity_checks_its_outputs_before_measuring(flag, repo_root, tmp_path):
+    # It measured for minutes, then ended in a FileNotFoundError traceback, the figures lost.
+    missing = tmp_path / "no_such_dir" / "out"
+    for argv in (["fidelity", "--graphs=lstm"], ["fidelity", "--components"]):
+        error = _one_error_line_before_tensorflow([*argv, f"{flag}={missing}"], repo_root)
+        assert flag in error and "does not exist" in error
+
 
 def test_profile_checks_its_outputs_before_measuring(repo_root, tmp_path):
     # Measuring takes minutes; an output it cannot write, or one that would replace the graph

@@ -44,6 +44,7 @@ from tf_autoplace.hw.profiler import DEFAULT_CONFIG as PROFILE_CONFIG
 from tf_autoplace.hw.protocol import QUIET_LOAD, load_average
 from tf_autoplace.hw.runner import RunConfig
 from tf_autoplace.hw.transfers import profile_links, profile_send_costs
+from tf_autoplace.outputs import files
 
 FLAGS = flags.FLAGS  # this command's flags: tf_autoplace.cli.fidelity_flags
 
@@ -71,6 +72,16 @@ def _profile_config() -> RunConfig:
                                trace_steps=FLAGS.trace_steps)
 
 
+def _write_outputs(text: str, figures: dict) -> None:
+    """--out_md and --out_json, whole or not at all, as one set (checked before the run)."""
+    outputs = files.Outputs()
+    if FLAGS.out_md:
+        outputs.add_file(FLAGS.out_md, text.encode("utf-8"))
+    if FLAGS.out_json:
+        outputs.add_file(FLAGS.out_json, json.dumps(figures, indent=1).encode("utf-8"))
+    outputs.commit()
+
+
 def _components(argv) -> int:
     del argv
     chosen = (list(components_lib.COMPONENTS) if FLAGS.component is None
@@ -96,21 +107,20 @@ def _components(argv) -> int:
               + (" (above 1.5: not publishable)" if load > 1.5 else "") + "\n")
     if load > 1.5:
         log(f"warning: the load is {load:.2f} (> 1.5); these figures are not publishable")
-    results = components_lib.run(
-        config, graphs=tuple(components_lib.GRAPHS) if FLAGS.graphs is None else FLAGS.graphs,
-        components=chosen, log=log)
+    try:
+        results = components_lib.run(
+            config, graphs=tuple(components_lib.GRAPHS) if FLAGS.graphs is None
+            else FLAGS.graphs, components=chosen, log=log)
+    except AutoplaceError as e:  # (an unknown graph ended in a traceback)
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     text = components_lib.markdown(header=header, **results)
-    if FLAGS.out_md:
-        with open(FLAGS.out_md, "w", encoding="utf-8") as f:
-            f.write(text)
-    if FLAGS.out_json:
-        with open(FLAGS.out_json, "w", encoding="utf-8") as f:
-            json.dump({"command": command, "commit": _commit(), "config": repr(config),
-                       "load_at_start": load, "results": {
-                           key: ([dataclasses.asdict(r) for r in value]
-                                 if isinstance(value, list) else
-                                 (dataclasses.asdict(value) if value is not None else None))
-                           for key, value in results.items()}}, f, indent=1)
+    _write_outputs(text, {"command": command, "commit": _commit(), "config": repr(config),
+                          "load_at_start": load, "results": {
+                              key: ([dataclasses.asdict(r) for r in value]
+                                    if isinstance(value, list) else
+                                    (dataclasses.asdict(value) if value is not None else None))
+                              for key, value in results.items()}})
     print(text)
     log(f"done in {time.perf_counter() - began:.0f} s")
     return 0
@@ -171,15 +181,10 @@ def main(argv):
         except AutoplaceError as e:  # the settings were fine; this graph is not
             print(f"error: {e}", file=sys.stderr)
             return 1
-        text = fidelity.markdown(results, title=title)
-        if FLAGS.out_md:
-            with open(FLAGS.out_md, "w", encoding="utf-8") as f:
-                f.write(text)
-        if FLAGS.out_json:
-            with open(FLAGS.out_json, "w", encoding="utf-8") as f:
-                json.dump({"config": repr(config), "links": {
-                    f"{i}->{j}": dataclasses.asdict(fit) for (i, j), fit in fits.items()},
-                    "results": [dataclasses.asdict(r) for r in results]}, f, indent=1)
+        _write_outputs(fidelity.markdown(results, title=title), {
+            "config": repr(config), "links": {
+                f"{i}->{j}": dataclasses.asdict(fit) for (i, j), fit in fits.items()},
+            "results": [dataclasses.asdict(r) for r in results]})
     print(fidelity.markdown(results, title=title))
     log(f"done in {time.perf_counter() - began:.0f} s")
     return 0

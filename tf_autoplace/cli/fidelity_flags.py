@@ -3,6 +3,8 @@ TensorFlow) so that ``tf-autoplace fidelity --help`` lists them without importin
 
 from absl import flags
 
+from tf_autoplace.outputs import files
+
 flags.DEFINE_list("graphs", None, "graphs among tf_autoplace.hw.fidelity.GRAPHS (cnn, lstm, "
                   "transformer, ...; default: all of them; --graphs= for none)")
 flags.DEFINE_multi_string("graph_file", [], "a training graph of your own (GraphDef or "
@@ -25,3 +27,12 @@ flags.DEFINE_bool("components", False, "check the simulator's parts one at a tim
                   "(tf_autoplace.hw.components)")
 flags.DEFINE_list("component", None, "with --components: which parts, among "
                   "tf_autoplace.hw.components.COMPONENTS (default: all of them)")
+
+
+def check() -> None:
+    """--out_md and --out_json, before anything is imported or measured (the command line's
+    dispatcher runs it first): each must be a file that can be written (an AutoplaceError
+    naming the flag otherwise; the run's minutes of measuring were lost at its end)."""
+    for flag in ("out_md", "out_json"):
+        if getattr(flags.FLAGS, flag):
+            files.check_output_path(getattr(flags.FLAGS, flag), f"--{flag}")
