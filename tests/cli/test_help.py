@@ -196,3 +196,16 @@ def test_train_gdps_default_clusters_are_found_outside_the_checkout(repo_root, t
                           text=True, capture_output=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "[3, 5, 9]"  # 2, 4 and 8 GPUs and their host
+
+
+def test_a_placer_item_with_a_budget_it_refuses_fails_before_any_model_is_built(repo_root):
+    # benchmark --placers=auto@0 passed the early checks, built a model, then ended in a
+    # ConfigError traceback: the check ignored the item's own @SECONDS.
+    proc = subprocess.run([sys.executable, "-c", WRAPPER, "benchmark", "--quick",
+                           "--pairs=rnnlm2:k80x2", "--placers=auto@0"], cwd=repo_root,
+                          env=dict(_env(repo_root), TF_CPP_MIN_LOG_LEVEL="3"), text=True,
+                          capture_output=True, timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "budget_s" in errors[0], proc.stderr[-2000:]
+    assert "building" not in proc.stderr

@@ -176,6 +176,24 @@ def test_summary_marks_the_fastest_fitting_placer_and_compares_the_default(tmp_p
     assert [(r.placer, r.oom, r.error) for r in back] == [(r.placer, r.oom, r.error) for r in rows]
 
 
+@pytest.mark.parametrize("text, message", [
+    ("a,b\n1,2\n", r"line 2 is not a row of a benchmark CSV .*KeyError 'model'"),
+    ("model,cluster,ops,groups,placer,step_s,lower_bound_s,lp_bound_s,peak_gb,oom,search_s,"
+     "sims,error\nm,c,five,5,auto,0.5,,,,0,,0,\n", r"line 2 .*ValueError"),
+    ("model,cluster,ops\nm,c\n", r"line 2 is not a row"),  # a short row
+])
+def test_a_csv_that_is_not_the_benchmarks_is_a_config_error_naming_the_line(tmp_path, text,
+                                                                          message):
+    # --from_csv ended in a KeyError or ValueError traceback.
+    path = tmp_path / "other.csv"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        bench.read_csv(str(path))
+    path.write_bytes(b"\xff\xfe binary")
+    with pytest.raises(ConfigError, match="line 1 is not a row"):
+        bench.read_csv(str(path))
+
+
 def test_pair_problems_are_kept_in_a_private_problem_cache(tmp_path, monkeypatch):
     first = bench.pair_problem("rnnlm2", "k80x2", quick=True, cache_dir=tmp_path / "cache")
     (entry,) = os.listdir(tmp_path / "cache")

@@ -40,14 +40,19 @@ def _error(message: str) -> int:
 def main(argv):
     del argv
     if FLAGS.from_csv:
+        if FLAGS.plot_png or FLAGS.out_csv:  # (they were ignored without a word)
+            return _error("--from_csv renders CSV files as one markdown report (stdout and "
+                          "--out_md); --plot_png and --out_csv are written by a run")
         try:
             rows = [row for path in FLAGS.from_csv for row in bench.read_csv(path)]
         except OSError as e:
             return _error(f"cannot read --from_csv file {e.filename!r}: {e.strerror or e}")
+        except AutoplaceError as e:
+            return _error(f"--from_csv: {e}")
         text = bench.markdown(rows, [], title=f"Placer baselines (from {len(FLAGS.from_csv)} "
                                                 "CSV files)")
         if FLAGS.out_md:
-            files.write_atomically(FLAGS.out_md, text.encode("utf-8"))
+            files.write_output(FLAGS.out_md, text.encode("utf-8"))
         print(text)
         return 0
     if FLAGS.plot_png:
@@ -58,8 +63,9 @@ def main(argv):
                           "drop --plot_png)")
     try:
         placers = bench.PLACER_NAMES if FLAGS.placers is None else FLAGS.placers
-        for name in placers:
-            get_placer(bench.parse_placer(name)[0], budget_s=FLAGS.budget_s)
+        for item in placers:  # with the budget each will run with (auto@0: none to search)
+            name, own = bench.parse_placer(item)
+            get_placer(name, budget_s=own if own is not None else FLAGS.budget_s)
         pairs = bench.parse_pairs(FLAGS.pairs or (bench.QUICK_PAIRS if FLAGS.quick
                                                   else bench.FULL_PAIRS))
         for _, cluster in pairs:  # a misspelt cluster fails now, not after building a model
@@ -73,8 +79,8 @@ def main(argv):
 
     def write(rows, infos):
         if FLAGS.out_md:
-            files.write_atomically(FLAGS.out_md, bench.markdown(rows, infos, title=title)
-                                   .encode("utf-8"))
+            files.write_output(FLAGS.out_md, bench.markdown(rows, infos, title=title)
+                               .encode("utf-8"))
         if FLAGS.out_csv:
             bench.write_csv(FLAGS.out_csv, rows)
 

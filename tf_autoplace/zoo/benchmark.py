@@ -48,7 +48,7 @@ from tf_autoplace.core.cluster import resolve_cluster
 from tf_autoplace.errors import AutoplaceError, ConfigError
 from tf_autoplace.graph import ingest
 from tf_autoplace.grouping import GroupingConfig
-from tf_autoplace.outputs.files import write_atomically
+from tf_autoplace.outputs.files import write_output
 from tf_autoplace.outputs.progress import note
 from tf_autoplace.pipeline.prepare import build_problem
 from tf_autoplace.pipeline.problem_cache import ProblemCache, as_problem_cache, cluster_digest
@@ -548,21 +548,39 @@ CSV_FIELDS = ("model", "cluster", "ops", "groups", "placer", "step_s", "lower_bo
 def read_csv(path: str) -> list[Row]:
     """The rows :func:`write_csv` wrote (without the learned placers' curves), so that runs of
     different placers on the same pairs can be rendered as one report: a row depends only on
-    its pair, placer and seed."""
+    its pair, placer and seed.
+
+    Raises:
+      OSError: ``path`` cannot be read.
+      ConfigError: it is not such a CSV (a column missing, a value that is not a number),
+        naming the line.
+    """
     rows = []
-    with open(path, newline="", encoding="utf-8") as f:
-        for item in csv.DictReader(f):
-            rows.append(Row(
-                model=item["model"], cluster=item["cluster"], ops=int(item["ops"]),
-                groups=int(item["groups"]), placer=item["placer"],
-                step_s=float(item["step_s"] or "nan"),
-                lower_bound_s=float(item["lower_bound_s"] or "nan"),
-                lp_bound_s=float(item["lp_bound_s"] or "nan"),
-                peak_gb=tuple(float(x) for x in item["peak_gb"].split("/") if x),
-                oom=item["oom"] == "1", search_s=float(item["search_s"] or "nan"),
-                sims=int(item["sims"] or 0), stopped=item.get("stopped", ""),
-                error=item["error"]))
+    line = 1
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            for line, item in enumerate(csv.DictReader(f), start=2):
+                rows.append(_row(item))
+    except (KeyError, ValueError, TypeError, AttributeError, csv.Error) as e:  # (None: short)
+        raise ConfigError(
+            f"{path!r} line {line} is not a row of a benchmark CSV (tf-autoplace benchmark "
+            f"--out_csv): {type(e).__name__} {e}; its columns are {', '.join(CSV_FIELDS)}"
+            ) from e
     return rows
+
+
+def _row(item: dict) -> Row:
+    """A row of :func:`write_csv` read back (a missing column: KeyError; a bad number:
+    ValueError)."""
+    return Row(model=item["model"], cluster=item["cluster"], ops=int(item["ops"]),
+               groups=int(item["groups"]), placer=item["placer"],
+               step_s=float(item["step_s"] or "nan"),
+               lower_bound_s=float(item["lower_bound_s"] or "nan"),
+               lp_bound_s=float(item["lp_bound_s"] or "nan"),
+               peak_gb=tuple(float(x) for x in item["peak_gb"].split("/") if x),
+               oom=item["oom"] == "1", search_s=float(item["search_s"] or "nan"),
+               sims=int(item["sims"] or 0), stopped=item.get("stopped", ""),
+               error=item["error"])
 
 
 def write_csv(path: str, rows: list[Row]) -> None:
@@ -574,7 +592,7 @@ def write_csv(path: str, rows: list[Row]) -> None:
         writer.writerow([r.model, r.cluster, r.ops, r.groups, r.placer, r.step_s,
                          r.lower_bound_s, r.ratio, r.lp_bound_s, r.lp_ratio, _peaks(r),
                          int(r.oom), r.search_s, r.sims, r.stopped, r.error])
-    write_atomically(path, text.getvalue().encode("utf-8"))
+    write_output(path, text.getvalue().encode("utf-8"))
 
 
 def write_plot(path: str, rows: list[Row], placer_names) -> None:
