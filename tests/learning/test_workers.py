@@ -51,7 +51,7 @@ from tf_autoplace.testing.problems import random_problem
 
 # Work at the top of the script, with no `if __name__ == "__main__":` guard, on a problem
 # larger than a pipe holds (the parent wrote it into each worker's start-up pipe).
-problem = random_problem(2000, seed=0)
+problem = random_problem(2000, seed=0)  # 700 KB pickled: far more than a pipe holds
 try:
     with Evaluator(problem, workers=2) as evaluator:
         evaluator.evaluate(np.zeros((4, problem.graph.num_ops), np.int32))
