@@ -28,7 +28,8 @@ import stat
 import tempfile
 
 from tf_autoplace.errors import ConfigError
-from tf_autoplace.learning.checkpoints import POLICY_FILES, read_policy_files, write_manifest
+from tf_autoplace.learning.checkpoints import (CONFIG_FILE, POLICY_FILES, read_policy_files,
+                                               write_manifest)
 from tf_autoplace.outputs import files
 
 
@@ -50,7 +51,7 @@ def check_out_dir(path, flag: str = "--out_dir") -> str:
             raise ConfigError(f"{flag} {path!r} exists and {why}; refusing to write into it "
                               "(its files would be replaced): give a new or empty directory, "
                               "or a saved policy's directory to replace that policy")
-        files.check_output_path(os.path.join(full, "policy.json"), flag)  # writable, recovered
+        files.check_output_path(os.path.join(full, CONFIG_FILE), flag)  # writable, recovered
         return full
     return files.check_output_path(full, flag, directory=True)
 
@@ -91,7 +92,7 @@ def _remove_orphans(parent: str) -> None:
         path = os.path.join(parent, name)
         try:
             st = os.lstat(path)
-            if not stat.S_ISDIR(st.st_mode) or st.st_uid != getattr(os, "getuid", lambda: st.st_uid)():
+            if not stat.S_ISDIR(st.st_mode) or not files.owned(st):
                 continue
             os.kill(int(match.group(1)), 0)  # raises when no such process
         except ProcessLookupError:

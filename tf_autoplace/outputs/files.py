@@ -386,6 +386,12 @@ def _own(path: str) -> bool:
         st = os.lstat(path)
     except FileNotFoundError:
         return False
+    return owned(st)
+
+
+def owned(st: os.stat_result) -> bool:
+    """Whether the file ``st`` describes belongs to this user (always, where the system has
+    no user ids): what a cleanup may remove from a directory others could also write to."""
     return not hasattr(os, "geteuid") or st.st_uid == os.geteuid()
 
 

@@ -79,7 +79,7 @@ from tf_autoplace.core.cachedir import (
 from tf_autoplace.core.problem import PlacementProblem, Placer
 from tf_autoplace.errors import AutoplaceError, ConfigError
 from tf_autoplace.graph.fingerprint import fingerprint
-from tf_autoplace.outputs.files import TEMP_PREFIX
+from tf_autoplace.outputs.files import TEMP_PREFIX, owned
 from tf_autoplace.outputs.saved_placement import match, write_placement
 from tf_autoplace.proto import placement_pb2
 
@@ -253,8 +253,7 @@ class PlacementCache:
             except OSError:  # renamed or removed meanwhile
                 continue
             if (ATOMIC_TEMP.fullmatch(os.path.basename(p)) and stat.S_ISREG(st.st_mode)
-                    and st.st_uid == getattr(os, "getuid", lambda: st.st_uid)()
-                    and now - st.st_mtime > STALE_TEMP_S):
+                    and owned(st) and now - st.st_mtime > STALE_TEMP_S):
                 try:
                     os.unlink(p)
                 except OSError:
