@@ -324,6 +324,33 @@ def test_serve_local_ends_when_a_server_of_its_own_stops(tmp_path):
     assert not _alive(pids)
 
 
+def test_serve_local_takes_no_file_but_the_spec_of_a_serve_local_that_has_ended(tmp_path):
+    """serve-local removes its spec when it ends: a user's file at --out_cluster would be
+    replaced, then removed; a live serve-local's spec would be taken from under it."""
+    from tf_autoplace.cli import serve_local
+
+    mine = tmp_path / "cluster.pbtxt"
+    mine.write_text("# my own cluster\n")
+    with pytest.raises(ConfigError, match="exists and is not a spec serve-local wrote"):
+        serve_local.check_free(str(mine))
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    for pid, refused in ((ended.pid, False), (os.getpid(), True)):
+        mine.write_text(serve_local._HEADER_FORMAT.format(tasks=2, pid=pid) + "task {}\n")
+        if refused:
+            with pytest.raises(ConfigError, match=f"still runs \\(pid {pid}\\)"):
+                serve_local.check_free(str(mine))
+        else:
+            serve_local.check_free(str(mine))
+    serve_local.check_free(str(tmp_path / "new.pbtxt"))
+    # At the end only this run's spec is removed, not a file put there since.
+    serve_local._remove_if_ours(str(mine), b"another spec")
+    assert mine.exists()
+    serve_local._remove_if_ours(str(mine), mine.read_bytes())
+    assert not mine.exists()
+    serve_local._remove_if_ours(str(mine), b"gone already")
+
+
 @pytest.mark.parametrize("tasks,cores,expected,shared", [
     (2, [0, 1], [(0,), (1,)], False),
     (2, [0, 1, 2, 3], [(0, 1), (2, 3)], False),
@@ -340,6 +367,8 @@ def test_tasks_get_cores_of_their_own_where_there_are_enough(tasks, cores, expec
     (dict(num_tasks=0), "num_tasks must be an int >= 1"),
     (dict(num_tasks=2, ps_tasks=2), "leaves no 'worker' task"),
     (dict(num_tasks=2, job="ps"), "job must not be 'ps'"),
+    (dict(num_tasks=1, job="trainer/a"), "'trainer/a' is not a job name TensorFlow takes"),
+    (dict(num_tasks=1, job="Bad-Job"), "'Bad-Job' is not a job name TensorFlow takes"),
     (dict(num_tasks=1, threads=0), "threads must be None or an int >= 1"),
 ])
 def test_bad_arguments_are_config_errors_before_any_process_starts(kwargs, message):

@@ -11,5 +11,5 @@ flags.DEFINE_integer("threads", 0, "Inter-op and intra-op threads per server (0:
 flags.DEFINE_bool("pin", True, "Pin each task to cores of its own where there are enough.")
 flags.DEFINE_bool("profile_links", False, "Measure the links over gRPC before writing the spec.")
 flags.DEFINE_string("out_cluster", None, "Write the cluster's text ClusterSpec here while it "
-                    "serves.")
+                    "serves (a new path: it is removed at the end).")
 flags.mark_flags_as_required(["out_cluster"])

@@ -57,6 +57,7 @@ from typing import Iterator
 from absl import logging
 
 from tf_autoplace.core.cluster import Cluster
+from tf_autoplace.core.tasks import JOB_NAME
 from tf_autoplace.errors import ConfigError, WorkerError
 
 PS_JOB = "ps"
@@ -114,7 +115,8 @@ def local_cluster(num_tasks: int = 2, *, ps_tasks: int = 0, job: str = "worker",
       num_tasks: server processes (>= 1).
       ps_tasks: how many of them form the job ``"ps"`` (parameter servers, where
         ``replica_device_setter`` puts variables); the others form ``job``.
-      job: the name of the other tasks' job.
+      job: the name of the other tasks' job (TensorFlow's rule for job names:
+        ``[A-Za-z][A-Za-z0-9_]*``).
       cpus_per_task: logical CPU devices per task (>= 1); more than one gives links inside a
         task.
       threads: inter-op and intra-op threads of each server; None: as many as its cores.
@@ -136,6 +138,9 @@ def local_cluster(num_tasks: int = 2, *, ps_tasks: int = 0, job: str = "worker",
             raise ConfigError(f"{name} must be an int >= {low}, got {value!r}")
     if ps_tasks >= num_tasks:
         raise ConfigError(f"ps_tasks={ps_tasks} leaves no {job!r} task of num_tasks={num_tasks}")
+    if not isinstance(job, str) or not JOB_NAME.fullmatch(job):
+        raise ConfigError(f"job {job!r} is not a job name TensorFlow takes "
+                          "([A-Za-z][A-Za-z0-9_]*): its servers would abort on the device names")
     if job == PS_JOB:
         raise ConfigError(f"job must not be {PS_JOB!r}: that job holds the ps_tasks")
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
