@@ -213,3 +213,28 @@ def test_a_placer_item_with_a_budget_it_refuses_fails_before_any_model_is_built(
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "budget_s" in errors[0], proc.stderr[-2000:]
     assert "building" not in proc.stderr
+
+
+PLACE_MODEL_BUDGET = """
+import sys
+from tf_autoplace.cli import main as cli_main, place_model
+
+def stop(name, **knobs):  # the placer is made before the model is built
+    raise SystemExit(f"placer budget {placer[0].config.budget_s}")
+
+placer = []
+made = place_model.get_placer
+place_model.get_placer = lambda *a, **k: placer.append(made(*a, **k)) or placer[0]
+place_model.zoo.build = stop
+sys.exit(cli_main.main(["tf-autoplace", *sys.argv[1:]]))
+"""
+
+
+def test_place_model_takes_a_search_budget(repo_root):
+    # place-model had no --budget_s (a place-model user could not cap auto or the learned
+    # placers), and --placer_option=budget_s=8 pointed to that missing flag.
+    proc = subprocess.run([sys.executable, "-c", PLACE_MODEL_BUDGET, "place-model",
+                           "--placer=auto", "--budget_s=7.5"], cwd=repo_root,
+                          env=dict(_env(repo_root), TF_CPP_MIN_LOG_LEVEL="3"), text=True,
+                          capture_output=True, timeout=300)
+    assert "placer budget 7.5" in proc.stderr, proc.stderr[-2000:]

@@ -19,9 +19,7 @@ flags.DEFINE_string("cluster", "local", "Shipped cluster name (k80x2, cpu2, ...)
 flags.DEFINE_string("placer", "auto", f"Placer: {registry.listing()} (default: auto).")
 flags.DEFINE_multi_string("placer_option", [], "NAME=VALUE: a setting of the placer's config "
                           "(e.g. --placer=hdp --placer_option=start=uniform); repeatable.")
-flags.DEFINE_float("budget_s", None, "Search budget in seconds (>= 0) for placers that search "
-                   f"({', '.join(registry.able('budget_s'))}; 0: gdp places zero-shot); "
-                   "default: the placer's own.")
+flags.DEFINE_float("budget_s", None, registry.budget_help())
 flags.DEFINE_integer("seed", 0, "Random seed.", lower_bound=0)
 flags.DEFINE_integer("max_groups", 2000, "Merge-and-Colocate: at most this many groups.")
 flags.DEFINE_string("report_json", None, "Also write the report as JSON here.")

@@ -25,7 +25,7 @@ from absl import flags
 from tf_autoplace import zoo
 from tf_autoplace.api import autoplace
 from tf_autoplace.cli import place_model_flags  # noqa: F401  (defines this command's flags)
-from tf_autoplace.errors import AutoplaceError
+from tf_autoplace.errors import AutoplaceError, ConfigError
 from tf_autoplace.outputs import files
 from tf_autoplace.placers import get_placer
 
@@ -37,9 +37,11 @@ def main(argv):
     try:
         if FLAGS.report_json:  # before the work: a path that cannot be written fails at once
             files.check_output_path(FLAGS.report_json, "--report_json")
+        if FLAGS.budget_s is not None and FLAGS.budget_s < 0:
+            raise ConfigError(f"--budget_s must be >= 0, got {FLAGS.budget_s!r}")
         began = time.perf_counter()
-        placer = get_placer(FLAGS.placer, ray_address=FLAGS.ray_address,
-                            options=FLAGS.placer_option)
+        placer = get_placer(FLAGS.placer, budget_s=FLAGS.budget_s,
+                            ray_address=FLAGS.ray_address, options=FLAGS.placer_option)
         model = zoo.build(FLAGS.model, **zoo.parse_knobs(FLAGS.knob))
         build_s = time.perf_counter() - began
         report = autoplace(model.graph, cluster=FLAGS.cluster, placer=placer,

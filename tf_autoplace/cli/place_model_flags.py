@@ -11,6 +11,7 @@ flags.DEFINE_string("cluster", "k80x2", "Shipped cluster name, cluster spec file
 flags.DEFINE_string("placer", "auto", f"Placer: {registry.listing()} (default: auto).")
 flags.DEFINE_multi_string("placer_option", [], "NAME=VALUE: a setting of the placer's config "
                           "(e.g. --placer=hdp --placer_option=start=uniform); repeatable.")
+flags.DEFINE_float("budget_s", None, registry.budget_help())
 flags.DEFINE_integer("seed", 0, "Random seed.", lower_bound=0)
 flags.DEFINE_string("report_json", None, "Also write the report as JSON here.")
 flags.DEFINE_string("ray_address", None, "Simulate on this Ray cluster ('auto', HOST:PORT or "

@@ -168,6 +168,13 @@ def able(what: str) -> list[str]:
     return [n for n in names() if accepts(n, what)]
 
 
+def budget_help() -> str:
+    """The help of the commands' ``--budget_s`` flag."""
+    return ("Search budget in seconds (>= 0) for placers that search "
+            f"({', '.join(able('budget_s'))}; 0: gdp places zero-shot); default: the placer's "
+            "own.")
+
+
 class _Classes(Mapping):
     """name -> placer class for the entries of one kind (or all), each imported on first
     use; iterates in registry order."""
