@@ -67,6 +67,27 @@ def _one_error_line_before_tensorflow(argv, repo_root) -> str:
     return errors[0]
 
 
+def test_profile_without_a_graph_or_model_is_one_error_line_before_tensorflow(repo_root,
+                                                                             tmp_path):
+    # It printed the command's whole usage (about 90 lines) after TensorFlow had loaded.
+    out = f"--out_profile={tmp_path / 'p.pbtxt'}"
+    assert _one_error_line_before_tensorflow(["profile", out], repo_root) == (
+        "error: give exactly one of --graph and --model")
+    assert "--feed_shape gives the inputs of a --graph" in _one_error_line_before_tensorflow(
+        ["profile", out, "--model=lstm", "--feed_shape=x:1"], repo_root)
+
+
+def test_fidelity_with_an_unknown_graph_is_one_error_line(repo_root):
+    # It printed the command's whole usage after TensorFlow had loaded, the reason last.
+    proc = subprocess.run([sys.executable, "-m", "tf_autoplace.cli", "fidelity",
+                           "--graphs=bogus"], cwd=repo_root,
+                          env=dict(_env(repo_root), TF_CPP_MIN_LOG_LEVEL="3"), text=True,
+                          capture_output=True, timeout=300)
+    assert proc.returncode == 1 and "flags:" not in proc.stderr, proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "unknown graphs ['bogus']" in errors[0], proc.stderr[-2000:]
+
+
 @pytest.mark.parametrize("argv, message", [
     (["train-placeto", "--family_knobs={bad"], "--family_knobs must be a JSON object"),
     (["train-placeto", "--family_knobs=[1]"], "--family_knobs must be a JSON object"),

@@ -33,10 +33,10 @@ import subprocess
 import sys
 import time
 
-from absl import app, flags
+from absl import flags
 
 from tf_autoplace.cli import fidelity_flags  # noqa: F401  (defines this command's flags)
-from tf_autoplace.errors import AutoplaceError
+from tf_autoplace.errors import AutoplaceError, ConfigError
 from tf_autoplace.graph import ingest
 from tf_autoplace.hw import components as components_lib
 from tf_autoplace.hw import fidelity
@@ -93,10 +93,11 @@ def _components(argv) -> int:
             profile=_profile_config(), seed=FLAGS.seed)
         unknown = sorted(set(chosen) - set(components_lib.COMPONENTS))
         if unknown:
-            raise app.UsageError(f"unknown components {unknown}; choose among "
-                                 f"{list(components_lib.COMPONENTS)}")
+            raise ConfigError(f"unknown components {unknown}; choose among "
+                              f"{list(components_lib.COMPONENTS)}")
     except AutoplaceError as e:
-        raise app.UsageError(str(e)) from None
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     log = fidelity.progress
     fidelity.wait_for_quiet(FLAGS.max_load, log)
     began = time.perf_counter()
@@ -140,11 +141,12 @@ def main(argv):
             interleave=FLAGS.interleave, max_load=FLAGS.max_load, seed=FLAGS.seed)
         unknown = sorted(set(graphs) - set(fidelity.GRAPHS))
         if unknown:
-            raise app.UsageError(f"unknown graphs {unknown}; choose among {list(fidelity.GRAPHS)}")
+            raise ConfigError(f"unknown graphs {unknown}; choose among {list(fidelity.GRAPHS)}")
         if not graphs and not FLAGS.graph_file:
-            raise app.UsageError("nothing to measure: give --graphs or --graph_file")
+            raise ConfigError("nothing to measure: give --graphs or --graph_file")
     except AutoplaceError as e:
-        raise app.UsageError(str(e)) from None
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     try:  # a graph file that cannot be read ends here, before minutes of link timing
         for path in FLAGS.graph_file:
             ingest.load_meta_graph(path)

@@ -56,8 +56,9 @@ COMMANDS = {
     "place-model": ("place_model", "build a model-zoo training graph, place it, print the "
                                    "report", "nothing was written"),
     "benchmark": ("benchmark", "placers x zoo models x clusters: step times, bounds, memory",
-                  "--out_md and --out_csv hold the pairs finished before it, nothing else "
-                  "was written"),
+                  "--out_md and --out_csv are rewritten as each pair ends: they hold this "
+                  "run's finished pairs, or what they held before it if no pair had finished; "
+                  "nothing else was written"),
     "train-placeto": ("train_placeto", "pretrain a Placeto policy on graph families, with its "
                                        "manifest", "no policy or manifest was written"),
     "train-gdp": ("train_gdp", "pretrain a GDP policy for 2, 4 and 8 GPUs, with its manifest",
@@ -67,8 +68,7 @@ COMMANDS = {
                 "--out_profile is written once the op profile is done and --out_cluster at the "
                 "end; nothing else was written"),
     "fidelity": ("fidelity", "how well the simulator ranks placements against measured runs",
-                 "--out_md and --out_json hold the graphs finished before it, nothing else was "
-                 "written"),
+                 "--out_md and --out_json are written at the end: nothing was written"),
     "serve-local": ("serve_local", "run a TensorFlow cluster of server processes on this "
                                    "machine until Ctrl-C, and write its ClusterSpec",
                     "every server process has ended and --out_cluster was removed"),

@@ -57,7 +57,7 @@ import dataclasses
 import os
 import sys
 
-from absl import app, flags
+from absl import flags
 from google.protobuf import text_format
 
 from tf_autoplace import zoo
@@ -86,13 +86,6 @@ def _write(path: str, text: str) -> None:
 
 def main(argv):
     del argv
-    if bool(FLAGS.graph) == bool(FLAGS.model):
-        raise app.UsageError("give exactly one of --graph and --model")
-    if FLAGS.feed_shape and not FLAGS.graph:
-        raise app.UsageError("--feed_shape gives the inputs of a --graph (a zoo model makes "
-                             "its own)")
-
-
     try:
         if FLAGS.model:
             knobs = zoo.parse_knobs(FLAGS.knob)

@@ -40,7 +40,12 @@ def check() -> None:
     """--out_profile and --out_cluster, before anything is imported or measured (the command
     line's dispatcher runs it first): each must be a file that can be written, the two must
     differ, and neither may be the --graph it profiles (an AutoplaceError naming the flag
-    otherwise)."""
+    otherwise); exactly one of --graph and --model, and --feed_shape only with --graph."""
+    if bool(flags.FLAGS.graph) == bool(flags.FLAGS.model):
+        raise ConfigError("give exactly one of --graph and --model")
+    if flags.FLAGS.feed_shape and not flags.FLAGS.graph:
+        raise ConfigError("--feed_shape gives the inputs of a --graph (a zoo model makes its "
+                          "own)")
     seen = {os.path.realpath(flags.FLAGS.graph): "graph"} if flags.FLAGS.graph else {}
     for flag in ("out_profile", "out_cluster"):
         path = getattr(flags.FLAGS, flag)

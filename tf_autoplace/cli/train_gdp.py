@@ -23,12 +23,13 @@ import os
 import platform
 import time
 
-from absl import app, flags
+from absl import flags
 
 from tf_autoplace import zoo
 from tf_autoplace.cli import one_line_errors, policy_out
 from tf_autoplace.cli import train_gdp_flags  # this command's flags and their checks
 from tf_autoplace.core.cluster import resolve_cluster
+from tf_autoplace.errors import ConfigError
 from tf_autoplace.learning.checkpoints import command_line
 from tf_autoplace.learning.eager import policy_context
 from tf_autoplace.placers.gdp import imitation as gdp_imitation
@@ -53,7 +54,7 @@ def held_out_check(zoo_entries) -> None:
         paper.add((name, tuple(sorted(zoo.all_knobs(name, **knobs).items()))))
     for name, knobs in zoo_entries:
         if (name, tuple(sorted(zoo.all_knobs(name, **knobs).items()))) in paper:
-            raise app.UsageError(f"zoo graph {name} {knobs} is a held-out benchmark pair")
+            raise ConfigError(f"zoo graph {name} {knobs} is a held-out benchmark pair")
 
 
 @one_line_errors
