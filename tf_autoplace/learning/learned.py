@@ -126,10 +126,16 @@ class LearnedPlacer(Placer):
             return None
         _, _, winner, devices = rank_placements(problem, heuristics)[0]
         self.notes.append(f"{self.name}: one action device, nothing to learn; the heuristic "
-                          "placement is used")
+                          f"placement is used{self._policy_unused()}")
         self.stats = dict(samples=0, updates=0, winner=winner, curve=[], curve_s=[],
                           stopped="one device", seconds=time.perf_counter() - start)
         return devices
+
+    def _policy_unused(self) -> str:
+        """What a note on a placement made without the policy says of a policy the user
+        gave (``policy=``): that it was not used; "" without one."""
+        given = getattr(self.config, "policy_dir", None)
+        return f" (the policy in {given} was not used)" if given else ""
 
     def _choose(self, problem: PlacementProblem, learned: np.ndarray, heuristics,
                 step_time=None) -> Choice:

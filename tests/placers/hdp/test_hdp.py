@@ -264,6 +264,7 @@ def test_one_gpu_leaves_nothing_to_learn_and_gives_the_heuristic_placement():
                                   get_placer("best_heuristic").place(problem).devices)
     assert placer.stats["samples"] == 0 and "nothing to learn" in placement.notes[0]
     assert placer.trained_policy is None  # nothing was trained, so nothing to keep
+    assert "was not used" not in placement.notes[0]
 
 
 def test_the_policy_runs_inside_a_users_graph_without_touching_it():
@@ -342,6 +343,9 @@ def test_a_later_placer_starts_from_the_saved_policy_with_the_same_seed_semantic
         assert again.trained_policy.manifest["fine_tuned_from"] == directory
     np.testing.assert_array_equal(runs[0].devices, runs[1].devices)
     assert f"from the policy in {directory}" in runs[0].notes[0]
+    # On one GPU the policy has nothing to choose: the note says it went unused (it did not).
+    one = HDPPlacer(policy=directory).place(make_problem(random_dag(30, 0), cluster(1), 1e-3))
+    assert f"(the policy in {directory} was not used)" in one.notes[0]
     # It searched from the saved weights: the same search on the loaded policy by hand.
     with policy_context():
         by_hand = search(problem, again.config, _search_seed(5), policy=HDPPolicy.load(directory),

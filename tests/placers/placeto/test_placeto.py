@@ -17,6 +17,7 @@ from tf_autoplace.placers import PlacementProblem, PlacetoPlacer, get_placer
 from tf_autoplace.placers.placeto import pretrain, reinforce
 from tf_autoplace.placers.placeto.env import EnvConfig, PlacementEnv, reachability
 from tf_autoplace.placers.placeto.policy import KEEP_INIT, PlacetoPolicy, pool_masks
+from tf_autoplace.placers.placeto.search import pretrained_policy_dir
 
 GB = 10**9
 
@@ -409,6 +410,12 @@ def test_one_action_device_is_placed_at_once_with_a_note(devices):
                for note in placement.notes), placement.notes
     best = get_placer("best_heuristic").place(problem).sim.makespan
     assert placement.sim.makespan <= best + 1e-12
+    # A policy the user gave is not used either, and the note says so (it said nothing).
+    given = pretrained_policy_dir(2)
+    placer = PlacetoPlacer(policy=given)
+    placer.place(problem, seed=0)
+    assert any(f"nothing to learn (the policy in {given} was not used)" in note
+               for note in placer.notes), placer.notes
 
 
 @pytest.mark.parametrize("seed", [0, 3])

@@ -160,7 +160,8 @@ class PlacetoPlacer(LearnedPlacer):
                     best_score, best = score, actions.copy()
             kind = env.problem.cluster.devices[int(env.action_devices[0])].kind
             why = (f"one {kind} to place on, so nothing to learn" if d == 1 else
-                   f"{movable} movable groups on {d} {kind}s have {count} placements in all")
+                   f"{movable} movable groups on {d} {kind}s have {count} placements in all"
+                   ) + self._policy_unused()
             return (env.op_placement(best), best_score, count,
                     f"placeto: {why}; simulated each (no search), best {{learned_ms:.2f}} ms")
         problem = env.problem
