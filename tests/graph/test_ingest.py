@@ -536,6 +536,14 @@ def test_bad_graph_files_are_invalid_graph_errors(tmp_path, content, message):
         ingest.load_meta_graph(str(path))
 
 
+def test_a_directory_that_is_not_a_saved_model_is_named_as_such(tmp_path):
+    # The message was the OS's "Is a directory", for a user who meant a SavedModel.
+    (tmp_path / "variables").mkdir()
+    with pytest.raises(InvalidGraphError, match="is a directory and not a SavedModel .no "
+                                                "saved_model.pb"):
+        ingest.read_graph_file(tmp_path)
+
+
 def test_a_saved_models_own_file_given_as_a_graph_points_at_its_directory(tmp_path):
     saved_model = tmp_path / "model"
     saved_model.mkdir()

@@ -119,6 +119,10 @@ def read_graph_file(path: str | os.PathLike) -> tuple[meta_graph_pb2.MetaGraphDe
     """Read a GraphDef or MetaGraphDef file (binary or text). Returns the graph as a
     MetaGraphDef and whether the file held a MetaGraphDef."""
     path = os.fspath(path)
+    if os.path.isdir(path):  # (said "Is a directory", though a directory may be a SavedModel)
+        raise InvalidGraphError(f"{path!r} is a directory and not a SavedModel (no "
+                                "saved_model.pb or saved_model.pbtxt in it); give a GraphDef or "
+                                "MetaGraphDef file, or a SavedModel's directory")
     data = None  # None: a device (/dev/zero would fill the memory)
     try:
         with open(path, "rb") as f:
