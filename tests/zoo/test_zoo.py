@@ -162,3 +162,11 @@ def test_wide_and_deep_tables_are_pieces_a_placement_may_split():
     assert len(set(group.values())) == 2  # one colocation group per table
     updates = [op.type for op in model.graph.get_operations() if "Apply" in op.type]
     assert any("SparseApplyAdagrad" in u for u in updates)  # rows of the looked-up ids only
+
+
+def test_a_knob_too_large_for_tensorflow_is_a_config_error_naming_it():
+    # It ended in TensorFlow's ValueError (a shape whose element count overflows).
+    with pytest.raises(ConfigError, match="model nmt with .*batch=99999999999 cannot be built: "
+                                          "TensorFlow refuses its shapes"):
+        zoo.build("nmt", layers=1, length=2, hidden=8, embedding_dim=8, vocab=16,
+                  batch=99999999999)

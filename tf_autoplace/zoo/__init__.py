@@ -105,10 +105,17 @@ def parse_knobs(pairs) -> dict[str, int]:
 
 def build(name: str, **knobs) -> ModelGraph:
     """Build the training graph of zoo model ``name`` with the given size knobs (the others
-    keep their defaults). Unknown names and knobs, and knobs out of range, raise ConfigError.
+    keep their defaults). Unknown names and knobs, knobs out of range, and knobs so large
+    that TensorFlow refuses the graph's shapes raise ConfigError.
     """
     arguments = all_knobs(name, **knobs)
-    model = _BUILDERS[name](**arguments)
+    try:
+        model = _BUILDERS[name](**arguments)
+    except ValueError as e:  # TensorFlow refusing a shape: a knob too large for it
+        given = ", ".join(f"{k}={v}" for k, v in knobs.items()) or "the defaults"
+        raise ConfigError(f"model {name} with {given} cannot be built: TensorFlow refuses its "
+                          f"shapes ({str(e).splitlines()[0][:200]}); is a knob too large?"
+                          ) from e
     return dataclasses.replace(model, knobs=arguments)
 
 
