@@ -25,7 +25,9 @@ from tf_autoplace import flags as ap_flags  # defines the flags on absl's global
 from tf_autoplace.core import registry
 from tf_autoplace.core import cluster as cluster_module
 from tf_autoplace.core.cluster import Cluster, resolve_cluster
+from tf_autoplace.errors import ConfigError
 from tf_autoplace.outputs.files import umask
+from tf_autoplace.outputs.saved_placement import read_placement
 from tf_autoplace.placers import SingleDevicePlacer
 from tf_autoplace.placers.placeto.search import pretrained_policy_dir
 from tf_autoplace.testing import small_cnn
@@ -538,6 +540,30 @@ def test_a_second_graphs_report_is_written_beside_the_first(hook, tmp_path):
     second = json.loads((tmp_path / "report.2.json").read_text())
     assert [first["num_ops"], second["num_ops"]] == sizes
     assert ap_flags.report_path("out/r.json", 3) == "out/r.3.json"
+
+
+def test_a_binarys_placement_is_saved_and_applies_again_without_a_search(hook, tmp_path):
+    # A binary could write only the JSON report, which holds no op's device, so the
+    # placement could not be given back with --autoplace_placement.
+    hook(placer="m_etf", cluster=CPU2, verify=0, cache=False,
+         save_placement=str(tmp_path / "placement.pbtxt"))
+    placed = []
+    for _ in range(2):  # the second binary run: the same graph, the saved placement
+        graph, x, loss, train = _unknown_batch_graph(batch=4)
+        with graph.as_default():
+            init = tf.compat.v1.global_variables_initializer()
+        with tf.compat.v1.Session(graph=graph,
+                                  config=tf.compat.v1.ConfigProto(**CONFIG2)) as sess:
+            sess.run(init)
+        placed.append((_op_devices(graph), ap_flags._placed[graph]))
+        hook(placer="off", placement=str(tmp_path / "placement.pbtxt"), cluster=CPU2, verify=0,
+             cache=False)
+    (devices, report), (again, applied) = placed
+    assert len(set(devices.values())) == 2 and again == devices
+    assert report.placer == "m_etf" and applied.placer.startswith("saved")
+    with pytest.raises(ConfigError, match="is a placement report .JSON. and holds no op's "
+                                          "device"):
+        read_placement(json.dumps(report.to_dict()).encode())
 
 
 def test_monitored_session_graph_is_placed_once_before_it_runs(hook):

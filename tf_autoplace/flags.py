@@ -20,6 +20,10 @@ Flags:
                         JSON report either way.
   --autoplace_report    write the PlacementReport as JSON here (optional); a later graph the
                         process places gets its own file beside it (``report.2.json``...).
+  --autoplace_save_placement  write the placement (a PlacementResult: binary, or text for
+                        .pbtxt/.txt, JSON for .json) here, for ``--autoplace_placement`` or
+                        ``tf-autoplace place --placement`` to apply again without a search;
+                        later graphs get their own files as reports do.
   --autoplace_ray_address  run the placer's simulations on a Ray cluster: "auto" (the cluster
                         ``ray start --head`` made on this machine), HOST:PORT, or "local";
                         for placers that take it (``auto``, ``placeto``, ``post``, ``hdp``).
@@ -111,6 +115,9 @@ flags.DEFINE_float("autoplace_budget_s", None,
                    "the placer's own, as autoplace() gives it; 0: gdp places zero-shot).")
 flags.DEFINE_string("autoplace_report", None,
                     "Write the --autoplace PlacementReport as JSON to this path.")
+flags.DEFINE_string("autoplace_save_placement", None,
+                    "Write the --autoplace placement (a PlacementResult) to this path, for "
+                    "--autoplace_placement to apply again without a search.")
 flags.DEFINE_string("autoplace_ray_address", None,
                     "Simulate on this Ray cluster ('auto', HOST:PORT or 'local'; placers "
                     f"{', '.join(registry.able('ray_address'))}); default: this machine's "
@@ -264,19 +271,23 @@ def _check_cost_profile(value) -> bool:
     return True
 
 
-@flags.validator("autoplace_report",
-                 message="--autoplace_report must be a file path in an existing directory")
-def _check_report_path(value) -> bool:
+def _is_output_path(value) -> bool:
+    """The commands' check of their outputs: a file in an existing, writable directory."""
     if value is None:
         return True
     from tf_autoplace.errors import AutoplaceError
     from tf_autoplace.outputs import files
 
-    try:  # the command's check of its outputs: a file in an existing, writable directory
-        files.check_output_path(value, "--autoplace_report")
+    try:
+        files.check_output_path(value, "the output")
     except AutoplaceError:
         return False
     return True
+
+
+for _flag in ("autoplace_report", "autoplace_save_placement"):
+    flags.register_validator(_flag, _is_output_path,
+                             message=f"--{_flag} must be a file path in an existing directory")
 
 
 @flags.validator("autoplace_placement",
@@ -328,6 +339,7 @@ class AutoplaceSettings:
       budget_s: time budget (>= 0) for placers whose constructor takes ``budget_s``; None:
         the placer's own default.
       report_path: where to write the JSON report, or None.
+      save_placement: where to write the placement (a PlacementResult), or None.
       seed: the placement seed.
       ray_address: the Ray cluster the placer simulates on, or None (this machine).
       placement: a saved placement file to apply instead of running ``placer``, or None.
@@ -348,6 +360,7 @@ class AutoplaceSettings:
     cluster: str = "local"
     budget_s: float | None = None
     report_path: str | None = None
+    save_placement: str | None = None
     seed: int = 0
     ray_address: str | None = None
     placement: str | None = None
@@ -478,6 +491,7 @@ def settings_from_flags() -> AutoplaceSettings | None:
     return AutoplaceSettings(placer=FLAGS.autoplace.strip(), cluster=cluster,
                              budget_s=FLAGS.autoplace_budget_s,
                              report_path=here(FLAGS.autoplace_report),
+                             save_placement=here(FLAGS.autoplace_save_placement),
                              ray_address=FLAGS.autoplace_ray_address or None,
                              placement=here(FLAGS.autoplace_placement),
                              cache=FLAGS.autoplace_cache, cache_dir=here(FLAGS.autoplace_cache_dir),
@@ -494,7 +508,7 @@ def settings_from_flags() -> AutoplaceSettings | None:
 
 _lock = threading.RLock()
 _placed: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # tf.Graph -> report
-_reports_written = [0]  # reports this process wrote to --autoplace_report's path and its kin
+_graphs_written = [0]  # graphs whose report or placement this process wrote (their paths' kin)
 _state = threading.local()
 _settings: AutoplaceSettings | None = None  # set while installed
 _original_extend = None
@@ -623,15 +637,21 @@ def _place_graph(session, settings: AutoplaceSettings) -> None:
         else:
             report.save_policy(settings.save_policy)
             logging.info("autoplace: wrote the fine-tuned policy to %s", settings.save_policy)
+    if not (settings.report_path or settings.save_placement):
+        return
+    with _lock:
+        _graphs_written[0] += 1
+        k = _graphs_written[0]
+    for given, what in ((settings.report_path, "report"),
+                        (settings.save_placement, "placement")):
+        if given and k > 1:
+            logging.warning("autoplace: placed graph %d of this process (%d ops); its %s is %s "
+                            "(%s keeps the first graph's)", k, report.num_ops, what,
+                            report_path(given, k), given)
+    if settings.save_placement:
+        _write_placement(report, report_path(settings.save_placement, k))
     if settings.report_path:
-        with _lock:
-            _reports_written[0] += 1
-            path = report_path(settings.report_path, _reports_written[0])
-        if path != settings.report_path:
-            logging.warning("autoplace: placed graph %d of this process (%d ops); its report "
-                            "is %s (%s keeps the first graph's)", _reports_written[0],
-                            report.num_ops, path, settings.report_path)
-        _write_report(settings, report, placer, path)
+        _write_report(settings, report, placer, report_path(settings.report_path, k))
 
 
 def report_path(path: str, k: int) -> str:
@@ -643,6 +663,20 @@ def report_path(path: str, k: int) -> str:
         return path
     stem, ext = os.path.splitext(path)
     return f"{stem}.{k}{ext}"
+
+
+def _write_placement(report, path: str) -> None:
+    from tf_autoplace.errors import ConfigError
+    from tf_autoplace.outputs import files
+    from tf_autoplace.outputs.saved_placement import serialize
+
+    outputs = files.Outputs()  # whole or absent, with the user's umask like every output
+    outputs.add_file(path, serialize(report.to_proto(), path))
+    try:
+        outputs.commit()
+    except OSError as e:  # checked at parsing; a disk that filled since, a directory removed
+        raise ConfigError(f"--autoplace_save_placement: cannot write the placement to {path!r} "
+                          f"({e}); the graph is placed") from e
 
 
 def _write_report(settings: AutoplaceSettings, report, placer, path: str) -> None:
@@ -724,7 +758,7 @@ def install(settings: AutoplaceSettings | None = None) -> bool:
             _original_extend = original
             tf_session.BaseSession._extend_graph = _extend_graph
         _settings = settings
-        _reports_written[0] = 0  # the next graph's report goes to the settings' own path
+        _graphs_written[0] = 0  # the next graph's report goes to the settings' own path
     logging.info("autoplace: sessions will place their graph with %s on %s before the first "
                  "run", f"the saved placement {settings.placement}" if settings.placement
                  else settings.placer, settings.cluster)

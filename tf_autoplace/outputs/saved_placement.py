@@ -29,6 +29,7 @@ TensorFlow tasks, a device of a job or task the cluster lacks is a
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 
 import numpy as np
@@ -69,6 +70,10 @@ def read_placement(source) -> placement_pb2.PlacementResult:
                           f"got {type(source).__name__}")
     if data is not None:
         out = _parse(data, first)
+        if out is None and _is_report(data):
+            raise ConfigError(f"{what} is a placement report (JSON) and holds no op's device; "
+                              "a saved placement is a PlacementResult: --placement_pb, "
+                              "--autoplace_save_placement or report.to_proto() write one")
         if out is None:
             raise ConfigError(f"{what} is not a PlacementResult in binary, text or JSON format"
                               + (_incomplete(data, first) or _parse_error(data, first)))
@@ -83,6 +88,15 @@ def read_placement(source) -> placement_pb2.PlacementResult:
             f"{listed} (a copy cut short?); to apply a list of ops written or edited by hand, "
             "leave out the per-device entries ('device')")
     return out
+
+
+def _is_report(data: bytes) -> bool:
+    """Whether ``data`` is a PlacementReport's JSON (``to_json``, ``--report_json``)."""
+    try:
+        report = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(report, dict) and {"baseline_devices", "step_time_s"} <= report.keys()
 
 
 def _decode(data: bytes, form: str) -> placement_pb2.PlacementResult | None:
