@@ -26,6 +26,8 @@ from __future__ import annotations
 import abc
 import dataclasses
 import functools
+import threading
+import weakref
 
 import numpy as np
 
@@ -41,6 +43,18 @@ from tf_autoplace.sim.layout import OrderedSimulator
 
 # Attributes a placer sets while placing, which its result does not depend on.
 _RUN_STATE = frozenset({"notes", "stats", "progress", "trained_policy"})
+# Placer -> the lock its runs hold (Placer.place), kept outside the object: a lock is neither
+# settings (Placer.settings) nor picklable.
+_RUN_LOCKS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_RUN_LOCKS_GUARD = threading.Lock()
+
+
+def _run_lock(placer) -> threading.RLock:
+    with _RUN_LOCKS_GUARD:
+        lock = _RUN_LOCKS.get(placer)
+        if lock is None:
+            lock = _RUN_LOCKS[placer] = threading.RLock()
+        return lock
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -152,11 +166,13 @@ class PlacementProblem:
 @dataclasses.dataclass(frozen=True, eq=False)
 class Placement:
     """A validated placement: ``devices[i]`` is the cluster index of op i's device, ``sim`` the
-    simulation that checked its memory, ``notes`` what the placer wants the user to know."""
+    simulation that checked its memory, ``notes`` what the placer wants the user to know,
+    ``trained_policy`` the policy a learned placer fine-tuned while making it (else None)."""
 
     devices: np.ndarray
     sim: SimResult
     notes: tuple[str, ...] = ()
+    trained_policy: object = None
 
     def device_names(self, cluster: Cluster) -> list[str]:
         names = cluster.names
@@ -248,11 +264,18 @@ class Placer(abc.ABC):
 
     def place(self, problem: PlacementProblem, *, seed: int = 0,
               progress: Progress | None = None) -> Placement:
-        """Return a validated placement; the same seed gives the same placement. A search
-        reports to ``progress`` (None: nowhere)."""
-        devices = self.propose(problem, seed=seed, progress=progress)
-        return validate(problem, devices, placer_name=f"the {self.name} placement",
-                        notes=tuple(self.notes))
+        """Return a validated placement, with this run's notes and fine-tuned policy; the same
+        seed gives the same placement. A search reports to ``progress`` (None: nowhere).
+
+        One placer object places one problem at a time: its run state (``notes``, ``stats``,
+        ``trained_policy``, ``progress``) is its last run's, so a call from another thread
+        waits for the running one to end (two threads that shared one placer got each other's
+        notes); give each thread its own placer to place at the same time."""
+        with _run_lock(self):
+            devices = self.propose(problem, seed=seed, progress=progress)
+            placement = validate(problem, devices, placer_name=f"the {self.name} placement",
+                                 notes=tuple(self.notes))
+            return dataclasses.replace(placement, trained_policy=self.trained_policy)
 
     @interruptible
     def propose(self, problem: PlacementProblem, *, seed: int = 0,
@@ -262,13 +285,14 @@ class Placer(abc.ABC):
         rejected). A Ctrl-C during the search is a plain KeyboardInterrupt, as at the engine's
         doors (:func:`tf_autoplace.core.jit.interruptible`), for callers that run placers
         themselves."""
-        self.notes = []
-        self.trained_policy = None
-        self.progress = QUIET if progress is None else progress
-        try:
-            devices = np.asarray(self._place(problem, np.random.default_rng(seed)))
-        finally:
-            self.progress = QUIET
+        with _run_lock(self):  # (see place)
+            self.notes = []
+            self.trained_policy = None
+            self.progress = QUIET if progress is None else progress
+            try:
+                devices = np.asarray(self._place(problem, np.random.default_rng(seed)))
+            finally:
+                self.progress = QUIET
         problems = check_placement(problem, devices)
         if problems:
             raise InfeasiblePlacementError(f"the {self.name} placement is invalid: "

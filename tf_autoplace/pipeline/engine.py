@@ -370,7 +370,7 @@ def place_problem(problem: PlacementProblem, options: PlaceOptions, *,
         graph_fingerprint=graph_fingerprint, from_cache=from_cache, cache_entry=cache_entry,
         assignment=dict(zip(problem.graph.names, placement.device_names(cluster))),
         timeline=TimelineData(problem.graph, cluster, placement.devices, placement.sim),
-        policy=None if from_cache else placer.trained_policy,
+        policy=None if from_cache else placement.trained_policy,
         baseline_assignment=baseline_assignment)
     if key and not from_cache:
         entry = report.to_proto()
