@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 from google.protobuf import text_format
 
+from tf_autoplace.core.cluster import HOST_CORE_GROUP as HOST
 from tf_autoplace.core.cluster import Cluster, Device, resolve_cluster
 from tf_autoplace.core.tasks import (
     DEFAULT_LINK_CLASSES,
@@ -263,3 +264,20 @@ def test_a_task_address_is_taken_exactly_when_tensorflows_runtime_takes_it(addre
     else:
         with pytest.raises(ClusterSpecError, match="TensorFlow cannot connect to"):
             Cluster.from_tf({"worker": [address]}, devices="cpu2")
+
+
+def test_tasks_of_one_host_with_this_machines_devices_share_its_cores():
+    # Two servers started on this machine by hand were each given all its cores: a split
+    # over them was predicted to run twice as wide as the machine can.
+    local = Cluster.local(configured=False)
+    ((_, cores),) = local.core_groups
+    spec = {"ps": ["localhost:2224"], "worker": ["127.0.0.1:2222", "10.0.0.7:2222"]}
+    cluster = Cluster.from_tf(spec)
+    assert dict(cluster.core_groups) == {f"tasks on loopback/{HOST}": cores,
+                                         f"worker:1/{HOST}": cores}
+    groups = [cluster.devices[i].core_group for i in range(cluster.num_devices)]
+    assert groups == [f"tasks on loopback/{HOST}"] * 2 + [f"worker:1/{HOST}"]
+    # Devices given for the tasks are taken as given (their own machines, or pinned).
+    given = Cluster.from_tf(spec, devices="cpu2")
+    assert [name for name, _ in given.core_groups] == [f"{t.name}/{HOST}" for t in given.tasks]
+    assert Cluster.from_proto(cluster.to_proto()).core_groups == cluster.core_groups
