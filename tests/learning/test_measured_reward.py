@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import tf_autoplace
+from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.errors import ConfigError, MeasurementError
 from tf_autoplace.grouping import GroupingConfig
 from tf_autoplace.hw.runner import canonical_device
@@ -131,3 +132,22 @@ def test_learned_placers_search_on_measured_runs(placer, monkeypatch):
     if isinstance(placer, AutoPlacer):  # one timing each: no gain claimed beyond its noise
         summary = next(n for n in report.notes if "measured placements" in n)
         assert "each timed once" in summary and "% faster" not in summary
+
+
+def test_measured_rewards_keep_the_one_device_answers(monkeypatch):
+    # Measured auto on devices of one core group (the shipped cpu2) searched its whole budget
+    # and applied a split measured slower than one device; measured Placeto on one device
+    # failed ("a policy needs >= 2 devices"). Both answer as their simulated forms do.
+    tg = small_cnn()
+    runs = []
+    real_run = measured.run
+    monkeypatch.setattr(measured, "run", lambda *a, **k: runs.append(1) or real_run(*a, **k))
+    report = tf_autoplace.autoplace(tg.graph, cluster="cpu2", measure_feeds=tg.feed,
+                                    placer=AutoPlacer(reward="measured", measure_steps=1))
+    assert not runs and len(set(report.assignment.values())) == 1
+    assert any("they share one core group" in note for note in report.notes), report.notes
+    one = Cluster.local(num_logical_cpus=1)
+    report = tf_autoplace.autoplace(tg.graph, cluster=one, measure_feeds=tg.feed,
+                                    placer=PlacetoPlacer(reward="measured", measure_steps=1))
+    assert set(report.assignment.values()) == {one.names[0]}
+    assert any("nothing to learn" in note for note in report.notes), report.notes

@@ -334,9 +334,10 @@ class AutoPlacer(Placer):
             return np.zeros(problem.graph.num_ops, dtype=np.int32)
         measured = cfg.reward == "measured"
         groups = {d.core_group for d in problem.cluster.devices}
-        if not measured and len(groups) == 1 and "" not in groups:
+        if len(groups) == 1 and "" not in groups:
             # No split of these devices is ever returned (_single_if_no_gain): the answer is
-            # known before any search, if one device holds the graph.
+            # known before any search, if one device holds the graph. Measured rewards too:
+            # a split adds no cores, and a gain a few timed steps show is their noise.
             single = SingleDevicePlacer().propose(problem)
             if not check_memory(problem, problem.simulator.run(single)):
                 self.notes.append(

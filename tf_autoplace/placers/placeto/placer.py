@@ -102,8 +102,10 @@ class PlacetoPlacer(LearnedPlacer):
             evaluator = MeasuredEvaluator(problem, memory_penalty=cfg.env.memory_penalty,
                                           steps=cfg.measure_steps)
         env = PlacementEnv(problem, cfg.env, evaluator=evaluator)
-        # Measured rewards: no shortcut (its bound is simulated; enumerating would run them all).
-        shortcut = None if evaluator is not None else self._without_search(env)
+        # Measured rewards: no shortcut (its bound is simulated; enumerating would run them
+        # all), but for one action device, whose one placement is run once.
+        shortcut = (self._without_search(env)
+                    if evaluator is None or env.view.num_devices == 1 else None)
         found = None  # no search, so no fine-tuned policy to keep
         if shortcut is not None:
             learned, score, samples, summary = shortcut
