@@ -416,6 +416,8 @@ def test_one_device_verify_names_the_annotations_it_could_not_compare_and_analyt
     tg = small_cnn()
     with tg.graph.as_default(), tf.device("/device:CPU:1"):
         tf.constant(1.0, name="pinned")
+    with tg.graph.as_default(), tf.device("/device:CPU:*"):  # a sharded Saver's: any CPU
+        tf.constant(1.0, name="anywhere")
     report = tf_autoplace.autoplace(tg.graph, cluster="local", verify=15, placer="single",
                                     cache=False, progress=False)
     notes = " | ".join(report.notes)

@@ -229,7 +229,7 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
                      "shapes for better memory and transfer estimates")
     if options.verify and not verifying:
         annotations = {node.device for node in meta_graph.graph_def.node if node.device}
-        lacking = sorted(d for d in annotations if not _annotated_devices(cluster, d))
+        lacking = sorted(d for d in annotations if not _names_some_device(cluster, d))
         notes.append("verify: the cluster has one device, so there is no placement to choose "
                      "between and none was measured"
                      + (f"; the graph's own device annotations name devices it lacks "
@@ -434,6 +434,18 @@ def annotated_placement(problem: PlacementProblem, graph_def) -> np.ndarray | No
         return None
     sim = problem.simulator.run(devices)
     return None if (sim.peak_memory > cluster.memory).any() else devices
+
+
+def _names_some_device(cluster: Cluster, device: str) -> bool:
+    """Whether an annotation ``device`` may name a device of ``cluster``: the one it names, or
+    any its partial or wildcard form (``/device:CPU:*``, as a sharded Saver writes) matches."""
+    if _annotated_devices(cluster, device):
+        return True
+    try:
+        spec = tf.DeviceSpec.from_string(device)
+    except (ValueError, TypeError):
+        return False
+    return any(same_device(spec, tf.DeviceSpec.from_string(d.name)) for d in cluster.devices)
 
 
 def _annotated_devices(cluster: Cluster, device: str) -> list[int]:
