@@ -406,6 +406,9 @@ def test_a_function_or_keras_step_placed_with_analytic_costs_says_so_too():
              for cluster in ("local", "k80x2")}
     assert any("Grappler's analytical estimates" in n for n in notes["local"]), notes["local"]
     assert not any("analytical estimates" in n for n in notes["k80x2"])
+    # ... with what a function takes: not measure_steps or verify (refused for it).
+    advice = next(n for n in notes["local"] if "analytical estimates" in n)
+    assert "time the placed function by calling it" in advice and "measure" not in advice
 
 
 def test_one_device_verify_names_the_annotations_it_could_not_compare_and_analytic_costs_say_so():

@@ -408,7 +408,8 @@ class _PlacedStep:
                            "placed for" if relaxed else "")
                         + "; give autoplace_model(..., input_spec=...) the batch shapes the "
                         "model can be traced with") from e
-        options = p.options
+        options = p.options.replace(trust_advice="for figures to trust, time the placed "
+                                    "model by fitting it (Keras prints its time per step)")
         if p.unknown_dim is None:  # free dimensions count at the first batch's size
             options = options.replace(unknown_dim=_batch_size(data))
         placed, report = place_function(step, (spec,), {}, options)

@@ -740,8 +740,11 @@ def place_function(fn, args, kwargs, options: PlaceOptions, *, runs_here: bool =
         base = ProfileCostModel.from_file(options.cost_profile,
                                           fallback=AnalyticalCostModel(meta_graph))
     pinned = PinnedCostModel(base, pins)
+    advice = options.trust_advice or ("for figures to trust, time the placed function by "
+                                      "calling it, or place it with a cost profile "
+                                      "(tf-autoplace profile)")
     report = place_graph(to_place, options.replace(cluster=cluster, cost_model=pinned,
-                                                   cost_profile=None))
+                                                   cost_profile=None, trust_advice=advice))
     placed_def = apply_to_graph_def(graph_def, report.assignment)
     apart = _loops_over_two_devices(placed_def, pins)
     for node in apart:

@@ -244,10 +244,11 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
                                       ("measure_steps", not measure_steps)) if left]
         notes.append("op times are Grappler's analytical estimates, which on this machine's "
                      "CPU can be an order of magnitude from a real step: "
-                     + (f"for figures to trust, measure them ({', '.join(ways)}) or "
-                        if ways else "the measured step times in this report are this "
-                        "machine's; for predictions to trust, ")
-                     + "give a cost profile (tf-autoplace profile)")
+                     + (options.trust_advice or
+                        (f"for figures to trust, measure them ({', '.join(ways)}) or "
+                         if ways else "the measured step times in this report are this "
+                         "machine's; for predictions to trust, ")
+                        + "give a cost profile (tf-autoplace profile)"))
     report = place_problem(problem, options, timings=timings, notes=notes)
     if verifying:
         t = time.perf_counter()

@@ -60,6 +60,10 @@ class PlaceOptions:
         the single-device one are measured on this machine and the measured fastest is
         applied (:mod:`tf_autoplace.hw.verify`; graphs only; 0: off, else at least the
         protocol's minimum).
+      trust_advice: how the door that places tells a user to get figures to trust, for the
+        note on analytical op times; "" for a graph's (measure with ``verify`` or
+        ``measure_steps``, or give a cost profile). A door that takes neither (a tf.function,
+        a Keras model) gives its own.
     """
 
     placer: Placer
@@ -74,6 +78,7 @@ class PlaceOptions:
     measure_steps: int = 0
     measure_feeds: Mapping | None = None
     verify: int = 0
+    trust_advice: str = ""
 
     def __post_init__(self):
         if not isinstance(self.placer, Placer):
