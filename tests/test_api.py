@@ -474,3 +474,19 @@ def test_an_address_space_limit_without_room_is_refused_before_the_graph_is_touc
     with pytest.raises(tf_autoplace.ConfigError, match=r"ulimit -v"):
         tf_autoplace.autoplace(tg.graph, cluster=CPU2, placer="m_etf", progress=False)
     assert [op.device for op in tg.graph.get_operations()] == before
+
+
+def test_a_graph_placed_on_devices_this_machine_lacks_says_so():
+    # Placed for 8 GPUs on a machine without them, a tf.Graph's report said nothing; the run
+    # then failed with TensorFlow's "Cannot assign a device for operation ...".
+    if len(tf.config.list_physical_devices("GPU")) >= 8:
+        pytest.skip("this machine has the cluster's GPUs")
+    tg = small_cnn()
+    report = tf_autoplace.autoplace(tg.graph, cluster="k80x8", placer="m_etf", progress=False)
+    (note,) = [n for n in report.notes if "the placement uses devices it lacks" in n]
+    assert "/device:GPU:0" in note and "soft placement off" in note
+    # A GraphDef is placed to run elsewhere, and a placement for this machine runs here.
+    offline = tf_autoplace.autoplace(small_cnn().graph.as_graph_def(), cluster="k80x8",
+                                     placer="m_etf", progress=False)
+    here = tf_autoplace.autoplace(small_cnn().graph, cluster="local", progress=False)
+    assert not any("devices it lacks" in n for n in offline.notes + here.notes)

@@ -146,8 +146,9 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
     placer, cluster, seed = options.placer, options.resolved_cluster(), options.seed
     cost_model, cost_profile = options.cost_model, options.cost_profile
     measure_steps = options.measure_steps
+    local_gpus = len(tf.config.list_physical_devices("GPU"))  # (does not start the runtime)
     if (measure_steps or options.verify) and not cluster.target and not runs_here(
-            cluster, len(tf.config.list_physical_devices("GPU"))):
+            cluster, local_gpus):
         raise ConfigError(
             f"{'verify' if options.verify else 'measure_steps'} runs placements on this "
             f"machine, and this machine does not have all of the cluster's devices "
@@ -256,7 +257,9 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
                          annotated=annotated_placement(problem, meta_graph.graph_def))
         timings["verify"] = time.perf_counter() - t
     report = dataclasses.replace(report, notes=report.notes + _annotation_notes(
-        meta_graph.graph_def, report.assignment, problem.graph))
+        meta_graph.graph_def, report.assignment, problem.graph) + (
+        _lacking_here(cluster, report.assignment, local_gpus)
+        if isinstance(graph, tf.Graph) and not cluster.target else ()))
     if measure_steps:
         t = time.perf_counter()
         report = measure(report, workload, steps=int(measure_steps), seed=int(seed),
@@ -435,6 +438,22 @@ def annotated_placement(problem: PlacementProblem, graph_def) -> np.ndarray | No
         return None
     sim = problem.simulator.run(devices)
     return None if (sim.peak_memory > cluster.memory).any() else devices
+
+
+def _lacking_here(cluster: Cluster, assignment, local_gpus: int) -> tuple[str, ...]:
+    """A note naming the devices ``assignment`` uses that a Session on this machine cannot
+    make (none: no note). The doors that run what they place here (a tf.function, the flag
+    door) refuse such a placement; a ``tf.Graph`` may be placed here and run elsewhere."""
+    used = set(assignment.values())
+    lacking = [name for i, name in enumerate(cluster.names)
+               if name in used and not runs_here(cluster.subset([i]), local_gpus)]
+    if not lacking:
+        return ()
+    return (f"this machine has {local_gpus or 'no'} GPU{'' if local_gpus == 1 else 's'} and "
+            f"the placement uses devices it lacks ({', '.join(lacking[:3])}"
+            f"{' ...' if len(lacking) > 3 else ''}): a Session here fails on their ops with "
+            "soft placement off (allow_soft_placement=False, its default) and moves them to "
+            "other devices with it on, so run the graph where the cluster's devices are",)
 
 
 def _names_some_device(cluster: Cluster, device: str) -> bool:
