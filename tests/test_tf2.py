@@ -146,9 +146,12 @@ def test_a_call_grappler_specialized_runs_in_the_placed_function(child):
     ("untraceable_shape", "ConfigError", "cannot trace 'project' with the arguments given "
                                          "(ValueError"),
     ("strategy_run", "InvalidGraphError", "calls a tf.distribute strategy's run()"),
+    ("untraceable_big", "ConfigError", "cannot trace 'project' with the arguments given"),
+    ("measured_function", "ConfigError", "measure_steps and verify are for graphs"),
 ])
 def test_unsupported_functions_are_clear_errors(child, case, error, message):
     got = child["errors"]
     assert "exception" not in got, got.get("traceback")
     assert got[case] is not None, f"{case} did not raise"
     assert got[case][0] == error and message in got[case][1]
+    assert len(got[case][1]) < 800, got[case][1]  # no tensor's values repeated at length

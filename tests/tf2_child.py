@@ -134,7 +134,9 @@ def check_keras_lstm_training_step():
     step.get_concrete_function(x, y)
     variables = model.variables + opt.variables()
     start = [v.numpy() for v in variables]
-    placed, _ = tf2.autoplace_function(step, x, y, cluster=CPU2, placer="m_etf", seed=0)
+    # (budget_s, as autoplace takes it, was passed on to the step, which failed to trace)
+    placed, _ = tf2.autoplace_function(step, x, y, cluster=CPU2, placer="m_etf", seed=0,
+                                       budget_s=30)
     reference = [float(step(x, y)) for _ in range(2)]
     for v, w in zip(variables, start):
         v.assign(w)
@@ -450,6 +452,12 @@ def errors():
         # TF's ValueError (as a restored function gives for shapes it was not saved with)
         "untraceable_shape": lambda: tf2.autoplace_function(project, tf.ones([2, 5]),
                                                             cluster=CPU2, placer="single"),
+        # (TF's message repeats the arguments: a 64x4 tensor's values, kilobytes of them)
+        "untraceable_big": lambda: tf2.autoplace_function(
+            project, tf.random.normal([64, 4]), cluster=CPU2, placer="single", scale=2),
+        # (measure_steps was passed on to the function, which failed to trace with it)
+        "measured_function": lambda: tf2.autoplace_function(
+            project, tf.ones([2, 4]), cluster=CPU2, placer="single", measure_steps=15),
         "strategy_run": lambda: tf2.autoplace_function(distributed, tf.ones([2, 4]),
                                                        cluster=CPU2, placer="single"),
     }

@@ -131,7 +131,7 @@ def _concrete_function(fn, args, kwargs):
             # for these shapes, or the function's own code refuses them
             raise ConfigError(
                 f"cannot trace {getattr(fn, '__name__', fn)!r} with the arguments given "
-                f"({type(e).__name__}: {' '.join(str(e).split())}); "
+                f"({type(e).__name__}: {_shortened(str(e))}); "
                 "pass example arguments or TensorSpecs, e.g. "
                 "tf_autoplace.tf2.autoplace_function(fn, x, y, cluster=...), or give the "
                 "tf.function an input_signature") from e
@@ -667,17 +667,21 @@ def _register_functions(graph_def: graph_pb2.GraphDef) -> None:
 def autoplace_function(fn, *args, cluster=None, placer=DEFAULT_PLACER, seed: int = 0,
                        grouping: GroupingConfig = GroupingConfig(),
                        cost_model: CostModel | None = None, cost_profile=None,
-                       unknown_dim: int = 1, cache=None, progress=None, **kwargs):
+                       unknown_dim: int = 1, cache=None, progress=None,
+                       budget_s: float | None = None, ray_address: str | None = None,
+                       policy=None, measure_steps: int = 0, verify: int = 0, **kwargs):
     """Place a ``tf.function`` (traced with ``*args, **kwargs``) or a ConcreteFunction.
 
     Args:
       fn: a ``tf.function`` or ConcreteFunction. Not modified.
       *args, **kwargs: example arguments or ``tf.TensorSpec``s to trace ``fn`` with (none for a
-        ConcreteFunction or a tf.function with an ``input_signature``). The names ``cluster``,
-        ``placer``, ``seed``, ``grouping``, ``cost_model``, ``cost_profile``, ``unknown_dim``,
-        ``cache`` and ``progress`` are taken by this function.
-      cluster, placer, seed, grouping, cost_model, unknown_dim, cache, progress: as for
-        :func:`tf_autoplace.autoplace` (None: no cache, no progress).
+        ConcreteFunction or a tf.function with an ``input_signature``). The names of the
+        options below are taken by this function.
+      cluster, placer, seed, grouping, cost_model, unknown_dim, cache, progress, budget_s,
+        ray_address, policy: as for :func:`tf_autoplace.autoplace` (None: no cache, no
+        progress).
+      measure_steps, verify: refused with a ConfigError that says how a function is timed
+        (they are for graphs).
       cost_profile: the path of a text ``CostProfile`` of this function (what
         ``tf_autoplace.hw.profiler.profile_ops(Workload.from_function(fn, *args))`` measures):
         its op times replace Grappler's estimates, as for a graph.
@@ -688,8 +692,17 @@ def autoplace_function(fn, *args, cluster=None, placer=DEFAULT_PLACER, seed: int
     """
     options = PlaceOptions.make(placer=placer, cluster=cluster, seed=seed, grouping=grouping,
                                 cost_model=cost_model, cost_profile=cost_profile,
-                                unknown_dim=unknown_dim, cache=cache, progress=progress)
+                                unknown_dim=unknown_dim, cache=cache, progress=progress,
+                                budget_s=budget_s, ray_address=ray_address, policy=policy,
+                                measure_steps=measure_steps, verify=verify)
     return place_function(fn, args, kwargs, options)
+
+
+def _shortened(message: str, limit: int = 300) -> str:
+    """TensorFlow's message on one line and cut at ``limit`` characters: a tracing error
+    repeats the example arguments, tensor values and all."""
+    line = " ".join(message.split())
+    return line if len(line) <= limit else line[:limit] + " ..."
 
 
 def place_function(fn, args, kwargs, options: PlaceOptions, *, runs_here: bool = True):
