@@ -108,10 +108,17 @@ def test_the_notes_say_which_kinds_a_partial_profile_leaves_unscaled():
     from tf_autoplace.pipeline.engine import profile_notes
 
     profile = types.SimpleNamespace(num_unprofiled_ops=202, unprofiled_kinds=["GPU"],
-                                    profiled_steps=True, num_unused=0, retyped=[])
-    (note,) = profile_notes(profile, "profile.pbtxt")
+                                    profiled_kinds=("CPU",), profiled_steps=True, num_unused=0,
+                                    retyped=[])
+    note, mixed = profile_notes(profile, "profile.pbtxt")
     assert note.endswith("so the GPU op times are not scaled to a measured step"), note
     assert "order of magnitude" not in note  # estimates of GPU times follow the spec's speed
+    # A laptop's CPU profile placed for GPUs printed a 4.99x speedup of measured CPU times
+    # against estimated GPU times without a word.
+    assert mixed.startswith("the cost profile times no op on GPU (it was measured on CPU): "
+                            "comparisons between the CPU and GPU devices, the predicted "
+                            "speedup over one of them included, set measured times against "
+                            "estimates"), mixed
 
 
 def test_the_notes_warn_of_cpu_estimates_and_name_ops_of_another_type():
@@ -123,7 +130,7 @@ def test_the_notes_warn_of_cpu_estimates_and_name_ops_of_another_type():
     from tf_autoplace.pipeline.engine import profile_notes
 
     profile = types.SimpleNamespace(num_unprofiled_ops=147, unprofiled_kinds=["CPU"],
-                                    profiled_steps=False, num_unused=0,
+                                    profiled_kinds=("CPU",), profiled_steps=False, num_unused=0,
                                     retyped=[("mm", "MatMul", "BatchMatMulV2")])
     estimated, retyped = profile_notes(profile, "profile.pbtxt")
     assert "can be an order of magnitude from a real step" in estimated, estimated

@@ -343,6 +343,11 @@ class ProfileCostModel(CostModel):
                 if kind not in self.unprofiled_kinds}
 
     @property
+    def profiled_kinds(self) -> tuple[str, ...]:
+        """The device kinds the profile times ops on, whatever the graph."""
+        return tuple(sorted({kind for per_kind in self._times.values() for kind in per_kind}))
+
+    @property
     def profiled_steps(self) -> dict[str, float]:
         """The untraced single-device steps the profile holds, by device kind, whatever the
         graph."""

@@ -100,6 +100,14 @@ def profile_notes(profile: ProfileCostModel, path) -> list[str]:
                         if "CPU" in profile.unprofiled_kinds else "")
                      + (f"; so the {'/'.join(profile.unprofiled_kinds)} op times are not "
                         "scaled to a measured step" if profile.profiled_steps else ""))
+        unmeasured = [k for k in profile.unprofiled_kinds if k not in profile.profiled_kinds]
+        if unmeasured and profile.profiled_kinds:
+            kinds, measured = "/".join(unmeasured), "/".join(profile.profiled_kinds)
+            notes.append(f"the cost profile times no op on {kinds} (it was measured on "
+                         f"{measured}): comparisons between the {measured} and {kinds} "
+                         "devices, the predicted speedup over one of them included, set "
+                         f"measured times against estimates; profile on a machine with the "
+                         f"cluster's {kinds}s for figures to trust")
     if profile.retyped:
         shown = ", ".join(f"{name!r} ({was} in the profile, {now} here)"
                           for name, was, now in profile.retyped[:3])
