@@ -184,6 +184,33 @@ def test_multilevel_cut_is_close_to_metis():
     assert ours <= 1.2 * metis
 
 
+@pytest.mark.skipif(not pymetis_available(), reason="pymetis is not installed")
+def test_metis_warnings_do_not_reach_the_users_standard_output(capfd, caplog):
+    # A group that outweighs a part (an add_n of 3000 terms on 8 GPUs): METIS printed
+    # "***Cannot bisect a graph with 0 vertices!" onto the process's stdout, C's printf,
+    # into a report piped from tf-autoplace or a program's own output.
+    import logging
+
+    from tf_autoplace.heuristics.metis import _pymetis_partition
+    from tf_autoplace.heuristics.multilevel import CSRGraph
+
+    n = 20
+    xadj, adjncy = [0], []
+    for i in range(n):
+        adjncy += [j for j in (i - 1, i + 1) if 0 <= j < n]
+        xadj.append(len(adjncy))
+    weights = np.ones(n)
+    weights[0] = 1e6
+    graph = CSRGraph(np.array(xadj), np.array(adjncy), np.ones(len(adjncy)), weights)
+    print("before", flush=True)
+    with caplog.at_level(logging.DEBUG, logger="tf_autoplace.heuristics.metis"):
+        parts = _pymetis_partition(graph, 8, 0.03, seed=0)
+    print("after", flush=True)
+    assert len(parts) == n
+    assert capfd.readouterr().out == "before\nafter\n"
+    assert any("Cannot bisect" in r.getMessage() for r in caplog.records)
+
+
 # setup.py requires pymetis where it has wheels; elsewhere the multilevel partitioner serves.
 PYMETIS_REQUIRED = sys.platform == "darwin" or (sys.platform == "linux"
                                                 and platform.machine() == "x86_64")

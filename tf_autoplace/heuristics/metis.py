@@ -32,6 +32,13 @@ least 1). Both are seeded from the placer's seed.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import logging
+import os
+import sys
+import tempfile
+
 import numpy as np
 
 from tf_autoplace.core.problem import PlacementProblem, Placer
@@ -73,11 +80,49 @@ def _pymetis_partition(graph: CSRGraph, k: int, imbalance: float, seed: int) -> 
     options = pymetis.Options(seed=int(seed), ufactor=int(round(imbalance * 1000)))
     adjacency = pymetis.CSRAdjacency(graph.xadj.astype(np.int64).tolist(),
                                      graph.adjncy.astype(np.int64).tolist())
-    _, parts = pymetis.part_graph(  # (xadj=/adjncy= warn DeprecationWarning since 2025.2)
-        int(k), adjacency,
-        vweights=vweights.astype(np.int64).tolist(), eweights=eweights.astype(np.int64).tolist(),
-        options=options)
+    with _c_stdout_logged():
+        _, parts = pymetis.part_graph(  # (xadj=/adjncy= warn DeprecationWarning since 2025.2)
+            int(k), adjacency, vweights=vweights.astype(np.int64).tolist(),
+            eweights=eweights.astype(np.int64).tolist(), options=options)
     return np.asarray(parts, np.int64)
+
+
+@contextlib.contextmanager
+def _c_stdout_logged():
+    """METIS prints its warnings ("***Cannot bisect a graph with 0 vertices!", on a graph
+    where one group outweighs a part) with C's printf, onto the process's standard output: a
+    user's, where a report or a program's own output goes. While the block runs, file
+    descriptor 1 goes to a temporary file; afterwards METIS's lines (they start with ``***``)
+    are logged at debug level and anything else written there meanwhile (another thread's
+    output) is written on. Where descriptor 1 cannot be redirected, the block runs as is."""
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (AttributeError, OSError, ValueError):
+        yield
+        return
+    libc = ctypes.CDLL(None)
+    try:
+        with tempfile.TemporaryFile() as captured:
+            os.dup2(captured.fileno(), 1)
+            try:
+                yield
+            finally:
+                libc.fflush(None)  # C's buffered stdout, before the descriptor goes back
+                os.dup2(saved, 1)
+            captured.seek(0)
+            data = captured.read()
+    finally:
+        os.close(saved)
+    rest = []
+    for line in data.splitlines(keepends=True):  # bytes as written: another's may be binary
+        if line.strip().startswith(b"***"):
+            logging.getLogger(__name__).debug("METIS: %s", line.strip().decode("ascii",
+                                                                               "replace"))
+        else:
+            rest.append(line)
+    if rest:
+        os.write(1, b"".join(rest))
 
 
 class MetisPlacer(Placer):
