@@ -97,11 +97,11 @@ def _c_stdout_logged():
     output) is written on. Where descriptor 1 cannot be redirected, the block runs as is."""
     try:
         sys.stdout.flush()
+        libc = ctypes.CDLL(None)  # (its fflush empties C's stdout buffer; POSIX only)
         saved = os.dup(1)
-    except (AttributeError, OSError, ValueError):
+    except (AttributeError, OSError, TypeError, ValueError):
         yield
         return
-    libc = ctypes.CDLL(None)
     try:
         with tempfile.TemporaryFile() as captured:
             os.dup2(captured.fileno(), 1)
