@@ -216,6 +216,49 @@ def test_profiling_the_servers_gives_links_over_grpc_and_op_costs_per_task(clust
     np.testing.assert_array_equal(fitted.bandwidth, found.cluster.bandwidth)
 
 
+def test_a_stopped_server_is_an_error_at_once_not_a_wait_without_end(cluster):
+    # A server that accepts connections but does not answer (SIGSTOP, hung): the TCP check
+    # passed, then list_devices waited without end, holding the interpreter (Ctrl-C and
+    # SIGTERM did not get through).
+    from tf_autoplace.errors import MeasurementError
+    from tf_autoplace.hw.runner import check_reachable, connection_error
+
+    addresses = [task.address for task in cluster.tasks]
+    assert all(connection_error(a, HANG_GUARD_S) is None for a in addresses)
+    servers = _servers(os.getpid())  # this module's cluster's
+    assert len(servers) == 2
+    for pid in servers:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(MeasurementError, match="accepts connections but does not answer"):
+            check_reachable(addresses, timeout_s=2.0)
+    finally:
+        for pid in servers:
+            os.kill(pid, signal.SIGCONT)
+    assert all(connection_error(a, HANG_GUARD_S) is None for a in addresses)
+
+
+def test_what_is_not_a_tensorflow_server_is_named_as_such():
+    import socket
+    import threading
+
+    from tf_autoplace.hw.runner import connection_error
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def answer():
+        conn, _ = listener.accept()
+        conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+        conn.close()
+
+    threading.Thread(target=answer, daemon=True).start()
+    with listener:
+        error = connection_error(f"127.0.0.1:{listener.getsockname()[1]}", HANG_GUARD_S)
+    assert "not a TensorFlow (gRPC) server" in str(error)
+
+
 def test_the_servers_say_which_devices_each_task_has(cluster):
     spec = {}
     for task in cluster.tasks:

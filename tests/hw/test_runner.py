@@ -202,6 +202,16 @@ def test_a_session_is_not_opened_on_a_cluster_whose_task_died_since_the_last(mon
     with socket.socket() as alive, socket.socket() as dead:
         alive.bind(("127.0.0.1", 0))
         alive.listen()
+
+        def answer():  # as a gRPC server does: its HTTP/2 SETTINGS frame
+            conn, _ = alive.accept()
+            with conn:
+                conn.sendall(bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))
+                conn.recv(64)
+
+        import threading
+
+        threading.Thread(target=answer, daemon=True).start()
         dead.bind(("127.0.0.1", 0))  # bound, not listening: the task that died
         addresses = tuple(f"127.0.0.1:{s.getsockname()[1]}" for s in (alive, dead))
         config = RunConfig(target=f"grpc://{addresses[0]}", servers=addresses)

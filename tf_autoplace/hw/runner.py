@@ -405,12 +405,13 @@ REACH_TIMEOUT_S = 5.0
 
 
 def check_reachable(addresses, timeout_s: float = REACH_TIMEOUT_S) -> None:
-    """Raise MeasurementError naming the first ``host:port`` of ``addresses`` that accepts no
-    TCP connection within ``timeout_s``.
+    """Raise MeasurementError naming the first ``host:port`` of ``addresses`` that does not
+    answer as a TensorFlow server within ``timeout_s`` (:func:`connection_error`).
 
-    A Session on a TensorFlow cluster whose master or another task is down does not fail: it
-    waits for the task (``Session.list_devices`` for ten minutes, the RPC deadline) without a
-    word. A connection to each server first turns that into an error at once."""
+    A Session on a TensorFlow cluster whose master or another task is down, stopped or hung
+    does not fail: it waits for the task (``Session.list_devices`` without end, holding the
+    interpreter: no thread and no Ctrl-C gets through) without a word. A handshake with each
+    server first turns that into an error at once."""
     for address in addresses:
         error = connection_error(address, timeout_s)
         if error is not None:
@@ -418,17 +419,38 @@ def check_reachable(addresses, timeout_s: float = REACH_TIMEOUT_S) -> None:
                                    f"({error}); start it, or measure without it") from error
 
 
+# HTTP/2's client preface and an empty SETTINGS frame: a gRPC server (TensorFlow's) answers
+# with a SETTINGS frame of its own (frame type 4, the fourth byte of its 9-byte header).
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+_H2_SETTINGS = 4
+
+
 def connection_error(address: str, timeout_s: float) -> Exception | None:
-    """Why a TCP connection to ``host:port`` (``[::1]:port`` too) failed within ``timeout_s``
-    (a ``TimeoutError`` when it only did not answer in time), or None when it was accepted."""
+    """Why ``host:port`` (``[::1]:port`` too) does not answer as a gRPC server within
+    ``timeout_s``, or None when it does: the connection failed; it was accepted but nothing
+    answered the HTTP/2 handshake (a ``TimeoutError``: a stopped, hung or very busy process,
+    whose port the kernel still accepts connections on); or what answered is not a gRPC
+    server (a ``ConnectionError``)."""
     import socket
 
     host, _, port = address.rpartition(":")
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
-            pass
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s) as sock:
+            sock.settimeout(timeout_s)
+            sock.sendall(_H2_PREFACE)
+            header = b""
+            while len(header) < 9:
+                chunk = sock.recv(9 - len(header))
+                if not chunk:
+                    break
+                header += chunk
+    except TimeoutError:
+        return TimeoutError("it accepts connections but does not answer: a stopped, hung or "
+                            "overloaded server")
     except (OSError, ValueError) as e:
         return e
+    if len(header) < 9 or header[3] != _H2_SETTINGS:
+        return ConnectionError("what listens there is not a TensorFlow (gRPC) server")
     return None
 
 
