@@ -277,7 +277,12 @@ def test_tasks_of_one_host_with_this_machines_devices_share_its_cores():
                                          f"worker:1/{HOST}": cores}
     groups = [cluster.devices[i].core_group for i in range(cluster.num_devices)]
     assert groups == [f"tasks on loopback/{HOST}"] * 2 + [f"worker:1/{HOST}"]
-    # Devices given for the tasks are taken as given (their own machines, or pinned).
+    # So do tasks given a description of a host's CPU (its core group "host"), e.g. cpu2...
     given = Cluster.from_tf(spec, devices="cpu2")
-    assert [name for name, _ in given.core_groups] == [f"{t.name}/{HOST}" for t in given.tasks]
+    assert dict(given.core_groups) == {f"tasks on loopback/{HOST}": 2, f"worker:1/{HOST}": 2}
+    # ... but not tasks whose cores are their own (pinned, as local_cluster's are).
+    pinned = Cluster.uniform([Device("/device:CPU:0", "CPU", 10**9, num_cores=1,
+                                     core_group="cores 0")], core_groups=[("cores 0", 1)])
+    assert [name for name, _ in Cluster.from_tf(spec, devices=pinned).core_groups] == [
+        "ps:0/cores 0", "worker:0/cores 0", "worker:1/cores 0"]
     assert Cluster.from_proto(cluster.to_proto()).core_groups == cluster.core_groups

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tf_autoplace import zoo
-from tf_autoplace.core.cluster import Cluster
+from tf_autoplace.core.cluster import Cluster, resolve_cluster
 from tf_autoplace.cost import AnalyticalCostModel
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph import ingest
@@ -24,7 +24,13 @@ TF_CONFIG = json.dumps({"cluster": {"worker": ["localhost:2222", "localhost:2223
 
 @pytest.fixture(scope="module")
 def two_tasks():
-    cluster = Cluster.from_tf(TF_CONFIG, devices="cpu2")
+    # Two tasks of one host, each pinned to two cores of its own (cpu2's description with a
+    # core group that is not the host's: tasks given the host's share its cores).
+    cpu2 = resolve_cluster("cpu2")
+    pinned = dataclasses.replace(
+        cpu2, devices=tuple(dataclasses.replace(d, core_group="pinned") for d in cpu2.devices),
+        core_groups=(("pinned", dict(cpu2.core_groups)["host"]),))
+    cluster = Cluster.from_tf(TF_CONFIG, devices=pinned)
     meta_graph = ingest.load_meta_graph(zoo.build("two_tower").graph)
     return cluster, meta_graph
 

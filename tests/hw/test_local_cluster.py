@@ -269,9 +269,14 @@ def test_the_servers_say_which_devices_each_task_has(cluster):
     # The host's memory, not the fixed 256 MiB TensorFlow lists for every CPU device (which
     # refused a 400 MB embedding the servers train).
     host = Cluster.local().memory[0]
+    host_cores = dict(Cluster.local().core_groups)["host"]
     assert all(c.memory.tolist() == [host] for c in served.values()) and host > 2**28
     again = Cluster.from_tf(spec, devices=served)
     assert again.names == cluster.names and again.target == cluster.target
+    # Two servers of this host share its cores (each was given all of them: a split over
+    # them was predicted faster and ran 2.6x slower).
+    assert dict(again.core_groups) == {"tasks on loopback/host": host_cores}
+    assert {d.core_group for d in again.devices} == {"tasks on loopback/host"}
 
 
 @pytest.mark.slow

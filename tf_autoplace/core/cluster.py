@@ -616,9 +616,11 @@ class Cluster:
             one, the task's entry before its job's; tasks it does not cover, None and
             ``"local"`` get ``local(configured=False)``'s devices (each task taken for a
             process of a machine like this one, whatever logical CPUs this process
-            configured); such tasks whose addresses name one host share its cores, as their
-            server processes do (one core group: two servers on a 2-core machine have 2 cores
-            between them, not 2 each). The devices
+            configured). Tasks whose addresses name one host and whose devices are this
+            machine's CPU (its core group :data:`HOST_CORE_GROUP`: ``"local"``'s, and
+            ``served_devices``') share the host's cores, as their server processes do (one
+            core group: two servers on a 2-core machine have 2 cores between them, not 2
+            each); devices described otherwise keep a core group per task. The devices
             running servers have: :func:`tf_autoplace.hw.cluster_profile.served_devices`;
             their measured speeds and links:
             :func:`tf_autoplace.hw.cluster_profile.profile_cluster`.
@@ -639,19 +641,26 @@ class Cluster:
             unknown link class.
         """
         tasks, found = parse_tasks(spec)
-        templates, machine = _task_templates(tasks, devices)
+        templates = _task_templates(tasks, devices)
         classes = _link_classes(links)
-        # Tasks with this machine's devices on one host: the cores of that host, shared.
+        # Tasks of one host with this machine's CPU: the cores of that host, shared.
+        machine = [dict(t.core_groups).get(HOST_CORE_GROUP) for t in templates]
         hosts = collections.Counter(t.host for t, m in zip(tasks, machine) if m and t.host)
         out, groups, owner = [], [], []
         for task, template, m in zip(tasks, templates, machine):
-            shared = m and hosts[task.host] > 1
-            prefix = f"tasks on {task.host}" if shared else task.name
+            shared = f"tasks on {task.host}/{HOST_CORE_GROUP}" if m and hosts[task.host] > 1 \
+                else None
+
+            def group_of(name: str) -> str:
+                return shared if shared and name == HOST_CORE_GROUP else f"{task.name}/{name}"
+
             for device in template.devices:
-                out.append(_in_task(device, task, prefix))
+                out.append(dataclasses.replace(_in_task(device, task), core_group=group_of(
+                    device.core_group) if device.core_group else ""))
                 owner.append(task)
-            groups += [(f"{prefix}/{name}", cores) for name, cores in template.core_groups
-                       if (f"{prefix}/{name}", cores) not in groups]
+            for name, cores in template.core_groups:
+                if group_of(name) not in dict(groups):
+                    groups.append((group_of(name), cores))
         d = len(out)
         bw, lat, delay = np.zeros((d, d)), np.zeros((d, d)), np.zeros((d, d))
         start = 0
@@ -798,23 +807,19 @@ def _class_links(owner: list, classes: dict[str, LinkClass], bandwidth: np.ndarr
                 latency[i, j] = figures.latency_us * 1e-6
 
 
-def _task_templates(tasks: tuple[Task, ...], devices) -> tuple[list[Cluster], list[bool]]:
-    """The one-machine cluster of each task (see :meth:`Cluster.from_tf`'s ``devices``), and
-    whether it is this machine's (``None`` or ``"local"``)."""
+def _task_templates(tasks: tuple[Task, ...], devices) -> list[Cluster]:
+    """The one-machine cluster of each task (see :meth:`Cluster.from_tf`'s ``devices``)."""
     # A task is another process (a server), with the devices a process of this machine has
     # by default, whatever logical CPUs the calling process configured for itself.
     local = functools.cache(functools.partial(Cluster.local, configured=False))
 
-    def is_local(value) -> bool:
-        return value is None or (isinstance(value, str) and value == "local")
-
     def resolve(value) -> Cluster:
-        return local() if is_local(value) else resolve_cluster(value)
+        return local() if value is None or (isinstance(value, str) and value == "local") \
+            else resolve_cluster(value)
 
     if not isinstance(devices, dict):
         template = resolve(devices)
         templates = [template] * len(tasks)
-        machine = [is_local(devices)] * len(tasks)
     else:
         by_name = {}
         for key, value in devices.items():
@@ -825,28 +830,26 @@ def _task_templates(tasks: tuple[Task, ...], devices) -> tuple[list[Cluster], li
                     f"devices are given for {key!r}, which is neither a job nor a task of the "
                     f"cluster (its tasks: {', '.join(t.name for t in tasks)})")
             by_name[key] = value
-        templates, machine = [], []
+        templates = []
         for task in tasks:
             value = by_name.get(task.name, by_name.get(task.job))
             templates.append(resolve(value))
-            machine.append(is_local(value))
     for task, template in zip(tasks, templates):
         if template.tasks:
             raise ClusterSpecError(f"the devices of task {task.name} must be one machine's; the "
                                    f"cluster given for it has tasks of its own")
-    return templates, machine
+    return templates
 
 
-def _in_task(device: Device, task: Task, group_prefix: str) -> Device:
-    """``device`` of a one-machine cluster, renamed into ``task``, its core group into
-    ``group_prefix`` (the task's name, or its host's where tasks share the host's cores)."""
+def _in_task(device: Device, task: Task) -> Device:
+    """``device`` of a one-machine cluster, renamed into ``task`` (core group too)."""
     spec = device_spec(device.name)
     if spec.job not in (None, "localhost") or (spec.task or 0) or (spec.replica or 0):
         raise ClusterSpecError(f"the devices of task {task.name} must be one machine's "
                                f"(/job:localhost/replica:0/task:0 or no job); got {device.name!r}")
     return dataclasses.replace(
         device, name=f"{task.device_prefix}/device:{spec.device_type}:{spec.device_index}",
-        core_group=f"{group_prefix}/{device.core_group}" if device.core_group else "")
+        core_group=f"{task.name}/{device.core_group}" if device.core_group else "")
 
 
 @functools.lru_cache(maxsize=1)

@@ -175,7 +175,8 @@ def served_devices(spec, *, timeout_s: float = 60.0) -> dict[str, Cluster]:
     except tf.errors.OpError as e:
         raise MeasurementError(f"the servers at {target} did not list their devices: "
                                f"{type(e).__name__}: {e.message}") from e
-    local = {d.kind: d for d in reversed(Cluster.local().devices)}
+    here = Cluster.local()
+    local = {d.kind: d for d in reversed(here.devices)}
     per_task: dict[str, list[Device]] = {}
     for attributes in listed:
         name = tf.DeviceSpec.from_string(attributes.name)
@@ -187,14 +188,17 @@ def served_devices(spec, *, timeout_s: float = 60.0) -> dict[str, Cluster]:
                         memory_bytes=int(attributes.memory_limit_bytes) or 2**30)
         if like is not None:
             memory = like.memory_bytes if name.device_type == "CPU" else device.memory_bytes
-            device = dataclasses.replace(like, name=device.name, memory_bytes=memory,
-                                         core_group="")
+            device = dataclasses.replace(like, name=device.name, memory_bytes=memory)
         per_task.setdefault(f"{name.job}:{name.task}", []).append(device)
     missing = [t.name for t in tasks if t.name not in per_task]
     if missing:
         raise MeasurementError(f"the servers at {target} list no CPU or GPU device of "
                                f"task(s) {missing}")
-    return {name: Cluster.uniform(devices, bandwidth_gbps=10.0, latency_us=5.0)
+    # A server's CPUs share this host's cores, as this machine's do (Cluster.from_tf then
+    # shares them among the tasks of one host).
+    return {name: Cluster.uniform(devices, bandwidth_gbps=10.0, latency_us=5.0,
+                                  core_groups=[(group, cores) for group, cores in here.core_groups
+                                               if any(d.core_group == group for d in devices)])
             for name, devices in per_task.items()}
 
 
