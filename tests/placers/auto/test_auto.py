@@ -560,7 +560,7 @@ def test_a_split_within_one_core_group_is_not_returned_whatever_its_predicted_ga
         assert (out is None) == kept
         if not kept:
             assert (out == 0).all()
-            assert "share one core group ('host', one thread pool)" in placer.notes[-1]
+            assert "share one core group ('host': one pool of cores)" in placer.notes[-1]
 
 
 def test_on_one_core_group_the_single_device_is_returned_without_a_search(monkeypatch):

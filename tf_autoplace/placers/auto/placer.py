@@ -342,7 +342,7 @@ class AutoPlacer(Placer):
             if not check_memory(problem, problem.simulator.run(single)):
                 self.notes.append(
                     f"auto: placement does not pay on these devices: they share one core "
-                    f"group ({groups.pop()!r}, one thread pool), so a split adds transfers "
+                    f"group ({groups.pop()!r}: one pool of cores), so a split adds transfers "
                     "and no cores; the single-device placement is returned without a search")
                 return single
         max_samples = self.samples_for(problem)
@@ -455,7 +455,7 @@ class AutoPlacer(Placer):
             gain = 1 - step_s / sim.makespan if sim.makespan > 0 else 0.0
             self.notes.append(
                 f"auto: placement does not pay on these devices: they share one core group "
-                f"({groups.pop()!r}, one thread pool), so a split adds transfers and no cores; "
+                f"({groups.pop()!r}: one pool of cores), so a split adds transfers and no cores; "
                 f"the best placement found ({step_s * 1e3:.2f} ms, predicted {gain:.1%} "
                 f"faster than one device at {sim.makespan * 1e3:.2f} ms) owes that to the "
                 "order the simulator runs ops in, which a real run does not keep, so the "
