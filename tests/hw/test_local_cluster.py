@@ -375,28 +375,28 @@ def test_serve_local_ends_when_a_server_of_its_own_stops(tmp_path):
 def test_serve_local_takes_no_file_but_the_spec_of_a_serve_local_that_has_ended(tmp_path):
     """serve-local removes its spec when it ends: a user's file at --out_cluster would be
     replaced, then removed; a live serve-local's spec would be taken from under it."""
-    from tf_autoplace.cli import serve_local
+    from tf_autoplace.cli import spec_file  # (the command's module would define its flags)
 
     mine = tmp_path / "cluster.pbtxt"
     mine.write_text("# my own cluster\n")
     with pytest.raises(ConfigError, match="exists and is not a spec serve-local wrote"):
-        serve_local.check_free(str(mine))
+        spec_file.check_free(str(mine))
     ended = subprocess.Popen(["true"])
     ended.wait()
     for pid, refused in ((ended.pid, False), (os.getpid(), True)):
-        mine.write_text(serve_local._HEADER_FORMAT.format(tasks=2, pid=pid) + "task {}\n")
+        mine.write_text(spec_file._HEADER_FORMAT.format(tasks=2, pid=pid) + "task {}\n")
         if refused:
             with pytest.raises(ConfigError, match=f"still runs \\(pid {pid}\\)"):
-                serve_local.check_free(str(mine))
+                spec_file.check_free(str(mine))
         else:
-            serve_local.check_free(str(mine))
-    serve_local.check_free(str(tmp_path / "new.pbtxt"))
+            spec_file.check_free(str(mine))
+    spec_file.check_free(str(tmp_path / "new.pbtxt"))
     # At the end only this run's spec is removed, not a file put there since.
-    serve_local._remove_if_ours(str(mine), b"another spec")
+    spec_file.remove_if_ours(str(mine), b"another spec")
     assert mine.exists()
-    serve_local._remove_if_ours(str(mine), mine.read_bytes())
+    spec_file.remove_if_ours(str(mine), mine.read_bytes())
     assert not mine.exists()
-    serve_local._remove_if_ours(str(mine), b"gone already")
+    spec_file.remove_if_ours(str(mine), b"gone already")
 
 
 @pytest.mark.parametrize("tasks,cores,expected,shared", [

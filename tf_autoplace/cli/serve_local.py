@@ -31,8 +31,6 @@ machine others can reach, keep the ports behind a firewall.
 
 from __future__ import annotations
 
-import os
-import re
 import sys
 import time
 
@@ -40,7 +38,8 @@ from absl import flags
 from google.protobuf import text_format
 
 from tf_autoplace.cli import serve_local_flags  # noqa: F401  (defines this command's flags)
-from tf_autoplace.errors import AutoplaceError, ConfigError
+from tf_autoplace.cli import spec_file
+from tf_autoplace.errors import AutoplaceError
 from tf_autoplace.hw.cluster_profile import profile_cluster
 from tf_autoplace.hw.local_cluster import local_cluster
 from tf_autoplace.hw.runner import connection_error
@@ -48,18 +47,13 @@ from tf_autoplace.outputs.files import Outputs, check_output_path
 
 FLAGS = flags.FLAGS  # this command's flags: tf_autoplace.cli.serve_local_flags
 POLL_S = 1.0  # how often the servers are checked while serving
-# The spec's first line, which names the process serving it.
-_HEADER_FORMAT = ("# A TensorFlow cluster of {tasks} server processes on this machine, "
-                  "served by tf-autoplace serve-local (pid {pid}).\n")
-_HEADER = re.compile(r"# A TensorFlow cluster of \d+ server processes on this machine, served by "
-                     r"tf-autoplace serve-local \(pid (\d+)\)\.$")
 
 
 def main(argv):
     del argv
     try:
         path = check_output_path(FLAGS.out_cluster, "--out_cluster")
-        check_free(path)
+        spec_file.check_free(path)
         with local_cluster(FLAGS.tasks, ps_tasks=FLAGS.ps_tasks, job=FLAGS.job,
                            cpus_per_task=FLAGS.cpus_per_task, threads=FLAGS.threads or None,
                            pin=FLAGS.pin) as cluster:
@@ -71,8 +65,8 @@ def main(argv):
                           f"{fit.bandwidth_gbps:.3g} GB/s (median of its pairs)")
             note = "".join(f"# tasks {', '.join(sorted(tasks))} share the cores of core group "
                            f"{group!r}\n" for group, tasks in _sharing(cluster).items())
-            check_free(path)  # again: the servers took seconds to start
-            spec = (_HEADER_FORMAT.format(tasks=FLAGS.tasks, pid=os.getpid()) + note
+            spec_file.check_free(path)  # again: the servers took seconds to start
+            spec = (spec_file.header(FLAGS.tasks) + note
                     + text_format.MessageToString(cluster.to_proto())).encode("utf-8")
             outputs = Outputs()
             outputs.add_file(path, spec)
@@ -84,50 +78,13 @@ def main(argv):
                       f"wrote {path}; Ctrl-C ends every server", flush=True)
                 stopped = _serve(cluster.tasks)
             finally:
-                _remove_if_ours(path, spec)
+                spec_file.remove_if_ours(path, spec)
     except AutoplaceError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     # Serving ends by a signal (which tf_autoplace.cli.main reports: 130/143) or a task's end.
     print(f"error: {stopped}; every server has ended and {path} was removed", file=sys.stderr)
     return 1
-
-
-def check_free(path: str) -> None:
-    """Refuse ``path`` (ConfigError) if a file is there, unless it is the spec of a serve-local
-    whose process has ended: the command replaces the file and removes it when it ends."""
-    if not os.path.lexists(path):
-        return
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            match = _HEADER.match(f.readline().rstrip("\n"))
-    except OSError:
-        match = None
-    if match is None:
-        raise ConfigError(f"--out_cluster {path!r} exists and is not a spec serve-local wrote; "
-                          "serve-local removes its spec when it ends, so it does not take an "
-                          "existing file: give a new path")
-    pid = int(match.group(1))
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return  # its serve-local was killed before it could remove it
-    except PermissionError:
-        pass  # a process of another user has that pid
-    raise ConfigError(f"--out_cluster {path!r} is the spec of a serve-local that still runs "
-                      f"(pid {pid}); give another path (or remove the file if process {pid} is "
-                      "not a serve-local)")
-
-
-def _remove_if_ours(path: str, spec: bytes) -> None:
-    """Remove ``path`` if it still holds ``spec``: a file put there since is not this run's."""
-    try:
-        with open(path, "rb") as f:
-            if f.read(len(spec) + 1) != spec:
-                return
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 def _sharing(cluster) -> dict[str, set]:
