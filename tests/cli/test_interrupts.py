@@ -175,6 +175,8 @@ import tensorflow as tf
 SIG = getattr(signal, sys.argv[1])
 if SIG != signal.SIGINT:  # a training script's own handler, which exits
     signal.signal(SIG, lambda signum, frame: sys.exit(3))
+else:  # Python's own, as in a terminal (a parent that ignores SIGINT passes SIG_IGN on)
+    signal.signal(SIG, signal.default_int_handler)
 
 
 class Interrupt(importlib.abc.MetaPathFinder):
