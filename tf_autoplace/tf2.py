@@ -700,7 +700,7 @@ def autoplace_function(fn, *args, cluster=None, placer=DEFAULT_PLACER, seed: int
 
 def _shortened(message: str, limit: int = 300) -> str:
     """TensorFlow's message on one line and cut at ``limit`` characters: a tracing error
-    repeats the example arguments, tensor values and all."""
+    repeats the example arguments, tensor values and all, and a reader's error its paths."""
     line = " ".join(message.split())
     return line if len(line) <= limit else line[:limit] + " ..."
 
@@ -1003,7 +1003,7 @@ def _check_tf1_variables(input_dir, meta_graph) -> None:
         shapes, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
     except Exception as e:  # noqa: BLE001 - TF's reader on a user's files, in one line
         raise InvalidGraphError(f"{input_dir!r}: its variables cannot be read "
-                                f"({type(e).__name__}: {' '.join(str(e).split())[:300]}); "
+                                f"({type(e).__name__}: {_shortened(str(e))}); "
                                 "the placed SavedModel would not load") from e
     need = sum(int(np.prod(shapes[name], dtype=np.int64)) * dtypes[name].size
                for name in shapes if dtypes[name] != tf.string)

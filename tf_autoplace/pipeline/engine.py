@@ -13,9 +13,9 @@ when it has one for this graph, cluster, placer and seed (checked like any place
 reporting to the progress reporter (:mod:`tf_autoplace.outputs.progress`), and store the result in the
 cache; simulate the single-device baseline, compute the lower bounds
 (:func:`tf_autoplace.sim.lp_lower_bound`, its LP small enough to run on every call, and given
-at most as long as the placement took or :data:`BOUND_FLOOR_S`: a chain of 30k ops on 8 GPUs
-took HiGHS its whole 30 s limit after a 0.2 s placement; a stopped solve still gives a proven,
-weaker bound) and return the :class:`PlacementReport` with its timeline, the graph's
+at most as long as the placement took or :data:`BOUND_FLOOR_S`, so that the report's bound
+never costs far more than the placement on a long chain; a stopped solve still gives a
+proven, weaker bound) and return the :class:`PlacementReport` with its timeline, the graph's
 fingerprint (so the placement can be applied again) and a learned placer's fine-tuned policy.
 It holds no algorithm, and checks no option: a door built the :class:`PlaceOptions` it reads
 (:mod:`tf_autoplace.pipeline.options`).
