@@ -145,7 +145,7 @@ def test_a_call_grappler_specialized_runs_in_the_placed_function(child):
     ("ragged_argument", "ConfigError", "argument 0 is a RaggedTensorSpec"),
     ("untraceable_shape", "ConfigError", "cannot trace 'project' with the arguments given "
                                          "(ValueError"),
-    ("strategy_run", "InvalidGraphError", "calls a tf.distribute strategy's run()"),
+    ("strategy_run", "InvalidGraphError", "strategy over several devices, such as MirroredStrategy"),
     ("untraceable_big", "ConfigError", "cannot trace 'project' with the arguments given"),
     ("measured_function", "ConfigError", "measure_steps and verify are for graphs"),
 ])

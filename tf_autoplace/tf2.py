@@ -509,9 +509,9 @@ def _check_captures_last(cf) -> int:
     if [id(t) for t in graph.inputs[num_args:]] != [id(i) for _, i in graph.captures]:
         raise InvalidGraphError(
             f"{_fn_name(cf)}: its inputs do not end with its captures, so it cannot be called "
-            "placed as it is called now (a function that calls a tf.distribute strategy's "
-            "run() is traced so; strategies are not supported: place the function without "
-            "one)")
+            "placed as it is called now (a function that calls run() of a tf.distribute "
+            "strategy over several devices, such as MirroredStrategy, is traced so: place "
+            "the function without that strategy)")
     return num_args
 
 

@@ -133,3 +133,19 @@ def test_moving_a_variable_off_the_task_its_annotation_names_is_said(cluster):
         tf.compat.v1.get_variable("w", [8], use_resource=True)
     report = tf_autoplace.autoplace(plain, cluster=cluster, placer="single", progress=False)
     assert not any("moved to another task" in n for n in report.notes)
+
+
+def test_a_job_annotation_on_a_cluster_without_tasks_is_only_replaced():
+    """On one process (``cpu2``: no tasks, a local Session) there are no servers and no other
+    clients: a variable annotated for ``/job:ps`` is counted among the replaced annotations,
+    without the note on between-graph replication."""
+    graph = tf.Graph()
+    with graph.as_default():
+        with tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(
+                ps_tasks=1, worker_device="/job:worker/task:0")):
+            w = tf.compat.v1.get_variable("w", [8], use_resource=True)
+            tf.reduce_sum(w.read_value(), name="total")
+    report = tf_autoplace.autoplace(graph, cluster="cpu2", placer="single", progress=False)
+    assert graph.get_operation_by_name("w").device.startswith("/job:localhost")
+    assert any("replaced" in n and "'/job:ps/task:0'" in n for n in report.notes), report.notes
+    assert not any("moved to another task" in n for n in report.notes), report.notes

@@ -271,7 +271,7 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
                          annotated=annotated_placement(problem, meta_graph.graph_def))
         timings["verify"] = time.perf_counter() - t
     report = dataclasses.replace(report, notes=report.notes + _annotation_notes(
-        meta_graph.graph_def, report.assignment, problem.graph) + (
+        meta_graph.graph_def, report.assignment, problem.graph, cluster) + (
         _lacking_here(cluster, report.assignment, local_gpus)
         if isinstance(graph, tf.Graph) and not cluster.target else ()))
     if measure_steps:
@@ -550,11 +550,14 @@ def verification_candidates(problem: PlacementProblem, name: str, devices: np.nd
     return candidates
 
 
-def _annotation_notes(graph_def, assignment, graph) -> tuple[str, ...]:
+def _annotation_notes(graph_def, assignment, graph, cluster: Cluster) -> tuple[str, ...]:
     """Notes on the device annotations the graph had that the final placement replaced, and,
-    apart, on variables it moved to another TensorFlow task than their annotation named: a
-    variable on a ``ps`` task is where other clients of the same servers look for it
-    (between-graph replication), which the placement of one graph does not know."""
+    apart, on variables it moved to another TensorFlow task than their annotation named when
+    ``cluster`` is a TensorFlow cluster's tasks: a variable on a ``ps`` task is where other
+    clients of the same servers look for it (between-graph replication), which the placement
+    of one graph does not know. On a cluster without tasks (one process, a local Session)
+    there are no servers nor other clients, and an annotation naming a job could not have run
+    there as written: the first note says all there is."""
     replaced = replaced_devices(graph_def, assignment)
     if not replaced:
         return ()
@@ -563,7 +566,8 @@ def _annotation_notes(graph_def, assignment, graph) -> tuple[str, ...]:
              f"{name!r} asked for {asked!r} and is placed on {placed!r}): every op's device is "
              "the placer's choice, within kernel and colocation constraints"]
     stateful = {graph.names[i] for i in np.flatnonzero(graph.persistent_bytes > 0)}
-    moved = [r for r in replaced if r[0] in stateful and other_task(r[1], r[2])]
+    moved = [r for r in replaced if cluster.tasks and r[0] in stateful
+             and other_task(r[1], r[2])]
     if moved:
         name, asked, placed = moved[0]
         notes.append(
