@@ -26,7 +26,7 @@ from tf_autoplace.testing import problems
 # x (input, CPU only) and w (a 4 MB variable) feed matmul; w/read sits with w; loss reads
 # matmul's second output twice and waits for w/read.
 HAND = """
-format_version: 1
+format_version: 2
 description: "hand-made"
 op { name: "x" type: "Placeholder" output_bytes: 4096
      time { device_kind: "CPU" seconds: 1e-5 } }
@@ -130,7 +130,7 @@ def test_cost_graphs_round_trip_in_every_form(tmp_path, fmt, name):
         assert costgraph.to_proto(again) == costgraph.to_proto(cg)
     if fmt == "json":  # the proto's JSON mapping with its own field names
         doc = json.loads((tmp_path / name).read_text())
-        assert doc["format_version"] == 1 and "output_bytes" in doc["op"][0]
+        assert doc["format_version"] == 2 and "output_bytes" in doc["op"][0]
 
 
 def test_buffer_sharing_is_read_from_output_alias_or_the_op_type():
@@ -178,11 +178,11 @@ def _hand_with(old: str, new: str) -> bytes:
 
 
 @pytest.mark.parametrize("data, message", [
-    (_hand_with("format_version: 1", "format_version: 2"),
-     "format_version is 2; this reader knows version 1"),
-    (_hand_with("format_version: 1", ""), r"format_version is 0 \(unset\).*TensorFlow's own "
+    (_hand_with("format_version: 2", "format_version: 3"),
+     "format_version is 3; this reader knows versions 1 and 2"),
+    (_hand_with("format_version: 2", ""), r"format_version is 0 \(unset\).*TensorFlow's own "
                                           r"CostGraphDef"),
-    (b"format_version: 1", "has no ops"),
+    (b"format_version: 2", "has no ops"),
     (_hand_with('name: "w/read"', 'name: "w"'), "two ops are named 'w'"),
     (_hand_with('name: "x" type', 'type'), "op 0 of the cost graph has no name"),
     (_hand_with('device_kind: "CPU" seconds: 1e-5 } }', 'device_kind: "TPU" seconds: 1 } }'),
@@ -380,3 +380,51 @@ def test_a_host_of_unlimited_memory_is_counted_without_wrapping():
     cg = costgraph.decode(HAND.encode(), "text")
     report = tf_autoplace.place_cost_graph(cg, cluster=cluster, placer="m_etf", progress=False)
     assert report.num_ops == 5
+
+
+def _cpu_chain(version: int, ops: int = 30) -> bytes:
+    """``ops`` CPU-only ops of 1 ms each in a chain, written in format ``version``."""
+    lines = [f"format_version: {version}"]
+    for i in range(ops):
+        read = f' input {{ op: "op{i - 1}" }}' if i else ""
+        lines.append(f'op {{ name: "op{i}" type: "Foo" output_bytes: 64{read} '
+                     'time { device_kind: "CPU" seconds: 1e-3 } }')
+    return "\n".join(lines).encode()
+
+
+def test_measured_times_are_not_shrunk_by_a_shipped_specs_speed():
+    # k80x2's host has speed 16 (a correction to Grappler's flop count): 30 ms of measured CPU
+    # work was predicted as a 1.875 ms step, without a word.
+    assert {d.speed for d in resolve_cluster("k80x2").devices if d.kind == "CPU"} == {16.0}
+    measured = costgraph.decode(_cpu_chain(2), "text")
+    report = tf_autoplace.place_cost_graph(measured, cluster="k80x2", placer="m_etf",
+                                           progress=False)
+    assert report.step_time_s == pytest.approx(30e-3)
+    assert not any("format_version 1" in n for n in report.notes), report.notes
+    # A version 1 file keeps its meaning (times at speed 1), and the report says what it did.
+    old = costgraph.decode(_cpu_chain(1), "text")
+    assert old.format_version == 1
+    report = tf_autoplace.place_cost_graph(old, cluster="k80x2", placer="m_etf", progress=False)
+    assert report.step_time_s == pytest.approx(30e-3 / 16)
+    note = [n for n in report.notes if "format_version 1" in n]
+    assert len(note) == 1 and "CPU times by 16" in note[0], report.notes
+    # ... and is written back as version 1: the same meaning in the next reader.
+    assert costgraph.to_proto(old).format_version == 1
+    # On speed-1 devices the two versions are the same, and nothing is said.
+    report = tf_autoplace.place_cost_graph(old, cluster="cpu2", placer="m_etf", progress=False)
+    assert report.step_time_s == pytest.approx(30e-3)
+    assert not any("format_version 1" in n for n in report.notes), report.notes
+
+
+def test_a_problem_costed_with_what_a_cost_graph_cannot_hold_is_not_exported():
+    # A profile's executed graph (folded ops) or partner times: the export simulated other
+    # step times than the problem, silently.
+    made = problems.random_problem(12, seed=1)
+    export_cost_graph(made)  # without them: exported
+    with pytest.raises(ConfigError, match="folded or fused away.*cannot hold"):
+        export_cost_graph(dataclasses.replace(made, executed=made.graph))
+    partner = np.full(made.graph.num_ops, -1, np.int32)
+    partner[3] = 4
+    with pytest.raises(ConfigError, match="partner op's device.*cannot hold"):
+        export_cost_graph(dataclasses.replace(made, partner=partner,
+                                              partner_time=made.op_time.copy()))

@@ -178,21 +178,27 @@ class AnalyticalCostModel(CostModel):
 
 
 class TableCostModel(CostModel):
-    """Fixed per-op times per device kind, e.g. a measured profile or a test fixture.
+    """Fixed per-op times per device kind, e.g. a cost graph's or a test fixture's.
 
     Args:
       times: {kind: [n] seconds}; a device of that kind gets ``times[kind] / speed``
         (``op_overhead_s`` is not added: the table is taken as the whole op time).
+      relative_speeds: divide by each device's speed relative to its kind's reference device
+        (:meth:`~tf_autoplace.core.cluster.Cluster.relative_speeds`) instead: the times are
+        measured ones, which hold on that device as they are (a cost graph's).
     """
 
-    def __init__(self, times: dict[str, np.ndarray]):
+    def __init__(self, times: dict[str, np.ndarray], *, relative_speeds: bool = False):
         self._times = {k: np.asarray(v, dtype=np.float64) for k, v in times.items()}
+        self._relative = bool(relative_speeds)
 
     def _op_time(self, graph: OpGraph, cluster: Cluster) -> np.ndarray:
         cols = []
-        for device in cluster.devices:
+        speeds = (cluster.relative_speeds() if self._relative
+                  else [device.speed for device in cluster.devices])
+        for device, speed in zip(cluster.devices, speeds):
             if device.kind not in self._times:
                 raise ConfigError(f"no op times for device kind {device.kind!r} (the table "
                                   f"has {sorted(self._times)})")
-            cols.append(self._times[device.kind] / device.speed)
+            cols.append(self._times[device.kind] / speed)
         return np.stack(cols, axis=1)

@@ -17,9 +17,14 @@ version it does not know rather than misreading the file. Every problem in a fil
 :class:`~tf_autoplace.errors.InvalidGraphError` that names the op and what is wrong.
 
 Meaning, as placement reads it: op ``i`` on a device of kind ``k`` takes ``times[k][i]``
-seconds divided by the device's ``speed`` (a measured time, overhead included, as
-:class:`~tf_autoplace.cost.TableCostModel` takes it); an op runs only on the kinds it has a time
-for (its kernels); ops with the same non-empty ``colocation_group`` share a device.
+seconds, as measured (overhead included), on the kind's reference device of the cluster
+(:meth:`~tf_autoplace.core.cluster.Cluster.reference_device`); another device of the kind
+divides it by its speed relative to that one, as a cost profile's times are taken. A spec's
+absolute ``speed`` (a shipped host CPU's 16, an H100's 2) corrects an analytical cost model and
+does not shrink a measured time. Version 1 files took times "at speed 1", divided by each
+device's absolute speed: they are still read so (``CostGraph.format_version``), and placing one
+on a cluster where that divides a time says so in the report. An op runs only on the kinds it
+has a time for (its kernels); ops with the same non-empty ``colocation_group`` share a device.
 
 Reading builds the OpGraph in the file's order: op ``i`` is the file's ``i``-th op, its output
 tensors are numbered op by op in output order, data edges consumer by consumer in input order,
@@ -50,7 +55,9 @@ from tf_autoplace.graph import buffers
 from tf_autoplace.graph.opgraph import KERNEL_KINDS, OpGraph
 from tf_autoplace.proto import cost_graph_pb2, cost_profile_pb2
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# Versions a reader takes: 1 differs only in what a time means (module doc).
+READABLE_VERSIONS = (1, 2)
 # The most the ops' times on one device kind may add up to: a step no machine runs, and sums
 # of such times (schedules, bounds) would overflow a float long before a time does.
 MAX_TOTAL_SECONDS = 1e9
@@ -68,13 +75,19 @@ class CostGraph:
       times: ``{kind: [n] float64 seconds}`` for every kind in ``graph.kernel_kinds``; finite
         and >= 0 exactly where the op has a kernel for that kind, ``inf`` elsewhere.
       description: how the graph and its costs were made.
+      format_version: what a time means (module doc): 2, as measured on the kind's reference
+        device; 1 (files of that version), at speed 1, divided by each device's speed.
     """
 
     graph: OpGraph
     times: dict
     description: str = ""
+    format_version: int = FORMAT_VERSION
 
     def __post_init__(self):
+        if self.format_version not in READABLE_VERSIONS:
+            raise InvalidGraphError(f"format_version is {self.format_version!r}; expected one "
+                                    f"of {READABLE_VERSIONS}")
         n, kinds = self.graph.num_ops, self.graph.kernel_kinds
         if set(self.times) != set(kinds):
             raise InvalidGraphError(f"times has device kinds {sorted(self.times)}; expected the "
@@ -120,11 +133,11 @@ def tensorflow_format(data: bytes) -> str | None:
 
 def from_proto(proto: cost_graph_pb2.CostGraph) -> CostGraph:
     """Read a ``CostGraph`` proto (see module doc for the checks)."""
-    if proto.format_version != FORMAT_VERSION:
+    if proto.format_version not in READABLE_VERSIONS:
         raise InvalidGraphError(
             f"cost graph format_version is {proto.format_version}"
-            f"{' (unset)' if proto.format_version == 0 else ''}; this reader knows version "
-            f"{FORMAT_VERSION}"
+            f"{' (unset)' if proto.format_version == 0 else ''}; this reader knows versions "
+            f"{' and '.join(map(str, READABLE_VERSIONS))}"
             + (_TF_FORMATS_HINT if proto.format_version == 0 else ""))
     ops = list(proto.op)
     if not ops:
@@ -203,7 +216,8 @@ def from_proto(proto: cost_graph_pb2.CostGraph) -> CostGraph:
         kernels=np.stack([np.isfinite(times[kind]) for kind in KERNEL_KINDS], axis=1),
         shape_known=[not op.shape_unknown for op in ops], kernel_kinds=KERNEL_KINDS,
         tensor_alias=np.array(tensor_alias, dtype=np.int32))
-    return CostGraph(graph=graph, times=times, description=proto.description)
+    return CostGraph(graph=graph, times=times, description=proto.description,
+                     format_version=proto.format_version)
 
 
 def _output_aliases(op, what: str, inputs: list) -> list[int]:
@@ -230,7 +244,7 @@ def _output_aliases(op, what: str, inputs: list) -> list[int]:
 def to_proto(cost_graph: CostGraph) -> cost_graph_pb2.CostGraph:
     """The ``CostGraph`` proto of a cost graph (see module doc for how it is laid out)."""
     graph = cost_graph.graph
-    out = cost_graph_pb2.CostGraph(format_version=FORMAT_VERSION,
+    out = cost_graph_pb2.CostGraph(format_version=cost_graph.format_version,
                                    description=cost_graph.description)
     order = np.argsort(graph.tensor_op, kind="stable")  # each op's tensors in index order
     output_of = np.empty(len(order), dtype=np.int64)  # tensor -> its position among its op's

@@ -60,7 +60,7 @@ from tf_autoplace.outputs.report import PlacementReport, device_loads
 from tf_autoplace.outputs.timeline import TimelineData
 from tf_autoplace.pipeline.cache import PlacementCache
 from tf_autoplace.pipeline.options import PlaceOptions
-from tf_autoplace.pipeline.prepare import build_problem, cost_graph_problem
+from tf_autoplace.pipeline.prepare import build_problem, cost_graph_problem, speed_one_notes
 from tf_autoplace.proto import cost_graph_pb2
 from tf_autoplace.rewrite import (apply_to_graph, apply_to_graph_def, check_annotations,
                                   other_task, replaced_devices, sessions)
@@ -332,7 +332,7 @@ def place_cost_graph(cost_graph, options: PlaceOptions) -> PlacementReport:
         timings["read"] = time.perf_counter() - t
     problem = cost_graph_problem(cost_graph, cluster, grouping=options.grouping,
                                  timings=timings)
-    notes = []
+    notes = speed_one_notes(cost_graph, cluster)
     unknown = int((~problem.graph.shape_known).sum())
     if unknown:
         notes.append(f"{unknown} ops have output sizes the cost graph marks as estimates "

@@ -87,25 +87,56 @@ def _pins(graph_def, cluster: Cluster) -> dict[str, str]:
 def cost_graph_problem(cost_graph: CostGraph, cluster: Cluster, *,
                        grouping: GroupingConfig = GroupingConfig(),
                        timings: dict | None = None) -> PlacementProblem:
-    """Cost (with the cost graph's own times, :class:`TableCostModel`) and group a cost
+    """Cost (with the cost graph's own times, :class:`TableCostModel`: measured times, or at
+    speed 1 in a version 1 file; :mod:`tf_autoplace.graph.costgraph`) and group a cost
     graph."""
     timings = {} if timings is None else timings
-    return _cost_and_group(cost_graph.graph, cluster, TableCostModel(cost_graph.times),
-                           grouping, timings)
+    table = TableCostModel(cost_graph.times, relative_speeds=cost_graph.format_version >= 2)
+    return _cost_and_group(cost_graph.graph, cluster, table, grouping, timings)
+
+
+def speed_one_notes(cost_graph: CostGraph, cluster: Cluster) -> list[str]:
+    """The note on a version 1 cost graph whose times ``cluster``'s absolute speeds divide
+    (they were "at speed 1"; version 2 takes times as measured): which kinds, by how much."""
+    if cost_graph.format_version >= 2:
+        return []
+    divided = sorted({(d.kind, d.speed) for d in cluster.devices
+                      if d.speed != 1 and d.kind in cost_graph.times})
+    if not divided:
+        return []
+    what = ", ".join(f"{kind} times by {speed:g}" for kind, speed in divided)
+    return [f"the cost graph is format_version 1, whose times are at speed 1: the cluster's "
+            f"speeds divided its {what}; for times measured on these devices, write "
+            "format_version: 2 (times as measured)"]
 
 
 def export_cost_graph(problem: PlacementProblem, description: str = "") -> CostGraph:
     """The cost graph of a built problem: its graph, and for each device kind of its cluster
-    the op times its devices of that kind share (``op_time`` times the device's speed, so
-    placing the cost graph on the same cluster gives ``op_time`` back, exactly when the speeds
-    are powers of two as in the shipped clusters, else to rounding). A kind the cluster lacks
-    gets no times, and the ops lose their kernels for it: the cost graph describes the graph
-    as costed for this cluster. Raises ConfigError when two devices of one kind have different
-    times beyond their speeds (different hardware: a cost graph holds one time per kind)."""
+    the op times on the kind's reference device (``op_time`` times the device's speed relative
+    to it, so placing the cost graph on the same cluster gives ``op_time`` back, exactly when
+    the relative speeds are powers of two, as they are 1 in the shipped clusters, else to
+    rounding). A kind the cluster lacks gets no times, and the ops lose their kernels for it:
+    the cost graph describes the graph as costed for this cluster.
+
+    Raises:
+      ConfigError: two devices of one kind have different times beyond their speeds
+        (different hardware: a cost graph holds one time per kind); or the problem was costed
+        from a profile that recorded what a cost graph cannot hold (ops TensorFlow folded or
+        fused away, kernels that change with a partner op's device), so its export would
+        simulate other step times than the problem."""
     graph, cluster = problem.graph, problem.cluster
+    lost = [what for what, has in (
+        ("ops TensorFlow folded or fused away (the executed graph)", problem.executed),
+        ("kernels that change with a partner op's device", problem.partner)) if has is not None]
+    if lost:
+        raise ConfigError(f"this problem's cost profile records {' and '.join(lost)}, which "
+                          "a cost graph cannot hold: its export would simulate other step "
+                          "times; export the problem costed without the profile, or place "
+                          "the TensorFlow graph with the profile")
     times = {kind: np.full(graph.num_ops, np.inf) for kind in graph.kernel_kinds}
+    relative = cluster.relative_speeds()
     for kind in times:
-        columns = [problem.op_time[:, d] * device.speed
+        columns = [problem.op_time[:, d] * relative[d]
                    for d, device in enumerate(cluster.devices) if device.kind == kind]
         if any(not np.array_equal(c, columns[0]) for c in columns[1:]):
             raise ConfigError(f"the cluster's {kind} devices differ in op times beyond their "
