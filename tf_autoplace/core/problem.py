@@ -79,6 +79,11 @@ class PlacementProblem:
       time_scale: ``{device kind: factor}`` by which the measured op times of that kind were
         scaled to the run they were measured in (:func:`tf_autoplace.pipeline.prepare.
         build_problem`); empty when nothing was scaled.
+      estimated_here: the op times are analytical estimates and the devices are this
+        machine's CPUs (logical CPUs of this process, or TensorFlow servers on this host),
+        where such estimates can be an order of magnitude from a real step and a run could
+        measure them instead; set by the engine. A placer that promises a faster run than one
+        device (``auto``) does not apply a split predicted from them.
     """
 
     graph: OpGraph
@@ -90,6 +95,7 @@ class PlacementProblem:
     partner: np.ndarray | None = dataclasses.field(default=None, repr=False)
     partner_time: np.ndarray | None = dataclasses.field(default=None, repr=False)
     time_scale: dict = dataclasses.field(default_factory=dict, repr=False)
+    estimated_here: bool = False
 
     def __post_init__(self):
         n, d = self.graph.num_ops, self.cluster.num_devices

@@ -169,7 +169,8 @@ class PlacementCache:
         for part in (f"tf_autoplace.pipeline.cache/{FORMAT}", package_version(), graph_fingerprint,
                      repr(cluster.devices), repr(cluster.core_groups),
                      repr(cluster.op_overhead_s), repr(cluster.tasks), cluster.target,
-                     repr(cluster.prediction_error), placer.name, settings, str(int(seed))):
+                     repr(cluster.prediction_error), placer.name, settings, str(int(seed)),
+                     f"estimated_here={problem.estimated_here}"):
             data = part.encode("utf-8")
             h.update(len(data).to_bytes(8, "little") + data)
         arrays = [problem.op_time, problem.grouping.labels, cluster.bandwidth, cluster.latency,

@@ -37,7 +37,7 @@ import tensorflow as tf
 
 from tf_autoplace.core.cluster import HOST_CORE_GROUP, Cluster, inter_op_threads
 from tf_autoplace.core.limits import check_address_space
-from tf_autoplace.core.tasks import same_device
+from tf_autoplace.core.tasks import LOOPBACK, same_device
 from tf_autoplace.core.problem import (Placement, PlacementProblem, Placer, check_placement,
                                        validate)
 from tf_autoplace.cost import AnalyticalCostModel
@@ -70,6 +70,17 @@ from tf_autoplace.core.jit import interruptible
 
 
 BOUND_FLOOR_S = 5.0  # the LP bound's time limit when the placement took less
+
+
+def _cpus_here(cluster: Cluster) -> bool:
+    """Whether ``cluster`` describes CPUs of this machine as they run a graph here: logical
+    CPUs of this process (the host's core group, as ``"local"`` and ``cpu2`` give them), or a
+    TensorFlow cluster whose tasks all serve on this host (loopback addresses, as
+    ``local_cluster`` and ``serve-local`` start them). Analytical op times of such devices can
+    be an order of magnitude from a real step, and a run here could measure them."""
+    if cluster.target:
+        return bool(cluster.tasks) and all(task.host == LOOPBACK for task in cluster.tasks)
+    return any(d.core_group == HOST_CORE_GROUP for d in cluster.devices)
 
 
 def _core_notes(cluster: Cluster) -> list[str]:
@@ -212,6 +223,9 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
                                         read=read)
     if placer.needs_workload:  # its reward comes from running placements here
         problem = dataclasses.replace(problem, workload=workload)
+    estimated_here = cost_model.estimates and _cpus_here(cluster)
+    if estimated_here and all(d.kind == "CPU" for d in cluster.devices):
+        problem = dataclasses.replace(problem, estimated_here=True)
     if kernels.gpu_kernel_note() and any(d.kind == "GPU" for d in problem.cluster.devices):
         notes.append(kernels.gpu_kernel_note())
     notes += _core_notes(problem.cluster)
@@ -252,8 +266,7 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
                         "they were not compared: give a cluster with them (for a Session "
                         "with device_count={'CPU': N}: Cluster.local(num_logical_cpus=N))"
                         if lacking else ""))
-    if (cost_model.estimates and not cluster.target
-            and any(d.core_group == HOST_CORE_GROUP for d in cluster.devices)):
+    if estimated_here:
         # What the user has not asked for yet: verify chooses nothing on one device.
         ways = [way for way, left in (("verify", cluster.num_devices > 1),
                                       ("measure_steps", not measure_steps)) if left]

@@ -33,7 +33,9 @@ Guarantees, by construction: the result is never slower than any start (so never
 the best fast heuristic), except that a split predicted less than ``min_gain`` faster than the
 single-device placement gives way to it (on any cluster; within 1% by default, and said in
 the notes), and on a cluster whose devices all share one core group (logical CPUs of one
-process) the single-device placement is returned without a search where it fits; colocation
+process), or whose op times are analytical estimates of this machine's CPUs
+(``PlacementProblem.estimated_here``: a run here could measure what they can only guess),
+the single-device placement is returned without a search where it fits; colocation
 groups stay whole and every op stays on a device with its
 kernel (moves are whole colocation groups to devices that can run them); with one device, or
 nothing movable, it returns at once. The same seed gives the same placement when the sample
@@ -344,6 +346,19 @@ class AutoPlacer(Placer):
                     f"auto: placement does not pay on these devices: they share one core "
                     f"group ({groups.pop()!r}: one pool of cores), so a split adds transfers "
                     "and no cores; the single-device placement is returned without a search")
+                return single
+        if problem.estimated_here and not measured:
+            # Estimates that can be an order of magnitude from a real step on these CPUs
+            # cannot back a split, and a run here could measure one: no search.
+            single = SingleDevicePlacer().propose(problem)
+            if not check_memory(problem, problem.simulator.run(single)):
+                self.notes.append(
+                    "auto: these devices are this machine's CPUs, and their op times are "
+                    "Grappler's analytical estimates, which here can be an order of magnitude "
+                    "from a real step: a split predicted from them could run slower than one "
+                    "device, so the single-device placement is returned without a search (on "
+                    "measured costs a split may be applied: verify=N, or a cost profile from "
+                    "tf-autoplace profile)")
                 return single
         max_samples = self.samples_for(problem)
         deadline = began + cfg.budget_s
