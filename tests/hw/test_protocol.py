@@ -282,10 +282,11 @@ def test_the_users_own_placement_is_kept_unless_a_split_is_confirmed_faster_than
     tie = confirm(chosen, first, _result(**{ANNOTATED: (5.0, 4.9, 5.1), "auto": (4.1, 3.9, 5.0)}),
                   baseline=ANNOTATED)
     assert tie.applied == ANNOTATED and f"not faster than {ANNOTATED!r}" in tie.reason
-    # The user's placement not faster than one device beyond noise: the single device is kept.
-    slow_own = _result(**{ANNOTATED: (6.0, 5.8, 6.2), SINGLE: (6.0, 5.9, 6.1),
+    # The single device measured faster than the user's placement beyond noise: it is kept.
+    slow_own = _result(**{ANNOTATED: (7.0, 6.8, 7.2), SINGLE: (6.0, 5.9, 6.1),
                           "auto": (4.0, 3.9, 4.1)})
     assert kept([SPLIT, OWN, ONE], slow_own) == SINGLE
+    assert decide([OWN, ONE], slow_own).applied == SINGLE
     with pytest.raises(ConfigError, match=f"only a candidate other than the {ANNOTATED}"):
         confirm(decide([OWN, ONE], _result(**{ANNOTATED: (5.0, 4.9, 5.1), SINGLE: (6.0, 5.9,
                                                                               6.1)})),
@@ -318,3 +319,23 @@ def test_verify_falls_back_to_what_the_user_had(monkeypatch):
                  _result(**{SINGLE: (6.0, 5.9, 6.1), "auto": (4.0, 3.9, 4.1)})]
     v = verify_module.verify(None, [SPLIT, ONE], steps=15)
     assert v.decision.applied == "auto" and "confirmed" in v.decision.reason
+
+
+def test_a_tie_between_what_the_user_had_and_one_device_keeps_what_the_user_had():
+    """The user's hand placement measured 3.90 ms [3.73, 4.16] and one device 3.98 ms [3.78,
+    4.12]: one device won the tie as the simpler, and what the user had was replaced by a
+    placement whose median was slower."""
+    tie = _result(**{ANNOTATED: (3.90, 3.73, 4.16), SINGLE: (3.98, 3.78, 4.12),
+                     "auto": (3.85, 3.70, 4.00)})
+    chosen = decide([SPLIT, OWN, ONE], tie)
+    assert chosen.applied == ANNOTATED and kept([SPLIT, OWN, ONE], tie) == ANNOTATED
+    assert "what the graph had is kept" in chosen.reason and "auto (" in chosen.reason
+    # Its median the slower, still a tie: nothing measured says one device is better.
+    assert decide([OWN, ONE], _result(**{ANNOTATED: (4.0, 3.8, 4.2),
+                                         SINGLE: (3.9, 3.7, 4.1)})).applied == ANNOTATED
+    # A split faster than one device beyond noise but not than the user's own: confirmed
+    # against the user's, not against one device.
+    split = _result(**{ANNOTATED: (5.2, 4.9, 5.6), SINGLE: (5.6, 5.5, 5.7),
+                       "auto": (4.5, 4.4, 4.6)})
+    assert decide([SPLIT, OWN, ONE], split).applied == "auto"
+    assert kept([SPLIT, OWN, ONE], split) == ANNOTATED

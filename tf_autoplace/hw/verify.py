@@ -13,17 +13,20 @@ with bootstrap intervals, the load recorded), and :func:`decide` picks the one t
 3. of those, every one the measurement cannot tell from the fastest of them is as good, and the
    *simplest* is applied: fewest devices used, then fewest tensors crossing devices, then the
    smaller median. The single-device placement uses one device and sends nothing, so it wins
-   every tie it is in;
+   every tie it is in, but one: where the graph's own device annotations give a placement of
+   their own (:data:`ANNOTATED`, what the user had) and the single device is not measured
+   faster than it beyond noise, what the user had is applied instead (nothing measured says
+   a change is better, and its median may be the faster);
 4. a placement other than what the user keeps without it (:func:`kept`: the placement the
-   graph's own device annotations give, :data:`ANNOTATED`, where it measured faster than one
-   device beyond noise; else the single device) is applied only if it is **confirmed in new
+   graph's own device annotations give, :data:`ANNOTATED`, unless the single device measured
+   faster than it beyond noise; else the single device) is applied only if it is **confirmed in new
    sessions** (:func:`confirm`): it and the kept placement are measured again, each in a
    Session of its own, and the candidate must again be faster beyond noise, every interval of
    it below every interval of the kept one, and each placement's two sessions must agree with
    each other (intervals that overlap). Otherwise the kept placement is applied. So a user's
-   own placement is never replaced by one measured slower than it, nor by the single device
-   when it measured faster than that; it is itself applied without new sessions, since
-   keeping it changes nothing the user ran.
+   own placement is replaced only by one measured faster than it beyond noise (the single
+   device once, any other placement in two sets of sessions); it is itself applied without
+   new sessions, since keeping it changes nothing the user ran.
 
 Why the second set of sessions: an interval covers the noise of steps within one Session, not
 the difference between Sessions. Two Sessions of the *same* placement, interleaved in one
@@ -171,6 +174,14 @@ def decide(candidates, measured: ProtocolResult) -> Decision:
     ties = [c for c in eligible
             if c is best or not times[c.name].distinguishable(times[best.name])]
     applied = min(ties, key=lambda c: (c.devices_used, c.crossing, times[c.name].median_s))
+    own = next((c for c in candidates if c.name == ANNOTATED), None)
+    if applied.name == SINGLE and own is not None and not single.faster_than(times[own.name]):
+        return Decision(applied=ANNOTATED, leader=leader.name, reason=(
+            f"the graph's own placement ({ANNOTATED!r}) measured {times[own.name].describe()} "
+            f"and the single-device {single.describe()}: the single device is not faster "
+            "beyond noise, so what the graph had is kept"
+            + (f"; {leader.name} ({times[leader.name].describe()}) was not faster than the "
+               "single device beyond noise" if leader.name not in (SINGLE, ANNOTATED) else "")))
     if applied.name == SINGLE:
         if leader.name == SINGLE:
             reason = "the single-device placement measured fastest"
@@ -190,8 +201,8 @@ def decide(candidates, measured: ProtocolResult) -> Decision:
 
 def kept(candidates, measured: ProtocolResult) -> str:
     """The candidate applied when no other is confirmed (rule 4 of the module docstring): the
-    user's own placement (:data:`ANNOTATED`) where it is a candidate measured faster than the
-    single device beyond noise, else :data:`SINGLE`.
+    user's own placement (:data:`ANNOTATED`) where it is a candidate and the single device was
+    not measured faster than it beyond noise, else :data:`SINGLE`.
 
     Raises:
       ConfigError: as :func:`decide`.
