@@ -89,6 +89,11 @@ def measure(report: PlacementReport, workload: Workload, *, steps: int = 15,
                      f"noise ({placed.describe()} against {baseline.describe()}); with "
                      "verify=N the placement applied is one measured faster than a single "
                      "device, or the single device")
+    elif not placed.faster_than(baseline):
+        notes.append(f"measured: the placement ran no faster than the single-device one "
+                     f"beyond noise ({placed.describe()} against {baseline.describe()}), so "
+                     "its predicted speedup did not show here; with verify=N a placement is "
+                     "applied instead of one device only when measured faster than it")
     if not result.quiet:
         notes.append(f"measured at {result.load_text()}")
     return dataclasses.replace(
