@@ -447,6 +447,8 @@ def errors():
         "recompiled_jit_compile": recompiled_with_xla,
         "not_a_model": lambda: tk.autoplace_model(object(), **PLACE),
         "verify": lambda: tf_autoplace.autoplace(keras3_model(), verify=15, **PLACE),
+        # the Keras door's own function: Python's TypeError (an unexpected keyword argument)
+        "verify_model": lambda: tk.autoplace_model(keras3_model(), verify=15, **PLACE),
         # another feature size than the model's and the batch's: refused before Keras traces
         "input_spec": lambda: fit_with_spec((tf.TensorSpec([None, 17]),
                                              tf.TensorSpec([None, 1]))),

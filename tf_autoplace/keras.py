@@ -546,7 +546,8 @@ def autoplace_model(model, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *
                     input_spec=None, grouping: GroupingConfig = GroupingConfig(),
                     cost_model: CostModel | None = None, unknown_dim: int | None = None,
                     budget_s: float | None = None, ray_address: str | None = None,
-                    policy=None, cache=False, progress=True) -> KerasPlacement:
+                    policy=None, cache=False, progress=True, cost_profile=None,
+                    measure_steps: int = 0, verify: int = 0) -> KerasPlacement:
     """Make ``model.fit``, ``evaluate`` and ``predict`` run placed functions (module doc).
 
     Call it after ``model.compile(...)`` and before ``fit``; the placement happens on the
@@ -564,6 +565,9 @@ def autoplace_model(model, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *
         would trace it (module doc).
       unknown_dim: elements counted per free dimension in the cost model; None: the first
         batch's size.
+      cost_profile, measure_steps, verify: refused with a ConfigError that says how a Keras
+        model is timed (they are for graphs; taken here so that the refusal is the same as
+        ``autoplace(model, ...)``'s, not Python's TypeError).
 
     Returns:
       The :class:`KerasPlacement` (its ``reports`` fill as the functions first run). Calling
@@ -574,6 +578,7 @@ def autoplace_model(model, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *
         range. Errors of the placement itself come from the first ``fit``/``evaluate``/
         ``predict`` batch, and leave the model's variables as they were.
     """
+    refuse_measuring(verify, measure_steps, cost_profile)
     options = PlaceOptions.make(
         placer=placer, cluster=cluster, seed=seed, budget_s=budget_s, ray_address=ray_address,
         policy=policy, grouping=grouping, cost_model=cost_model,
@@ -581,6 +586,14 @@ def autoplace_model(model, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *
         progress=progress)
     return place_model(model, options, input_spec=input_spec,
                        unknown_dim_given=unknown_dim is not None)
+
+
+def refuse_measuring(verify, measure_steps, cost_profile) -> None:
+    """ConfigError when any of ``verify``, ``measure_steps`` or ``cost_profile`` is given: they
+    run or time a graph's step, and a Keras model is timed by fitting it."""
+    if verify or measure_steps or cost_profile is not None:
+        raise ConfigError("verify, measure_steps and cost_profile are for graphs; a Keras "
+                          "model is timed by fitting it")
 
 
 def place_model(model, options: PlaceOptions, *, input_spec=None,
