@@ -64,6 +64,13 @@ def test_the_report_shows_every_candidate_measured_beside_its_prediction(verifie
     assert (proto.verify_load_before, proto.verify_load_after) == (measured.load_before,
                                                                    measured.load_after)
     assert len(proto.verify_confirmed) == (0 if report.verification.confirmation is None else 2)
+    # The applied placement and one device were measured: the report's measured figures.
+    applied = report.verification.decision.applied
+    assert report.measure_steps == 15
+    assert report.measured_step_time_s == measured[applied].median_s
+    assert report.measured_baseline_step_time_s == measured[SINGLE].median_s
+    assert report.measured_step_interval_s == (measured[applied].low_s, measured[applied].high_s)
+    assert "measured step time" in text and proto.measured_step_time_s > 0
     rows = report.to_dict()["verification"]["candidates"]
     assert all(r["measured_low_s"] <= r["measured_s"] <= r["measured_high_s"] for r in rows)
     # Every prediction at this run's speed is scaled by the one factor that puts the

@@ -119,7 +119,8 @@ class PlacementReport:
       measure_steps: timed steps behind each measured figure (0: not measured).
       measured_step_time_s / measured_baseline_step_time_s: median measured step time of the
         placement and of the single-device baseline on the cluster's devices (this machine's,
-        or a TensorFlow cluster's servers; NaN: not measured).
+        or a TensorFlow cluster's servers; NaN: not measured), by ``measure_steps`` or, without
+        it, by verification (its first set of sessions, where every candidate ran).
       measured_step_interval_s / measured_baseline_interval_s: their 95% bootstrap intervals
         (low, high), in seconds (NaN: not measured).
       measure_load: the machine's 1-minute load average before and after measuring.

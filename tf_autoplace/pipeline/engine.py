@@ -612,6 +612,17 @@ def _verify(report: PlacementReport, problem: PlacementProblem, workload: Worklo
     where = (f"the TensorFlow cluster at {cluster.target}" if cluster.target
              else "this machine")
     note = f"verified on {where}: applied {applied.name}: {verification.decision.reason}"
+    # The applied placement and the single device were measured under the protocol: the
+    # report's measured figures are theirs (the first set of sessions, where every candidate
+    # ran), as measure_steps would give them.
+    measured = verification.measured
+    placed, single = measured[applied.name], measured[SINGLE]
+    report = dataclasses.replace(
+        report, measure_steps=measured.steps, measured_step_time_s=placed.median_s,
+        measured_baseline_step_time_s=single.median_s,
+        measured_step_interval_s=(placed.low_s, placed.high_s),
+        measured_baseline_interval_s=(single.low_s, single.high_s),
+        measure_load=(measured.load_before, measured.load_after))
     if applied.assignment == report.assignment:
         return dataclasses.replace(report, verification=verification,
                                    notes=report.notes + (note,))
