@@ -259,3 +259,53 @@ def test_place_model_takes_a_search_budget(repo_root):
                           env=dict(_env(repo_root), TF_CPP_MIN_LOG_LEVEL="3"), text=True,
                           capture_output=True, timeout=300)
     assert "placer budget 7.5" in proc.stderr, proc.stderr[-2000:]
+
+
+# A command that writes an output file (as one set, as `place` does), then prints its report.
+WRITES_THEN_PRINTS = """
+import sys
+from tf_autoplace.cli import main as cli_main
+from tf_autoplace.outputs import files
+
+def run(name):
+    if len(sys.argv) > 1 and sys.argv[1].startswith("--output="):
+        files.write_output(sys.argv[1].split("=", 1)[1], b"placed")
+    print("report of d\\u00efr/\\u00f6ut.pb")
+    return 0
+
+cli_main._run = run
+sys.exit(cli_main.main(["tf-autoplace", *sys.argv[1:]]))
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+@pytest.mark.parametrize("writes", [False, True])
+def test_an_unwritable_standard_output_is_one_line_that_says_what_was_written(
+        writes, repo_root, tmp_path):
+    # `tf-autoplace place ... > /dev/full` ended in an OSError traceback, with status 1 and
+    # nothing said of the outputs it had already replaced.
+    out = tmp_path / "o.pb"
+    argv = ["place"] + ([f"--output={out}"] if writes else [])
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-c", WRITES_THEN_PRINTS, *argv], cwd=repo_root,
+                              env=_env(repo_root), stdout=full, stderr=subprocess.PIPE,
+                              text=True, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    line = proc.stderr.strip()
+    assert line.startswith("tf-autoplace place: cannot write to standard output ([Errno 28]")
+    assert len(line.splitlines()) == 1
+    if writes:
+        assert line.endswith(f"{out} was written whole before that")
+        assert out.read_bytes() == b"placed"
+    else:
+        assert line.endswith("nothing was written")
+
+
+def test_what_standard_output_cannot_encode_is_escaped(repo_root):
+    # A non-ASCII output path printed to an ASCII stdout: a UnicodeEncodeError traceback, and
+    # status 1 after the outputs were written.
+    proc = subprocess.run([sys.executable, "-c", WRITES_THEN_PRINTS, "place"], cwd=repo_root,
+                          env={**_env(repo_root), "PYTHONIOENCODING": "ascii"},
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert proc.stdout == "report of d\\xefr/\\xf6ut.pb\n"

@@ -94,6 +94,57 @@ def _over() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
+class StdoutError(Exception):
+    """A write to standard output failed with an OSError other than a closed reader's (a full
+    disk, an I/O error): the command cannot print what it did."""
+
+
+class _GuardedStdout:
+    """Standard output whose failed writes are :class:`StdoutError` (BrokenPipeError goes on
+    as it is: :func:`_stdout_closed`), so that :func:`main` can tell them from the OSError of
+    a file the command reads or writes."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def _guarded(self, method, *args):
+        try:
+            return method(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise StdoutError(str(e)) from e
+
+    def write(self, text):
+        return self._guarded(self._stream.write, text)
+
+    def writelines(self, lines):
+        return self._guarded(self._stream.writelines, lines)
+
+    def flush(self):
+        return self._guarded(self._stream.flush)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def _stdout_failed(error: StdoutError, name: str, committed_before: int) -> int:
+    """The status of a command whose standard output could not be written (not a closed
+    reader): one line on stderr saying so and what the command had written by then (the
+    files it committed are whole and new), and standard output pointed at the null device so
+    that the flush at exit cannot fail again."""
+    written = files.committed()[committed_before:]
+    left = (f"{', '.join(written)} {'was' if len(written) == 1 else 'were'} written whole "
+            "before that" if written else
+            COMMANDS[name][2] if name in COMMANDS else "nothing was written")
+    print(f"{PROG}{f' {name}' if name in COMMANDS else ''}: cannot write to standard output "
+          f"({error}); {left}", file=sys.stderr)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, sys.stdout.fileno())
+    os.close(null)
+    return 1
+
+
 def _stdout_closed() -> int:
     """The status of a command whose reader closed its standard output (``... | head``): what
     the shell reports for a program SIGPIPE ended, without a traceback, as ``git log | head``
@@ -173,15 +224,37 @@ def _run(name: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``argv[1]``'s command with the rest of ``argv`` (default ``sys.argv``); returns the
-    exit status."""
+    exit status.
+
+    Standard output takes what it cannot encode escaped (a path in another script to an ASCII
+    terminal), as standard error does; a reader that closed it is :func:`_stdout_closed`, one
+    that cannot be written (a full disk) :func:`_stdout_failed`, never a traceback."""
+    argv = list(sys.argv if argv is None else argv)
+    name = argv[1] if len(argv) > 1 else ""
+    committed_before = len(files.committed())
+    stream, errors = sys.stdout, getattr(sys.stdout, "errors", None)
+    reconfigure = getattr(stream, "reconfigure", None)
+    if reconfigure is not None and errors is not None:
+        reconfigure(errors="backslashreplace")
+    if stream is not None:  # None: started without one, and print() writes nothing
+        sys.stdout = _GuardedStdout(stream)
     try:
-        return _main(argv)
+        try:
+            return _main(argv)
+        finally:
+            if stream is not None:
+                sys.stdout.flush()  # what is still buffered fails here, not at exit
     except BrokenPipeError:
         return _stdout_closed()
+    except StdoutError as e:
+        return _stdout_failed(e, name, committed_before)
+    finally:
+        sys.stdout = stream
+        if reconfigure is not None and errors is not None:
+            reconfigure(errors=errors)
 
 
-def _main(argv: list[str] | None) -> int:
-    argv = list(sys.argv if argv is None else argv)
+def _main(argv: list[str]) -> int:
     if len(argv) < 2 or argv[1] in HELP or argv[1] in HELP_FULL:
         print(usage(), file=sys.stdout if len(argv) >= 2 else sys.stderr)
         return 0 if len(argv) >= 2 else 2

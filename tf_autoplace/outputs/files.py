@@ -233,11 +233,23 @@ class Outputs:
                 if isinstance(e, KeyboardInterrupt):
                     _written_when_interrupted[:] = [p for p, _ in pending]
                 raise
+            _committed.extend(p for p, _ in pending)
 
 
 # The outputs of the last set an interrupt reached after its commit point: complete and new
 # (the renames were finished before the interrupt went on). What an interrupted command says.
 _written_when_interrupted: list[str] = []
+
+
+# Every output of every set this process committed (renames finished), in order.
+_committed: list[str] = []
+
+
+def committed() -> tuple[str, ...]:
+    """The outputs of every set this process committed, in order: each whole and new when
+    its set was committed. A command that fails after its commit (its standard output
+    unwritable) names them from here."""
+    return tuple(_committed)
 
 
 def written_when_interrupted() -> tuple[str, ...]:
