@@ -73,6 +73,7 @@ def test_missing_ops_come_from_the_fallback_model_when_given():
     assert (got[rest & np.isfinite(got)] < 1.0).all()  # nothing else taken from the fallback
     assert np.isinf(got[3, :2]).all()  # no GPU kernel: not "missing", so no fallback either
     assert model.num_unprofiled_ops == 1 and model.unprofiled_kinds == ("CPU",)
+    assert model.unprofiled_counts == {"CPU": 1}
 
 
 def test_a_profile_with_no_time_on_the_clusters_kind_of_device_is_another_machines():
@@ -127,7 +128,11 @@ def test_round_trip_through_proto():
 @pytest.mark.parametrize("text, match", [
     ('op { name: "mm" device_kind: "GPU" compute_time_us: 1 }\n'
      'op { name: "mm" device_kind: "GPU" compute_time_us: 2 }', "appears twice"),
-    ('op { name: "mm" device_kind: "GPU" compute_time_us: -1 }', "must be finite and >= 0"),
+    # Quoted as written, in the file's unit (was "-1e-06", converted, with no unit).
+    ('op { name: "mm" device_kind: "GPU" compute_time_us: -5 }',
+     r"compute_time_us of op 'mm' on GPU is -5 us; must be finite and >= 0"),
+    ('op { name: "mm" device_kind: "GPU" compute_time_us: 2 partner: "x" '
+     'partner_apart_time_us: -3 }', "partner_apart_time_us of op 'mm' on GPU is -3 us"),
     ('op { device_kind: "GPU" compute_time_us: 1 }', "without name"),
     ('op { name: "mm" speed: 3 }', "malformed cost profile"),
     ("", "times no op"),
@@ -149,9 +154,9 @@ def test_round_trip_through_proto():
     ('op { name: "mm" device_kind: "GPU" compute_time_us: 1 }\n'
      'run { device_kind: "GPU" step_time_us: 1e-300 }', "measured step on GPU must be between"),
     ('op { name: "mm" device_kind: "GPU" compute_time_us: 1 }\n'
-     'run { device_kind: "GPU" step_time_us: nan }', "measured step on GPU"),
+     'run { device_kind: "GPU" step_time_us: nan }', "step_time_us of the run on GPU is nan us"),
     ('op { name: "mm" device_kind: "GPU" compute_time_us: 1 }\n'
-     'run { device_kind: "GPU" step_time_us: -5 }', "measured step on GPU"),
+     'run { device_kind: "GPU" step_time_us: -3 }', "step_time_us of the run on GPU is -3 us"),
 ])
 def test_bad_profiles_are_config_errors(text, match):
     with pytest.raises(ConfigError, match=match):
@@ -256,7 +261,7 @@ def test_execution_survives_the_proto():
      'op { name: "mm" device_kind: "CPU" compute_time_us: 3 partner: "b" '
      'partner_apart_time_us: 4 }', "has partners 'b' and 'a'"),
     ('op { name: "mm" device_kind: "GPU" compute_time_us: 3 partner: "a" '
-     'partner_apart_time_us: -4 }', "partner time of op 'mm' on GPU is -4e-06"),
+     'partner_apart_time_us: -4 }', "partner_apart_time_us of op 'mm' on GPU is -4 us"),
 ])
 def test_bad_execution_records_are_config_errors(text, match):
     with pytest.raises(ConfigError, match=match):

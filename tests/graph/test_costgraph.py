@@ -192,9 +192,15 @@ def _hand_with(old: str, new: str) -> bytes:
     (_hand_with("seconds: 2e-4", "seconds: inf"), "'matmul' takes inf s on GPU"),
     (_hand_with("seconds: 2e-4", "seconds: 1e308"), r"times on GPU add up to 1e\+308 s"),
     (_hand_with("persistent_bytes: 4000000", "persistent_bytes: 5000000000000000000"),
-     r"byte sizes add up to 5e\+18 bytes \(op 'w' alone 5e\+18\)"),
+     r"byte sizes add up to 5,000,000,000,00\d,\d{3},\d{3} bytes \(op 'w' alone "
+     r"5,000,000,000,000,000,000\), more than the 4,611,686,018,427,387,904 this"),
     (_hand_with("output_bytes: 4096", "output_bytes: 9223372036854775807"),
-     r"byte sizes add up to 9.22e\+18 bytes \(op 'x' alone"),
+     r"byte sizes add up to 9,223,372,036,8\d\d,\d{3},\d{3} bytes \(op 'x' alone"),
+    # Just over the limit: the two figures differ where the digits show it (was "4.61e+18
+    # bytes ... more than the 4.61e+18").
+    (_hand_with("persistent_bytes: 4000000", "persistent_bytes: 4611686018427387904"),
+     r"add up to 4,611,686,018,43\d,\d{3},\d{3} bytes .* more than the "
+     r"4,611,686,018,427,387,904 this package can count"),
     (_hand_with('time { device_kind: "CPU" seconds: 3e-3 }',
                 'time { device_kind: "GPU" seconds: 3e-3 }'),
      "'matmul' lists device kind 'GPU' twice"),

@@ -108,6 +108,7 @@ def test_the_notes_say_which_kinds_a_partial_profile_leaves_unscaled():
     from tf_autoplace.pipeline.engine import profile_notes
 
     profile = types.SimpleNamespace(num_unprofiled_ops=202, unprofiled_kinds=["GPU"],
+                                    unprofiled_counts={"GPU": 202},
                                     profiled_kinds=("CPU",), profiled_steps=True, num_unused=0,
                                     retyped=[])
     note, mixed = profile_notes(profile, "profile.pbtxt")
@@ -130,9 +131,27 @@ def test_the_notes_warn_of_cpu_estimates_and_name_ops_of_another_type():
     from tf_autoplace.pipeline.engine import profile_notes
 
     profile = types.SimpleNamespace(num_unprofiled_ops=147, unprofiled_kinds=["CPU"],
+                                    unprofiled_counts={"CPU": 147},
                                     profiled_kinds=("CPU",), profiled_steps=False, num_unused=0,
                                     retyped=[("mm", "MatMul", "BatchMatMulV2")])
     estimated, retyped = profile_notes(profile, "profile.pbtxt")
     assert "can be an order of magnitude from a real step" in estimated, estimated
     assert retyped.startswith("1 ops have another type in the cost profile than in this graph "
                               "('mm' (MatMul in the profile, BatchMatMulV2 here))"), retyped
+
+
+def test_the_note_counts_the_ops_a_profile_lacks_per_device_kind():
+    # Half a CPU profile on k80x2: "257 ops are not in the cost profile" (every op lacks a GPU
+    # time), when 129 of them are in it with their CPU times.
+    import types
+
+    from tf_autoplace.pipeline.engine import profile_notes
+
+    profile = types.SimpleNamespace(num_unprofiled_ops=257, unprofiled_kinds=("CPU", "GPU"),
+                                    unprofiled_counts={"CPU": 128, "GPU": 257},
+                                    profiled_kinds=("CPU",), profiled_steps=False, num_unused=0,
+                                    retyped=[])
+    note = profile_notes(profile, "half.pbtxt")[0]
+    assert note.startswith("ops without a time in the cost profile 'half.pbtxt' on this "
+                           "cluster's devices: 128 on CPU, 257 on GPU; their times there are "
+                           "Grappler's analytical estimates"), note

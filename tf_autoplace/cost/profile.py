@@ -92,10 +92,12 @@ SIZE_TOLERANCE = 0.01  # output sizes closer than this (relative) are the same w
 SIZE_SHARE = 0.1
 
 
-def _check_time(what: str, t) -> None:
+def _check_time(what: str, t, unit: str = "s") -> None:
+    """ConfigError unless ``t`` is finite and >= 0; the message gives it in ``unit``, as the
+    caller has it (a profile file's microseconds, as written)."""
     t = float(t)
     if not (np.isfinite(t) and t >= 0):
-        raise ConfigError(f"{what} is {t!r}; must be finite and >= 0")
+        raise ConfigError(f"{what} is {t:g} {unit}; must be finite and >= 0")
 
 
 # Op types that run functions; besides these, every type ending in "While" or "If".
@@ -196,6 +198,7 @@ class ProfileCostModel(CostModel):
         self.fallback = fallback
         self.num_unprofiled_ops = 0
         self.unprofiled_kinds: tuple[str, ...] = ()  # the kinds those ops lacked a time on
+        self.unprofiled_counts: dict[str, int] = {}  # ... and how many lacked one on each
         self.num_unused = 0
         self.retyped: list[tuple[str, str, str]] = []  # (op, type in the profile, type here)
 
@@ -217,10 +220,14 @@ class ProfileCostModel(CostModel):
             if entry.device_kind in per_kind:
                 raise ConfigError(f"op {entry.name!r} on {entry.device_kind} appears twice in the "
                                   "profile; merge repeated measurements before writing it")
+            _check_time(f"compute_time_us of op {entry.name!r} on {entry.device_kind}",
+                        entry.compute_time_us, "us")
             per_kind[entry.device_kind] = entry.compute_time_us * 1e-6
             if entry.did_not_run:
                 not_run.append((entry.name, entry.device_kind))
             if entry.partner:
+                _check_time(f"partner_apart_time_us of op {entry.name!r} on "
+                            f"{entry.device_kind}", entry.partner_apart_time_us, "us")
                 partners[(entry.name, entry.device_kind)] = (
                     entry.partner, entry.partner_apart_time_us * 1e-6)
         steps = {}
@@ -228,6 +235,8 @@ class ProfileCostModel(CostModel):
             if run.device_kind and run.step_time_us != 0:  # 0: not given; NaN or < 0: refused
                 if run.device_kind in steps:
                     raise ConfigError(f"the profile has two runs on {run.device_kind}")
+                _check_time(f"step_time_us of the run on {run.device_kind}", run.step_time_us,
+                            "us")
                 steps[run.device_kind] = run.step_time_us * 1e-6
         return cls(times, fallback=fallback, not_run=not_run, partners=partners, steps=steps,
                    output_bytes=sizes, op_types=types)
@@ -438,6 +447,7 @@ class ProfileCostModel(CostModel):
             missing |= needed[k]
         self.num_unprofiled_ops = 0
         self.unprofiled_kinds = tuple(k for k in kinds if needed[k].any())
+        self.unprofiled_counts = {k: int(needed[k].sum()) for k in self.unprofiled_kinds}
         if missing.any() and self.fallback is None:
             ops = np.flatnonzero(missing)
             shown = ", ".join(

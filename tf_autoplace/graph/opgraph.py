@@ -151,8 +151,8 @@ class OpGraph:
             np.add.at(per_op, self.tensor_op, self.tensor_bytes.astype(np.float64))
             big = self.names[int(per_op.argmax())]
             raise InvalidGraphError(
-                f"the graph's byte sizes add up to {total:.3g} bytes (op {big!r} alone "
-                f"{per_op.max():.3g}), more than the {MAX_TOTAL_BYTES:.3g} this package can "
+                f"the graph's byte sizes add up to {total:,.0f} bytes (op {big!r} alone "
+                f"{per_op.max():,.0f}), more than the {MAX_TOTAL_BYTES:,} this package can "
                 "count: no device holds that; check the sizes given")
         # Each read of a tensor counts its bytes again in the grouping's edge weights.
         read = self.tensor_bytes[self.edge_tensor].astype(np.float64)
@@ -161,9 +161,9 @@ class OpGraph:
                                      minlength=len(self.tensor_op))
             big = self.names[int(self.tensor_op[int(per_tensor.argmax())])]
             raise InvalidGraphError(
-                f"the graph's ops read {read.sum():.3g} bytes of tensors in all (the outputs "
-                f"of op {big!r} alone {per_tensor.max():.3g}, once per reading op), more "
-                f"than the {MAX_TOTAL_BYTES:.3g} this package can count; check the sizes "
+                f"the graph's ops read {read.sum():,.0f} bytes of tensors in all (the outputs "
+                f"of op {big!r} alone {per_tensor.max():,.0f}, once per reading op), more "
+                f"than the {MAX_TOTAL_BYTES:,} this package can count; check the sizes "
                 "given")
         if not self.kernels.any(axis=1).all():
             bad = self.names[int(np.flatnonzero(~self.kernels.any(axis=1))[0])]

@@ -108,10 +108,15 @@ def profile_notes(profile: ProfileCostModel, path) -> list[str]:
     """What the report says of a cost profile that does not cover the graph exactly."""
     notes = []
     if profile.num_unprofiled_ops:
-        notes.append(f"{profile.num_unprofiled_ops} ops are not in the cost profile "
-                     f"{os.fspath(path)!r} for this cluster's "
-                     f"{'/'.join(profile.unprofiled_kinds)} devices; their times there are "
-                     "Grappler's analytical estimates"
+        counts = profile.unprofiled_counts
+        kinds = "/".join(profile.unprofiled_kinds)
+        # One count per kind: an op timed on the CPU but not on the GPUs is not "not in" it.
+        notes.append((f"{profile.num_unprofiled_ops} ops are not in the cost profile "
+                      f"{os.fspath(path)!r} for this cluster's {kinds} devices"
+                      if len(counts) == 1 else
+                      f"ops without a time in the cost profile {os.fspath(path)!r} on this "
+                      f"cluster's devices: {', '.join(f'{c} on {k}' for k, c in counts.items())}")
+                     + "; their times there are Grappler's analytical estimates"
                      + (", which on a CPU can be an order of magnitude from a real step (for "
                         "figures to trust, profile the whole graph as it runs)"
                         if "CPU" in profile.unprofiled_kinds else "")
