@@ -288,8 +288,9 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
         report = _verify(report, problem, workload, options,
                          annotated=annotated_placement(problem, meta_graph.graph_def))
         timings["verify"] = time.perf_counter() - t
-    report = dataclasses.replace(report, notes=report.notes + _annotation_notes(
-        meta_graph.graph_def, report.assignment, problem.graph, cluster) + (
+    report = dataclasses.replace(report, notes=report.notes + _unchecked_split_notes(
+        report, cluster, cost_model, options, checked=verifying or bool(measure_steps))
+        + _annotation_notes(meta_graph.graph_def, report.assignment, problem.graph, cluster) + (
         _lacking_here(cluster, report.assignment, local_gpus)
         if isinstance(graph, tf.Graph) and not cluster.target else ()))
     if measure_steps:
@@ -566,6 +567,25 @@ def verification_candidates(problem: PlacementProblem, name: str, devices: np.nd
         candidates = [dataclasses.replace(c, name=SINGLE) if c.name == single_name else c
                       for c in candidates]
     return candidates
+
+
+def _unchecked_split_notes(report: PlacementReport, cluster: Cluster, cost_model,
+                          options: PlaceOptions, *, checked: bool) -> tuple[str, ...]:
+    """The note on a split applied over this machine's CPUs (:func:`_cpus_here`) from
+    measured op times (a profile) that no run has checked (``checked``: verify or
+    measure_steps ran): the search's best split is the one its model is most optimistic
+    about, so its predicted gain is the likeliest to be the model's error, and a run here
+    could tell. (From estimates, ``auto`` applies no split there, and the estimates note
+    says the rest.)"""
+    if (checked or cost_model.estimates or not _cpus_here(cluster)
+            or len(set(report.assignment.values())) < 2):
+        return ()
+    return (f"the applied placement splits the graph over this machine's CPUs on a predicted "
+            f"speedup ({report.speedup:.2f}x one device) that no run has checked: a search's "
+            "best split is the one its model is most optimistic about, and may run no faster "
+            "than one device; " + (options.trust_advice or
+                                   "verify=N measures it beside one device and applies it "
+                                   "only if faster beyond noise"),)
 
 
 def _annotation_notes(graph_def, assignment, graph, cluster: Cluster) -> tuple[str, ...]:
