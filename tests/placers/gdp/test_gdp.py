@@ -53,6 +53,8 @@ def test_one_action_device_fine_tunes_nothing_and_keeps_no_policy():
     placer.place(problem, seed=0)
     assert placer.stats["steps"] == 0 and placer.trained_policy is None
     assert any("one action device, nothing to learn" in n for n in placer.notes)
+    # ... and runs no policy to find that out (its greedy episode took seconds of TensorFlow).
+    assert placer.stats["samples"] == 0 and placer.stats["policy"] == "unused"
 
 
 def test_fine_tuning_runs_its_steps_and_the_same_seed_gives_the_same_placement():

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.resources
+import math
 import os
 import time
 
@@ -171,6 +172,14 @@ class GdpPlacer(LearnedPlacer):
         cfg = self.config
         start = time.perf_counter()
         seed = int(rng.integers(2**31 - 1))
+        heuristics = self._heuristics(problem)
+        single = self._nothing_to_learn(problem, heuristics, start)
+        if single is not None:  # before the policy is loaded and run (seconds of TensorFlow)
+            self.stats.update(steps=0, zero_shot_R_ms=math.nan, zero_shot_s=0.0,
+                              learned_ms=problem.simulator.run(single).makespan * 1e3,
+                              learned_oom=False, learned_R_ms=math.nan,
+                              groups=int(problem.grouping.num_groups), policy="unused")
+            return single
         with policy_context(), Evaluator(problem, workers=cfg.workers,
                                          memory_penalty=cfg.memory_penalty) as evaluator:
             policy, source = self.load_policy()
@@ -178,10 +187,7 @@ class GdpPlacer(LearnedPlacer):
             best_actions, zero_r = gdp_train.greedy_placement(policy, graph, evaluator)
             best_r, zero_s = zero_r, time.perf_counter() - start
             state, tuned = gdp_train.TrainState(), None
-            one_device = graph.num_devices < 2  # one action device: every sample is the same
-            if one_device and not cfg.zero_shot:
-                self.notes.append("gdp: one action device, nothing to learn; no fine-tuning")
-            if not cfg.zero_shot and not one_device:
+            if not cfg.zero_shot:
                 deadline = start + cfg.budget_s
                 state = gdp_train.train(policy, [graph], [evaluator], cfg.ppo_config(seed),
                                         should_stop=lambda _: time.perf_counter() > deadline)
@@ -199,8 +205,7 @@ class GdpPlacer(LearnedPlacer):
         if source is None:
             self.notes.append("gdp: no pretrained policy found; started from a fresh one")
 
-        choice = self._choose(problem, graph.op_placement(best_actions),
-                              self._heuristics(problem))
+        choice = self._choose(problem, graph.op_placement(best_actions), heuristics)
         learned_oom, learned_ms = choice.learned_oom, choice.learned_s * 1e3
         self.stats = dict(zero_shot_R_ms=zero_r * 1e3, zero_shot_s=zero_s, learned_ms=learned_ms,
                           learned_oom=learned_oom, learned_R_ms=best_r * 1e3,
