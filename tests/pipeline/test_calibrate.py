@@ -135,7 +135,7 @@ def test_the_notes_warn_of_cpu_estimates_and_name_ops_of_another_type():
                                     profiled_kinds=("CPU",), profiled_steps=False, num_unused=0,
                                     retyped=[("mm", "MatMul", "BatchMatMulV2")])
     estimated, retyped = profile_notes(profile, "profile.pbtxt")
-    assert "can be an order of magnitude from a real step" in estimated, estimated
+    assert "can be an order of magnitude or more from a real step" in estimated, estimated
     assert retyped.startswith("1 ops have another type in the cost profile than in this graph "
                               "('mm' (MatMul in the profile, BatchMatMulV2 here))"), retyped
 

@@ -81,9 +81,9 @@ class PlacementProblem:
         build_problem`); empty when nothing was scaled.
       estimated_here: the op times are analytical estimates and the devices are this
         machine's CPUs (logical CPUs of this process, or TensorFlow servers on this host),
-        where such estimates can be an order of magnitude from a real step and a run could
-        measure them instead; set by the engine. A placer that promises a faster run than one
-        device (``auto``) does not apply a split predicted from them.
+        where such estimates can be an order of magnitude or more from a real step and a run
+        could measure them instead; set by the engine. A placer that promises a faster run
+        than one device (``auto``) does not apply a split predicted from them.
     """
 
     graph: OpGraph

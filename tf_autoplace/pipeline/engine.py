@@ -77,7 +77,7 @@ def _cpus_here(cluster: Cluster) -> bool:
     CPUs of this process (the host's core group, as ``"local"`` and ``cpu2`` give them), or a
     TensorFlow cluster whose tasks all serve on this host (loopback addresses, as
     ``local_cluster`` and ``serve-local`` start them). Analytical op times of such devices can
-    be an order of magnitude from a real step, and a run here could measure them."""
+    be an order of magnitude or more from a real step, and a run here could measure them."""
     if cluster.target:
         return bool(cluster.tasks) and all(task.host == LOOPBACK for task in cluster.tasks)
     return any(d.core_group == HOST_CORE_GROUP for d in cluster.devices)
@@ -117,8 +117,8 @@ def profile_notes(profile: ProfileCostModel, path) -> list[str]:
                       f"ops without a time in the cost profile {os.fspath(path)!r} on this "
                       f"cluster's devices: {', '.join(f'{c} on {k}' for k, c in counts.items())}")
                      + "; their times there are Grappler's analytical estimates"
-                     + (", which on a CPU can be an order of magnitude from a real step (for "
-                        "figures to trust, profile the whole graph as it runs)"
+                     + (", which on a CPU can be an order of magnitude or more from a real step "
+                        "(for figures to trust, profile the whole graph as it runs)"
                         if "CPU" in profile.unprofiled_kinds else "")
                      + (f"; so the {'/'.join(profile.unprofiled_kinds)} op times are not "
                         "scaled to a measured step" if profile.profiled_steps else ""))
@@ -276,7 +276,7 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
         ways = [way for way, left in (("verify", cluster.num_devices > 1),
                                       ("measure_steps", not measure_steps)) if left]
         notes.append("op times are Grappler's analytical estimates, which on this machine's "
-                     "CPU can be an order of magnitude from a real step: "
+                     "CPU can be an order of magnitude or more from a real step: "
                      + (options.trust_advice or
                         (f"for figures to trust, measure them ({', '.join(ways)}) or "
                          if ways else "the measured step times in this report are this "

@@ -348,17 +348,17 @@ class AutoPlacer(Placer):
                     "and no cores; the single-device placement is returned without a search")
                 return single
         if problem.estimated_here and not measured:
-            # Estimates that can be an order of magnitude from a real step on these CPUs
-            # cannot back a split, and a run here could measure one: no search.
+            # Estimates that can be an order of magnitude or more from a real step on these
+            # CPUs cannot back a split, and a run here could measure one: no search.
             single = SingleDevicePlacer().propose(problem)
             if not check_memory(problem, problem.simulator.run(single)):
                 self.notes.append(
                     "auto: these devices are this machine's CPUs, and their op times are "
                     "Grappler's analytical estimates, which here can be an order of magnitude "
-                    "from a real step: a split predicted from them could run slower than one "
-                    "device, so the single-device placement is returned without a search (on "
-                    "measured costs a split may be applied: verify=N, or a cost profile from "
-                    "tf-autoplace profile)")
+                    "or more from a real step: a split predicted from them could run slower than "
+                    "one device, so the single-device placement is returned without a search "
+                    "(on measured costs a split may be applied: verify=N, or a cost profile "
+                    "from tf-autoplace profile)")
                 return single
         max_samples = self.samples_for(problem)
         deadline = began + cfg.budget_s
