@@ -240,7 +240,7 @@ def test_transient_memory_too_big_is_an_error_and_graph_untouched():
     (dict(unknown_dim=-5), "unknown_dim must be an int >= 1, got -5"),
     (dict(unknown_dim=0), "unknown_dim must be an int >= 1, got 0"),
     (dict(grouping=None), "grouping must be a GroupingConfig, got None"),
-    (dict(budget_s=True), "budget_s must be a number >= 0, got True"),
+    (dict(budget_s=True), "budget_s must be None or a number >= 0, got True"),
     (dict(cluster="testdata/cpu2\0.pbtxt"), "cannot read cluster spec 'testdata/cpu2\\\\x00"),
 ])
 def test_bad_arguments_are_typed_errors_and_graph_untouched(kwargs, error):

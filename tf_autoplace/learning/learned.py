@@ -36,6 +36,7 @@ import numpy as np
 
 from tf_autoplace.core import registry
 from tf_autoplace.core.problem import PlacementProblem, Placer, rank_placements
+from tf_autoplace.core.settings import make_config
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph.fingerprint import fingerprint
 from tf_autoplace.heuristics import HEURISTICS
@@ -96,7 +97,7 @@ class LearnedPlacer(Placer):
                 raise ConfigError(f"policy must be a saved policy's directory, got {policy!r}")
             overrides["policy_dir"] = os.fspath(policy)
             read_policy_files(overrides["policy_dir"], f"a {self.name} policy")
-        self.config = dataclasses.replace(config or self.config_class(), **overrides)
+        self.config = make_config(self.config_class, config, overrides, self.name)
         self.stats: dict = {}
 
     @property

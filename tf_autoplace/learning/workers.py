@@ -42,6 +42,7 @@ import re
 import signal
 from typing import Any, Callable, Iterator, Sequence
 
+from tf_autoplace.core.settings import check_int
 from tf_autoplace.errors import ConfigError, WorkerError
 
 RAY_INSTALL = "pip install 'tf_autoplace[ray]'"
@@ -261,8 +262,8 @@ def worker_pool(setup: Callable, args: tuple, *, workers: int = 1,
                 ray_address: str | None = None) -> WorkerPool:
     """The pool the arguments ask for (module doc): Ray actors when ``ray_address`` is set,
     else local processes when ``workers > 1``, else this process."""
-    if not (isinstance(workers, int) and workers >= 1):
-        raise ConfigError(f"workers must be an int >= 1, got {workers!r}")
+    check_int("workers", workers, low=1)
+    workers = int(workers)
     if ray_address is not None:
         return RayPool(setup, args, workers, ray_address)
     if workers > 1:

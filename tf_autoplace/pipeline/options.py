@@ -21,6 +21,7 @@ import numpy as np
 
 from tf_autoplace.core.cluster import Cluster, resolve_cluster
 from tf_autoplace.core.problem import Placer
+from tf_autoplace.core.settings import check_seconds
 from tf_autoplace.cost import CostModel
 from tf_autoplace.errors import ConfigError, shown
 from tf_autoplace.grouping import GroupingConfig
@@ -151,9 +152,8 @@ class PlaceOptions:
             setting the placer does not take.
           ClusterSpecError: a cluster spec that does not read.
         """
-        if budget_s is not None and (isinstance(budget_s, bool) or not (
-                isinstance(budget_s, (int, float)) and budget_s >= 0)):
-            raise ConfigError(f"budget_s must be a number >= 0, got {budget_s!r}")
+        check_seconds("budget_s", budget_s, zero_ok=True, none_ok=True)
+        budget_s = None if budget_s is None else float(budget_s)
         return cls(
             placer=get_placer(placer, budget_s=budget_s, ray_address=ray_address,
                               policy=policy, options=placer_options),

@@ -59,6 +59,7 @@ from __future__ import annotations
 import bisect
 import copy
 import dataclasses
+import numbers
 import threading
 import time
 from typing import Callable
@@ -66,6 +67,7 @@ from typing import Callable
 import numpy as np
 
 from tf_autoplace.core.problem import PlacementProblem
+from tf_autoplace.core.settings import check_int, check_number, plain_numbers
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.grouping import merge_and_colocate_levels
 from tf_autoplace.learning.rollouts import Evaluator
@@ -94,19 +96,18 @@ class LocalSearchConfig:
     sweep_below: int = 1024
 
     def __post_init__(self):
-        if not self.levels or not all(isinstance(x, int) and x >= 1 for x in self.levels):
+        plain_numbers(self)
+        if isinstance(self.levels, (str, bytes)) or not self.levels or not all(
+                isinstance(x, numbers.Integral) and not isinstance(x, bool) and x >= 1
+                for x in self.levels):
             raise ConfigError(f"levels must be a non-empty tuple of ints >= 1, got "
                               f"{self.levels!r}")
-        if not (isinstance(self.batch, int) and self.batch >= 1):
-            raise ConfigError(f"batch must be an int >= 1, got {self.batch!r}")
-        if not (isinstance(self.host_share, (int, float)) and 0 <= self.host_share <= 1):
-            raise ConfigError(f"host_share must be in [0, 1], got {self.host_share!r}")
-        if not (isinstance(self.memory_penalty, (int, float)) and self.memory_penalty >= 0):
-            raise ConfigError(f"memory_penalty must be >= 0, got {self.memory_penalty!r}")
-        if not (isinstance(self.realign_after, int) and self.realign_after >= 1):
-            raise ConfigError(f"realign_after must be an int >= 1, got {self.realign_after!r}")
-        if not (isinstance(self.sweep_below, int) and self.sweep_below >= 0):
-            raise ConfigError(f"sweep_below must be an int >= 0, got {self.sweep_below!r}")
+        object.__setattr__(self, "levels", tuple(int(x) for x in self.levels))
+        check_int("batch", self.batch, low=1)
+        check_number("host_share", self.host_share, low=0, high=1)
+        check_number("memory_penalty", self.memory_penalty, low=0)
+        check_int("realign_after", self.realign_after, low=1)
+        check_int("sweep_below", self.sweep_below, low=0)
 
 
 @dataclasses.dataclass(frozen=True)

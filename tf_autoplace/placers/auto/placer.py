@@ -52,7 +52,8 @@ import numpy as np
 
 from tf_autoplace.core.problem import PlacementProblem, Placer, check_memory
 from tf_autoplace.core.registry import HEURISTICS
-from tf_autoplace.core.settings import check_number
+from tf_autoplace.core.settings import (check_int, check_names, check_number,
+                                        check_seconds, make_config, plain_numbers)
 from tf_autoplace.errors import ConfigError, InfeasiblePlacementError, MeasurementError
 from tf_autoplace.heuristics import (BestHeuristicPlacer, ReplicaDeviceSetterPlacer,
                                     SingleDevicePlacer)
@@ -165,42 +166,26 @@ class AutoConfig:
     min_gain: float = 0.01
 
     def __post_init__(self):
-        if self.max_samples is not None and not (isinstance(self.max_samples, int)
-                                                 and self.max_samples > 0):
-            raise ConfigError(f"max_samples must be None or an int > 0, got "
-                              f"{self.max_samples!r}")
+        plain_numbers(self)
+        check_int("max_samples", self.max_samples, low=1, none_ok=True)
         check_number("search_work", self.search_work, low=0, low_ok=False)
-        if not (isinstance(self.budget_s, (int, float)) and self.budget_s > 0):
-            raise ConfigError(f"budget_s must be a number > 0, got {self.budget_s!r}")
-        if self.workers is not None and not (isinstance(self.workers, int) and self.workers >= 1):
-            raise ConfigError(f"workers must be None or an int >= 1, got {self.workers!r}")
+        check_seconds("budget_s", self.budget_s)
+        check_int("workers", self.workers, low=1, none_ok=True)
         check_ray_address(self.ray_address)
-        if self.threads is not None and (isinstance(self.threads, bool) or not (
-                isinstance(self.threads, int) and self.threads >= 1)):
-            raise ConfigError(f"threads must be None or an int >= 1, got {self.threads!r}")
+        check_int("threads", self.threads, low=1, none_ok=True)
         check_reward(self.reward, self.measure_steps, self.workers, self.ray_address)
-        if not (isinstance(self.starts, int) and self.starts >= 1):
-            raise ConfigError(f"starts must be an int >= 1, got {self.starts!r}")
-        if isinstance(self.patience, bool) or not (isinstance(self.patience, int)
-                                                    and self.patience >= 0):
-            raise ConfigError(f"patience must be an int >= 0, got {self.patience!r}")
+        check_int("starts", self.starts, low=1)
+        check_int("patience", self.patience, low=0)
         check_number("kick", self.kick, low=0, low_ok=False, high=1)
         check_number("kick_share", self.kick_share, low=0, low_ok=False)
-        if not (isinstance(self.seeds_per_start, int) and self.seeds_per_start >= 1):
-            raise ConfigError(f"seeds_per_start must be an int >= 1, got "
-                              f"{self.seeds_per_start!r}")
+        check_int("seeds_per_start", self.seeds_per_start, low=1)
+        if not isinstance(self.post, PostConfig):
+            raise ConfigError(f"post must be a PostConfig, got {self.post!r}")
+        if not isinstance(self.search, LocalSearchConfig):
+            raise ConfigError(f"search must be a LocalSearchConfig, got {self.search!r}")
         check_number("min_gain", self.min_gain, low=0, high=1, high_ok=False)
-        _check_names("learned", self.learned, LEARNED, "policies")
-        _check_names("heuristic_starts", self.heuristic_starts, sorted(HEURISTICS), "heuristics")
-
-
-def _check_names(field: str, names, known, what: str) -> None:
-    """ConfigError unless ``names`` is a tuple of names among ``known``."""
-    if isinstance(names, str) or not all(isinstance(name, str) for name in names):
-        raise ConfigError(f"{field} must be a tuple of names, got {names!r}")
-    unknown = sorted(set(names) - set(known))
-    if unknown:
-        raise ConfigError(f"{field} must name {what} among {list(known)}, got {unknown}")
+        check_names("learned", self.learned, LEARNED, "policies")
+        check_names("heuristic_starts", self.heuristic_starts, sorted(HEURISTICS), "heuristics")
 
 
 class AutoPlacer(Placer):
@@ -215,7 +200,7 @@ class AutoPlacer(Placer):
             overrides["budget_s"] = budget_s
         if ray_address is not None:
             overrides["ray_address"] = ray_address
-        self.config = dataclasses.replace(config or AutoConfig(), **overrides)
+        self.config = make_config(AutoConfig, config, overrides, self.name)
         self.stats: dict = {}
 
     @property

@@ -45,6 +45,7 @@ import time
 import numpy as np
 
 from tf_autoplace.core.problem import PlacementProblem
+from tf_autoplace.core.settings import check_int, check_names, check_seconds, plain_numbers
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.heuristics import HEURISTICS
 from tf_autoplace.learning.checkpoints import CONFIG_FILE, WEIGHTS_FILE
@@ -100,17 +101,11 @@ class GdpConfig:
     memory_penalty: float = 2.0
 
     def __post_init__(self):
-        if isinstance(self.budget_s, bool) or not (
-                isinstance(self.budget_s, (int, float)) and self.budget_s >= 0):
-            raise ConfigError(f"budget_s must be a number >= 0, got {self.budget_s!r}")
-        if isinstance(self.max_steps, bool) or not (
-                isinstance(self.max_steps, int) and self.max_steps >= 0):
-            raise ConfigError(f"max_steps must be an int >= 0, got {self.max_steps!r}")
-        unknown = [h for h in self.heuristics if h not in HEURISTICS]
-        if unknown:
-            raise ConfigError(f"heuristics must be among {sorted(HEURISTICS)}, got {unknown}")
-        if not (isinstance(self.workers, int) and self.workers >= 1):
-            raise ConfigError(f"workers must be an int >= 1, got {self.workers!r}")
+        plain_numbers(self)
+        check_seconds("budget_s", self.budget_s, zero_ok=True)
+        check_int("max_steps", self.max_steps, low=0)
+        check_names("heuristics", self.heuristics, sorted(HEURISTICS), "heuristics")
+        check_int("workers", self.workers, low=1)
         if self.policy_dir is not None and not (isinstance(self.policy_dir, str)
                                                 and self.policy_dir):
             raise ConfigError(f"policy_dir must be None or a directory, got {self.policy_dir!r}")

@@ -75,7 +75,9 @@ import numpy as np
 import tensorflow as tf
 
 from tf_autoplace.core.problem import PlacementProblem
-from tf_autoplace.core.settings import check_number
+from tf_autoplace.core.registry import HEURISTICS
+from tf_autoplace.core.settings import (check_names, check_number,
+                                        check_seconds, plain_numbers)
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.learning.adam import KerasAdam
 from tf_autoplace.learning.rollouts import Evaluator
@@ -162,8 +164,9 @@ class HDPConfig:
     start_noise: float = 0.05
 
     def __post_init__(self):
-        if not (isinstance(self.budget_s, (int, float)) and self.budget_s > 0):
-            raise ConfigError(f"budget_s must be a number > 0, got {self.budget_s!r}")
+        plain_numbers(self)
+        check_seconds("budget_s", self.budget_s)
+        check_names("heuristics", self.heuristics, sorted(HEURISTICS), "heuristics")
         _positive_int("max_samples", self.max_samples, allow_none=True)
         _positive_int("num_groups", self.num_groups)
         _positive_int("samples_per_update", self.samples_per_update)

@@ -67,6 +67,7 @@ import functools
 import numpy as np
 
 from tf_autoplace.core.problem import PlacementProblem
+from tf_autoplace.core.settings import check_int, plain_numbers
 from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
 from tf_autoplace.grouping import GroupingConfig, group_graph, merge_and_colocate
 from tf_autoplace.grouping.heuristic import heuristic_grouping
@@ -101,8 +102,8 @@ class EnvConfig:
     undo_worse: bool = False
 
     def __post_init__(self):
-        if not (isinstance(self.max_groups, int) and self.max_groups >= 1):
-            raise ConfigError(f"max_groups must be an int >= 1, got {self.max_groups!r}")
+        plain_numbers(self)
+        check_int("max_groups", self.max_groups, low=1)
         if self.passes not in (1, 2):
             raise ConfigError(f"passes must be 1 or 2, got {self.passes!r}")
         if self.reward not in ("intermediate", "terminal"):

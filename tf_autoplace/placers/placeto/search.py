@@ -17,6 +17,9 @@ import time
 
 import numpy as np
 
+from tf_autoplace.core.registry import HEURISTICS
+from tf_autoplace.core.settings import (check_directory, check_int, check_names, check_number,
+                                        check_seconds, plain_numbers)
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.learning.measured import check_reward
 from tf_autoplace.learning.workers import check_ray_address
@@ -107,17 +110,14 @@ class PlacetoConfig:
     measure_steps: int = 5
 
     def __post_init__(self):
-        if not (isinstance(self.budget_s, (int, float)) and self.budget_s > 0):
-            raise ConfigError(f"budget_s must be a number > 0, got {self.budget_s!r}")
-        if self.max_samples is not None and not (isinstance(self.max_samples, int)
-                                                 and self.max_samples > 0):
-            raise ConfigError(f"max_samples must be None or an int > 0, got {self.max_samples!r}")
-        if not (isinstance(self.temperature, (int, float)) and self.temperature > 0):
-            raise ConfigError(f"temperature must be a number > 0, got {self.temperature!r}")
-        if self.restart_after is not None and not (isinstance(self.restart_after, int)
-                                                   and self.restart_after > 0):
-            raise ConfigError(
-                f"restart_after must be None or an int > 0, got {self.restart_after!r}")
+        plain_numbers(self)
+        check_seconds("budget_s", self.budget_s)
+        check_int("max_samples", self.max_samples, low=1, none_ok=True)
+        check_number("temperature", self.temperature, low=0, low_ok=False)
+        check_int("restart_after", self.restart_after, low=1, none_ok=True)
+        check_int("workers", self.workers, low=1)
+        check_names("heuristics", self.heuristics, sorted(HEURISTICS), "heuristics")
+        check_directory("policy_dir", self.policy_dir)
         check_ray_address(self.ray_address)
         self.train_config(0)  # the fine-tuning settings, checked by reinforce.TrainConfig
         check_reward(self.reward, self.measure_steps, self.workers, self.ray_address)

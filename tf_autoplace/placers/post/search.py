@@ -78,7 +78,9 @@ import time
 import numpy as np
 
 from tf_autoplace.core.problem import PlacementProblem
-from tf_autoplace.core.settings import check_number
+from tf_autoplace.core.registry import HEURISTICS
+from tf_autoplace.core.settings import (check_int, check_names, check_number,
+                                        check_seconds, plain_numbers)
 from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
 from tf_autoplace.grouping import Grouping, GroupingConfig, merge_and_colocate
 from tf_autoplace.grouping.heuristic import heuristic_grouping
@@ -93,10 +95,6 @@ from tf_autoplace.placers.post.updates import cross_entropy_update, mix_uniform,
 ALGORITHMS = ("ce+ppo", "ce", "ppo")
 UNITS = ("aligned", "groups", "ops")
 INITS = ("heuristic", "uniform")
-
-
-def _positive(value, kind) -> bool:
-    return isinstance(value, kind) and not isinstance(value, bool) and value > 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,18 +156,17 @@ class PostConfig:
     measure_steps: int = 5
 
     def __post_init__(self):
-        if not _positive(self.budget_s, (int, float)):
-            raise ConfigError(f"budget_s must be a number > 0, got {self.budget_s!r}")
-        if self.max_samples is not None and not _positive(self.max_samples, int):
-            raise ConfigError(f"max_samples must be None or an int > 0, got {self.max_samples!r}")
+        plain_numbers(self)
+        check_seconds("budget_s", self.budget_s)
+        check_int("max_samples", self.max_samples, low=1, none_ok=True)
+        check_names("heuristics", self.heuristics, sorted(HEURISTICS), "heuristics")
         for name, allowed in (("algorithm", ALGORITHMS), ("units", UNITS), ("init", INITS)):
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{name} must be one of {list(allowed)}, "
                                   f"got {getattr(self, name)!r}")
         for name in ("max_groups", "batch", "ce_period", "ppo_steps", "baseline_window",
                      "workers"):
-            if not _positive(getattr(self, name), int):
-                raise ConfigError(f"{name} must be an int > 0, got {getattr(self, name)!r}")
+            check_int(name, getattr(self, name), low=1)
         check_ray_address(self.ray_address)
         check_reward(self.reward, self.measure_steps, self.workers, self.ray_address)
         if self.ce_period % self.batch:
