@@ -293,6 +293,37 @@ def test_errors_from_python_constructors():
     assert issubclass(ClusterSpecError, ValueError) and issubclass(ClusterSpecError, AutoplaceError)
 
 
+def test_plausible_mistakes_with_the_constructors_are_typed_errors(tmp_path):
+    # Each was a raw TypeError or ValueError, or accepted (a core group of 3), or read and
+    # closed the caller's file descriptor 3.
+    cpu = Device("/device:CPU:0", "CPU", memory_bytes=1)
+    two = [cpu, Device("/device:CPU:1", "CPU", memory_bytes=1)]
+    cases = [
+        (lambda: Cluster.uniform(cpu), r"list or tuple of Device objects, got Device \(one "
+                                       r"device: give \[device\]\)"),
+        (lambda: Cluster.uniform(d for d in two), "list or tuple of Device objects, got "
+                                                  "generator"),
+        (lambda: Cluster.uniform(two, core_groups="host"), "core_groups must be .* got 'host'"),
+        (lambda: Cluster.uniform(two, core_groups=[("host",)]), "core_groups must be"),
+        (lambda: Cluster(two, "x", "y"), r"bandwidth must be a \[2, 2\] array of numbers"),
+        (lambda: Device("/device:CPU:0", "CPU", 1, core_group=3), "core_group 3; must be a "
+                                                                  "string"),
+        (lambda: Device("/device:CPU:0", "CPU", 1, model=3), "model 3; must be a string"),
+        (lambda: Cluster.from_file(3), "path must be a str or os.PathLike, got int 3"),
+    ]
+    for make, message in cases:
+        with pytest.raises(ClusterSpecError, match=message):
+            make()
+
+
+def test_a_huge_number_of_logical_cpus_is_refused_before_any_is_built():
+    # Cluster.local(10**7) ran for 192 s, then raised MemoryError (a [D, D] table of 728 TiB).
+    from tf_autoplace.core.cluster import MAX_DEVICES
+
+    with pytest.raises(ClusterSpecError, match=f"10000000 devices; at most {MAX_DEVICES}"):
+        Cluster.local(10**7)
+
+
 def test_device_names_are_canonical_and_resolve_as_tensorflow_resolves_them():
     cluster = Cluster.from_text(
         'device { name: "/gpu:0" kind: "GPU" memory_bytes: 100 }\n'

@@ -202,12 +202,25 @@ class Device:
         if not isinstance(self.architecture, str):
             raise ClusterSpecError(f"device {self.name!r} has architecture "
                                    f"{self.architecture!r}; must be a string like '7.0'")
+        for field in ("core_group", "model"):
+            if not isinstance(getattr(self, field), str):
+                raise ClusterSpecError(f"device {self.name!r} has {field} "
+                                       f"{getattr(self, field)!r}; must be a string")
 
     @property
     def hardware_key(self) -> tuple:
         """Devices with the same key get the same analytical op costs (before ``speed``)."""
         return (self.kind, self.num_cores, self.frequency_mhz, self.memory_bandwidth_gbps,
                 self.architecture)
+
+
+def _check_device_count(count: int) -> None:
+    """ClusterSpecError for more devices than a cluster may have (:data:`MAX_DEVICES`): said
+    before anything is built for them ([D, D] link tables of a huge D take minutes and all
+    memory)."""
+    if count > MAX_DEVICES:
+        raise ClusterSpecError(f"the cluster has {count} devices; at most {MAX_DEVICES} can be "
+                               "placed on")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -253,9 +266,7 @@ class Cluster:
         if not all(isinstance(d, Device) for d in self.devices):
             raise ClusterSpecError(f"devices must be Device objects, got "
                                    f"{[type(d).__name__ for d in self.devices]}")
-        if len(self.devices) > MAX_DEVICES:
-            raise ClusterSpecError(f"the cluster has {len(self.devices)} devices; at most "
-                                   f"{MAX_DEVICES} can be placed on")
+        _check_device_count(len(self.devices))
         specs = [device_spec(d.name) for d in self.devices]
         # Two names can be one device only with the same type and index (every name has both):
         # compare within those buckets, not every pair.
@@ -270,7 +281,11 @@ class Cluster:
             bucket.append(j)
         d = len(self.devices)
         for field in ("bandwidth", "latency"):
-            arr = np.array(getattr(self, field), dtype=np.float64)
+            try:
+                arr = np.array(getattr(self, field), dtype=np.float64)
+            except (TypeError, ValueError) as e:
+                raise ClusterSpecError(f"{field} must be a [{d}, {d}] array of numbers, got "
+                                       f"{getattr(self, field)!r} ({e})") from None
             if arr.shape != (d, d):
                 raise ClusterSpecError(f"{field} has shape {arr.shape}; expected {(d, d)}")
             off = arr[~np.eye(d, dtype=bool)]
@@ -304,6 +319,10 @@ class Cluster:
         _check_number("op_overhead_s", self.op_overhead_s, zero_ok=True)
         if self.prediction_error is not None:
             _check_number("prediction_error", self.prediction_error, zero_ok=True)
+        if isinstance(self.core_groups, (str, bytes)) or not all(
+                isinstance(g, (tuple, list)) and len(g) == 2 for g in self.core_groups):
+            raise ClusterSpecError(f"core_groups must be (name, cores) pairs, got "
+                                   f"{self.core_groups!r}")
         groups = tuple((str(name), cores) for name, cores in self.core_groups)
         object.__setattr__(self, "core_groups", groups)
         declared = [name for name, _ in groups]
@@ -529,10 +548,30 @@ class Cluster:
                 latency_us: float = PLACETO_LATENCY_US,
                 op_overhead_us: float = PLACETO_OP_OVERHEAD_US,
                 core_groups: Sequence[tuple[str, int]] = ()) -> "Cluster":
-        """All pairs of devices linked with the same bandwidth and latency."""
+        """All pairs of devices linked with the same bandwidth and latency.
+
+        Args:
+          devices: a sequence of :class:`Device` (a list or tuple, at most
+            :data:`MAX_DEVICES`).
+          bandwidth_gbps, latency_us, op_overhead_us: every link's figures, every op's fixed
+            cost.
+          core_groups: ``(name, cores)`` pairs.
+
+        Raises:
+          ClusterSpecError: any of them malformed, named.
+        """
         _check_number("bandwidth_gbps", bandwidth_gbps)
         _check_number("latency_us", latency_us, zero_ok=True)
         _check_number("op_overhead_us", op_overhead_us, zero_ok=True)
+        if isinstance(devices, Device) or not isinstance(devices, (list, tuple)):
+            raise ClusterSpecError(f"devices must be a list or tuple of Device objects, got "
+                                   f"{type(devices).__name__}"
+                                   + (" (one device: give [device])"
+                                      if isinstance(devices, Device) else ""))
+        _check_device_count(len(devices))
+        if isinstance(core_groups, (str, bytes)):
+            raise ClusterSpecError(f"core_groups must be (name, cores) pairs, got "
+                                   f"{core_groups!r}")
         d = len(devices)
         return cls(devices=tuple(devices), bandwidth=np.full((d, d), bandwidth_gbps * 1e9),
                    latency=np.full((d, d), latency_us * 1e-6), op_overhead_s=op_overhead_us * 1e-6,
@@ -685,6 +724,15 @@ class Cluster:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> "Cluster":
+        """The cluster a text ``ClusterSpec`` file describes.
+
+        Raises:
+          ClusterSpecError: ``path`` is not a path (an int would be read as an open file
+            descriptor, and closed), or the file cannot be read or is not a spec.
+        """
+        if not isinstance(path, (str, os.PathLike)):
+            raise ClusterSpecError(f"a cluster spec's path must be a str or os.PathLike, got "
+                                   f"{type(path).__name__} {path!r}")
         try:
             with open(path, "r", encoding="utf-8") as f:
                 text = f.read()
@@ -727,6 +775,7 @@ class Cluster:
                 or num_logical_cpus < 0):
             raise ClusterSpecError(f"num_logical_cpus must be an int >= 0, got "
                                    f"{num_logical_cpus!r}")
+        _check_device_count(int(num_logical_cpus))  # before building them
         props = _tf_device_properties()
         cpu = props.get("CPU:0")
         cores = int(cpu.num_cores) if cpu is not None and cpu.num_cores > 0 else \
