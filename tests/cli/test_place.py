@@ -79,6 +79,9 @@ ERROR_RUNS = {
                                                      report_json="{dir}/r_cluster.json")),
     "unknown_placer": ("cnn.pb", "out_placer.pb", dict(placer="no_such_placer",
                                                        report_json="{dir}/r_placer.json")),
+    # --ray_address reaches the placer (place had no such flag): m_etf runs no simulations.
+    "ray_for_a_heuristic": ("cnn.pb", "out_ray.pb", dict(ray_address="auto",
+                                                         report_json="{dir}/r_ray.json")),
     "foreign_placement": ("tiny.pb", "out_foreign.pb", dict(placement="{dir}/saved.pbtxt",
                                                             report_json="{dir}/r_foreign.json")),
     # --placer, --policy and --budget_s with --placement were ignored without a word.
@@ -272,6 +275,7 @@ def test_a_cost_profile_replaces_the_estimates_of_the_ops_it_names(runs):
     ("missing_input", "cannot read graph file '.*missing.pb'"),
     ("bad_cluster", "bad_cluster.pbtxt: malformed cluster spec"),
     ("unknown_placer", "no_such_placer"),
+    ("ray_for_a_heuristic", "'m_etf' runs no simulations"),
     ("placement_with_search", "--placer, --budget_s set a placer's search; --placement applies "
                               "a saved placement without one"),
     # a placeholder of unknown batch size: the error names the flag that gives its shape

@@ -114,6 +114,29 @@ def test_ray_address_goes_only_to_placers_that_simulate_on_workers():
         get_placer("m_etf", ray_address="auto")
 
 
+def test_local_starts_a_ray_of_its_own_and_a_dead_address_fails_in_seconds(monkeypatch):
+    # "local" called ray.init(address=None), which joins a Ray running on the machine (or the
+    # one RAY_ADDRESS names); an address nothing listens at was retried for about 12 minutes.
+    import socket
+    import types
+
+    from tf_autoplace.learning import workers
+
+    calls = []
+    fake = types.SimpleNamespace(is_initialized=lambda: False,
+                                 init=lambda **kw: calls.append(kw["address"]))
+    monkeypatch.setattr(workers, "_import_ray", lambda: fake)
+    workers.connect("local")
+    assert calls == ["local"]
+    with socket.socket() as s:  # a port nothing listens at once it is closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ConfigError, match=f"cannot connect to Ray at ray_address='127.0.0.1:"
+                                          f"{port}': nothing accepts a connection there"):
+        workers.connect(f"127.0.0.1:{port}")
+    assert calls == ["local"]  # Ray was not asked
+
+
 def test_without_ray_installed_a_ray_address_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray now raises ImportError
     with pytest.raises(ConfigError, match=r"pip install 'tf_autoplace\[ray\]'"):

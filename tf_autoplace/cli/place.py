@@ -146,6 +146,7 @@ def _check_outputs(input_path: str, output_path: str, saved_model: bool, paths: 
 def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: int,
         max_groups: int, report_json: str | None, signature: str | None = None,
         tags=("serve",), budget_s: float | None = None, placement: str | None = None,
+        ray_address: str | None = None,
         cache: bool = False, cache_dir: str | None = None, policy: str | None = None,
         save_policy: str | None = None, progress: bool = True,
         progress_logdir: str | None = None, measure_steps: int = 0, verify: int = 0,
@@ -189,6 +190,7 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
         options = PlaceOptions.make(
             placer=SavedPlacement(placement) if placement else placer, cluster=cluster,
             seed=seed, budget_s=None if placement else budget_s,
+            ray_address=None if placement else ray_address,
             policy=None if placement else policy,
             placer_options=placer_options, grouping=GroupingConfig(max_groups=max_groups),
             cost_profile=cost_profile, cache=(cache_dir or True) if cache else False,
@@ -234,6 +236,7 @@ def main(argv):
                seed=FLAGS.seed, max_groups=FLAGS.max_groups, report_json=FLAGS.report_json,
                signature=FLAGS.signature if FLAGS["signature"].present else None,
                tags=FLAGS.saved_model_tags, budget_s=FLAGS.budget_s,
+               ray_address=FLAGS.ray_address,
                placement=FLAGS.placement, cache=FLAGS.cache, cache_dir=FLAGS.cache_dir,
                policy=FLAGS.policy, save_policy=FLAGS.save_policy, progress=FLAGS.progress,
                progress_logdir=FLAGS.progress_logdir, trace_json=FLAGS.trace_json,
@@ -241,5 +244,5 @@ def main(argv):
                measure_steps=FLAGS.measure_steps, verify=FLAGS.verify,
                cost_profile=FLAGS.cost_profile,
                placer_options=FLAGS.placer_option, feed_shapes=FLAGS.feed_shape,
-               search_flags=[f"--{name}" for name in ("placer", "policy", "budget_s")
-                             if FLAGS[name].present])
+               search_flags=[f"--{name}" for name in ("placer", "policy", "budget_s",
+                                                     "ray_address") if FLAGS[name].present])

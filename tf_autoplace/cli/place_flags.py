@@ -20,6 +20,10 @@ flags.DEFINE_string("placer", "auto", f"Placer: {registry.listing()} (default: a
 flags.DEFINE_multi_string("placer_option", [], "NAME=VALUE: a setting of the placer's config "
                           "(e.g. --placer=hdp --placer_option=start=uniform); repeatable.")
 flags.DEFINE_float("budget_s", None, registry.budget_help())
+flags.DEFINE_string("ray_address", None, "Simulate the search's placements on this Ray cluster "
+                    "('auto', HOST:PORT, ray://HOST:PORT or 'local'; placers that take one: "
+                    f"{', '.join(registry.able('ray_address'))}); default: this machine's "
+                    "processes.")
 flags.DEFINE_integer("seed", 0, "Random seed.", lower_bound=0)
 flags.DEFINE_integer("max_groups", 2000, "Merge-and-Colocate: at most this many groups.")
 flags.DEFINE_string("report_json", None, "Also write the report as JSON here.")

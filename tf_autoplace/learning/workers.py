@@ -40,6 +40,7 @@ import multiprocessing
 import os
 import re
 import signal
+import socket
 from typing import Any, Callable, Iterator, Sequence
 
 from tf_autoplace.core.settings import check_int
@@ -180,16 +181,39 @@ def _import_ray():
 
 def connect(address: str):
     """The ``ray`` module, connected: the running connection if this process has one, else
-    ``ray.init(address=address)``. ConfigError when Ray is missing or the address fails."""
+    ``ray.init(address=address)``. ConfigError when Ray is missing or the address fails.
+
+    ``"local"`` starts a Ray of this process's own, even where a Ray cluster runs on the
+    machine or ``RAY_ADDRESS`` names one (``ray.init(address=None)`` would join it). A
+    ``HOST:PORT`` is first checked to accept a connection within seconds: ``ray.init``
+    retries an address nothing listens at for about twelve minutes, deaf to SIGTERM."""
     check_ray_address(address)
     ray = _import_ray()
     if not ray.is_initialized():
+        if address not in ("auto", "local") and "://" not in address:
+            _check_listening(address)
         try:
-            ray.init(address=None if address == "local" else address,
-                     logging_level="warning", log_to_driver=False)
+            ray.init(address=address, logging_level="warning", log_to_driver=False)
         except (ConnectionError, ValueError, RuntimeError) as e:
             raise ConfigError(f"cannot connect to Ray at ray_address={address!r}: {e}") from e
     return ray
+
+
+RAY_CONNECT_TIMEOUT_S = 5.0
+
+
+def _check_listening(address: str) -> None:
+    """ConfigError unless something accepts a TCP connection at ``address`` (HOST:PORT, a Ray
+    head's GCS) within :data:`RAY_CONNECT_TIMEOUT_S`."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)),
+                                      timeout=RAY_CONNECT_TIMEOUT_S):
+            pass
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"cannot connect to Ray at ray_address={address!r}: nothing accepts "
+                          f"a connection there within {RAY_CONNECT_TIMEOUT_S:g} s ({e}); "
+                          "start the head (ray start --head) or give its address") from None
 
 
 def cluster_cpus(address: str) -> int:
