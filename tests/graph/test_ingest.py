@@ -619,3 +619,16 @@ def test_a_live_graphs_constants_are_still_checked():
         ingest.read_graph(ingest.load_meta_graph(g), live_graph=True)
     with pytest.raises(InvalidGraphError, match="its value holds 8 bytes where shape \\[1000\\]"):
         ingest.read_live_graph(g)
+
+
+def test_a_cost_graph_given_as_a_graph_names_its_door(tmp_path):
+    # autoplace("model.costgraph.pbtxt") said only that it is not a GraphDef ("no field named
+    # format_version").
+    import tf_autoplace
+    from tf_autoplace.errors import InvalidGraphError
+
+    path = tmp_path / "m.costgraph.pbtxt"
+    path.write_text('format_version: 2\nop { name: "a" type: "X" '
+                    'time { device_kind: "CPU" seconds: 1e-3 } }\n')
+    with pytest.raises(InvalidGraphError, match="reads as a cost graph .*place_cost_graph"):
+        tf_autoplace.autoplace(str(path), cluster="cpu2")

@@ -110,3 +110,16 @@ def test_the_doors_budget_takes_numpy_seconds():
     for bad in (True, np.nan, "5", -1):
         with pytest.raises(ConfigError, match="budget_s must be None or a number >= 0"):
             PlaceOptions.make(placer="auto", budget_s=bad)
+
+
+def test_a_placer_class_and_a_bad_budget_to_get_placer_are_named():
+    # placer=AutoPlacer was "unknown placer <class ...>"; get_placer("m_etf", budget_s="x")
+    # was accepted.
+    from tf_autoplace.errors import ConfigError
+    from tf_autoplace.placers import AutoPlacer, get_placer
+
+    with pytest.raises(ConfigError, match=r"got the class AutoPlacer \(make one: AutoPlacer\(\)\)"):
+        get_placer(AutoPlacer)
+    for bad in ("x", -5, True):
+        with pytest.raises(ConfigError, match="budget_s must be None or a number >= 0"):
+            get_placer("m_etf", budget_s=bad)

@@ -181,8 +181,11 @@ def _parse(data: bytes, what: str) -> tuple[meta_graph_pb2.MetaGraphDef, bool]:
             errors.append(f"{fmt} {cls.__name__}: parses, but has no nodes" if not
                           graph_def.node else f"{fmt} {cls.__name__}: a node has no name or op")
     detail = "; ".join(errors[-2:])
+    hint = ("; it reads as a cost graph (format_version ...): place it with "
+            "tf_autoplace.place_cost_graph, or tf-autoplace place with a *.costgraph.pbtxt name"
+            if re.match(rb'\s*[{"]*\s*"?format_?[vV]ersion', data[:200]) else "")
     raise InvalidGraphError(
-        f"{what} is not a GraphDef or MetaGraphDef in binary or text format ({detail})")
+        f"{what} is not a GraphDef or MetaGraphDef in binary or text format ({detail}){hint}")
 
 
 # ---------------------------------------------------------------------------------- reading

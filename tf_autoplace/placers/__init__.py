@@ -28,6 +28,7 @@ from tf_autoplace.core.problem import (
     check_placement,
     validate,
 )
+from tf_autoplace.core.settings import check_seconds
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.heuristics import (
     BestHeuristicPlacer,
@@ -79,6 +80,10 @@ def get_placer(name_or_placer, *, budget_s: float | None = None,
         Placer instance (give the instance its settings when you make it); a bad option.
     """
     check_ray_address(ray_address)
+    check_seconds("budget_s", budget_s, zero_ok=True, none_ok=True)
+    if isinstance(name_or_placer, type) and issubclass(name_or_placer, Placer):
+        raise ConfigError(f"placer must be a name or a Placer instance, got the class "
+                          f"{name_or_placer.__name__} (make one: {name_or_placer.__name__}())")
     if isinstance(name_or_placer, Placer):
         if options:
             raise ConfigError("options go with a placer name; give the placer instance its "
