@@ -578,6 +578,7 @@ def _unchecked_split_notes(report: PlacementReport, cluster: Cluster, cost_model
     could tell. (From estimates, ``auto`` applies no split there, and the estimates note
     says the rest.)"""
     if (checked or cost_model.estimates or not _cpus_here(cluster)
+            or any(d.kind != "CPU" for d in cluster.devices)
             or len(set(report.assignment.values())) < 2):
         return ()
     return (f"the applied placement splits the graph over this machine's CPUs on a predicted "
