@@ -1,4 +1,6 @@
-"""Checking the numbers a config takes: one rule for every placer's settings.
+"""Checking what a config takes: one rule for every placer's settings (numbers, counts,
+seconds, names, directories) and for making a placer's config from its constructor's
+arguments (:func:`make_config`).
 
 A setting given as text (``--placer_option=learning_rate=x`` reaches a config as a string only
 if parsing let it through), as a bool (``True`` is an int to Python) or as ``inf``/``nan``

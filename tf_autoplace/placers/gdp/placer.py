@@ -45,7 +45,8 @@ import time
 import numpy as np
 
 from tf_autoplace.core.problem import PlacementProblem
-from tf_autoplace.core.settings import check_int, check_names, check_seconds, plain_numbers
+from tf_autoplace.core.settings import (check_directory, check_int, check_names, check_seconds,
+                                        plain_numbers)
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.heuristics import HEURISTICS
 from tf_autoplace.learning.checkpoints import CONFIG_FILE, WEIGHTS_FILE
@@ -106,9 +107,7 @@ class GdpConfig:
         check_int("max_steps", self.max_steps, low=0)
         check_names("heuristics", self.heuristics, sorted(HEURISTICS), "heuristics")
         check_int("workers", self.workers, low=1)
-        if self.policy_dir is not None and not (isinstance(self.policy_dir, str)
-                                                and self.policy_dir):
-            raise ConfigError(f"policy_dir must be None or a directory, got {self.policy_dir!r}")
+        check_directory("policy_dir", self.policy_dir)
         self.ppo_config(0)  # the fine-tuning settings, checked by PPOConfig
 
     @property

@@ -76,7 +76,7 @@ import tensorflow as tf
 
 from tf_autoplace.core.problem import PlacementProblem
 from tf_autoplace.core.registry import HEURISTICS
-from tf_autoplace.core.settings import (check_names, check_number,
+from tf_autoplace.core.settings import (check_directory, check_names, check_number,
                                         check_seconds, plain_numbers)
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.learning.adam import KerasAdam
@@ -184,9 +184,7 @@ class HDPConfig:
         check_number("memory_penalty", self.memory_penalty, low=0)
         for name in POLICY_WIDTHS:
             _positive_int(name, getattr(self, name))
-        if self.policy_dir is not None and not (isinstance(self.policy_dir, str)
-                                                and self.policy_dir):
-            raise ConfigError(f"policy_dir must be None or a directory, got {self.policy_dir!r}")
+        check_directory("policy_dir", self.policy_dir)
 
     @property
     def rate(self) -> float:
