@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-from tf_autoplace.errors import ConfigError
+from tf_autoplace.errors import ConfigError, WorkerError
 from tf_autoplace.heuristics import BestHeuristicPlacer
 from tf_autoplace.learning.rollouts import Evaluator
 from tf_autoplace.learning.workers import InProcessPool, check_ray_address, worker_pool
@@ -209,6 +209,16 @@ def test_post_places_the_same_on_ray_as_in_process(local_ray):
                             ray_address=ray_address, heuristics=())
         runs.append((placer.place(problem, seed=0).devices.tolist(), placer.stats["curve"]))
     assert runs[0] == runs[1] and len(runs[0][1]) > 1
+
+
+def test_a_ray_worker_that_cannot_set_up_is_a_worker_error(local_ray):
+    # Ray's own ActorDiedError came out of the pool (a machine of the cluster with another
+    # tf_autoplace, or without an extra, fails to build the workers' context).
+    # (A setup that fails wherever it runs: int() of text; the actors import only what the
+    # pool pickles, so the test module's own functions would fail for another reason.)
+    with pytest.raises(WorkerError, match=r"could not set up its work \(.*invalid literal for "
+                                          r"int.*same tf_autoplace version"):
+        worker_pool(int, ("not a number",), workers=1, ray_address="auto")
 
 
 def test_more_workers_than_the_ray_cluster_has_cpus_is_a_config_error(local_ray):

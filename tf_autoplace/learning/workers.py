@@ -244,7 +244,14 @@ class RayPool(WorkerPool):
             self.close()
             raise WorkerError(f"{workers - len(ready)} of {workers} Ray workers did not start "
                               f"within {start_timeout_s:g} s on the cluster at {address!r}")
-        ray.get(ready)  # a context that failed to build raises here
+        try:
+            ray.get(ready)  # a context that failed to build raises here
+        except ray.exceptions.RayError as e:  # the actor died in its constructor
+            self.close()
+            first = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+            raise WorkerError(f"a Ray worker on the cluster at {address!r} could not set up "
+                              f"its work ({first}); every machine of the cluster needs the "
+                              "same tf_autoplace version and extras as this one") from e
 
     def pids(self) -> list[int]:
         """The process id of each actor now."""
