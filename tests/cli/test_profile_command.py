@@ -74,6 +74,7 @@ def test_the_cluster_gets_the_send_cost_and_the_cores_the_profile_measured(profi
     assert [d.name for d in cluster.devices] == [d.name for d in host.devices]
 
 
+@pytest.mark.slow  # seconds: profiles a graph in a process of its own
 def test_a_graph_of_unknown_batch_size_is_profiled_with_the_feed_shape_given(
         tmp_path, run_scripts, write_proto):
     write_proto(tmp_path / "free.pb", free_batch_graph().as_graph_def())

@@ -318,6 +318,7 @@ def test_every_server_ends_when_its_parent_is_killed(tmp_path):
     assert not _alive(pids)
 
 
+@pytest.mark.slow  # seconds: starts the command and its servers in processes of their own
 def test_serve_local_writes_the_spec_serves_and_ends_everything_on_sigterm(tmp_path):
     spec = tmp_path / "cluster.pbtxt"
     command = subprocess.Popen(

@@ -61,6 +61,7 @@ except WorkerError as e:
 """
 
 
+@pytest.mark.slow  # seconds: spawns worker processes that import TensorFlow
 def test_a_script_without_a_main_guard_gets_a_worker_error_not_a_hang(tmp_path, repo_root):
     # spawn runs the main script again in each worker, which fails there; the parent was left
     # writing the problem into the dead worker's start-up pipe, forever.
