@@ -381,8 +381,8 @@ class AutoplaceSettings:
 
         if not _enabled(self.placer) and not self.placement:
             raise ConfigError(f"placer {self.placer!r} means autoplacement is off")
-        if self.budget_s is not None and not (isinstance(self.budget_s, (int, float))
-                                              and self.budget_s >= 0):
+        if self.budget_s is not None and (isinstance(self.budget_s, bool) or not (
+                isinstance(self.budget_s, (int, float)) and self.budget_s >= 0)):
             raise ConfigError(f"budget_s must be >= 0 seconds, got {self.budget_s!r}")
         check_ray_address(self.ray_address)
         if self.verify:

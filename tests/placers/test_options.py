@@ -123,3 +123,12 @@ def test_a_placer_class_and_a_bad_budget_to_get_placer_are_named():
     for bad in ("x", -5, True):
         with pytest.raises(ConfigError, match="budget_s must be None or a number >= 0"):
             get_placer("m_etf", budget_s=bad)
+
+
+def test_the_flag_doors_settings_check_the_budget_as_every_door_does():
+    # AutoplaceSettings took budget_s=True (a bool is an int to Python) as one second.
+    from tf_autoplace import flags as ap_flags
+    from tf_autoplace.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="budget_s must be >= 0 seconds, got True"):
+        ap_flags.AutoplaceSettings(placer="m_etf", cluster="k80x2", budget_s=True)
