@@ -310,10 +310,34 @@ def test_plausible_mistakes_with_the_constructors_are_typed_errors(tmp_path):
                                                                   "string"),
         (lambda: Device("/device:CPU:0", "CPU", 1, model=3), "model 3; must be a string"),
         (lambda: Cluster.from_file(3), "path must be a str or os.PathLike, got int 3"),
+        (lambda: Cluster.uniform(two, core_groups=5), "core_groups must be .* got 5"),
+        (lambda: Cluster.from_text(None), "from_text takes a spec's text, got NoneType"),
+        (lambda: Cluster.from_text(123), r"got int \(a file's path: Cluster.from_file\)"),
+        (lambda: Cluster.from_proto("k80x2"), "from_proto takes a ClusterSpec message, got str"),
     ]
     for make, message in cases:
         with pytest.raises(ClusterSpecError, match=message):
             make()
+
+
+def test_device_indices_and_kinds_of_the_wrong_form_are_typed_errors():
+    # Each was a raw IndexError or ValueError, or (kinds as one string) a mask of nothing.
+    cluster = shipped_cluster("k80x2")
+    cases = [
+        (lambda: cluster.task_of(99), r"a device index is an int in \[0, 3\), got 99"),
+        (lambda: cluster.link_class(0, 99), "got 99"),
+        (lambda: cluster.task_of(True), "got True"),
+        (lambda: cluster.subset(["a"]), r"distinct device indices in \[0, 3\), got \['a'\]"),
+        (lambda: cluster.subset([[0, 1]]), "distinct device indices"),
+        (lambda: cluster.kind_mask("GPU"), r"such as \['GPU'\], got the string 'GPU'"),
+    ]
+    for make, message in cases:
+        with pytest.raises(ClusterSpecError, match=message):
+            make()
+    assert cluster.task_of(np.int64(1)) is None and cluster.link_class(0, 1) == ""
+    np.testing.assert_array_equal(cluster.kind_mask(["GPU"]), [[True, True, False]])
+    spec_bytes = text_format.MessageToString(cluster.to_proto()).encode()
+    assert Cluster.from_text(spec_bytes).names == cluster.names  # a spec's text as bytes
 
 
 def test_a_huge_number_of_logical_cpus_is_refused_before_any_is_built():

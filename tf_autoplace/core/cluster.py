@@ -367,10 +367,12 @@ class Cluster:
     # --------------------------------------------------------------------------- accessors
     @property
     def num_devices(self) -> int:
+        """How many devices the cluster has (D)."""
         return len(self.devices)
 
     @property
     def names(self) -> tuple[str, ...]:
+        """The devices' names, in device order (index i is device i)."""
         return tuple(d.name for d in self.devices)
 
     @property
@@ -390,14 +392,30 @@ class Cluster:
         out.setflags(write=False)
         return out
 
+    def _device(self, device) -> int:
+        """``device`` as a device index; ClusterSpecError unless it is an int in [0, D)."""
+        if isinstance(device, bool) or not isinstance(device, (int, np.integer)) \
+                or not 0 <= device < self.num_devices:
+            raise ClusterSpecError(f"a device index is an int in [0, {self.num_devices}), got "
+                                   f"{device!r}")
+        return int(device)
+
     def task_of(self, device: int) -> Task | None:
-        """The task device ``device`` (an index) lives on; None without tasks."""
-        k = int(self.device_tasks[device])
+        """The task device ``device`` (an index) lives on; None without tasks.
+
+        Raises:
+          ClusterSpecError: ``device`` is not a device index of this cluster.
+        """
+        k = int(self.device_tasks[self._device(device)])
         return self.tasks[k] if k >= 0 else None
 
     def link_class(self, i: int, j: int) -> str:
         """The class of the link from device ``i`` to device ``j``: ``"task"``, ``"host"`` or
-        ``"network"`` (:func:`tf_autoplace.core.tasks.link_class`); "" without tasks."""
+        ``"network"`` (:func:`tf_autoplace.core.tasks.link_class`); "" without tasks.
+
+        Raises:
+          ClusterSpecError: ``i`` or ``j`` is not a device index of this cluster.
+        """
         a, b = self.task_of(i), self.task_of(j)
         return link_class(a, b) if a is not None else ""
 
@@ -432,7 +450,15 @@ class Cluster:
         return np.array([d.memory_bytes for d in self.devices], dtype=np.int64)
 
     def kind_mask(self, kinds: Sequence[str]) -> np.ndarray:
-        """[len(kinds), D] bool: device d is of kind ``kinds[k]``."""
+        """[len(kinds), D] bool: device d is of kind ``kinds[k]``.
+
+        Raises:
+          ClusterSpecError: ``kinds`` is one string (``"GPU"`` would be read as the kinds
+            "G", "P" and "U", and match nothing) rather than a sequence of them.
+        """
+        if isinstance(kinds, (str, bytes)):
+            raise ClusterSpecError(f"kinds must be a sequence of device kinds, such as "
+                                   f"[{kinds!r}], got the string {kinds!r}")
         return np.array([[d.kind == k for d in self.devices] for k in kinds], dtype=bool)
 
     def reference_device(self, kind: str) -> int | None:
@@ -527,9 +553,17 @@ class Cluster:
             core_groups=())
 
     def subset(self, indices: Sequence[int]) -> "Cluster":
-        """The cluster of the devices ``indices`` (in that order) with their links."""
-        idx = np.asarray(indices, dtype=np.int64)
-        if len(idx) == 0 or len(set(idx.tolist())) != len(idx) or idx.min() < 0 or \
+        """The cluster of the devices ``indices`` (in that order) with their links.
+
+        Raises:
+          ClusterSpecError: ``indices`` are not distinct device indices of this cluster.
+        """
+        try:
+            idx = np.asarray(indices, dtype=np.int64)
+        except (TypeError, ValueError) as e:
+            raise ClusterSpecError(f"a subset needs distinct device indices in "
+                                   f"[0, {self.num_devices}), got {indices!r}") from e
+        if idx.ndim != 1 or len(idx) == 0 or len(set(idx.tolist())) != len(idx) or idx.min() < 0 or \
                 idx.max() >= self.num_devices:
             raise ClusterSpecError(f"a subset needs distinct device indices in "
                                    f"[0, {self.num_devices}), got {idx.tolist()}")
@@ -569,9 +603,13 @@ class Cluster:
                                    + (" (one device: give [device])"
                                       if isinstance(devices, Device) else ""))
         _check_device_count(len(devices))
-        if isinstance(core_groups, (str, bytes)):
+        try:
+            if isinstance(core_groups, (str, bytes)):
+                raise TypeError
+            core_groups = tuple(core_groups)
+        except TypeError:
             raise ClusterSpecError(f"core_groups must be (name, cores) pairs, got "
-                                   f"{core_groups!r}")
+                                   f"{core_groups!r}") from None
         d = len(devices)
         return cls(devices=tuple(devices), bandwidth=np.full((d, d), bandwidth_gbps * 1e9),
                    latency=np.full((d, d), latency_us * 1e-6), op_overhead_s=op_overhead_us * 1e-6,
@@ -579,6 +617,20 @@ class Cluster:
 
     @classmethod
     def from_proto(cls, spec: cluster_pb2.ClusterSpec) -> "Cluster":
+        """The cluster a parsed ``ClusterSpec`` message describes (``proto/cluster.proto``;
+        the shipped specs in ``tf_autoplace/clusters/`` are examples).
+
+        Args:
+          spec: a ``tf_autoplace.proto.cluster_pb2.ClusterSpec``.
+
+        Raises:
+          ClusterSpecError: ``spec`` is not a ClusterSpec, or what it says is not a cluster
+            (no devices, a malformed device, link or core group), named.
+        """
+        if not isinstance(spec, cluster_pb2.ClusterSpec):
+            raise ClusterSpecError(f"from_proto takes a ClusterSpec message, got "
+                                   f"{type(spec).__name__} (a spec's text: Cluster.from_text; "
+                                   "a spec file: Cluster.from_file)")
         devices = []
         for ds in spec.device:
             kwargs = dict(name=ds.name, kind=ds.kind, memory_bytes=ds.memory_bytes,
@@ -715,7 +767,18 @@ class Cluster:
 
     @classmethod
     def from_text(cls, text: str) -> "Cluster":
-        """Parse a text-format ``ClusterSpec``."""
+        """The cluster a text-format ``ClusterSpec`` describes (what a spec file holds).
+
+        Args:
+          text: the spec's text (str, or UTF-8 bytes).
+
+        Raises:
+          ClusterSpecError: ``text`` is not text, does not parse as a ClusterSpec, or what it
+            says is not a cluster, named.
+        """
+        if not isinstance(text, (str, bytes)):
+            raise ClusterSpecError(f"from_text takes a spec's text, got {type(text).__name__} "
+                                   "(a file's path: Cluster.from_file)")
         try:
             spec = text_format.Parse(text, cluster_pb2.ClusterSpec())
         except (text_format.ParseError, _pb_message.DecodeError) as e:
@@ -797,6 +860,7 @@ class Cluster:
                            core_groups=[(HOST_CORE_GROUP, group_cores)])
 
     def to_proto(self) -> cluster_pb2.ClusterSpec:
+        """The cluster as a ``ClusterSpec`` message (what :meth:`from_proto` reads back)."""
         spec = cluster_pb2.ClusterSpec(op_overhead_us=self.op_overhead_s * 1e6)
         for d in self.devices:
             spec.device.add(name=d.name, kind=d.kind, memory_bytes=d.memory_bytes, speed=d.speed,
