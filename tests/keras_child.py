@@ -449,6 +449,11 @@ def errors():
         "verify": lambda: tf_autoplace.autoplace(keras3_model(), verify=15, **PLACE),
         # the Keras door's own function: Python's TypeError (an unexpected keyword argument)
         "verify_model": lambda: tk.autoplace_model(keras3_model(), verify=15, **PLACE),
+        # feeds of measured graph steps: dropped without a word
+        "measure_feeds": lambda: tf_autoplace.autoplace(keras3_model(), measure_feeds={},
+                                                        **PLACE),
+        "measure_feeds_model": lambda: tk.autoplace_model(keras3_model(), measure_feeds={},
+                                                          **PLACE),
         # another feature size than the model's and the batch's: refused before Keras traces
         "input_spec": lambda: fit_with_spec((tf.TensorSpec([None, 17]),
                                              tf.TensorSpec([None, 1]))),

@@ -341,6 +341,8 @@ def test_a_function_places_with_the_profile_of_its_graph(tmp_path):
     assert report.assignment == placed.report.assignment
     with pytest.raises(tf_autoplace.ConfigError, match="measure_steps is for graphs"):
         tf_autoplace.autoplace(step, cluster="local", cost_profile=path, measure_steps=15)
+    with pytest.raises(tf_autoplace.ConfigError, match="measure_feeds feeds the steps"):
+        tf_autoplace.autoplace(step, cluster="local", placer="m_etf", measure_feeds={})
 
 
 def test_a_live_graph_is_not_imported_again_and_a_graph_def_is(monkeypatch):

@@ -145,6 +145,8 @@ def test_tf_keras_predict_joins_the_batches_of_an_execution(child):
     ("not_a_model", "expected a Keras 3 or tf_keras Model"),
     ("verify", "a Keras model is timed by fitting it"),
     ("verify_model", "a Keras model is timed by fitting it"),
+    ("measure_feeds", "a Keras model is timed by fitting it"),
+    ("measure_feeds_model", "a Keras model is timed by fitting it"),
     ("input_spec", "does not fit the model's first train batch"),
     ("absent_devices", "device:GPU:0, /job:localhost/replica:0/task:0/device:GPU:1) and soft "
                        "device placement is off"),

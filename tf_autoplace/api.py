@@ -101,7 +101,7 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
         unknown_dim=1 if unknown_dim is None else unknown_dim, cache=cache, progress=progress,
         measure_steps=measure_steps, measure_feeds=measure_feeds, verify=verify)
     if keras.is_keras_model(graph):
-        keras.refuse_measuring(verify, measure_steps, cost_profile)
+        keras.refuse_measuring(verify, measure_steps, cost_profile, measure_feeds)
         return keras.place_model(graph, options, unknown_dim_given=unknown_dim is not None)
     if tf2.is_function(graph):
         if verify:

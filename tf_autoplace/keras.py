@@ -547,7 +547,8 @@ def autoplace_model(model, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *
                     cost_model: CostModel | None = None, unknown_dim: int | None = None,
                     budget_s: float | None = None, ray_address: str | None = None,
                     policy=None, cache=False, progress=True, cost_profile=None,
-                    measure_steps: int = 0, verify: int = 0) -> KerasPlacement:
+                    measure_steps: int = 0, measure_feeds=None,
+                    verify: int = 0) -> KerasPlacement:
     """Make ``model.fit``, ``evaluate`` and ``predict`` run placed functions (module doc).
 
     Call it after ``model.compile(...)`` and before ``fit``; the placement happens on the
@@ -565,7 +566,7 @@ def autoplace_model(model, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *
         would trace it (module doc).
       unknown_dim: elements counted per free dimension in the cost model; None: the first
         batch's size.
-      cost_profile, measure_steps, verify: refused with a ConfigError that says how a Keras
+      cost_profile, measure_steps, measure_feeds, verify: refused with a ConfigError that says how a Keras
         model is timed (they are for graphs; taken here so that the refusal is the same as
         ``autoplace(model, ...)``'s, not Python's TypeError).
 
@@ -578,7 +579,7 @@ def autoplace_model(model, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *
         range. Errors of the placement itself come from the first ``fit``/``evaluate``/
         ``predict`` batch, and leave the model's variables as they were.
     """
-    refuse_measuring(verify, measure_steps, cost_profile)
+    refuse_measuring(verify, measure_steps, cost_profile, measure_feeds)
     options = PlaceOptions.make(
         placer=placer, cluster=cluster, seed=seed, budget_s=budget_s, ray_address=ray_address,
         policy=policy, grouping=grouping, cost_model=cost_model,
@@ -588,12 +589,13 @@ def autoplace_model(model, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *
                        unknown_dim_given=unknown_dim is not None)
 
 
-def refuse_measuring(verify, measure_steps, cost_profile) -> None:
-    """ConfigError when any of ``verify``, ``measure_steps`` or ``cost_profile`` is given: they
-    run or time a graph's step, and a Keras model is timed by fitting it."""
-    if verify or measure_steps or cost_profile is not None:
-        raise ConfigError("verify, measure_steps and cost_profile are for graphs; a Keras "
-                          "model is timed by fitting it")
+def refuse_measuring(verify, measure_steps, cost_profile, measure_feeds=None) -> None:
+    """ConfigError when any of ``verify``, ``measure_steps``, ``measure_feeds`` or
+    ``cost_profile`` is given: they run or time a graph's step, and a Keras model is timed by
+    fitting it."""
+    if verify or measure_steps or cost_profile is not None or measure_feeds is not None:
+        raise ConfigError("verify, measure_steps, measure_feeds and cost_profile are for "
+                          "graphs; a Keras model is timed by fitting it")
 
 
 def place_model(model, options: PlaceOptions, *, input_spec=None,

@@ -717,6 +717,9 @@ def place_function(fn, args, kwargs, options: PlaceOptions, *, runs_here: bool =
         raise ConfigError("measure_steps and verify are for graphs: time a placed function by "
                           "calling it, or profile it (tf_autoplace.hw.profiler.profile_ops("
                           "Workload.from_function(fn, *args))) and give cost_profile")
+    if options.measure_feeds is not None:  # what measured graph steps are fed: none here
+        raise ConfigError("measure_feeds feeds the steps measure_steps times, which are for "
+                          "graphs: a placed function is called with its own arguments")
     cf = _concrete_function(fn, args, kwargs)
     _check_captures_last(cf)  # before the search, not after it
     cluster = options.resolved_cluster()
