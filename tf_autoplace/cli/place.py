@@ -169,7 +169,7 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
                               "placer's search; --placement applies a saved placement without "
                               "one")
         if save_policy and (placement or not registry.accepts(placer, "policy")):
-            # (known before the search, which used to run to its end first)
+            # (checked before the search, so the run fails at once, not after a whole search)
             raise ConfigError(f"--save_policy keeps the policy a learned placer fine-tuned "
                               f"({', '.join(registry.able('policy'))}); "
                               + ("--placement applies a saved placement" if placement

@@ -4,12 +4,12 @@ tf_autoplace/pretrained, and write its manifest.
     tf-autoplace train-placeto
 
 With no flags it reproduces the shipped policy (tf_autoplace/pretrained/placeto_d2, rewritten in
-place; about 20 minutes on 2 cores once the families are built, 7 of them searching): 32 graphs
-of the NMT family on the K80 x2 cluster, the first 16 for training, and the imitation objective
-with the settings its manifest records (``tests/cli/test_train_placeto.py`` checks that the
-defaults and the manifest's command both give those settings). Add ``--cache_dir=DIR`` to keep
-the built graphs for the next run. Builds the graph families (Placeto A.3; the first half of
-each family trains, the rest is held out) and trains with one of two objectives:
+place; it takes tens of minutes once the families are built): 32 graphs of the NMT family on
+the K80 x2 cluster, the first 16 for training, and the imitation objective with the settings
+its manifest records (``tests/cli/test_train_placeto.py`` checks that the defaults and the
+manifest's command both give those settings). Add ``--cache_dir=DIR`` to keep the built
+graphs for the next run. Builds the graph families (Placeto A.3; the first half of each family
+trains, the rest is held out) and trains with one of two objectives:
 
 - ``imitation`` (tf_autoplace.placers.placeto.imitation, the default): the placer's own search from scratch
   runs on every training graph (``--target_samples`` placements each, ``--workers``

@@ -18,11 +18,11 @@ Validation comes first, before Grappler sees the graph: Grappler's C++ code assu
 TensorFlow accepts and may abort the whole process on one it does not (a ``Const`` without a
 ``value`` read by an ``Identity`` does). So the graph is imported into a scratch ``tf.Graph``
 with TensorFlow's own importer (op signatures, attr types, input counts and dtypes, static shape
-inference; about 1 s for an 8k-op graph), and every ``Const`` must hold the bytes its shape
-needs (TF checks that only when the kernel is built, at run time). Anything TensorFlow rejects
-is an :class:`InvalidGraphError` naming the node. A graph whose tensors add up to more than
-2**62 bytes (say a [2**31, 2**31] variable, which TF imports) fits no device and cannot be
-counted in int64: an :class:`InfeasiblePlacementError`.
+inference; its cost: docs/experiments.md, "Ingesting and costing large graphs"), and every
+``Const`` must hold the bytes its shape needs (TF checks that only when the kernel is built, at
+run time). Anything TensorFlow rejects is an :class:`InvalidGraphError` naming the node. A graph
+whose tensors add up to more than 2**62 bytes (say a [2**31, 2**31] variable, which TF imports)
+fits no device and cannot be counted in int64: an :class:`InfeasiblePlacementError`.
 
 Colocation (what TF's placer enforces and we must not split):
 - ``_class`` attrs ``loc:@name`` put a node in ``name``'s group;

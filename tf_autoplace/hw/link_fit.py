@@ -42,9 +42,10 @@ falls on every task alike.
 
 Between tasks a transfer is partly the sending process's gRPC work (on a core its ops need)
 and partly a wait that holds no core (the receiving process, the socket), which overlaps with
-the other transfers in flight: on an Inception-style CNN split over two local servers, the
-step grew by about 290 us per transfer with 124 transfers and 135 us with 1,000, and one
-latency on the sender's core that matched the one overpredicted the other by up to 1.85x. With
+the other transfers in flight: on a CNN split over two local servers, the step grows by less
+per transfer the more transfers a placement has, so one latency on the sender's core that
+matches the light placements overpredicts the heavy ones (docs/experiments.md, "Simulator
+against this machine: what moved the figures" has the measurements). With
 ``with_delay`` the fit chooses a pair (latency, :attr:`Cluster.delay
 <tf_autoplace.core.cluster.Cluster>`) from a grid of both, the one whose predictions of the
 moved placements match the measured steps best: for each delay the latency whose median
@@ -192,9 +193,10 @@ class LatencyFit:
         error over the fitted placements and the light split's :attr:`light_error_bound`. The
         fitted placements move 5-35% of the groups and are what the link figures were chosen
         to match; the placements a search keeps are light splits, which one latency for every
-        transfer priced 20% wrong on an LSTM whose heavy splits it matched within 2%, and one
-        light split's median is itself uncertain by its interval (10-20% wide over two local
-        servers): a split ``auto`` applies must be predicted to gain more than all of that."""
+        transfer can price far worse than the heavy splits it matches, and one light split's
+        median is itself uncertain by its interval, wide over two local servers
+        (docs/experiments.md, "Simulator against this machine: what moved the figures"): a
+        split ``auto`` applies must be predicted to gain more than all of that."""
         return max(self.median_error(self.predicted_s), self.light_error_bound or 0.0)
 
     def summary(self) -> str:

@@ -11,8 +11,9 @@ fidelity``) comes from :func:`measure_placements`:
    and one timed step, in an order shuffled per round: a load that comes and goes on a shared
    machine falls on every placement alike instead of on whichever ran at that moment, and the
    timed step follows its own placement's step, as in a training loop (a step that follows
-   other Sessions' finds the caches full of their tensors, and on graphs of small ops was up to
-   40% slower, by an amount that grew with the number of Sessions taking turns);
+   other Sessions' finds the caches full of their tensors, and on graphs of small ops runs
+   markedly slower, by an amount that grows with the number of Sessions taking turns;
+   docs/experiments.md, "Simulator against this machine: what moved the figures");
 3. each placement's figure is the median of its timed steps, with a 95% bootstrap interval of
    that median (:func:`median_interval`: the percentile interval of the medians of resampled
    steps);

@@ -23,11 +23,12 @@ it keep getting faster for about :data:`WARMUP_STEPS` more: TensorFlow's executo
 kernel of a new Session as "expensive" (an estimate of 10^8 cycles), sends expensive kernels to
 its thread pool instead of running them inline, and moves each kernel's estimate an eighth of
 the way towards its measured cost each time it runs, so a kernel of a few microseconds is
-inlined only after about 70 runs. On graphs of many small ops that is a quarter of the step; a
-training loop runs thousands of steps, so its steps are the settled ones. A Session therefore
-warms up for :data:`WARMUP_STEPS` steps, or fewer where those after its first
-:data:`SETUP_STEPS` would take more than ``warmup_s`` seconds: on a graph whose step takes that
-long, a kernel's dispatch is a vanishing share of it.
+inlined only after about 70 runs. On graphs of many small ops that is a large share of the step
+(docs/experiments.md, "Simulator against this machine: what moved the figures"); a training
+loop runs thousands of steps, so its steps are the settled ones. A Session therefore warms up
+for :data:`WARMUP_STEPS` steps, or fewer where those after its first :data:`SETUP_STEPS` would
+take more than ``warmup_s`` seconds: on a graph whose step takes that long, a kernel's dispatch
+is a vanishing share of it.
 
 The step time reported is the median of the timed steps: a shared machine has outliers, and the
 median ignores a few. Nothing here depends on the machine being quiet, but the figures do:

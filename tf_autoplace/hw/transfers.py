@@ -39,10 +39,11 @@ which is what the simulator charges (work on the group's cores); the median wall
 regressed the same way gives what one Send adds to a step (:attr:`SendFit.step_send_s`,
 reported beside it). The
 rounds come in :data:`LADDER_BLOCKS` blocks, each fitted on its own, and the fit keeps the
-median of the blocks' slopes: a ladder step takes a millisecond, and on this shared machine
-its speed and the cores it gets change from one tenth of a second to the next (one fit's
-blocks ranged from 5.0 to 11.1 us a Send; a whole fit once came out at 10.6 us where others
-gave 4-6 us), while the median of five blocks stayed between 4.8 and 6.2 us over five fits.
+median of the blocks' slopes: a ladder step is short, and on a shared machine its speed and the
+cores it gets change from one tenth of a second to the next, so one block, or one fit over all
+rounds, can land far from the others, while the median of the blocks stays steady from fit to
+fit (docs/experiments.md, "Simulator against this machine: what moved the figures" has the
+measurements).
 The simulator charges the work as the link latency between two devices of a core group
 (:func:`profile_send_costs`; ``tf-autoplace profile --out_cluster`` writes it).
 """

@@ -30,13 +30,14 @@ with bootstrap intervals, the load recorded), and :func:`decide` picks the one t
 
 Why the second set of sessions: an interval covers the noise of steps within one Session, not
 the difference between Sessions. Two Sessions of the *same* placement, interleaved in one
-process, can run persistently apart (the executor's inline-kernel choices, where buffers land):
-on this 2-core machine, with 0.3 ms steps under other work, the two were told apart in 8 of 20
-A/A runs, and one verification in about 30 applied a split that was slower in later sessions.
-A gain seen in two independent pairs of Sessions that each agree is not one Session's luck: in a
-model where the Session effect is any multiple of the step noise, an A/A candidate passes at
-most about 2% of the time (one set of sessions alone: up to 40%). The cost is paid only when a
-split is about to be applied.
+process, can run persistently apart (the executor's inline-kernel choices, where buffers land),
+so an A/A test of short steps under other work often tells them apart, and a verification with
+one set of sessions now and then applies a split that later sessions time slower. A gain seen in two
+independent pairs of Sessions that each agree is not one Session's luck: in a model where the
+Session effect is any multiple of the step noise, an A/A candidate passes both sets far less
+often than it passes one (docs/experiments.md, "Simulator against this machine: what moved the
+figures" has the measurements and the model's figures). The cost is paid only when a split is
+about to be applied.
 
 The decision reads only measured figures; the predictions ride along for the report.
 """

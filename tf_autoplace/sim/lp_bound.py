@@ -38,12 +38,13 @@ ends no later than ``M - q_i``. So the point is feasible and the LP optimum is a
 Rows dropped as unable to bind change nothing once the result is maxed with the other bounds:
 with ``T`` raised to them every dropped row holds.
 
-Measured on the zoo and kept out (``docs/experiments.md``): precedence rows with completion
-times per op (``C_i >= C_j + sum_K t[i, K] x``) add under 0.01% over the path rows above at 10x
-the solve time; per-device variables with linearised transfer terms (``y_e >= x[c(j), d] -
-x[c(i), d]``) add nothing, because averaging an LP solution over permutations of identical
-devices gives an equally good one in which every transfer inside a class is free, which is the
-class LP; windows of ops with large heads and tails add nothing over the path with transfers.
+Measured on the zoo and kept out (``docs/experiments.md``, "Lower bounds: what was tried"):
+precedence rows with completion times per op (``C_i >= C_j + sum_K t[i, K] x``) add next to
+nothing over the path rows above at many times the solve time; per-device variables with
+linearised transfer terms (``y_e >= x[c(j), d] - x[c(i), d]``) add nothing, because averaging
+an LP solution over permutations of identical devices gives an equally good one in which every
+transfer inside a class is free, which is the class LP; windows of ops with large heads and
+tails add nothing over the path with transfers.
 
 Proof of the number reported
 ----------------------------

@@ -44,8 +44,9 @@ operation type, output shape, adjacent node ids)".)
 - **The heuristic's placement as a hint** (``hint=True``; our addition, off in the paper's
   model). The paper's policy places from nothing ("GDP does not rely on any initial feasible
   placement"). On our simulator that costs more than the budget here can pay: a placement
-  drawn group by group from a fresh policy is 2-5x slower than the best fast heuristic's, and
-  PPO from there first learns to put everything on one device. With the hint, each group also
+  drawn group by group from a fresh policy is several times slower than the best fast
+  heuristic's, and PPO from there first learns to put everything on one device
+  (docs/experiments.md, "GDP" has the measurements). With the hint, each group also
   reads which action device the best fast heuristic (:class:`BestHeuristicPlacer`) puts it on,
   and groups never straddle two of its devices (:func:`tf_autoplace.grouping.heuristic.heuristic_grouping`),
   so a policy can copy the heuristic exactly and learn where to depart from it. The hint comes

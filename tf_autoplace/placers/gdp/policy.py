@@ -54,10 +54,11 @@ whole graph placement at once", section 2).
    addition, see the feature module): ``w . relu(A y_v + B f_d + hint[v, d] u) + b +
    keep * hint[v, d]``, with ``u`` and ``keep`` learned and ``keep`` starting at
    :data:`KEEP_INIT`: a fresh policy draws placements close to the heuristic's (a policy that
-   started uniform spent its first hundred updates learning to copy the hint, while its samples
-   were 1.2-7x slower than the heuristic). The embedding reads the hint too: each group's
-   input features get the features of its hint device (``hint @ device``) and a 1 if it has
-   one, so after message passing a group knows where its producers and consumers are placed.
+   starts uniform spends its first updates learning to copy the hint, while its samples are far
+   slower than the heuristic's; docs/experiments.md, "GDP" has the measurements). The embedding
+   reads the hint too: each group's input features get the features of its hint device
+   (``hint @ device``) and a 1 if it has one, so after message passing a group knows where its
+   producers and consumers are placed.
    Without that the network cannot tell a group at the border of two devices' parts from one
    deep inside a part, and the moves a search makes (mostly at such borders) cannot be learned.
 

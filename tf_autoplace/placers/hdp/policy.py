@@ -60,14 +60,15 @@ op (TF's CPU kernel, gradient included): the encoder, and the decoder when it sc
 already sampled (teacher forcing: its inputs are the devices those placements chose), with the
 attention of all N steps as one batched product. Only sampling runs step by step (a
 ``tf.scan``), because the device drawn at step t is the decoder's input at step t + 1; it needs
-no gradient. The gradient of a ``tf.scan`` over 256 steps cost ten times its forward pass and
-dominated an update. The attention is placed after the decoder cell (its output, not its
-input, reads the context), which is what lets the teacher-forced decoder run fused; its score
-is multiplicative, ``score_j = (W_d h_t + b_d) . (W_e e_j + b_e)``, a content-based score like
-the paper's [2] (Bahdanau's additive one), computed for all steps at once. The functions are
-``tf.function`` graphs traced once per architecture and process
-(:mod:`tf_autoplace.learning.shared_trace`), not XLA-compiled: XLA did not run these loops
-faster on 2 cores and took about four times as long to compile.
+no gradient. The gradient of a ``tf.scan`` over 256 steps costs many times its forward pass and
+dominated an update (docs/experiments.md, "HDP"). The attention is placed after the decoder
+cell (its output, not its input, reads the context), which is what lets the teacher-forced
+decoder run fused; its score is multiplicative,
+``score_j = (W_d h_t + b_d) . (W_e e_j + b_e)``, a content-based score like the paper's [2]
+(Bahdanau's additive one), computed for all steps at once. The functions are ``tf.function``
+graphs traced once per architecture and process (:mod:`tf_autoplace.learning.shared_trace`),
+not XLA-compiled: XLA did not run these loops faster on CPU and took far longer to compile
+(docs/experiments.md, "HDP").
 """
 
 from __future__ import annotations

@@ -98,20 +98,21 @@ def _positive_int(name: str, value, *, allow_none: bool = False) -> None:
 @dataclasses.dataclass(frozen=True)
 class HDPConfig:
     """Attributes:
-      budget_s: wall-time cap of the search (> 0). 600 s leaves the default sample count in
-        charge on the zoo's graphs on 2 cores (docs/experiments.md has the times).
+      budget_s: wall-time cap of the search (> 0). The default is well above the time the
+        default sample count takes on the zoo's graphs, so the count, not the clock, ends the
+        search (docs/experiments.md, "HDP", and BENCHMARKS.md have the times).
       max_samples: placements simulated (None: until ``budget_s``), in whole updates (the
         search stops after the update that reaches it). The default stops on this count, so
         the same seed gives the same placement; if the time cap stops the search first, the
         result depends on the machine's speed. At least one update always runs. 1,024 is 64
         updates of 16, where the paper ran 1,000 updates on 4 GPUs with real measurements; on
-        NMT-2 the best placement stopped improving after about 600.
+        NMT-2 the best placement stopped improving before the count ran out
+        (docs/experiments.md, "HDP").
       num_groups: N, groups the grouper assigns colocation groups to (the paper's M; 256).
       samples_per_update: K, placements sampled and simulated per policy update (module doc).
       learning_rate: Adam's rate (constant; the budget decides the length); None: 3e-3 from
-        the uniform start (on NMT-2, 1e-3, 3e-3 and 1e-2 ended within 1% of each other after
-        1,024 placements; one seed each; docs/experiments.md), 1e-3 from the heuristic start
-        (module doc).
+        the uniform start (on NMT-2 the rates tried ended close together; docs/experiments.md,
+        "HDP"), 1e-3 from the heuristic start (module doc).
       start: ``"heuristic"`` (from the best heuristic's placement) or ``"uniform"`` (the
         paper's fresh networks; module doc).
       start_sharpness: with the heuristic start, how much a unit prefers the group of its
@@ -287,9 +288,10 @@ def update(policy: HDPPolicy, optimizer, view: HDPView, batch: Samples,
     return float(loss)
 
 
-# Adam's rate while the placer is fitted to the hint. On NMT-8 (256 groups on 8 GPUs) 300 steps
-# at 3e-3 left a cross-entropy of 17 nats per placement (every sample put 2-7 groups off their
-# run's device and ran slower than the hint); at 1e-2 it reached 0.24.
+# Adam's rate while the placer is fitted to the hint. At 3e-3 the fit's steps leave the placer
+# far from the hint on NMT-8 (every sample puts some groups off their run's device and runs
+# slower than the hint); at 1e-2 it fits the hint closely (docs/experiments.md, "HDP" has the
+# measurements).
 FIT_RATE = 1e-2
 FIT_PHASE = "hdp: fitting the placer to the heuristic"  # the fit's progress label
 

@@ -32,9 +32,10 @@ No search when there is nothing to learn. When the movable groups have few place
 most ``max_samples``), every one is simulated and the best taken: exact, and no more samples
 than a search would spend. That covers one action device (a CPU-only machine, one GPU beside its
 host, any one-device spec: a single placement, where a policy has nothing to choose between)
-and tiny graphs (a 3-op graph took the search 114 s of policy updates to learn nothing). A start
-placement that already simulates at the lower bound (:func:`tf_autoplace.sim.lower_bound`) is
-not searched either: nothing can beat it. Step 4 runs in every case; step 5 does not (no policy
+and tiny graphs (where a search spends long on policy updates to learn nothing the enumeration
+does not find exactly; docs/experiments.md, "Placeto" has the measurement). A start placement
+that already simulates at the lower bound (:func:`tf_autoplace.sim.lower_bound`) is not
+searched either: nothing can beat it. Step 4 runs in every case; step 5 does not (no policy
 was fine-tuned, so ``trained_policy`` stays None and ``save_policy`` says so).
 
 With ``reward="measured"`` every placement the search scores, and the final comparison, is

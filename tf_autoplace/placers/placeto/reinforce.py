@@ -12,10 +12,10 @@ One training iteration, as in the paper's parameter-server setup:
    where ``G_t = sum_k gamma^k r_{t+k}`` is the return from step t and ``b_t`` the graph's
    **per-step baseline**: the mean of ``G_t`` over that graph's last k episodes (k = 10). The
    paper's return is undiscounted (gamma = 1, the default here). With intermediate rewards each
-   r_t is exactly the improvement action t made, and on our graphs one bad move can cost 20%
-   while a good one gains 1-3%, so the undiscounted G_t of an early step is mostly the noise of
-   the later moves; fine-tuning uses gamma = 0 (each action credited with its own
-   improvement);
+   r_t is exactly the improvement action t made, and on our graphs one bad move can cost many
+   times what a good one gains (docs/experiments.md, "Placeto"), so the undiscounted G_t of an
+   early step is mostly the noise of the later moves; fine-tuning uses gamma = 0 (each action
+   credited with its own improvement);
 2. the coordinator sums the workers' gradients (in worker order, so results are reproducible)
    and takes one Adam step; the learning rate and the entropy weight beta decay linearly.
 
@@ -86,8 +86,9 @@ class TrainConfig:
       discount: gamma in G_t = sum_k gamma^k r_{t+k}; 1 is the paper's undiscounted return.
       normalize_advantages: divide each step's advantage by the spread of that step's returns
         over the baseline window and the batch (see :func:`advantages`). Without it, the few
-        steps whose best action gains 2-3% every time are drowned by the steps where a bad
-        move can cost 20%; with it, every step's signal has the same scale.
+        steps whose best action gains a little every time are drowned by the steps where a bad
+        move costs many times that (docs/experiments.md, "Placeto"); with it, every step's
+        signal has the same scale.
       estimator: "reinforce" (sampled actions, the paper's) or "all_actions" (the expectation
         over every action of each visited step; needs ``discount = 0``, intermediate rewards
         and no advantage normalisation; see the module doc).

@@ -27,10 +27,10 @@ Choices where the paper is silent, garbled or written for its own testbed:
   per-op distributions (NMT-8 has 43k ops). Aligned groups can express the heuristic's
   placement exactly, and each lies on one device of a placement that fits memory, so none is
   too big for a device (plain Merge-and-Colocate of NMT-4 into 256 groups makes one group of
-  99.9% of the compute that needs 16.1 GB at peak, more than a K80 has: every sample was over
-  memory). 512 groups, not Placeto's 256: the aligned grouping of NMT-4 into 256 has one
-  group with 48% of the compute, which no placement of the groups can balance; into 512 the
-  largest holds 9.5% (docs/experiments.md has the measurements).
+  nearly all the compute, which needs more memory than a K80 has: every sample is over
+  memory). 512 groups, not Placeto's 256: the aligned grouping of NMT-4 into 256 still has one
+  group with a large share of the compute, which no placement of the groups can balance; into
+  512 the largest is small (docs/experiments.md, "Post" has the measurements).
   ``units="groups"`` takes the problem's own Merge-and-Colocate groups (regrouped into
   ``max_groups`` when it has more), ``units="ops"`` gives every TF colocation group its own
   table, the finest split that respects colocation: the paper's per-op model.
@@ -48,10 +48,10 @@ Choices where the paper is silent, garbled or written for its own testbed:
   cross-entropy step; Algorithm 1 as published is ``init="uniform", epsilon=0.1``. From the
   heuristic start over 512 units, 0.1 redraws about 51 units of every sample at random, so
   nearly every sample is worse than the start, the elite are the least damaged of them, and
-  the cross-entropy steps drift away from the start faster than they improve on it: on 12 of
-  the 16 zoo pairs the best sampled placement stayed slower than the heuristic's. With 0.02
-  (about 10 units redrawn per sample) the search improved on the best heuristic on all 16
-  (on NMT-8 by 0.07% only; docs/experiments.md).
+  the cross-entropy steps drift away from the start faster than they improve on it: on most
+  zoo pairs the best sampled placement stayed slower than the heuristic's. With 0.02 (about 10
+  units redrawn per sample) the search improved on the best heuristic on every pair, if barely
+  on some (docs/experiments.md, "Post" has the measurements).
 * **Score.** The paper gives an out-of-memory placement a large step time (100 s). Here every
   placement is scored with the memory-penalised runtime ``R = r + c * ReLU(m - M)`` (Placeto
   A.7) that all the learned placers here minimise: a constant makes every over-memory
