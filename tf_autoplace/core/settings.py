@@ -48,6 +48,12 @@ def check_number(name: str, value, *, low: float = -math.inf, high: float = math
                           f"{' ' + bounds if bounds else ''}, got {value!r}")
 
 
+def is_int(value) -> bool:
+    """Whether ``value`` is an integer: a Python or numpy one, not a bool (which Python counts
+    as one) or a numpy bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def check_int(name: str, value, *, low: int = 0, none_ok: bool = False) -> None:
     """Raise ConfigError unless ``value`` is an integer (a Python or numpy one; not a bool,
     which Python counts as one) >= ``low``, or None where ``none_ok``.
@@ -57,7 +63,7 @@ def check_int(name: str, value, *, low: int = 0, none_ok: bool = False) -> None:
     """
     if value is None and none_ok:
         return
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+    if not is_int(value) or value < low:
         raise ConfigError(f"{name} must be {'None or ' if none_ok else ''}an int >= {low}, "
                           f"got {value!r}")
 

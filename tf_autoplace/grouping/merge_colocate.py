@@ -64,6 +64,7 @@ import dataclasses
 import numpy as np
 
 from tf_autoplace.core.jit import cached_njit
+from tf_autoplace.core.settings import is_int
 from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
 from tf_autoplace.graph.opgraph import OpGraph
 
@@ -74,10 +75,6 @@ def _frozen_array(array, dtype, ndim: int) -> np.ndarray:
         raise ConfigError(f"expected an array with {ndim} dimension(s), got shape {out.shape}")
     out.setflags(write=False)
     return out
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,11 +91,11 @@ class GroupingConfig:
     cost_threshold_bytes: int | None = None
 
     def __post_init__(self):
-        if not _is_int(self.max_groups) or self.max_groups < 1:
+        if not is_int(self.max_groups) or self.max_groups < 1:
             raise ConfigError(
                 f"GroupingConfig.max_groups must be an int >= 1, got {self.max_groups!r}")
         c = self.cost_threshold_bytes
-        if c is not None and (not _is_int(c) or c < 0):
+        if c is not None and (not is_int(c) or c < 0):
             raise ConfigError(
                 f"GroupingConfig.cost_threshold_bytes must be None or an int >= 0, got {c!r}")
 
@@ -131,7 +128,7 @@ class Grouping:
         object.__setattr__(self, "labels", labels)
         object.__setattr__(self, "kernels", kernels)
         g = self.num_groups
-        if not _is_int(g) or g < 1:
+        if not is_int(g) or g < 1:
             raise ConfigError(f"Grouping.num_groups must be an int >= 1, got {g!r}")
         object.__setattr__(self, "num_groups", int(g))
         if len(labels) == 0:
@@ -171,7 +168,7 @@ class Grouping:
 
     def members(self, g: int) -> np.ndarray:
         """[m] int32: the ops of group ``g``, ascending."""
-        if not _is_int(g) or not 0 <= g < self.num_groups:
+        if not is_int(g) or not 0 <= g < self.num_groups:
             raise ConfigError(f"group id must be an int in [0, {self.num_groups}), got {g!r}")
         return self._order[self._starts[g]:self._starts[g + 1]]
 

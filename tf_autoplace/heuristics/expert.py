@@ -118,15 +118,12 @@ def _as_stages(layer_scopes) -> tuple[tuple[str, ...], ...]:
     return tuple(stages)
 
 
-def in_scope(name: str, scope: str) -> bool:
-    """Whether op ``name`` belongs to scope prefix ``scope`` (module docstring)."""
-    return name.startswith(scope) or "/" + scope in name or "update_" + scope in name
-
-
 def first_scope(names: Sequence[str], scopes: Sequence[str]) -> np.ndarray:
-    """[n] int64: for each op name, the index of the first of ``scopes`` it belongs to
-    (:func:`in_scope`), -1 for none. Scope by scope over the names still unmatched, with the
-    test written out: a call of :func:`in_scope` per op and scope costs more than the test."""
+    """[n] int64: for each op name, the index of the first of ``scopes`` it belongs to, -1 for
+    none. A name belongs to scope prefix ``scope`` when it starts with it, or contains
+    ``"/" + scope`` or ``"update_" + scope`` (module docstring). Scope by scope over the names
+    still unmatched, with the test written inline (a function call per op and scope would cost
+    more than the test)."""
     out = np.full(len(names), -1, np.int64)
     left = list(range(len(names)))
     for r, scope in enumerate(scopes):

@@ -17,11 +17,9 @@ import dataclasses
 import os
 from typing import Mapping, Sequence
 
-import numpy as np
-
 from tf_autoplace.core.cluster import Cluster, resolve_cluster
 from tf_autoplace.core.problem import Placer
-from tf_autoplace.core.settings import check_seconds
+from tf_autoplace.core.settings import check_seconds, is_int
 from tf_autoplace.cost import CostModel
 from tf_autoplace.errors import ConfigError, shown
 from tf_autoplace.grouping import GroupingConfig
@@ -31,10 +29,6 @@ from tf_autoplace.pipeline.cache import PlacementCache, as_cache
 from tf_autoplace.placers import DEFAULT_PLACER, get_placer
 
 MAX_SEED = 2**63 - 1  # a PlacementResult's seed is an int64
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -86,7 +80,7 @@ class PlaceOptions:
             raise ConfigError(f"placer must be a Placer, got {shown(self.placer)}")
         if not (isinstance(self.cluster, Cluster) or self.cluster == "local"):
             raise ConfigError(f"cluster must be a Cluster or 'local', got {shown(self.cluster)}")
-        if not (_is_int(self.seed) and 0 <= self.seed <= MAX_SEED):
+        if not (is_int(self.seed) and 0 <= self.seed <= MAX_SEED):
             raise ConfigError(f"seed must be an int in [0, 2**63 - 1], got {self.seed!r}")
         if not isinstance(self.grouping, GroupingConfig):
             raise ConfigError(f"grouping must be a GroupingConfig, got {shown(self.grouping)}")
@@ -99,18 +93,18 @@ class PlaceOptions:
                               f"{shown(self.cost_profile)}")
         if self.cost_profile is not None and self.cost_model is not None:
             raise ConfigError("give cost_model or cost_profile, not both")
-        if not (_is_int(self.unknown_dim) and self.unknown_dim >= 1):
+        if not (is_int(self.unknown_dim) and self.unknown_dim >= 1):
             raise ConfigError(f"unknown_dim must be an int >= 1, got {self.unknown_dim!r}")
         if self.cache is not None and not isinstance(self.cache, PlacementCache):
             raise ConfigError(f"cache must be a PlacementCache or None, got {shown(self.cache)}")
         if not isinstance(self.progress, Progress):
             raise ConfigError(f"progress must be a Progress, got {self.progress!r}")
-        if not (_is_int(self.measure_steps) and self.measure_steps >= 0):
+        if not (is_int(self.measure_steps) and self.measure_steps >= 0):
             raise ConfigError(f"measure_steps must be an int >= 0, got "
                               f"{self.measure_steps!r}")
         if self.measure_steps:
             check_steps(self.measure_steps, "measure_steps")
-        if not (_is_int(self.verify) and self.verify >= 0):
+        if not (is_int(self.verify) and self.verify >= 0):
             raise ConfigError(f"verify must be an int >= 0 (timed steps per candidate; 0: "
                               f"off), got {self.verify!r}")
         if self.verify:

@@ -198,18 +198,6 @@ def takes_budget(placer_or_class) -> bool:
     return _accepts(placer_or_class, "budget_s")
 
 
-def takes_ray_address(placer_or_class) -> bool:
-    """Whether a placer can simulate on a Ray cluster (the registry says it takes
-    ``ray_address``)."""
-    return _accepts(placer_or_class, "ray_address")
-
-
-def takes_policy(placer_or_class) -> bool:
-    """Whether a placer starts from a saved policy (``policy=``) and keeps the one it
-    fine-tuned (the registry says it takes ``policy``)."""
-    return _accepts(placer_or_class, "policy")
-
-
 def policy_placers() -> list[str]:
     """The names of the placers that start from a saved policy and keep the one they
     fine-tuned."""
@@ -221,5 +209,5 @@ __all__ = ["DEFAULT_PLACER", "PLACERS", "AutoConfig", "AutoPlacer", "BestHeurist
            "MemoryAwareETFPlacer", "MemoryAwareSCTPlacer", "MemoryAwareTopoPlacer", "MetisPlacer", "Placement",
            "PlacementProblem", "Placer", "PlacetoConfig", "PlacetoPlacer", "PostConfig",
            "PostPlacer", "RandomPlacer", "ReplicaDeviceSetterPlacer", "SavedPlacement", "SingleDevicePlacer", "check_memory",
-           "check_placement", "get_placer", "parse_options", "policy_placers", "takes_budget", "takes_policy",
-           "takes_ray_address", "validate"]
+           "check_placement", "get_placer", "parse_options", "policy_placers", "takes_budget",
+           "validate"]
