@@ -92,8 +92,16 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
       A :class:`PlacementReport`; for a function, the placed callable
       (:class:`tf_autoplace.tf2.PlacedFunction`, called like the function, report in its
       ``.report``); for a Keras model, its :class:`tf_autoplace.keras.KerasPlacement`
-      (reports in ``.reports`` once fit/evaluate/predict ran a batch). Raises an :class:`AutoplaceError` subclass on bad input or when no valid
-      placement is found; the graph is then left as it was.
+      (reports in ``.reports`` once fit/evaluate/predict ran a batch).
+
+    Raises:
+      AutoplaceError: a subclass naming the problem; the graph is then left as it was.
+        ``ConfigError``: settings out of range or that do not apply to this kind of input;
+        ``ClusterSpecError``: a cluster that cannot be read or resolved;
+        ``InvalidGraphError``: a graph that cannot be read or placed (a cycle, a device
+        annotation that names no device of the cluster, an unsupported construct);
+        ``InfeasiblePlacementError``: no placement that fits the devices' memory and kernels;
+        ``MeasurementError``: a step that ``measure_steps`` or ``verify`` could not run.
     """
     options = PlaceOptions.make(
         placer=placer, cluster=cluster, seed=seed, budget_s=budget_s, ray_address=ray_address,
@@ -132,8 +140,11 @@ def place_cost_graph(cost_graph, cluster=None, placer=DEFAULT_PLACER, seed: int 
       A :class:`PlacementReport` with the same figures as for a TF graph (step time, lower
       bounds, single-device baseline, per-device load and memory, timeline for
       ``write_chrome_trace`` / ``write_plot``); ``report.assignment`` (op name -> device) and
-      ``report.to_proto()`` are the placement. Raises an :class:`AutoplaceError` subclass on
-      bad input or when no valid placement is found.
+      ``report.to_proto()`` are the placement.
+
+    Raises:
+      AutoplaceError: a subclass naming the problem, as for :func:`autoplace`
+        (``InvalidGraphError`` for a cost graph that cannot be read or is not a DAG).
     """
     return engine.place_cost_graph(cost_graph, PlaceOptions.make(
         placer=placer, cluster=cluster, seed=seed, budget_s=budget_s, ray_address=ray_address,
@@ -147,8 +158,8 @@ def apply_placement(graph, placement, cluster=None, *,
 
     Args:
       graph: as for :func:`autoplace` (a ``tf.Graph`` is rewritten in place, atomically).
-      placement: a ``PlacementResult`` (``report.to_proto()``) or its file, binary or text
-        (``--placement_pb``).
+      placement: a ``PlacementResult`` (``report.to_proto()``), its serialized bytes, or its
+        file, binary, text or JSON (``--placement_pb``).
       cluster: the cluster it was made for (as for :func:`autoplace`); every device it names
         must be there.
       grouping, cost_model, unknown_dim: as for :func:`autoplace` (they shape the report's
@@ -157,10 +168,19 @@ def apply_placement(graph, placement, cluster=None, *,
     Ops are matched by position when the graph's fingerprint is the saved one (the same graph
     built again), else by name; ops the file does not name (the graph changed a little) are
     placed next to their neighbours, and the report's notes say how many
-    (:class:`tf_autoplace.placers.SavedPlacement`). A placement for another graph is an
-    :class:`InvalidGraphError` saying what does not match; one that breaks colocation, kernels
-    or memory an :class:`InfeasiblePlacementError`. Either way the graph is left as it was.
-    Returns the :class:`PlacementReport` (for a function, the placed callable).
+    (:class:`tf_autoplace.placers.SavedPlacement`).
+
+    Returns:
+      The :class:`PlacementReport` (for a function, the placed callable; for a Keras model,
+      its ``KerasPlacement``), as :func:`autoplace` returns them.
+
+    Raises:
+      InvalidGraphError: the placement was made for another graph (saying what does not
+        match), or ``graph`` cannot be read.
+      InfeasiblePlacementError: the placement breaks colocation, kernels or memory on
+        ``cluster`` (for example one made for a cluster with other devices).
+      ConfigError, ClusterSpecError: ``placement`` or ``cluster`` cannot be read.
+      Either way the graph is left as it was.
     """
     return autoplace(graph, cluster, placer=SavedPlacement(placement), grouping=grouping,
                      cost_model=cost_model, unknown_dim=unknown_dim, progress=False)

@@ -181,6 +181,8 @@ class Placement:
     trained_policy: object = None
 
     def device_names(self, cluster: Cluster) -> list[str]:
+        """The name of each op's device in ``cluster`` (the cluster the placement was made
+        for), in op order."""
         names = cluster.names
         return [names[d] for d in self.devices.tolist()]
 

@@ -174,10 +174,14 @@ class PlacementReport:
 
     @property
     def ratio_to_lower_bound(self) -> float:
+        """Placed step time over ``lower_bound_s`` (the critical-path and load bound): how many
+        times slower than that bound the placement may be at most (NaN without one)."""
         return _ratio(self.step_time_s, self.lower_bound_s)
 
     @property
     def ratio_to_lp_lower_bound(self) -> float:
+        """Placed step time over ``lp_lower_bound_s``, the tighter LP bound (NaN without one);
+        :attr:`optimality_gap` says the same in percent."""
         return _ratio(self.step_time_s, self.lp_lower_bound_s)
 
     @property
@@ -202,9 +206,16 @@ class PlacementReport:
 
     @property
     def baseline_fits(self) -> bool:
+        """Whether the single-device baseline fits every device's memory (when it does not,
+        ``speedup`` compares against a placement that could not run)."""
         return all(d.fits for d in self.baseline_devices)
 
     def to_dict(self) -> dict:
+        """The report as plain JSON-ready values: what ``--report_json`` and
+        ``--autoplace_report`` write. Every field but the graph, timeline and policy objects,
+        the per-device figures as dicts, and the derived figures (``speedup``,
+        ``measured_speedup``, ``ratio_to_lower_bound``, ``ratio_to_lp_lower_bound``,
+        ``baseline_fits``, ``optimality_gap``)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                if f.name not in _NOT_IN_DICT}
         out["devices"] = [dataclasses.asdict(d) for d in self.devices]
@@ -273,7 +284,16 @@ class PlacementReport:
         """Write the policy the learned placer fine-tuned on this graph into ``directory``
         (weights, architecture and ``manifest.json``, as the shipped policies are), for a later
         placer of the same kind to start from (``PlacetoPlacer(policy=directory)``, likewise
-        ``HDPPlacer`` and ``GdpPlacer``; ``--autoplace_policy``)."""
+        ``HDPPlacer`` and ``GdpPlacer``; ``--autoplace_policy``).
+
+        Args:
+          directory: a path whose parent directory exists; written atomically, replacing a
+            saved policy there (any other existing file or directory is refused).
+
+        Raises:
+          ConfigError: no fine-tuned policy came with this report (a heuristic or ``auto``
+            placed it, or it came from the placement cache), or ``directory`` cannot take it.
+        """
         self.kept_policy().save(directory)
 
     def kept_policy(self):
