@@ -69,6 +69,9 @@ def test_a_graph_changed_a_little_is_completed_and_runs(saved):
     assert devices["extra/copy"] == devices["extra/square"] == devices[tg.loss.split(":")[0]]
     assert {k: v for k, v in devices.items() if not k.startswith("extra/")} == report.assignment
     assert "2 ops it does not place were placed next to their neighbours" in again.notes[0]
+    # Names, not layers, carry the devices: a change that renames ops (a layer inserted before
+    # auto-named ones) gives each name the devices of the op that had it, and the note says so.
+    assert "the saved devices follow the names, not the layers" in again.notes[0]
     losses, used = run_training_steps(tg, steps=2)
     assert len(used) == 2 and losses[1] < losses[0]
 

@@ -965,6 +965,9 @@ def load_and_place_saved_model(input_dir, options: PlaceOptions, *,
     return _place_tf1_saved_model(input_dir, proto, options, signature=signature, tags=tags)
 
 
+KERAS_METADATA = "keras_metadata.pb"  # written beside saved_model.pb by tf_keras' model.save
+
+
 def _place_tf2_saved_model(input_dir, options, *, signature, tags):
     try:
         loaded = tf.saved_model.load(input_dir, tags=list(tags) if tags else None)
@@ -979,6 +982,15 @@ def _place_tf2_saved_model(input_dir, options, *, signature, tags):
                           f"{sorted(signatures)}")
     placed, report = place_function(signatures[signature], (), {}, options, runs_here=False)
     signatures[signature] = placed.concrete_function
+    if os.path.exists(os.path.join(input_dir, KERAS_METADATA)):
+        # tf_keras' own record of the layers, which tf.saved_model.save does not write: the
+        # copy serves, but tf_keras.models.load_model no longer rebuilds a Keras model from it.
+        report = dataclasses.replace(report, notes=report.notes + (
+            f"the input is a tf_keras SavedModel ({KERAS_METADATA}): the placed copy keeps its "
+            "signatures, functions and variables (tf.saved_model.load, TF Serving), but not "
+            "that Keras metadata, so tf_keras.models.load_model reads it as a plain object "
+            "without fit or predict; to train or predict with a placed Keras model, place it "
+            "in the program that builds it (tf_autoplace.autoplace(model))",))
 
     def write(directory):
         try:

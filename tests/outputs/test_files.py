@@ -244,6 +244,24 @@ def test_saved_model_output_is_written_only_after_placing_and_whole(tmp_path):
             == (again / "placed" / "saved_model.pb").read_bytes())
 
 
+def test_a_placed_tf_keras_saved_model_says_keras_load_model_cannot_rebuild_it(tmp_path):
+    # tf.saved_model.save writes no keras_metadata.pb: the placed copy served its signature,
+    # but tf_keras.models.load_model gave a plain object, and nothing said so.
+    import tf_keras
+
+    model = tf_keras.Sequential([tf_keras.Input((4,)), tf_keras.layers.Dense(3)])
+    model.save(str(tmp_path / "in"), save_format="tf")
+    report = tf2.place_saved_model(tmp_path / "in", tmp_path / "placed", cluster=CPU2,
+                                   placer="single", progress=False)
+    notes = " | ".join(report.notes)
+    assert "tf_keras SavedModel (keras_metadata.pb)" in notes, notes
+    assert "tf_keras.models.load_model reads it as a plain object" in notes
+    _tf1_saved_model(tmp_path / "tf1")  # no Keras metadata, no such note
+    report = tf2.place_saved_model(tmp_path / "tf1", tmp_path / "tf1_placed", cluster=CPU2,
+                                   placer="single", progress=False)
+    assert not any("keras_metadata" in n for n in report.notes)
+
+
 def test_saved_model_interrupted_or_failing_leaves_nothing(tmp_path):
     _tf1_saved_model(tmp_path / "in")
     out = tmp_path / "out"

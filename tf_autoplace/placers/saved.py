@@ -91,7 +91,11 @@ class SavedPlacement(Placer):
         else:
             note = (f"applied {self.source}, made by {made_by}{seed} for a graph that "
                     f"differs from this one; {named} of its ops applied by name, {filled} ops "
-                    f"it does not place were placed next to their neighbours")
+                    f"it does not place were placed next to their neighbours (a name means "
+                    f"the op that has it now: where the change renamed ops, as a layer "
+                    f"inserted before auto-named ones shifts Keras' name counters, the saved "
+                    f"devices follow the names, not the layers; place the changed graph again "
+                    f"for a searched placement)")
             if found.unknown:
                 note += f", {len(found.unknown)} ops it places are not in this graph"
         if found.repeated:
