@@ -25,8 +25,11 @@ a well-kept library does the job better than code we would write:
 - tqdm: the progress bar of placement searches on a terminal (samples done of the budget, best
   step time so far, elapsed and remaining time); a well-kept bar that handles terminals, widths
   and update rates, which we would otherwise write ourselves.
-- protobuf >= 7.35.1: the generated modules in tf_autoplace/proto come from protoc 35.1 (see
-  protos/README.md) and check the runtime version.
+- protobuf >= 4.21: the generated modules in tf_autoplace/proto come from protoc 35.1 with its
+  runtime-version check taken out (tools/gen_protos.py says why: TensorFlow 2.16-2.19 require
+  protobuf below 5 or 6); what they call is in every protobuf since 3.20, and 4.21 is the
+  oldest TensorFlow 2.16 installs. The test extra's grpcio-tools 1.85.1 (protoc 35.1, to check
+  the committed modules) needs protobuf 7.35.1, so the tests run on TensorFlow 2.20 or newer.
 
 Not a dependency: tensorflow-probability. Placeto's REINFORCE needs a categorical
 distribution's log-probability and entropy, two TensorFlow ops each
@@ -77,7 +80,7 @@ setup(
         "numba>=0.60",
         "highspy>=1.16",
         "platformdirs>=3.0",
-        "protobuf>=7.35.1",
+        "protobuf>=4.21",
         "pymetis>=2025.2; (sys_platform == 'linux' and platform_machine == 'x86_64') or "
         "sys_platform == 'darwin'",
         "tqdm>=4.60",

@@ -40,6 +40,15 @@ def _check_version():
         f"{PINNED_GRPCIO_TOOLS}: pip install grpcio-tools=={PINNED_GRPCIO_TOOLS}")
 
 
+def _gen_protos():
+    """tools/gen_protos.py as a module (tools/ is scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(
+        "gen_protos", os.path.join(REPO, "tools", "gen_protos.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _assert_same(out_dir):
     made = sorted(os.path.basename(p) for p in glob.glob(os.path.join(out_dir, "*_pb2.py")))
     committed = sorted(os.path.basename(p) for p in glob.glob(os.path.join(PB2_DIR, "*_pb2.py")))
@@ -58,7 +67,29 @@ def test_committed_modules_match_protoc_output(tmp_path):
            f"--python_out={tmp_path}", *_protos()]
     done = subprocess.run(cmd, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+    strip = _gen_protos().without_version_check
+    for path in glob.glob(os.path.join(tmp_path, "*_pb2.py")):
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        assert "ValidateProtobufRuntimeVersion" in text  # protoc's own output has the check
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(strip(text))
     _assert_same(tmp_path)
+
+
+def test_committed_modules_do_not_refuse_older_protobuf_runtimes():
+    # protoc 35.1's check refused every protobuf before 7.35.1, while TensorFlow 2.16-2.19
+    # require protobuf below 5 or 6: the package could not be installed beside them.
+    gen_protos = _gen_protos()
+    for path in glob.glob(os.path.join(PB2_DIR, "*_pb2.py")):
+        text = _committed(os.path.basename(path)).decode()
+        assert "runtime_version" not in text, path
+        assert gen_protos.CHECK_REMOVED in text
+    with pytest.raises(ValueError, match="no runtime-version check to take out"):
+        gen_protos.without_version_check("# some other protoc's output\n")
+    from tf_autoplace.proto import cluster_pb2
+
+    assert cluster_pb2.ClusterSpec(op_overhead_us=2.0).op_overhead_us == 2.0
 
 
 @needs_protoc
