@@ -22,8 +22,8 @@ ROOT = os.path.dirname(tf_autoplace.__file__)
 LAYERS = [
     {"errors", "proto"},
     # byte amounts for messages; private cache directories and reading files without trust;
-    # the numbers a config takes
-    {"core.units", "core.cachedir", "core.npz", "core.settings"},
+    # the numbers a config takes; a process descriptor redirected while C code writes on it
+    {"core.units", "core.cachedir", "core.npz", "core.settings", "core.fds"},
     {"core.limits"},  # the address-space limit, in byte amounts
     {"core.tasks"},  # the jobs and tasks of a TensorFlow cluster, which a Cluster may span
     {"core.jit"},  # numba kernels cached in the user's cache directory (grouping, sim, ...)

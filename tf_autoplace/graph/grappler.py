@@ -51,6 +51,7 @@ from tensorflow.core.grappler.costs import op_performance_data_pb2
 from tensorflow.python.grappler import _pywrap_tf_item as tf_item
 from tensorflow.python.grappler import cluster as gcluster
 
+from tf_autoplace.core.fds import redirected
 from tf_autoplace.errors import InvalidGraphError
 
 _VIRTUAL_DEVICE = {"GPU": "/device:GPU:0", "CPU": "/device:CPU:0"}
@@ -65,20 +66,16 @@ V1_CONTROL_FLOW = frozenset({"Switch", "Merge", "Enter", "Exit", "NextIteration"
 
 @contextlib.contextmanager
 def _quiet_stderr():
-    """Grappler logs one C++ line per node on a machine without CUDA; keep the terminal usable."""
+    """Grappler logs one C++ line per node on a machine without CUDA; keep the terminal usable
+    (standard error's descriptor goes to the null device meanwhile, shared between threads:
+    :func:`tf_autoplace.core.fds.redirected`)."""
     try:
         fd = sys.stderr.fileno()
     except (AttributeError, io.UnsupportedOperation, ValueError):
         yield
         return
-    saved = os.dup(fd)
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), fd)
+    with redirected(fd, lambda: open(os.devnull, "w")):
         yield
-    finally:
-        os.dup2(saved, fd)
-        os.close(saved)
 
 
 def sink_nodes(graph_def) -> list[str]:

@@ -41,6 +41,7 @@ import tempfile
 
 import numpy as np
 
+from tf_autoplace.core.fds import redirected
 from tf_autoplace.core.problem import PlacementProblem, Placer
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.grouping import group_graph
@@ -94,35 +95,37 @@ def _c_stdout_logged():
     user's, where a report or a program's own output goes. While the block runs, file
     descriptor 1 goes to a temporary file; afterwards METIS's lines (they start with ``***``)
     are logged at debug level and anything else written there meanwhile (another thread's
-    output) is written on. Where descriptor 1 cannot be redirected, the block runs as is."""
-    try:
-        sys.stdout.flush()
-        libc = ctypes.CDLL(None)  # (its fflush empties C's stdout buffer; POSIX only)
-        saved = os.dup(1)
-    except (AttributeError, OSError, TypeError, ValueError):
-        yield
-        return
-    try:
-        with tempfile.TemporaryFile() as captured:
-            os.dup2(captured.fileno(), 1)
-            try:
-                yield
-            finally:
-                libc.fflush(None)  # C's buffered stdout, before the descriptor goes back
-                os.dup2(saved, 1)
-            captured.seek(0)
-            data = captured.read()
-    finally:
-        os.close(saved)
+    output) is written on. Threads that partition at once share one redirection
+    (:func:`tf_autoplace.core.fds.redirected`); the last to finish passes the output on. Where
+    descriptor 1 cannot be redirected, the block runs as is."""
+    with contextlib.ExitStack() as stack:
+        libc = None
+        try:
+            sys.stdout.flush()
+            libc = ctypes.CDLL(None)  # (its fflush empties C's stdout buffer; POSIX only)
+            stack.enter_context(redirected(1, tempfile.TemporaryFile, _pass_on))
+        except (AttributeError, OSError, TypeError, ValueError):
+            pass  # descriptor 1 cannot be redirected: the block runs as is
+        try:
+            yield
+        finally:
+            if libc is not None:
+                libc.fflush(None)  # C's buffered stdout, before the descriptor may go back
+
+
+def _pass_on(captured, fd: int) -> None:
+    """What was written to descriptor ``fd`` while METIS ran: its own lines (``***``) logged
+    at debug level, the rest written on to ``fd``."""
+    captured.seek(0)
     rest = []
-    for line in data.splitlines(keepends=True):  # bytes as written: another's may be binary
+    for line in captured.read().splitlines(keepends=True):  # bytes: another's may be binary
         if line.strip().startswith(b"***"):
             logging.getLogger(__name__).debug("METIS: %s", line.strip().decode("ascii",
                                                                                "replace"))
         else:
             rest.append(line)
     if rest:
-        os.write(1, b"".join(rest))
+        os.write(fd, b"".join(rest))
 
 
 class MetisPlacer(Placer):
