@@ -108,6 +108,26 @@ def check_tf_keras():
     return fit_placed_and_unplaced(tf_keras_model, tf_keras.callbacks)
 
 
+def check_placed_and_given_back_from_callbacks():
+    """autoplace(model) from a callback in the middle of fit (and remove() in a later one):
+    Keras' loop read the function attribute at the next batch and found None (TypeError)."""
+    import keras
+
+    placements = []
+
+    class Place(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 1:
+                placements.append(tf_autoplace.autoplace(self.model, **PLACE))
+            if batch == 3:
+                placements[0].remove()
+
+    model = keras3_model()
+    history = model.fit(*data(), batch_size=8, epochs=2, verbose=0, callbacks=[Place()])
+    return {"losses": history.history["loss"],
+            "placed": placements[0].reports["train"].num_ops > 0}
+
+
 def check_single_device_bitwise():
     """Placed on one device, the train step gives the unplaced losses bit for bit."""
     import keras
@@ -473,7 +493,8 @@ def errors():
 
 def main():
     run_checks([("keras3", check_keras3), ("tf_keras", check_tf_keras),
-                ("single", check_single_device_bitwise), ("shapes", check_changing_shapes),
+                ("single", check_single_device_bitwise),
+                ("callbacks", check_placed_and_given_back_from_callbacks), ("shapes", check_changing_shapes),
                 ("spec_parts", check_spec_parts_and_joined_predict),
                 ("unknown_length", check_unknown_length),
                 ("batch_shapes", check_batch_shapes_as_keras_traces_them),

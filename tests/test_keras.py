@@ -35,6 +35,12 @@ def test_fit_runs_placed_steps_with_the_unplaced_losses_on_both_devices(child, f
     assert r["is_placement"]
 
 
+def test_a_model_placed_and_given_back_from_callbacks_in_the_middle_of_fit_trains_on(child):
+    r = _result(child, "callbacks")
+    assert len(r["losses"]) == 2 and all(np.isfinite(r["losses"]))
+    assert r["placed"]  # the batches after the callback ran the placed step
+
+
 @pytest.mark.parametrize("case", ["keras3_dataset", "keras3_generator", "tf_keras_dataset"])
 def test_data_of_unknown_length_keeps_the_counters_of_the_unplaced_fit(child, case):
     # Keras' step runs on the exhausted iterator at each epoch's end and fails after Dropout's

@@ -527,7 +527,7 @@ class KerasPlacement:
                 return function
 
             setattr(self.model, f"make_{attribute}", make)
-            setattr(self.model, attribute, None)  # built (and placed) on first use
+            setattr(self.model, attribute, _BuiltOnFirstCall(self.model, kind))
 
     def remove(self) -> None:
         """Give the model back Keras' own functions (built again on their next use)."""
@@ -537,9 +537,32 @@ class KerasPlacement:
                 self.model.__dict__.pop(name, None)
             else:
                 setattr(self.model, name, original)
-            setattr(self.model, f"{kind}_function", None)
+            setattr(self.model, f"{kind}_function", _BuiltOnFirstCall(self.model, kind))
         if getattr(self.model, _ATTR, None) is self:
             delattr(self.model, _ATTR)
+
+
+class _BuiltOnFirstCall:
+    """What ``model.<kind>_function`` is until its first call, which builds the function with
+    ``model.make_<kind>_function(force=True)`` (placed or Keras' own) and runs it.
+
+    Keras builds the function when ``fit``/``evaluate``/``predict`` starts and then reads the
+    attribute at every batch: None there (what Keras itself sets after ``compile()``) would
+    be a TypeError in Keras' loop when the model is placed, or given back, from a callback in
+    the middle of a fit. This builds it at the next batch instead."""
+
+    def __init__(self, model, kind: str):
+        self._model, self._kind = model, kind
+
+    def __call__(self, *args, **kwargs):
+        getattr(self._model, f"make_{self._kind}_function")(force=True)  # (Keras 3's
+        # returns nothing: it sets the attribute)
+        function = getattr(self._model, f"{self._kind}_function")
+        if function is None or isinstance(function, _BuiltOnFirstCall):
+            raise ConfigError(f"make_{self._kind}_function() built no {self._kind} function: "
+                              "this Keras version builds its functions otherwise than the "
+                              "Keras door expects (module doc)")
+        return function(*args, **kwargs)
 
 
 def autoplace_model(model, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
@@ -552,7 +575,9 @@ def autoplace_model(model, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *
     """Make ``model.fit``, ``evaluate`` and ``predict`` run placed functions (module doc).
 
     Call it after ``model.compile(...)`` and before ``fit``; the placement happens on the
-    first batch each function runs.
+    first batch each function runs. Called from a callback during ``fit`` (or
+    :meth:`KerasPlacement.remove` there), the batches after it run the placed step (or Keras'
+    own).
 
     Args:
       model: a compiled Keras 3 (TensorFlow backend) or tf_keras ``Model``.
