@@ -492,3 +492,18 @@ def test_a_graph_placed_on_devices_this_machine_lacks_says_so():
                                      placer="m_etf", progress=False)
     here = tf_autoplace.autoplace(small_cnn().graph, cluster="local", progress=False)
     assert not any("devices it lacks" in n for n in offline.notes + here.notes)
+
+
+def test_the_graph_of_a_tf_function_being_traced_is_refused_not_half_placed():
+    # autoplace(get_default_graph()) inside a trace placed the ops traced so far and returned a
+    # report; the ops traced after it had no device. The refusal leaves the trace as the
+    # ConfigError it is, not as AutoGraph's StagingError.
+    @tf.function
+    def step(x):
+        y = tf.matmul(x, x, name="first_matmul")
+        tf_autoplace.autoplace(tf.compat.v1.get_default_graph(), cluster=CPU2, placer="m_etf",
+                               progress=False)
+        return tf.nn.relu(y)
+
+    with pytest.raises(tf_autoplace.ConfigError, match="a tf.function's being traced"):
+        step(tf.ones((2, 2)))

@@ -10,6 +10,11 @@ An interrupt stays what it is, a KeyboardInterrupt (:class:`Terminated` for SIGT
 class AutoplaceError(Exception):
     """Base class of every error tf_autoplace raises on purpose."""
 
+    # Exception's own constructor, named here: AutoGraph re-raises an error that leaves a
+    # tf.function's trace as its own type only when that type's __init__ is Exception's (a
+    # ConfigError would inherit ValueError's), and as a StagingError otherwise.
+    __init__ = Exception.__init__
+
 
 class InvalidGraphError(AutoplaceError, ValueError):
     """The graph cannot be read or is not a graph we can place (corrupt bytes, unknown op type,

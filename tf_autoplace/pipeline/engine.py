@@ -34,6 +34,7 @@ import time
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.framework.func_graph import FuncGraph
 
 from tf_autoplace.core.cluster import HOST_CORE_GROUP, Cluster, inter_op_threads
 from tf_autoplace.core.limits import check_address_space
@@ -165,6 +166,14 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
     check_address_space()  # before anything that maps memory no error can come out of
     notes = []
     if isinstance(graph, tf.Graph):
+        if isinstance(graph, FuncGraph) and graph is tf.compat.v1.get_default_graph():
+            # A tf.function being traced: its graph is half built, and what comes after this
+            # call would land unplaced, with AutoGraph converting this package's code on the way.
+            raise ConfigError(
+                f"the graph given is a tf.function's being traced ({graph.name!r}): it is not "
+                "built yet, so ops traced after this call would have no device; place the "
+                "function instead, outside its trace (autoplace(fn) with an input_signature, "
+                "or tf_autoplace.tf2.autoplace_function)")
         sessions.check_not_run(graph)
         unseen = len(sessions.unseen_sessions(graph))
         if unseen:
