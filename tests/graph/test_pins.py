@@ -10,7 +10,7 @@ from tensorflow.python.ops import collective_ops
 import tf_autoplace
 from tf_autoplace.errors import ConfigError, InvalidGraphError
 from tf_autoplace.graph import ingest
-from tf_autoplace.graph.pins import device_pins
+from tf_autoplace.graph.pins import device_pins, python_callers
 
 CPU = "/job:localhost/replica:0/task:0/device:CPU:"
 CONFIG = dict(allow_soft_placement=False, device_count={"CPU": 2})
@@ -208,3 +208,40 @@ def test_a_pin_to_a_device_the_cluster_lacks_is_a_config_error():
         tf_autoplace.autoplace(graph, cluster=one_cpu, placer="m_etf", progress=False,
                                cache=False)
     assert graph.as_graph_def().SerializeToString(deterministic=True) == before
+
+
+def _python_calling_training_graph():
+    v1 = tf.compat.v1
+    graph = tf.Graph()
+    with graph.as_default():
+        data = tf.data.Dataset.from_generator(  # a pipeline whose function calls Python
+            lambda: iter(np.ones((8, 4), np.float32)),
+            output_signature=tf.TensorSpec((4,), tf.float32)).batch(2)
+        x = v1.data.make_one_shot_iterator(data).get_next()
+        x = v1.py_func(lambda a: a * 2, [x], tf.float32, name="double")
+        x.set_shape((2, 4))
+        w = v1.get_variable("w", (4, 1))
+        loss = tf.reduce_mean(tf.matmul(x, w), name="loss")
+        v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    return graph.as_graph_def()
+
+
+def test_ops_that_call_python_stay_in_the_clients_process_on_a_cluster_of_tasks():
+    # A py_func or a pipeline from a generator placed on another task than the target's fails
+    # at the first run (TensorFlow finds the Python callback only in the process that made it),
+    # after autoplace had applied the placement without a word.
+    graph_def = _python_calling_training_graph()
+    callers = python_callers(graph_def)
+    assert "double" in callers and "OneShotIterator" in callers
+    assert "loss" not in callers and "w" not in callers
+    cluster = tf_autoplace.Cluster.from_tf({"worker": ["localhost:1", "localhost:2"]},
+                                           devices="cpu2", target="grpc://localhost:2")
+    for seed in range(6):
+        report = tf_autoplace.autoplace(graph_def, cluster=cluster, placer="random", seed=seed,
+                                        progress=False)
+        assert {report.assignment[n] for n in callers} == {
+            "/job:worker/replica:0/task:1/device:CPU:0"}, seed
+    # One process (no tasks): nothing to keep them from, so no pin.
+    report = tf_autoplace.autoplace(graph_def, cluster="cpu2", placer="random", seed=1,
+                                    progress=False)
+    assert len({report.assignment[n] for n in report.assignment}) == 2

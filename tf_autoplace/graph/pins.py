@@ -20,7 +20,12 @@ annotation is a constraint TensorFlow does not check until the step runs (or nev
   handle; TensorFlow finds an iterator only on the device that made it ("Attempted create an
   iterator on device ... from handle defined on device ..."), so it keeps its device.
 
-:func:`device_pins` finds all three; the pipeline turns them into a cost model under which a
+* **Ops that call Python** (:func:`python_callers`: ``py_func``, ``tf.py_function``, a
+  ``tf.data`` pipeline from a generator) have no device of their own to keep, but on a cluster
+  of several TensorFlow tasks they run only in the client's process: the pipeline keeps them
+  on the target task's CPU (:mod:`tf_autoplace.pipeline.prepare`).
+
+:func:`device_pins` finds the first three; the pipeline turns them into a cost model under which a
 pinned op can run on its device only (:class:`tf_autoplace.cost.model.PinnedCostModel`), which
 every placer treats like a missing kernel elsewhere (the op's colocation group follows it), and
 the profiler runs them there when it runs "every op on one device".
@@ -41,6 +46,9 @@ COLLECTIVE_OPS = frozenset({
     "CollectiveBcastRecvV2", "CollectiveAllToAllV2", "CollectiveAllToAllV3"})
 MULTI_DEVICE_ITERATORS = frozenset({
     "MultiDeviceIterator", "AnonymousMultiDeviceIterator", "AnonymousMultiDeviceIteratorV3"})
+# Ops that call back into the Python of the process that built the graph (py_func,
+# py_function, numpy_function; a tf.data pipeline from a generator calls them in its functions).
+PYTHON_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
 
 
 def _same_device(a: str, b: str) -> bool:
@@ -91,3 +99,40 @@ def device_pins(graph_def: graph_pb2.GraphDef) -> dict[str, tuple[str, str]]:
                     pin(target, node.device, f"{node.name!r} of function "
                         f"{function.signature.name!r} is colocated with it on that device")
     return pins
+
+
+def _called_functions(node) -> set[str]:
+    """The library functions ``node`` names: its op (a call of a function by name) and every
+    function-valued attribute (a ``map``'s function, a call's ``f``, a ``cond``'s branches)."""
+    names = {node.op}
+    for value in node.attr.values():
+        if value.HasField("func"):
+            names.add(value.func.name)
+        names.update(f.name for f in value.list.func)
+    return names
+
+
+def python_callers(graph_def: graph_pb2.GraphDef) -> list[str]:
+    """The ops of ``graph_def`` that call the building process's Python when they run: a
+    :data:`PYTHON_OPS` op, or an op that runs a library function that does, directly or through
+    other functions (a ``tf.data`` pipeline from a generator, a ``map`` with a
+    ``tf.py_function``). TensorFlow finds the Python callback only in the process that
+    registered it, so on a cluster of several processes these ops can run only in the client's
+    (:func:`tf_autoplace.pipeline.prepare` keeps them on the target task), in graph order."""
+    library = {f.signature.name: f for f in graph_def.library.function}
+    calls_python: dict[str, bool] = {}
+
+    def function_calls_python(name: str, seen: frozenset = frozenset()) -> bool:
+        if name not in library or name in seen:
+            return False
+        if name not in calls_python:
+            inner = seen | {name}
+            calls_python[name] = any(
+                node.op in PYTHON_OPS or any(function_calls_python(f, inner)
+                                             for f in _called_functions(node))
+                for node in library[name].node_def)
+        return calls_python[name]
+
+    return [node.name for node in graph_def.node
+            if node.op in PYTHON_OPS or any(function_calls_python(f)
+                                            for f in _called_functions(node))]
