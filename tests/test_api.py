@@ -507,3 +507,21 @@ def test_the_graph_of_a_tf_function_being_traced_is_refused_not_half_placed():
 
     with pytest.raises(tf_autoplace.ConfigError, match="a tf.function's being traced"):
         step(tf.ones((2, 2)))
+
+
+def test_the_outer_graph_of_a_trace_is_refused_from_inside_a_cond_branch():
+    # Inside a tf.cond branch the default graph is the branch's: the outer function's graph,
+    # half built, was placed.
+    @tf.function
+    def step(x):
+        outer = tf.compat.v1.get_default_graph()
+        y = tf.matmul(x, x, name="first_matmul")
+
+        def branch():
+            tf_autoplace.autoplace(outer, cluster=CPU2, placer="m_etf", progress=False)
+            return y
+
+        return tf.cond(x[0, 0] > 0, branch, lambda: y)
+
+    with pytest.raises(tf_autoplace.ConfigError, match="a tf.function's being traced"):
+        step(tf.ones((2, 2)))

@@ -314,6 +314,7 @@ def test_plausible_mistakes_with_the_constructors_are_typed_errors(tmp_path):
         (lambda: Cluster.from_text(None), "from_text takes a spec's text, got NoneType"),
         (lambda: Cluster.from_text(123), r"got int \(a file's path: Cluster.from_file\)"),
         (lambda: Cluster.from_proto("k80x2"), "from_proto takes a ClusterSpec message, got str"),
+        (lambda: Cluster.from_text(b"device { name: \"\xff\" }"), "must be UTF-8 text: .*0xff"),
     ]
     for make, message in cases:
         with pytest.raises(ClusterSpecError, match=message):
@@ -329,6 +330,8 @@ def test_device_indices_and_kinds_of_the_wrong_form_are_typed_errors():
         (lambda: cluster.task_of(True), "got True"),
         (lambda: cluster.subset(["a"]), r"distinct device indices in \[0, 3\), got \['a'\]"),
         (lambda: cluster.subset([[0, 1]]), "distinct device indices"),
+        (lambda: cluster.subset([0.5]), "got \\[0.5\\]"),  # was device 0
+        (lambda: cluster.subset([True, False]), "got \\[True, False\\]"),  # was [1, 0]
         (lambda: cluster.kind_mask("GPU"), r"such as \['GPU'\], got the string 'GPU'"),
     ]
     for make, message in cases:

@@ -138,3 +138,71 @@ def test_grappler_and_metis_calls_in_overlapping_threads_give_the_descriptor_bac
     for t in threads:
         t.join(60)
     assert _points_at(fd) == before
+
+
+def test_a_block_that_joins_another_purposes_redirection_writes_where_it_does(own_fd, tmp_path):
+    # With sys.stderr = sys.stdout, Grappler's quiet block and METIS's capture share a
+    # descriptor: METIS's pass-on ran on Grappler's null device (not readable), a raw error.
+    fd, path = own_fd
+    passed_on = []
+
+    def pass_on(target, restored):
+        target.seek(0)
+        passed_on.append(target.read())
+
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    errors = []
+
+    def quiet():
+        with fds.redirected(fd, _null):
+            a_in.set()
+            b_in.wait()
+        a_out.set()
+
+    def capture():
+        a_in.wait()
+        try:
+            with fds.redirected(fd, lambda: open(tmp_path / "c", "w+b"), pass_on):
+                b_in.set()
+                a_out.wait()
+        except Exception as e:  # noqa: BLE001 - the test reports it
+            errors.append(e)
+
+    threads = [threading.Thread(target=quiet), threading.Thread(target=capture)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == [] and passed_on == []  # the null device's: nothing to pass on
+    assert _points_at(fd) == path and fds._active == {}
+
+
+@pytest.mark.parametrize("call", [0, 1])
+def test_an_interrupt_while_the_descriptor_is_redirected_undoes_it(own_fd, monkeypatch, call):
+    # An interrupt right after the redirection (call 0) or after the target opened (call 1)
+    # left the descriptor on the target for the process's life, or leaked the saved copy.
+    fd, path = own_fd
+    before = set(os.listdir("/proc/self/fd"))
+    real_dup2 = os.dup2
+
+    def interrupted_after_redirect(src, dst, *args):
+        real_dup2(src, dst, *args)
+        if dst == fd and _points_at(dst) == os.devnull:
+            raise KeyboardInterrupt
+
+    def interrupted_open():
+        f = _null()
+        if call:
+            raise KeyboardInterrupt
+        return f
+
+    if call == 0:
+        monkeypatch.setattr(os, "dup2", interrupted_after_redirect)
+    with pytest.raises(KeyboardInterrupt):
+        with fds.redirected(fd, _null if call == 0 else interrupted_open):
+            pass
+    monkeypatch.undo()
+    assert _points_at(fd) == path
+    assert fds._active == {}
+    if call == 0:
+        assert set(os.listdir("/proc/self/fd")) == before

@@ -559,10 +559,14 @@ class Cluster:
           ClusterSpecError: ``indices`` are not distinct device indices of this cluster.
         """
         try:
-            idx = np.asarray(indices, dtype=np.int64)
+            given = np.asarray(indices)
         except (TypeError, ValueError) as e:
             raise ClusterSpecError(f"a subset needs distinct device indices in "
                                    f"[0, {self.num_devices}), got {indices!r}") from e
+        if given.dtype.kind not in "iu" and given.size:  # (0.5 or True is no index)
+            raise ClusterSpecError(f"a subset needs distinct device indices in "
+                                   f"[0, {self.num_devices}), got {indices!r}")
+        idx = given.astype(np.int64)
         if idx.ndim != 1 or len(idx) == 0 or len(set(idx.tolist())) != len(idx) or idx.min() < 0 or \
                 idx.max() >= self.num_devices:
             raise ClusterSpecError(f"a subset needs distinct device indices in "
@@ -779,6 +783,11 @@ class Cluster:
         if not isinstance(text, (str, bytes)):
             raise ClusterSpecError(f"from_text takes a spec's text, got {type(text).__name__} "
                                    "(a file's path: Cluster.from_file)")
+        if isinstance(text, bytes):
+            try:
+                text = text.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ClusterSpecError(f"a cluster spec's bytes must be UTF-8 text: {e}") from e
         try:
             spec = text_format.Parse(text, cluster_pb2.ClusterSpec())
         except (text_format.ParseError, _pb_message.DecodeError) as e:

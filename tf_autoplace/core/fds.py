@@ -29,7 +29,8 @@ _lock = threading.Lock()
 class _Redirect:
     saved: int  # a copy of the descriptor as it was before the first entrant
     target: object  # the file it points at meanwhile
-    users: int = 0
+    on_restore: Callable[[object, int], None] | None  # the first entrant's
+    users: int = 1
 
 
 _active: dict[int, _Redirect] = {}
@@ -44,38 +45,61 @@ def redirected(fd: int, open_target: Callable[[], object],
       fd: the descriptor (1: standard output, 2: standard error).
       open_target: opens the file ``fd`` points at meanwhile (an object with ``fileno()`` and
         ``close()``), called by the first thread to enter.
-      on_restore: called by the last thread to leave, after ``fd`` points back, with that
-        file and ``fd`` (to read what was written there and pass some of it on); the file is
-        closed after it.
+      on_restore: called once ``fd`` points back, with that file and ``fd`` (to read what was
+        written there and pass some of it on), then the file is closed. Only the first
+        entrant's is kept: a block that joins a redirection of ``fd`` made for another purpose
+        (standard error and output one descriptor) writes where that one does.
 
     Raises:
       OSError: ``fd`` cannot be duplicated or redirected (nothing is changed then).
     """
-    with _lock:
-        entry = _active.get(fd)
-        if entry is None:
-            saved = os.dup(fd)
-            try:
-                target = open_target()
-                os.dup2(target.fileno(), fd)
-            except BaseException:
-                os.close(saved)
-                raise
-            entry = _active[fd] = _Redirect(saved, target)
-        entry.users += 1
+    entry = None
     try:
+        with _lock:
+            joined = _active.get(fd)
+            if joined is None:
+                entry = _start(fd, open_target, on_restore)
+                _active[fd] = entry
+            else:
+                entry = joined  # (counted before the count: an interrupt between the two
+                entry.users += 1  # then gives the descriptor back early, never too late)
         yield
     finally:
-        with _lock:
-            entry.users -= 1
-            if entry.users == 0:
-                del _active[fd]
-                try:
-                    os.dup2(entry.saved, fd)
-                finally:
-                    os.close(entry.saved)
-                    try:
-                        if on_restore is not None:
-                            on_restore(entry.target, fd)
-                    finally:
-                        entry.target.close()
+        if entry is not None:
+            with _lock:
+                entry.users -= 1
+                if entry.users <= 0:
+                    if _active.get(fd) is entry:
+                        del _active[fd]
+                    _finish(entry, fd)
+
+
+def _start(fd: int, open_target, on_restore) -> _Redirect:
+    """Save ``fd``, point it at a new target; on any error (an interrupt too) undo both."""
+    saved = os.dup(fd)
+    target = None
+    try:
+        target = open_target()
+        os.dup2(target.fileno(), fd)
+        return _Redirect(saved, target, on_restore)
+    except BaseException:
+        try:
+            os.dup2(saved, fd)  # (a no-op unless the redirection was done)
+        finally:
+            os.close(saved)
+            if target is not None:
+                target.close()
+        raise
+
+
+def _finish(entry: _Redirect, fd: int) -> None:
+    """Point ``fd`` back, close the saved copy and the target, whatever interrupts."""
+    try:
+        os.dup2(entry.saved, fd)
+    finally:
+        os.close(entry.saved)
+        try:
+            if entry.on_restore is not None:
+                entry.on_restore(entry.target, fd)
+        finally:
+            entry.target.close()

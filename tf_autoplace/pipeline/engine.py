@@ -143,6 +143,18 @@ def profile_notes(profile: ProfileCostModel, path) -> list[str]:
     return notes
 
 
+def _being_built(graph: FuncGraph) -> bool:
+    """Whether ``graph`` is a tf.function's graph being traced in this thread: the default
+    graph, or one it is nested in (a ``tf.cond`` branch's or an inner function's graph is
+    the default while they are traced)."""
+    inner = tf.compat.v1.get_default_graph()
+    while inner is not None:
+        if inner is graph:
+            return True
+        inner = getattr(inner, "outer_graph", None)
+    return False
+
+
 @interruptible
 def place_graph(graph, options: PlaceOptions) -> PlacementReport:
     """Place a graph as ``options`` say.
@@ -166,7 +178,7 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
     check_address_space()  # before anything that maps memory no error can come out of
     notes = []
     if isinstance(graph, tf.Graph):
-        if isinstance(graph, FuncGraph) and graph is tf.compat.v1.get_default_graph():
+        if isinstance(graph, FuncGraph) and _being_built(graph):
             # A tf.function being traced: its graph is half built, and what comes after this
             # call would land unplaced, with AutoGraph converting this package's code on the way.
             raise ConfigError(
