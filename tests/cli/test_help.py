@@ -77,6 +77,7 @@ def test_profile_without_a_graph_or_model_is_one_error_line_before_tensorflow(re
         ["profile", out, "--model=lstm", "--feed_shape=x:1"], repo_root)
 
 
+@pytest.mark.slow  # a process of its own that loads TensorFlow: seconds
 def test_fidelity_with_an_unknown_graph_is_one_error_line(repo_root):
     # It printed the command's whole usage after TensorFlow had loaded, the reason last.
     proc = subprocess.run([sys.executable, "-m", "tf_autoplace.cli", "fidelity",
@@ -101,6 +102,7 @@ def test_the_trainers_end_bad_settings_in_one_error_line(argv, message, repo_roo
     assert not out.exists()
 
 
+@pytest.mark.slow  # a process of its own that loads TensorFlow: seconds
 def test_train_placeto_on_one_device_fails_before_building_anything(repo_root, tmp_path):
     # It failed after every graph was built (11 minutes with the defaults), not naming --cluster.
     one = tmp_path / "one_cpu.pbtxt"

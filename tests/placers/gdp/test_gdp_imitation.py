@@ -86,6 +86,7 @@ def test_clone_config_checks_its_values():
         gdp_imitation.CloneConfig(epochs=-1)
 
 
+@pytest.mark.slow  # pretraining and PPO updates: seconds
 def test_pretraining_keeps_the_imitation_epoch_that_scored_best_then_runs_ppo_from_it():
     problems = [random_problem(120, seed=s, num_gpus=2) for s in range(2)]
     validation = gdp_pretrain.Scored.build(["a", "b"], problems, FEATURES, 2.0, hint=True)
