@@ -11,6 +11,8 @@ the TF2 door (:mod:`tf_autoplace.tf2`), a Keras model to the Keras door
 
 from __future__ import annotations
 
+import tensorflow as tf
+
 from tf_autoplace import keras, tf2
 from tf_autoplace.cost import CostModel
 from tf_autoplace.errors import ConfigError
@@ -20,6 +22,9 @@ from tf_autoplace.pipeline.options import PlaceOptions
 from tf_autoplace.placers import DEFAULT_PLACER, SavedPlacement
 
 
+# Called inside a tf.function, AutoGraph would otherwise convert every function of this package
+# on the way, slowly and with warnings.
+@tf.autograph.experimental.do_not_convert
 def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
               grouping: GroupingConfig = GroupingConfig(), cost_model: CostModel | None = None,
               cost_profile=None, unknown_dim: int | None = None,
@@ -122,6 +127,7 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
     return engine.place_graph(graph, options)
 
 
+@tf.autograph.experimental.do_not_convert
 def place_cost_graph(cost_graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
                      grouping: GroupingConfig = GroupingConfig(), budget_s: float | None = None,
                      ray_address: str | None = None, policy=None, cache=False,
@@ -151,6 +157,7 @@ def place_cost_graph(cost_graph, cluster=None, placer=DEFAULT_PLACER, seed: int 
         policy=policy, grouping=grouping, cache=cache, progress=progress))
 
 
+@tf.autograph.experimental.do_not_convert
 def apply_placement(graph, placement, cluster=None, *,
                     grouping: GroupingConfig = GroupingConfig(),
                     cost_model: CostModel | None = None, unknown_dim: int = 1):
