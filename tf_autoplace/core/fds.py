@@ -31,6 +31,7 @@ class _Redirect:
     target: object  # the file it points at meanwhile
     on_restore: Callable[[object, int], None] | None  # the first entrant's
     users: int = 1
+    finished: bool = False  # the descriptor was pointed back
 
 
 _active: dict[int, _Redirect] = {}
@@ -68,7 +69,8 @@ def redirected(fd: int, open_target: Callable[[], object],
         if entry is not None:
             with _lock:
                 entry.users -= 1
-                if entry.users <= 0:
+                if entry.users <= 0 and not entry.finished:  # (once, registered or not)
+                    entry.finished = True
                     if _active.get(fd) is entry:
                         del _active[fd]
                     _finish(entry, fd)
