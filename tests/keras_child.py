@@ -494,7 +494,8 @@ def errors():
 def main():
     run_checks([("keras3", check_keras3), ("tf_keras", check_tf_keras),
                 ("single", check_single_device_bitwise),
-                ("callbacks", check_placed_and_given_back_from_callbacks), ("shapes", check_changing_shapes),
+                ("callbacks", check_placed_and_given_back_from_callbacks),
+                ("shapes", check_changing_shapes),
                 ("spec_parts", check_spec_parts_and_joined_predict),
                 ("unknown_length", check_unknown_length),
                 ("batch_shapes", check_batch_shapes_as_keras_traces_them),

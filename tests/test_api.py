@@ -1,5 +1,7 @@
 """autoplace end to end on real TF training graphs, executed on 2 logical CPU devices."""
 
+import sys
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -525,3 +527,27 @@ def test_the_outer_graph_of_a_trace_is_refused_from_inside_a_cond_branch():
 
     with pytest.raises(tf_autoplace.ConfigError, match="a tf.function's being traced"):
         step(tf.ones((2, 2)))
+
+
+def test_autograph_leaves_the_doors_unconverted_inside_a_trace(monkeypatch):
+    # Called inside a tf.function, autoplace was converted by AutoGraph, and with it every
+    # function of the package it calls (slowly, with "could not transform" warnings): a
+    # converted function runs from a file AutoGraph generated, not from api.py.
+    import tf_autoplace.api as api
+
+    callers = []
+
+    def place_graph(graph, options):
+        callers.append(sys._getframe(1).f_code.co_filename)
+        raise tf_autoplace.ConfigError("stop here")
+
+    monkeypatch.setattr(api.engine, "place_graph", place_graph)
+
+    @tf.function
+    def step(x):
+        tf_autoplace.autoplace(tf.Graph(), cluster=CPU2, placer="m_etf", progress=False)
+        return x
+
+    with pytest.raises(tf_autoplace.ConfigError, match="stop here"):
+        step(tf.ones(()))
+    assert callers == [api.__file__]

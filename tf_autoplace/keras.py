@@ -591,9 +591,9 @@ def autoplace_model(model, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *
         would trace it (module doc).
       unknown_dim: elements counted per free dimension in the cost model; None: the first
         batch's size.
-      cost_profile, measure_steps, measure_feeds, verify: refused with a ConfigError that says how a Keras
-        model is timed (they are for graphs; taken here so that the refusal is the same as
-        ``autoplace(model, ...)``'s, not Python's TypeError).
+      cost_profile, measure_steps, measure_feeds, verify: refused with a ConfigError that
+        says how a Keras model is timed (they are for graphs; taken here so that the refusal
+        is the same as ``autoplace(model, ...)``'s, not Python's TypeError).
 
     Returns:
       The :class:`KerasPlacement` (its ``reports`` fill as the functions first run). Calling

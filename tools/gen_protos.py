@@ -36,7 +36,8 @@ FLAGS = flags.FLAGS
 def define_flags() -> None:
     """The command's flags, defined when it runs (tests import the module's functions)."""
     flags.DEFINE_string("out_dir", DEFAULT_OUT, "Directory to write the *_pb2.py modules into.")
-    flags.DEFINE_string("proto_dir", PROTO_DIR, "Directory of the .proto sources (the include path).")
+    flags.DEFINE_string("proto_dir", PROTO_DIR,
+                        "Directory of the .proto sources (the include path).")
     flags.DEFINE_bool("any_version", False,
                       f"Run with an installed grpcio-tools other than {GRPCIO_TOOLS_VERSION}.")
 

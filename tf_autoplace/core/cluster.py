@@ -47,6 +47,7 @@ entries override single pairs. A device name that names a job or task the cluste
 from __future__ import annotations
 
 import collections
+import collections.abc
 import dataclasses
 import functools
 import importlib.resources
@@ -70,6 +71,7 @@ from tf_autoplace.core.tasks import (
     parse_tasks,
     same_device,
 )
+from tf_autoplace.core.settings import is_int
 from tf_autoplace.errors import ClusterSpecError, ConfigError
 from tf_autoplace.proto import cluster_pb2
 
@@ -394,8 +396,7 @@ class Cluster:
 
     def _device(self, device) -> int:
         """``device`` as a device index; ClusterSpecError unless it is an int in [0, D)."""
-        if isinstance(device, bool) or not isinstance(device, (int, np.integer)) \
-                or not 0 <= device < self.num_devices:
+        if not is_int(device) or not 0 <= device < self.num_devices:
             raise ClusterSpecError(f"a device index is an int in [0, {self.num_devices}), got "
                                    f"{device!r}")
         return int(device)
@@ -567,8 +568,8 @@ class Cluster:
             raise ClusterSpecError(f"a subset needs distinct device indices in "
                                    f"[0, {self.num_devices}), got {indices!r}")
         idx = given.astype(np.int64)
-        if idx.ndim != 1 or len(idx) == 0 or len(set(idx.tolist())) != len(idx) or idx.min() < 0 or \
-                idx.max() >= self.num_devices:
+        if idx.ndim != 1 or len(idx) == 0 or len(set(idx.tolist())) != len(idx) or \
+                idx.min() < 0 or idx.max() >= self.num_devices:
             raise ClusterSpecError(f"a subset needs distinct device indices in "
                                    f"[0, {self.num_devices}), got {idx.tolist()}")
         devices = tuple(self.devices[i] for i in idx.tolist())
@@ -607,13 +608,10 @@ class Cluster:
                                    + (" (one device: give [device])"
                                       if isinstance(devices, Device) else ""))
         _check_device_count(len(devices))
-        try:
-            if isinstance(core_groups, (str, bytes)):
-                raise TypeError
-            core_groups = tuple(core_groups)
-        except TypeError:
+        if isinstance(core_groups, (str, bytes)) or \
+                not isinstance(core_groups, collections.abc.Iterable):
             raise ClusterSpecError(f"core_groups must be (name, cores) pairs, got "
-                                   f"{core_groups!r}") from None
+                                   f"{core_groups!r}")
         d = len(devices)
         return cls(devices=tuple(devices), bandwidth=np.full((d, d), bandwidth_gbps * 1e9),
                    latency=np.full((d, d), latency_us * 1e-6), op_overhead_s=op_overhead_us * 1e-6,

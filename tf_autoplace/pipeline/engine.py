@@ -180,7 +180,7 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
     if isinstance(graph, tf.Graph):
         if isinstance(graph, FuncGraph) and _being_built(graph):
             # A tf.function being traced: its graph is half built, and what comes after this
-            # call would land unplaced, with AutoGraph converting this package's code on the way.
+            # call would land unplaced.
             raise ConfigError(
                 f"the graph given is a tf.function's being traced ({graph.name!r}): it is not "
                 "built yet, so ops traced after this call would have no device; place the "
