@@ -244,6 +244,18 @@ def test_the_target_task_is_found_whichever_loopback_name_the_target_uses(target
     assert other.target_task() is None
 
 
+def test_the_clients_cpu_is_the_target_tasks_on_a_cluster_of_tasks_only():
+    # Ops that call the program's Python run only in the client's process: the target task's.
+    spec = {"ps": ["localhost:1"], "worker": ["localhost:2"]}
+    cluster = Cluster.from_tf(spec, devices="cpu2", target="grpc://localhost:2")
+    assert cluster.client_cpu() == "/job:worker/replica:0/task:0/device:CPU:0"
+    assert Cluster.from_tf(spec, devices="cpu2", target="grpc://otherhost:2"
+                           ).client_cpu() is None  # the target is none of the tasks
+    assert Cluster.from_tf({"worker": ["localhost:2"]}, target="grpc://localhost:2"
+                           ).client_cpu() is None  # one process: nowhere else to go
+    assert Cluster.local(num_logical_cpus=2).client_cpu() is None
+
+
 @pytest.mark.parametrize("address, takes", [
     ("localhost:2", True), (":1", True), ("[::1]:5", True), ("host.domain:65536", True),
     ("/bns/cell/job/0", True), ("localhost", False), ("localhost:x", False), ("a/b:1", False),

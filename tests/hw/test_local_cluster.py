@@ -4,6 +4,7 @@ MonitoredTrainingSession whose master is a server), profiling them, and no serve
 behind: after the block, after an exception in it, after the parent is killed, and after
 serve-local ends."""
 
+import json
 import os
 import signal
 import subprocess
@@ -292,6 +293,55 @@ def test_every_server_ends_after_the_block_and_after_an_exception_in_it():
             assert len(pids) == 1
             raise RuntimeError("inside the block")
     assert not _alive(pids)
+
+
+PROFILE_PYTHON_OPS = """
+import json, os, subprocess, sys
+import tensorflow as tf
+import tf_autoplace
+from tf_autoplace.hw.cluster_profile import profile_cluster
+from tf_autoplace.hw.local_cluster import free_ports
+from tf_autoplace.hw.runner import RunConfig
+from tf_autoplace.hw.workload import Workload
+
+spec = {"worker": [f"localhost:{port}" for port in free_ports(2)]}
+other = subprocess.Popen(
+    [sys.executable, "-m", "tf_autoplace.hw.server", json.dumps(
+        {"cluster": spec, "job": "worker", "index": 1, "threads": 1, "cpus": 1,
+         "parent": os.getpid()})], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+assert other.stdout.readline().startswith(b"ready")
+server = tf.distribute.Server(spec, job_name="worker", task_index=0)  # the client's task
+tf.compat.v1.disable_eager_execution()
+v1 = tf.compat.v1
+graph = tf.Graph()
+with graph.as_default():
+    x = v1.py_func(lambda a: a * 2, [tf.ones((2, 4))], tf.float32, name="double")
+    x.set_shape((2, 4))
+    loss = tf.reduce_mean(tf.matmul(x, v1.get_variable("w", (4, 1))), name="loss")
+    train = v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    init = v1.global_variables_initializer()
+workload = Workload(graph_def=graph.as_graph_def(), fetches=(train.name,), init=(init.name,))
+cluster = tf_autoplace.Cluster.from_tf(spec, target=server.target)
+found = profile_cluster(cluster, workload, links=False,
+                        op_config=RunConfig(steps=1, warmup_steps=1, trace_steps=1))
+print(json.dumps({"reference": found.reference,
+                  "timed": sorted(op.name for op in found.profile.op if not op.did_not_run),
+                  "speeds": [d.speed for d in found.cluster.devices]}))
+"""
+
+
+@pytest.mark.slow
+def test_a_cluster_profile_runs_ops_that_call_python_in_the_clients_process(tmp_path):
+    # Each task's turn ran every op there, py_funcs too, which TensorFlow can run only in the
+    # client's process: task 1's turn failed with "Could not find callback".
+    script = tmp_path / "profile_python_ops.py"
+    script.write_text(PROFILE_PYTHON_OPS)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, cwd=REPO,
+                          env=dict(os.environ, PYTHONPATH=REPO), timeout=HANG_GUARD_S * 3)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    found = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    assert found["reference"] == "worker:0" and "double" in found["timed"]
+    assert all(speed > 0 for speed in found["speeds"])
 
 
 @pytest.mark.slow

@@ -14,8 +14,9 @@ from tf_autoplace.cost import AnalyticalCostModel
 from tf_autoplace.cost.profile import ProfileCostModel
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph import ingest
-from tf_autoplace.hw.profiler import (body_ops, grappler_origin, kernels_run, op_times,
-                                      parallelism, profile_ops, with_profiled_cores)
+from tf_autoplace.hw.cluster_profile import _speed
+from tf_autoplace.hw.profiler import (_keeping_pins, body_ops, grappler_origin, kernels_run,
+                                      op_times, parallelism, profile_ops, with_profiled_cores)
 from tf_autoplace.hw.runner import RunConfig
 from tf_autoplace.hw.trace import TracedStep, kernel_type
 from tf_autoplace.hw.workload import Workload
@@ -214,3 +215,33 @@ def test_the_nodes_of_a_loop_body_count_for_the_loop_once_where_they_overlap():
     graph_def.node.add(name="rnn/while/x", op="Identity")
     graph_def.node.add(name="f", op="StatefulPartitionedCall")
     assert body_ops(graph_def) == {"rnn/while", "f"}
+
+
+def test_ops_that_call_python_are_profiled_on_the_clients_cpu_when_told():
+    # On a cluster of tasks, a py_func run on another task than the client's fails ("Could not
+    # find callback"): each task's turn of a cluster profile keeps it on the target's CPU.
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.py_func(lambda a: a * 2, [tf.ones((2,))], tf.float32, name="double")
+        tf.identity(x, name="out")
+    workload = Workload(graph_def=graph.as_graph_def(), fetches=("out",))
+    everywhere = {node.name: "/job:w/task:1/device:CPU:0" for node in workload.graph_def.node}
+    home = "/job:w/task:0/device:CPU:0"
+    kept = _keeping_pins(workload, everywhere, home)
+    assert kept["double"] == home
+    assert {name: d for name, d in kept.items() if name != "double"} == {
+        name: d for name, d in everywhere.items() if name != "double"}
+    assert _keeping_pins(workload, everywhere) == everywhere  # one process: no pin
+
+
+def test_a_tasks_speed_counts_only_the_ops_both_tasks_timed():
+    def profile(**times_us):
+        out = cost_profile_pb2.CostProfile()
+        for name, t in times_us.items():
+            out.op.add(name=name, device_kind="CPU", compute_time_us=t)
+        return out
+    # The reference (target) task also timed the py_func, which the other task never ran.
+    reference, other = profile(a=10.0, b=30.0, py=500.0), profile(a=20.0, b=60.0)
+    assert _speed(reference, other) == pytest.approx(0.5)
+    assert _speed(reference, reference) == 1.0
+    assert _speed(reference, profile(c=5.0)) is None

@@ -532,6 +532,17 @@ class Cluster:
                 return k
         return None
 
+    def client_cpu(self) -> str | None:
+        """On a cluster of several TensorFlow tasks, the name of a CPU device of the target task
+        (the server the client's Session connects to, the only task that can be in the client's
+        process, where ops that call the program's Python must run); None on one process,
+        without a target task, or without a CPU there."""
+        home = self.target_task()
+        if len(self.tasks) < 2 or home is None:
+            return None
+        return next((d.name for d, task in zip(self.devices, self.device_tasks)
+                     if task == home and d.kind == "CPU"), None)
+
     def executors(self) -> tuple[np.ndarray, np.ndarray]:
         """``(executor [D], cores [E])``: the executor that runs each device's ops and how many
         ops each runs at once. Core groups first, in declared order; then every device outside

@@ -17,10 +17,12 @@ that run elsewhere), through Sessions on that target:
    device of each kind, and each op's median traced time on that task is kept
    (:func:`~tf_autoplace.hw.profiler.profile_ops`). The CostProfile holds the times of the
    *reference* task (the target's, where a graph runs without a hop to another server; else the
-   first task). Every other task's devices get a ``speed``: the reference task's total op time
-   over the task's own, so that the simulator's time of an op on a device of that task (the
-   profile's time over the speed) has the task's total. Per-op differences between tasks are
-   averaged into that one factor: a CostProfile holds one time per op and device kind.
+   first task). Ops that call the program's Python stay on the target task's CPU in every
+   task's turn (TensorFlow has their callbacks only in the client's process), so only the
+   target task times them. Every other task's devices get a ``speed``: the reference task's
+   total time of the ops both timed over the task's own, so that the simulator's time of an op
+   on a device of that task (the profile's time over the speed) has the task's total. Per-op
+   differences between tasks are averaged into that one factor: a CostProfile holds one time per op and device kind.
 
 Which devices each task has can be asked of its server too: :func:`served_devices` lists them
 (``Session.list_devices`` on the target) for ``Cluster.from_tf(spec,
@@ -111,6 +113,7 @@ def profile_cluster(cluster: Cluster, workload: Workload | None = None, *, links
     config = on_cluster(cluster, op_config)
     home = cluster.target_task()
     reference = home if home is not None else 0
+    python_device = cluster.client_cpu()  # py_func and the like: on every task's turn
     profiles, totals = {}, {}
     for k, task in enumerate(cluster.tasks):
         devices = {}
@@ -119,26 +122,40 @@ def profile_cluster(cluster: Cluster, workload: Workload | None = None, *, links
         if not devices:
             continue
         profiles[k] = profiler.profile_ops(workload, config=config, devices=devices,
-                                           partners=False, description=f"task {task.name}")
+                                           partners=False, description=f"task {task.name}",
+                                           python_device=python_device)
         totals[k] = sum(op.compute_time_us for op in profiles[k].op) * 1e-6
     if reference not in profiles:
         reference = min(profiles)
     devices = list(measured.devices)
+    speeds = {k: _speed(profiles[reference], p) for k, p in profiles.items()}
     for d, device in enumerate(devices):
         k = int(cluster.device_tasks[d])
-        if k in totals and totals[k] > 0 and totals[reference] > 0:
-            devices[d] = dataclasses.replace(device, speed=totals[reference] / totals[k])
+        if speeds.get(k) is not None:
+            devices[d] = dataclasses.replace(device, speed=speeds[k])
     profile = profiles[reference]
     name = cluster.tasks[reference].name
     profile.description = "; ".join(filter(None, [
         description, f"op times of task {name} (the reference); the other tasks' devices have "
-        "speed = its total op time / theirs",
+        "speed = its total op time / theirs (over the ops timed on both)",
         *(f"task {cluster.tasks[k].name}: {p.description.split('; ', 1)[1]}"
           for k, p in profiles.items())]))
     return ClusterProfile(cluster=dataclasses.replace(measured, devices=tuple(devices)),
                           profile=profile, link_fits=fits, class_fits=class_fits,
                           task_seconds={cluster.tasks[k].name: t for k, t in totals.items()},
                           reference=name)
+
+
+def _speed(reference: cost_profile_pb2.CostProfile, task: cost_profile_pb2.CostProfile
+           ) -> float | None:
+    """A task's speed against the reference task: the reference's total time of the ops timed
+    on both over the task's (an op that calls Python runs on the target task in every turn,
+    so it is timed there only); None when either total is 0."""
+    times = [{op.name: op.compute_time_us for op in p.op if not op.did_not_run}
+             for p in (reference, task)]
+    common = times[0].keys() & times[1].keys()
+    ref, own = (sum(t[name] for name in common) for t in times)
+    return ref / own if ref > 0 and own > 0 else None
 
 
 def served_devices(spec, *, timeout_s: float = 60.0) -> dict[str, Cluster]:

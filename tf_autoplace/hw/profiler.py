@@ -70,7 +70,7 @@ from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph import ingest
 from tf_autoplace.graph.executed import CALL_OPS, CONTROL_FLOW_OPS
 from tf_autoplace.graph.opgraph import OpGraph
-from tf_autoplace.graph.pins import device_pins
+from tf_autoplace.graph.pins import device_pins, python_callers
 from tf_autoplace.hw.runner import RunConfig, TracedStep, canonical_device, run, run_interleaved
 from tf_autoplace.hw.workload import Workload
 from tf_autoplace.proto import cost_profile_pb2
@@ -223,14 +223,19 @@ def partner_candidates(graph: OpGraph) -> dict[int, int]:
     return out
 
 
-def _keeping_pins(workload: Workload, assignment: dict) -> dict:
+def _keeping_pins(workload: Workload, assignment: dict, python_device: str | None = None
+                  ) -> dict:
     """``assignment`` with the workload's pinned ops on their own devices
     (:func:`tf_autoplace.graph.pins.device_pins`): the members of a collective all-reduce on
     one device wait for each other forever, so a profile of "every op on one device" runs
-    them where the program put them."""
-    pins = device_pins(workload.graph_def)
-    return {name: pins[name][0] if name in pins else device
-            for name, device in assignment.items()}
+    them where the program put them. With ``python_device``, the ops that call the program's
+    Python (:func:`tf_autoplace.graph.pins.python_callers`) run there: on a cluster of
+    several processes TensorFlow finds their callback only in the client's."""
+    pins = {name: device for name, (device, _) in device_pins(workload.graph_def).items()}
+    if python_device is not None:
+        for name in python_callers(workload.graph_def):
+            pins.setdefault(name, python_device)
+    return {name: pins.get(name, device) for name, device in assignment.items()}
 
 
 def _second_device(kind: str) -> str | None:
@@ -274,7 +279,8 @@ def measure_partners(workload: Workload, graph: OpGraph, kind: str, single_kerne
 
 def profile_ops(workload: Workload, *, kinds=None, config: RunConfig = DEFAULT_CONFIG,
                 description: str = "", partners: bool = True,
-                devices=None) -> cost_profile_pb2.CostProfile:
+                devices=None, python_device: str | None = None
+                ) -> cost_profile_pb2.CostProfile:
     """Measure every op of ``workload`` on each of ``kinds`` (default: :func:`local_kinds`; the
     kinds of ``devices`` when given) and return the profile (module docstring).
     ``config.steps`` untraced rounds of :data:`STEP_SESSIONS` interleaved Sessions time the run
@@ -282,7 +288,11 @@ def profile_ops(workload: Workload, *, kinds=None, config: RunConfig = DEFAULT_C
     ``config.trace_steps`` (>= 1) steps are traced (its ``DeviceRun``). ``partners``: also run
     the calibration that finds the ops whose kernel changes apart from a partner. ``devices`` (kind -> device name; default
     ``/device:<kind>:0``) says which device of each kind runs the graph: on a TensorFlow
-    cluster (``config.target``), one task's (``/job:worker/replica:0/task:1/device:CPU:0``)."""
+    cluster (``config.target``), one task's (``/job:worker/replica:0/task:1/device:CPU:0``).
+    ``python_device``: where the ops that call the program's Python run, whichever device
+    the others are timed on (on a cluster of tasks, the target task's CPU,
+    :meth:`~tf_autoplace.core.cluster.Cluster.client_cpu`: the only process that has their
+    callbacks)."""
     if config.trace_steps < 1:
         raise ConfigError(f"profiling needs trace_steps >= 1, got {config.trace_steps}")
     devices = dict(devices or {})
@@ -304,7 +314,7 @@ def profile_ops(workload: Workload, *, kinds=None, config: RunConfig = DEFAULT_C
     for kind in kinds:
         device = devices.get(kind, f"/device:{kind}:0")
         cfg = config if kind == "CPU" else dataclasses.replace(config, soft_placement=True)
-        assignment = _keeping_pins(workload, {name: device for name in names})
+        assignment = _keeping_pins(workload, {name: device for name in names}, python_device)
         # The untraced step calibrates the op times: measured as placements are (module
         # docstring), in interleaved Sessions, before the traced Session.
         step_s = float(np.median([m.step_time_s for m in run_interleaved(

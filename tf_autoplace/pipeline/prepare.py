@@ -81,22 +81,11 @@ def _pins(graph_def, cluster: Cluster) -> dict[str, str]:
             raise ConfigError(f"op {name!r} must stay on {device!r} ({why}), and the cluster "
                               f"cannot hold it there: {e}; give a cluster with that device") \
                 from e
-    home = _client_cpu(cluster)
+    home = cluster.client_cpu()
     if home is not None:  # ops that call Python run only in the client's process
         for name in python_callers(graph_def):
             out.setdefault(name, home)
     return out
-
-
-def _client_cpu(cluster: Cluster) -> str | None:
-    """On a cluster of several TensorFlow tasks, the name of a CPU device of the target task
-    (the server the client's Session connects to, the only task that can be in the client's
-    process); None on one process, without a target task, or without a CPU there."""
-    home = cluster.target_task()
-    if len(cluster.tasks) < 2 or home is None:
-        return None
-    return next((d.name for d, task in zip(cluster.devices, cluster.device_tasks)
-                 if task == home and d.kind == "CPU"), None)
 
 
 def cost_graph_problem(cost_graph: CostGraph, cluster: Cluster, *,
