@@ -148,6 +148,8 @@ def test_tf_keras_predict_joins_the_batches_of_an_execution(child):
     ("run_eagerly", "run_eagerly=True"),
     ("jit_compile", "jit_compile=False"),
     ("recompiled_jit_compile", "jit_compile=False"),  # compile() after autoplace_model
+    # ... where the model can also go back to running unplaced
+    ("recompiled_jit_compile", "whose placement's remove() gives the model back"),
     ("not_a_model", "expected a Keras 3 or tf_keras Model"),
     ("verify", "a Keras model is timed by fitting it"),
     ("verify_model", "a Keras model is timed by fitting it"),

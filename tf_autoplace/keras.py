@@ -517,7 +517,13 @@ class KerasPlacement:
                 current = getattr(self.model, attribute, None)
                 if current is not None and not force:
                     return current
-                _check_model(self.model, self.flavour)  # compile() may have changed it
+                try:  # compile() may have changed the model since it was placed
+                    _check_model(self.model, self.flavour)
+                except ConfigError as e:
+                    raise ConfigError(
+                        f"{e}; or run it unplaced: it was compiled again after "
+                        "autoplace_model, whose placement's remove() gives the model back "
+                        "Keras' own functions") from None
                 step = _PlacedStep(self, kind)
                 function = (_keras3_predict_function(step)
                             if kind == "predict" and self.flavour == "keras"
