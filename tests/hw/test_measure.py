@@ -177,6 +177,48 @@ def test_a_tf1_step_gets_its_tables_and_iterators_initialized_and_keeps_its_queu
     assert m.step_time_s > 0
 
 
+def test_a_table_is_initialized_without_tables_initializer_and_no_restore_runs():
+    # A program that leaves tables_initializer() to its MonitoredTrainingSession: TF 2.x's
+    # KeyValueTensorInitializer imports the keys (LookupTableImportV2), which the init missed
+    # ("Table not initialized"); a Saver's restore of a MutableHashTable is an import too, of
+    # what it reads from a checkpoint, and not an initializer.
+    g = tf.Graph()
+    with g.as_default():
+        table = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(["a", "b"], tf.constant([0, 1], tf.int64)), 0)
+        tf.lookup.experimental.MutableHashTable(tf.string, tf.int64, -1)
+        emb = tf.compat.v1.get_variable("emb", [2, 3],
+                                        initializer=tf.compat.v1.ones_initializer())
+        loss = tf.reduce_sum(tf.gather(emb, table.lookup(tf.constant(["a", "b"]))))
+        tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, name="train")
+        tf.compat.v1.global_variables_initializer()
+        tf.compat.v1.train.Saver()
+    for source in (g, g.as_graph_def()):  # the collection, or the op itself
+        workload = Workload.from_graph(source)
+        assert "key_value_init/LookupTableImportV2" in workload.init
+        assert not any(name.startswith("save/") for name in workload.init)
+    m = run(workload, {n.name: "/device:CPU:0" for n in workload.graph_def.node},
+            RunConfig(steps=1, warmup_steps=1))
+    assert m.step_time_s > 0
+
+
+def test_a_graph_measured_by_autoplace_runs_the_step_of_its_train_op_collection():
+    # The engine made the workload from the graph's MetaGraphDef, which has no collections:
+    # a hand-written update in the train_op collection (no Apply* op) was passed over for
+    # every sink, and an evaluation iterator among them ran out after three steps.
+    g = tf.Graph()
+    with g.as_default():
+        w = tf.compat.v1.get_variable("w", [3], initializer=tf.compat.v1.ones_initializer())
+        grad = tf.gradients(tf.reduce_sum(w * w), w)[0]
+        step = tf.compat.v1.assign_sub(w, 0.1 * grad, name="my_step")
+        g.add_to_collection("train_op", step.op)
+        tf.compat.v1.data.make_one_shot_iterator(tf.data.Dataset.range(3)).get_next()
+        tf.compat.v1.global_variables_initializer()
+    report = tf_autoplace.autoplace(g, cluster=CPU2, placer="m_topo", measure_steps=15,
+                                    progress=False)
+    assert report.measured_step_time_s > 0
+
+
 def test_a_step_that_needs_a_queue_runner_is_a_measurement_error_not_a_hang():
     # The train op alone dequeues from a queue only the queue runner's thread fills: run on
     # its own, its first step would wait forever.

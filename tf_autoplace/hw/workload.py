@@ -16,8 +16,9 @@ Defaults, when the caller does not say (:meth:`Workload.from_graph`):
 * **init**: an op named ``init`` (what ``tf.compat.v1.global_variables_initializer`` makes, or
   ``local_variables_initializer`` when it was made first) and every variable's initializer,
   the ``<variable>/Assign`` op that assigns it. Then the
-  lookup tables' initializers (a MetaGraphDef's ``table_initializer`` collection, else an op
-  named ``init_all_tables``, and ``InitializeTable*`` ops) and every iterator's
+  lookup tables' initializers (a graph's or MetaGraphDef's ``table_initializer`` collection,
+  else an op named ``init_all_tables``, and ``InitializeTable*`` ops and the table imports
+  that read no checkpoint, ``KeyValueTensorInitializer``'s) and every iterator's
   (``MakeIterator``), which a TF1 program runs with ``tf.compat.v1.tables_initializer()`` and
   ``iterator.initializer`` before its steps.
 * **feeds**: every ``Placeholder`` in the fan-in of the fetches and init gets a value of its
@@ -146,15 +147,20 @@ class Workload:
 
     @classmethod
     def from_graph(cls, source, *, fetches=None, init=None, feeds: Mapping | None = None,
-                   seed: int = 0) -> "Workload":
+                   seed: int = 0, live_graph: tf.Graph | None = None) -> "Workload":
         """A workload of ``source`` (tf.Graph, GraphDef, MetaGraphDef, bytes or file path), its
-        fetches, init ops and missing feeds found as the module docstring says."""
+        fetches, init ops and missing feeds found as the module docstring says.
+        ``live_graph``: the tf.Graph that ``source`` (its MetaGraphDef) was read from, whose
+        ``train_op`` and ``table_initializer`` collections then count as the MetaGraphDef's
+        (what they are for a tf.Graph ``source``)."""
         meta_graph = ingest.load_meta_graph(source)
-        if isinstance(source, tf.Graph):  # (its MetaGraphDef here carries no collections)
-            trained = [getattr(t, "op", t) for t in source.get_collection("train_op")]
-            names = [t.name for t in trained if isinstance(t, tf.Operation)]
-            if names:
-                meta_graph.collection_def["train_op"].node_list.value.extend(names)
+        live = source if isinstance(source, tf.Graph) else live_graph
+        if live is not None:  # (the MetaGraphDef of a tf.Graph carries no collections)
+            for key in _STEP_COLLECTIONS:
+                ops = [getattr(t, "op", t) for t in live.get_collection(key)]
+                names = [op.name for op in ops if isinstance(op, tf.Operation)]
+                if names and key not in meta_graph.collection_def:
+                    meta_graph.collection_def[key].node_list.value.extend(names)
         graph_def = meta_graph.graph_def
         by_name = {n.name: n for n in graph_def.node}
         init = tuple(init) if init is not None else _default_init(meta_graph, by_name)
@@ -247,11 +253,19 @@ class Workload:
                    init=(model.init_op,), feeds=model.sample_feed(seed))
 
 
+# A tf.Graph's collections that say what a step and its init run (op names in a MetaGraphDef).
+_STEP_COLLECTIONS = ("train_op", tf.compat.v1.GraphKeys.TABLE_INITIALIZERS)
+
+
 # Ops a TF1 program runs once before its steps besides the variables' initializer: lookup
 # tables' initializers (tf.compat.v1.tables_initializer) and initializable iterators'.
 _RESOURCE_INIT_OPS = frozenset({"InitializeTable", "InitializeTableV2",
                                 "InitializeTableFromTextFile", "InitializeTableFromTextFileV2",
                                 "InitializeTableFromDataset", "MakeIterator"})
+# A table's import of its keys and values: an initializer (KeyValueTensorInitializer's, in TF
+# 2.x) unless it imports what a Saver's restore read from a checkpoint.
+_TABLE_IMPORT_OPS = frozenset({"LookupTableImport", "LookupTableImportV2"})
+_RESTORE_OPS = frozenset({"Restore", "RestoreV2", "RestoreSlice"})
 # Sinks that are not part of a step: closing a queue ends every later step's reads.
 _NOT_A_STEP_OPS = frozenset({"QueueClose", "QueueCloseV2"})
 # The ops by which an optimizer updates a variable (ApplyAdam, ResourceApplyAdam,
@@ -281,6 +295,10 @@ def _default_init(meta_graph, by_name) -> tuple[str, ...]:
     if not tables and getattr(by_name.get("init_all_tables"), "op", None) == "NoOp":
         tables = ["init_all_tables"]
     out += tables + [n.name for n in graph_def.node if n.op in _RESOURCE_INIT_OPS]
+    imports = [n.name for n in graph_def.node if n.op in _TABLE_IMPORT_OPS]
+    if imports:
+        restored = _fan_out(graph_def, [n.name for n in graph_def.node if n.op in _RESTORE_OPS])
+        out += [name for name in imports if name not in restored]
     return tuple(dict.fromkeys(out))
 
 

@@ -222,7 +222,8 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
                                                 fallback=AnalyticalCostModel(meta_graph))
     # What a step runs is found before anything is placed, so that a graph we could not time
     # is an error that leaves it untouched.
-    workload = (Workload.from_graph(meta_graph, feeds=options.measure_feeds, seed=int(seed))
+    workload = (Workload.from_graph(meta_graph, feeds=options.measure_feeds, seed=int(seed),
+                                    live_graph=graph if isinstance(graph, tf.Graph) else None)
                 if measure_steps or verifying or placer.needs_workload else None)
     profiled_here = verifying and cost_model is None
     if profiled_here:  # verified candidates are ranked by costs measured on these devices
