@@ -139,6 +139,8 @@ def test_a_call_grappler_specialized_runs_in_the_placed_function(child):
 
 @pytest.mark.parametrize("case, error, message", [
     ("xla", "ConfigError", "jit_compile=True"),
+    ("xla_restored", "ConfigError", "this function restored from a SavedModel is compiled with "
+                                    "XLA"),  # not TF's name for its graph
     ("no_args", "ConfigError", "input_signature"),
     ("variable_off_cluster", "ConfigError", "not a device of the cluster"),
     ("variable_argument", "ConfigError", "argument 0 is a tf.Variable"),

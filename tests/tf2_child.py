@@ -438,10 +438,19 @@ def errors():
     def project(x):
         return x @ m
 
+    module = tf.Module()
+    module.double = tf.function(lambda x: x * 2, jit_compile=True,
+                                input_signature=[tf.TensorSpec([], tf.float32)])
+    with tempfile.TemporaryDirectory() as saved:
+        tf.saved_model.save(module, saved)
+        restored = tf.saved_model.load(saved)  # (its graph: "restored_function_body")
+
     only_cpu1 = tf_autoplace.Cluster.uniform([tf_autoplace.Device(f"{HOST}CPU:1", "CPU",
                                                                   memory_bytes=10**9)])
     cases = {
         "xla": lambda: tf2.autoplace_function(xla, tf.constant(1.0), cluster=CPU2),
+        "xla_restored": lambda: tf2.autoplace_function(restored.double, tf.constant(1.0),
+                                                       cluster=CPU2),
         "no_args": lambda: tf_autoplace.autoplace(uses_v, cluster=CPU2, placer="m_etf"),
         "variable_off_cluster": lambda: tf2.autoplace_function(uses_v, tf.constant(1.0),
                                                                cluster=only_cpu1),

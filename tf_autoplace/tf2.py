@@ -166,6 +166,8 @@ def _check_arguments(cf) -> None:
 
 
 def _xla_error(name) -> ConfigError:
+    if name == "restored_function_body":  # (TF's name for every function of a SavedModel)
+        name = "this function restored from a SavedModel"
     return ConfigError(
         f"{name!s} is compiled with XLA (jit_compile=True): an XLA cluster runs on one device "
         "and ignores per-op devices, so it cannot be placed op by op; drop jit_compile or "
