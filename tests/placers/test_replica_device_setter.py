@@ -46,6 +46,19 @@ def test_variables_go_greedily_by_bytes_to_the_ps_tasks_and_the_rest_to_the_work
     assert names[7:] == [worker0] * 3
 
 
+def test_the_worker_device_is_the_target_task_the_client_runs_as():
+    # Between-graph replication: worker 1's script says worker_device="/job:worker/task:1";
+    # every worker's compute was put on worker:0 (worker 1's run took 1 step of 40).
+    graph = _graph()
+    for target, worker in (("localhost:4", "worker/task:1"), ("localhost:3", "worker/task:0"),
+                           ("localhost:1", "worker/task:0")):  # (a ps target: the first)
+        cluster = Cluster.from_tf(JOBS, devices="cpu2", target=f"grpc://{target}")
+        problem = problems.problem(graph, cluster, gpu_s=1e-3, cpu_s=1e-3)
+        names = [cluster.names[d] for d in ReplicaDeviceSetterPlacer().place(problem).devices]
+        assert names[7:] == [cluster.names[cluster.index(f"/job:{worker}/device:CPU:0")]] * 3
+        assert {n.split("/")[1] for n in names[:7]} == {"job:ps"}
+
+
 def test_kernels_are_kept_within_the_task_and_clusters_without_ps_or_tasks():
     graph = _graph()
     kernels = np.ones((10, 2), bool)

@@ -19,9 +19,10 @@ the variable is. This placer does the same on a placement problem:
   in the order of their first ps op in the graph, each to the ps task with the least load,
   whose load then grows by the bytes of that first ps op (a slot variable is made inside
   ``colocate_with`` its variable and adds no load);
-- **everything else** goes to the worker device: the first task of the job ``worker`` (else
-  ``chief``, ``master``, else the first task that is not a parameter server), as a script's
-  ``worker_device="/job:worker/task:0"`` says;
+- **everything else** goes to the worker device: the task the cluster's target names (the
+  client's, as a between-graph script's ``worker_device="/job:worker/task:%d" % task_index``
+  says) unless that is a parameter server; else the first task of the job ``worker`` (else
+  ``chief``, ``master``, else the first task that is not a parameter server);
 - within a task, the device is the one TensorFlow picks for a device string without a type:
   the task's first GPU, else its first device. An op group without a kernel there goes to the
   first device of the same task that can run it, else to the first device that can.
@@ -70,7 +71,7 @@ class ReplicaDeviceSetterPlacer(Placer):
             raise InfeasiblePlacementError(
                 f"no device in the cluster can run the colocation group of op {op!r}")
         task_devices = _devices_by_task(problem)
-        worker = _worker_task(cluster.tasks, self.ps_job)
+        worker = _worker_task(cluster.tasks, self.ps_job, cluster.target_task())
         ps_tasks = [k for k, t in enumerate(cluster.tasks) if t.job == self.ps_job]
         group_task = np.full(len(allowed), worker, np.int64)
         load = np.zeros(len(ps_tasks))
@@ -103,8 +104,11 @@ def _devices_by_task(problem: PlacementProblem) -> dict[int, list[int]]:
     return out
 
 
-def _worker_task(tasks, ps_job: str) -> int:
-    """The index of the worker device's task (module docstring); -1 without tasks."""
+def _worker_task(tasks, ps_job: str, target: int | None = None) -> int:
+    """The index of the worker device's task (module docstring), ``target`` the target's task
+    index (None: no target); -1 without tasks."""
+    if target is not None and tasks[target].job != ps_job:
+        return target
     for job in WORKER_JOBS:
         for k, task in enumerate(tasks):
             if task.job == job:
