@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from tensorflow.python.ops import collective_ops
+from tensorflow.core.framework import graph_pb2
 
 import tf_autoplace
 from tf_autoplace.errors import ConfigError, InvalidGraphError
 from tf_autoplace.graph import ingest
-from tf_autoplace.graph.pins import device_pins, python_callers
+from tf_autoplace.graph.pins import device_pins, python_callers, replica_variables
 
 CPU = "/job:localhost/replica:0/task:0/device:CPU:"
 CONFIG = dict(allow_soft_placement=False, device_count={"CPU": 2})
@@ -245,3 +246,51 @@ def test_ops_that_call_python_stay_in_the_clients_process_on_a_cluster_of_tasks(
     report = tf_autoplace.autoplace(graph_def, cluster="cpu2", placer="random", seed=1,
                                     progress=False)
     assert len({report.assignment[n] for n in report.assignment}) == 2
+
+
+SPEC = {"ps": ["localhost:1"], "worker": ["localhost:2", "localhost:3"]}
+
+
+def _replica_graph(task: int = 1, worker_device: str | None = None):
+    """Worker ``task``'s graph of a between-graph replicated program."""
+    v1 = tf.compat.v1
+    graph = tf.Graph()
+    with graph.as_default(), v1.device(v1.train.replica_device_setter(
+            cluster=tf.train.ClusterSpec(SPEC),
+            worker_device=worker_device or f"/job:worker/task:{task}")):
+        x = tf.ones((2, 4))
+        w = v1.get_variable("w", (4, 1), use_resource=True)
+        step = v1.train.get_or_create_global_step()
+        loss = tf.reduce_mean(tf.matmul(x, w), name="loss")
+        v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=step)
+    return graph
+
+
+def test_the_shared_variables_of_a_between_graph_replica_are_found():
+    graph_def = _replica_graph().as_graph_def()
+    shared = replica_variables(graph_def, other_tasks=2)
+    assert set(shared) == {"w", "global_step"} and set(shared.values()) == {"/job:ps/task:0"}
+    assert replica_variables(graph_def, other_tasks=1) == {}  # the only worker: one client
+    unannotated = graph_pb2.GraphDef()
+    unannotated.CopyFrom(graph_def)
+    for node in unannotated.node:
+        node.device = ""
+    assert replica_variables(unannotated, other_tasks=2) == {}
+    # One client spreading its work over both workers itself (in-graph): its own variables.
+    spread = graph_pb2.GraphDef()
+    spread.CopyFrom(graph_def)
+    next(n for n in spread.node if n.name == "loss").device = "/job:worker/task:0"
+    assert replica_variables(spread, other_tasks=2) == {}
+
+
+def test_a_between_graph_replica_keeps_its_shared_variables_on_the_ps_task():
+    # Placed, the variables went to each worker's own task: the chief initialized its copy and
+    # the other worker waited forever for its own (MonitoredTrainingSession), without an error.
+    graph_def = _replica_graph().as_graph_def()
+    cluster = tf_autoplace.Cluster.from_tf(SPEC, devices="cpu2", target="grpc://localhost:3")
+    ps = "/job:ps/replica:0/task:0/device:CPU:0"
+    for seed in range(4):
+        report = tf_autoplace.autoplace(graph_def, cluster=cluster, placer="random", seed=seed,
+                                        progress=False)
+        assert report.assignment["w"] == report.assignment["global_step"] == ps, seed
+        assert any("kept on the parameter-server tasks" in n for n in report.notes)

@@ -25,6 +25,11 @@ annotation is a constraint TensorFlow does not check until the step runs (or nev
   of several TensorFlow tasks they run only in the client's process: the pipeline keeps them
   on the target task's CPU (:mod:`tf_autoplace.pipeline.prepare`).
 
+* **Shared variables of a between-graph replica** (:func:`replica_variables`): a graph built
+  under ``replica_device_setter`` by one of several workers keeps its variables on the ``ps``
+  tasks its annotations name, where the other workers' clients look for them (the pipeline
+  pins them when the cluster has several workers).
+
 :func:`device_pins` finds the first three; the pipeline turns them into a cost model under which a
 pinned op can run on its device only (:class:`tf_autoplace.cost.model.PinnedCostModel`), which
 every placer treats like a missing kernel elsewhere (the op's colocation group follows it), and
@@ -49,6 +54,15 @@ MULTI_DEVICE_ITERATORS = frozenset({
 # Ops that call back into the Python of the process that built the graph (py_func,
 # py_function, numpy_function; a tf.data pipeline from a generator calls them in its functions).
 PYTHON_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
+# The ops tf.compat.v1.train.replica_device_setter puts on a parameter server
+# (tensorflow/python/training/device_setter.py, TF 2.21: STANDARD_PS_OPS).
+PS_OPS = frozenset({
+    "Variable", "VariableV2", "AutoReloadVariable", "MutableHashTable", "MutableHashTableV2",
+    "MutableHashTableOfTensors", "MutableHashTableOfTensorsV2", "MutableDenseHashTable",
+    "MutableDenseHashTableV2", "VarHandleOp", "BoostedTreesEnsembleResourceHandleOp",
+    "BoostedTreesQuantileStreamResourceHandleOp", "ResourceConditionalAccumulator",
+    "DecisionTreeResource"})
+PS_JOB = "ps"
 
 
 def _same_device(a: str, b: str) -> bool:
@@ -99,6 +113,43 @@ def device_pins(graph_def: graph_pb2.GraphDef) -> dict[str, tuple[str, str]]:
                     pin(target, node.device, f"{node.name!r} of function "
                         f"{function.signature.name!r} is colocated with it on that device")
     return pins
+
+
+def replica_variables(graph_def: graph_pb2.GraphDef, other_tasks: int,
+                      ps_job: str = PS_JOB) -> dict[str, str]:
+    """The shared variables of one replica's graph in between-graph replication: each worker
+    of a TensorFlow cluster builds its own graph under ``replica_device_setter``, its variables
+    on ``ps`` tasks, where every worker's client looks for them (the chief initializes them,
+    the others wait until they are), and every other op on its own worker task. Moved, a
+    variable is this client's alone: the others wait for it forever, or train apart.
+
+    Args:
+      graph_def: the graph.
+      other_tasks: how many tasks of the cluster are outside ``ps_job`` (its workers).
+      ps_job: the parameter servers' job.
+
+    Returns:
+      {variable op name: its device annotation} when the graph is one replica of several:
+      ``other_tasks`` > 1, some :data:`PS_OPS` op annotated on ``ps_job``, and every
+      annotated op outside ``ps_job`` on one and the same task; else {} (an unannotated
+      graph, or one that spreads work over several workers itself, is one client's).
+    """
+    if other_tasks < 2:
+        return {}
+    shared, workers = {}, set()
+    for node in graph_def.node:
+        if not node.device:
+            continue
+        try:
+            spec = tf.DeviceSpec.from_string(node.device)
+        except ValueError:
+            return {}
+        if spec.job == ps_job:
+            if node.op in PS_OPS:
+                shared[node.name] = node.device
+        else:
+            workers.add((spec.job, spec.replica or 0, spec.task or 0))
+    return shared if shared and len(workers) == 1 else {}
 
 
 def _called_functions(node) -> set[str]:

@@ -39,16 +39,8 @@ import numpy as np
 
 from tf_autoplace.core.problem import PlacementProblem, Placer
 from tf_autoplace.errors import InfeasiblePlacementError
+from tf_autoplace.graph.pins import PS_JOB, PS_OPS as STANDARD_PS_OPS
 
-# tensorflow/python/training/device_setter.py (TF 2.21), the ops replica_device_setter puts on
-# a parameter server.
-STANDARD_PS_OPS = frozenset({
-    "Variable", "VariableV2", "AutoReloadVariable", "MutableHashTable", "MutableHashTableV2",
-    "MutableHashTableOfTensors", "MutableHashTableOfTensorsV2", "MutableDenseHashTable",
-    "MutableDenseHashTableV2", "VarHandleOp", "BoostedTreesEnsembleResourceHandleOp",
-    "BoostedTreesQuantileStreamResourceHandleOp", "ResourceConditionalAccumulator",
-    "DecisionTreeResource"})
-PS_JOB = "ps"
 WORKER_JOBS = ("worker", "chief", "master")
 
 

@@ -23,6 +23,7 @@ import dataclasses
 import time
 
 import numpy as np
+import tensorflow as tf
 
 from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.core.problem import PlacementProblem
@@ -33,7 +34,7 @@ from tf_autoplace.graph import ingest
 from tf_autoplace.graph.costgraph import CostGraph
 from tf_autoplace.graph.executed import executed_graph
 from tf_autoplace.graph.opgraph import OpGraph
-from tf_autoplace.graph.pins import device_pins, python_callers
+from tf_autoplace.graph.pins import PS_JOB, device_pins, python_callers, replica_variables
 from tf_autoplace.grouping import GroupingConfig, merge_and_colocate
 from tf_autoplace.sim import Simulator
 
@@ -85,7 +86,37 @@ def _pins(graph_def, cluster: Cluster) -> dict[str, str]:
     if home is not None:  # ops that call Python run only in the client's process
         for name in python_callers(graph_def):
             out.setdefault(name, home)
+    others = sum(task.job != PS_JOB for task in cluster.tasks)
+    for name, device in replica_variables(graph_def, others).items():
+        out.setdefault(name, _task_device(cluster, device))
     return out
+
+
+def _task_device(cluster: Cluster, device: str) -> str:
+    """The cluster device TensorFlow runs an op annotated ``device`` on: the device itself, or
+    for a task without a device type (``/job:ps/task:0``, as ``replica_device_setter`` writes
+    it) the task's first GPU, else its first device.
+
+    Raises:
+      ConfigError: the cluster has no such device or task.
+    """
+    spec = tf.DeviceSpec.from_string(device)
+    mine = [d for d, k in enumerate(cluster.device_tasks)
+            if (cluster.tasks[k].job, cluster.tasks[k].index) == (spec.job, spec.task or 0)]
+    if spec.device_type:
+        try:
+            return cluster.names[cluster.index(device)]
+        except ClusterSpecError as e:
+            mine = []
+            why = str(e)
+    else:
+        why = f"no task {spec.job}:{spec.task or 0}"
+    if not mine:
+        raise ConfigError(f"a variable this replica shares with the other workers must stay on "
+                          f"{device!r}, and the cluster has {why}; give the cluster the "
+                          "program runs on")
+    gpus = [d for d in mine if cluster.devices[d].kind == "GPU"]
+    return cluster.names[(gpus or mine)[0]]
 
 
 def cost_graph_problem(cost_graph: CostGraph, cluster: Cluster, *,
