@@ -604,6 +604,12 @@ def _ratio(stats) -> str:
     return "n/a" if not count else f"{median:.2f} [{low:.2f}, {high:.2f}]"
 
 
+def _two_places(x: float) -> str:
+    """``x`` to two decimals, never ``-0.00``: a fitted line's intercept that is 0 up to float
+    rounding (-1e-20) prints as 0."""
+    return f"{round(x, 2) + 0.0:.2f}"
+
+
 def markdown(*, ops=(), transfers=None, concurrency=None, memory=(), header="") -> str:
     """The component tables (module docstring) of the checks given."""
     lines = [header] if header else []
@@ -662,9 +668,9 @@ def markdown(*, ops=(), transfers=None, concurrency=None, memory=(), header="") 
                 ("step time of being split at all", split["measured"], split["simulated"]),
                 ("CPU work of being split at all", split["measured_cpu"],
                  split["simulated_core"])):
-            over = f"{simulated / measured + 0.0:.2f}" if measured > 0 else "n/a"
-            lines.append(f"| {what} | {measured * 1e6 + 0.0:.2f} us | "
-                         f"{simulated * 1e6 + 0.0:.2f} us | {over} |")
+            over = _two_places(simulated / measured) if measured > 0 else "n/a"
+            lines.append(f"| {what} | {_two_places(measured * 1e6)} us | "
+                         f"{_two_places(simulated * 1e6)} us | {over} |")
         lines.append("")
     if concurrency is not None:
         c = concurrency
