@@ -67,6 +67,22 @@ class Choice:
                 "used instead")
 
 
+def time_cap_note(name: str, budget_s: float, done: int, cap: int | None,
+                  what: str = "placements") -> str:
+    """What a placer's note adds when its ``budget_s`` time cap, not its cap of ``cap``
+    ``what`` (None: none), ended its search after ``done``: the same seed then gives the
+    same placement only on a machine as fast (README's promise, which the notes must keep)."""
+    return (f"; the {budget_s:g} s time cap ended the {name} search after {done} {what}"
+            + (f" of {cap}" if cap else "") + ", so the result depends on this machine's "
+            "speed")
+
+
+def ended_by_clock(deadline: float, done: int, cap: int | None) -> bool:
+    """Whether a search that has just returned was ended by its deadline (a
+    ``time.perf_counter()`` value) before its cap of ``cap`` (None: none) was reached."""
+    return time.perf_counter() >= deadline and (cap is None or done < cap)
+
+
 class LearnedPlacer(Placer):
     """A placer with a config (``config_class``, a frozen dataclass with ``budget_s``) and
     ``stats``, the figures of its last run.

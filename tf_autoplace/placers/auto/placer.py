@@ -58,6 +58,7 @@ from tf_autoplace.errors import ConfigError, InfeasiblePlacementError, Measureme
 from tf_autoplace.heuristics import (BestHeuristicPlacer, ReplicaDeviceSetterPlacer,
                                     SingleDevicePlacer)
 from tf_autoplace.learning.eager import policy_context
+from tf_autoplace.learning.learned import time_cap_note
 from tf_autoplace.learning.measured import MeasuredEvaluator, check_reward
 from tf_autoplace.learning.rollouts import Evaluator, available_cpus
 from tf_autoplace.learning.workers import check_ray_address, cluster_cpus
@@ -385,6 +386,7 @@ class AutoPlacer(Placer):
                 winner, iterated = iterate_until_stale(
                     winner, fresh, total, raced, patience=cfg.patience, deadline=deadline,
                     lower_bound=bound, progress=self.progress)
+                searched_until = time.perf_counter()
             label, start_s, start = labels[searches.index(origin.get(winner, winner))]
             if measured:  # both ends as measured here, not simulated
                 start_s = evaluator.step_time(start)
@@ -394,11 +396,22 @@ class AutoPlacer(Placer):
         samples = spent + sum(s.samples for s in searches + iterated)
         simulations = spent + sum(s.simulations for s in searches + iterated)
         gains, best_r = 0, min(rank(s) for s in searches)  # kicks that beat the best so far
+        misses = 0  # ... and those after the last gain
         for s in iterated:
             if rank(s) < best_r:
-                gains, best_r = gains + 1, rank(s)
+                gains, best_r, misses = gains + 1, rank(s), 0
+            else:
+                misses += 1
+        # The clock ended the search if it cut a search short, or if it ended the kicks while
+        # they had patience, placements and a bound left (the race may return a search that
+        # ended at its local optimum although the clock cut the others).
+        kicks_done = (winner.stopped != "local optimum" or misses >= cfg.patience
+                      or raced + sum(s.samples for s in iterated) >= total
+                      or winner.best <= bound * (1 + 1e-9))
+        clock = (any(s.stopped == "deadline" for s in searches + iterated)
+                 or (searched_until >= deadline and not kicks_done))
         self.stats = dict(start=label, start_ms=start_s * 1e3, end_ms=end_s * 1e3,
-                          samples=samples, simulations=simulations, stopped=winner.stopped,
+                          samples=samples, simulations=simulations, stopped="deadline" if clock else winner.stopped,
                           curve=winner.curve,
                           searches=[(lab, s.curve[0][1] * 1e3, s.best * 1e3, s.samples)
                                     for (lab, _, _), s in zip(labels, searches)],
@@ -427,10 +440,8 @@ class AutoPlacer(Placer):
                       if measured else
                       f"({(1 - end_s / start_s) * 100 if start_s else 0.0:.1f}% faster")  # 0 s
                    + f"; stopped: {winner.stopped})")
-        if winner.stopped == "deadline":
-            summary += (f"; the {cfg.budget_s:g} s budget ended the search before "
-                        f"{max_samples} placements, so the result depends on this "
-                        "machine's speed")
+        if clock:
+            summary += time_cap_note("auto", cfg.budget_s, samples, max_samples)
         self.notes.append(summary)
         if not measured:
             single = self._single_if_no_gain(problem, winner.current, end_s)

@@ -51,7 +51,7 @@ from tf_autoplace.errors import ConfigError
 from tf_autoplace.heuristics import HEURISTICS
 from tf_autoplace.learning.checkpoints import CONFIG_FILE, WEIGHTS_FILE
 from tf_autoplace.learning.eager import policy_context
-from tf_autoplace.learning.learned import LearnedPlacer
+from tf_autoplace.learning.learned import LearnedPlacer, ended_by_clock, time_cap_note
 from tf_autoplace.learning.rollouts import Evaluator
 from tf_autoplace.placers.gdp import train as gdp_train
 from tf_autoplace.placers.gdp.features import (
@@ -180,11 +180,12 @@ class GdpPlacer(LearnedPlacer):
             graph = graph_features(problem, cfg.features, hint=policy.config["hint"])
             best_actions, zero_r = gdp_train.greedy_placement(policy, graph, evaluator)
             best_r, zero_s = zero_r, time.perf_counter() - start
-            state, tuned = gdp_train.TrainState(), None
+            state, tuned, clock = gdp_train.TrainState(), None, False
             if not cfg.zero_shot:
                 deadline = start + cfg.budget_s
                 state = gdp_train.train(policy, [graph], [evaluator], cfg.ppo_config(seed),
                                         should_stop=lambda _: time.perf_counter() > deadline)
+                clock = ended_by_clock(deadline, state.step, cfg.max_steps)
                 if state.best_scores.get(0, np.inf) < best_r:
                     best_actions, best_r = state.best_actions[0], state.best_scores[0]
                 if state.step:
@@ -215,6 +216,8 @@ class GdpPlacer(LearnedPlacer):
                    # the notes go into the PlacementResult, the same bytes for the same seed
                    f"{learned_ms:.2f} ms after {state.step} fine-tuning steps "
                    f"({samples} simulated placements)"
-                   f"{f' from the policy in {cfg.policy_dir}' if cfg.policy_dir else ''}")
+                   f"{f' from the policy in {cfg.policy_dir}' if cfg.policy_dir else ''}"
+                   + (time_cap_note("gdp", cfg.budget_s, state.step, cfg.max_steps,
+                                    "fine-tuning steps") if clock else ""))
         self.notes.append(summary + choice.note)
         return choice.devices

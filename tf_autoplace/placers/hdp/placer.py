@@ -38,7 +38,7 @@ import numpy as np
 
 from tf_autoplace.core.problem import PlacementProblem, rank_placements
 from tf_autoplace.learning.eager import policy_context
-from tf_autoplace.learning.learned import LearnedPlacer
+from tf_autoplace.learning.learned import LearnedPlacer, ended_by_clock, time_cap_note
 from tf_autoplace.placers.hdp.policy import HDPPolicy
 from tf_autoplace.placers.hdp.search import HDPConfig, search
 
@@ -69,13 +69,13 @@ class HDPPlacer(LearnedPlacer):
         with policy_context():  # the policy runs eagerly whatever mode the caller is in
             found = search(problem, cfg, seed, deadline=start + cfg.budget_s, hint=hint,
                            progress=self.progress)
+        clock = ended_by_clock(start + cfg.budget_s, found.samples, cfg.max_samples)
         choice = self._choose(problem, found.best_devices, heuristics)
         learned_s, learned_oom = choice.learned_s, choice.learned_oom
         self.stats = dict(learned_ms=learned_s * 1e3, learned_fits=not learned_oom,
                           samples=found.samples, updates=found.updates, winner=choice.winner,
                           policy=cfg.policy_dir or "fresh",
-                          stopped=("samples" if cfg.max_samples is not None
-                                   and found.samples >= cfg.max_samples else "deadline"),
+                          stopped="deadline" if clock else "samples",
                           seconds=time.perf_counter() - start,
                           curve=[(n, best) for n, best, _ in found.curve],
                           # seconds since place() began, the heuristics' runs included
@@ -88,6 +88,8 @@ class HDPPlacer(LearnedPlacer):
         summary = (f"hdp: best learned {learned_s * 1e3:.2f} ms"
                    f"{' (out of memory)' if learned_oom else ''} after {found.samples} "
                    f"simulated placements in {found.updates} policy updates"
-                   f"{f' from the policy in {cfg.policy_dir}' if cfg.policy_dir else ''}")
+                   f"{f' from the policy in {cfg.policy_dir}' if cfg.policy_dir else ''}"
+                   + (time_cap_note("hdp", cfg.budget_s, found.samples, cfg.max_samples)
+                      if clock else ""))
         self.notes.append(summary + choice.note)
         return choice.devices

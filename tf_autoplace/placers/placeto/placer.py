@@ -52,7 +52,7 @@ import numpy as np
 from tf_autoplace.core.problem import PlacementProblem
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.learning.eager import policy_context
-from tf_autoplace.learning.learned import LearnedPlacer
+from tf_autoplace.learning.learned import LearnedPlacer, ended_by_clock, time_cap_note
 from tf_autoplace.learning.measured import MeasuredEvaluator
 from tf_autoplace.placers.placeto.env import PlacementEnv
 from tf_autoplace.placers.placeto.policy import PlacetoPolicy
@@ -117,6 +117,7 @@ class PlacetoPlacer(LearnedPlacer):
                 policy, source = self.load_policy(env)
                 found = search(policy, env, cfg, seed, pretrained=source is not None,
                                deadline=start + cfg.budget_s, progress=self.progress)
+            clock = ended_by_clock(start + cfg.budget_s, found.samples, cfg.max_samples)
             zero, samples = found.zero_shot, found.samples
             learned = env.op_placement(found.best_actions)
             stats = dict(zero_shot_s=found.zero_shot_s, zero_shot_ms=zero.best_score * 1e3,
@@ -132,6 +133,8 @@ class PlacetoPlacer(LearnedPlacer):
             if found.restarts:
                 summary += (f" (restarted {len(found.restarts)} time(s) from the start "
                             "placement with a fresh policy, when the search stalled)")
+            if clock:
+                summary += time_cap_note("placeto", cfg.budget_s, samples, cfg.max_samples)
 
         choice = self._choose(problem, learned, self._heuristics(problem),
                               None if evaluator is None else evaluator.step_time)

@@ -30,7 +30,7 @@ import time
 import numpy as np
 
 from tf_autoplace.core.problem import PlacementProblem
-from tf_autoplace.learning.learned import LearnedPlacer
+from tf_autoplace.learning.learned import LearnedPlacer, ended_by_clock, time_cap_note
 from tf_autoplace.learning.measured import MeasuredEvaluator
 from tf_autoplace.placers.post.search import PostConfig, search
 
@@ -60,6 +60,7 @@ class PostPlacer(LearnedPlacer):
                                          steps=cfg.measure_steps)
         found = search(problem, cfg, seed, heuristic=heuristic, deadline=start + cfg.budget_s,
                        evaluator=measured, progress=self.progress)
+        clock = ended_by_clock(start + cfg.budget_s, found.samples, cfg.max_samples)
         choice = self._choose(problem, found.devices, contenders,
                               None if measured is None else measured.step_time)
         learned_ms = choice.learned_s * 1e3
@@ -77,5 +78,7 @@ class PostPlacer(LearnedPlacer):
                    f"{found.ppo_updates} PPO updates)")
         if not found.fits:
             summary += " (it does not fit in memory)"
+        if clock:
+            summary += time_cap_note("post", cfg.budget_s, found.samples, cfg.max_samples)
         self.notes.append(summary + choice.note)
         return choice.devices
