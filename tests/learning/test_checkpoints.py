@@ -132,6 +132,15 @@ def test_a_damaged_policy_json_is_a_config_error(tmp_path):
         f.write("[" * 100_000 + "]" * 100_000)
     with pytest.raises(ConfigError, match=r"policy.json' nests its JSON too deeply"):
         PlacetoPolicy.load(directory)
+    # Deep enough to exhaust Python's recursion, shallow enough for json: the check of the
+    # settings' sizes walked it recursively (a RecursionError out of the door).
+    with open(os.path.join(SHIPPED[PlacetoPolicy], checkpoints.CONFIG_FILE),
+              encoding="utf-8") as f:
+        settings = dict(json.load(f), embed="X")
+    with open(config, "w", encoding="utf-8") as f:
+        f.write(json.dumps(settings).replace('"X"', "[" * 700 + "]" * 700))
+    with pytest.raises(ConfigError, match="embed must be an int"):
+        PlacetoPolicy.load(directory)
 
 
 @pytest.mark.parametrize("placer", ["placeto", "hdp", "gdp"])

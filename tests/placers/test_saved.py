@@ -168,6 +168,10 @@ def test_files_in_text_and_binary_read_back(tmp_path):
     (tmp_path / "typo.json").write_text('{"op": [{"name": "a", "device": "b"}], "placr": 1}')
     with pytest.raises(ConfigError, match=r"\(read as JSON: .*placr"):
         read_placement(str(tmp_path / "typo.json"))
+    # Lists nested thousands deep: the check for a report's JSON met a RecursionError.
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ConfigError, match="not a PlacementResult"):
+        read_placement(str(tmp_path / "deep.json"))
 
 
 # ------------------------------------------------------------------------- neighbour completion

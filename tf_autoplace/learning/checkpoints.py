@@ -120,16 +120,20 @@ def read_policy_files(directory: str, kind: str = "policy") -> tuple[object, lis
 
 
 def _largest_int(value) -> int:
-    """The largest int anywhere in a JSON value (0 if none)."""
-    if isinstance(value, bool):
-        return 0
-    if isinstance(value, int):
-        return value
-    if isinstance(value, dict):
-        value = list(value.values())
-    if isinstance(value, list):
-        return max((_largest_int(v) for v in value), default=0)
-    return 0
+    """The largest int anywhere in a JSON value (0 if none). A walk with a stack of its own:
+    a value nested as deep as ``json.loads`` takes would exhaust Python's recursion."""
+    largest, stack = 0, [value]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int):
+            largest = max(largest, value)
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return largest
 
 
 class Checkpointable:

@@ -94,7 +94,7 @@ def _is_report(data: bytes) -> bool:
     """Whether ``data`` is a PlacementReport's JSON (``to_json``, ``--report_json``)."""
     try:
         report = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # (lists nested thousands deep)
         return False
     return isinstance(report, dict) and {"baseline_devices", "step_time_s"} <= report.keys()
 
