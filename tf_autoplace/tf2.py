@@ -1000,6 +1000,9 @@ def _place_tf2_saved_model(input_dir, options, *, signature, tags):
         except tf.errors.OpError as e:  # a write TF's file system refused (no space, a
             # size limit): an I/O error, as for every other output
             raise OSError(f"tf.saved_model.save: {e.message}") from e
+        extra = os.path.join(input_dir, "assets.extra")  # files for the server (warm-up
+        if os.path.isdir(extra):  # requests) that tf.saved_model.save does not write
+            shutil.copytree(extra, os.path.join(directory, "assets.extra"))
 
     return PlacedSavedModel(report=report, write=write)
 

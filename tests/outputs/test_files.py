@@ -262,6 +262,20 @@ def test_a_placed_tf_keras_saved_model_says_keras_load_model_cannot_rebuild_it(t
     assert not any("keras_metadata" in n for n in report.notes)
 
 
+def test_a_tf2_saved_model_keeps_its_assets_extra(tmp_path):
+    # TF Serving's warm-up requests live in assets.extra/, which tf.saved_model.save never
+    # writes: the placed TF2 SavedModel came out without it (the TF1 path copies it).
+    module = tf.Module()
+    module.f = tf.function(lambda x: x * 2, input_signature=[tf.TensorSpec([2], tf.float32)])
+    tf.saved_model.save(module, str(tmp_path / "in"))
+    (tmp_path / "in" / "assets.extra").mkdir()
+    (tmp_path / "in" / "assets.extra" / "tf_serving_warmup_requests").write_bytes(b"\x01\x02")
+    tf2.place_saved_model(tmp_path / "in", tmp_path / "placed", cluster=CPU2, placer="single",
+                          progress=False)
+    assert (tmp_path / "placed" / "assets.extra" / "tf_serving_warmup_requests"
+            ).read_bytes() == b"\x01\x02"
+
+
 def test_saved_model_interrupted_or_failing_leaves_nothing(tmp_path):
     _tf1_saved_model(tmp_path / "in")
     out = tmp_path / "out"
