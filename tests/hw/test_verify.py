@@ -3,6 +3,8 @@ candidates measured under the protocol, the decision rule's choice applied and r
 Nothing here depends on which placement is faster: the tests check that what was applied is
 what the rule says for the figures measured, never a timing."""
 
+import re
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -86,6 +88,9 @@ def test_the_report_shows_every_candidate_measured_beside_its_prediction(verifie
     profiled = [n for n in report.notes if "profiled on this machine" in n]
     assert len(profiled) == 1  # ... and the note says why the cache will not serve it again
     assert "the cache serves this placement to no later run" in profiled[0]
+    # The predictions rest on op times measured now: at which load (they were scaled to a
+    # step taken at a load nobody was told of).
+    assert re.search(r"at load \d+\.\d\d -> \d+\.\d\d", profiled[0]), profiled[0]
     # The two logical CPUs share cores: the transfer between them was fitted on this graph,
     # and the search's cluster carries it.
     fitted = [n for n in report.notes if "links within a core group fitted on the graph" in n]

@@ -239,13 +239,20 @@ class ProtocolResult:
     def load_text(self) -> str:
         """``"load 0.80 -> 1.10"``, with a warning when the machine was not quiet (the
         warning follows the load it is about, before the cores of other processes)."""
-        text = f"load {self.load_before:.2f} -> {self.load_after:.2f}"
-        if not self.quiet:
-            text += (f" (above {QUIET_LOAD}: the machine was busy, the figures are noisy and "
-                     "not comparable with a quiet machine's)")
+        text = load_text(self.load_before, self.load_after)
         if math.isfinite(self.other_cores):
             text += f", other processes {self.other_cores:.2f} cores"
         return text
+
+
+def load_text(before: float, after: float) -> str:
+    """``"load 0.80 -> 1.10"`` (the 1-minute load average before and after a measurement),
+    with a warning when either is above :data:`QUIET_LOAD`."""
+    text = f"load {before:.2f} -> {after:.2f}"
+    if max(before, after) > QUIET_LOAD:
+        text += (f" (above {QUIET_LOAD}: the machine was busy, the figures are noisy and "
+                 "not comparable with a quiet machine's)")
+    return text
 
 
 def check_steps(steps, what: str = "steps") -> int:

@@ -53,6 +53,7 @@ from tf_autoplace.hw.cluster_profile import profile_cluster
 from tf_autoplace.hw.link_fit import fit_core_group
 from tf_autoplace.hw.measure import measure, runs_here
 from tf_autoplace.hw.profiler import profile_ops, with_profiled_cores
+from tf_autoplace.hw.protocol import load_text
 from tf_autoplace.hw.runner import check_reachable, on_cluster
 from tf_autoplace.hw.verify import ANNOTATED, SINGLE, Candidate, verify
 from tf_autoplace.hw.workload import Workload
@@ -228,7 +229,7 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
                 if measure_steps or verifying or placer.needs_workload else None)
     profiled_here = verifying and cost_model is None
     if profiled_here:  # verified candidates are ranked by costs measured on these devices
-        t = time.perf_counter()
+        t, load_before = time.perf_counter(), os.getloadavg()[0]
         if cluster.target:  # on the servers, each task alone (its speed against the target's)
             on_servers = profile_cluster(cluster, workload, links=False)
             profile, cluster = on_servers.profile, on_servers.cluster
@@ -245,6 +246,7 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
             cluster, link_fit = fit_core_group(cluster, profile, meta_graph, workload,
                                                seed=int(seed))
         timings["profile"] = time.perf_counter() - t
+        profile_load = load_text(load_before, os.getloadavg()[0])
     problem, cost_model = build_problem(meta_graph, cluster, grouping=options.grouping,
                                         cost_model=cost_model,
                                         unknown_dim=options.unknown_dim, timings=timings,
@@ -265,7 +267,8 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
                         f"{on_servers.reference}'s; the other tasks' devices run at their "
                         "measured speed against it)" if cluster.target
                         else "on this machine's devices")
-                     + " before the search (verify without a cost profile)"
+                     + f" before the search (verify without a cost profile), at "
+                     f"{profile_load}: the predicted step times below rest on these times"
                      + ("; measured times differ from run to run and are part of the placement "
                         "cache's key, so the cache serves this placement to no later run: give "
                         "a cost profile (tf-autoplace profile) to keep the key, or save the "
