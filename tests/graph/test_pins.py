@@ -257,7 +257,8 @@ def _replica_graph(task: int = 1, worker_device: str | None = None):
     graph = tf.Graph()
     with graph.as_default(), v1.device(v1.train.replica_device_setter(
             cluster=tf.train.ClusterSpec(SPEC),
-            worker_device=worker_device or f"/job:worker/task:{task}")):
+            worker_device=(f"/job:worker/task:{task}" if worker_device is None
+                           else worker_device or None))):
         x = tf.ones((2, 4))
         w = v1.get_variable("w", (4, 1), use_resource=True)
         step = v1.train.get_or_create_global_step()
@@ -282,6 +283,13 @@ def test_the_shared_variables_of_a_between_graph_replica_are_found():
     next(n for n in spread.node if n.name == "loss").device = "/job:worker/task:0"
     assert replica_variables(spread, other_tasks=2) == {}
 
+    # A setter without worker_device leaves the compute unannotated; an input made under
+    # tf.device("/cpu:0") names no task: both are still one worker's replica.
+    free = _replica_graph(worker_device="").as_graph_def()
+    assert set(replica_variables(free, other_tasks=2)) == {"w", "global_step"}
+    next(n for n in free.node if n.name == "loss").device = "/cpu:0"
+    assert set(replica_variables(free, other_tasks=2)) == {"w", "global_step"}
+
 
 def test_a_between_graph_replica_keeps_its_shared_variables_on_the_ps_task():
     # Placed, the variables went to each worker's own task: the chief initialized its copy and
@@ -294,3 +302,24 @@ def test_a_between_graph_replica_keeps_its_shared_variables_on_the_ps_task():
                                         progress=False)
         assert report.assignment["w"] == report.assignment["global_step"] == ps, seed
         assert any("kept on the parameter-server tasks" in n for n in report.notes)
+
+
+
+def test_a_shared_table_on_a_ps_with_a_gpu_stays_on_its_cpu():
+    # The pin took the ps task's first GPU, where a MutableHashTable has no kernel: the graph
+    # became infeasible, where TensorFlow puts the table on the task's CPU.
+    v1 = tf.compat.v1
+    graph = tf.Graph()
+    with graph.as_default(), v1.device(v1.train.replica_device_setter(
+            cluster=tf.train.ClusterSpec(SPEC), worker_device="/job:worker/task:1")):
+        table = tf.lookup.experimental.MutableHashTable(tf.string, tf.int64, -1)
+        w = v1.get_variable("w", (4, 1), use_resource=True)
+        loss = tf.reduce_sum(tf.matmul(tf.ones((2, 4)), w) * tf.cast(
+            table.lookup(tf.constant(["a"])), tf.float32), name="loss")
+        v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    cluster = tf_autoplace.Cluster.from_tf(SPEC, devices={"ps": "k80x2", "worker": "cpu2"},
+                                           target="grpc://localhost:3")
+    report = tf_autoplace.autoplace(graph.as_graph_def(), cluster=cluster, placer="m_etf",
+                                    progress=False)
+    assert report.assignment["MutableHashTable"] == "/job:ps/replica:0/task:0/device:CPU:0"
+    assert report.assignment["w"] == "/job:ps/replica:0/task:0/device:GPU:0"  # as TF would

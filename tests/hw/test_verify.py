@@ -90,7 +90,7 @@ def test_the_report_shows_every_candidate_measured_beside_its_prediction(verifie
     assert "the cache serves this placement to no later run" in profiled[0]
     # The predictions rest on op times measured now: at which load (they were scaled to a
     # step taken at a load nobody was told of).
-    assert re.search(r"at load \d+\.\d\d -> \d+\.\d\d", profiled[0]), profiled[0]
+    assert re.search(r"at this machine.s load \d+\.\d\d -> \d+\.\d\d", profiled[0]), profiled[0]
     # The two logical CPUs share cores: the transfer between them was fitted on this graph,
     # and the search's cluster carries it.
     fitted = [n for n in report.notes if "links within a core group fitted on the graph" in n]

@@ -129,10 +129,14 @@ def replica_variables(graph_def: graph_pb2.GraphDef, other_tasks: int,
       ps_job: the parameter servers' job.
 
     Returns:
-      {variable op name: its device annotation} when the graph is one replica of several:
-      ``other_tasks`` > 1, some :data:`PS_OPS` op annotated on ``ps_job``, and every
-      annotated op outside ``ps_job`` on one and the same task; else {} (an unannotated
-      graph, or one that spreads work over several workers itself, is one client's).
+      {variable op name: its device annotation} when the graph may be one replica of
+      several: ``other_tasks`` > 1, some :data:`PS_OPS` op annotated on ``ps_job``, and the
+      ops annotated with another job all on one and the same task, or none (a
+      ``replica_device_setter`` without ``worker_device`` leaves the compute unannotated; an
+      annotation without a job, ``/cpu:0``, names no task); else {} (a graph without
+      ``ps`` annotations, or one that spreads work over several workers itself, is one
+      client's). A single client's graph of this form keeps its variables where it put them,
+      which costs it nothing TensorFlow would not do.
     """
     if other_tasks < 2:
         return {}
@@ -147,9 +151,9 @@ def replica_variables(graph_def: graph_pb2.GraphDef, other_tasks: int,
         if spec.job == ps_job:
             if node.op in PS_OPS:
                 shared[node.name] = node.device
-        else:
+        elif spec.job is not None:
             workers.add((spec.job, spec.replica or 0, spec.task or 0))
-    return shared if shared and len(workers) == 1 else {}
+    return shared if shared and len(workers) <= 1 else {}
 
 
 def _called_functions(node) -> set[str]:

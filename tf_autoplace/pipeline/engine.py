@@ -53,7 +53,7 @@ from tf_autoplace.hw.cluster_profile import profile_cluster
 from tf_autoplace.hw.link_fit import fit_core_group
 from tf_autoplace.hw.measure import measure, runs_here
 from tf_autoplace.hw.profiler import profile_ops, with_profiled_cores
-from tf_autoplace.hw.protocol import load_text
+from tf_autoplace.hw.protocol import load_average, load_text
 from tf_autoplace.hw.runner import check_reachable, on_cluster
 from tf_autoplace.hw.verify import ANNOTATED, SINGLE, Candidate, verify
 from tf_autoplace.hw.workload import Workload
@@ -229,7 +229,7 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
                 if measure_steps or verifying or placer.needs_workload else None)
     profiled_here = verifying and cost_model is None
     if profiled_here:  # verified candidates are ranked by costs measured on these devices
-        t, load_before = time.perf_counter(), os.getloadavg()[0]
+        t, load_before = time.perf_counter(), load_average()
         if cluster.target:  # on the servers, each task alone (its speed against the target's)
             on_servers = profile_cluster(cluster, workload, links=False)
             profile, cluster = on_servers.profile, on_servers.cluster
@@ -246,7 +246,7 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
             cluster, link_fit = fit_core_group(cluster, profile, meta_graph, workload,
                                                seed=int(seed))
         timings["profile"] = time.perf_counter() - t
-        profile_load = load_text(load_before, os.getloadavg()[0])
+        profile_load = load_text(load_before, load_average())
     problem, cost_model = build_problem(meta_graph, cluster, grouping=options.grouping,
                                         cost_model=cost_model,
                                         unknown_dim=options.unknown_dim, timings=timings,
@@ -267,7 +267,7 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
                         f"{on_servers.reference}'s; the other tasks' devices run at their "
                         "measured speed against it)" if cluster.target
                         else "on this machine's devices")
-                     + f" before the search (verify without a cost profile), at "
+                     + f" before the search (verify without a cost profile), at this machine's "
                      f"{profile_load}: the predicted step times below rest on these times"
                      + ("; measured times differ from run to run and are part of the placement "
                         "cache's key, so the cache serves this placement to no later run: give "
@@ -626,8 +626,9 @@ def _annotation_notes(graph_def, assignment, graph, cluster: Cluster) -> tuple[s
     shared = replica_variables(graph_def, sum(task.job != PS_JOB for task in cluster.tasks))
     kept = (f"{len(shared)} variable(s) kept on the parameter-server tasks their annotations "
             f"name (e.g. {next(iter(shared))!r} on {next(iter(shared.values()))!r}): the graph "
-            "is one worker's replica of a between-graph replicated program (its other ops on "
-            "one worker task of several), whose other workers look for them there",
+            "may be one worker's replica of a between-graph replicated program (its other ops "
+            "on one worker task of several, or on none), whose other workers look for them "
+            "there",
             ) if shared else ()
     replaced = replaced_devices(graph_def, assignment)
     if not replaced:

@@ -33,6 +33,7 @@ from tf_autoplace.errors import ClusterSpecError, ConfigError, InfeasiblePlaceme
 from tf_autoplace.graph import ingest
 from tf_autoplace.graph.costgraph import CostGraph
 from tf_autoplace.graph.executed import executed_graph
+from tf_autoplace.graph.kernels import kernel_kinds
 from tf_autoplace.graph.opgraph import OpGraph
 from tf_autoplace.graph.pins import PS_JOB, device_pins, python_callers, replica_variables
 from tf_autoplace.grouping import GroupingConfig, merge_and_colocate
@@ -87,15 +88,19 @@ def _pins(graph_def, cluster: Cluster) -> dict[str, str]:
         for name in python_callers(graph_def):
             out.setdefault(name, home)
     others = sum(task.job != PS_JOB for task in cluster.tasks)
-    for name, device in replica_variables(graph_def, others).items():
-        out.setdefault(name, _task_device(cluster, device))
+    shared = replica_variables(graph_def, others)
+    if shared:
+        nodes = {node.name: node for node in graph_def.node}
+        for name, device in shared.items():
+            out.setdefault(name, _task_device(cluster, device, kernel_kinds(nodes[name])))
     return out
 
 
-def _task_device(cluster: Cluster, device: str) -> str:
+def _task_device(cluster: Cluster, device: str, kinds) -> str:
     """The cluster device TensorFlow runs an op annotated ``device`` on: the device itself, or
     for a task without a device type (``/job:ps/task:0``, as ``replica_device_setter`` writes
-    it) the task's first GPU, else its first device.
+    it) the task's first GPU where the op has a GPU kernel (``kinds``: the device kinds with
+    a kernel for it), else its first device of a kind in ``kinds``, else its first device.
 
     Raises:
       ConfigError: the cluster has no such device or task.
@@ -115,8 +120,9 @@ def _task_device(cluster: Cluster, device: str) -> str:
         raise ConfigError(f"a variable this replica shares with the other workers must stay on "
                           f"{device!r}, and the cluster has {why}; give the cluster the "
                           "program runs on")
-    gpus = [d for d in mine if cluster.devices[d].kind == "GPU"]
-    return cluster.names[(gpus or mine)[0]]
+    gpus = [d for d in mine if cluster.devices[d].kind == "GPU" and "GPU" in kinds]
+    runs = [d for d in mine if cluster.devices[d].kind in kinds]
+    return cluster.names[(gpus or runs or mine)[0]]
 
 
 def cost_graph_problem(cost_graph: CostGraph, cluster: Cluster, *,
