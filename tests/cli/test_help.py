@@ -92,6 +92,8 @@ def test_fidelity_with_an_unknown_graph_is_one_error_line(repo_root):
 @pytest.mark.parametrize("argv, message", [
     (["train-placeto", "--family_knobs={bad"], "--family_knobs must be a JSON object"),
     (["train-placeto", "--family_knobs=[1]"], "--family_knobs must be a JSON object"),
+    (["train-placeto", "--family_knobs=" + "[" * 20_000 + "]" * 20_000],  # RecursionError
+     "--family_knobs must be a JSON object"),
     (["train-placeto", "--cluster=nosuch"], "cannot read cluster spec 'nosuch'"),
     (["train-gdp", "--clusters=nosuch"], "cannot read cluster spec 'nosuch'"),
     (["train-gdp", "--keep_offsets=0,a"], "--keep_offsets must be numbers"),

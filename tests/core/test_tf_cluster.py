@@ -306,3 +306,8 @@ def test_tasks_of_one_host_with_this_machines_devices_share_its_cores():
     assert [name for name, _ in Cluster.from_tf(spec, devices=pinned).core_groups] == [
         "ps:0/cores 0", "worker:0/cores 0", "worker:1/cores 0"]
     assert Cluster.from_proto(cluster.to_proto()).core_groups == cluster.core_groups
+
+
+def test_a_tf_config_nested_thousands_deep_is_a_cluster_spec_error():
+    with pytest.raises(ClusterSpecError, match="a TF_CONFIG string must be JSON"):
+        Cluster.from_tf("[" * 100_000 + "]" * 100_000)  # (was a RecursionError)

@@ -80,7 +80,7 @@ def family_knobs(text: str) -> dict:
     """--family_knobs as a dict; ConfigError naming the flag unless it is a JSON object."""
     try:
         knobs = json.loads(text)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:  # (RecursionError: nested thousands deep)
         raise ConfigError(f"--family_knobs must be a JSON object: {e}") from None
     if not isinstance(knobs, dict):
         raise ConfigError(f"--family_knobs must be a JSON object, got {text!r}")

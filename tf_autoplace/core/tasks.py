@@ -174,9 +174,9 @@ def parse_tasks(spec) -> tuple[tuple[Task, ...], str]:
     if isinstance(spec, str):
         try:
             spec = json.loads(spec)
-        except json.JSONDecodeError as e:
+        except (json.JSONDecodeError, RecursionError) as e:  # (nested thousands deep)
             raise ClusterSpecError(f"a TF_CONFIG string must be JSON: {e} (got {spec[:80]!r})") \
-                from e
+                from None
     if hasattr(spec, "as_dict") and callable(spec.as_dict):  # tf.train.ClusterSpec
         spec = spec.as_dict()
     if isinstance(spec, dict) and ("cluster" in spec or "task" in spec):  # TF_CONFIG
