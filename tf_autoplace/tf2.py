@@ -1002,7 +1002,7 @@ def _place_tf2_saved_model(input_dir, options, *, signature, tags):
             raise OSError(f"tf.saved_model.save: {e.message}") from e
         extra = os.path.join(input_dir, "assets.extra")  # files for the server (warm-up
         if os.path.isdir(extra):  # requests) that tf.saved_model.save does not write
-            shutil.copytree(extra, os.path.join(directory, "assets.extra"))
+            shutil.copytree(extra, os.path.join(directory, "assets.extra"), symlinks=True)
 
     return PlacedSavedModel(report=report, write=write)
 
@@ -1060,7 +1060,8 @@ def _place_tf1_saved_model(input_dir, proto, options, *, signature, tags):
             f.write(data)
         for sub in ("variables", "assets", "assets.extra"):  # fingerprint.pb would be stale
             src = os.path.join(input_dir, sub)
-            if os.path.isdir(src):
-                shutil.copytree(src, os.path.join(directory, sub))
+            if os.path.isdir(src):  # (the server's extra files as they are, links too)
+                shutil.copytree(src, os.path.join(directory, sub),
+                                symlinks=sub == "assets.extra")
 
     return PlacedSavedModel(report=report, write=write)

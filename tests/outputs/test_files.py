@@ -270,10 +270,14 @@ def test_a_tf2_saved_model_keeps_its_assets_extra(tmp_path):
     tf.saved_model.save(module, str(tmp_path / "in"))
     (tmp_path / "in" / "assets.extra").mkdir()
     (tmp_path / "in" / "assets.extra" / "tf_serving_warmup_requests").write_bytes(b"\x01\x02")
+    # A link the server resolves itself, dangling here: copied as the link it is (copying
+    # its target failed the whole placement with a raw list of shutil's errors).
+    os.symlink("/nonexistent/warmup", tmp_path / "in" / "assets.extra" / "link")
     tf2.place_saved_model(tmp_path / "in", tmp_path / "placed", cluster=CPU2, placer="single",
                           progress=False)
     assert (tmp_path / "placed" / "assets.extra" / "tf_serving_warmup_requests"
             ).read_bytes() == b"\x01\x02"
+    assert os.readlink(tmp_path / "placed" / "assets.extra" / "link") == "/nonexistent/warmup"
 
 
 def test_saved_model_interrupted_or_failing_leaves_nothing(tmp_path):

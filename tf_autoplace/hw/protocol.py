@@ -247,9 +247,9 @@ class ProtocolResult:
 
 def load_text(before: float, after: float) -> str:
     """``"load 0.80 -> 1.10"`` (the 1-minute load average before and after a measurement),
-    with a warning when either is above :data:`QUIET_LOAD`."""
+    with a warning unless both are at most :data:`QUIET_LOAD` (NaN, unknown, is not quiet)."""
     text = f"load {before:.2f} -> {after:.2f}"
-    if max(before, after) > QUIET_LOAD:
+    if not (before <= QUIET_LOAD and after <= QUIET_LOAD):
         text += (f" (above {QUIET_LOAD}: the machine was busy, the figures are noisy and "
                  "not comparable with a quiet machine's)")
     return text
