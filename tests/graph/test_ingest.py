@@ -9,11 +9,12 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from tensorflow.core.framework import graph_pb2
+from tensorflow.core.framework import graph_pb2, types_pb2
 from tensorflow.core.protobuf import meta_graph_pb2
 
 from tf_autoplace.errors import InfeasiblePlacementError, InvalidGraphError
 from tf_autoplace.graph import ingest
+from tf_autoplace.graph.pins import python_callers
 from tf_autoplace.testing import small_cnn, while_loop_graph
 
 F32 = 4  # bytes per float32
@@ -632,3 +633,46 @@ def test_a_cost_graph_given_as_a_graph_names_its_door(tmp_path):
                     'time { device_kind: "CPU" seconds: 1e-3 } }\n')
     with pytest.raises(InvalidGraphError, match="reads as a cost graph .*place_cost_graph"):
         tf_autoplace.autoplace(str(path), cluster="cpu2")
+
+
+def _nested_calls(depth: int) -> graph_pb2.GraphDef:
+    """x -> F0(x), where each function Fi applies a Relu and calls F(i+1), ``depth`` deep."""
+    graph_def = graph_pb2.GraphDef()
+    for i in range(depth + 1):
+        f = graph_def.library.function.add()
+        f.signature.name = f"F{i}"
+        f.signature.input_arg.add(name="a", type=types_pb2.DT_FLOAT)
+        f.signature.output_arg.add(name="o", type=types_pb2.DT_FLOAT)
+        relu = f.node_def.add(name="r", op="Relu", input=["a"])
+        relu.attr["T"].type = types_pb2.DT_FLOAT
+        out = "r:activations:0"
+        if i < depth:
+            call = f.node_def.add(name="c", op="PartitionedCall", input=[out])
+            call.attr["Tin"].list.type.append(types_pb2.DT_FLOAT)
+            call.attr["Tout"].list.type.append(types_pb2.DT_FLOAT)
+            call.attr["f"].func.name = f"F{i + 1}"
+            out = "c:output:0"
+        f.ret["o"] = out
+    x = graph_def.node.add(name="x", op="Placeholder")
+    x.attr["dtype"].type = types_pb2.DT_FLOAT
+    x.attr["shape"].shape.dim.add(size=2)
+    call = graph_def.node.add(name="call", op="PartitionedCall", input=["x"])
+    call.attr["Tin"].list.type.append(types_pb2.DT_FLOAT)
+    call.attr["Tout"].list.type.append(types_pb2.DT_FLOAT)
+    call.attr["f"].func.name = "F0"
+    return graph_def
+
+
+def test_functions_nested_past_pythons_recursion_are_an_invalid_graph_error():
+    # TensorFlow runs a chain of 1,200 nested calls; the walks over the call graph recursed
+    # per level and ended in a RecursionError out of the door.
+    assert python_callers(_nested_calls(50)) == []
+    with pytest.raises(InvalidGraphError, match="call each other more deeply than this tool"):
+        python_callers(_nested_calls(1_200))
+
+
+@pytest.mark.slow  # TensorFlow checks the 1,200 functions first: half a minute
+def test_reading_functions_nested_past_pythons_recursion_is_an_invalid_graph_error():
+    assert ingest.to_opgraph(meta_graph_pb2.MetaGraphDef(graph_def=_nested_calls(50))).num_ops
+    with pytest.raises(InvalidGraphError, match="call each other more deeply than this tool"):
+        ingest.to_opgraph(meta_graph_pb2.MetaGraphDef(graph_def=_nested_calls(1_200)))

@@ -57,6 +57,7 @@ v1 while loops: the ``NextIteration -> Merge`` back edge is dropped, so the rest
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import re
@@ -89,6 +90,22 @@ _INPUT = re.compile(r"(\^?)([^:^]+)(?::(0|[1-9][0-9]*))?")
 
 
 # ------------------------------------------------------------------------------------ loading
+def nesting_limited(fn):
+    """``fn`` with a RecursionError, which only a graph whose library functions call each
+    other about a thousand levels deep causes (the walks over the call graph recurse per
+    level), raised as an InvalidGraphError that says so."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except RecursionError:
+            raise InvalidGraphError(
+                "the graph's library functions call each other more deeply than this tool "
+                "follows (about a thousand levels, Python's recursion limit); TensorFlow may "
+                "run it, but it cannot be placed here") from None
+    return wrapper
+
+
 def load_meta_graph(source: GraphLike) -> meta_graph_pb2.MetaGraphDef:
     """Return a MetaGraphDef for a tf.Graph, GraphDef, MetaGraphDef, serialized bytes or a file
     path (binary or text format). Never modifies ``source``."""
@@ -406,6 +423,7 @@ def _variable_bytes(node) -> int:
     return elements * grappler.dtype_size(node.attr["dtype"].type)
 
 
+@nesting_limited
 def to_opgraph(meta_graph: meta_graph_pb2.MetaGraphDef, *, unknown_dim: int = 1) -> OpGraph:
     """Read a MetaGraphDef into an OpGraph (see the module docstring for the rules)."""
     return read_graph(meta_graph, unknown_dim=unknown_dim)[0]
@@ -583,6 +601,7 @@ def read_graph(meta_graph: meta_graph_pb2.MetaGraphDef, *, unknown_dim: int = 1,
     return _opgraph(meta_graph, props, unknown_dim), props
 
 
+@nesting_limited
 def read_live_graph(graph: tf.Graph, *, unknown_dim: int = 1,
                     timings: dict | None = None
                     ) -> tuple[meta_graph_pb2.MetaGraphDef, OpGraph, dict]:

@@ -43,7 +43,7 @@ from tensorflow.core.framework import graph_pb2
 
 from tf_autoplace.core.tasks import same_device
 from tf_autoplace.errors import InvalidGraphError
-from tf_autoplace.graph.ingest import colocation_targets
+from tf_autoplace.graph.ingest import colocation_targets, nesting_limited
 
 COLLECTIVE_OPS = frozenset({
     "CollectiveReduce", "CollectiveReduceV2", "CollectiveReduceV3", "CollectiveGather",
@@ -75,6 +75,7 @@ def _same_device(a: str, b: str) -> bool:
         return a == b
 
 
+@nesting_limited
 def device_pins(graph_def: graph_pb2.GraphDef) -> dict[str, tuple[str, str]]:
     """The ops of ``graph_def`` that must keep a device (module docstring).
 
@@ -167,6 +168,7 @@ def _called_functions(node) -> set[str]:
     return names
 
 
+@nesting_limited
 def python_callers(graph_def: graph_pb2.GraphDef) -> list[str]:
     """The ops of ``graph_def`` that call the building process's Python when they run: a
     :data:`PYTHON_OPS` op, or an op that runs a library function that does, directly or through
