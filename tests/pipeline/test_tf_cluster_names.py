@@ -121,7 +121,12 @@ def test_moving_a_variable_off_the_task_its_annotation_names_is_said(cluster):
         with tf.device("/job:ps/task:0"):
             w = tf.compat.v1.get_variable("w", [8], use_resource=True)
             tf.constant(1.0, name="c")
-        tf.reduce_sum(w.read_value(), name="total")
+        # One client's work on both workers (in-graph): not a between-graph replica, whose
+        # shared variables would stay on ps (tests/graph/test_pins.py).
+        with tf.device("/job:worker/task:0"):
+            total = tf.reduce_sum(w.read_value(), name="total")
+        with tf.device("/job:worker/task:1"):
+            tf.identity(total, name="copy")
     report = tf_autoplace.autoplace(graph, cluster=cluster, placer="single", progress=False)
     assert graph.get_operation_by_name("w").device.startswith("/job:worker")  # the target's
     moved = [n for n in report.notes if "variable(s) moved to another task" in n]
