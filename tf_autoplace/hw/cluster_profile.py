@@ -22,7 +22,8 @@ that run elsewhere), through Sessions on that target:
    target task times them. Every other task's devices get a ``speed``: the reference task's
    total time of the ops both timed over the task's own, so that the simulator's time of an op
    on a device of that task (the profile's time over the speed) has the task's total. Per-op
-   differences between tasks are averaged into that one factor: a CostProfile holds one time per op and device kind.
+   differences between tasks are averaged into that one factor: a CostProfile holds one
+   time per op and device kind.
 
 Which devices each task has can be asked of its server too: :func:`served_devices` lists them
 (``Session.list_devices`` on the target) for ``Cluster.from_tf(spec,

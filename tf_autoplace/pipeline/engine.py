@@ -634,9 +634,9 @@ def _annotation_notes(graph_def, assignment, graph, cluster: Cluster) -> tuple[s
     if not replaced:
         return kept
     name, asked, placed = replaced[0]
-    notes = [*kept, f"the placement replaced {len(replaced)} device annotation(s) the graph had (e.g. "
-             f"{name!r} asked for {asked!r} and is placed on {placed!r}): every op's device is "
-             "the placer's choice, within kernel and colocation constraints"]
+    notes = [*kept, f"the placement replaced {len(replaced)} device annotation(s) the graph "
+             f"had (e.g. {name!r} asked for {asked!r} and is placed on {placed!r}): every op's "
+             "device is the placer's choice, within kernel and colocation constraints"]
     stateful = {graph.names[i] for i in np.flatnonzero(graph.persistent_bytes > 0)}
     moved = [r for r in replaced if cluster.tasks and r[0] in stateful
              and other_task(r[1], r[2])]

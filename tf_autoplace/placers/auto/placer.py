@@ -411,7 +411,8 @@ class AutoPlacer(Placer):
         clock = (any(s.stopped == "deadline" for s in searches + iterated)
                  or (searched_until >= deadline and not kicks_done))
         self.stats = dict(start=label, start_ms=start_s * 1e3, end_ms=end_s * 1e3,
-                          samples=samples, simulations=simulations, stopped="deadline" if clock else winner.stopped,
+                          samples=samples, simulations=simulations,
+                          stopped="deadline" if clock else winner.stopped,
                           curve=winner.curve,
                           searches=[(lab, s.curve[0][1] * 1e3, s.best * 1e3, s.samples)
                                     for (lab, _, _), s in zip(labels, searches)],
