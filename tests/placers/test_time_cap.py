@@ -1,5 +1,11 @@
 """The same seed gives the same placement when the sample budget ends a search (README): when
-the time cap ends it instead, the placer's note says so, for auto and every learned placer."""
+the time cap ends it instead, the placer's note says so, for auto and every learned placer.
+
+The searches read ``time.perf_counter()``; the tests replace it by a fake clock, so what ends a
+search never depends on this machine's speed or load."""
+
+import itertools
+import time
 
 import pytest
 
@@ -14,16 +20,28 @@ def problem():
     return problems.training_problem(12, 0, num_gpus=2)
 
 
+def _fake_clock(monkeypatch, seconds_per_read: float):
+    """Replaces the clock every placer reads: each read is ``seconds_per_read`` after the last
+    (0: time stands still)."""
+    reads = itertools.count()
+    monkeypatch.setattr(time, "perf_counter", lambda: 1000.0 + seconds_per_read * next(reads))
+
+
 @pytest.mark.parametrize("name", ["auto", "placeto", "hdp", "post", "gdp"])
-def test_a_search_the_time_cap_ended_says_so(problem, name):
-    # A cap of a microsecond has passed before any search begins, on any machine.
-    notes = " ".join(get_placer(name, budget_s=1e-6).place(problem, seed=0).notes)
+def test_a_search_the_time_cap_ended_says_so(problem, name, monkeypatch):
+    # An hour passes between any two reads of the clock: the 60 s cap has passed at the first
+    # check, before any search could end by its sample budget.
+    _fake_clock(monkeypatch, 3600.0)
+    notes = " ".join(get_placer(name, budget_s=60).place(problem, seed=0).notes)
     assert CAP in notes and "depends on this machine's speed" in notes, notes
 
 
 @pytest.mark.parametrize("name, options", [("auto", ()),
                                            ("post", ("max_samples=64",))])
-def test_a_search_its_sample_budget_ended_says_nothing_of_the_clock(problem, name, options):
-    notes = " ".join(get_placer(name, budget_s=3600, options=options).place(problem, seed=0)
+def test_a_search_its_sample_budget_ended_says_nothing_of_the_clock(problem, name, options,
+                                                                    monkeypatch):
+    # Time stands still: a 1 s cap is never reached, however slow this machine is.
+    _fake_clock(monkeypatch, 0.0)
+    notes = " ".join(get_placer(name, budget_s=1, options=options).place(problem, seed=0)
                      .notes)
     assert CAP not in notes, notes
