@@ -12,6 +12,7 @@ import tensorflow as tf
 from tensorflow.core.framework import graph_pb2, types_pb2
 from tensorflow.core.protobuf import meta_graph_pb2
 
+import tf_autoplace
 from tf_autoplace.errors import InfeasiblePlacementError, InvalidGraphError
 from tf_autoplace.graph import ingest
 from tf_autoplace.graph.pins import python_callers
@@ -676,3 +677,7 @@ def test_reading_functions_nested_past_pythons_recursion_is_an_invalid_graph_err
     assert ingest.to_opgraph(meta_graph_pb2.MetaGraphDef(graph_def=_nested_calls(50))).num_ops
     with pytest.raises(InvalidGraphError, match="call each other more deeply than this tool"):
         ingest.to_opgraph(meta_graph_pb2.MetaGraphDef(graph_def=_nested_calls(1_200)))
+    # The door reads a GraphDef with read_graph, not to_opgraph.
+    with pytest.raises(InvalidGraphError, match="call each other more deeply than this tool"):
+        tf_autoplace.autoplace(_nested_calls(1_200), cluster="cpu2", placer="m_topo",
+                               progress=False)

@@ -423,7 +423,6 @@ def _variable_bytes(node) -> int:
     return elements * grappler.dtype_size(node.attr["dtype"].type)
 
 
-@nesting_limited
 def to_opgraph(meta_graph: meta_graph_pb2.MetaGraphDef, *, unknown_dim: int = 1) -> OpGraph:
     """Read a MetaGraphDef into an OpGraph (see the module docstring for the rules)."""
     return read_graph(meta_graph, unknown_dim=unknown_dim)[0]
@@ -574,6 +573,7 @@ def _check_function_calls(graph_def: graph_pb2.GraphDef, library_functions: set[
                 stack.append((child, iter(calls[child])))
 
 
+@nesting_limited
 def read_graph(meta_graph: meta_graph_pb2.MetaGraphDef, *, unknown_dim: int = 1,
                live_graph: bool = False) -> tuple[OpGraph, dict]:
     """Read a MetaGraphDef into an OpGraph (see the module docstring for the rules).
