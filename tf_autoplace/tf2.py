@@ -43,9 +43,12 @@ SavedModels (:func:`place_saved_model`): a TF2 SavedModel (one with an object gr
 again with that signature replaced by the placed function (its variables, other signatures and
 functions come along unchanged). A TF1 SavedModel (no object graph) has the MetaGraphDef with the
 given tags placed as a whole (all its signatures share that graph) and is written back with its
-``variables/`` and ``assets/`` copied. The placement is done in memory first; only then is the
-output written to a temporary directory beside ``output_dir`` and renamed into place
-(:mod:`tf_autoplace.outputs.files`), so an error or an interrupt leaves nothing behind.
+``variables/`` and ``assets/`` copied. Either kind keeps its ``assets.extra/`` (TF Serving's
+warm-up requests); links in what is copied are followed, so that the copy stands alone (dangling
+ones stay links; a FIFO, socket or device is left out, and a note says so). The placement is
+done in memory first; only then is the output written to a temporary directory beside
+``output_dir`` and renamed into place (:mod:`tf_autoplace.outputs.files`), so an error or an
+interrupt leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ import inspect
 import itertools
 import os
 import shutil
+import stat
 from typing import Callable, Mapping
 
 import numpy as np
@@ -970,6 +974,64 @@ def load_and_place_saved_model(input_dir, options: PlaceOptions, *,
 KERAS_METADATA = "keras_metadata.pb"  # written beside saved_model.pb by tf_keras' model.save
 
 
+_SPECIAL_KINDS = ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"),
+                  (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def _copy_served_files(input_dir, name, directory=None) -> list[str]:
+    """Copy ``input_dir/name`` (``assets.extra/``, TF Serving's warm-up requests, or a TF1
+    SavedModel's ``variables/`` and ``assets/``) to ``directory/name``, as ``cp -rL`` would,
+    and return notes on what was left out; ``directory`` None copies nothing and only returns
+    the notes (for the report, which is made before the output is written).
+
+    A link whose target exists is followed and its contents copied, so that the placed
+    SavedModel is self-contained: a relative link out of the model's directory (a warm-up
+    file shared by versions, ``../../warmup``) dangled in the copy, and the server lost the
+    file without a word. A link that dangles already is kept as the same link (it dangled
+    before too; it must not fail the placement), as is one to a directory holding it (a
+    cycle). A FIFO, socket or device is never opened (reading a FIFO would block): it is
+    left out, and a note says so. ``name`` may be a directory or a plain file; absent,
+    nothing happens.
+    """
+    notes = []
+    ancestors = set()  # (st_dev, st_ino) of the directories being copied: a link to one
+    # would copy forever
+
+    def copy(src, dst, rel):
+        try:
+            info = os.stat(src)  # follows links; opens nothing
+        except OSError:
+            info = None
+        if info is None or (stat.S_ISDIR(info.st_mode)
+                            and (info.st_dev, info.st_ino) in ancestors):
+            if os.path.islink(src) and directory is not None:  # dangling, or a cycle
+                os.symlink(os.readlink(src), dst)
+            return
+        if stat.S_ISDIR(info.st_mode):
+            if directory is not None:
+                os.mkdir(dst)
+            ancestors.add((info.st_dev, info.st_ino))
+            for entry in sorted(os.listdir(src)):
+                copy(os.path.join(src, entry), dst and os.path.join(dst, entry),
+                     f"{rel}/{entry}")
+            ancestors.discard((info.st_dev, info.st_ino))
+            if directory is not None:
+                shutil.copystat(src, dst)
+        elif stat.S_ISREG(info.st_mode):
+            if directory is not None:
+                shutil.copy2(src, dst)
+        else:
+            kind = next((k for test, k in _SPECIAL_KINDS if test(info.st_mode)),
+                        "not a regular file")
+            notes.append(f"{rel} in the input SavedModel is {kind}, not a file: the placed "
+                         "SavedModel leaves it out")
+
+    src = os.path.join(input_dir, name)
+    if os.path.lexists(src):
+        copy(src, directory and os.path.join(directory, name), name)
+    return notes
+
+
 def _place_tf2_saved_model(input_dir, options, *, signature, tags):
     try:
         loaded = tf.saved_model.load(input_dir, tags=list(tags) if tags else None)
@@ -984,6 +1046,9 @@ def _place_tf2_saved_model(input_dir, options, *, signature, tags):
                           f"{sorted(signatures)}")
     placed, report = place_function(signatures[signature], (), {}, options, runs_here=False)
     signatures[signature] = placed.concrete_function
+    # Files for the server (warm-up requests) that tf.saved_model.save does not write.
+    report = dataclasses.replace(report, notes=report.notes + tuple(
+        _copy_served_files(input_dir, "assets.extra")))
     if os.path.exists(os.path.join(input_dir, KERAS_METADATA)):
         # tf_keras' own record of the layers, which tf.saved_model.save does not write: the
         # copy serves, but tf_keras.models.load_model no longer rebuilds a Keras model from it.
@@ -1000,9 +1065,7 @@ def _place_tf2_saved_model(input_dir, options, *, signature, tags):
         except tf.errors.OpError as e:  # a write TF's file system refused (no space, a
             # size limit): an I/O error, as for every other output
             raise OSError(f"tf.saved_model.save: {e.message}") from e
-        extra = os.path.join(input_dir, "assets.extra")  # files for the server (warm-up
-        if os.path.isdir(extra):  # requests) that tf.saved_model.save does not write
-            shutil.copytree(extra, os.path.join(directory, "assets.extra"), symlinks=True)
+        _copy_served_files(input_dir, "assets.extra", directory)
 
     return PlacedSavedModel(report=report, write=write)
 
@@ -1050,6 +1113,9 @@ def _place_tf1_saved_model(input_dir, proto, options, *, signature, tags):
                           "(the whole MetaGraph is placed: no signature needs naming)")
     _check_tf1_variables(input_dir, meta_graph)
     report = place_graph(meta_graph, options)
+    copied = ("variables", "assets", "assets.extra")  # fingerprint.pb would be stale
+    report = dataclasses.replace(report, notes=report.notes + tuple(
+        note for sub in copied for note in _copy_served_files(input_dir, sub)))
     out = saved_model_pb2.SavedModel()
     out.CopyFrom(proto)
     out.meta_graphs[found[0]].graph_def.CopyFrom(report.graph_def)
@@ -1058,10 +1124,7 @@ def _place_tf1_saved_model(input_dir, proto, options, *, signature, tags):
     def write(directory):
         with open(os.path.join(directory, "saved_model.pb"), "wb") as f:
             f.write(data)
-        for sub in ("variables", "assets", "assets.extra"):  # fingerprint.pb would be stale
-            src = os.path.join(input_dir, sub)
-            if os.path.isdir(src):  # (the server's extra files as they are, links too)
-                shutil.copytree(src, os.path.join(directory, sub),
-                                symlinks=sub == "assets.extra")
+        for sub in copied:
+            _copy_served_files(input_dir, sub, directory)
 
     return PlacedSavedModel(report=report, write=write)

@@ -280,6 +280,94 @@ def test_a_tf2_saved_model_keeps_its_assets_extra(tmp_path):
     assert os.readlink(tmp_path / "placed" / "assets.extra" / "link") == "/nonexistent/warmup"
 
 
+def _tf2_saved_model(path):
+    module = tf.Module()
+    module.f = tf.function(lambda x: x * 2, input_signature=[tf.TensorSpec([2], tf.float32)])
+    tf.saved_model.save(module, str(path))
+
+
+def _saved_models(root):
+    """A small TF2 and a small TF1 SavedModel, each at ``root/<kind>/models/m/1`` (a model
+    server's layout: versions beside each other under the model's name)."""
+    models = {}
+    for kind, make in (("tf2", _tf2_saved_model), ("tf1", _tf1_saved_model)):
+        models[kind] = root / kind / "models" / "m" / "1"
+        models[kind].parent.mkdir(parents=True)
+        make(models[kind])
+    return models
+
+
+def _place(model, out):
+    return tf2.place_saved_model(model, out, cluster=CPU2, placer="single", progress=False)
+
+
+def test_links_in_assets_extra_are_followed_so_the_placed_copy_stands_alone(tmp_path):
+    # A warm-up file shared by the versions, linked relatively from outside the model: the
+    # link was copied as a link and dangled in the placed copy, silently (TF Serving lost its
+    # warm-up requests).
+    for kind, model in _saved_models(tmp_path).items():
+        (model.parent / "warmup").write_bytes(b"WARMUP")
+        (model.parent / "shared").mkdir()
+        (model.parent / "shared" / "f").write_bytes(b"SHARED")
+        (model / "assets.extra").mkdir()
+        os.symlink("../../warmup", model / "assets.extra" / "tf_serving_warmup_requests")
+        os.symlink("../../shared", model / "assets.extra" / "shared")
+        out = tmp_path / kind / "placed"
+        _place(model, out)
+        warmup = out / "assets.extra" / "tf_serving_warmup_requests"
+        assert not warmup.is_symlink(), (kind, os.readlink(warmup))
+        assert warmup.read_bytes() == b"WARMUP", kind
+        assert not (out / "assets.extra" / "shared").is_symlink(), kind
+        assert (out / "assets.extra" / "shared" / "f").read_bytes() == b"SHARED", kind
+        assert os.readlink(model / "assets.extra" / "shared") == "../../shared"  # input as is
+
+
+def test_dangling_links_in_assets_are_kept_as_the_same_links(tmp_path):
+    # A link that dangles in the input must not fail the placement: a TF1 SavedModel's
+    # assets/ holding one failed with shutil's raw list of errors.
+    for kind, model in _saved_models(tmp_path).items():
+        subs = ("assets", "assets.extra") if kind == "tf1" else ("assets.extra",)
+        for sub in subs:
+            (model / sub).mkdir(exist_ok=True)
+            os.symlink("/nonexistent/stale", model / sub / "stale")
+            os.symlink("../nowhere", model / sub / "relative")
+        out = tmp_path / kind / "placed"
+        _place(model, out)
+        for sub in subs:
+            assert os.readlink(out / sub / "stale") == "/nonexistent/stale", (kind, sub)
+            assert os.readlink(out / sub / "relative") == "../nowhere", (kind, sub)
+
+
+def test_a_fifo_in_assets_extra_is_left_out_with_a_note_never_opened(tmp_path):
+    # A FIFO (or socket, device) failed the placement with shutil's raw list of errors; it is
+    # never opened (reading a FIFO would block): it is left out, and the report says so.
+    for kind, model in _saved_models(tmp_path).items():
+        (model / "assets.extra").mkdir()
+        (model / "assets.extra" / "tf_serving_warmup_requests").write_bytes(b"W")
+        os.mkfifo(model / "assets.extra" / "pipe")
+        if kind == "tf1":
+            (model / "assets").mkdir(exist_ok=True)
+            os.mkfifo(model / "assets" / "vocab_pipe")
+        out = tmp_path / kind / "placed"
+        notes = " | ".join(_place(model, out).notes)
+        assert ("assets.extra/pipe in the input SavedModel is a named pipe, not a file: the "
+                "placed SavedModel leaves it out") in notes, (kind, notes)
+        assert not os.path.lexists(out / "assets.extra" / "pipe"), kind
+        assert (out / "assets.extra" / "tf_serving_warmup_requests").read_bytes() == b"W"
+        if kind == "tf1":
+            assert "assets/vocab_pipe in the input SavedModel is a named pipe" in notes, notes
+            assert not os.path.lexists(out / "assets" / "vocab_pipe")
+
+
+def test_an_assets_extra_that_is_a_file_is_copied_as_it_is(tmp_path):
+    # Only a directory was copied: a plain file named assets.extra was dropped without a word.
+    for kind, model in _saved_models(tmp_path).items():
+        (model / "assets.extra").write_bytes(b"not a directory")
+        out = tmp_path / kind / "placed"
+        _place(model, out)
+        assert (out / "assets.extra").read_bytes() == b"not a directory", kind
+
+
 def test_saved_model_interrupted_or_failing_leaves_nothing(tmp_path):
     _tf1_saved_model(tmp_path / "in")
     out = tmp_path / "out"
