@@ -45,3 +45,21 @@ def test_a_search_its_sample_budget_ended_says_nothing_of_the_clock(problem, nam
     notes = " ".join(get_placer(name, budget_s=1, options=options).place(problem, seed=0)
                      .notes)
     assert CAP not in notes, notes
+
+
+@pytest.mark.parametrize("seconds_per_read", [0.015, 0.02, 0.03])
+def test_autos_note_gives_the_clock_as_what_stopped_it_when_the_cap_cut_any_search(
+        problem, seconds_per_read, monkeypatch):
+    # At these rates the cap cuts some of the race's searches while the one returned had
+    # ended at the bound or its local optimum: the note said "stopped: bound" and that the
+    # time cap ended the search.
+    _fake_clock(monkeypatch, seconds_per_read)
+    notes = " ".join(get_placer("auto", budget_s=1).place(problem, seed=0).notes)
+    assert CAP not in notes or "stopped: deadline" in notes, notes
+
+
+def test_placetos_zero_shot_alone_runs_no_search_the_cap_could_end(problem, monkeypatch):
+    _fake_clock(monkeypatch, 3600.0)
+    notes = " ".join(get_placer("placeto", budget_s=60, options=("fine_tune=False",))
+                     .place(problem, seed=0).notes)
+    assert "zero-shot" in notes and CAP not in notes, notes

@@ -440,7 +440,7 @@ class AutoPlacer(Placer):
                       "measure under the protocol"
                       if measured else
                       f"({(1 - end_s / start_s) * 100 if start_s else 0.0:.1f}% faster")  # 0 s
-                   + f"; stopped: {winner.stopped})")
+                   + f"; stopped: {self.stats['stopped']})")  # the clock's, if it cut any
         if clock:
             summary += time_cap_note("auto", cfg.budget_s, samples, max_samples)
         self.notes.append(summary)

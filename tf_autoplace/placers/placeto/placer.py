@@ -117,7 +117,8 @@ class PlacetoPlacer(LearnedPlacer):
                 policy, source = self.load_policy(env)
                 found = search(policy, env, cfg, seed, pretrained=source is not None,
                                deadline=start + cfg.budget_s, progress=self.progress)
-            clock = ended_by_clock(start + cfg.budget_s, found.samples, cfg.max_samples)
+            clock = cfg.fine_tune and ended_by_clock(start + cfg.budget_s, found.samples,
+                                                     cfg.max_samples)  # zero-shot: no search
             zero, samples = found.zero_shot, found.samples
             learned = env.op_placement(found.best_actions)
             stats = dict(zero_shot_s=found.zero_shot_s, zero_shot_ms=zero.best_score * 1e3,
