@@ -5,8 +5,10 @@ a session whose creation was not seen is named in the report's notes."""
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.python.client import session as tf_session
 
 import tf_autoplace
+from tf_autoplace.core import registry
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.rewrite import apply_to_graph, sessions
 
@@ -64,6 +66,45 @@ def test_a_graph_an_open_session_ran_is_refused_and_left_as_it_was():
     with _session(graph) as fresh:
         fresh.run("init")
         assert _run(fresh)[0] == [0, 1]
+
+
+def test_a_session_that_runs_the_graph_while_the_search_runs_is_seen_before_the_write(
+        monkeypatch):
+    # Another thread's session may run the graph during a long search; here the placer runs
+    # it itself, so the order is certain. The check at the start had passed.
+    graph = _two_branches()
+    session = _session(graph)
+    placer = registry.entry("m_etf").load()
+    search = placer.place
+
+    def place_while_a_session_runs(self, problem, *args, **kwargs):
+        session.run("init")
+        return search(self, problem, *args, **kwargs)
+
+    monkeypatch.setattr(placer, "place", place_while_a_session_runs)
+    before = _devices(graph)
+    with pytest.raises(ConfigError, match="already been run by 1 open tf.compat.v1.Session"):
+        tf_autoplace.autoplace(graph, **PLACE)
+    assert _devices(graph) == before
+    assert _run(session)[0] == [0]
+    session.close()
+
+
+def test_a_run_whose_graph_the_runtime_refused_is_not_counted(monkeypatch):
+    # A run is recorded before the runtime copies the graph (so that a placement written at
+    # the same time sees it); if the copy fails, the session holds nothing of the graph.
+    graph = _two_branches()
+    with _session(graph) as session:
+        def refused(_):
+            raise RuntimeError("the runtime refused the graph")
+
+        monkeypatch.setattr(tf_session.tf_session, "ExtendSession", refused)
+        with pytest.raises(RuntimeError, match="refused"):
+            session.run("init")
+        assert sessions.sessions_that_ran(graph) == []
+        monkeypatch.undo()
+        session.run("init")
+        assert sessions.sessions_that_ran(graph) == [session]
 
 
 def test_why_the_check_is_needed_tensorflow_ignores_devices_set_after_a_run():

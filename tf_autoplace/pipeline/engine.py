@@ -328,7 +328,8 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
     t = time.perf_counter()  # last: any error above leaves a tf.Graph as it was
     placed_graph_def = None
     if isinstance(graph, tf.Graph):
-        apply_to_graph(graph, report.assignment)
+        # Again: a session in another thread may have run the graph during the search.
+        sessions.apply_unless_run(graph, lambda: apply_to_graph(graph, report.assignment))
     else:
         placed_graph_def = apply_to_graph_def(meta_graph.graph_def, report.assignment)
     timings["rewrite"] = time.perf_counter() - t

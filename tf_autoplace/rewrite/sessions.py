@@ -11,7 +11,9 @@ TensorFlow has no public way to ask whether a session has run a graph (the recor
 C session). So this module, imported with ``tf_autoplace``, wraps ``BaseSession.__init__`` and
 ``_extend_graph`` and keeps, per graph, the sessions that ran it (weakly: a session that is
 deleted drops out, and one that is closed no longer counts, since it cannot run again).
-:func:`check_not_run` raises a ConfigError for a graph that an open session has run.
+:func:`check_not_run` raises a ConfigError for a graph that an open session has run, and
+:func:`apply_unless_run` writes a placement only if none has, checked and written under one
+lock (a run in another thread during the search is seen).
 
 What it cannot see: a session created before this module was imported may have run the graph
 before; :func:`unseen_sessions` lists the open sessions on a graph whose creation was not
@@ -26,6 +28,7 @@ import functools
 import gc
 import threading
 import weakref
+from typing import Callable
 
 from tensorflow.python.client import session as tf_session  # private: the v1 Session class
 
@@ -54,10 +57,20 @@ def install() -> None:
 
         @functools.wraps(extend)
         def extend_graph(self, *args, **kwargs):
-            result = extend(self, *args, **kwargs)
+            # Recorded before the runtime copies the graph, under the lock that
+            # :func:`apply_unless_run` holds: a run in another thread either is seen by the
+            # check there or copies the graph after the placement was written.
             with _lock:
-                _ran.setdefault(self.graph, weakref.WeakSet()).add(self)
-            return result
+                runs = _ran.setdefault(self.graph, weakref.WeakSet())
+                seen = self in runs
+                runs.add(self)
+            try:
+                return extend(self, *args, **kwargs)
+            except BaseException:
+                if not seen:  # the runtime took nothing
+                    with _lock:
+                        runs.discard(self)
+                raise
 
         @functools.wraps(init)
         def session_init(self, *args, **kwargs):
@@ -106,7 +119,22 @@ def _sessions_before_install() -> list:
 
 def check_not_run(graph) -> None:
     """Raise ConfigError if an open session has run ``graph``: its devices are fixed there."""
-    ran = sessions_that_ran(graph)
+    _refuse_if_run(sessions_that_ran(graph))
+
+
+def apply_unless_run(graph, apply: Callable[[], None]) -> None:
+    """Call ``apply()`` (which writes a placement into ``graph``) unless an open session has
+    run ``graph``, in which case raise ConfigError and call nothing.
+
+    A placement is checked again here, just before it is written, because a session in
+    another thread may have run the graph while the search ran; the check and the write hold
+    the lock the runs are recorded under, so no run can slip between them."""
+    with _lock:
+        _refuse_if_run([s for s in _ran.get(graph, ()) if _open(s)])
+        apply()
+
+
+def _refuse_if_run(ran: list) -> None:
     if ran:
         raise ConfigError(
             f"this tf.Graph has already been run by {len(ran)} open tf.compat.v1.Session"
