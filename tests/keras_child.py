@@ -235,6 +235,12 @@ def check_changing_shapes():
     model.fit(*short, batch_size=8, verbose=0)
     out["removed"] = ("make_train_function" not in model.__dict__
                       and not hasattr(model, tk._ATTR))
+    first = tk.autoplace_model(model, **PLACE)
+    second = tk.autoplace_model(model, **PLACE)
+    first.remove()  # replaced by the second already: the second stays
+    model.fit(*short, batch_size=8, verbose=0)
+    out["stale_remove_kept"] = (getattr(model, tk._ATTR, None) is second
+                                and second.report is not None)
     return out
 
 

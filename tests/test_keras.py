@@ -73,6 +73,7 @@ def test_batches_whose_other_dimensions_change_are_refused_unless_input_spec_fre
         assert kind == "ConfigError"
         assert placed_for in message and "[8, 7, 4]" in message and "input_spec" in message
     assert r["removed"]  # remove() gives the model back Keras' own functions
+    assert r["stale_remove_kept"]  # ... but not a placement that a later one replaced
 
 
 @pytest.mark.parametrize("model", ["keras_Flatten8", "keras_StaticBranch",

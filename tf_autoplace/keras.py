@@ -536,7 +536,11 @@ class KerasPlacement:
             setattr(self.model, attribute, _BuiltOnFirstCall(self.model, kind))
 
     def remove(self) -> None:
-        """Give the model back Keras' own functions (built again on their next use)."""
+        """Give the model back Keras' own functions (built again on their next use). A
+        placement that a later one replaced, or that was removed already, does nothing: the
+        model's current placement stays."""
+        if getattr(self.model, _ATTR, None) is not self:
+            return
         for kind, original in self._originals.items():
             name = f"make_{kind}_function"
             if original is None:
@@ -544,8 +548,7 @@ class KerasPlacement:
             else:
                 setattr(self.model, name, original)
             setattr(self.model, f"{kind}_function", _BuiltOnFirstCall(self.model, kind))
-        if getattr(self.model, _ATTR, None) is self:
-            delattr(self.model, _ATTR)
+        delattr(self.model, _ATTR)
 
 
 class _BuiltOnFirstCall:
