@@ -11,7 +11,7 @@ from tensorflow.core.framework import graph_pb2
 import tf_autoplace
 from tf_autoplace.errors import ConfigError, InvalidGraphError
 from tf_autoplace.graph import ingest
-from tf_autoplace.graph.pins import device_pins, python_callers, replica_variables
+from tf_autoplace.graph.pins import device_pins, python_callers, replica_shared_state
 
 CPU = "/job:localhost/replica:0/task:0/device:CPU:"
 CONFIG = dict(allow_soft_placement=False, device_count={"CPU": 2})
@@ -269,26 +269,26 @@ def _replica_graph(task: int = 1, worker_device: str | None = None):
 
 def test_the_shared_variables_of_a_between_graph_replica_are_found():
     graph_def = _replica_graph().as_graph_def()
-    shared = replica_variables(graph_def, other_tasks=2)
+    shared = replica_shared_state(graph_def, other_tasks=2)
     assert set(shared) == {"w", "global_step"} and set(shared.values()) == {"/job:ps/task:0"}
-    assert replica_variables(graph_def, other_tasks=1) == {}  # the only worker: one client
+    assert replica_shared_state(graph_def, other_tasks=1) == {}  # the only worker: one client
     unannotated = graph_pb2.GraphDef()
     unannotated.CopyFrom(graph_def)
     for node in unannotated.node:
         node.device = ""
-    assert replica_variables(unannotated, other_tasks=2) == {}
+    assert replica_shared_state(unannotated, other_tasks=2) == {}
     # One client spreading its work over both workers itself (in-graph): its own variables.
     spread = graph_pb2.GraphDef()
     spread.CopyFrom(graph_def)
     next(n for n in spread.node if n.name == "loss").device = "/job:worker/task:0"
-    assert replica_variables(spread, other_tasks=2) == {}
+    assert replica_shared_state(spread, other_tasks=2) == {}
 
     # A setter without worker_device leaves the compute unannotated; an input made under
     # tf.device("/cpu:0") names no task: both are still one worker's replica.
     free = _replica_graph(worker_device="").as_graph_def()
-    assert set(replica_variables(free, other_tasks=2)) == {"w", "global_step"}
+    assert set(replica_shared_state(free, other_tasks=2)) == {"w", "global_step"}
     next(n for n in free.node if n.name == "loss").device = "/cpu:0"
-    assert set(replica_variables(free, other_tasks=2)) == {"w", "global_step"}
+    assert set(replica_shared_state(free, other_tasks=2)) == {"w", "global_step"}
 
 
 def test_a_between_graph_replica_keeps_its_shared_variables_on_the_ps_task():
@@ -303,6 +303,42 @@ def test_a_between_graph_replica_keeps_its_shared_variables_on_the_ps_task():
         assert report.assignment["w"] == report.assignment["global_step"] == ps, seed
         assert any("kept on the parameter-server tasks" in n for n in report.notes)
 
+
+
+def _sync_replicas_graph():
+    """Worker 1's graph of a between-graph program training with SyncReplicasOptimizer: its
+    token queue and gradient accumulators live on ps, beside the global step."""
+    v1 = tf.compat.v1
+    graph = tf.Graph()
+    with graph.as_default(), v1.device(v1.train.replica_device_setter(
+            cluster=tf.train.ClusterSpec(SPEC), worker_device="/job:worker/task:1")):
+        x = tf.ones((2, 4))
+        w = v1.get_variable("w", (4, 1), use_resource=True)
+        step = v1.train.get_or_create_global_step()
+        loss = tf.reduce_mean(tf.matmul(x, w), name="loss")
+        sync = v1.train.SyncReplicasOptimizer(v1.train.GradientDescentOptimizer(0.1),
+                                              replicas_to_aggregate=2, total_num_replicas=2)
+        sync.minimize(loss, global_step=step)
+        sync.get_chief_queue_runner()
+    return graph
+
+
+def test_a_between_graph_replica_keeps_its_queues_and_accumulators_on_the_ps_task():
+    # Placed, SyncReplicasOptimizer's token queue went to each worker's own task: the chief
+    # filled its copy and the other worker waited forever on its own, without an error.
+    graph_def = _sync_replicas_graph().as_graph_def()
+    ops = {node.name: node.op for node in graph_def.node}
+    shared = replica_shared_state(graph_def, other_tasks=2)
+    kinds = {ops[name] for name in shared}
+    assert {"VarHandleOp", "FIFOQueueV2", "ResourceConditionalAccumulator"} <= kinds, kinds
+    assert "sync_token_q" in shared and "loss" not in shared
+    cluster = tf_autoplace.Cluster.from_tf(SPEC, devices="cpu2", target="grpc://localhost:3")
+    ps = "/job:ps/replica:0/task:0/device:CPU:0"
+    for seed in range(3):
+        report = tf_autoplace.autoplace(graph_def, cluster=cluster, placer="random", seed=seed,
+                                        progress=False)
+        assert {report.assignment[name] for name in shared} == {ps}, seed
+        assert any("holding shared state" in n for n in report.notes)
 
 
 def test_a_shared_table_on_a_ps_with_a_gpu_stays_on_its_cpu():

@@ -25,10 +25,12 @@ annotation is a constraint TensorFlow does not check until the step runs (or nev
   of several TensorFlow tasks they run only in the client's process: the pipeline keeps them
   on the target task's CPU (:mod:`tf_autoplace.pipeline.prepare`).
 
-* **Shared variables of a between-graph replica** (:func:`replica_variables`): a graph built
-  under ``replica_device_setter`` by one of several workers keeps its variables on the ``ps``
-  tasks its annotations name, where the other workers' clients look for them (the pipeline
-  pins them when the cluster has several workers).
+* **Shared state of a between-graph replica** (:func:`replica_shared_state`): a graph built
+  under ``replica_device_setter`` by one of several workers keeps its variables, and every
+  other op on a ``ps`` task that holds state other clients find by name (the queues and
+  gradient accumulators of ``SyncReplicasOptimizer``, a hand-made "done" queue), on the tasks
+  its annotations name, where the other workers' clients look for them (the pipeline pins them
+  when the cluster has several workers).
 
 :func:`device_pins` finds the first three; the pipeline turns them into a cost model under which a
 pinned op can run on its device only (:class:`tf_autoplace.cost.model.PinnedCostModel`), which
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
+from tensorflow.python.framework import op_def_registry
 
 from tf_autoplace.core.tasks import same_device
 from tf_autoplace.errors import InvalidGraphError
@@ -116,13 +119,25 @@ def device_pins(graph_def: graph_pb2.GraphDef) -> dict[str, tuple[str, str]]:
     return pins
 
 
-def replica_variables(graph_def: graph_pb2.GraphDef, other_tasks: int,
-                      ps_job: str = PS_JOB) -> dict[str, str]:
-    """The shared variables of one replica's graph in between-graph replication: each worker
-    of a TensorFlow cluster builds its own graph under ``replica_device_setter``, its variables
-    on ``ps`` tasks, where every worker's client looks for them (the chief initializes them,
-    the others wait until they are), and every other op on its own worker task. Moved, a
-    variable is this client's alone: the others wait for it forever, or train apart.
+def shares_state_by_name(node) -> bool:
+    """Whether ``node`` holds state that TensorFlow finds by name on its device, so that every
+    client of the same servers reaches the same one: one of :data:`PS_OPS`, or any op with a
+    ``shared_name`` attribute (queues, accumulators, barriers, tables; an empty one means the
+    op's own name, the same in every replica's graph)."""
+    if node.op in PS_OPS:
+        return True
+    op_def = op_def_registry.get(node.op)
+    return op_def is not None and any(attr.name == "shared_name" for attr in op_def.attr)
+
+
+def replica_shared_state(graph_def: graph_pb2.GraphDef, other_tasks: int,
+                         ps_job: str = PS_JOB) -> dict[str, str]:
+    """The shared state of one replica's graph in between-graph replication: each worker of a
+    TensorFlow cluster builds its own graph under ``replica_device_setter``, its variables on
+    ``ps`` tasks, where every worker's client looks for them (the chief initializes them, the
+    others wait until they are), and every other op on its own worker task; a
+    ``SyncReplicasOptimizer`` puts its token queue and gradient accumulators on ``ps`` too.
+    Moved, such an op is this client's alone: the others wait for it forever, or train apart.
 
     Args:
       graph_def: the graph.
@@ -130,18 +145,19 @@ def replica_variables(graph_def: graph_pb2.GraphDef, other_tasks: int,
       ps_job: the parameter servers' job.
 
     Returns:
-      {variable op name: its device annotation} when the graph may be one replica of
-      several: ``other_tasks`` > 1, some :data:`PS_OPS` op annotated on ``ps_job``, and the
-      ops annotated with another job all on one and the same task, or none (a
+      {op name: its device annotation} for the ops annotated on ``ps_job`` that
+      :func:`shares_state_by_name`, when the graph may be one replica of several:
+      ``other_tasks`` > 1, some :data:`PS_OPS` op annotated on ``ps_job``, and the ops
+      annotated with another job all on one and the same task, or none (a
       ``replica_device_setter`` without ``worker_device`` leaves the compute unannotated; an
       annotation without a job, ``/cpu:0``, names no task); else {} (a graph without
       ``ps`` annotations, or one that spreads work over several workers itself, is one
-      client's). A single client's graph of this form keeps its variables where it put them,
+      client's). A single client's graph of this form keeps that state where it put it,
       which costs it nothing TensorFlow would not do.
     """
     if other_tasks < 2:
         return {}
-    shared, workers = {}, set()
+    shared, variables, workers = {}, False, set()
     for node in graph_def.node:
         if not node.device:
             continue
@@ -150,11 +166,12 @@ def replica_variables(graph_def: graph_pb2.GraphDef, other_tasks: int,
         except ValueError:
             return {}
         if spec.job == ps_job:
-            if node.op in PS_OPS:
+            if shares_state_by_name(node):
                 shared[node.name] = node.device
+                variables = variables or node.op in PS_OPS
         elif spec.job is not None:
             workers.add((spec.job, spec.replica or 0, spec.task or 0))
-    return shared if shared and len(workers) <= 1 else {}
+    return shared if variables and len(workers) <= 1 else {}
 
 
 def _called_functions(node) -> set[str]:

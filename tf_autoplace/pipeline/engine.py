@@ -47,7 +47,7 @@ from tf_autoplace.errors import ClusterSpecError, ConfigError, InfeasiblePlaceme
 from tf_autoplace.graph import costgraph, ingest, kernels
 from tf_autoplace.graph.fingerprint import fingerprint
 from tf_autoplace.graph.opgraph import KERNEL_KINDS
-from tf_autoplace.graph.pins import PS_JOB, replica_variables
+from tf_autoplace.graph.pins import PS_JOB, replica_shared_state
 from tf_autoplace.heuristics import BestHeuristicPlacer, SingleDevicePlacer
 from tf_autoplace.hw.cluster_profile import profile_cluster
 from tf_autoplace.hw.link_fit import fit_core_group
@@ -624,8 +624,9 @@ def _annotation_notes(graph_def, assignment, graph, cluster: Cluster) -> tuple[s
     of one graph does not know. On a cluster without tasks (one process, a local Session)
     there are no servers nor other clients, and an annotation naming a job could not have run
     there as written: the first note says all there is."""
-    shared = replica_variables(graph_def, sum(task.job != PS_JOB for task in cluster.tasks))
-    kept = (f"{len(shared)} variable(s) kept on the parameter-server tasks their annotations "
+    shared = replica_shared_state(graph_def, sum(task.job != PS_JOB for task in cluster.tasks))
+    kept = (f"{len(shared)} op(s) holding shared state (variables, and queues or accumulators "
+            "if any) kept on the parameter-server tasks their annotations "
             f"name (e.g. {next(iter(shared))!r} on {next(iter(shared.values()))!r}): the graph "
             "may be one worker's replica of a between-graph replicated program (its other ops "
             "on one worker task of several, or on none), whose other workers look for them "

@@ -35,7 +35,7 @@ from tf_autoplace.graph.costgraph import CostGraph
 from tf_autoplace.graph.executed import executed_graph
 from tf_autoplace.graph.kernels import kernel_kinds
 from tf_autoplace.graph.opgraph import OpGraph
-from tf_autoplace.graph.pins import PS_JOB, device_pins, python_callers, replica_variables
+from tf_autoplace.graph.pins import PS_JOB, device_pins, python_callers, replica_shared_state
 from tf_autoplace.grouping import GroupingConfig, merge_and_colocate
 from tf_autoplace.sim import Simulator
 
@@ -88,7 +88,7 @@ def _pins(graph_def, cluster: Cluster) -> dict[str, str]:
         for name in python_callers(graph_def):
             out.setdefault(name, home)
     others = sum(task.job != PS_JOB for task in cluster.tasks)
-    shared = replica_variables(graph_def, others)
+    shared = replica_shared_state(graph_def, others)
     if shared:
         nodes = {node.name: node for node in graph_def.node}
         for name, device in shared.items():
@@ -98,28 +98,32 @@ def _pins(graph_def, cluster: Cluster) -> dict[str, str]:
 
 def _task_device(cluster: Cluster, device: str, kinds) -> str:
     """The cluster device TensorFlow runs an op annotated ``device`` on: the device itself, or
-    for a task without a device type (``/job:ps/task:0``, as ``replica_device_setter`` writes
-    it) the task's first GPU where the op has a GPU kernel (``kinds``: the device kinds with
-    a kernel for it), else its first device of a kind in ``kinds``, else its first device.
+    for a task without a device index (``/job:ps/task:0``, as ``replica_device_setter`` writes
+    it; ``/job:ps/task:0/device:CPU:*``, as ``SyncReplicasOptimizer`` places its queue) the
+    task's first GPU where the op has a GPU kernel (``kinds``: the device kinds with a kernel
+    for it), else its first device of a kind in ``kinds``, else its first device; only devices
+    of the annotation's type, if it names one.
 
     Raises:
       ConfigError: the cluster has no such device or task.
     """
     spec = tf.DeviceSpec.from_string(device)
     mine = [d for d, k in enumerate(cluster.device_tasks)
-            if (cluster.tasks[k].job, cluster.tasks[k].index) == (spec.job, spec.task or 0)]
-    if spec.device_type:
+            if (cluster.tasks[k].job, cluster.tasks[k].index) == (spec.job, spec.task or 0)
+            and spec.device_type in (None, cluster.devices[d].kind)]
+    if spec.device_type and spec.device_index is not None:
         try:
             return cluster.names[cluster.index(device)]
         except ClusterSpecError as e:
             mine = []
             why = str(e)
     else:
-        why = f"no task {spec.job}:{spec.task or 0}"
+        why = (f"no {spec.device_type + ' device on ' if spec.device_type else ''}task "
+               f"{spec.job}:{spec.task or 0}")
     if not mine:
-        raise ConfigError(f"a variable this replica shares with the other workers must stay on "
-                          f"{device!r}, and the cluster has {why}; give the cluster the "
-                          "program runs on")
+        raise ConfigError(f"an op holding state this replica shares with the other workers "
+                          f"must stay on {device!r}, and the cluster has {why}; give the "
+                          "cluster the program runs on")
     gpus = [d for d in mine if cluster.devices[d].kind == "GPU" and "GPU" in kinds]
     runs = [d for d in mine if cluster.devices[d].kind in kinds]
     return cluster.names[(gpus or runs or mine)[0]]
