@@ -11,7 +11,8 @@ from tensorflow.core.framework import graph_pb2
 import tf_autoplace
 from tf_autoplace.errors import ConfigError, InvalidGraphError
 from tf_autoplace.graph import ingest
-from tf_autoplace.graph.pins import device_pins, python_callers, replica_shared_state
+from tf_autoplace.graph.pins import (device_pins, pinned_groups, python_callers,
+                                     replica_shared_state)
 
 CPU = "/job:localhost/replica:0/task:0/device:CPU:"
 CONFIG = dict(allow_soft_placement=False, device_count={"CPU": 2})
@@ -246,6 +247,32 @@ def test_ops_that_call_python_stay_in_the_clients_process_on_a_cluster_of_tasks(
     report = tf_autoplace.autoplace(graph_def, cluster="cpu2", placer="random", seed=1,
                                     progress=False)
     assert len({report.assignment[n] for n in report.assignment}) == 2
+
+
+def test_a_pinned_ops_colocation_group_goes_with_it_where_placers_put_it():
+    # The profiler pins the ops that call Python with pinned_groups: the iterator's
+    # IteratorGetNext runs the generator wherever it is, so it stays in the client's process
+    # too, as every placement keeps it (the iterator's colocation group moves whole).
+    graph_def = _python_calling_training_graph()
+    graph = ingest.to_opgraph(ingest.load_meta_graph(graph_def))
+    home = "/job:worker/replica:0/task:1/device:CPU:0"
+    kept = pinned_groups({name: home for name in python_callers(graph_def)}, graph)
+    assert {"OneShotIterator", "IteratorGetNext", "double"} <= set(kept)
+    assert "loss" not in kept and "w" not in kept and set(kept.values()) == {home}
+    cluster = tf_autoplace.Cluster.from_tf({"worker": ["localhost:1", "localhost:2"]},
+                                           devices="cpu2", target="grpc://localhost:2")
+    for seed in range(3):
+        report = tf_autoplace.autoplace(graph_def, cluster=cluster, placer="random", seed=seed,
+                                        progress=False)
+        assert {report.assignment[n] for n in kept} == {home}, seed
+    # An op with a pin keeps it; the rest of its group takes the first pin's device; a pin of
+    # an op the graph lacks is kept.
+    two = pinned_groups({"IteratorGetNext": "/device:CPU:1", "OneShotIterator": "/device:CPU:0",
+                         "elsewhere": "/device:CPU:0"}, graph)
+    assert two["IteratorGetNext"] == "/device:CPU:1" and two["elsewhere"] == "/device:CPU:0"
+    assert two["OneShotIterator"] == "/device:CPU:0"
+    assert two["FlatMapDataset"] == two["IteratorToStringHandle"] == "/device:CPU:1"
+    assert "loss" not in two
 
 
 SPEC = {"ps": ["localhost:1"], "worker": ["localhost:2", "localhost:3"]}

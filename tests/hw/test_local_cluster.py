@@ -295,8 +295,10 @@ def test_every_server_ends_after_the_block_and_after_an_exception_in_it():
     assert not _alive(pids)
 
 
-PROFILE_PYTHON_OPS = """
+# Two tasks, the client's task in this process: a Python callback exists only in the client's.
+TWO_TASKS = """
 import json, os, subprocess, sys
+import numpy as np
 import tensorflow as tf
 import tf_autoplace
 from tf_autoplace.hw.cluster_profile import profile_cluster
@@ -313,6 +315,9 @@ assert other.stdout.readline().startswith(b"ready")
 server = tf.distribute.Server(spec, job_name="worker", task_index=0)  # the client's task
 tf.compat.v1.disable_eager_execution()
 v1 = tf.compat.v1
+cluster = tf_autoplace.Cluster.from_tf(spec, target=server.target)
+"""
+PROFILE_PYTHON_OPS = TWO_TASKS + """
 graph = tf.Graph()
 with graph.as_default():
     x = v1.py_func(lambda a: a * 2, [tf.ones((2, 4))], tf.float32, name="double")
@@ -321,7 +326,6 @@ with graph.as_default():
     train = v1.train.GradientDescentOptimizer(0.1).minimize(loss)
     init = v1.global_variables_initializer()
 workload = Workload(graph_def=graph.as_graph_def(), fetches=(train.name,), init=(init.name,))
-cluster = tf_autoplace.Cluster.from_tf(spec, target=server.target)
 found = profile_cluster(cluster, workload, links=False,
                         op_config=RunConfig(steps=1, warmup_steps=1, trace_steps=1))
 print(json.dumps({"reference": found.reference,
@@ -342,6 +346,62 @@ def test_a_cluster_profile_runs_ops_that_call_python_in_the_clients_process(tmp_
     found = json.loads(done.stdout.decode().strip().splitlines()[-1])
     assert found["reference"] == "worker:0" and "double" in found["timed"]
     assert all(speed > 0 for speed in found["speeds"])
+
+
+PROFILE_PYTHON_PIPELINES = TWO_TASKS + """
+def generate():
+    for i in range(1000):
+        yield np.full((4,), i, np.float32)
+
+def pipeline(kind):
+    if kind == "from_generator":
+        return tf.data.Dataset.from_generator(
+            generate, output_signature=tf.TensorSpec((4,), tf.float32)).batch(2)
+    return tf.data.Dataset.from_tensors(tf.ones((2, 4))).repeat().map(
+        lambda t: tf.py_function(lambda a: a * 2, [t], tf.float32))
+
+out = {}
+for kind in ("from_generator", "map_py_function"):
+    graph = tf.Graph()
+    with graph.as_default():
+        x = v1.data.make_one_shot_iterator(pipeline(kind)).get_next()
+        x.set_shape((2, 4))
+        loss = tf.reduce_mean(tf.matmul(x, v1.get_variable("w", (4, 1))), name="loss")
+        train = v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+        init = v1.global_variables_initializer()
+    workload = Workload(graph_def=graph.as_graph_def(), fetches=(train.name,),
+                        init=(init.name,))
+    try:
+        found = profile_cluster(cluster, workload, links=False,
+                                op_config=RunConfig(steps=1, warmup_steps=1, trace_steps=1))
+    except Exception as e:  # each pipeline's failure told apart
+        out[kind] = {"error": f"{type(e).__name__}: ...{str(e)[-300:]}"}
+        continue
+    out[kind] = {"reference": found.reference,
+                 "timed": sorted(op.name for op in found.profile.op if not op.did_not_run),
+                 "speeds": [d.speed for d in found.cluster.devices]}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_a_cluster_profile_runs_input_pipelines_that_call_python_in_the_clients_process(
+        tmp_path):
+    # The iterator of a pipeline from a generator (or mapped with a py_function) stayed on the
+    # client's task, but not its IteratorGetNext, which runs the pipeline's functions where it
+    # is: task 1's turn failed with "Could not find callback ... [[IteratorGetNext]]".
+    script = tmp_path / "profile_python_pipelines.py"
+    script.write_text(PROFILE_PYTHON_PIPELINES)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, cwd=REPO,
+                          env=dict(os.environ, PYTHONPATH=REPO), timeout=HANG_GUARD_S * 3)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    found = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    assert sorted(found) == ["from_generator", "map_py_function"]
+    assert {kind: p["error"] for kind, p in found.items() if "error" in p} == {}
+    for kind, profiled in found.items():
+        assert profiled["reference"] == "worker:0", kind
+        assert "IteratorGetNext" in profiled["timed"], (kind, profiled)
+        assert all(speed > 0 for speed in profiled["speeds"]), kind
 
 
 @pytest.mark.slow

@@ -234,6 +234,37 @@ def test_ops_that_call_python_are_profiled_on_the_clients_cpu_when_told():
     assert _keeping_pins(workload, everywhere) == everywhere  # one process: no pin
 
 
+@pytest.mark.parametrize("source", ["from_generator", "map_py_function"])
+def test_the_iterator_of_a_pipeline_that_calls_python_is_read_on_the_clients_cpu(source):
+    # The iterator stayed on the client's CPU, but its IteratorGetNext, which runs the
+    # pipeline's functions (the generator's PyFunc) where it is placed, went to the task whose
+    # turn it was: "Could not find callback with key=pyfunc_... [[IteratorGetNext]]".
+    v1 = tf.compat.v1
+    graph = tf.Graph()
+    with graph.as_default():
+        if source == "from_generator":
+            data = tf.data.Dataset.from_generator(
+                lambda: iter([np.ones(4, np.float32)]),
+                output_signature=tf.TensorSpec((4,), tf.float32))
+        else:
+            data = tf.data.Dataset.from_tensors(tf.ones((4,))).map(
+                lambda t: tf.py_function(lambda a: a * 2, [t], tf.float32))
+        x = v1.data.make_one_shot_iterator(data).get_next(name="next")
+        x.set_shape((4,))
+        tf.reduce_sum(x * 3.0, name="out")
+    workload = Workload(graph_def=graph.as_graph_def(), fetches=("out",))
+    names = [node.name for node in workload.graph_def.node]
+    assert "next" in names and "OneShotIterator" in names
+    everywhere = {name: "/job:w/task:1/device:CPU:0" for name in names}
+    home = "/job:w/task:0/device:CPU:0"
+    kept = _keeping_pins(workload, everywhere, home)
+    assert kept["OneShotIterator"] == kept["next"] == home
+    assert kept["out"] == everywhere["out"]  # reads the element, not the iterator
+    graph_ops = ingest.to_opgraph(ingest.load_meta_graph(workload.graph_def))
+    assert _keeping_pins(workload, everywhere, home, graph_ops) == kept
+    assert _keeping_pins(workload, everywhere) == everywhere  # one process: no pin
+
+
 def test_a_tasks_speed_counts_only_the_ops_both_tasks_timed():
     def profile(**times_us):
         out = cost_profile_pb2.CostProfile()

@@ -35,10 +35,13 @@ annotation is a constraint TensorFlow does not check until the step runs (or nev
 :func:`device_pins` finds the first three; the pipeline turns them into a cost model under which a
 pinned op can run on its device only (:class:`tf_autoplace.cost.model.PinnedCostModel`), which
 every placer treats like a missing kernel elsewhere (the op's colocation group follows it), and
-the profiler runs them there when it runs "every op on one device".
+the profiler runs them there, with their colocation groups (:func:`pinned_groups`), when it
+runs "every op on one device".
 """
 
 from __future__ import annotations
+
+from typing import Mapping
 
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
@@ -47,6 +50,7 @@ from tensorflow.python.framework import op_def_registry
 from tf_autoplace.core.tasks import same_device
 from tf_autoplace.errors import InvalidGraphError
 from tf_autoplace.graph.ingest import colocation_targets, nesting_limited
+from tf_autoplace.graph.opgraph import OpGraph
 
 COLLECTIVE_OPS = frozenset({
     "CollectiveReduce", "CollectiveReduceV2", "CollectiveReduceV3", "CollectiveGather",
@@ -117,6 +121,29 @@ def device_pins(graph_def: graph_pb2.GraphDef) -> dict[str, tuple[str, str]]:
                     pin(target, node.device, f"{node.name!r} of function "
                         f"{function.signature.name!r} is colocated with it on that device")
     return pins
+
+
+def pinned_groups(pins: Mapping[str, str], graph: OpGraph) -> dict[str, str]:
+    """``pins`` (op name -> device) with every op of a pinned op's TF colocation group
+    (``graph.colocation``, :func:`tf_autoplace.graph.ingest.to_opgraph`) on that device: where
+    a placer puts them (under :class:`~tf_autoplace.cost.model.PinnedCostModel` a pinned op has
+    one device, and its group moves whole) and where TensorFlow needs them. A pinned op's
+    group holds the ops that run its work, not only their own: an ``IteratorGetNext`` reads
+    its iterator's resource and runs the dataset's functions (a generator's ``PyFunc``) where
+    the ``IteratorGetNext`` is placed, so with the iterator alone in the client's process the
+    generator runs on another task, without its Python callback. An op with a pin keeps its
+    own; the other ops of a group whose pins name two devices take the first one's (in the
+    order of ``pins``); pins of ops ``graph`` does not have are kept as they are."""
+    index = {name: i for i, name in enumerate(graph.names)}
+    group_device: dict[int, str] = {}
+    for name, device in pins.items():
+        if name in index:
+            group_device.setdefault(int(graph.colocation[index[name]]), device)
+    out = {name: group_device[group]
+           for name, group in zip(graph.names, graph.colocation.tolist())
+           if group in group_device}
+    out.update(pins)
+    return out
 
 
 def shares_state_by_name(node) -> bool:

@@ -70,7 +70,7 @@ from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph import ingest
 from tf_autoplace.graph.executed import CALL_OPS, CONTROL_FLOW_OPS
 from tf_autoplace.graph.opgraph import OpGraph
-from tf_autoplace.graph.pins import device_pins, python_callers
+from tf_autoplace.graph.pins import device_pins, pinned_groups, python_callers
 from tf_autoplace.hw.runner import RunConfig, TracedStep, canonical_device, run, run_interleaved
 from tf_autoplace.hw.workload import Workload
 from tf_autoplace.proto import cost_profile_pb2
@@ -223,18 +223,27 @@ def partner_candidates(graph: OpGraph) -> dict[int, int]:
     return out
 
 
-def _keeping_pins(workload: Workload, assignment: dict, python_device: str | None = None
-                  ) -> dict:
+def _keeping_pins(workload: Workload, assignment: dict, python_device: str | None = None,
+                  graph: OpGraph | None = None) -> dict:
     """``assignment`` with the workload's pinned ops on their own devices
     (:func:`tf_autoplace.graph.pins.device_pins`): the members of a collective all-reduce on
     one device wait for each other forever, so a profile of "every op on one device" runs
     them where the program put them. With ``python_device``, the ops that call the program's
     Python (:func:`tf_autoplace.graph.pins.python_callers`) run there: on a cluster of
-    several processes TensorFlow finds their callback only in the client's."""
+    several processes TensorFlow finds their callback only in the client's. Each pinned op's
+    TF colocation group goes with it, as in a placement
+    (:func:`tf_autoplace.graph.pins.pinned_groups`): the ``IteratorGetNext`` of an iterator
+    over a generator runs the generator where it is placed. ``graph``: the workload's
+    OpGraph (:func:`tf_autoplace.graph.ingest.to_opgraph`), read here when not given."""
     pins = {name: device for name, (device, _) in device_pins(workload.graph_def).items()}
     if python_device is not None:
         for name in python_callers(workload.graph_def):
             pins.setdefault(name, python_device)
+    if not pins:
+        return dict(assignment)
+    if graph is None:
+        graph = ingest.to_opgraph(ingest.load_meta_graph(workload.graph_def))
+    pins = pinned_groups(pins, graph)
     return {name: pins.get(name, device) for name, device in assignment.items()}
 
 
@@ -260,7 +269,8 @@ def measure_partners(workload: Workload, graph: OpGraph, kind: str, single_kerne
     moved = np.isin(graph.colocation, graph.colocation[list(candidates)])
     first = f"/device:{kind}:0"
     assignment = _keeping_pins(workload, {name: other if move else first
-                                          for name, move in zip(graph.names, moved.tolist())})
+                                          for name, move in zip(graph.names, moved.tolist())},
+                               graph=graph)
     cfg = config if kind == "CPU" else dataclasses.replace(config, soft_placement=True)
     measured = run(workload, assignment, dataclasses.replace(cfg, steps=1))
     per_step = [op_times(trace, kind, graph.names) for trace in measured.traces]
@@ -314,7 +324,8 @@ def profile_ops(workload: Workload, *, kinds=None, config: RunConfig = DEFAULT_C
     for kind in kinds:
         device = devices.get(kind, f"/device:{kind}:0")
         cfg = config if kind == "CPU" else dataclasses.replace(config, soft_placement=True)
-        assignment = _keeping_pins(workload, {name: device for name in names}, python_device)
+        assignment = _keeping_pins(workload, {name: device for name in names}, python_device,
+                                   graph)
         # The untraced step calibrates the op times: measured as placements are (module
         # docstring), in interleaved Sessions, before the traced Session.
         step_s = float(np.median([m.step_time_s for m in run_interleaved(
