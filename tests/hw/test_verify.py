@@ -169,6 +169,13 @@ def test_the_graphs_own_annotations_are_a_candidate_what_the_user_had():
     names = [c.name for c in verification_candidates(problem, "m_etf", devices * 0,
                                                      annotated=devices)]
     assert ANNOTATED in names and SINGLE in names
+    # A placer (or the best heuristic) that returns what the user had: measured once, under
+    # the user's name, or the decision rule no longer keeps it on a tie with one device.
+    same = verification_candidates(problem, "m_etf", devices, annotated=devices)
+    assert [c.name for c in same].count(ANNOTATED) == 1 and SINGLE in [c.name for c in same]
+    assert next(c for c in same if c.name == ANNOTATED).assignment == dict(zip(
+        problem.graph.names, (cluster.names[d] for d in devices.tolist())))
+    assert "m_etf" not in [c.name for c in same]
     # Unannotated, or annotated with devices the cluster lacks: nothing of the user's.
     assert annotated_placement(problem, small_cnn().graph.as_graph_def()) is None
     for op in hand:

@@ -557,8 +557,9 @@ def verification_candidates(problem: PlacementProblem, name: str, devices: np.nd
     the best fast heuristic's that fits, the placement the graph's own annotations give
     (``annotated``, :data:`ANNOTATED`: what the user had, when it differs from one device) and
     the single-device one, each once (a placement found twice keeps its first name, but the
-    single-device one is always named :data:`~tf_autoplace.hw.verify.SINGLE`, which the
-    decision rule needs).
+    single-device one is always named :data:`~tf_autoplace.hw.verify.SINGLE` and the graph's
+    own one :data:`ANNOTATED`, which the decision rule needs: a heuristic or placer that
+    returns what the user had must not take from it the rule that keeps it on a tie).
 
     Args:
       problem: the placement problem (its simulator predicts each candidate's step).
@@ -589,9 +590,12 @@ def verification_candidates(problem: PlacementProblem, name: str, devices: np.nd
             name=label, assignment=dict(zip(graph.names, (names[d] for d in placed.tolist()))),
             devices_used=int(np.unique(placed).size), crossing=_crossing(graph, placed),
             predicted_s=float(problem.simulator.run(placed).makespan)))
-    if not any(c.name == SINGLE for c in candidates):  # the placer chose the single device
-        single_name = seen[single.tobytes()]
-        candidates = [dataclasses.replace(c, name=SINGLE) if c.name == single_name else c
+    fixed = [(SINGLE, single.tobytes())]
+    if annotated is not None and np.asarray(annotated, np.int32).tobytes() != fixed[0][1]:
+        fixed.append((ANNOTATED, np.asarray(annotated, np.int32).tobytes()))
+    for label, key in fixed:  # found first under another name (the placer chose it)
+        first = seen[key]
+        candidates = [dataclasses.replace(c, name=label) if c.name == first else c
                       for c in candidates]
     return candidates
 
