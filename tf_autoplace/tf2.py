@@ -988,33 +988,40 @@ def _copy_served_files(input_dir, name, directory=None) -> list[str]:
     SavedModel is self-contained: a relative link out of the model's directory (a warm-up
     file shared by versions, ``../../warmup``) dangled in the copy, and the server lost the
     file without a word. A link that dangles already is kept as the same link (it dangled
-    before too; it must not fail the placement), as is one to a directory holding it (a
-    cycle). A FIFO, socket or device is never opened (reading a FIFO would block): it is
-    left out, and a note says so. ``name`` may be a directory or a plain file; absent,
-    nothing happens.
+    before too; it must not fail the placement); one to a directory holding it (a cycle)
+    becomes a relative link to that directory's copy, so the copy neither recurses forever
+    nor points back at the input. A FIFO, socket or device is never opened (reading a FIFO
+    would block): it is left out, and a note says so. ``name`` may be a directory or a plain
+    file; absent, nothing happens.
     """
     notes = []
-    ancestors = set()  # (st_dev, st_ino) of the directories being copied: a link to one
-    # would copy forever
+    ancestors = {}  # (st_dev, st_ino) of the directories being copied -> their copy: a link
+    # back to one would copy forever
 
     def copy(src, dst, rel):
         try:
             info = os.stat(src)  # follows links; opens nothing
         except OSError:
             info = None
-        if info is None or (stat.S_ISDIR(info.st_mode)
-                            and (info.st_dev, info.st_ino) in ancestors):
-            if os.path.islink(src) and directory is not None:  # dangling, or a cycle
+        if info is None:  # a dangling link: the same link
+            if directory is not None:
                 os.symlink(os.readlink(src), dst)
+            return
+        if stat.S_ISDIR(info.st_mode) and (info.st_dev, info.st_ino) in ancestors:
+            # A cycle (a link to a directory holding it): a link to that directory's copy,
+            # so the placed SavedModel neither copies forever nor points back at the input.
+            if directory is not None:
+                target = ancestors[(info.st_dev, info.st_ino)]
+                os.symlink(os.path.relpath(target, os.path.dirname(dst)), dst)
             return
         if stat.S_ISDIR(info.st_mode):
             if directory is not None:
                 os.mkdir(dst)
-            ancestors.add((info.st_dev, info.st_ino))
+            ancestors[(info.st_dev, info.st_ino)] = dst
             for entry in sorted(os.listdir(src)):
                 copy(os.path.join(src, entry), dst and os.path.join(dst, entry),
                      f"{rel}/{entry}")
-            ancestors.discard((info.st_dev, info.st_ino))
+            del ancestors[(info.st_dev, info.st_ino)]
             if directory is not None:
                 shutil.copystat(src, dst)
         elif stat.S_ISREG(info.st_mode):

@@ -2,6 +2,7 @@
 with the user's umask; and the SavedModel door, which writes through it."""
 
 import os
+import shutil
 import stat
 
 import numpy as np
@@ -336,6 +337,25 @@ def test_dangling_links_in_assets_are_kept_as_the_same_links(tmp_path):
         for sub in subs:
             assert os.readlink(out / sub / "stale") == "/nonexistent/stale", (kind, sub)
             assert os.readlink(out / sub / "relative") == "../nowhere", (kind, sub)
+
+
+def test_links_back_into_assets_extra_become_links_within_the_copy(tmp_path):
+    # An absolute link to assets.extra itself was kept as it was: the placed copy pointed
+    # back at the input. A link to the model's directory (..) copies the model once, where
+    # assets.extra, reached again, was left out without a word.
+    for kind, model in _saved_models(tmp_path).items():
+        extra = model / "assets.extra"
+        extra.mkdir()
+        (extra / "warmup").write_bytes(b"WARMUP")
+        os.symlink(str(extra), extra / "self")
+        os.symlink("..", extra / "up")
+        out = tmp_path / kind / "placed"
+        _place(model, out)
+        shutil.rmtree(tmp_path / kind / "models")  # the copy stands alone
+        assert os.readlink(out / "assets.extra" / "self") == ".", kind
+        assert (out / "assets.extra" / "self" / "warmup").read_bytes() == b"WARMUP", kind
+        again = out / "assets.extra" / "up" / "assets.extra"
+        assert again.is_symlink() and (again / "warmup").read_bytes() == b"WARMUP", kind
 
 
 def test_a_fifo_in_assets_extra_is_left_out_with_a_note_never_opened(tmp_path):
