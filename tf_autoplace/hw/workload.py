@@ -8,7 +8,9 @@ Defaults, when the caller does not say (:meth:`Workload.from_graph`):
 
 * **fetches**: a graph's or MetaGraphDef's ``train_op`` collection; else an op named
   ``train_op`` or ``train``; else every sink (an op nobody reads) that is not an initializer, a
-  Saver op (``save/``), a dead end of the initializer's fan-in or a queue's close op (a queue
+  Saver op (``save/``), a dead end of the initializer's fan-in, an op that depends on an
+  initializer (a group of them, ``iterator.initializer`` of a strategy's iterator: run in a
+  step, it would initialize again at every step) or a queue's close op (a queue
   runner's: fetched, it would close the queue the step reads), and of those, when some apply
   an optimizer's update (``ApplyAdam``, ``ResourceApply*``, ...), only those: the step, not a
   ``Scaffold``'s init and ready ops or the summaries a program writes. With them, the
@@ -19,7 +21,7 @@ Defaults, when the caller does not say (:meth:`Workload.from_graph`):
   lookup tables' initializers (a graph's or MetaGraphDef's ``table_initializer`` collection,
   else an op named ``init_all_tables``, and ``InitializeTable*`` ops and the table imports
   that read no checkpoint, ``KeyValueTensorInitializer``'s) and every iterator's
-  (``MakeIterator``), which a TF1 program runs with ``tf.compat.v1.tables_initializer()`` and
+  (``MakeIterator``, ``MultiDeviceIteratorInit``), which a TF1 program runs with ``tf.compat.v1.tables_initializer()`` and
   ``iterator.initializer`` before its steps.
 * **feeds**: every ``Placeholder`` in the fan-in of the fetches and init gets a value of its
   static shape, drawn from ``numpy.random.default_rng(seed)``: standard normal floats, zero
@@ -261,7 +263,8 @@ _STEP_COLLECTIONS = ("train_op", tf.compat.v1.GraphKeys.TABLE_INITIALIZERS)
 # tables' initializers (tf.compat.v1.tables_initializer) and initializable iterators'.
 _RESOURCE_INIT_OPS = frozenset({"InitializeTable", "InitializeTableV2",
                                 "InitializeTableFromTextFile", "InitializeTableFromTextFileV2",
-                                "InitializeTableFromDataset", "MakeIterator"})
+                                "InitializeTableFromDataset", "MakeIterator",
+                                "MultiDeviceIteratorInit"})
 # A table's import of its keys and values: an initializer (KeyValueTensorInitializer's, in TF
 # 2.x) unless it imports what a Saver's restore read from a checkpoint.
 _TABLE_IMPORT_OPS = frozenset({"LookupTableImport", "LookupTableImportV2"})
@@ -310,8 +313,12 @@ def _default_fetches(meta_graph, by_name, init) -> tuple[str, ...]:
         if name in by_name:
             return (name,)
     init_side = fan_in(meta_graph.graph_def, init)
+    # A sink that depends on an initializer runs it again at every step: a group of
+    # initializers (a strategy's iterator.initializer), or the per-device datasets a
+    # MultiDeviceIterator makes from its initializer's incarnation, which are not a step.
+    after_init = _fan_out(meta_graph.graph_def, init)
     sinks = [s for s in grappler.sink_nodes(meta_graph.graph_def)
-             if s not in init_side and not s.startswith("save/")
+             if s not in init_side and s not in after_init and not s.startswith("save/")
              and by_name[s].op not in _NOT_A_STEP_OPS]
     if not sinks:
         raise ConfigError("cannot tell what one step of this graph runs (no train_op collection, "
