@@ -21,8 +21,8 @@ Defaults, when the caller does not say (:meth:`Workload.from_graph`):
   lookup tables' initializers (a graph's or MetaGraphDef's ``table_initializer`` collection,
   else an op named ``init_all_tables``, and ``InitializeTable*`` ops and the table imports
   that read no checkpoint, ``KeyValueTensorInitializer``'s) and every iterator's
-  (``MakeIterator``, ``MultiDeviceIteratorInit``), which a TF1 program runs with ``tf.compat.v1.tables_initializer()`` and
-  ``iterator.initializer`` before its steps.
+  (``MakeIterator``, ``MultiDeviceIteratorInit``), which a TF1 program runs with
+  ``tf.compat.v1.tables_initializer()`` and ``iterator.initializer`` before its steps.
 * **feeds**: every ``Placeholder`` in the fan-in of the fetches and init gets a value of its
   static shape, drawn from ``numpy.random.default_rng(seed)``: standard normal floats, zero
   integers (a valid index for every embedding table and class count) and ``False`` booleans.
