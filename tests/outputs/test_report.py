@@ -48,3 +48,21 @@ def test_the_json_is_standard_json_with_null_for_figures_that_are_not_numbers():
     assert out["measured_step_time_s"] is None and out["lp_lower_bound_s"] is None
     assert out["step_time_s"] is None and out["placer"] == "m_etf"
     assert out["measured_step_interval_s"] == [None, None]
+
+
+@pytest.mark.parametrize("placed,single,tie", [
+    ((0.050, 0.040, 0.060), (0.056, 0.044, 0.064), True),   # 1.12x, overlapping intervals
+    ((0.050, 0.048, 0.052), (0.060, 0.058, 0.062), False),  # 1.20x, apart
+])
+def test_a_measured_speedup_within_the_noise_is_called_a_tie(placed, single, tie):
+    # The headline printed "measured speedup 1.12x" where the intervals overlapped; only the
+    # verification's reason said it was not a difference beyond noise.
+    import dataclasses
+
+    report = dataclasses.replace(
+        _report(0.5, 0.4), measure_steps=15, measured_step_time_s=placed[0],
+        measured_step_interval_s=placed[1:], measured_baseline_step_time_s=single[0],
+        measured_baseline_interval_s=single[1:], measure_load=(0.5, 0.6))
+    line = next(x for x in str(report).splitlines() if "measured speedup" in x)
+    assert f"{single[0] / placed[0]:.2f}x" in line
+    assert ("a tie, within noise" in line) == tie, line

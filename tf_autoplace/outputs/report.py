@@ -398,7 +398,10 @@ class PlacementReport:
                 "the cluster's devices, 95% interval)",
                 f"  measured single-device{self.measured_baseline_step_time_s * 1e3:10.2f} ms "
                 f"[{base_low * 1e3:.2f}, {base_high * 1e3:.2f}] "
-                f"(measured speedup {self.measured_speedup:.2f}x)",
+                f"(measured speedup {self.measured_speedup:.2f}x"
+                # Distinguishable only where the intervals do not overlap (README).
+                + ("; the intervals overlap: a tie, within noise)"
+                   if low <= base_high and base_low <= high else ")"),
                 f"  measured at load {self.measure_load[0]:.2f} -> {self.measure_load[1]:.2f} "
                 "(1-minute load average before and after)",
             ]
