@@ -334,16 +334,22 @@ print(json.dumps({"reference": found.reference,
 """
 
 
+def _profile_in_a_client(tmp_path, code: str):
+    """Run ``code`` (a client script over :data:`TWO_TASKS`) in a process of its own and
+    return the JSON it prints last."""
+    script = tmp_path / "client.py"
+    script.write_text(code)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, cwd=REPO,
+                          env=dict(os.environ, PYTHONPATH=REPO), timeout=HANG_GUARD_S * 3)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    return json.loads(done.stdout.decode().strip().splitlines()[-1])
+
+
 @pytest.mark.slow
 def test_a_cluster_profile_runs_ops_that_call_python_in_the_clients_process(tmp_path):
     # Each task's turn ran every op there, py_funcs too, which TensorFlow can run only in the
     # client's process: task 1's turn failed with "Could not find callback".
-    script = tmp_path / "profile_python_ops.py"
-    script.write_text(PROFILE_PYTHON_OPS)
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, cwd=REPO,
-                          env=dict(os.environ, PYTHONPATH=REPO), timeout=HANG_GUARD_S * 3)
-    assert done.returncode == 0, done.stderr.decode()[-3000:]
-    found = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    found = _profile_in_a_client(tmp_path, PROFILE_PYTHON_OPS)
     assert found["reference"] == "worker:0" and "double" in found["timed"]
     assert all(speed > 0 for speed in found["speeds"])
 
@@ -390,12 +396,7 @@ def test_a_cluster_profile_runs_input_pipelines_that_call_python_in_the_clients_
     # The iterator of a pipeline from a generator (or mapped with a py_function) stayed on the
     # client's task, but not its IteratorGetNext, which runs the pipeline's functions where it
     # is: task 1's turn failed with "Could not find callback ... [[IteratorGetNext]]".
-    script = tmp_path / "profile_python_pipelines.py"
-    script.write_text(PROFILE_PYTHON_PIPELINES)
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, cwd=REPO,
-                          env=dict(os.environ, PYTHONPATH=REPO), timeout=HANG_GUARD_S * 3)
-    assert done.returncode == 0, done.stderr.decode()[-3000:]
-    found = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    found = _profile_in_a_client(tmp_path, PROFILE_PYTHON_PIPELINES)
     assert sorted(found) == ["from_generator", "map_py_function"]
     assert {kind: p["error"] for kind, p in found.items() if "error" in p} == {}
     for kind, profiled in found.items():
