@@ -210,12 +210,12 @@ def run_scripts(start_scripts):
 
 @pytest.fixture(scope="session")
 def run_checks(run_scripts):
-    """``run_checks(script, timeout=300)`` runs a child script (``tests/tf2_child.py``, ...)
-    that prints one JSON object of check results on its last line of stdout, and returns that
-    object; a child that exits with an error fails the test with the end of its stderr."""
+    """``run_checks(script, *args, timeout=300)`` runs a child script (``tests/tf2_child.py``,
+    ...) that prints one JSON object of check results on its last line of stdout, and returns
+    that object; a child that exits with an error fails the test with the end of its stderr."""
 
-    def run(script, timeout=300):
-        code, stdout, stderr = run_scripts({"checks": [script]}, timeout=timeout)["checks"]
+    def run(script, *args, timeout=300):
+        code, stdout, stderr = run_scripts({"checks": [script, *args]}, timeout=timeout)["checks"]
         assert code == 0, stderr[-3000:]
         return json.loads(stdout.strip().splitlines()[-1])
 

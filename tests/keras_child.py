@@ -3,7 +3,11 @@ logical CPU devices, placed and unplaced.
 
 Logical devices must be configured before TensorFlow initialises its runtime, so these checks
 run in a fresh interpreter and print one JSON object (check name -> result) on the last line.
+
+    python tests/keras_child.py [CHECK ...]   # the named checks (CHECKS), or all of them
 """
+
+import sys
 
 import numpy as np
 import tensorflow as tf
@@ -501,16 +505,20 @@ def errors():
     return out
 
 
-def main():
-    run_checks([("keras3", check_keras3), ("tf_keras", check_tf_keras),
-                ("single", check_single_device_bitwise),
-                ("callbacks", check_placed_and_given_back_from_callbacks),
-                ("shapes", check_changing_shapes),
-                ("spec_parts", check_spec_parts_and_joined_predict),
-                ("unknown_length", check_unknown_length),
-                ("batch_shapes", check_batch_shapes_as_keras_traces_them),
-                ("errors", errors)])
+CHECKS = {"keras3": check_keras3, "tf_keras": check_tf_keras,
+          "single": check_single_device_bitwise,
+          "callbacks": check_placed_and_given_back_from_callbacks,
+          "shapes": check_changing_shapes,
+          "spec_parts": check_spec_parts_and_joined_predict,
+          "unknown_length": check_unknown_length,
+          "batch_shapes": check_batch_shapes_as_keras_traces_them,
+          "errors": errors}
+
+
+def main(names):
+    """Run the checks ``names`` (``CHECKS``' keys; every check when there are none)."""
+    run_checks([(name, CHECKS[name]) for name in names or CHECKS])
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

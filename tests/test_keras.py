@@ -2,17 +2,40 @@
 checked on two logical CPU devices in a child process (tests/keras_child.py), since logical
 devices must be configured before TensorFlow starts its runtime."""
 
+import ast
 import os
 
 import numpy as np
 import pytest
 
+from tests.conftest import REPO
 from tests.test_tf2 import BOTH
+
+
+# The checks of the default suite: fit, evaluate and predict placed in both Keras flavours, data
+# of unknown length, input specs of weighted fits, and the models refused. One device, callbacks,
+# changing shapes and the batch sizes Keras traces run with ``-m slow`` (seconds each).
+SLOW_CHECKS = ("single", "callbacks", "shapes", "batch_shapes")
+CHECKS = ("keras3", "tf_keras", "unknown_length", "spec_parts", "errors")
 
 
 @pytest.fixture(scope="module")
 def child(run_checks):
-    return run_checks(os.path.join("tests", "keras_child.py"), timeout=900)
+    return run_checks(os.path.join("tests", "keras_child.py"), *CHECKS, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def slow_child(run_checks):
+    return run_checks(os.path.join("tests", "keras_child.py"), *SLOW_CHECKS, timeout=900)
+
+
+def test_every_check_of_the_child_runs_in_the_default_or_the_slow_suite():
+    # Read without importing the child (it configures this process's logical devices).
+    tree = ast.parse(open(os.path.join(REPO, "tests", "keras_child.py"), encoding="utf-8").read())
+    checks = next(node.value for node in tree.body if isinstance(node, ast.Assign)
+                  and node.targets[0].id == "CHECKS")
+    assert sorted(key.value for key in checks.keys) == sorted(CHECKS + SLOW_CHECKS)
+    assert not set(CHECKS) & set(SLOW_CHECKS)
 
 
 def _result(child, name):
@@ -35,8 +58,9 @@ def test_fit_runs_placed_steps_with_the_unplaced_losses_on_both_devices(child, f
     assert r["is_placement"]
 
 
-def test_a_model_placed_and_given_back_from_callbacks_in_the_middle_of_fit_trains_on(child):
-    r = _result(child, "callbacks")
+@pytest.mark.slow
+def test_a_model_placed_and_given_back_from_callbacks_in_the_middle_of_fit_trains_on(slow_child):
+    r = _result(slow_child, "callbacks")
     assert len(r["losses"]) == 2 and all(np.isfinite(r["losses"]))
     assert r["placed"]  # the batches after the callback ran the placed step
 
@@ -52,8 +76,9 @@ def test_data_of_unknown_length_keeps_the_counters_of_the_unplaced_fit(child, ca
     np.testing.assert_allclose(placed["losses"], reference["losses"], rtol=1e-5)
 
 
-def test_on_one_device_the_losses_are_bitwise_the_unplaced_ones(child):
-    r = _result(child, "single")
+@pytest.mark.slow
+def test_on_one_device_the_losses_are_bitwise_the_unplaced_ones(slow_child):
+    r = _result(slow_child, "single")
     # It advised measure_steps and verify, which a Keras model refuses.
     advice = [n for n in r["local_notes"] if "analytical estimates" in n]
     assert len(advice) == 1 and "time the placed model by fitting it" in advice[0], advice
@@ -65,8 +90,9 @@ def test_autoplace_takes_a_keras_model_to_the_keras_door(child):
     assert _result(child, "keras3")["is_placement"]  # keras3 goes through autoplace()
 
 
-def test_batches_whose_other_dimensions_change_are_refused_unless_input_spec_frees_them(child):
-    r = _result(child, "shapes")
+@pytest.mark.slow
+def test_batches_whose_other_dimensions_change_are_refused_unless_input_spec_frees_them(slow_child):
+    r = _result(slow_child, "shapes")
     np.testing.assert_allclose(r["free"], r["free_reference"], rtol=1e-5)
     for name, placed_for in (("replaced", "[8, 5, 4]"), ("refused", "[None, 5, 4]")):
         kind, message = r[name]
@@ -76,45 +102,52 @@ def test_batches_whose_other_dimensions_change_are_refused_unless_input_spec_fre
     assert r["stale_remove_kept"]  # ... but not a placement that a later one replaced
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["keras_Flatten8", "keras_StaticBranch",
                                    "tf_keras_Flatten8", "tf_keras_StaticBranch"])
-def test_a_call_that_reads_the_static_batch_size_sees_it_as_keras_traces_it(child, model):
-    reference, placed = _result(child, "batch_shapes")[model]
+def test_a_call_that_reads_the_static_batch_size_sees_it_as_keras_traces_it(slow_child, model):
+    reference, placed = _result(slow_child, "batch_shapes")[model]
     np.testing.assert_allclose(placed, reference, rtol=1e-5)
 
 
-def test_an_iterator_of_free_batch_size_does_not_run_the_step_placed_for_a_fixed_one(child):
-    reference, placed = _result(child, "batch_shapes")["fixed_then_free"]
+@pytest.mark.slow
+def test_an_iterator_of_free_batch_size_does_not_run_the_step_placed_for_a_fixed_one(slow_child):
+    reference, placed = _result(slow_child, "batch_shapes")["fixed_then_free"]
     np.testing.assert_allclose(placed, reference, rtol=1e-5)
 
 
-def test_a_new_sequence_length_is_refused_not_a_placement_per_length(child):
-    kind, message = _result(child, "batch_shapes")["new_length"]
+@pytest.mark.slow
+def test_a_new_sequence_length_is_refused_not_a_placement_per_length(slow_child):
+    kind, message = _result(slow_child, "batch_shapes")["new_length"]
     assert kind == "ConfigError"
     assert "placed for batches shaped ([None, 5, 2]" in message and "[4, 6, 2]" in message
 
 
-def test_a_new_batch_size_the_step_cannot_take_free_is_an_error_at_that_batch(child):
-    kind, message = _result(child, "batch_shapes")["short_batch_untraceable"]
+@pytest.mark.slow
+def test_a_new_batch_size_the_step_cannot_take_free_is_an_error_at_that_batch(slow_child):
+    kind, message = _result(slow_child, "batch_shapes")["short_batch_untraceable"]
     assert kind == "ConfigError"
     assert "cannot trace the model's train step for batches" in message
     assert "[None, 2, 4]" in message and "placed for other shapes" in message
 
 
-def test_a_step_keras_cannot_trace_for_its_iterator_fails_before_any_batch_trains(child):
-    kind, message, unchanged = _result(child, "batch_shapes")["free_batch_untraceable"]
+@pytest.mark.slow
+def test_a_step_keras_cannot_trace_for_its_iterator_fails_before_any_batch_trains(slow_child):
+    kind, message, unchanged = _result(slow_child, "batch_shapes")["free_batch_untraceable"]
     assert kind == "ConfigError" and "cannot trace the model's train step" in message
     assert "[None, 2, 4]" in message and unchanged
 
 
-def test_train_and_test_on_batch_take_an_x_y_input_spec(child):
-    reference, placed = _result(child, "batch_shapes")["on_batch"]
+@pytest.mark.slow
+def test_train_and_test_on_batch_take_an_x_y_input_spec(slow_child):
+    reference, placed = _result(slow_child, "batch_shapes")["on_batch"]
     np.testing.assert_allclose(placed, reference, rtol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind, name", [("ragged", "RaggedTensor"), ("sparse", "SparseTensor")])
-def test_ragged_and_sparse_batches_are_refused_as_such(child, kind, name):
-    got = _result(child, "batch_shapes")[kind]
+def test_ragged_and_sparse_batches_are_refused_as_such(slow_child, kind, name):
+    got = _result(slow_child, "batch_shapes")[kind]
     assert got is not None and got[0] == "ConfigError"
     assert f"batches hold a {name}" in got[1] and "dense batches only" in got[1]
 
