@@ -46,9 +46,6 @@ RUNS = {
     "plain": ["--print_devices"],
     "placed": ["--print_devices", "--autoplace=m_etf", f"--autoplace_cluster={CPU2}",
                "--autoplace_report={dir}/report.json"],
-    # Settings of a placement that is off: a warning at parsing, then the unplaced run.
-    "settings_without_autoplace": ["--autoplace_cluster=cpu2", "--autoplace_budget_s=5"],
-    "bad_placer": ["--autoplace=no_such_placer", f"--autoplace_cluster={CPU2}"],
     # A placer's setting from the command line (a Post search of 24 placements) and a profile
     # of one op and one the graph lacks (every other op keeps its analytical time, and the
     # report says so).
@@ -57,10 +54,19 @@ RUNS = {
                              "--autoplace_cost_profile={dir}/profile.pbtxt",
                              "--autoplace_report={dir}/r_post.json"],
 }
+# Runs whose flags this process parses too (test_bad_flags_are_refused_at_parsing_with_a_clear_
+# message, test_settings_without_autoplace_warn_once_at_parsing); run with ``-m slow``.
+SLOW_RUNS = {
+    "plain": RUNS["plain"],
+    # Settings of a placement that is off: a warning at parsing, then the unplaced run.
+    "settings_without_autoplace": ["--autoplace_cluster=cpu2", "--autoplace_budget_s=5"],
+    "bad_placer": ["--autoplace=no_such_placer", f"--autoplace_cluster={CPU2}"],
+}
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory, repo_root):
+def _run_binaries(runs, tmp_path_factory, repo_root):
+    """Run tools/example_train.py with each of ``runs``' flags, all at once; returns {name:
+    (returncode, stdout, stderr, the temp dir)}."""
     workdir = tmp_path_factory.mktemp("example_train")
     (workdir / "profile.pbtxt").write_text(
         'op { name: "left/Relu" device_kind: "CPU" compute_time_us: 5 }\n'
@@ -68,7 +74,7 @@ def runs(tmp_path_factory, repo_root):
     pythonpath = os.pathsep.join(p for p in (repo_root, os.environ.get("PYTHONPATH")) if p)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=pythonpath)
     procs = {}
-    for name, extra in RUNS.items():
+    for name, extra in runs.items():
         argv = [sys.executable, "tools/example_train.py", "--steps=4"]
         argv += [flag.format(dir=workdir) for flag in extra]
         procs[name] = subprocess.Popen(argv, cwd=repo_root, env=env, text=True,
@@ -78,6 +84,16 @@ def runs(tmp_path_factory, repo_root):
         out, err = proc.communicate(timeout=300)
         results[name] = (proc.returncode, out, err, workdir)
     return results
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, repo_root):
+    return _run_binaries(RUNS, tmp_path_factory, repo_root)
+
+
+@pytest.fixture(scope="module")
+def slow_runs(tmp_path_factory, repo_root):
+    return _run_binaries(SLOW_RUNS, tmp_path_factory, repo_root)
 
 
 def _losses(out):
@@ -98,7 +114,9 @@ def test_without_flag_nothing_is_placed(runs):
     assert "autoplace:" not in err  # the hook was never installed
 
 
-def test_autoplace_settings_without_autoplace_warn_at_parsing(runs):
+@pytest.mark.slow
+def test_autoplace_settings_without_autoplace_warn_at_parsing(slow_runs):
+    runs = slow_runs
     rc, out, err, _ = runs["settings_without_autoplace"]
     assert rc == 0, err
     warnings = [line for line in err.splitlines() if "given without --autoplace" in line]
@@ -155,8 +173,9 @@ def test_report_json_is_written_and_valid(runs, repo_root):
     assert (workdir / "report.json").stat().st_mode & 0o777 == 0o666 & ~umask()
 
 
-def test_a_bad_flag_stops_the_binary_before_it_trains(runs):
-    rc, out, err, _ = runs["bad_placer"]
+@pytest.mark.slow
+def test_a_bad_flag_stops_the_binary_before_it_trains(slow_runs):
+    rc, out, err, _ = slow_runs["bad_placer"]
     assert rc != 0
     assert "'no_such_placer' is not a placer" in err
     assert "step " not in out
@@ -168,6 +187,8 @@ def test_a_bad_flag_stops_the_binary_before_it_trains(runs):
      "--autoplace_budget_s must be >= 0"),
     (["--autoplace=m_etf", f"--autoplace_cluster={CPU2}", "--autoplace_policy={dir}"],
      "go with a learned placer"),
+    (["--autoplace=no_such_placer", f"--autoplace_cluster={CPU2}"],
+     "'no_such_placer' is not a placer"),
 ])
 def test_bad_flags_are_refused_at_parsing_with_a_clear_message(tmp_path, argv, message):
     # In this process, as the binary above parses them (each binary imports TensorFlow).
@@ -177,6 +198,26 @@ def test_bad_flags_are_refused_at_parsing_with_a_clear_message(tmp_path, argv, m
             flags.FLAGS(["train.py", *(arg.format(dir=tmp_path) for arg in argv)])
     finally:
         flags.FLAGS.unparse_flags()
+
+
+def test_settings_without_autoplace_warn_once_at_parsing(caplog, monkeypatch):
+    # The validator the binary's parsing runs (the binary's own run: -m slow), called on the
+    # flags as that parsing leaves them: parsing here would run the validators of every flag
+    # this process has defined, other commands' required flags too.
+    monkeypatch.setattr(ap_flags, "_warned", set())
+    validator = ap_flags._warn_settings_without_autoplace
+    assert any(v.checker is validator for v in flags.FLAGS["autoplace_cluster"].validators)
+    with flagsaver.flagsaver():
+        flags.FLAGS["autoplace_cluster"].parse("cpu2")
+        flags.FLAGS["autoplace_budget_s"].parse("5")
+        values = {name: flags.FLAGS[name].value for name in
+                  ("autoplace", "autoplace_placement", *ap_flags._SETTINGS_FLAGS)}
+        assert validator(values) and validator(values)  # a warning, not a refusal; once
+        assert validator(dict(values, autoplace="m_etf"))  # on: nothing to say
+    warnings = [r.getMessage() for r in caplog.records if "given without" in r.getMessage()]
+    assert warnings == ["--autoplace_budget_s, --autoplace_cluster given without --autoplace: "
+                        "autoplacement is off and they do nothing; add --autoplace=auto (or "
+                        "another placer) to place the graph"], warnings
 
 
 def test_a_placer_option_reaches_the_placer(runs):

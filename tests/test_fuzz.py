@@ -43,7 +43,7 @@ SEED = 0
 # Cases of each family the default suite runs (case 0 on), and the default and slow runs' cases
 # together (the slow tests run the rest): the same cases are checked whichever share is default.
 DEFAULT = {"graphs": 50, "cost_graphs": 20, "policies": 4, "caches": 10, "tf_clusters": 20,
-           "keras": 4, "verify": 4}
+           "keras": 4, "verify": 2}
 TOTAL = {"graphs": 3300, "cost_graphs": 1040, "policies": 320, "caches": 320,
          "tf_clusters": 1040, "keras": 66, "verify": 68}
 ERRORS = {"InvalidGraphError", "ClusterSpecError", "InfeasiblePlacementError", "ConfigError"}

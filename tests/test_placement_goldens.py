@@ -2,10 +2,10 @@
 hashes to what ``testdata/placement_goldens.json`` recorded (``tools/make_placement_goldens.py``
 writes it; ``tf_autoplace/testing/goldens.py`` says which problems and settings).
 
-The learned placers on the zoo graph and on the larger random DAGs, and Placeto everywhere
-(its seeds are checked in tests/placers/placeto), take most of the time and run with ``-m
-slow``; the default suite checks the other placers on the smaller random DAG and the fast ones
-everywhere.
+The learned placers on the zoo graph and on the larger random DAGs, and Placeto, HDP and GDP
+everywhere (each builds and traces its policy: seconds; their seeds are checked in
+tests/placers/), take most of the time and run with ``-m slow``; the default suite checks Post
+on the smaller random DAG and the fast placers everywhere.
 """
 
 import functools
@@ -22,6 +22,7 @@ GOLDENS = json.load(open(os.path.join(REPO, "testdata", "placement_goldens.json"
                          encoding="utf-8"))
 PROBLEMS = dict(goldens.problems())
 LEARNED = {"placeto", "post", "hdp", "gdp"}
+POLICIES = {"placeto", "hdp", "gdp"}  # placers whose search builds and traces a TF policy
 
 
 @functools.lru_cache(maxsize=None)
@@ -33,7 +34,7 @@ def _cases():
     for key in sorted(GOLDENS):
         problem_name, placer_name = key.rsplit("/", 1)
         slow = placer_name in LEARNED and not problem_name.startswith("random_n80") or (
-            placer_name == "placeto")  # its search takes seconds; its seeds: test_placeto
+            placer_name in POLICIES)
         yield pytest.param(problem_name, placer_name, id=key,
                            marks=[pytest.mark.slow] if slow else [])
 
@@ -49,8 +50,8 @@ def test_placement_is_the_recorded_one(problem_name, placer_name):
     assert goldens.placement_digest(devices) == GOLDENS[f"{problem_name}/{placer_name}"]
 
 
-@pytest.mark.parametrize("placer_name", [  # Placeto's two searches take seconds
-    pytest.param(p, marks=pytest.mark.slow) if p == "placeto" else p for p in sorted(LEARNED)])
+@pytest.mark.parametrize("placer_name", [  # a policy's two searches take seconds
+    pytest.param(p, marks=pytest.mark.slow) if p in POLICIES else p for p in sorted(LEARNED)])
 def test_a_learned_placers_notes_are_the_same_for_the_same_seed(placer_name):
     # The notes go into the PlacementResult, which the same input and seed give byte for byte:
     # no wall time in them.

@@ -227,6 +227,7 @@ def test_train_gdps_default_clusters_are_found_outside_the_checkout(repo_root, t
     assert [resolve_cluster(name).num_devices for name in default] == [3, 5, 9]
 
 
+@pytest.mark.slow  # the command imports TensorFlow: seconds
 def test_a_placer_item_with_a_budget_it_refuses_fails_before_any_model_is_built(repo_root):
     # benchmark --placers=auto@0 passed the early checks, built a model, then ended in a
     # ConfigError traceback: the check ignored the item's own @SECONDS.
@@ -255,6 +256,7 @@ sys.exit(cli_main.main(["tf-autoplace", *sys.argv[1:]]))
 """
 
 
+@pytest.mark.slow  # the command imports TensorFlow: seconds
 def test_place_model_takes_a_search_budget(repo_root):
     # place-model had no --budget_s (a place-model user could not cap auto or the learned
     # placers), and --placer_option=budget_s=8 pointed to that missing flag.

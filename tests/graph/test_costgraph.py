@@ -339,7 +339,8 @@ def small_nmt():
     return model.graph.as_graph_def()
 
 
-@pytest.mark.parametrize("placer", ["m_etf", "metis",
+@pytest.mark.parametrize("placer", ["m_etf",  # the others: seconds each
+                                    pytest.param("metis", marks=pytest.mark.slow),
                                     pytest.param("placeto", marks=pytest.mark.slow)])
 def test_a_zoo_graph_exported_to_a_cost_graph_is_placed_as_the_tf_path_places_it(
         small_nmt, tmp_path, placer):

@@ -448,7 +448,10 @@ def test_a_start_placement_at_the_lower_bound_is_not_searched():
                for note in placement.notes), placement.notes
 
 
+@pytest.mark.slow  # fine-tuning compiles the policy's training step: seconds
 def test_autoplace_with_placeto_inside_the_users_graph_adds_no_ops_to_it():
+    # By default: auto's Placeto start inside graph.as_default() (tests/test_modes.py) and
+    # Placeto fine-tuning in a TF1 program's own graph (tests/modes_child.py).
     import tf_autoplace
     from tf_autoplace.testing import small_cnn
 
@@ -460,8 +463,17 @@ def test_autoplace_with_placeto_inside_the_users_graph_adds_no_ops_to_it():
     assert len(tg.graph.get_operations()) == before
     assert report.placer == "placeto"
     assert all(op.device for op in tg.graph.get_operations())
+
+
+def test_autoplace_refuses_a_negative_budget_for_placeto_before_placing():
+    import tf_autoplace
+    from tf_autoplace.testing import small_cnn
+
+    tg = small_cnn()
+    before = [op.device for op in tg.graph.get_operations()]
     with pytest.raises(ConfigError, match="budget_s"):
         tf_autoplace.autoplace(tg.graph, placer="placeto", budget_s=-1)
+    assert [op.device for op in tg.graph.get_operations()] == before
 
 
 @pytest.mark.slow
