@@ -4,6 +4,7 @@ job or task for a device the cluster lacks, wherever the device comes from."""
 
 import dataclasses
 import json
+import socket
 
 import numpy as np
 import pytest
@@ -209,6 +210,14 @@ def test_a_cluster_without_tasks_takes_any_device_name_as_before():
 def test_hosts_and_link_classes():
     assert host_of("localhost:1") == host_of("127.0.0.2:5") == host_of("[::1]:3") == "loopback"
     assert host_of("Node-1:22") == "node-1" and host_of("") == ""
+    # This machine by its own name or the unspecified address: loopback too (a serve-local
+    # cluster written with the host's name was taken for servers elsewhere).
+    here = socket.gethostname().upper()
+    assert host_of(f"{here}:1") == host_of("0.0.0.0:2") == host_of("[::]:3") == "loopback"
+    assert host_of("ip6-localhost:4") == "loopback" and host_of("10.0.0.1:1") == "10.0.0.1"
+    spec = json.dumps({"cluster": {"worker": ["localhost:2222", "localhost:2223"]}})
+    cluster = Cluster.from_tf(spec, devices="cpu2", target=f"grpc://{here}:2223")
+    assert cluster.target_task() == 1
     a, b, c = Task("w", 0, "localhost:1"), Task("w", 1, "127.0.0.1:2"), Task("w", 2, "n:1")
     assert (link_class(a, a), link_class(a, b), link_class(a, c)) == ("task", "host", "network")
     assert link_class(Task("w", 0), Task("w", 1)) == "network"  # machines not known

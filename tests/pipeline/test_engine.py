@@ -1,5 +1,7 @@
 """The engine's shared step (place_problem): what it spends on the report's lower bound."""
 
+import socket
+
 from tf_autoplace.pipeline import engine
 from tf_autoplace.pipeline.options import PlaceOptions
 from tf_autoplace.placers import get_placer
@@ -59,6 +61,9 @@ def test_auto_applies_no_split_estimated_for_this_machines_server_cpus():
     assert any("this machine's CPUs" in n and "without a search" in n for n in report.notes)
     assert any("Grappler's analytical estimates" in n and "measure them" in n
                for n in report.notes), report.notes
+    # The same servers by this machine's name, or by the unspecified address: here too.
+    assert engine._cpus_here(served(socket.gethostname()))
+    assert engine._cpus_here(served("0.0.0.0"))
     # Servers elsewhere: nothing here could measure them, and the search goes on.
     report = tf_autoplace.autoplace(_two_branches(), cluster=served("10.0.0.9"),
                                     placer=AutoPlacer(max_samples=2000), progress=False)

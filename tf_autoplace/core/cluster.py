@@ -64,8 +64,10 @@ from google.protobuf import text_format
 from tf_autoplace.core.tasks import (
     DEFAULT_LINK_CLASSES,
     LINK_CLASSES,
+    LOOPBACK,
     LinkClass,
     Task,
+    host_of,
     is_server_address,
     link_class,
     parse_tasks,
@@ -124,15 +126,13 @@ def device_spec(name: str):
     return spec
 
 
-_LOOPBACK = {"localhost", "127.0.0.1", "::1", "ip6-localhost"}
-
-
 def _same_host_form(address: str) -> str:
-    """``host:port`` with a loopback host written one way (``localhost``), for comparing."""
+    """``host:port`` with an address of this machine written one way (``localhost``; see
+    :func:`~tf_autoplace.core.tasks.host_of`), for comparing."""
     host, sep, port = address.rpartition(":")
     if not sep:
         return address
-    return f"localhost:{port}" if host.strip("[]").lower() in _LOOPBACK else address
+    return f"localhost:{port}" if host_of(address) == LOOPBACK else address
 
 
 def _check_number(what: str, value, *, integer: bool = False, zero_ok: bool = False,
@@ -524,8 +524,9 @@ class Cluster:
 
     def target_task(self) -> int | None:
         """The index in ``tasks`` of the task whose address the target is (None: no target, or
-        none of the tasks'). The loopback names of this machine (``localhost``, ``127.0.0.1``,
-        ``::1``) are one host: a spec may name its target by one and its tasks by another."""
+        none of the tasks'). The addresses of this machine (``localhost``, ``127.0.0.1``,
+        ``::1``, its own name: :func:`~tf_autoplace.core.tasks.host_of`) are one host: a spec
+        may name its target by one and its tasks by another."""
         address = _same_host_form(self.target.removeprefix("grpc://"))
         for k, task in enumerate(self.tasks):
             if address and _same_host_form(task.address) == address:

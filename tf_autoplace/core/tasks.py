@@ -35,6 +35,7 @@ import json
 import math
 import numbers
 import re
+import socket
 
 from tf_autoplace.errors import ClusterSpecError
 
@@ -132,20 +133,22 @@ def is_server_address(address: str) -> bool:
 
 
 def host_of(address: str) -> str:
-    """``"10.0.0.2:2222"`` -> ``"10.0.0.2"``; ``"localhost:2222"``, ``"127.0.0.1:1"``,
-    ``"[::1]:1"`` -> :data:`LOOPBACK`; "" -> ""."""
+    """``"10.0.0.2:2222"`` -> ``"10.0.0.2"``; an address of this machine -> :data:`LOOPBACK`
+    (``"localhost:2222"``, ``"127.0.0.1:1"``, ``"[::1]:1"``, ``ip6-localhost``, this
+    machine's own name as ``socket.gethostname()`` gives it, and ``"0.0.0.0:1"`` or
+    ``"[::]:1"``, which a client's connection takes to this machine); "" -> "". Names are
+    compared, never looked up: a name lookup can wait on a network."""
     if not address:
         return ""
     host = address.rsplit(":", 1)[0] if ":" in address else address
     host = host.strip("[]").lower()
-    if host == "localhost":
+    if host in ("localhost", "ip6-localhost", "ip6-loopback", socket.gethostname().lower()):
         return LOOPBACK
     try:
-        if ipaddress.ip_address(host).is_loopback:
-            return LOOPBACK
+        ip = ipaddress.ip_address(host)
     except ValueError:
-        pass
-    return host
+        return host
+    return LOOPBACK if ip.is_loopback or ip.is_unspecified else host
 
 
 def link_class(a: Task, b: Task) -> str:
