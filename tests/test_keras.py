@@ -13,10 +13,10 @@ from tests.test_tf2 import BOTH
 
 
 # The checks of the default suite: fit, evaluate and predict placed in both Keras flavours, data
-# of unknown length, input specs of weighted fits, and the models refused. One device, callbacks,
-# changing shapes and the batch sizes Keras traces run with ``-m slow`` (seconds each).
-SLOW_CHECKS = ("single", "callbacks", "shapes", "batch_shapes")
-CHECKS = ("keras3", "tf_keras", "unknown_length", "spec_parts", "errors")
+# of unknown length, and the models refused. One device, callbacks, changing shapes, input specs
+# of weighted fits and the batch sizes Keras traces run with ``-m slow`` (seconds each).
+SLOW_CHECKS = ("single", "callbacks", "shapes", "spec_parts", "batch_shapes")
+CHECKS = ("keras3", "tf_keras", "unknown_length", "errors")
 
 
 @pytest.fixture(scope="module")
@@ -152,27 +152,31 @@ def test_ragged_and_sparse_batches_are_refused_as_such(slow_child, kind, name):
     assert f"batches hold a {name}" in got[1] and "dense batches only" in got[1]
 
 
-def test_one_input_spec_serves_weighted_fit_validation_and_predict(child):
+@pytest.mark.slow
+def test_one_input_spec_serves_weighted_fit_validation_and_predict(slow_child):
     (loss, val_loss, predicted), (p_loss, p_val_loss, p_predicted) = _result(
-        child, "spec_parts")["spec_runs"]
+        slow_child, "spec_parts")["spec_runs"]
     np.testing.assert_allclose([p_loss, p_val_loss], [loss, val_loss], rtol=1e-5)
     np.testing.assert_allclose(p_predicted, predicted, rtol=1e-5)
 
 
-def test_an_evaluate_after_a_weighted_validation_gets_a_step_for_its_structure(child):
-    reference, *placed = _result(child, "spec_parts")["structures"]
+@pytest.mark.slow
+def test_an_evaluate_after_a_weighted_validation_gets_a_step_for_its_structure(slow_child):
+    reference, *placed = _result(slow_child, "spec_parts")["structures"]
     for run in placed:  # without and with an input_spec
         np.testing.assert_allclose(run, reference, rtol=1e-5)
 
 
-def test_predict_takes_the_x_y_batches_of_the_dataset_fit_reads(child):
-    reference, *placed = _result(child, "spec_parts")["predict_on_fit_dataset"]
+@pytest.mark.slow
+def test_predict_takes_the_x_y_batches_of_the_dataset_fit_reads(slow_child):
+    reference, *placed = _result(slow_child, "spec_parts")["predict_on_fit_dataset"]
     for run in placed:  # without and with an input_spec (x, y)
         np.testing.assert_allclose(run, reference, rtol=1e-5)
 
 
-def test_tf_keras_predict_joins_the_batches_of_an_execution(child):
-    reference, placed = _result(child, "spec_parts")["tf_keras_predict"]
+@pytest.mark.slow
+def test_tf_keras_predict_joins_the_batches_of_an_execution(slow_child):
+    reference, placed = _result(slow_child, "spec_parts")["tf_keras_predict"]
     assert len(reference) == len(placed) == 40  # every row, not one batch per execution
     np.testing.assert_allclose(placed, reference, rtol=1e-5)
 

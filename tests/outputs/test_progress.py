@@ -47,10 +47,17 @@ def _problem():
     return problems.random_problem(300, 0, num_gpus=2, max_groups=100)
 
 
-def test_the_default_placer_reports_its_whole_search():
-    recorder = Recorder()
+@pytest.fixture(scope="module")
+def recorded_search():
+    """auto's search on ``_problem()`` with a Recorder: (placer, problem, recorder)."""
+    recorder, problem = Recorder(), _problem()
     placer = AutoPlacer(max_samples=400)
-    placer.place(_problem(), seed=0, progress=recorder)
+    placer.place(problem, seed=0, progress=recorder)
+    return placer, problem, recorder
+
+
+def test_the_default_placer_reports_its_whole_search(recorded_search):
+    placer, _, recorder = recorded_search
     labels = [c[1] for c in recorder.calls if c[0] == "start"]
     assert labels == ["auto: starting placements", "auto: local search"]
     assert ("start", "auto: local search", 400) in recorder.calls
@@ -64,12 +71,11 @@ def test_the_default_placer_reports_its_whole_search():
     assert placer.progress is QUIET  # not kept after the placement
 
 
-def test_the_default_placer_reports_the_best_heuristics_step_before_its_learned_starts():
+def test_the_default_placer_reports_the_best_heuristics_step_before_its_learned_starts(
+        recorded_search):
     # An anytime curve shows what the placer would return if stopped: the best heuristic's
     # placement is there as soon as the heuristics are done, before Post's search.
-    recorder = Recorder()
-    problem = _problem()
-    AutoPlacer(max_samples=400).place(problem, seed=0, progress=recorder)
+    _, problem, recorder = recorded_search
     updates = recorder.phase_updates("auto: starting placements")
     first = BestHeuristicPlacer().ranked(problem)[0]
     assert updates[0] == (0, first.step_s) and len(updates) == 2

@@ -7,7 +7,11 @@ import tensorflow as tf
 
 from tf_autoplace.placers.placeto import reinforce
 
-tfp = pytest.importorskip("tensorflow_probability")  # the test extra installs it
+
+@pytest.fixture(scope="module")
+def tfp():
+    # Imported by the test, not at collection: a second of every worker's start otherwise.
+    return pytest.importorskip("tensorflow_probability")  # the test extra installs it
 
 
 def _logits(rng):
@@ -17,7 +21,7 @@ def _logits(rng):
     return logits
 
 
-def test_log_prob_and_entropy_are_tfps_with_their_gradients():
+def test_log_prob_and_entropy_are_tfps_with_their_gradients(tfp):
     rng = np.random.default_rng(0)
     values = tf.Variable(_logits(rng))
     actions = rng.integers(0, 4, 9)
