@@ -129,7 +129,7 @@ def device_spec(name: str):
 def _same_host_form(address: str) -> str:
     """``host:port`` with an address of this machine written one way (``localhost``; see
     :func:`~tf_autoplace.core.tasks.host_of`), for comparing."""
-    host, sep, port = address.rpartition(":")
+    _, sep, port = address.rpartition(":")
     if not sep:
         return address
     return f"localhost:{port}" if host_of(address) == LOOPBACK else address
