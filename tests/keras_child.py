@@ -174,7 +174,8 @@ def dropout_model(flavour):
 def check_unknown_length():
     """fit on data of unknown length (a filtered tf.data dataset; a Python generator): Keras'
     step runs once more on the exhausted iterator at each epoch's end, which fails after its
-    counters advanced. Placed (split over both devices) and unplaced: losses and counters."""
+    counters advanced. Placed (split over both devices) and unplaced: losses and counters; and
+    the same after a fit on arrays, whose step was placed for batches of 16 features."""
     x, y = data()
 
     def dataset():
@@ -183,21 +184,46 @@ def check_unknown_length():
     def generator():
         return ((x[i:i + 16], y[i:i + 16]) for i in range(0, len(x), 16))
 
-    out = {}
-    for flavour, source in (("keras3", "dataset"), ("keras3", "generator"),
-                            ("tf_keras", "dataset")):
+    def unplaced_and_placed(flavour, fits):
+        """The losses and step counter of ``fits(model, recorder)``, unplaced then placed."""
         runs = []
         for placed in (False, True):
             model, k = dropout_model(flavour)
             if placed:
                 tk.autoplace_model(model, **PLACE)
             recorder = batch_losses(k.callbacks)
+            try:
+                fits(model, recorder)
+            except tf_autoplace.AutoplaceError as e:
+                recorder.losses.append([type(e).__name__, str(e)])
+            runs.append({"losses": recorder.losses,
+                         "iterations": int(model.optimizer.iterations.numpy())})
+        return runs
+
+    def epochs(source):
+        def fits(model, recorder):
             for _ in range(3):  # a generator is read once: one fit per epoch
                 model.fit(dataset() if source == "dataset" else generator(), epochs=1,
                           verbose=0, callbacks=[recorder])
-            runs.append({"losses": recorder.losses,
-                         "iterations": int(model.optimizer.iterations.numpy())})
-        out[f"{flavour}_{source}"] = runs
+        return fits
+
+    # Arrays first, then a source whose iterator spec leaves every dimension free (tf_keras'
+    # Python generators; a dataset with a loose signature): Keras traces its step again with
+    # that spec, and the batches fit the step placed for the arrays in all but the spec.
+    loose_signature = (tf.TensorSpec([None, None]), tf.TensorSpec([None, None]))
+
+    def arrays_then(source):
+        def fits(model, recorder):
+            model.fit(x, y, batch_size=16, shuffle=False, verbose=0, callbacks=[recorder])
+            model.fit(generator() if source == "generator" else tf.data.Dataset.from_generator(
+                generator, output_signature=loose_signature), verbose=0, callbacks=[recorder])
+        return fits
+
+    out = {f"{flavour}_{source}": unplaced_and_placed(flavour, epochs(source))
+           for flavour, source in (("keras3", "dataset"), ("keras3", "generator"),
+                                   ("tf_keras", "dataset"))}
+    for flavour, source in (("tf_keras", "generator"), ("keras3", "loose_dataset")):
+        out[f"{flavour}_arrays_then_{source}"] = unplaced_and_placed(flavour, arrays_then(source))
     return out
 
 

@@ -76,6 +76,17 @@ def test_data_of_unknown_length_keeps_the_counters_of_the_unplaced_fit(child, ca
     np.testing.assert_allclose(placed["losses"], reference["losses"], rtol=1e-5)
 
 
+@pytest.mark.parametrize("case", ["tf_keras_arrays_then_generator",
+                                  "keras3_arrays_then_loose_dataset"])
+def test_a_generator_after_arrays_gets_a_step_for_its_looser_spec(child, case):
+    # Its batches have the arrays' 16 features; only the iterator's spec leaves them free, as
+    # Keras' own trace for it does: not a batch of another shape to refuse.
+    reference, placed = _result(child, "unknown_length")[case]
+    assert len(placed["losses"]) == len(reference["losses"]) == 6, placed["losses"][-1]
+    assert placed["iterations"] == reference["iterations"]
+    np.testing.assert_allclose(placed["losses"], reference["losses"], rtol=1e-5)
+
+
 @pytest.mark.slow
 def test_on_one_device_the_losses_are_bitwise_the_unplaced_ones(slow_child):
     r = _result(slow_child, "single")
@@ -187,7 +198,7 @@ def test_tf_keras_predict_joins_the_batches_of_an_execution(slow_child):
     ("jit_compile", "jit_compile=False"),
     ("recompiled_jit_compile", "jit_compile=False"),  # compile() after autoplace_model
     # ... where the model can also go back to running unplaced
-    ("recompiled_jit_compile", "whose placement's remove() gives the model back"),
+    ("recompiled_jit_compile", "remove() on the placement gives the model back"),
     ("not_a_model", "expected a Keras 3 or tf_keras Model"),
     ("verify", "a Keras model is timed by fitting it"),
     ("verify_model", "a Keras model is timed by fitting it"),

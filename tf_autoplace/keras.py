@@ -30,7 +30,9 @@ and ``make_predict_function`` with ones that build the same loop around a *place
    so is a ConfigError at that batch, where Keras' own trace fails too); the report is then
    the latest placement's. A batch runs on the most specific placed step whose spec
    takes what Keras' step would be traced with (the iterator's spec, else the batch), so a
-   step placed for a fixed batch size does not serve an iterator whose batch size is free.
+   step placed for a fixed batch size does not serve an iterator whose batch size is free,
+   and an iterator whose spec leaves free what its batches fix (tf_keras' Python generators
+   leave every dimension free) gets a step traced with that spec, as Keras' own is.
 
 Free dimensions are counted at the first batch's size in the cost model (``unknown_dim``),
 so the simulated figures are the first batch's. A batch whose other dimensions differ from
@@ -320,8 +322,11 @@ class _PlacedStep:
         for spec, _, given in self._placed:
             if not _same_structure(spec, data):
                 continue
+            # A batch whose own dimensions differ beyond the batch size is refused; an
+            # iterator's spec may be looser than its batches (a generator's leaves every
+            # dimension free), and Keras traces its step with that spec: so does this.
             relaxed = _relaxed(spec, seen)
-            if given or not _only_batch_freed(spec, relaxed):
+            if given or not _only_batch_freed(spec, _relaxed(spec, data)):
                 raise ConfigError(
                     f"the model's {self._kind} function was placed for batches shaped "
                     f"{_shapes(spec)} (None: any size)"
@@ -521,9 +526,9 @@ class KerasPlacement:
                     _check_model(self.model, self.flavour)
                 except ConfigError as e:
                     raise ConfigError(
-                        f"{e}; or run it unplaced: it was compiled again after "
-                        "autoplace_model, whose placement's remove() gives the model back "
-                        "Keras' own functions") from None
+                        f"{e}; or run it unplaced: it changed after autoplace_model "
+                        "(compiled again, or run_eagerly or jit_compile set), and remove() on "
+                        "the placement gives the model back Keras' own functions") from None
                 step = _PlacedStep(self, kind)
                 function = (_keras3_predict_function(step)
                             if kind == "predict" and self.flavour == "keras"
