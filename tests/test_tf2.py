@@ -85,6 +85,14 @@ def test_a_placed_function_is_called_and_differentiated_as_the_original(child):
         nested_b[1]
     assert signature[0] == "ConfigError" and "traced as [None, 5] float32" in signature[1]
     assert r["none_dimension_equal"]  # a None dimension takes any size
+    numpy_dtype, varargs, structure = r["other_arguments"]  # TF would trace again for these
+    assert numpy_dtype[0] == "ConfigError" and "NumPy float64 value" in numpy_dtype[1] \
+        and "traced as [4, 5] float32" in numpy_dtype[1]  # a cast: other numbers, silently
+    assert varargs[0] == "ConfigError" and "traced with 2 positional arguments, and this " \
+        "call gives 3" in varargs[1]
+    assert structure[0] == "ConfigError" and "do not bind to the ones it was traced with" \
+        in structure[1] and "'c': [4, 5] float32" in structure[1]  # not TF's TypeError
+    assert r["total_equal"]  # *args as traced
     here, on_gpus = r["missing_notes"]  # placed for this process's devices, then for GPUs
     assert here == [] and len(on_gpus) == 1 and "GPU:0" in on_gpus[0] and "GPU:1" in on_gpus[0]
     kind, message = r["call_on_gpus"]  # called anyway, with soft placement off

@@ -184,7 +184,8 @@ def check_calls_and_gradients_as_the_original():
     """A placed function called every way the original can be, and differentiated: gradients
     for the variables it captures through a GradientTape around the call (a custom training
     loop's), placement after a tape ran the function, a nest by name, NumPy positionally
-    with a traced keyword and a default constant, and another constant refused."""
+    with a traced keyword and a default constant, and another constant refused; so are a NumPy
+    array of another dtype, another number of ``*args`` and a nest of another structure."""
     w = tf.Variable(tf.random.stateless_normal((5, 3), seed=(3, 1)))
 
     @tf.function
@@ -265,8 +266,28 @@ def check_calls_and_gradients_as_the_original():
             other_shapes.append(None)
         except tf_autoplace.AutoplaceError as e:
             other_shapes.append([type(e).__name__, str(e)])
+
+    @tf.function
+    def total(*xs):
+        return tf.add_n([tf.reduce_sum(tf.matmul(v, w)) for v in xs])
+
+    placed_total, _ = tf2.autoplace_function(total, x, x, cluster=CPU2, placer="random")
+    # Arguments the original takes by tracing again and the placed graph does not: a NumPy
+    # array of another dtype (a cast would compute other numbers without a word), another
+    # count of *args, another structure of a nest (TF's binding: an untyped TypeError).
+    other_arguments = []
+    for call in (lambda: placed(x.numpy().astype(np.float64)),
+                 lambda: placed_total(x, x, x),
+                 lambda: placed_nested(inp={"a": x, "b": tf.ones([2]), "c": x})):
+        try:
+            call()
+            other_arguments.append(None)
+        except tf_autoplace.AutoplaceError as e:
+            other_arguments.append([type(e).__name__, str(e)])
     return {
         "other_shapes": other_shapes,
+        "other_arguments": other_arguments,
+        "total_equal": bool(np.allclose(placed_total(x, x), total(x, x), rtol=1e-6)),
         "none_dimension_equal": bool(np.allclose(placed_rows(x[:2]), rows(x[:2]))),
         "value_equal": bool(np.allclose(want_value, got_value, rtol=1e-6)),
         "grad_is_none": got_grad is None,

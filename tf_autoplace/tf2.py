@@ -273,12 +273,15 @@ class PlacedFunction:
       original: the ConcreteFunction that was placed.
       defaults: parameter name -> default value of the ``tf.function`` traced (none for a
         ConcreteFunction given as it is: it takes no defaults for its tensor parameters).
+      varargs: the ``tf.function``'s Python function takes ``*args``: it was traced for the
+        number of positional arguments it was given, which the placed function takes alone.
     """
 
     concrete_function: object
     report: object
     original: object
     defaults: Mapping[str, object] = dataclasses.field(default_factory=dict)
+    varargs: bool = False
 
     def __call__(self, *args, **kwargs):
         """Call the placed function as the original.
@@ -287,7 +290,8 @@ class PlacedFunction:
           ConfigError: it was placed on devices this process does not have and soft device
             placement is off, so TensorFlow cannot run it here (TF's own error would name an
             op of the placed graph, not why); an argument whose shape or dtype the traced
-            signature does not take (:meth:`_check_specs`); also what :meth:`_bind` raises.
+            signature does not take (:meth:`_check_specs`), or whose structure it does not
+            bind (a dict with another key, a longer list); also what :meth:`_bind` raises.
         """
         if self._missing and not tf.config.get_soft_device_placement():
             raise cannot_run_here(self._name, self._missing)
@@ -296,7 +300,16 @@ class PlacedFunction:
         if kwargs or len(args) != self._num_positional or not all(map(tf.is_tensor, args)):
             args, kwargs = self._bind(args, kwargs)
         self._check_specs(args, kwargs)
-        return self.concrete_function(*args, **kwargs)
+        try:
+            return self.concrete_function(*args, **kwargs)
+        except TypeError as e:  # TF's binding: arguments of another structure than traced
+            _, args_sig, kwargs_sig = self._traced
+            given = _nest_text((tuple(args), kwargs))
+            raise ConfigError(
+                f"{self._name}: this call's arguments {given} do not bind to the ones it was "
+                f"traced with, {_nest_text((args_sig, kwargs_sig))}: the "
+                "placed graph takes the traced structure (TF would trace the function again); "
+                "give the arguments as traced, or place the function again for these") from e
 
     def _check_specs(self, args, kwargs) -> None:
         """Raise ConfigError for a tensor argument the traced signature does not take.
@@ -379,19 +392,27 @@ class PlacedFunction:
 
     def _bind(self, args, kwargs):
         """``(args, kwargs)`` as the placed ConcreteFunction takes them: each argument at the
-        position or name it was traced at, NumPy arrays and Python numbers made tensors of the
-        traced dtype, an omitted Python constant given its traced value.
+        position or name it was traced at, NumPy arrays (of the traced dtype) and Python
+        numbers made tensors of the traced dtype, an omitted Python constant given its traced
+        value.
 
         Raises:
           TypeError: arguments the original could not take either (too many, unknown or
             repeated names, a missing tensor argument), as Python would.
           ConfigError: a Python constant other than the one traced: it is part of the placed
-            graph.
+            graph; a NumPy value of another dtype than the traced one, or a Python value
+            TensorFlow does not convert to it (:func:`_tensor_of_dtype`).
         """
         params = self._parameters
         if not params:
             return args, kwargs
         positional = self._num_positional  # the traced positional parameters come first
+        if self.varargs and len(args) != positional:
+            raise ConfigError(
+                f"{self._name} takes *args and was traced with {positional} positional "
+                f"arguments, and this call gives {len(args)}: the placed graph takes the traced "
+                "number (TF would trace the function again); place the function again for "
+                "this call")
         if len(args) > positional:
             raise TypeError(f"{self._name}() takes {positional} positional arguments "
                             f"but {len(args)} were given")
@@ -427,22 +448,29 @@ class PlacedFunction:
         return self.concrete_function.graph
 
 
+def _python_parameters(fn) -> list:
+    """The ``inspect.Parameter``s of ``fn``'s Python function, for a ``tf.function`` (a
+    ConcreteFunction keeps none: [])."""
+    python = getattr(fn, "python_function", None)
+    if not isinstance(fn, tf.types.experimental.GenericFunction) or python is None:
+        return []
+    try:
+        return list(inspect.signature(python).parameters.values())
+    except (TypeError, ValueError):  # a callable inspect cannot read
+        return []
+
+
 def _defaults(fn) -> dict:
     """Parameter name -> default value of ``fn``'s Python function, for a ``tf.function``
     (a ConcreteFunction keeps none)."""
-    python = getattr(fn, "python_function", None)
-    if not isinstance(fn, tf.types.experimental.GenericFunction) or python is None:
-        return {}
-    try:
-        parameters = inspect.signature(python).parameters.values()
-    except (TypeError, ValueError):  # a callable inspect cannot read
-        return {}
-    return {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
+    return {p.name: p.default for p in _python_parameters(fn)
+            if p.default is not inspect.Parameter.empty}
 
 
 def _as_traced(value, traced, name: str, function: str):
     """``value`` for a parameter traced with ``traced`` (a nest of TensorSpecs and constants):
-    each array, number or list where ``traced`` has a TensorSpec made a tensor of its dtype;
+    each array, number or list where ``traced`` has a TensorSpec made a tensor of its dtype
+    (:func:`_tensor_of_dtype`);
     where it has a constant, that constant (ConfigError if ``value`` holds another one). A
     value whose structure differs is returned as it is, for the function's own binding to
     accept or reject."""
@@ -450,7 +478,7 @@ def _as_traced(value, traced, name: str, function: str):
         if isinstance(t, tf.TensorSpec):
             if not tf.is_tensor(v) and isinstance(v, (np.ndarray, np.generic, int, float,
                                                       bool, list)):
-                return tf.convert_to_tensor(v, dtype=t.dtype)
+                return _tensor_of_dtype(v, t, f"{function}: argument {name!r}")
             return v
         if not isinstance(t, tf.TypeSpec) and _another_constant(v, t):
             raise _constant_error(function, f"argument {name!r}", t, v)
@@ -462,6 +490,46 @@ def _as_traced(value, traced, name: str, function: str):
         return tf.nest.map_structure(convert, value, traced)
     except (ValueError, TypeError):
         return value
+
+
+def _tensor_of_dtype(value, traced: tf.TensorSpec, what: str):
+    """``value`` (a NumPy array or scalar, a Python number or list) as a tensor of ``traced``'s
+    dtype. A NumPy value must have that dtype, as a tensor must (:meth:`PlacedFunction.
+    _check_specs`): the original ``tf.function`` traces again for a NumPy value of another
+    dtype and computes in it, while a cast would compute other numbers without a word (uint8
+    arithmetic wraps, int32 does not). A Python value has no dtype of its own: it is converted
+    by TensorFlow's rule for the traced dtype (``2`` as float32; ``1.7`` as int32 refused)."""
+    dtype = traced.dtype
+    if isinstance(value, (np.ndarray, np.generic)) and value.dtype != dtype.as_numpy_dtype:
+        raise ConfigError(
+            f"{what} was traced as {_spec_text(traced)}, and this call gives a NumPy "
+            f"{value.dtype.name} value: the placed graph takes the traced dtype (TF would trace "
+            f"the function again for {value.dtype.name}). Cast the argument to {dtype.name}, "
+            "or place the function again for this dtype")
+    try:
+        return tf.convert_to_tensor(value, dtype=dtype)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{what} was traced as {_spec_text(traced)}, and this call gives "
+                          f"{value!r:.80}, which TensorFlow does not convert to {dtype.name} "
+                          f"({' '.join(str(e).split())})") from e
+
+
+class _Text(str):
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def _nest_text(structure) -> str:
+    """``structure`` (a nest of tensors, TensorSpecs and Python values) with each tensor or
+    spec as ``[8, 4] float32``: the shape of a call's arguments, not their values."""
+    def leaf(v):
+        if isinstance(v, tf.TypeSpec) or tf.is_tensor(v):
+            try:
+                return _Text(_spec_text(v))
+            except (AttributeError, ValueError):
+                return _Text(type(v).__name__)
+        return v
+    return str(tf.nest.map_structure(leaf, structure))
 
 
 def _spec_text(t) -> str:
@@ -801,7 +869,9 @@ def place_function(fn, args, kwargs, options: PlaceOptions, *, runs_here: bool =
         notes.extend(_missing_devices_note(report.assignment))
     report = dataclasses.replace(report, notes=tuple(notes), graph_def=placed_def)
     placed = PlacedFunction(concrete_function=_rebuild(cf, placed_def), report=report,
-                            original=cf, defaults=_defaults(fn))
+                            original=cf, defaults=_defaults(fn),
+                            varargs=any(p.kind == p.VAR_POSITIONAL
+                                        for p in _python_parameters(fn)))
     return placed, report
 
 
