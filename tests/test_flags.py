@@ -318,6 +318,31 @@ def test_installing_with_autoplace_off_removes_an_earlier_hook(hook):
     assert tf_session.BaseSession._extend_graph is not ap_flags._extend_graph
 
 
+def test_a_program_in_which_no_session_ran_a_graph_is_warned_at_exit(hook, caplog,
+                                                                     monkeypatch):
+    # An eager TF2 program or a Keras fit in eager mode never hands a graph to a Session: the
+    # hook places nothing, and the binary ended with no placement and no report, without a word.
+    registered = []
+    monkeypatch.setattr(ap_flags, "_exit_check", [False])
+    monkeypatch.setattr(ap_flags, "_handed", [0])
+    monkeypatch.setattr(ap_flags.atexit, "register", registered.append)
+    hook(placer="m_etf", cluster=CPU2, verify=0, cache=False)
+    assert registered == [ap_flags._warn_if_no_session_ran]
+
+    def warned():
+        return [r.getMessage() for r in caplog.records
+                if "no Session ran a graph" in r.getMessage()]
+
+    ap_flags._warn_if_no_session_ran()
+    assert len(warned()) == 1 and "tf_autoplace.autoplace(function or model)" in warned()[0]
+    caplog.clear()
+    tg = small_cnn()
+    with tf.compat.v1.Session(graph=tg.graph, config=tf.compat.v1.ConfigProto(**CONFIG2)) as sess:
+        sess.run(tg.init_op)  # placed by the hook
+    ap_flags._warn_if_no_session_ran()
+    assert warned() == []
+
+
 def test_budget_is_passed_to_placers_that_take_one():
     entry = registry.PlacerEntry("budgeted", _BudgetPlacer, "search", "", {"budget_s"})
     with registry.temporarily(entry):

@@ -69,7 +69,8 @@ So the graph is placed once, before its first step, with no other change to the 
 Session (placing a finalized graph is fine: devices are not graph mutations TF forbids). Devices
 set after a session has run a graph are ignored by TF (it warns that the mutation has no effect),
 which is why placement happens at the first hand-over and never later: ops created after the
-first run keep TF's default placement.
+first run keep TF's default placement. A program in which no session hands a graph over (eager
+TF2, a Keras ``fit`` in eager mode) places nothing: a warning at exit says so, and what does.
 
 Before placing, the session's devices (``Session.list_devices``) are checked against the
 cluster: a cluster device the session lacks is an error unless the session allows soft placement
@@ -91,6 +92,7 @@ and tests can pass an :class:`AutoplaceSettings` to :func:`install` instead of f
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import os
 import threading
@@ -510,6 +512,8 @@ _lock = threading.RLock()
 _placed: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # tf.Graph -> report
 _graphs_written = [0]  # graphs whose report or placement this process wrote (their paths' kin)
 _state = threading.local()
+_handed = [0]  # graphs sessions handed to the runtime while the hook was installed
+_exit_check = [False]  # _warn_if_no_session_ran is registered with atexit
 _settings: AutoplaceSettings | None = None  # set while installed
 _original_extend = None
 
@@ -709,6 +713,8 @@ def _extend_graph(self):
     from tf_autoplace.hw.runner import is_own_graph  # (TensorFlow is imported by now)
 
     settings = _settings
+    if settings is not None and not is_own_graph(self.graph):
+        _handed[0] += 1
     if (settings is not None and not getattr(_state, "busy", False)
             and self.graph not in _placed and not is_own_graph(self.graph)):
         _state.busy = True
@@ -759,10 +765,24 @@ def install(settings: AutoplaceSettings | None = None) -> bool:
             tf_session.BaseSession._extend_graph = _extend_graph
         _settings = settings
         _graphs_written[0] = 0  # the next graph's report goes to the settings' own path
+        if not _exit_check[0]:
+            atexit.register(_warn_if_no_session_ran)
+            _exit_check[0] = True
     logging.info("autoplace: sessions will place their graph with %s on %s before the first "
                  "run", f"the saved placement {settings.placement}" if settings.placement
                  else settings.placer, settings.cluster)
     return True
+
+
+def _warn_if_no_session_ran() -> None:
+    """At exit, while installed: warn when no Session handed a graph over. The hook places
+    graphs that a Session runs; an eager TF2 program or a Keras ``fit`` in eager mode never
+    does, and would otherwise end with nothing placed and no report, without a word."""
+    if _settings is not None and _handed[0] == 0:
+        logging.warning("autoplace: --autoplace was set, but no Session ran a graph in this "
+                        "program, so nothing was placed and no report written: TF2 functions "
+                        "and Keras models running eagerly are placed with "
+                        "tf_autoplace.autoplace(function or model) in the program")
 
 
 def uninstall() -> None:
