@@ -189,13 +189,16 @@ TEXT_ONLY = ("another format; it must be the text CostProfile that `tf-autoplace
      f"TensorFlow's own CostGraphDef, {TEXT_ONLY}"),
     ('{"traceEvents": [{"name": "mm", "ph": "X", "ts": 0, "dur": 5, "pid": 0, "tid": 0}]}',
      rf"TensorFlow's own Chrome trace \(timeline\), {TEXT_ONLY}"),
+    ('node {\n  name: "mm"\n  op: "MatMul"\n  input: "a"\n  input: "b"\n}\n',
+     "is a TensorFlow GraphDef, the graph itself, not its op times; it must be the text "
+     "CostProfile"),
     (RUN_METADATA_BINARY, r"is a binary file \(TensorFlow's RunMetadata, .*\), not text; it "
                           r"must be the text CostProfile that `tf-autoplace profile"),
     (b'\n\x11\n\x0f\n\r/device:CPU:0', "is a binary file"),  # binary that decodes as UTF-8
     (ProfileCostModel.from_text(PROFILE).to_proto().SerializeToString(),
      "a binary file .*binary CostProfile"),
 ], ids=["run_metadata", "run_metadata_json", "step_stats", "cost_graph_def", "chrome_trace",
-        "run_metadata_binary", "binary_that_decodes", "binary_cost_profile"])
+        "graph_def", "run_metadata_binary", "binary_that_decodes", "binary_cost_profile"])
 def test_tensorflows_own_formats_and_binary_files_are_named(tmp_path, data, match):
     path = tmp_path / "profile"
     path.write_bytes(data if isinstance(data, bytes) else data.encode())

@@ -307,6 +307,18 @@ def test_tensorflows_own_profiling_protos_are_named_as_another_format_in_every_f
         costgraph.decode(data, fmt)
 
 
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_a_tensorflow_graph_def_given_as_a_cost_graph_is_named_as_such(fmt):
+    # A model saved as model.json was called "TensorFlow's own CostGraphDef" (both begin with
+    # `node`) and its user sent to profile it, not to give it as .pb/.pbtxt.
+    data = {"text": b'node {\n  name: "c"\n  op: "Const"\n}\nversions {\n  producer: 2129\n}\n',
+            "json": b'{\n "node": [\n  {\n   "name": "c",\n   "op": "Const"\n  }\n ]\n}\n'}[fmt]
+    with pytest.raises(InvalidGraphError, match=r"is a TensorFlow GraphDef, not this package's "
+                                                r"CostGraph: a file named \*\.json .* give "
+                                                r"the GraphDef as \.pb or \.pbtxt"):
+        costgraph.decode(data, fmt)
+
+
 def test_a_cost_profile_or_binary_data_given_as_a_cost_graph_is_named():
     # The profile said only 'no field named "device_kind"'; binary data, "bad UTF-8".
     profile = b'op { name: "a" device_kind: "CPU" compute_time_us: 3 op_type: "MatMul" }\n'

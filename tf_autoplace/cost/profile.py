@@ -252,7 +252,10 @@ class ProfileCostModel(CostModel):
         try:
             profile = text_format.Parse(text, cost_profile_pb2.CostProfile())
         except (text_format.ParseError, _pb_message.DecodeError) as e:
-            other = tensorflow_format(text[:200].encode("utf-8", "replace"))
+            other = tensorflow_format(text[:2000].encode("utf-8", "replace"))
+            if other == "GraphDef":
+                raise ConfigError("the cost profile is a TensorFlow GraphDef, the graph "
+                                  f"itself, not its op times; {_TEXT_ONLY}") from e
             if other:
                 raise ConfigError(f"the cost profile is TensorFlow's own {other}, another "
                                   f"format; {_TEXT_ONLY}") from e

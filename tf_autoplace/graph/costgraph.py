@@ -122,13 +122,20 @@ _TF_FIRST_FIELDS = {
 
 
 def tensorflow_format(data: bytes) -> str | None:
-    """Which of TensorFlow's own profiling formats text or JSON ``data`` is in, by its first
-    field: "RunMetadata", "StepStats", "CostGraphDef" or "Chrome trace (timeline)" (what a user
-    who ran a FULL_TRACE step has at hand, and gives where this package's own formats go);
-    None for anything else. Both the cost graph and the cost profile readers name it."""
+    """Which of TensorFlow's own formats text or JSON ``data`` is in, by its first field:
+    "RunMetadata", "StepStats", "CostGraphDef" or "Chrome trace (timeline)" (what a user who
+    ran a FULL_TRACE step has at hand, and gives where this package's own formats go), or
+    "GraphDef" (a model saved as text or JSON, given where a cost graph or profile goes); None
+    for anything else. Both the cost graph and the cost profile readers name it. A GraphDef
+    and a CostGraphDef both begin with ``node``; a GraphDef's node has an ``op``, a
+    CostGraphDef's none, and its first node shows within its first few hundred bytes."""
     head = data[:200].decode("utf-8", "replace").lstrip().lstrip("{").lstrip().lstrip('"')
     match = re.match(r"[A-Za-z_]+", head)
-    return _TF_FIRST_FIELDS.get(match.group()) if match else None
+    found = _TF_FIRST_FIELDS.get(match.group()) if match else None
+    if found == "CostGraphDef" and match.group() == "node" and re.search(
+            r'(^|[\s{,])"?op"?\s*:', data[:2000].decode("utf-8", "replace")):
+        return "GraphDef"
+    return found
 
 
 def from_proto(proto: cost_graph_pb2.CostGraph) -> CostGraph:
@@ -320,6 +327,10 @@ def _not_a_cost_graph(data: bytes, fmt: str, what: str, error: Exception) -> str
     a cost profile of this package (which goes with its graph, as ``cost_profile``), or binary
     data of neither."""
     other = tensorflow_format(data) if fmt != "binary" else None
+    if other == "GraphDef":
+        return (f"{what} is a TensorFlow GraphDef, not this package's CostGraph: a file named "
+                "*.json or *.costgraph.{pbtxt,txt,pb} is read as a cost graph; give the "
+                "GraphDef as .pb or .pbtxt (a MetaGraphDef as .meta)")
     if other:
         return f"{what} is TensorFlow's own {other}, not this package's CostGraph: {_ADVICE}"
     if fmt == "text":
