@@ -85,9 +85,11 @@ def test_a_placed_function_is_called_and_differentiated_as_the_original(child):
         nested_b[1]
     assert signature[0] == "ConfigError" and "traced as [None, 5] float32" in signature[1]
     assert r["none_dimension_equal"]  # a None dimension takes any size
-    numpy_dtype, varargs, structure = r["other_arguments"]  # TF would trace again for these
+    numpy_dtype, in_a_nest, varargs, structure = r["other_arguments"]  # TF would trace again
     assert numpy_dtype[0] == "ConfigError" and "NumPy float64 value" in numpy_dtype[1] \
         and "traced as [4, 5] float32" in numpy_dtype[1]  # a cast: other numbers, silently
+    assert in_a_nest[0] == "ConfigError" and "argument 'inp' was traced as [2] float32, and " \
+        "this call gives a NumPy float64 value" in in_a_nest[1]  # TF's binding casts it too
     assert varargs[0] == "ConfigError" and "traced with 2 positional arguments, and this " \
         "call gives 3" in varargs[1]
     assert structure[0] == "ConfigError" and "do not bind to the ones it was traced with" \

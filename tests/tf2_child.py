@@ -277,6 +277,7 @@ def check_calls_and_gradients_as_the_original():
     # count of *args, another structure of a nest (TF's binding: an untyped TypeError).
     other_arguments = []
     for call in (lambda: placed(x.numpy().astype(np.float64)),
+                 lambda: placed_nested(inp={"a": x.numpy(), "b": np.ones(2)}),  # in a nest
                  lambda: placed_total(x, x, x),
                  lambda: placed_nested(inp={"a": x, "b": tf.ones([2]), "c": x})):
         try:

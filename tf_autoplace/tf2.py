@@ -335,6 +335,8 @@ class PlacedFunction:
             for v, t in leaves:
                 position = (f"positional argument {name[1:]}" if name.startswith("#")
                             else f"argument {name!r}")
+                if isinstance(t, tf.TensorSpec):  # (one that no binding above converted)
+                    _refuse_numpy_of_another_dtype(v, t, f"{self._name}: {position}")
                 if not isinstance(t, tf.TypeSpec) and tf.is_tensor(v) and \
                         _another_constant(v, t):  # (TF's binding: an untyped TypeError)
                     raise _constant_error(self._name, position, t, v)
@@ -488,8 +490,22 @@ def _as_traced(value, traced, name: str, function: str):
         return convert(value, traced)
     try:
         return tf.nest.map_structure(convert, value, traced)
+    except ConfigError:  # a leaf refused (a ValueError too): not a structure to leave to TF
+        raise
     except (ValueError, TypeError):
         return value
+
+
+def _refuse_numpy_of_another_dtype(value, traced: tf.TensorSpec, what: str) -> None:
+    """ConfigError if ``value`` is a NumPy array or scalar of another dtype than ``traced``'s
+    (:func:`_tensor_of_dtype` says why; TF's own binding would cast it without a word)."""
+    dtype = traced.dtype
+    if isinstance(value, (np.ndarray, np.generic)) and value.dtype != dtype.as_numpy_dtype:
+        raise ConfigError(
+            f"{what} was traced as {_spec_text(traced)}, and this call gives a NumPy "
+            f"{value.dtype.name} value: the placed graph takes the traced dtype (TF would trace "
+            f"the function again for {value.dtype.name}). Cast the argument to {dtype.name}, "
+            "or place the function again for this dtype")
 
 
 def _tensor_of_dtype(value, traced: tf.TensorSpec, what: str):
@@ -500,12 +516,7 @@ def _tensor_of_dtype(value, traced: tf.TensorSpec, what: str):
     arithmetic wraps, int32 does not). A Python value has no dtype of its own: it is converted
     by TensorFlow's rule for the traced dtype (``2`` as float32; ``1.7`` as int32 refused)."""
     dtype = traced.dtype
-    if isinstance(value, (np.ndarray, np.generic)) and value.dtype != dtype.as_numpy_dtype:
-        raise ConfigError(
-            f"{what} was traced as {_spec_text(traced)}, and this call gives a NumPy "
-            f"{value.dtype.name} value: the placed graph takes the traced dtype (TF would trace "
-            f"the function again for {value.dtype.name}). Cast the argument to {dtype.name}, "
-            "or place the function again for this dtype")
+    _refuse_numpy_of_another_dtype(value, traced, what)
     try:
         return tf.convert_to_tensor(value, dtype=dtype)
     except (TypeError, ValueError) as e:
