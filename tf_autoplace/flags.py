@@ -713,10 +713,10 @@ def _extend_graph(self):
     from tf_autoplace.hw.runner import is_own_graph  # (TensorFlow is imported by now)
 
     settings = _settings
-    if settings is not None and not is_own_graph(self.graph):
+    theirs = settings is not None and not is_own_graph(self.graph)  # not our measuring's
+    if theirs:
         _handed[0] += 1
-    if (settings is not None and not getattr(_state, "busy", False)
-            and self.graph not in _placed and not is_own_graph(self.graph)):
+    if theirs and not getattr(_state, "busy", False) and self.graph not in _placed:
         _state.busy = True
         try:
             _place_graph(self, settings)
