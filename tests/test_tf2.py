@@ -72,10 +72,15 @@ def test_a_placed_function_is_called_and_differentiated_as_the_original(child):
     assert r["scaled_equal"] == [True] * 4  # NumPy positionally, a traced keyword, a default
     assert r["other_constant"][0] == "ConfigError" and "traced with the Python constant 2.0" \
         in r["other_constant"][1]
-    for kind, message in r["tensor_for_constant"]:  # TF's binding: an untyped TypeError
+    *numbers, by_name, positionally = r["tensor_for_constant"]  # TF's: an untyped TypeError
+    for kind, message in numbers:
         assert kind == "ConfigError" and "this call gives a tensor of 3.0" in message
+    for kind, message in (by_name, positionally):  # not an AttributeError on bytes
+        assert kind == "ConfigError" and "traced with the Python constant 'sum', and this " \
+            "call gives a tensor of b'max'" in message
     assert r["tensor_of_the_constant_equal"]
     assert r["tensor_default_equal"]  # a tensor parameter left out: the tf.function's default
+    assert r["keyword_default_equal"]  # a keyword-only one left out (was a ConfigError)
     assert r["unused_argument_equal"]  # an argument the function does not read
     # Another shape than the trace takes: refused (TF ran the traced shapes, without a word).
     loss_rows, nested_b, signature = r["other_shapes"]

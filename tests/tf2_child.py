@@ -184,7 +184,8 @@ def check_calls_and_gradients_as_the_original():
     """A placed function called every way the original can be, and differentiated: gradients
     for the variables it captures through a GradientTape around the call (a custom training
     loop's), placement after a tape ran the function, a nest by name, NumPy positionally
-    with a traced keyword and a default constant, and another constant refused; so are a NumPy
+    with a traced keyword and a default constant (a keyword-only tensor's default too), and
+    another constant refused (a string tensor where a string was traced); so are a NumPy
     array of another dtype, another number of ``*args`` and a nest of another structure."""
     w = tf.Variable(tf.random.stateless_normal((5, 3), seed=(3, 1)))
 
@@ -253,6 +254,26 @@ def check_calls_and_gradients_as_the_original():
     placed_default, _ = tf2.autoplace_function(tensor_default, x, cluster=CPU2,
                                                placer="random")
 
+    @tf.function
+    def keyword_default(x, *, shift=tf.constant(1.5)):  # keyword-only: not in the fast path
+        return x * 2.0 + shift
+
+    placed_keyword_default, _ = tf2.autoplace_function(keyword_default, x, cluster=CPU2,
+                                                       placer="random")
+
+    @tf.function
+    def moded(x, mode="sum"):
+        return tf.reduce_sum(x) if mode == "sum" else tf.reduce_max(x)
+
+    placed_moded, _ = tf2.autoplace_function(moded, x, cluster=CPU2, placer="random")
+    for call in (lambda: placed_moded(x, mode=tf.constant("max")),  # a string's value is bytes
+                 lambda: placed_moded(x, tf.constant("max"))):
+        try:
+            call()
+            tensor_for_constant.append(None)
+        except tf_autoplace.AutoplaceError as e:
+            tensor_for_constant.append([type(e).__name__, str(e)])
+
     @tf.function(input_signature=[tf.TensorSpec([None, 5], tf.float32)])
     def rows(x):
         return tf.reduce_sum(x, 0) / tf.cast(tf.shape(x)[0], tf.float32)
@@ -305,6 +326,8 @@ def check_calls_and_gradients_as_the_original():
         "tensor_of_the_constant_equal": bool(np.allclose(  # TF's binding takes it: so do we
             placed_scaled(x, tf.constant(y), tf.constant(2.0)), want_scaled, rtol=1e-6)),
         "tensor_default_equal": bool(np.allclose(placed_default(x), tensor_default(x))),
+        "keyword_default_equal": bool(np.allclose(placed_keyword_default(x),
+                                                  keyword_default(x))),
         "unused_argument_equal": bool(np.allclose(placed_ignores(x, tf.zeros([4])), x * 2.0)),
         "missing_notes": [[n for n in r.notes if "this process has no device" in n]
                           for r in (report, on_gpus)],

@@ -295,9 +295,11 @@ class PlacedFunction:
         """
         if self._missing and not tf.config.get_soft_device_placement():
             raise cannot_run_here(self._name, self._missing)
-        # The common call (every argument a tensor, positionally, as traced) goes straight
-        # through; any other is bound to the original's parameters first (_bind).
-        if kwargs or len(args) != self._num_positional or not all(map(tf.is_tensor, args)):
+        # The common call (every argument a tensor, positionally, as traced, and no
+        # keyword-only parameter whose default _bind would fill in) goes straight through;
+        # any other is bound to the original's parameters first (_bind).
+        if (kwargs or self._traced[2] or len(args) != self._num_positional
+                or not all(map(tf.is_tensor, args))):
             args, kwargs = self._bind(args, kwargs)
         self._check_specs(args, kwargs)
         try:
@@ -557,7 +559,8 @@ def _another_constant(value, traced) -> bool:
             value = value.numpy()
         except (AttributeError, ValueError, TypeError):  # symbolic: its value is not known
             return True
-        value = value.item() if value.ndim == 0 else value.tolist()
+        if isinstance(value, (np.ndarray, np.generic)):  # (a string scalar's is bytes)
+            value = value.item() if value.ndim == 0 else value.tolist()
     return not _same(value, traced)
 
 
@@ -565,7 +568,8 @@ def _constant_error(function: str, what: str, traced, value) -> ConfigError:
     given = repr(value)
     if tf.is_tensor(value):
         try:
-            given = f"a tensor of {value.numpy().tolist()!r}"
+            number = value.numpy()
+            given = f"a tensor of {getattr(number, 'tolist', lambda: number)()!r}"
         except (AttributeError, ValueError, TypeError, NotImplementedError):
             given = "a tensor"
     return ConfigError(
