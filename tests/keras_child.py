@@ -499,16 +499,28 @@ def errors():
         with tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]).scope():
             model.fit(*data(8), batch_size=8, verbose=0)
 
+    def tf_keras_under_run_functions_eagerly():  # compiled without run_eagerly: follows it
+        model = tf_keras_model()
+        model.compile(optimizer="sgd", loss="mse")
+        tf.config.run_functions_eagerly(True)
+        try:
+            tk.autoplace_model(model, **PLACE)
+        finally:
+            tf.config.run_functions_eagerly(False)
+
     uncompiled = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
     cases = {
         "uncompiled": lambda: tk.autoplace_model(uncompiled, **PLACE),
         "run_eagerly": lambda: tk.autoplace_model(compiled(run_eagerly=True), **PLACE),
+        "run_functions_eagerly": tf_keras_under_run_functions_eagerly,
         "jit_compile": lambda: tk.autoplace_model(compiled(jit_compile=True), **PLACE),
         "recompiled_jit_compile": recompiled_with_xla,
         "not_a_model": lambda: tk.autoplace_model(object(), **PLACE),
         "verify": lambda: tf_autoplace.autoplace(keras3_model(), verify=15, **PLACE),
         # the Keras door's own function: Python's TypeError (an unexpected keyword argument)
         "verify_model": lambda: tk.autoplace_model(keras3_model(), verify=15, **PLACE),
+        # out of verify's range too: what the model cannot take is said first
+        "verify_below_range": lambda: tf_autoplace.autoplace(keras3_model(), verify=2, **PLACE),
         # feeds of measured graph steps: dropped without a word
         "measure_feeds": lambda: tf_autoplace.autoplace(keras3_model(), measure_feeds={},
                                                         **PLACE),

@@ -194,7 +194,9 @@ def test_tf_keras_predict_joins_the_batches_of_an_execution(slow_child):
 
 @pytest.mark.parametrize("case, message", [
     ("uncompiled", "compile(...) before autoplace_model"),
-    ("run_eagerly", "run_eagerly=True"),
+    ("run_eagerly", "it was compiled with run_eagerly=True"),
+    ("run_functions_eagerly", "tf.config.run_functions_eagerly(True) is on, and the model "
+                              "was compiled without run_eagerly"),
     ("jit_compile", "jit_compile=False"),
     ("recompiled_jit_compile", "jit_compile=False"),  # compile() after autoplace_model
     # ... where the model can also go back to running unplaced
@@ -202,6 +204,7 @@ def test_tf_keras_predict_joins_the_batches_of_an_execution(slow_child):
     ("not_a_model", "expected a Keras 3 or tf_keras Model"),
     ("verify", "a Keras model is timed by fitting it"),
     ("verify_model", "a Keras model is timed by fitting it"),
+    ("verify_below_range", "a Keras model is timed by fitting it"),  # not "an int >= 15"
     ("measure_feeds", "a Keras model is timed by fitting it"),
     ("measure_feeds_model", "a Keras model is timed by fitting it"),
     ("input_spec", "does not fit the model's first train batch"),

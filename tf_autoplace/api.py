@@ -108,21 +108,25 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
         ``InfeasiblePlacementError``: no placement that fits the devices' memory and kernels;
         ``MeasurementError``: a step that ``measure_steps`` or ``verify`` could not run.
     """
+    # Settings that do not apply to the input are refused first: checking their range would
+    # send the user to fix a value the input cannot take at all.
+    is_model, is_function = keras.is_keras_model(graph), tf2.is_function(graph)
+    if is_model:
+        keras.refuse_measuring(verify, measure_steps, cost_profile, measure_feeds)
+    elif is_function and verify:
+        raise ConfigError("verify is for graphs (tf.Graph, GraphDef, MetaGraphDef): a "
+                          "placed function is timed by calling it")
+    elif is_function and measure_steps:
+        raise ConfigError("measure_steps is for graphs: time a placed function by calling "
+                          "it (placed(...)) or profile it with tf-autoplace profile")
     options = PlaceOptions.make(
         placer=placer, cluster=cluster, seed=seed, budget_s=budget_s, ray_address=ray_address,
         policy=policy, grouping=grouping, cost_model=cost_model, cost_profile=cost_profile,
         unknown_dim=1 if unknown_dim is None else unknown_dim, cache=cache, progress=progress,
         measure_steps=measure_steps, measure_feeds=measure_feeds, verify=verify)
-    if keras.is_keras_model(graph):
-        keras.refuse_measuring(verify, measure_steps, cost_profile, measure_feeds)
+    if is_model:
         return keras.place_model(graph, options, unknown_dim_given=unknown_dim is not None)
-    if tf2.is_function(graph):
-        if verify:
-            raise ConfigError("verify is for graphs (tf.Graph, GraphDef, MetaGraphDef): a "
-                              "placed function is timed by calling it")
-        if measure_steps:
-            raise ConfigError("measure_steps is for graphs: time a placed function by calling "
-                              "it (placed(...)) or profile it with tf-autoplace profile")
+    if is_function:
         return tf2.place_function(graph, (), {}, options)[0]
     return engine.place_graph(graph, options)
 

@@ -117,8 +117,17 @@ def _check_model(model, flavour: str) -> None:
         raise ConfigError(f"call {name}.compile(...) before autoplace_model: the functions "
                           "fit, evaluate and predict run are built from the compiled model")
     if model.run_eagerly:
-        raise ConfigError(f"this {name} was compiled with run_eagerly=True: nothing is traced, "
-                          "so there is no graph to place; compile with run_eagerly=False")
+        # tf_keras' run_eagerly also follows tf.config.run_functions_eagerly(True) when the
+        # model was compiled without saying: name the switch that is on.
+        raise ConfigError(
+            f"this {name} runs eagerly (" + (
+                "tf.config.run_functions_eagerly(True) is on, and the model was compiled "
+                "without run_eagerly" if tf.config.functions_run_eagerly()
+                and getattr(model, "_run_eagerly", True) is None
+                else "it was compiled with run_eagerly=True")
+            + "): nothing is traced, so there is no graph to place; compile with "
+            "run_eagerly=False" + (" or call tf.config.run_functions_eagerly(False)"
+                                   if tf.config.functions_run_eagerly() else ""))
     if model.jit_compile:
         raise ConfigError(f"this {name} was compiled with jit_compile=True (Keras picks it on "
                           "machines with a GPU): an XLA cluster runs on one device and "

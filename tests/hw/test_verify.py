@@ -108,8 +108,9 @@ def test_verify_needs_this_machines_devices_and_enough_steps():
         tf_autoplace.autoplace(tg.graph, cluster="local", placer="m_etf", verify=5)
     assert _devices(tg.graph) == before
     fn = tf.function(lambda x: x * 2.0, input_signature=[tf.TensorSpec([2], tf.float32)])
-    with pytest.raises(ConfigError, match="verify is for graphs"):
-        tf_autoplace.autoplace(fn, cluster="local", verify=15)
+    for steps in (15, 5):  # out of range too: what a function cannot take is said first
+        with pytest.raises(ConfigError, match="verify is for graphs"):
+            tf_autoplace.autoplace(fn, cluster="local", verify=steps)
 
 
 def test_the_flag_verifies_by_default_where_the_binary_runs_the_graph(tmp_path):
