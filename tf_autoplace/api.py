@@ -57,7 +57,9 @@ def autoplace(graph, cluster=None, placer=DEFAULT_PLACER, seed: int = 0, *,
         ``tf_autoplace.hw.profiler.profile_ops(Workload.from_function(fn, *args))``) whose
         measured op times replace the analytical estimates; ops it lacks keep the analytical
         estimate, and the report's notes count them and the profile's ops the graph lacks.
-      unknown_dim: elements assumed for a dimension whose size is unknown; None: 1 (for a
+      unknown_dim: elements assumed for a dimension whose size is unknown (a TF1 graph's
+        ``None`` batch: set it to the batch the graph will run with), in tensor sizes and in
+        the estimated op times of the ops that follow such a placeholder; None: 1 (for a
         Keras model, the first batch's size).
       budget_s: wall-time cap in seconds (>= 0) for placers that search (``auto``, ``placeto``,
         ``post``, ``hdp``, ``gdp``; their default budgets are sample or step counts, which keep

@@ -840,10 +840,10 @@ def place_function(fn, args, kwargs, options: PlaceOptions, *, runs_here: bool =
             _resource_as_variable(nodes[name], internal)
 
     meta_graph = ingest.load_meta_graph(to_place)
-    base = options.cost_model or AnalyticalCostModel(meta_graph)
+    estimated = AnalyticalCostModel(meta_graph, unknown_dim=options.unknown_dim)
+    base = options.cost_model or estimated
     if options.cost_profile is not None:  # measured times; what it lacks is estimated
-        base = ProfileCostModel.from_file(options.cost_profile,
-                                          fallback=AnalyticalCostModel(meta_graph))
+        base = ProfileCostModel.from_file(options.cost_profile, fallback=estimated)
     pinned = PinnedCostModel(base, pins)
     advice = options.trust_advice or ("for figures to trust, time the placed function by "
                                       "calling it, or place it with a cost profile "

@@ -173,6 +173,39 @@ def test_a_placeholder_is_costed_as_before_without_a_made_up_feed():
     assert set(times) <= {n.name for n in meta_graph.graph_def.node}  # no stand-in's Const
 
 
+def test_an_unknown_batch_is_costed_with_the_unknown_dim_its_tensors_are_counted_with(k80x2):
+    """A TF1 graph's ``None`` batch: tensor bytes count ``unknown_dim`` per unknown dimension,
+    and so must op times (they were the batch-1 estimate, so a large batch looked like a
+    small step beside large transfers)."""
+    import tensorflow as tf
+
+    def matmuls(batch):
+        g = tf.Graph()
+        with g.as_default():
+            x = tf.compat.v1.placeholder(tf.float32, [batch, 512], name="x")
+            w = tf.compat.v1.get_variable("w", [512, 512])
+            tf.reduce_sum(tf.matmul(tf.matmul(x, w, name="m1"), w, name="m2"), name="y")
+        return ingest.load_meta_graph(g)
+
+    def times(meta_graph, unknown_dim):
+        graph = ingest.to_opgraph(meta_graph, unknown_dim=unknown_dim)
+        model = AnalyticalCostModel(meta_graph, unknown_dim=unknown_dim)
+        op_time = model.op_time(graph, k80x2)
+        return {name: op_time[graph.index(name)] for name in ("m1", "m2")}, graph
+
+    free = matmuls(None)
+    for batch in (1, 256):
+        want, static = times(matmuls(batch), 1)
+        got, graph = times(free, batch)
+        for name in want:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-9, err_msg=name)
+        assert graph.output_bytes[graph.index("m1")] == static.output_bytes[static.index("m1")]
+    assert not graph.shape_known[graph.index("m1")]  # still unknown: the report says so
+    big, _ = times(free, 256)
+    small, _ = times(free, 1)
+    assert big["m1"][GPU0] > 3 * small["m1"][GPU0]  # (the weights' reads are shared)
+
+
 @pytest.mark.slow
 def test_a_placeholder_too_big_to_allocate_is_infeasible_and_the_process_lives(run_scripts):
     """A [10**9, 4096] float placeholder made Grappler allocate a 16 TB made-up feed while

@@ -136,13 +136,18 @@ class AnalyticalCostModel(CostModel):
       tensor_properties: Grappler's output properties of ``meta_graph`` where ingestion
         inferred them already (:func:`tf_autoplace.graph.ingest.read_graph`); None: inferred
         when first needed.
+      unknown_dim: the length each unknown dimension of a placeholder is costed with: the
+        ``unknown_dim`` the OpGraph's tensor sizes were counted with, so that an op's time and
+        its tensors' bytes assume the same batch.
     """
 
     estimates = True
 
-    def __init__(self, meta_graph, *, tensor_properties: dict | None = None):
+    def __init__(self, meta_graph, *, tensor_properties: dict | None = None,
+                 unknown_dim: int = 1):
         self._meta_graph = meta_graph
         self._tensor_properties = tensor_properties
+        self._unknown_dim = int(unknown_dim)
         self._cache: dict[tuple, dict[str, float]] = {}
         self.num_fallback_ops = 0
 
@@ -158,7 +163,8 @@ class AnalyticalCostModel(CostModel):
             if self._tensor_properties is None:  # once for every kind of device
                 self._tensor_properties = grappler.output_properties(self._meta_graph)
             self._cache[key] = grappler.measure_costs(
-                self._meta_graph, device.kind, props, tensor_properties=self._tensor_properties)
+                self._meta_graph, device.kind, props, tensor_properties=self._tensor_properties,
+                unknown_dim=self._unknown_dim)
         return self._cache[key]
 
     def _op_time(self, graph: OpGraph, cluster: Cluster) -> np.ndarray:

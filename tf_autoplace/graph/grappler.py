@@ -127,9 +127,15 @@ def _shape_const(graph_def, name: str, shape, *, device: str = ""):
     return dims
 
 
-def _unfeed_static_placeholders(meta_graph: meta_graph_pb2.MetaGraphDef):
+def _unfeed_static_placeholders(meta_graph: meta_graph_pb2.MetaGraphDef, *,
+                                unknown_dim: int | None = None):
     """A copy where each Placeholder of fully known shape (and a plain dtype) is an ``Empty`` of
-    that shape, so Grappler does not treat it as a feed of unknown shape (module docstring)."""
+    that shape, so Grappler does not treat it as a feed of unknown shape (module docstring).
+
+    With ``unknown_dim``, a Placeholder of known rank whose dimensions are partly unknown (a
+    TF1 graph's ``None`` batch) is one too, each unknown dimension ``unknown_dim`` long: for
+    costing, so that op times count the batch the tensor sizes are counted with (ingestion's
+    shape inference keeps them unknown, and the report says how many ops that leaves)."""
     mg = meta_graph_pb2.MetaGraphDef()
     mg.CopyFrom(meta_graph)
     names = {n.name for n in mg.graph_def.node}
@@ -137,12 +143,15 @@ def _unfeed_static_placeholders(meta_graph: meta_graph_pb2.MetaGraphDef):
         shape = node.attr["shape"].shape if "shape" in node.attr else None
         dtype = node.attr["dtype"].type if "dtype" in node.attr else types_pb2.DT_INVALID
         if (node.op != "Placeholder" or shape is None or shape.unknown_rank
-                or any(d.size < 0 for d in shape.dim)
+                or (unknown_dim is None and any(d.size < 0 for d in shape.dim))
                 or dtype in (types_pb2.DT_RESOURCE, types_pb2.DT_VARIANT, types_pb2.DT_INVALID)):
             continue
         dims_name = f"{node.name}/{_STATIC_SHAPE}"
         if dims_name in names:
             continue
+        if unknown_dim is not None:
+            shape = tf.TensorShape([unknown_dim if d.size < 0 else d.size
+                                    for d in shape.dim]).as_proto()
         dims = _shape_const(mg.graph_def, dims_name, shape, device=node.device)
         node.op = "Empty"
         node.ClearField("attr")
@@ -196,8 +205,8 @@ def device_properties(kind: str, *, num_cores: int, frequency_mhz: int,
 
 def measure_costs(meta_graph: meta_graph_pb2.MetaGraphDef, kind: str,
                   props: device_properties_pb2.DeviceProperties, *,
-                  tensor_properties: dict | None = None, distinct: bool = True
-                  ) -> dict[str, float]:
+                  tensor_properties: dict | None = None, distinct: bool = True,
+                  unknown_dim: int = 1) -> dict[str, float]:
     """Node name -> analytical compute time in seconds with every node on one device ``props``.
 
     Args:
@@ -209,6 +218,8 @@ def measure_costs(meta_graph: meta_graph_pb2.MetaGraphDef, kind: str,
       distinct: cost one node per distinct context (module docstring), unless the graph has
         v1 control flow; False costs the whole graph, the reference the distinct path is
         tested against.
+      unknown_dim: the length an unknown dimension of a placeholder is costed with (the
+        elements ingestion counts for it), so that a ``None`` batch costs the batch assumed.
 
     Returns:
       The times; nodes Grappler does not report are absent (the caller falls back).
@@ -216,7 +227,8 @@ def measure_costs(meta_graph: meta_graph_pb2.MetaGraphDef, kind: str,
     Raises:
       InvalidGraphError: Grappler cannot read or cost the graph.
     """
-    mg = _unfeed_static_placeholders(meta_graph)  # no made-up feeds (module docstring)
+    # No made-up feeds (module docstring); unknown dimensions of the assumed length.
+    mg = _unfeed_static_placeholders(meta_graph, unknown_dim=unknown_dim)
     representative = None
     if distinct and not any(node.op in V1_CONTROL_FLOW for node in mg.graph_def.node):
         if tensor_properties is None:

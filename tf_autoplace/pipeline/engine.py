@@ -220,8 +220,8 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
         meta_graph = ingest.load_meta_graph(graph)
     check_annotations(meta_graph.graph_def, cluster)  # written for another TF cluster?
     if cost_profile is not None:  # measured times; what the profile lacks is estimated
-        cost_model = ProfileCostModel.from_file(cost_profile,
-                                                fallback=AnalyticalCostModel(meta_graph))
+        cost_model = ProfileCostModel.from_file(cost_profile, fallback=AnalyticalCostModel(
+            meta_graph, unknown_dim=options.unknown_dim))
     # What a step runs is found before anything is placed, so that a graph we could not time
     # is an error that leaves it untouched.
     workload = (Workload.from_graph(meta_graph, feeds=options.measure_feeds, seed=int(seed),
@@ -235,8 +235,8 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
             profile, cluster = on_servers.profile, on_servers.cluster
         else:
             profile = profile_ops(workload)
-        cost_model = ProfileCostModel.from_proto(profile,
-                                                 fallback=AnalyticalCostModel(meta_graph))
+        cost_model = ProfileCostModel.from_proto(profile, fallback=AnalyticalCostModel(
+            meta_graph, unknown_dim=options.unknown_dim))
         # As tf-autoplace profile --out_cluster: the CPU core group runs as many ops at once
         # as the profiled process did, and a transfer between its devices costs what it
         # costs in this graph.

@@ -63,7 +63,8 @@ def build_problem(meta_graph, cluster: Cluster, *, grouping: GroupingConfig = Gr
         timings["ingest"] = time.perf_counter() - t
     graph, tensor_properties = read
     cost_model = cost_model or AnalyticalCostModel(meta_graph,
-                                                   tensor_properties=tensor_properties)
+                                                   tensor_properties=tensor_properties,
+                                                   unknown_dim=unknown_dim)
     pins = _pins(meta_graph.graph_def, cluster)
     timed = PinnedCostModel(cost_model, pins) if pins else cost_model
     return _cost_and_group(graph, cluster, timed, grouping, timings), cost_model
