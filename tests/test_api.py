@@ -275,6 +275,18 @@ def test_a_path_with_a_nul_is_an_invalid_graph_error():
         tf_autoplace.autoplace("a\0b.pb", cluster=CPU2, placer="m_etf")
 
 
+def test_an_input_of_terminal_escapes_is_quoted_escaped_in_the_error(tmp_path):
+    # The text parser's message quotes the bytes it stopped at: shown raw, a terminal cleared
+    # its screen and turned red.
+    junk = tmp_path / "junk.pb"
+    junk.write_bytes(b"\x1b[2J\x1b[31mpwned\x00")
+    for given in (str(junk), junk.read_bytes()):
+        with pytest.raises(tf_autoplace.InvalidGraphError) as caught:
+            tf_autoplace.autoplace(given, cluster=CPU2, placer="m_etf")
+        message = str(caught.value)
+        assert "\\x1b" in message and not any(c in message for c in "\x1b\x00"), message
+
+
 def test_the_tf2_door_checks_the_same_arguments_before_tracing():
     traced = []
 

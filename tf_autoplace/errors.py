@@ -7,13 +7,23 @@ An interrupt stays what it is, a KeyboardInterrupt (:class:`Terminated` for SIGT
 """
 
 
+# Control characters but newline and tab (C0, DEL, C1): a message may quote bytes of a damaged
+# input (a parser's "got ^[" of a file that is not a graph), which a terminal would obey.
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x09), *range(0x0b, 0x20), *range(0x7f, 0xa0))}
+
+
 class AutoplaceError(Exception):
-    """Base class of every error tf_autoplace raises on purpose."""
+    """Base class of every error tf_autoplace raises on purpose. Its text has control
+    characters escaped (``\\x1b``): a message that quotes a damaged input (a parser's error
+    on a file that is not a graph) must not clear or recolour the terminal it is shown on."""
 
     # Exception's own constructor, named here: AutoGraph re-raises an error that leaves a
     # tf.function's trace as its own type only when that type's __init__ is Exception's (a
     # ConfigError would inherit ValueError's), and as a StagingError otherwise.
     __init__ = Exception.__init__
+
+    def __str__(self) -> str:
+        return super().__str__().translate(_CONTROL)
 
 
 class InvalidGraphError(AutoplaceError, ValueError):
