@@ -181,6 +181,17 @@ def test_a_flag_value_absl_cannot_read_fails_before_tensorflow(argv, repo_root):
     assert flag in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("argv, words", [
+    (["place", "--input=m.pb", "--output=p.pb", "--cache", "my_cache"], "'my_cache'"),
+    (["place-model", "--model=inception_v3", "extra", "words"], "'extra', 'words'")])
+def test_an_argument_that_is_not_a_flag_is_one_error_line_before_tensorflow(argv, words,
+                                                                             repo_root):
+    # absl left it unread: `--cache DIR` set --cache and the entry went to the default cache.
+    line = _one_error_line_before_tensorflow(argv, repo_root)
+    assert line.startswith(f"error: unexpected argument{'s' if ',' in words else ''} {words}: "
+                           f"tf-autoplace {argv[0]} takes only flags"), line
+
+
 # A command's main that prints far more than a pipe holds, as a report of a large graph does.
 LONG_OUTPUT = """
 import sys

@@ -88,6 +88,9 @@ ERROR_RUNS = {
     "placement_with_search": ("cnn.pb", "out_search.pb", dict(
         placement="{dir}/saved.pbtxt", search_flags=["--placer", "--budget_s"],
         report_json="{dir}/r_search.json")),
+    # --cache_dir without --cache: no cache was used, without a word
+    "cache_dir_without_cache": ("cnn.pb", "out_cache_dir.pb", dict(
+        cache_dir="{dir}/my_cache", report_json="{dir}/r_cache_dir.json")),
     "unfed": ("free_batch.pb", "out_unfed.pb", dict(placer="m_etf", measure_steps=15,
                                                     report_json="{dir}/r_unfed.json")),
     "feed_shape_not_a_placeholder": ("free_batch.pb", "out_y.pb", dict(
@@ -278,6 +281,8 @@ def test_a_cost_profile_replaces_the_estimates_of_the_ops_it_names(runs):
     ("ray_for_a_heuristic", "'m_etf' runs no simulations"),
     ("placement_with_search", "--placer, --budget_s set a placer's search; --placement applies "
                               "a saved placement without one"),
+    ("cache_dir_without_cache", "--cache_dir is the directory of the placement cache, which "
+                                "--cache turns on: give both"),
     # a placeholder of unknown batch size: the error names the flag that gives its shape
     ("unfed", "'x' has no fully known static shape.*--feed_shape=NAME=D0,D1"),
     ("feed_shape_not_a_placeholder", "--feed_shape names 'w', which is not a placeholder"),

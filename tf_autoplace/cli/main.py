@@ -183,17 +183,26 @@ def _check_early(flags_module) -> int | None:
     trainer, the benchmark) is one line at once, not after seconds of loading. A value absl
     cannot parse (``--steps=abc``) gets absl's own message and status 1 here; an unknown flag
     is left to ``app.run``, since TensorFlow defines flags of its own when it is imported.
+    An argument that is not a flag is refused too: no command takes one, and absl would leave
+    it unread (``--cache DIR`` sets the boolean ``--cache`` and drops DIR without a word).
     Returns 1 when a value or a check fails, None otherwise.
     The flags are unparsed again either way, since ``app.run`` parses them once more (a
     repeated flag would otherwise count twice)."""
     try:
-        flags.FLAGS(sys.argv)
+        rest = flags.FLAGS(sys.argv)[1:]
     except flags.UnrecognizedFlagError:
         return None
     except flags.Error as e:
         flags.FLAGS.unparse_flags()
         print(f"FATAL Flags parsing error: {e}\nPass --helpshort or --helpfull to see help on "
               "flags.", file=sys.stderr)  # absl's words (app.parse_flags_with_usage)
+        return 1
+    if rest:
+        flags.FLAGS.unparse_flags()
+        print(f"error: unexpected argument{'s' if len(rest) > 1 else ''} "
+              f"{', '.join(map(repr, rest))}: {sys.argv[0]} takes only flags, each with its "
+              "value after '=' (--flag=value; a boolean flag is --flag or --noflag)",
+              file=sys.stderr)
         return 1
     check = getattr(flags_module, "check", None)
     try:

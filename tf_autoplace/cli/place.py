@@ -163,6 +163,9 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
         _check_outputs(input_path, output_path, saved_model,
                        dict(report_json=report_json, save_policy=save_policy, **extra_paths),
                        directories={"save_policy"}, cost_graph=cost_graph)
+        if cache_dir is not None and not cache:  # (it was ignored without a word)
+            raise ConfigError("--cache_dir is the directory of the placement cache, which "
+                              "--cache turns on: give both")
         search = [*search_flags, *(["--placer_option"] if placer_options else [])]
         if placement and search:  # (they were ignored without a word)
             raise ConfigError(f"{', '.join(search)} set{'s' if len(search) == 1 else ''} a "
