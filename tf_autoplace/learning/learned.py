@@ -42,6 +42,7 @@ from tf_autoplace.graph.fingerprint import fingerprint
 from tf_autoplace.heuristics import HEURISTICS
 from tf_autoplace.learning.checkpoints import command_line, read_policy_files
 from tf_autoplace.learning.trained_policy import TrainedPolicy, weights_digest
+from tf_autoplace.sim import lower_bound
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -135,17 +136,34 @@ class LearnedPlacer(Placer):
 
     def _nothing_to_learn(self, problem: PlacementProblem, heuristics,
                           start: float) -> np.ndarray | None:
-        """The fastest of ``heuristics`` when the cluster has one action device (a policy
-        choosing among one device has nothing to learn: no search is run, and the notes and
-        ``stats`` say so); None when there are several. ``start``: when ``place`` began
+        """The fastest of ``heuristics`` when a search cannot beat it, and None otherwise: when
+        the cluster has one action device (a policy choosing among one device has nothing to
+        learn), or when that placement fits and simulates at the lower bound no placement can
+        beat (:func:`tf_autoplace.sim.lower_bound`; a graph of a few ops on a fast device,
+        where a search would spend a minute of policy updates to find it again). No search is
+        run, and the notes and ``stats`` say so. With measured rewards only the first holds
+        (the bound is the simulator's). ``start``: when ``place`` began
         (``time.perf_counter()``)."""
-        if len(problem.cluster.compute_devices()) >= 2:
+        one_device = len(problem.cluster.compute_devices()) < 2
+        if not one_device and getattr(self.config, "reward", "simulated") != "simulated":
             return None
-        _, _, winner, devices = rank_placements(problem, heuristics)[0]
-        self.notes.append(f"{self.name}: one action device, nothing to learn; the heuristic "
-                          f"placement is used{self._policy_unused()}")
+        ranked = rank_placements(problem, heuristics)
+        if not ranked:  # (no heuristics to compare with: the search decides)
+            return None
+        over, step, winner, devices = ranked[0]
+        if one_device:
+            why, stopped = "one action device, nothing to learn", "one device"
+        elif not over and step <= lower_bound(problem.graph, problem.cluster,
+                                              problem.op_time) * (1 + 1e-9):
+            why = (f"the {winner} placement simulates at the lower bound, {step * 1e3:.2f} ms, "
+                   "which no placement can beat (no search)")
+            stopped = "lower bound"
+        else:
+            return None
+        self.notes.append(f"{self.name}: {why}; the heuristic placement is used"
+                          f"{self._policy_unused()}")
         self.stats = dict(samples=0, updates=0, winner=winner, curve=[], curve_s=[],
-                          stopped="one device", seconds=time.perf_counter() - start)
+                          stopped=stopped, seconds=time.perf_counter() - start)
         return devices
 
     def _policy_unused(self) -> str:

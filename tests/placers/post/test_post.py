@@ -284,6 +284,22 @@ def test_one_gpu_leaves_nothing_to_learn_and_gives_the_heuristic_placement():
     assert "one action device, nothing to learn" in placement.notes[0]
 
 
+@pytest.mark.parametrize("name", ["post", "hdp"])
+def test_a_heuristic_placement_at_the_lower_bound_is_not_searched(name):
+    # A chain is its critical path on one GPU: no placement beats it, and HDP spent a minute
+    # of policy updates on a one-op graph to find it again.
+    from tf_autoplace.graph.opgraph import from_edges
+
+    chain = from_edges(6, [(i, i + 1, 1000) for i in range(5)])
+    problem_ = problem(chain, cluster(2), 1e-3)
+    placer = get_placer(name)
+    placement = placer.place(problem_, seed=0)
+    assert placer.stats["samples"] == 0 and placer.stats["stopped"] == "lower bound"
+    assert placement.sim.makespan == pytest.approx(6e-3)
+    assert f"{name}: the " in placement.notes[0] and "placement simulates at the lower " \
+        "bound, 6.00 ms, which no placement can beat (no search)" in placement.notes[0]
+
+
 def test_placer_is_registered_takes_a_budget_and_is_never_worse_than_the_heuristics():
     placer = get_placer("post", budget_s=5.0)
     assert isinstance(placer, PostPlacer) and takes_budget(placer)
