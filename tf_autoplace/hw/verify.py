@@ -236,8 +236,8 @@ def confirm(decision: Decision, first: ProtocolResult, second: ProtocolResult, *
         raise ConfigError(f"{e.args[0]!r} was not measured") from None
     other = "the single device" if baseline == SINGLE else f"{baseline!r}"
     fallback = ("the simpler single-device placement is applied" if baseline == SINGLE else
-                f"the graph's own placement ({baseline!r}, measured faster than one device "
-                "beyond noise) is kept")
+                f"the graph's own placement ({baseline!r}; the single device was not "
+                "measured faster than it beyond noise) is kept")
     again = f"measured again in new sessions: {name} {c2.describe()}, {other} {s2.describe()}"
     if s1.distinguishable(s2) or c1.distinguishable(c2):
         same = baseline if s1.distinguishable(s2) else name
