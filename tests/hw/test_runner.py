@@ -179,6 +179,43 @@ def test_a_session_on_a_cluster_with_a_task_down_is_closed_without_waiting():
     assert closed and closed[0] is not threading.main_thread() and closed[0].daemon
 
 
+def test_a_step_whose_master_died_is_a_measurement_error_not_a_wait(monkeypatch):
+    # TensorFlow reports a worker that dies during a step, but a step whose master (the
+    # target) died waited for the 10-minute operation timeout, and a ThreadPoolExecutor's
+    # thread blocked there would have held the process at exit too.
+    import socket
+    import threading
+
+    from tf_autoplace.errors import MeasurementError
+
+    monkeypatch.setattr(runner, "SERVER_CHECK_S", 0.0)  # check at the first poll
+    release = threading.Event()
+    ran_on = []
+
+    def blocked_step():
+        ran_on.append(threading.current_thread())
+        release.wait(30)
+
+    class _Session:
+        def close(self):
+            pass
+
+    with socket.socket() as dead:
+        dead.bind(("127.0.0.1", 0))  # bound, not listening: the master that died
+        address = f"127.0.0.1:{dead.getsockname()[1]}"
+        placed = object.__new__(runner.PlacedSession)
+        placed.session, placed._worker = _Session(), None
+        placed.config = RunConfig(target=f"grpc://{address}", servers=(address,))
+        try:
+            with pytest.raises(MeasurementError, match=f"a step on the TensorFlow cluster at "
+                               f"grpc://{address} stopped: cannot reach the TensorFlow server"):
+                placed._run_interruptibly(blocked_step)
+        finally:
+            release.set()
+    assert placed._worker is None  # the blocked thread is left; a new one serves what follows
+    assert ran_on[0] is not threading.main_thread() and ran_on[0].daemon
+
+
 def test_a_session_is_not_opened_on_a_cluster_whose_task_died_since_the_last(monkeypatch):
     # A task that died after the start-up check (between verify's profile and its measured
     # Sessions) made the next Session wait in list_devices without end, deaf to Ctrl-C: each

@@ -47,6 +47,7 @@ import concurrent.futures
 import dataclasses
 import itertools
 import os
+import queue
 import re
 import threading
 import time
@@ -64,6 +65,7 @@ from tf_autoplace.hw.workload import Workload
 
 CANCEL_WAIT_S = 30.0  # how long an interrupted step may take to end once cancelled
 INTERRUPT_POLL_S = 0.1  # how often the main thread looks for a Ctrl-C while a step runs
+SERVER_CHECK_S = 2.0  # on a cluster, how often a step that still runs checks its servers
 WARMUP_STEPS = 80  # a kernel's cost estimate falls from 1e8 cycles below 8e3 in ~71 runs
 SETUP_STEPS = 3  # the first steps partition, optimise and allocate: never cut short
 _DEVICE = re.compile(r"device:(CPU|GPU):(\d+)$", re.IGNORECASE)
@@ -259,6 +261,34 @@ def placed_graph_def(graph_def: graph_pb2.GraphDef, assignment: Mapping[str, str
     return out
 
 
+class _SessionThread:
+    """The thread one session's calls run on, in turn (:meth:`PlacedSession.
+    _run_interruptibly`). A daemon thread, unlike a ThreadPoolExecutor's, which Python joins
+    at exit: a step on a TensorFlow cluster whose master died waits in TensorFlow's C++ until
+    the 10-minute operation timeout, and must not hold the process that gave up on it."""
+
+    def __init__(self):
+        self._calls: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._serve, daemon=True, name="tf-autoplace-session").start()
+
+    def _serve(self) -> None:
+        while (call := self._calls.get()) is not None:
+            future, fn, args, kwargs = call
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(*args, **kwargs))
+                except BaseException as e:  # noqa: B036  (handed to the waiting thread)
+                    future.set_exception(e)
+
+    def submit(self, fn, *args, **kwargs) -> concurrent.futures.Future:
+        future = concurrent.futures.Future()
+        self._calls.put((future, fn, args, kwargs))
+        return future
+
+    def shutdown(self) -> None:
+        self._calls.put(None)
+
+
 class PlacedSession:
     """One placement of a workload, imported and initialised in its own Session, ready to
     step. Use as a context manager (the Session is closed on exit).
@@ -320,24 +350,47 @@ class PlacedSession:
         closed, which cancels the step, and the KeyboardInterrupt goes on. While TensorFlow's
         C++ holds the main thread, Python sees the interrupt only when the step returns, at
         TensorFlow's 10-minute timeout, and then as pybind11's RuntimeError. Off the main
-        thread (where no interrupt is delivered) ``fn`` runs in the caller's thread."""
+        thread (where no interrupt is delivered) ``fn`` runs in the caller's thread.
+
+        On a TensorFlow cluster, a call still running after :data:`SERVER_CHECK_S` checks
+        that every server answers, and again as often: TensorFlow reports a worker or ps task
+        that dies during a step, but not the master (the target), for which the step waits
+        until the operation timeout. A server that does not answer is a MeasurementError at
+        once, and the step is left to its daemon thread."""
         if threading.current_thread() is not threading.main_thread():
             return fn(*args, **kwargs)
         if self._worker is None:
-            self._worker = concurrent.futures.ThreadPoolExecutor(
-                1, thread_name_prefix="tf-autoplace-session")
+            self._worker = _SessionThread()
         future = self._worker.submit(fn, *args, **kwargs)
+        check_at, down = time.monotonic() + SERVER_CHECK_S, None
         try:
             # Short waits, not one: the main thread sees a Ctrl-C when it next runs Python,
             # and a wait on a lock is not woken by a signal another thread received.
             while not concurrent.futures.wait([future], timeout=INTERRUPT_POLL_S).done:
-                pass
-            return future.result()
+                if self.config.servers and time.monotonic() >= check_at:
+                    down = self._server_down()
+                    if down is not None:
+                        break
+                    check_at = time.monotonic() + SERVER_CHECK_S
+            else:
+                return future.result()
         except BaseException:
             if not future.done():  # interrupted while the step runs: cancel it
                 self._close_session()
                 concurrent.futures.wait([future], timeout=CANCEL_WAIT_S)
             raise
+        self._close_session()  # (on a thread of its own: a task is down)
+        self._stop_worker()  # its thread waits in the step; a new one serves what follows
+        raise MeasurementError(f"a step on the TensorFlow cluster at {self.config.target} "
+                               f"stopped: {down}") from down.__cause__
+
+    def _server_down(self) -> MeasurementError | None:
+        """The error naming a server of the cluster that does not answer now, or None."""
+        try:
+            check_reachable(self.config.servers)
+        except MeasurementError as e:
+            return e
+        return None
 
     def _timed_step(self) -> float:
         began = time.perf_counter()
@@ -376,7 +429,7 @@ class PlacedSession:
 
     def _stop_worker(self) -> None:
         if self._worker is not None:
-            self._worker.shutdown(wait=False)
+            self._worker.shutdown()
             self._worker = None
 
     def _close_session(self) -> None:
