@@ -251,6 +251,24 @@ def test_a_graph_of_unknown_batch_size_is_measured_with_the_feed_shape_given(run
     assert report["measured_step_time_s"] > 0 and report["measured_baseline_step_time_s"] > 0
 
 
+def test_unknown_dim_sizes_a_none_batch_in_the_prediction(runs):
+    # The command had no way to say the batch of a TF1 graph's None dimension: every figure
+    # was batch 1's.
+    workdir, _, _ = runs
+    steps = {}
+    for dim in (None, 100000):
+        settings = {"placer": "single", "cluster": "k80x2", "unknown_dim": dim,
+                    "report_json": f"{{dir}}/r_dim{dim}.json"}
+        status, _, stderr = _place_run(workdir, "free_batch.pb", f"out_dim{dim}.pb", settings)
+        assert status == 0, stderr
+        report = json.loads((workdir / f"r_dim{dim}.json").read_text())
+        steps[dim] = report["step_time_s"]
+    assert steps[100000] > 1.5 * steps[None]
+    status, stderr = _place_run(workdir, "cnn.costgraph.pbtxt", "out_dim.pbtxt",
+                                {"placer": "m_etf", "unknown_dim": 8})[::2]
+    assert status == 1 and "--unknown_dim sizes the unknown dimensions" in stderr
+
+
 def test_a_placer_option_sets_the_placers_search(runs):
     workdir, results, _ = runs
     code, stdout, stderr = results["placer_option"]

@@ -151,7 +151,7 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
         save_policy: str | None = None, progress: bool = True,
         progress_logdir: str | None = None, measure_steps: int = 0, verify: int = 0,
         cost_profile: str | None = None, placer_options=(), feed_shapes=(),
-        search_flags=(), **extra_paths) -> int:
+        unknown_dim: int | None = None, search_flags=(), **extra_paths) -> int:
     """Place ``input_path`` into ``output_path``; returns a process exit status.
     ``search_flags``: the flags that set a placer's search the command line gave (refused
     with ``placement``, which applies a saved placement without a search)."""
@@ -184,6 +184,9 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
             raise ConfigError("--cost_profile times the ops of GraphDef and MetaGraphDef input; "
                               "a cost graph carries its own times, and a SavedModel's "
                               "function graph has other op names")
+        if cost_graph and unknown_dim is not None:
+            raise ConfigError("--unknown_dim sizes the unknown dimensions of a TensorFlow "
+                              "graph; a cost graph gives every output's size")
         feeds = None
         if feed_shapes:
             if not (measure_steps or verify) or saved_model or cost_graph:
@@ -198,7 +201,8 @@ def run(input_path: str, output_path: str, *, cluster: str, placer: str, seed: i
             placer_options=placer_options, grouping=GroupingConfig(max_groups=max_groups),
             cost_profile=cost_profile, cache=(cache_dir or True) if cache else False,
             progress=SearchProgress(logdir=progress_logdir) if progress else False,
-            measure_steps=measure_steps, measure_feeds=feeds, verify=verify)
+            measure_steps=measure_steps, measure_feeds=feeds, verify=verify,
+            unknown_dim=1 if unknown_dim is None else unknown_dim)
         outputs = files.Outputs()
         if saved_model:  # SavedModel in, SavedModel out
             placed = tf2.load_and_place_saved_model(input_path, options, signature=signature,
@@ -247,5 +251,5 @@ def main(argv):
                measure_steps=FLAGS.measure_steps, verify=FLAGS.verify,
                cost_profile=FLAGS.cost_profile,
                placer_options=FLAGS.placer_option, feed_shapes=FLAGS.feed_shape,
-               search_flags=[f"--{name}" for name in ("placer", "policy", "budget_s",
+               unknown_dim=FLAGS.unknown_dim, search_flags=[f"--{name}" for name in ("placer", "policy", "budget_s",
                                                      "ray_address") if FLAGS[name].present])

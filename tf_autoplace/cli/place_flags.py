@@ -62,4 +62,8 @@ flags.DEFINE_multi_string("feed_shape", [], "NAME=D0,D1,...: made-up inputs of t
                           "placeholder NAME in the steps --measure_steps and --verify time, "
                           "for one whose static shape is not fully known (a None batch "
                           "dimension); repeatable.")
+flags.DEFINE_integer("unknown_dim", None, "Elements assumed for a dimension of unknown size "
+                     "(a TF1 graph's None batch: the batch it will run with), in tensor sizes "
+                     "and estimated op times (default 1); not for a cost graph, which has "
+                     "its sizes.", lower_bound=1)
 flags.mark_flags_as_required(["input", "output"])
