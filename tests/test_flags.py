@@ -167,7 +167,8 @@ def test_report_json_is_written_and_valid(runs, repo_root):
                                "autoplace_budget_s": None, "budget_passed_to_placer": False,
                                "autoplace_placement": None, "autoplace_cache": True,
                                "autoplace_policy": None, "autoplace_cost_profile": None,
-                               "autoplace_placer_option": [], "autoplace_verify": 0}
+                               "autoplace_placer_option": [], "autoplace_verify": 0,
+                               "autoplace_unknown_dim": 1}
     # The permissions a plain open() gives under the binary's umask (it inherits ours), as
     # every other output of the tool; not a temporary file's 0600.
     assert (workdir / "report.json").stat().st_mode & 0o777 == 0o666 & ~umask()
@@ -218,6 +219,21 @@ def test_settings_without_autoplace_warn_once_at_parsing(caplog, monkeypatch):
     assert warnings == ["--autoplace_budget_s, --autoplace_cluster given without --autoplace: "
                         "autoplacement is off and they do nothing; add --autoplace=auto (or "
                         "another placer) to place the graph"], warnings
+
+
+def test_the_unknown_dim_flag_reaches_the_placement_options():
+    # A binary that feeds a None-batch placeholder had no way to give its batch: every
+    # figure was batch 1's.
+    try:  # (not FLAGS(argv): other modules of the suite define flags it would require)
+        flags.FLAGS.unparse_flags()
+        flags.FLAGS.mark_as_parsed()
+        dims = []
+        for given in ({}, {"autoplace_unknown_dim": 64}):
+            with flagsaver.flagsaver(autoplace="m_etf", autoplace_cluster="k80x2", **given):
+                dims.append(ap_flags.settings_from_flags().place_options().unknown_dim)
+    finally:
+        flags.FLAGS.unparse_flags()
+    assert dims == [1, 64]
 
 
 def test_a_placer_option_reaches_the_placer(runs):
@@ -746,6 +762,7 @@ def test_a_saved_placement_is_applied_instead_of_a_search(hook, tmp_path):
     (dict(placer="off"), "off"),
     (dict(placer="m_etf", budget_s=-1), "budget_s must be >= 0"),
     (dict(placer="auto", ray_address=""), "ray_address must be None, 'auto'"),
+    (dict(placer="m_etf", unknown_dim=0), "unknown_dim must be an int >= 1, got 0"),
 ])
 def test_settings_are_checked(kwargs, match):
     with pytest.raises(tf_autoplace.ConfigError, match=match):

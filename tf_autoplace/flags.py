@@ -51,6 +51,9 @@ Flags:
                         cannot be run on its own (a step that needs a queue runner or an input
                         the binary feeds), the graph keeps TensorFlow's default placement and a
                         warning says why.
+  --autoplace_unknown_dim  elements assumed for a dimension of unknown size (a placeholder's
+                        None batch: the batch the binary feeds), in tensor sizes and estimated
+                        op times (default 1).
   --autoplace_progress  log the search's progress (INFO lines of the Python logger
                         ``tf_autoplace.progress`` every 10 s for a search longer than 2 s:
                         placements done of the budget, best step time so far, time left;
@@ -148,6 +151,10 @@ flags.DEFINE_integer("autoplace_verify", -1,
                      "a TensorFlow cluster's servers) and apply the measured fastest; 0: off; "
                      "-1 (default): 15 when --autoplace_cluster is 'local' (this machine) or a "
                      "spec with a target (its servers), off otherwise.")
+flags.DEFINE_integer("autoplace_unknown_dim", None,
+                     "Elements assumed for a dimension of unknown size (a placeholder's None "
+                     "batch: the batch the binary feeds), in tensor sizes and estimated op "
+                     "times (default 1).", lower_bound=1)
 flags.DEFINE_bool("autoplace_progress", True,
                   "Log the placement search's progress (INFO lines, logger "
                   "tf_autoplace.progress).")
@@ -353,6 +360,7 @@ class AutoplaceSettings:
       placer_options: ``name=value`` settings of the placer's config.
       verify: timed steps per candidate of verified placement (0: off; else >= 15); the
         cluster must be this machine's devices or a TensorFlow cluster with a target.
+      unknown_dim: elements assumed for a dimension of unknown size (>= 1).
       verify_by_default: verify was not asked for but is on because the cluster is this
         machine or a TensorFlow cluster's servers: a graph that cannot be measured then keeps
         TF's default placement (with a warning) instead of failing the binary.
@@ -376,8 +384,10 @@ class AutoplaceSettings:
     placer_options: tuple = ()
     verify: int = 0
     verify_by_default: bool = False
+    unknown_dim: int = 1
 
     def __post_init__(self):
+        from tf_autoplace.core.settings import check_int
         from tf_autoplace.errors import ConfigError
         from tf_autoplace.learning.workers import check_ray_address
 
@@ -387,6 +397,7 @@ class AutoplaceSettings:
                 isinstance(self.budget_s, (int, float)) and self.budget_s >= 0)):
             raise ConfigError(f"budget_s must be >= 0 seconds, got {self.budget_s!r}")
         check_ray_address(self.ray_address)
+        check_int("unknown_dim", self.unknown_dim, low=1)
         if self.verify:
             _check_verify_cluster(self.cluster, self.verify)
 
@@ -413,7 +424,7 @@ class AutoplaceSettings:
             cache=(self.cache_dir or True) if self.cache else False,
             progress=(SearchProgress("log", logdir=self.progress_logdir) if self.progress
                       else False),
-            verify=self.verify)
+            verify=self.verify, unknown_dim=self.unknown_dim)
 
 
 def _check_verify_cluster(spec, steps) -> None:
@@ -503,6 +514,7 @@ def settings_from_flags() -> AutoplaceSettings | None:
                              progress_logdir=here(FLAGS.autoplace_progress_logdir),
                              cost_profile=here(FLAGS.autoplace_cost_profile),
                              placer_options=tuple(FLAGS.autoplace_placer_option or ()),
+                             unknown_dim=FLAGS.autoplace_unknown_dim or 1,
                              **dict(zip(("verify", "verify_by_default"),
                                         _verify_steps(FLAGS.autoplace_verify,
                                                       FLAGS.autoplace_cluster))))
@@ -697,7 +709,8 @@ def _write_report(settings: AutoplaceSettings, report, placer, path: str) -> Non
                     "autoplace_cache": settings.cache, "autoplace_policy": settings.policy,
                     "autoplace_cost_profile": settings.cost_profile,
                     "autoplace_placer_option": list(settings.placer_options),
-                    "autoplace_verify": settings.verify}
+                    "autoplace_verify": settings.verify,
+                    "autoplace_unknown_dim": settings.unknown_dim}
     outputs = files.Outputs()  # whole or absent, with the user's umask like every output
     outputs.add_file(path, json_text(out).encode("utf-8"))
     try:
