@@ -56,6 +56,7 @@ from tf_autoplace.errors import InvalidGraphError
 
 _VIRTUAL_DEVICE = {"GPU": "/device:GPU:0", "CPU": "/device:CPU:0"}
 _STATIC_SHAPE = "_autoplace_static_shape"  # a placeholder's shape Const: <placeholder>/<this>
+_PARTIAL_SHAPE = "_autoplace_partial_shape"  # ... the Pack of one partly known
 # The op types of v1 control flow (tf.compat.v1.while_loop, cond). Grappler's time for a
 # loop's Merge depends on when its inputs arrive, not only on their properties, so a graph with
 # any of them is costed whole (measure_costs).
@@ -127,32 +128,85 @@ def _shape_const(graph_def, name: str, shape, *, device: str = ""):
     return dims
 
 
+def _partly_known_placeholder(graph_def) -> bool:
+    """Whether a Placeholder of ``graph_def`` has a shape of known rank with a dimension of
+    unknown size."""
+    return any(node.op == "Placeholder" and "shape" in node.attr
+               and not node.attr["shape"].shape.unknown_rank
+               and any(d.size < 0 for d in node.attr["shape"].shape.dim)
+               for node in graph_def.node)
+
+
+def _unknown_scalar(graph_def, names) -> str:
+    """Add to ``graph_def`` an int32 scalar Placeholder (a value static inference does not
+    know); returns its name."""
+    name = "_autoplace_unknown_dim"
+    while name in names:
+        name += "_"
+    node = graph_def.node.add(name=name, op="Placeholder")
+    node.attr["dtype"].type = types_pb2.DT_INT32
+    node.attr["shape"].shape.CopyFrom(tf.TensorShape([]).as_proto())
+    names.add(name)
+    return name
+
+
+def _partial_shape(graph_def, name: str, shape, unknown: str, *, device: str = ""):
+    """Add to ``graph_def`` the int32 vector of ``shape``'s dims (a TensorShapeProto of known
+    rank), ``unknown`` where a dim is unknown, packed from scalars: static inference reads it
+    as a partly known shape. Returns the Pack node."""
+    inputs = []
+    for k, d in enumerate(shape.dim):
+        if d.size < 0:
+            inputs.append(unknown)
+            continue
+        const = graph_def.node.add(name=f"{name}/{k}", op="Const", device=device)
+        const.attr["dtype"].type = types_pb2.DT_INT32
+        const.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(d.size, dtype=tf.int32))
+        inputs.append(const.name)
+    pack = graph_def.node.add(name=name, op="Pack", input=inputs, device=device)
+    pack.attr["T"].type = types_pb2.DT_INT32
+    pack.attr["N"].i = len(inputs)
+    pack.attr["axis"].i = 0
+    return pack
+
+
 def _unfeed_static_placeholders(meta_graph: meta_graph_pb2.MetaGraphDef, *,
                                 unknown_dim: int | None = None):
     """A copy where each Placeholder of fully known shape (and a plain dtype) is an ``Empty`` of
     that shape, so Grappler does not treat it as a feed of unknown shape (module docstring).
 
-    With ``unknown_dim``, a Placeholder of known rank whose dimensions are partly unknown (a
-    TF1 graph's ``None`` batch) is one too, each unknown dimension ``unknown_dim`` long: for
-    costing, so that op times count the batch the tensor sizes are counted with (ingestion's
-    shape inference keeps them unknown, and the report says how many ops that leaves)."""
+    A Placeholder of known rank whose dimensions are partly unknown (a TF1 graph's ``None``
+    batch) is one too. Without ``unknown_dim`` (ingestion's shape inference) its shape input
+    packs a scalar of unknown value (itself a feed) where a dimension is unknown, so inference
+    keeps the known ones ([?, 224, 224, 3], as TensorFlow's own): as a feed, every dimension of
+    the image and of what follows it was unknown, each counted ``unknown_dim`` long. With
+    ``unknown_dim`` (costing), each unknown dimension is ``unknown_dim`` long, so that op times
+    count the batch the tensor sizes are counted with."""
     mg = meta_graph_pb2.MetaGraphDef()
     mg.CopyFrom(meta_graph)
     names = {n.name for n in mg.graph_def.node}
+    unknown = None  # the scalar of unknown value that partly known shapes pack
     for node in list(mg.graph_def.node):
         shape = node.attr["shape"].shape if "shape" in node.attr else None
         dtype = node.attr["dtype"].type if "dtype" in node.attr else types_pb2.DT_INVALID
         if (node.op != "Placeholder" or shape is None or shape.unknown_rank
-                or (unknown_dim is None and any(d.size < 0 for d in shape.dim))
                 or dtype in (types_pb2.DT_RESOURCE, types_pb2.DT_VARIANT, types_pb2.DT_INVALID)):
-            continue
-        dims_name = f"{node.name}/{_STATIC_SHAPE}"
-        if dims_name in names:
             continue
         if unknown_dim is not None:
             shape = tf.TensorShape([unknown_dim if d.size < 0 else d.size
                                     for d in shape.dim]).as_proto()
-        dims = _shape_const(mg.graph_def, dims_name, shape, device=node.device)
+        partial = any(d.size < 0 for d in shape.dim)
+        # (Another name for a partly known shape: costing reads ingestion's properties by
+        # name, and its stand-in there is the Const of the whole shape.)
+        dims_name = f"{node.name}/{_PARTIAL_SHAPE if partial else _STATIC_SHAPE}"
+        if dims_name in names:
+            continue
+        if partial:
+            if unknown is None:
+                unknown = _unknown_scalar(mg.graph_def, names)
+            dims = _partial_shape(mg.graph_def, dims_name, shape, unknown, device=node.device)
+        else:
+            dims = _shape_const(mg.graph_def, dims_name, shape, device=node.device)
         node.op = "Empty"
         node.ClearField("attr")
         node.attr["dtype"].type = dtype
@@ -214,7 +268,10 @@ def measure_costs(meta_graph: meta_graph_pb2.MetaGraphDef, kind: str,
       kind: ``"GPU"`` or ``"CPU"``, the kind of ``props``.
       props: the device, as :func:`device_properties` makes it.
       tensor_properties: :func:`output_properties` of ``meta_graph``, if the caller has them
-        (ingestion does); else they are inferred here.
+        (ingestion does); else they are inferred here. Where a placeholder's shape is partly
+        known they are inferred again with its unknown dimensions ``unknown_dim`` long: what
+        follows it (a gradient's ``Shape``, the sizes a ``Conv2DBackpropInput`` reads) has
+        values only then, and costs nothing without them.
       distinct: cost one node per distinct context (module docstring), unless the graph has
         v1 control flow; False costs the whole graph, the reference the distinct path is
         tested against.
@@ -231,8 +288,10 @@ def measure_costs(meta_graph: meta_graph_pb2.MetaGraphDef, kind: str,
     mg = _unfeed_static_placeholders(meta_graph, unknown_dim=unknown_dim)
     representative = None
     if distinct and not any(node.op in V1_CONTROL_FLOW for node in mg.graph_def.node):
-        if tensor_properties is None:
-            tensor_properties = output_properties(meta_graph)
+        if tensor_properties is None or _partly_known_placeholder(meta_graph.graph_def):
+            concrete = meta_graph_pb2.MetaGraphDef()
+            concrete.CopyFrom(mg)  # (the shapes costed: unknown dimensions unknown_dim long)
+            tensor_properties = output_properties_of(_item_bytes(concrete))
         costed, representative = _distinct_ops(mg, tensor_properties)
     else:
         costed = mg
