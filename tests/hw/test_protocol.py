@@ -81,6 +81,19 @@ HEURISTIC = _candidate("best heuristic (m_etf)", 2, 10)
 ONE = _candidate(SINGLE, 1, 0)
 
 
+def test_sub_millisecond_intervals_are_printed_apart_where_they_do_not_overlap():
+    # At two decimals "faster beyond noise" stood beside "[0.33, 0.33]" and "[0.33, 0.36]".
+    measured = _result(**{"auto": (3.305e-4, 3.302e-4, 3.308e-4),
+                          SINGLE: (3.5e-4, 3.309e-4, 3.6e-4)})
+    decision = decide([SPLIT, ONE], measured)
+    assert decision.applied == "auto"
+    assert "auto measured 0.331 ms [0.330, 0.331], faster than the single-device 0.350 ms " \
+        "[0.331, 0.360] beyond noise" in decision.reason
+    assert measured[SINGLE].describe() == "0.350 ms [0.331, 0.360]"
+    assert _result(**{SINGLE: (12.3e-3, 12.1e-3, 12.52e-3)})[SINGLE].describe() == \
+        "12.30 ms [12.10, 12.52]"
+
+
 def test_a_placement_faster_beyond_noise_is_applied():
     measured = _result(**{"auto": (8.0, 7.8, 8.2), SINGLE: (10.0, 9.8, 10.2),
                           "best heuristic (m_etf)": (9.0, 8.8, 9.2)})

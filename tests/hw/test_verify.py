@@ -99,6 +99,23 @@ def test_the_report_shows_every_candidate_measured_beside_its_prediction(verifie
     assert report.timeline.cluster.latency[0, 1] * 1e6 == pytest.approx(latency_us, abs=0.06)
 
 
+@pytest.mark.slow
+def test_measure_steps_beside_verify_says_whose_sessions_the_measured_figures_are():
+    # Two measurements of the same placements printed two figures for one device, with
+    # intervals that did not overlap and no word of why.
+    report = tf_autoplace.autoplace(small_cnn().graph, cluster=Cluster.local(num_logical_cpus=2),
+                                    placer="random", seed=3, verify=15, measure_steps=15,
+                                    progress=False)
+    notes = [n for n in report.notes if n.startswith("the measured step times are "
+                                                     "measure_steps' own sessions")]
+    assert report.verification is not None and report.measure_steps == 15 and len(notes) == 1
+    # Nothing measured by verification (every candidate one device): no such note.
+    alone = tf_autoplace.autoplace(small_cnn().graph, cluster=Cluster.local(num_logical_cpus=2),
+                                   placer="single", verify=15, measure_steps=15, progress=False)
+    assert alone.verification is None and not any("measure_steps' own" in n
+                                                  for n in alone.notes)
+
+
 def test_verify_needs_this_machines_devices_and_enough_steps():
     tg = small_cnn()
     before = _devices(tg.graph)

@@ -1,4 +1,4 @@
-"""Byte amounts written for people: in the unit that fits the number.
+"""Byte amounts and times written for people: in the unit (or to the decimals) that fits.
 
 Messages that state memory (a graph's variables against a cluster's capacity, a device's peak)
 use :func:`format_bytes`, so 12,000 bytes read "12.0 KB" rather than "0.00 GB". Units are
@@ -44,4 +44,11 @@ def _three_figures(x: float) -> str:
     return f"{x:.2f}"
 
 
-__all__ = ["format_bytes"]
+def ms_decimals(*seconds: float) -> int:
+    """Decimals for writing times in milliseconds: 2, or 3 where one of ``seconds`` is below
+    a millisecond, so that measured intervals of sub-millisecond steps that do not overlap are
+    not printed as if they touched ("[0.33, 0.33]" beside "[0.33, 0.36]")."""
+    return 3 if any(math.isfinite(s) and abs(s) < 1e-3 for s in seconds) else 2
+
+
+__all__ = ["format_bytes", "ms_decimals"]

@@ -81,19 +81,26 @@ def measure(report: PlacementReport, workload: Workload, *, steps: int = 15,
         timeline_data = dataclasses.replace(timeline_data,
                                             measured=placed.measurement.traces[0])
     notes = []
+    # After verification applied this split (measured faster in two sets of sessions), its
+    # advice would be stale: say what the two measurements together mean instead.
+    verified = ("verification measured it faster in two sets of sessions of its own: the "
+                "difference is what separate sessions of one placement can differ by")
     if same:
         notes.append("measured: the placement is the single-device one, timed once for both "
                      "figures")
     elif baseline.faster_than(placed):
         notes.append(f"measured: the placement ran slower than the single-device one beyond "
-                     f"noise ({placed.describe()} against {baseline.describe()}); with "
-                     "verify=N the placement applied is one measured faster than a single "
-                     "device, or the single device")
+                     f"noise ({placed.describe()} against {baseline.describe()}); "
+                     + ("with verify=N the placement applied is one measured faster than a "
+                        "single device, or the single device" if report.verification is None
+                        else verified))
     elif not placed.faster_than(baseline):
         notes.append(f"measured: the placement ran no faster than the single-device one "
                      f"beyond noise ({placed.describe()} against {baseline.describe()}), so "
-                     "its predicted speedup did not show here; with verify=N a placement is "
-                     "applied instead of one device only when measured faster than it")
+                     "its predicted speedup did not show here; "
+                     + ("with verify=N a placement is applied instead of one device only when "
+                        "measured faster than it" if report.verification is None
+                        else verified))
     if not result.quiet:
         notes.append(f"measured at {result.load_text()}")
     return dataclasses.replace(

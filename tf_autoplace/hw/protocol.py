@@ -45,6 +45,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from tf_autoplace.core.units import ms_decimals
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.hw.runner import WARMUP_STEPS, Measurement, RunConfig, run_interleaved
 from tf_autoplace.hw.workload import Workload
@@ -192,9 +193,11 @@ class StepTimes:
         return self.distinguishable(other) and self.median_s < other.median_s
 
     def describe(self) -> str:
-        """``"12.30 ms [12.10, 12.52]"``."""
-        return (f"{self.median_s * 1e3:.2f} ms [{self.low_s * 1e3:.2f}, "
-                f"{self.high_s * 1e3:.2f}]")
+        """``"12.30 ms [12.10, 12.52]"`` (``"0.331 ms [0.328, 0.334]"`` below a millisecond:
+        :func:`~tf_autoplace.core.units.ms_decimals`)."""
+        d = ms_decimals(self.median_s, self.low_s, self.high_s)
+        return (f"{self.median_s * 1e3:.{d}f} ms [{self.low_s * 1e3:.{d}f}, "
+                f"{self.high_s * 1e3:.{d}f}]")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -23,6 +23,7 @@ import math
 import numpy as np
 
 from tf_autoplace.core.cluster import Cluster
+from tf_autoplace.core.units import ms_decimals
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.outputs import files, timeline
 from tf_autoplace.proto import placement_pb2
@@ -392,12 +393,13 @@ class PlacementReport:
         if self.measure_steps:
             low, high = self.measured_step_interval_s
             base_low, base_high = self.measured_baseline_interval_s
+            d = ms_decimals(low, high, base_low, base_high)  # (sub-ms intervals printed apart)
             lines += [
-                f"  measured step time    {self.measured_step_time_s * 1e3:10.2f} ms "
-                f"[{low * 1e3:.2f}, {high * 1e3:.2f}] (median of {self.measure_steps} steps on "
-                "the cluster's devices, 95% interval)",
-                f"  measured single-device{self.measured_baseline_step_time_s * 1e3:10.2f} ms "
-                f"[{base_low * 1e3:.2f}, {base_high * 1e3:.2f}] "
+                f"  measured step time    {self.measured_step_time_s * 1e3:10.{d}f} ms "
+                f"[{low * 1e3:.{d}f}, {high * 1e3:.{d}f}] (median of {self.measure_steps} "
+                "steps on the cluster's devices, 95% interval)",
+                f"  measured single-device{self.measured_baseline_step_time_s * 1e3:10.{d}f} ms "
+                f"[{base_low * 1e3:.{d}f}, {base_high * 1e3:.{d}f}] "
                 f"(measured speedup {self.measured_speedup:.2f}x"
                 # Distinguishable only where the intervals do not overlap (README).
                 + ("; the intervals overlap: a tie, within noise)"
@@ -416,15 +418,17 @@ class PlacementReport:
             if again:
                 rows = rows + [dict(row, name=f"{row['name']} (again)", applied=False)
                                for row in again]
+            d = ms_decimals(*(row[k] for row in rows
+                              for k in ("measured_s", "measured_low_s", "measured_high_s")))
             for row in rows:
                 mark = "applied" if row["applied"] else ""
                 at_speed = row["predicted_at_run_speed_s"]
                 lines.append(
                     f"    {row['name']:<36} {row['predicted_s'] * 1e3:9.2f} ms / "
                     + (f"{at_speed * 1e3:8.2f} ms / " if at_speed is not None else "       - / ")
-                    + f"{row['measured_s'] * 1e3:8.2f} ms [{row['measured_low_s'] * 1e3:.2f}, "
-                    f"{row['measured_high_s'] * 1e3:.2f}]  {row['devices_used']} device(s), "
-                    f"{row['crossing']} tensors cross  {mark}")
+                    + f"{row['measured_s'] * 1e3:8.{d}f} ms [{row['measured_low_s'] * 1e3:.{d}f}"
+                    f", {row['measured_high_s'] * 1e3:.{d}f}]  {row['devices_used']} "
+                    f"device(s), {row['crossing']} tensors cross  {mark}")
             if scale is not None:
                 lines.append(f"    this run's speed: the single-device step measured {scale:.2f}x "
                              "its prediction; every prediction scaled alike is the second figure")

@@ -324,6 +324,11 @@ def place_graph(graph, options: PlaceOptions) -> PlacementReport:
         report = measure(report, workload, steps=int(measure_steps), seed=int(seed),
                          config=on_cluster(cluster))
         timings["measure"] = time.perf_counter() - t
+        if report.verification is not None:  # two measurements of one placement: whose?
+            report = dataclasses.replace(report, notes=report.notes + (
+                "the measured step times are measure_steps' own sessions, run after "
+                "verification's; the verification table's are from its sessions, and "
+                "sessions of one placement can differ by more than their intervals",))
 
     t = time.perf_counter()  # last: any error above leaves a tf.Graph as it was
     placed_graph_def = None
