@@ -302,7 +302,10 @@ def test_the_users_own_placement_is_kept_unless_a_split_is_confirmed_faster_than
     slow_own = _result(**{ANNOTATED: (7.0, 6.8, 7.2), SINGLE: (6.0, 5.9, 6.1),
                           "auto": (4.0, 3.9, 4.1)})
     assert kept([SPLIT, OWN, ONE], slow_own) == SINGLE
-    assert decide([OWN, ONE], slow_own).applied == SINGLE
+    replaced = decide([OWN, ONE], slow_own)
+    assert replaced.applied == SINGLE and replaced.reason.endswith(  # said, not left to guess
+        f"the graph's own placement ({ANNOTATED!r}) measured 7000.00 ms [6800.00, 7200.00], "
+        "slower than the single device beyond noise, so it is replaced")
     with pytest.raises(ConfigError, match=f"only a candidate other than the {ANNOTATED}"):
         confirm(decide([OWN, ONE], _result(**{ANNOTATED: (5.0, 4.9, 5.1), SINGLE: (6.0, 5.9,
                                                                               6.1)})),

@@ -190,6 +190,10 @@ def decide(candidates, measured: ProtocolResult) -> Decision:
             reason = (f"{leader.name} measured {times[leader.name].describe()} against the "
                       f"single-device {single.describe()}: not faster beyond noise, so the "
                       "simpler single-device placement is applied")
+        if own is not None:  # (kept above unless the single device measured faster)
+            reason += (f"; the graph's own placement ({ANNOTATED!r}) measured "
+                       f"{times[own.name].describe()}, slower than the single device beyond "
+                       "noise, so it is replaced")
     else:
         reason = (f"{applied.name} measured {times[applied.name].describe()}, faster than the "
                   f"single-device {single.describe()} beyond noise")
