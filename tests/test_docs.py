@@ -17,8 +17,11 @@ MARKER = re.compile(r"^(<{7} |>{7} |={7}$)", re.MULTILINE)
 
 def _text_files(root):
     for path, dirs, files in os.walk(root):
+        # (not a virtualenv made in the checkout, as the README's fresh-clone commands make
+        # one: other projects' files, some with these markers in their text)
         dirs[:] = [d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS
-                   and not d.endswith(".egg-info")]
+                   and not d.endswith(".egg-info")
+                   and not os.path.exists(os.path.join(path, d, "pyvenv.cfg"))]
         for name in files:
             if name.endswith(TEXT):
                 yield os.path.join(path, name)
