@@ -17,9 +17,11 @@ Facts this module relies on (checked on TF 2.21):
   depends on where the op is on the timeline; such a time is taken as 0.
 - Every ``Placeholder`` becomes a feed of the item, and ``GetOpProperties`` (static inference with
   ``assume_valid_feeds=False``) forgets the shape of fed tensors: a ``[8, 16]`` placeholder
-  comes back with an unknown first dimension. For shape inference we therefore stand in an
-  ``Empty`` op of the placeholder's static shape (not a feed, value unknown) for each
-  placeholder whose shape is fully known.
+  comes back with an unknown first dimension, and a ``[None, 224, 224, 3]`` one with every
+  dimension unknown. For shape inference we therefore stand in an ``Empty`` op of the
+  placeholder's static shape (not a feed, value unknown) for each placeholder of known rank:
+  where a dimension is unknown, its shape input packs a scalar of unknown value with the known
+  sizes, and inference keeps those (``[?, 224, 224, 3]``).
 - The item also allocates a made-up value of its static shape for every ``Placeholder`` it feeds
   (``GrapplerItemFromMetaGraphDef``): a ``[10**9, 4096]`` float placeholder is a 16 TB
   allocation, and the process dies with a segfault (1.6 GB for ``[10**5, 4096]``). Costing
