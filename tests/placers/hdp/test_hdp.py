@@ -278,11 +278,11 @@ def test_the_policy_runs_inside_a_users_graph_without_touching_it():
 
 
 @pytest.mark.parametrize("field, value, message", [
-    ("max_samples", 0, "max_samples must be None or an int > 0, got 0"),
-    ("num_groups", 1.5, "num_groups must be an int > 0, got 1.5"),
+    ("max_samples", 0, "max_samples must be None or an int >= 1, got 0"),
+    ("num_groups", 1.5, "num_groups must be an int >= 1, got 1.5"),
     ("budget_s", -1, "budget_s must be a number > 0, got -1"),
     ("baseline_decay", 1.0, "baseline_decay must be a finite number >= 0 and < 1, got 1.0"),
-    ("hidden", 0, "hidden must be an int > 0, got 0"),
+    ("hidden", 0, "hidden must be an int >= 1, got 0"),
     ("grad_clip", 0, "grad_clip must be None or a finite number > 0, got 0"),
 ])
 def test_config_errors_repeat_the_value(field, value, message):

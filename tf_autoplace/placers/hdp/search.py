@@ -76,7 +76,7 @@ import tensorflow as tf
 
 from tf_autoplace.core.problem import PlacementProblem
 from tf_autoplace.core.registry import HEURISTICS
-from tf_autoplace.core.settings import (check_directory, check_names, check_number,
+from tf_autoplace.core.settings import (check_directory, check_int, check_names, check_number,
                                         check_seconds, plain_numbers)
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.learning.adam import KerasAdam
@@ -85,14 +85,6 @@ from tf_autoplace.learning.workers import check_ray_address
 from tf_autoplace.outputs.progress import QUIET, Progress
 from tf_autoplace.placers.hdp.policy import HDPPolicy
 from tf_autoplace.placers.hdp.view import HDPView, build_view
-
-
-def _positive_int(name: str, value, *, allow_none: bool = False) -> None:
-    if allow_none and value is None:
-        return
-    if not (isinstance(value, int) and not isinstance(value, bool) and value > 0):
-        raise ConfigError(f"{name} must be {'None or ' if allow_none else ''}an int > 0, "
-                          f"got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,23 +160,23 @@ class HDPConfig:
         plain_numbers(self)
         check_seconds("budget_s", self.budget_s)
         check_names("heuristics", self.heuristics, sorted(HEURISTICS), "heuristics")
-        _positive_int("max_samples", self.max_samples, allow_none=True)
-        _positive_int("num_groups", self.num_groups)
-        _positive_int("samples_per_update", self.samples_per_update)
-        _positive_int("workers", self.workers)
+        check_int("max_samples", self.max_samples, low=1, none_ok=True)
+        check_int("num_groups", self.num_groups, low=1)
+        check_int("samples_per_update", self.samples_per_update, low=1)
+        check_int("workers", self.workers, low=1)
         check_ray_address(self.ray_address)
         check_number("learning_rate", self.learning_rate, low=0, low_ok=False, none_ok=True)
         if self.start not in STARTS:
             raise ConfigError(f"start must be one of {STARTS}, got {self.start!r}")
         check_number("start_sharpness", self.start_sharpness, low=0, low_ok=False)
-        _positive_int("start_steps", self.start_steps)
+        check_int("start_steps", self.start_steps, low=1)
         check_number("start_noise", self.start_noise, low=0, high=1, high_ok=False)
         check_number("baseline_decay", self.baseline_decay, low=0, high=1, high_ok=False)
         check_number("entropy", self.entropy, low=0)
         check_number("grad_clip", self.grad_clip, low=0, low_ok=False, none_ok=True)
         check_number("memory_penalty", self.memory_penalty, low=0)
         for name in POLICY_WIDTHS:
-            _positive_int(name, getattr(self, name))
+            check_int(name, getattr(self, name), low=1)
         check_directory("policy_dir", self.policy_dir)
 
     @property
