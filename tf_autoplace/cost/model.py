@@ -148,6 +148,7 @@ class AnalyticalCostModel(CostModel):
         self._meta_graph = meta_graph
         self._tensor_properties = tensor_properties
         self._unknown_dim = int(unknown_dim)
+        self._costed = None  # the properties measure_costs reads (grappler.costing_properties)
         self._cache: dict[tuple, dict[str, float]] = {}
         self.num_fallback_ops = 0
 
@@ -160,10 +161,11 @@ class AnalyticalCostModel(CostModel):
                 device.kind, num_cores=device.num_cores, frequency_mhz=device.frequency_mhz,
                 memory_bandwidth_gbps=device.memory_bandwidth_gbps,
                 architecture=device.architecture)  # no memory_size: we judge memory ourselves
-            if self._tensor_properties is None:  # once for every kind of device
-                self._tensor_properties = grappler.output_properties(self._meta_graph)
+            if self._costed is None:  # once for every kind of device
+                self._costed = grappler.costing_properties(
+                    self._meta_graph, self._unknown_dim, self._tensor_properties)
             self._cache[key] = grappler.measure_costs(
-                self._meta_graph, device.kind, props, tensor_properties=self._tensor_properties,
+                self._meta_graph, device.kind, props, tensor_properties=self._costed,
                 unknown_dim=self._unknown_dim)
         return self._cache[key]
 

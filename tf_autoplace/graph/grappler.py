@@ -259,6 +259,20 @@ def device_properties(kind: str, *, num_cores: int, frequency_mhz: int,
     return props
 
 
+def costing_properties(meta_graph: meta_graph_pb2.MetaGraphDef, unknown_dim: int = 1,
+                       tensor_properties: dict | None = None) -> dict[str, list[bytes]]:
+    """:func:`output_properties` of ``meta_graph`` as :func:`measure_costs` costs it: with each
+    unknown dimension of a placeholder ``unknown_dim`` long. What follows such a placeholder
+    (a gradient's ``Shape``, the sizes a ``Conv2DBackpropInput`` reads) has values only then,
+    and costs nothing without them. ``tensor_properties``: ingestion's output properties,
+    returned as they are where no placeholder's shape is partly known (the same, inferred
+    once); else inferred again."""
+    if tensor_properties is not None and not _partly_known_placeholder(meta_graph.graph_def):
+        return tensor_properties
+    return output_properties_of(_item_bytes(
+        _unfeed_static_placeholders(meta_graph, unknown_dim=unknown_dim)))
+
+
 def measure_costs(meta_graph: meta_graph_pb2.MetaGraphDef, kind: str,
                   props: device_properties_pb2.DeviceProperties, *,
                   tensor_properties: dict | None = None, distinct: bool = True,
@@ -269,11 +283,9 @@ def measure_costs(meta_graph: meta_graph_pb2.MetaGraphDef, kind: str,
       meta_graph: the graph (not modified).
       kind: ``"GPU"`` or ``"CPU"``, the kind of ``props``.
       props: the device, as :func:`device_properties` makes it.
-      tensor_properties: :func:`output_properties` of ``meta_graph``, if the caller has them
-        (ingestion does); else they are inferred here. Where a placeholder's shape is partly
-        known they are inferred again with its unknown dimensions ``unknown_dim`` long: what
-        follows it (a gradient's ``Shape``, the sizes a ``Conv2DBackpropInput`` reads) has
-        values only then, and costs nothing without them.
+      tensor_properties: :func:`costing_properties` of ``meta_graph`` and ``unknown_dim``, if
+        the caller has them (a cost model costing several kinds of device does); else they
+        are inferred here.
       distinct: cost one node per distinct context (module docstring), unless the graph has
         v1 control flow; False costs the whole graph, the reference the distinct path is
         tested against.
@@ -290,10 +302,8 @@ def measure_costs(meta_graph: meta_graph_pb2.MetaGraphDef, kind: str,
     mg = _unfeed_static_placeholders(meta_graph, unknown_dim=unknown_dim)
     representative = None
     if distinct and not any(node.op in V1_CONTROL_FLOW for node in mg.graph_def.node):
-        if tensor_properties is None or _partly_known_placeholder(meta_graph.graph_def):
-            concrete = meta_graph_pb2.MetaGraphDef()
-            concrete.CopyFrom(mg)  # (the shapes costed: unknown dimensions unknown_dim long)
-            tensor_properties = output_properties_of(_item_bytes(concrete))
+        if tensor_properties is None:
+            tensor_properties = costing_properties(meta_graph, unknown_dim)
         costed, representative = _distinct_ops(mg, tensor_properties)
     else:
         costed = mg
