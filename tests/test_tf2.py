@@ -82,6 +82,7 @@ def test_a_placed_function_is_called_and_differentiated_as_the_original(child):
     assert r["tensor_default_equal"]  # a tensor parameter left out: the tf.function's default
     assert r["keyword_default_equal"]  # a keyword-only one left out (was a ConfigError)
     assert r["unused_argument_equal"]  # an argument the function does not read
+    assert r["numpy_strings_equal"] == [True] * 4  # NumPy's string arrays are tf.string
     # Another shape than the trace takes: refused (TF ran the traced shapes, without a word).
     loss_rows, nested_b, signature = r["other_shapes"]
     assert loss_rows[0] == "ConfigError" and "argument 'x' was traced as [4, 5] " \

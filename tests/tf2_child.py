@@ -274,6 +274,14 @@ def check_calls_and_gradients_as_the_original():
         except tf_autoplace.AutoplaceError as e:
             tensor_for_constant.append([type(e).__name__, str(e)])
 
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def exclaim(words):
+        return tf.strings.join([words, "!"])
+
+    placed_exclaim, _ = tf2.autoplace_function(exclaim, cluster=CPU2, placer="random")
+    words = (np.array([b"a", b"bc"]), np.array(["a", "bc"]),  # bytes_ and str_ arrays
+             np.array([b"a", b"bc"], dtype=object), tf.constant([b"a", b"bc"]))
+
     @tf.function(input_signature=[tf.TensorSpec([None, 5], tf.float32)])
     def rows(x):
         return tf.reduce_sum(x, 0) / tf.cast(tf.shape(x)[0], tf.float32)
@@ -328,6 +336,8 @@ def check_calls_and_gradients_as_the_original():
         "tensor_default_equal": bool(np.allclose(placed_default(x), tensor_default(x))),
         "keyword_default_equal": bool(np.allclose(placed_keyword_default(x),
                                                   keyword_default(x))),
+        "numpy_strings_equal": [placed_exclaim(w).numpy().tolist() == [b"a!", b"bc!"]
+                                for w in words],
         "unused_argument_equal": bool(np.allclose(placed_ignores(x, tf.zeros([4])), x * 2.0)),
         "missing_notes": [[n for n in r.notes if "this process has no device" in n]
                           for r in (report, on_gpus)],

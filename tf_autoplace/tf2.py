@@ -500,9 +500,13 @@ def _as_traced(value, traced, name: str, function: str):
 
 def _refuse_numpy_of_another_dtype(value, traced: tf.TensorSpec, what: str) -> None:
     """ConfigError if ``value`` is a NumPy array or scalar of another dtype than ``traced``'s
-    (:func:`_tensor_of_dtype` says why; TF's own binding would cast it without a word)."""
+    (:func:`_tensor_of_dtype` says why; TF's own binding would cast it without a word). For a
+    traced ``tf.string``, NumPy's bytes and str arrays are that dtype."""
     dtype = traced.dtype
-    if isinstance(value, (np.ndarray, np.generic)) and value.dtype != dtype.as_numpy_dtype:
+    if isinstance(value, (np.ndarray, np.generic)) and value.dtype != dtype.as_numpy_dtype \
+            and not (dtype == tf.string and value.dtype.kind in "SU"):
+        # (NumPy holds strings as bytes_ or str_ arrays, which TF converts to tf.string
+        # without tracing again; tf.string's own NumPy dtype is object.)
         raise ConfigError(
             f"{what} was traced as {_spec_text(traced)}, and this call gives a NumPy "
             f"{value.dtype.name} value: the placed graph takes the traced dtype (TF would trace "
