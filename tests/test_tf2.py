@@ -173,3 +173,10 @@ def test_unsupported_functions_are_clear_errors(child, case, error, message):
     assert got[case] is not None, f"{case} did not raise"
     assert got[case][0] == error and message in got[case][1]
     assert len(got[case][1]) < 800, got[case][1]  # no tensor's values repeated at length
+
+
+def test_a_profiled_split_is_told_to_time_the_function_not_to_profile_it_again(child):
+    r = _result(child, "profiled_split")
+    assert r["devices"] == 2
+    (note,) = r["unchecked"]
+    assert "time the placed function by calling it" in note and "cost profile" not in note

@@ -644,7 +644,36 @@ def main():
                 ("dataset_loop", check_dataset_loop_note),
                 ("two_device_variables", check_control_flow_over_variables_on_two_devices),
                 ("optional_from_iterator", check_an_optional_read_from_an_iterator_argument),
+                ("profiled_split", check_a_profiled_split_gets_a_functions_advice),
                 ("errors", errors)])
+
+
+def check_a_profiled_split_gets_a_functions_advice():
+    """A split over this process's CPUs from a profile that no run checked: the note's advice
+    is a function's, without the cost profile it was placed with."""
+    from google.protobuf import text_format
+
+    from tf_autoplace.hw.profiler import profile_ops
+    from tf_autoplace.hw.runner import RunConfig
+    from tf_autoplace.hw.workload import Workload
+
+    w = tf.Variable(tf.ones((16, 16)))
+
+    @tf.function(input_signature=[tf.TensorSpec([8, 16], tf.float32)])
+    def step(x):
+        return tf.reduce_sum(tf.nn.relu(tf.matmul(tf.nn.relu(tf.matmul(x, w)), w)))
+
+    x = tf.ones((8, 16))
+    profile = profile_ops(Workload.from_function(step, x), kinds=("CPU",), partners=False,
+                          config=RunConfig(steps=1, warmup_steps=1, trace_steps=2))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = f"{tmp}/step.pbtxt"
+        with open(path, "w") as f:
+            f.write(text_format.MessageToString(profile))
+        placed = tf_autoplace.autoplace(step, cluster="local", placer="random",
+                                        cost_profile=path, progress=False)
+    return {"devices": len(set(placed.report.assignment.values())),
+            "unchecked": [n for n in placed.report.notes if "no run has checked" in n]}
 
 
 if __name__ == "__main__":

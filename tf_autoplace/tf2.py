@@ -849,9 +849,10 @@ def place_function(fn, args, kwargs, options: PlaceOptions, *, runs_here: bool =
     if options.cost_profile is not None:  # measured times; what it lacks is estimated
         base = ProfileCostModel.from_file(options.cost_profile, fallback=estimated)
     pinned = PinnedCostModel(base, pins)
-    advice = options.trust_advice or ("for figures to trust, time the placed function by "
-                                      "calling it, or place it with a cost profile "
-                                      "(tf-autoplace profile)")
+    advice = options.trust_advice or (
+        "for figures to trust, time the placed function by calling it"
+        + ("" if options.cost_profile is not None
+           else ", or place it with a cost profile (tf-autoplace profile)"))
     report = place_graph(to_place, options.replace(cluster=cluster, cost_model=pinned,
                                                    cost_profile=None, trust_advice=advice))
     placed_def = apply_to_graph_def(graph_def, report.assignment)

@@ -311,14 +311,28 @@ def test_another_graphs_profile_is_refused_and_a_partial_one_does_not_calibrate(
     # measured, still scales the GPU times.
     runs = ('run { device_kind: "GPU" step_time_us: 250 }\n'
             'run { device_kind: "CPU" step_time_us: 1500 }')
-    text = PROFILE.replace('op { name: "mm"   device_kind: "CPU" compute_time_us: 900 }', "")
+    own = PROFILE.replace('op { name: "not_in_this_graph" device_kind: "GPU" compute_time_us: 1 }',
+                          "")  # this graph's ops only
+    text = own.replace('op { name: "mm"   device_kind: "CPU" compute_time_us: 900 }', "")
     partial = ProfileCostModel.from_text(text + runs, fallback=fallback)
     partial.op_time(_graph(), _cluster())
     assert partial.num_unprofiled_ops == 1
     assert partial.measured_steps() == {"GPU": pytest.approx(250e-6)}
-    whole = ProfileCostModel.from_text(PROFILE + runs)
+    whole = ProfileCostModel.from_text(own + runs)
     whole.op_time(_graph(), _cluster())
     assert whole.measured_steps() == {"GPU": pytest.approx(250e-6), "CPU": pytest.approx(1.5e-3)}
+    # A larger graph's profile: its GPU run also ran an op this graph lacks, so its measured
+    # step is that graph's and scales nothing here (it set a smaller graph's step to the
+    # larger one's); an extra op that did not run in the step takes nothing from it.
+    larger = ProfileCostModel.from_text(PROFILE + runs)
+    larger.op_time(_graph(), _cluster())
+    assert larger.unused_ran == {"GPU": 1} and larger.num_unused_ran == 1
+    assert larger.measured_steps() == {"CPU": pytest.approx(1.5e-3)}
+    idle = ProfileCostModel.from_text(
+        own + runs + 'op { name: "init" device_kind: "GPU" did_not_run: true }')
+    idle.op_time(_graph(), _cluster())
+    assert idle.num_unused == 1 and idle.num_unused_ran == 0
+    assert idle.measured_steps() == whole.measured_steps()
 
 
 def test_a_measured_time_is_not_divided_by_a_specs_absolute_speed():

@@ -109,7 +109,7 @@ def test_the_notes_say_which_kinds_a_partial_profile_leaves_unscaled():
 
     profile = types.SimpleNamespace(num_unprofiled_ops=202, unprofiled_kinds=["GPU"],
                                     unprofiled_counts={"GPU": 202},
-                                    profiled_kinds=("CPU",), profiled_steps=True, num_unused=0,
+                                    profiled_kinds=("CPU",), profiled_steps=True, num_unused_ran=0,
                                     retyped=[])
     note, mixed = profile_notes(profile, "profile.pbtxt")
     assert note.endswith("so the GPU op times are not scaled to a measured step"), note
@@ -132,7 +132,7 @@ def test_the_notes_warn_of_cpu_estimates_and_name_ops_of_another_type():
 
     profile = types.SimpleNamespace(num_unprofiled_ops=147, unprofiled_kinds=["CPU"],
                                     unprofiled_counts={"CPU": 147},
-                                    profiled_kinds=("CPU",), profiled_steps=False, num_unused=0,
+                                    profiled_kinds=("CPU",), profiled_steps=False, num_unused_ran=0,
                                     retyped=[("mm", "MatMul", "BatchMatMulV2")])
     estimated, retyped = profile_notes(profile, "profile.pbtxt")
     assert "can be an order of magnitude or more from a real step" in estimated, estimated
@@ -149,9 +149,26 @@ def test_the_note_counts_the_ops_a_profile_lacks_per_device_kind():
 
     profile = types.SimpleNamespace(num_unprofiled_ops=257, unprofiled_kinds=("CPU", "GPU"),
                                     unprofiled_counts={"CPU": 128, "GPU": 257},
-                                    profiled_kinds=("CPU",), profiled_steps=False, num_unused=0,
+                                    profiled_kinds=("CPU",), profiled_steps=False, num_unused_ran=0,
                                     retyped=[])
     note = profile_notes(profile, "half.pbtxt")[0]
     assert note.startswith("ops without a time in the cost profile 'half.pbtxt' on this "
                            "cluster's devices: 128 on CPU, 257 on GPU; their times there are "
                            "Grappler's analytical estimates"), note
+
+
+def test_the_notes_say_a_larger_graphs_profile_does_not_calibrate():
+    # A profile of this graph plus one layer set this graph's predicted step to the larger
+    # graph's measured step, "calibrated".
+    import types
+
+    from tf_autoplace.pipeline.engine import profile_notes
+
+    profile = types.SimpleNamespace(num_unprofiled_ops=0, unprofiled_kinds=[],
+                                    unprofiled_counts={}, profiled_kinds=("CPU",),
+                                    profiled_steps={"CPU": 1e-3}, num_unused_ran=13,
+                                    unused_ran={"CPU": 13}, retyped=[])
+    (note,) = profile_notes(profile, "profile.pbtxt")
+    assert note == ("13 ops of the cost profile are not in this graph and were ignored; 13 of "
+                    "them ran in the profiled CPU step, so that run's measured step is another "
+                    "(larger) graph's, and this graph's CPU op times are not scaled to it")

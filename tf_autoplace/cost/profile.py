@@ -31,8 +31,11 @@ anyway). A needed pair missing from the profile is
 
 Op names in the profile that are not in the graph are ignored (a profile of a larger graph, or
 of a run with extra ops, is fine); ``num_unused`` counts them. When they are most of the
-profile's ops it is another graph's profile, a ConfigError. A pair listed twice is an error:
-merge repeated measurements (e.g. take their median) before writing the profile. A profile
+profile's ops it is another graph's profile, a ConfigError. Those that ran in the profiled
+step (a time above 0 on a kind: ``unused_ran`` counts them per kind) make that kind's
+measured step a larger graph's, which does not calibrate this one (``measured_steps``). A
+pair listed twice is an error: merge repeated measurements (e.g. take their median) before
+writing the profile. A profile
 whose times for the graph's ops on the cluster's kinds are all 0 (or did_not_run) measured
 nothing, a broken profile (a converter that lost the times): a ConfigError too, since every
 placement of it would simulate a step of 0.
@@ -200,6 +203,8 @@ class ProfileCostModel(CostModel):
         self.unprofiled_kinds: tuple[str, ...] = ()  # the kinds those ops lacked a time on
         self.unprofiled_counts: dict[str, int] = {}  # ... and how many lacked one on each
         self.num_unused = 0
+        self.unused_ran: dict[str, int] = {}  # kind -> ops not in the graph timed on it
+        self.num_unused_ran = 0  # ops not in the graph timed above 0 on some kind
         self.retyped: list[tuple[str, str, str]] = []  # (op, type in the profile, type here)
 
     # ------------------------------------------------------------------------- constructors
@@ -348,11 +353,13 @@ class ProfileCostModel(CostModel):
 
     def measured_steps(self) -> dict[str, float]:
         """The profiled runs' untraced single-device steps by device kind, for the kinds on
-        which the last op times made timed every op from the profile: where some ops of a kind
-        have estimated times, those are not the run's, so its step does not calibrate them
-        (a CPU profile still calibrates the CPUs of a cluster whose GPUs it did not time)."""
+        which the last op times made timed every op from the profile and the profile timed no
+        op this graph lacks: where some ops of a kind have estimated times, those are not the
+        run's, so its step does not calibrate them (a CPU profile still calibrates the CPUs of
+        a cluster whose GPUs it did not time); where the run also ran other ops (a larger
+        graph's profile), its step is not this graph's."""
         return {kind: step for kind, step in self.profiled_steps.items()
-                if kind not in self.unprofiled_kinds}
+                if kind not in self.unprofiled_kinds and kind not in self.unused_ran}
 
     @property
     def profiled_kinds(self) -> tuple[str, ...]:
@@ -411,6 +418,10 @@ class ProfileCostModel(CostModel):
                     table[k][i] = t
         unused = set(self._times) - set(graph.names)
         self.num_unused = len(unused)
+        ran = [k for name in unused for k, t in self._times[name].items() if t > 0]
+        self.unused_ran = {k: ran.count(k) for k in sorted(set(ran))}
+        self.num_unused_ran = sum(any(t > 0 for t in self._times[name].values())
+                                  for name in unused)
         covered = len(self._times) - self.num_unused
         if self.num_unused > covered:  # most of what it timed is not here
             inside = _inside_calls(graph, unused)

@@ -139,9 +139,14 @@ def profile_notes(profile: ProfileCostModel, path) -> list[str]:
         notes.append(f"{len(profile.retyped)} ops have another type in the cost profile than "
                      f"in this graph ({shown}{' ...' if len(profile.retyped) > 3 else ''}); "
                      "their profiled times are another kernel's")
-    if profile.num_unused:
-        notes.append(f"{profile.num_unused} ops of the cost profile are not in this graph "
-                     "and were ignored")
+    if profile.num_unused_ran:  # (ops that did not run in the profiled step do not count)
+        larger = [k for k in profile.unused_ran if k in profile.profiled_steps]
+        notes.append(f"{profile.num_unused_ran} ops of the cost profile are not in this graph "
+                     "and were ignored"
+                     + (f"; {sum(profile.unused_ran[k] for k in larger)} of them ran in the "
+                        f"profiled {'/'.join(larger)} step, so that run's measured step is "
+                        f"another (larger) graph's, and this graph's {'/'.join(larger)} op "
+                        "times are not scaled to it" if larger else ""))
     return notes
 
 
