@@ -109,7 +109,8 @@ def test_the_notes_say_which_kinds_a_partial_profile_leaves_unscaled():
 
     profile = types.SimpleNamespace(num_unprofiled_ops=202, unprofiled_kinds=["GPU"],
                                     unprofiled_counts={"GPU": 202},
-                                    profiled_kinds=("CPU",), profiled_steps=True, num_unused_ran=0,
+                                    profiled_kinds=("CPU",), profiled_steps={"CPU": 1e-3},
+                                    num_unused_ran=0,
                                     retyped=[])
     note, mixed = profile_notes(profile, "profile.pbtxt")
     assert note.endswith("so the GPU op times are not scaled to a measured step"), note
@@ -132,9 +133,12 @@ def test_the_notes_warn_of_cpu_estimates_and_name_ops_of_another_type():
 
     profile = types.SimpleNamespace(num_unprofiled_ops=147, unprofiled_kinds=["CPU"],
                                     unprofiled_counts={"CPU": 147},
-                                    profiled_kinds=("CPU",), profiled_steps=False, num_unused_ran=0,
+                                    profiled_kinds=("CPU",), profiled_steps={}, num_unused_ran=0,
                                     retyped=[("mm", "MatMul", "BatchMatMulV2")])
-    estimated, retyped = profile_notes(profile, "profile.pbtxt")
+    estimated, unscaled, retyped = profile_notes(profile, "profile.pbtxt")
+    # A profile without a run (written by hand, converted from another tool): said, not silent.
+    assert unscaled.startswith("the cost profile has no measured step (run) on CPU: its CPU op "
+                               "times are their spans in traced steps, not scaled"), unscaled
     assert "can be an order of magnitude or more from a real step" in estimated, estimated
     assert retyped.startswith("1 ops have another type in the cost profile than in this graph "
                               "('mm' (MatMul in the profile, BatchMatMulV2 here))"), retyped
@@ -149,7 +153,7 @@ def test_the_note_counts_the_ops_a_profile_lacks_per_device_kind():
 
     profile = types.SimpleNamespace(num_unprofiled_ops=257, unprofiled_kinds=("CPU", "GPU"),
                                     unprofiled_counts={"CPU": 128, "GPU": 257},
-                                    profiled_kinds=("CPU",), profiled_steps=False, num_unused_ran=0,
+                                    profiled_kinds=("CPU",), profiled_steps={}, num_unused_ran=0,
                                     retyped=[])
     note = profile_notes(profile, "half.pbtxt")[0]
     assert note.startswith("ops without a time in the cost profile 'half.pbtxt' on this "
