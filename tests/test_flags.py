@@ -506,7 +506,7 @@ def _unknown_batch_graph(batch=None):
 
 
 @pytest.mark.parametrize("by_default", [False, True])
-def test_verify_on_a_graph_only_the_program_can_feed(hook, monkeypatch, by_default):
+def test_verify_on_a_graph_only_the_program_can_feed(hook, monkeypatch, by_default, caplog):
     # Asked for, the error says what a binary can do (no flag reaches measure_feeds); on by
     # default, the graph keeps TensorFlow's placement and the binary trains on (README).
     hook(placer="m_etf", cluster="cpu2", verify=15, verify_by_default=by_default)
@@ -526,6 +526,12 @@ def test_verify_on_a_graph_only_the_program_can_feed(hook, monkeypatch, by_defau
         sess.run(init)
         assert sess.run(loss, feed) > 0 and sess.run(train, feed) is None
     assert _op_devices(graph) == before
+    # The warning's advice is a binary's: it named --feed_shape, a flag binaries lack.
+    (warning,) = [r.getMessage() for r in caplog.records
+                  if "could not run the graph on its own" in r.getMessage()]
+    assert "placeholder 'x' has no fully known static shape" in warning
+    assert "--feed_shape" not in warning and "measure_feeds" not in warning, warning
+    assert "Give the placeholder a static shape, or set --autoplace_verify=0" in warning
 
 
 @pytest.mark.parametrize("by_default", [False, True])

@@ -630,16 +630,21 @@ def _place_graph(session, settings: AutoplaceSettings) -> None:
         try:
             report = engine.place_graph(graph, options.replace(cluster=cluster))
         except (MeasurementError, InputValueError) as e:
+            # An input without a value: the engine's advice (measure_feeds, --feed_shape) is
+            # autoplace()'s and the tf-autoplace command's, no flag of a training binary's.
+            fed = isinstance(e, InputValueError)
+            why = str(e).split("; ")[0] if fed else str(e)
             if not settings.verify_by_default:
-                if isinstance(e, InputValueError):  # measure_feeds is autoplace()'s, no flag's
+                if fed:
                     raise ConfigError(
-                        f"--autoplace_verify cannot step the graph on its own: "
-                        f"{str(e).split('; ')[0]}; give the placeholder a static "
-                        "shape, or set --autoplace_verify=0 to place without measuring") from e
+                        f"--autoplace_verify cannot step the graph on its own: {why}; give the "
+                        "placeholder a static shape, or set --autoplace_verify=0 to place "
+                        "without measuring") from e
                 raise
             logging.warning("autoplace: verification could not run the graph on its own (%s); "
-                            "the graph keeps TensorFlow's default placement. Set "
-                            "--autoplace_verify=0 to place without measuring", e)
+                            "the graph keeps TensorFlow's default placement. %s "
+                            "--autoplace_verify=0 to place without measuring", why,
+                            "Give the placeholder a static shape, or set" if fed else "Set")
             _placed[graph] = None
             return
         placer = options.placer
