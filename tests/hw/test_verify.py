@@ -56,7 +56,11 @@ def test_the_report_shows_every_candidate_measured_beside_its_prediction(verifie
     text = str(report)
     assert "verified by running each candidate" in text
     assert report.verification.decision.reason in text
-    assert any(n.startswith("verified on this machine: applied") for n in report.notes)
+    (note,) = [n for n in report.notes if n.startswith("verified on this machine: applied")]
+    # Another candidate applied: the placer's own notes describe what was replaced, said so.
+    applied = report.verification.decision.applied
+    assert (f"applied {applied} in place of the random placement the notes above describe"
+            in note) == (applied != "random"), note
     proto = report.to_proto()
     assert [c.name for c in proto.verified] == [c.name for c in report.verification.candidates]
     assert sum(c.applied for c in proto.verified) == 1

@@ -693,7 +693,12 @@ def _verify(report: PlacementReport, problem: PlacementProblem, workload: Worklo
     applied = next(c for c in candidates if c.name == verification.decision.applied)
     where = (f"the TensorFlow cluster at {cluster.target}" if cluster.target
              else "this machine")
-    note = f"verified on {where}: applied {applied.name}: {verification.decision.reason}"
+    # Where another candidate than the placer's wins, the placer's notes above describe a
+    # placement that is not applied ("applied the saved placement ..."): say it was replaced.
+    instead = ("" if applied.assignment == report.assignment
+               else f" in place of the {report.placer} placement the notes above describe")
+    note = (f"verified on {where}: applied {applied.name}{instead}: "
+            f"{verification.decision.reason}")
     # The applied placement and the single device were measured under the protocol: the
     # report's measured figures are theirs (the first set of sessions, where every candidate
     # ran), as measure_steps would give them.
