@@ -107,6 +107,23 @@ def test_the_default_placers_curve_ends_at_its_step_and_never_rises():
     assert best[-1] == pytest.approx(problem.simulator.makespan(devices))
 
 
+def test_autos_post_start_reports_into_autos_own_phase():
+    # auto's Post start reported nothing: its anytime curve stayed at the best heuristic's
+    # step until the local search began (on Inception-V3 k80x2 for 2 s, past Post's 651 ms).
+    from tf_autoplace.placers.auto.placer import AutoConfig
+    from tf_autoplace.placers.post.search import PostConfig
+
+    problem = problems.random_problem(300, 0, num_gpus=2)
+    assert problem.graph.colocation.max() + 1 >= 256  # (auto runs learned starts from 256)
+    recorder = Recorder()
+    config = AutoConfig(max_samples=400, learned=("post",),
+                        post=PostConfig(max_samples=64, batch=16, ce_period=32))
+    AutoPlacer(config=config).place(problem, seed=0, progress=recorder)
+    assert not [c for c in recorder.calls if c[:2] == ("start", "post: search")]
+    starts = recorder.phase_updates("auto: starting placements")
+    assert [done for done, _ in starts][:5] == [0, 16, 32, 48, 64], starts
+
+
 @pytest.mark.slow
 def test_placeto_reports_its_fine_tuning():
     recorder = Recorder()

@@ -62,6 +62,7 @@ from tf_autoplace.learning.learned import time_cap_note
 from tf_autoplace.learning.measured import MeasuredEvaluator, check_reward
 from tf_autoplace.learning.rollouts import Evaluator, available_cpus
 from tf_autoplace.learning.workers import check_ray_address, cluster_cpus
+from tf_autoplace.outputs.progress import Progress
 from tf_autoplace.placers.auto.local_search import (LocalSearch, LocalSearchConfig,
                                                     iterate_until_stale, kick, race, rank)
 from tf_autoplace.placers.placeto.env import PlacementEnv
@@ -287,7 +288,8 @@ class AutoPlacer(Placer):
                 shared = (evaluator if evaluator is not None
                           and evaluator.memory_penalty == post.memory_penalty else None)
                 found = post_search.search(problem, post, seed, heuristic=out[0][1],
-                                           deadline=deadline, evaluator=shared)
+                                           deadline=deadline, evaluator=shared,
+                                           progress=_Within(self.progress))
                 spent = found.samples
             if placeto is not None:
                 devices = placeto.result()
@@ -487,6 +489,18 @@ class AutoPlacer(Placer):
             f"one device ({sim.makespan * 1e3:.2f} ms), less than {why}, so the "
             "single-device placement is returned")
         return single
+
+
+class _Within(Progress):
+    """A search run inside ``auto`` (Post's, as a start) reports its best placements into
+    ``auto``'s current phase, not a phase of its own: ``auto`` has them (stopped then, it
+    would return the best of them), so its anytime curve shows them."""
+
+    def __init__(self, outer: Progress):
+        self.outer = outer
+
+    def update(self, done: int, best_s: float) -> None:
+        self.outer.update(done, best_s)
 
 
 def _seed(seed: int, start: int, draw: int) -> int:
