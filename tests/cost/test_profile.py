@@ -278,6 +278,12 @@ def test_measured_steps_are_read_checked_and_kept_by_the_proto():
     assert ProfileCostModel.from_proto(model.to_proto()).measured_steps() == \
         model.measured_steps()
     assert ProfileCostModel.from_text(PROFILE).measured_steps() == {}
+    # The kinds whose times stay unscaled for want of a run: the cluster's, that it timed.
+    model.op_time(_graph(), _cluster())
+    assert model.unstepped_kinds == ("CPU",)
+    no_run = ProfileCostModel.from_text(PROFILE)
+    no_run.op_time(_graph(), Cluster.uniform([Device("/device:CPU:0", "CPU", 64 * GB)]))
+    assert no_run.unstepped_kinds == ("CPU",)  # not the GPU times, which nothing here uses
     with pytest.raises(ConfigError, match="two runs on GPU"):
         ProfileCostModel.from_text(PROFILE + 'run { device_kind: "GPU" step_time_us: 1 }\n'
                                    'run { device_kind: "GPU" step_time_us: 2 }')

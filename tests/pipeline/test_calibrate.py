@@ -110,7 +110,7 @@ def test_the_notes_say_which_kinds_a_partial_profile_leaves_unscaled():
     profile = types.SimpleNamespace(num_unprofiled_ops=202, unprofiled_kinds=["GPU"],
                                     unprofiled_counts={"GPU": 202},
                                     profiled_kinds=("CPU",), profiled_steps={"CPU": 1e-3},
-                                    num_unused_ran=0,
+                                    num_unused_ran=0, unstepped_kinds=(),
                                     retyped=[])
     note, mixed = profile_notes(profile, "profile.pbtxt")
     assert note.endswith("so the GPU op times are not scaled to a measured step"), note
@@ -134,6 +134,7 @@ def test_the_notes_warn_of_cpu_estimates_and_name_ops_of_another_type():
     profile = types.SimpleNamespace(num_unprofiled_ops=147, unprofiled_kinds=["CPU"],
                                     unprofiled_counts={"CPU": 147},
                                     profiled_kinds=("CPU",), profiled_steps={}, num_unused_ran=0,
+                                    unstepped_kinds=("CPU",),
                                     retyped=[("mm", "MatMul", "BatchMatMulV2")])
     estimated, unscaled, retyped = profile_notes(profile, "profile.pbtxt")
     # A profile without a run (written by hand, converted from another tool): said, not silent.
@@ -154,6 +155,7 @@ def test_the_note_counts_the_ops_a_profile_lacks_per_device_kind():
     profile = types.SimpleNamespace(num_unprofiled_ops=257, unprofiled_kinds=("CPU", "GPU"),
                                     unprofiled_counts={"CPU": 128, "GPU": 257},
                                     profiled_kinds=("CPU",), profiled_steps={}, num_unused_ran=0,
+                                    unstepped_kinds=("CPU",),
                                     retyped=[])
     note = profile_notes(profile, "half.pbtxt")[0]
     assert note.startswith("ops without a time in the cost profile 'half.pbtxt' on this "
@@ -171,6 +173,7 @@ def test_the_notes_say_a_larger_graphs_profile_does_not_calibrate():
     profile = types.SimpleNamespace(num_unprofiled_ops=0, unprofiled_kinds=[],
                                     unprofiled_counts={}, profiled_kinds=("CPU",),
                                     profiled_steps={"CPU": 1e-3}, num_unused_ran=13,
+                                    unstepped_kinds=(),
                                     unused_ran={"CPU": 13}, retyped=[])
     (note,) = profile_notes(profile, "profile.pbtxt")
     assert note == ("13 ops of the cost profile are not in this graph and were ignored; 13 of "

@@ -35,10 +35,9 @@ profile's ops it is another graph's profile, a ConfigError. Those that ran in th
 step (a time above 0 on a kind: ``unused_ran`` counts them per kind) make that kind's
 measured step a larger graph's, which does not calibrate this one (``measured_steps``). A
 pair listed twice is an error: merge repeated measurements (e.g. take their median) before
-writing the profile. A profile
-whose times for the graph's ops on the cluster's kinds are all 0 (or did_not_run) measured
-nothing, a broken profile (a converter that lost the times): a ConfigError too, since every
-placement of it would simulate a step of 0.
+writing the profile. A profile whose times for the graph's ops on the cluster's kinds are all
+0 (or did_not_run) measured nothing, a broken profile (a converter that lost the times): a
+ConfigError too, since every placement of it would simulate a step of 0.
 
 What the profiled runs showed of how TensorFlow executes the graph, the simulator uses too:
 
@@ -205,6 +204,7 @@ class ProfileCostModel(CostModel):
         self.num_unused = 0
         self.unused_ran: dict[str, int] = {}  # kind -> ops not in the graph timed on it
         self.num_unused_ran = 0  # ops not in the graph timed above 0 on some kind
+        self.unstepped_kinds: tuple[str, ...] = ()  # the cluster's kinds timed, with no run
         self.retyped: list[tuple[str, str, str]] = []  # (op, type in the profile, type here)
 
     # ------------------------------------------------------------------------- constructors
@@ -450,6 +450,8 @@ class ProfileCostModel(CostModel):
                 "nothing was measured, it is a broken profile (e.g. a converter that lost the "
                 "times); profile the graph again with tf-autoplace profile --graph=...")
 
+        self.unstepped_kinds = tuple(k for k in kinds if k not in self._steps
+                                     and (table[k][np.isfinite(table[k])] > 0).any())
         needed = {}
         for k in kinds:
             has_kernel = (graph.kernels[:, graph.kernel_kinds.index(k)]

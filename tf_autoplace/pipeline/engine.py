@@ -133,9 +133,8 @@ def profile_notes(profile: ProfileCostModel, path) -> list[str]:
                          "devices, the predicted speedup over one of them included, set "
                          f"measured times against estimates; profile on a machine with the "
                          f"cluster's {kinds}s for figures to trust")
-    unscaled = [k for k in profile.profiled_kinds if k not in profile.profiled_steps]
-    if unscaled:  # (a profile written by hand or converted from another tool's trace)
-        kinds = "/".join(unscaled)
+    if profile.unstepped_kinds:  # (a profile written by hand, or from another tool's trace)
+        kinds = "/".join(profile.unstepped_kinds)
         notes.append(f"the cost profile has no measured step (run) on {kinds}: its {kinds} op "
                      "times are their spans in traced steps, not scaled to an untraced step, "
                      "so predicted steps can be off by the factor such a calibration finds "
