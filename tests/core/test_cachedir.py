@@ -60,6 +60,13 @@ def test_no_home_no_user_cache_directory(monkeypatch):
     monkeypatch.setattr(cachedir.platformdirs, "user_cache_dir", lambda *a, **k: "~/.cache/x")
     assert cachedir.user_cache_dir("problems") is None
 
+    def raises(*args, **kwargs):  # platformdirs 4.14: no home is an error, not a "~" path
+        raise RuntimeError("could not determine the home directory for '~/.cache', set an "
+                           "absolute HOME or XDG variable")
+
+    monkeypatch.setattr(cachedir.platformdirs, "user_cache_dir", raises)
+    assert cachedir.user_cache_dir("problems") is None
+
 
 def test_only_regular_files_are_read(tmp_path):
     (tmp_path / "entry").write_bytes(b"data")

@@ -50,7 +50,10 @@ def user_cache_dir(name: str) -> str | None:
     """``<the user's cache directory>/tf_autoplace/<name>`` (module docstring), or None when
     the platform gives no absolute cache directory (no home directory: ``HOME`` unset and no
     password-database entry for the user)."""
-    base = platformdirs.user_cache_dir(APP, appauthor=False)
+    try:
+        base = platformdirs.user_cache_dir(APP, appauthor=False)
+    except RuntimeError:  # newer platformdirs raise where older ones returned "~/.cache/..."
+        return None
     return os.path.join(base, name) if os.path.isabs(base) else None
 
 
