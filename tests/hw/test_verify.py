@@ -3,6 +3,7 @@ candidates measured under the protocol, the decision rule's choice applied and r
 Nothing here depends on which placement is faster: the tests check that what was applied is
 what the rule says for the figures measured, never a timing."""
 
+import dataclasses
 import re
 
 import numpy as np
@@ -56,6 +57,14 @@ def test_the_report_shows_every_candidate_measured_beside_its_prediction(verifie
     text = str(report)
     assert "verified by running each candidate" in text
     assert report.verification.decision.reason in text
+    # The header says a run checked it, whichever candidate won (it said nothing when the
+    # placer's own did).
+    assert text.startswith(f"tf_autoplace report (random; verified: "
+                           f"{report.verification.decision.applied} applied)"), text[:80]
+    v = report.verification
+    own = dataclasses.replace(report, verification=dataclasses.replace(
+        v, decision=dataclasses.replace(v.decision, applied="random")))
+    assert str(own).startswith("tf_autoplace report (random; verified: random applied)")
     (note,) = [n for n in report.notes if n.startswith("verified on this machine: applied")]
     # Another candidate applied: the placer's own notes describe what was replaced, said so.
     applied = report.verification.decision.applied

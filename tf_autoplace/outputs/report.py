@@ -377,7 +377,8 @@ class PlacementReport:
                    else self.placer)
         lines = [
             f"tf_autoplace report ({self.placer}"
-            + (f"; verified: {applied} applied" if applied != self.placer else "") + ")",
+            + (f"; verified: {applied} applied" if self.verification is not None else "")
+            + ")",  # (the placer's own too: the header says whether a run checked it)
             f"  ops {self.num_ops}, colocation groups {self.num_colocation_groups}, "
             f"placement groups {self.num_groups}",
             f"  predicted step time   {self.step_time_s * 1e3:10.2f} ms",
