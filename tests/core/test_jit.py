@@ -7,6 +7,7 @@ import os
 import sys
 
 import numba.core.caching
+import numpy as np
 import pytest
 
 from tf_autoplace.core import jit
@@ -30,16 +31,21 @@ def _kernel(src_dir, name):
     ``sys.modules`` while the test runs, as an imported module is: numba names a kernel's
     module in its cache entry, and one it cannot import by name made the entry's reading
     depend on what else the process had run."""
-    path = os.path.join(src_dir, "kern.py")
+    return jit.cached_njit(_module(os.path.join(src_dir, "kern.py"), SOURCE, name).double)
+
+
+def _module(path, source, name):
+    """The module ``name`` from the file at ``path`` (written with ``source`` if missing),
+    imported afresh and kept in ``sys.modules`` until the test ends."""
     if not os.path.exists(path):
         with open(path, "w") as f:
-            f.write(SOURCE)
+            f.write(source)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     _MODULES.append(name)
     spec.loader.exec_module(module)
-    return jit.cached_njit(module.double)
+    return module
 
 
 def _damage(cache, how):
@@ -134,3 +140,61 @@ def test_kernels_run_as_python_with_numbas_jit_disabled(tmp_path, monkeypatch):
         monkeypatch.delenv("NUMBA_DISABLE_JIT")
         numba.core.config.reload_config()  # later kernels of this process compile again
     assert _kernel(src, "k7")(21) == 42 and hasattr(_kernel(src, "k8"), "_cache")
+
+
+WRAP_SOURCE = '''import numba
+
+
+@numba.njit
+def last(a):  # an ordinary kernel: a negative index wraps around
+    return a[len(a) - (len(a) + 1)]
+
+
+def pick(a, i):
+    return a[i] + last(a)
+'''
+
+
+def _pick(src_dir, name, negative_indices):
+    module = _module(os.path.join(src_dir, f"{name}.py"), WRAP_SOURCE, name)
+    return jit.cached_njit(negative_indices=negative_indices)(module.pick)
+
+
+def _wraps(kernel):
+    """How many of numba's negative-index fixes (a compare with 0, a select) the kernel's own
+    LLVM function has."""
+    ir = kernel.inspect_llvm(kernel.signatures[0])
+    name = kernel.overloads[kernel.signatures[0]].fndesc.mangled_name
+    body = ir[ir.index(f'@"{name}"') if f'@"{name}"' in ir else ir.index(f"@{name}"):]
+    body = body[:body.index("\n}\n")]
+    return body.count("select")
+
+
+def test_a_kernel_without_negative_indices_skips_numbas_wraparound_in_its_own_code_only(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv(jit.CACHE_ENV, str(tmp_path / "cache"))
+    values = np.arange(5) * 10
+    plain = _pick(tmp_path, "w1", True)
+    fast = _pick(tmp_path, "w2", False)
+    assert getattr(fast, "without_wraparound", None) and not hasattr(plain, "without_wraparound")
+    # The same results for indices >= 0; the helper it calls keeps its wraparound (a[-1]).
+    assert plain(values, 2) == fast(values, 2) == 20 + 40
+    assert plain(values, -1) == 40 + 40  # numba's ordinary kernels wrap
+    assert _wraps(plain) > 0 and _wraps(fast) == 0
+
+
+def test_the_simulators_kernels_take_the_path_without_wraparound():
+    """A numba whose internals changed would compile them as usual (slower, the same
+    results): this says so. The kernels' compiled functions carry the names the replacement
+    of numba's index fix looks for."""
+    from tf_autoplace.sim import simulator
+    from tf_autoplace.testing.problems import random_problem
+
+    problem = random_problem(30, seed=0)
+    simulator_ = problem.simulator
+    simulator_.summaries(np.zeros((2, problem.graph.num_ops), np.int32), below=1.0)
+    simulator_.run(np.zeros(problem.graph.num_ops, np.int32))
+    for kernel in (simulator._simulate, simulator._simulate_batch):
+        assert kernel.overloads
+        for compiled in kernel.overloads.values():
+            assert compiled.fndesc.mangled_name.startswith(kernel.without_wraparound)

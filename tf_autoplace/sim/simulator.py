@@ -158,7 +158,10 @@ peak memories, so the Python around each simulation (checks, a result object) is
 with ``below``, rows are first simulated without the memory model (``track=False``: the
 same schedule, since nothing in it depends on memory) and stopped once the clock passes
 ``below``, and only rows that end sooner are simulated again in full.
-Speed: ``experiments/bench_sim.py`` (a synthetic 8,000-op graph, and random placements of zoo
+Every index the kernels use is non-negative by construction (a ``-1`` meaning "none" is tested
+before it is used as one), so they are compiled without numba's wraparound of negative indices
+(``cached_njit(negative_indices=False)``, :mod:`tf_autoplace.core.jit`): a quarter of the event
+loop's time went to it. Speed: ``experiments/bench_sim.py`` (a synthetic 8,000-op graph, and random placements of zoo
 graphs with ``--pairs``; figures in BENCHMARKS.md). The first call in a fresh environment
 compiles the kernel (a few seconds; then cached on disk by numba, in the user's cache directory:
 :mod:`tf_autoplace.core.jit`; the arrays it reads are read-only in every process, so that one
@@ -231,7 +234,7 @@ class SimResult:
 
 
 # ======================================================================== numba kernel
-@cached_njit
+@cached_njit(negative_indices=False)
 def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth, latency,
               delay, tensor_bytes, out_tensor_ptr, out_tensors, dep_tensor, dep_op,
               cons_ptr, in_ptr, in_dep, persistent, num_graph_tensors, executor, exec_base,
@@ -273,6 +276,9 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
     Returns what :class:`SimResult` holds (peak memory with the persistent bytes, transfers
     with -1 for a dummy), and the number of ops that ran, so that nothing is left for numpy
     passes after the call.
+
+    Every index is non-negative (``-1`` sentinels are tested before use; the kernel is
+    compiled without numba's negative-index wraparound: module docstring).
 
     Everything is written out in this one function on purpose: numba reference-counts arrays
     passed to helper functions, and those atomic updates cost more than the simulation itself.
@@ -672,7 +678,7 @@ def _simulate(placement, op_time, partner, partner_time, num_devices, bandwidth,
             x_tensor[:nx], x_op[:nx], x_src[:nx], x_dst[:nx], x_start[:nx], x_end[:nx])
 
 
-@cached_njit
+@cached_njit(negative_indices=False)
 def _simulate_batch(placements, op_time, partner, partner_time, num_devices, bandwidth,
                     latency, delay, tensor_bytes, out_tensor_ptr, out_tensors, dep_tensor,
                     dep_op, cons_ptr, in_ptr, in_dep, persistent, num_graph_tensors, executor,
