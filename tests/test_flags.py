@@ -409,6 +409,11 @@ def test_placer_options_and_the_cost_profile_are_checked_at_parsing(tmp_path):
     with pytest.raises(flags.ValidationError, match="applies a saved placement"):
         check({**base, "autoplace": "off", "autoplace_placement": "saved.pbtxt",
                "autoplace_placer_option": ["start=uniform"]})
+    # Beside a saved placement the placer is not run, but a name that is none is refused.
+    assert check({**base, "autoplace": "", "autoplace_placement": "saved.pbtxt"})
+    assert check({**base, "autoplace": "auto", "autoplace_placement": "saved.pbtxt"})
+    with pytest.raises(flags.ValidationError, match="'bogus' is not a placer"):
+        check({**base, "autoplace": "bogus", "autoplace_placement": "saved.pbtxt"})
     assert ap_flags._check_cost_profile(None)
     with pytest.raises(flags.ValidationError, match="cannot read cost profile"):
         ap_flags._check_cost_profile(str(tmp_path / "missing.pbtxt"))

@@ -30,7 +30,8 @@ Flags:
                         Default: local.
   --autoplace_placement apply this saved placement (a PlacementResult file, from
                         ``--placement_pb`` or ``report.to_proto()``) instead of searching; it
-                        turns the hook on by itself, and ``--autoplace``'s placer is not run.
+                        turns the hook on by itself, and ``--autoplace``'s placer (if named, a
+                        registered one) is not run.
   --autoplace_cache     keep placements in the placement cache (default true), so a restarted
                         binary gets its placement at once (``tf_autoplace.pipeline.cache``).
   --autoplace_cache_dir the cache's directory (default: the user's cache directory,
@@ -197,8 +198,8 @@ def _check_budget(value) -> bool:
                               "autoplace_placement", "autoplace_placer_option",
                               "autoplace_budget_s"])
 def _check_placer_and_cluster(values) -> bool:
-    """Only when enabled: the placer is registered (unless a saved placement replaces it), the
-    cluster spec reads, a Ray address goes to a placer that takes one, and the placer takes
+    """Only when enabled: the placer is registered (or off, when a saved placement replaces
+    it), the cluster spec reads, a Ray address goes to a placer that takes one, and the placer takes
     the budget and the options (it is built once here, so its config checks them)."""
     if not (_enabled(values["autoplace"]) or values["autoplace_placement"]):
         return True
@@ -208,7 +209,8 @@ def _check_placer_and_cluster(values) -> bool:
     from tf_autoplace.placers import get_placer
 
     name = values["autoplace"].strip()
-    if not values["autoplace_placement"] and name not in registry.names():
+    # With a saved placement the placer is not run, but a name that is none is still a typo.
+    if name not in registry.names() and (not values["autoplace_placement"] or _enabled(name)):
         raise flags.ValidationError(
             f"--autoplace={name!r} is not a placer; choose one of {registry.names()} "
             "(or 'off')")
