@@ -42,8 +42,8 @@ failure to write an entry only costs the next process a compile.
 compiles every ``a[i]`` with a signed ``i`` as ``a[i + len(a)]`` when ``i < 0`` (Python's
 negative indices; numba has no option to turn it off): an extra compare and select on every
 array access, on the path of every dependent load. In the simulator's event loop, where each
-event is a chain of such loads, that was a quarter of the time (0.475 against 0.363 ms a
-candidate on Inception-V3, the same results). ``cached_njit(negative_indices=False)`` compiles
+event is a chain of such loads, that was about a quarter of the time (docs/experiments.md,
+"What the kernel's time was"). ``cached_njit(negative_indices=False)`` compiles
 the kernel's own code with indices taken as they are, so a negative index there reads outside
 the array instead of from its end: only for kernels whose every index is non-negative by
 construction (their docstrings say so). It replaces numba's ``fix_integer_index`` while the
@@ -154,7 +154,8 @@ def without_wraparound(kernel):
     (``NUMBA_DISABLE_JIT``, another numba's internals). Returns the same dispatcher."""
     compile_ = getattr(kernel, "compile", None)
     py_func = getattr(kernel, "py_func", None)
-    if not hasattr(numba.np.arrayobj, "fix_integer_index") or compile_ is None or py_func is None:
+    if (not hasattr(numba.np.arrayobj, "fix_integer_index") or compile_ is None
+            or py_func is None):
         return kernel
     try:  # how numba names the kernel's LLVM functions: "_ZN" + module and name, length-coded
         prefix = "_Z" + itanium_mangler.mangle_identifier(

@@ -140,35 +140,34 @@ Modelling choices the paper leaves open (what this module does)
 
 Implementation
 --------------
-Everything that does not depend on the placement (dependency lists in CSR form, output lists)
-is built once in :class:`Simulator`'s constructor. The event loop, :func:`_simulate`, is one
-``numba.njit`` function over flat arrays, with the three handlers marked in it: FIFO queues
-are linked lists in arrays (``head[q]``, ``tail[q]``, ``next[item]``); since at most one item
-per core and one transfer per bus are in flight, pending events live in ``S + D + P`` slots
-(``S`` cores in all; slot ``k``: the item on core ``k`` is done; slot ``S + d``: the transfer
-on the bus of ``d`` is done; slot ``S + D + x``: delayed transfer ``x`` arrives, one slot per
-possible transfer). The pending slots are kept sorted by (time, sequence number), latest
-first, so the next event is the last: only a handful are pending at once (4-6 on the zoo's
-8-GPU pairs), and inserting into a short sorted list costs fewer mispredicted branches than a
-binary heap's sift-down (7-13% of a candidate's time). On a graph of thousands of ops
-the loop waits on memory more than it computes, so it reads small arrays: int32 indices, and
-each op's time on its device gathered once, in order, rather than read from the ``[n, D]``
-table when the op starts; and it returns the result ready-made (peak memory with the
-persistent bytes, the transfers' producers and bytes), leaving no numpy pass over the
-transfers to the caller. A search that scores many placements calls
-:meth:`Simulator.summaries`, one kernel call per batch that returns only the makespans and
-peak memories, so the Python around each simulation (checks, a result object) is paid once;
-with ``below``, rows are first simulated without the memory model (``track=False``: the
-same schedule, since nothing in it depends on memory) and stopped once the clock passes
-``below``, and only rows that end sooner are simulated again in full.
-Every index the kernels use is non-negative by construction (a ``-1`` meaning "none" is tested
-before it is used as one), so they are compiled without numba's wraparound of negative indices
-(``cached_njit(negative_indices=False)``, :mod:`tf_autoplace.core.jit`): a quarter of the event
-loop's time went to it. Speed: ``experiments/bench_sim.py`` (a synthetic 8,000-op graph, and random placements of zoo
-graphs with ``--pairs``; figures in BENCHMARKS.md). The first call in a fresh environment
-compiles the kernel (a few seconds; then cached on disk by numba, in the user's cache directory:
-:mod:`tf_autoplace.core.jit`; the arrays it reads are read-only in every process, so that one
-compiled version serves all of them).
+Everything that does not depend on the placement (dependency lists in CSR form, output lists) is
+built once in :class:`Simulator`'s constructor. The event loop, :func:`_simulate`, is one
+``numba.njit`` function over flat arrays, with the three handlers marked in it: FIFO queues are
+linked lists in arrays (``head[q]``, ``tail[q]``, ``next[item]``); since at most one item per
+core and one transfer per bus are in flight, pending events live in ``S + D + P`` slots (``S``
+cores in all; slot ``k``: the item on core ``k`` is done; slot ``S + d``: the transfer on the
+bus of ``d`` is done; slot ``S + D + x``: delayed transfer ``x`` arrives, one slot per possible
+transfer). The pending slots are kept sorted by (time, sequence number), latest first, so the
+next event is the last: only a handful are pending at once (4-6 on the zoo's 8-GPU pairs), and
+inserting into a short sorted list costs fewer mispredicted branches than a binary heap's
+sift-down (docs/experiments.md, "What the kernel's time was"). On a graph of thousands of ops the
+loop waits on memory more than it computes, so it reads small arrays: int32 indices, and each
+op's time on its device gathered once, in order, rather than read from the ``[n, D]`` table when
+the op starts; and it returns the result ready-made (peak memory with the persistent bytes, the
+transfers' producers and bytes), leaving no numpy pass over the transfers to the caller. A
+search that scores many placements calls :meth:`Simulator.summaries`, one kernel call per batch
+that returns only the makespans and peak memories, so the Python around each simulation (checks,
+a result object) is paid once; with ``below``, rows are first simulated without the memory model
+(``track=False``: the same schedule, since nothing in it depends on memory) and stopped once the
+clock passes ``below``, and only rows that end sooner are simulated again in full. Every index
+the kernels use is non-negative by construction (a ``-1`` meaning "none" is tested before it is
+used as one), so they are compiled without numba's wraparound of negative indices
+(``cached_njit(negative_indices=False)``, :mod:`tf_autoplace.core.jit`), which sat on every
+dependent load of the event loop. Speed: ``experiments/bench_sim.py`` (a synthetic 8,000-op
+graph, and random placements of zoo graphs with ``--pairs``; figures in BENCHMARKS.md). The
+first call in a fresh environment compiles the kernel (a few seconds; then cached on disk by
+numba, in the user's cache directory: :mod:`tf_autoplace.core.jit`; the arrays it reads are
+read-only in every process, so that one compiled version serves all of them).
 """
 
 from __future__ import annotations
