@@ -283,22 +283,75 @@ def test_a_race_on_several_threads_takes_the_same_steps_as_one_after_the_other()
     assert runs[0] == runs[1]
 
 
-def test_block_draws_are_the_generators_choice_draws():
-    # The search draws a block from cumulative weights kept per level; the draws must be
-    # exactly those of Generator.choice with the weights as probabilities (the search took
-    # these before, and a seed must keep its placement).
-    p = random_problem(300, seed=11, num_gpus=4, max_groups=48)
+def _python_batches(search, rng, left, batches):
+    """The batches of moves ``search`` drew, one draw at a time in Python, before its draws
+    were compiled: a level, a block by ``Generator.choice`` with its weights, a destination
+    among its targets. Each move as (destination, ops that move)."""
+    out = []
+    for _ in range(batches):
+        count = min(search.config.batch, left)
+        if count == 0:
+            break
+        moves = []
+        for _ in range(50 * count):
+            level = int(rng.integers(len(search.blocks.labels)))
+            labels = search.blocks.labels[level]
+            weight = np.bincount(labels, weights=search.busy, minlength=labels.max() + 1)
+            weight = weight + max(weight.sum(), 1.0) * 1e-3 / len(weight)
+            block = int(rng.choice(len(weight), p=weight / weight.sum()))
+            members = search.blocks.members[level][block]
+            ok, here = search.runnable[members].any(axis=0), search.current[members[0]]
+            action = [d for d in search.action if d != here and ok[d]]
+            others = [d for d in search.others if d != here and ok[d]]
+            if others and (not action or rng.random() < search.config.host_share):
+                action = others
+            if not action:
+                continue
+            dst = action[int(rng.integers(len(action)))]
+            moved = members[search.runnable[members, dst] & (search.current[members] != dst)]
+            if len(moved):
+                moves.append((int(dst), moved.tolist()))
+                if len(moves) == count:
+                    break
+        out.append(moves)
+        left -= len(moves)
+        if not moves:
+            break
+    return out
+
+
+def test_compiled_draws_are_the_python_draws_and_unused_ones_are_taken_back():
+    # The search's moves are drawn by numba, ahead of use; they must be exactly the moves the
+    # Python draws made (so a seed keeps its placement), and draws made ahead and not used
+    # must be given back, leaving the generator where drawing one batch at a time would.
+    graph = random_dag(300, 4)
+    rng = np.random.default_rng(0)
+    kinds = rng.choice(3, size=graph.num_ops, p=[0.7, 0.15, 0.15])  # both, GPU only, CPU only
+    graph = graph.with_kernels(np.stack([kinds != 2, kinds != 1], axis=1), ("GPU", "CPU"))
+    p = problem(graph, cluster(3), 1e-3, max_groups=None)
+
+    def anywhere():  # every op on a device it can run on, the blocks straddling devices
+        return np.array([rng.choice(np.flatnonzero(ok)) for ok in p.allowed], dtype=np.int32)
+
     with Evaluator(p) as evaluator:
-        search = LocalSearch(p, BestHeuristicPlacer().propose(p),
-                             LocalSearchConfig(sweep_below=0), seed=0, evaluator=evaluator)
-    for level, labels in enumerate(search.blocks.labels):
-        weight = np.bincount(labels, weights=search.busy,
-                             minlength=len(search.blocks.members[level]))
-        weight = weight + max(weight.sum(), 1.0) * 1e-3 / len(weight)
-        choose, ours = np.random.default_rng(level), np.random.default_rng(level)
-        assert ([int(choose.choice(len(weight), p=weight / weight.sum())) for _ in range(3000)]
-                == [search._draw_block(level, ours.random()) for _ in range(3000)])
-        assert choose.random() == ours.random()  # and as many numbers drawn
+        search = LocalSearch(p, anywhere(), LocalSearchConfig(sweep_below=0, host_share=0.3),
+                             seed=5, evaluator=evaluator)
+    search.current = anywhere()
+    search._changed()
+    ours, every = np.random.default_rng(5), []
+    for batches, left in ((40, 10**6), (3, 10**6), (5, 6)):  # 6 left: a batch of 4, one of 2
+        theirs = _python_batches(search, ours, left, batches)
+        drawn = []
+        for _ in theirs:
+            moves = search._random_moves(left)
+            drawn.append([(int(dst), members.tolist()) for members, dst, _ in moves])
+            left -= len(moves)
+        assert drawn == theirs
+        every += drawn
+        search._take_back()
+        assert search.rng.bit_generator.state == ours.bit_generator.state
+    assert [len(m) for m in theirs] == [4, 2]
+    assert {dst for batch in every for dst, _ in batch} == {0, 1, 2, 3}  # the host's too
 
 
 def test_sweeps_end_at_a_local_optimum_of_single_moves():

@@ -56,7 +56,6 @@ batch order, so the same seed gives the same placement whatever the number of wo
 
 from __future__ import annotations
 
-import bisect
 import copy
 import dataclasses
 import numbers
@@ -66,6 +65,7 @@ from typing import Callable
 
 import numpy as np
 
+from tf_autoplace.core.jit import cached_njit
 from tf_autoplace.core.problem import PlacementProblem
 from tf_autoplace.core.settings import check_int, check_number, plain_numbers
 from tf_autoplace.errors import ConfigError
@@ -128,15 +128,26 @@ class LocalSearchResult:
 
 
 class _Blocks:
-    """Blocks of colocation groups at every level, aligned to one placement (module doc)."""
+    """Blocks of colocation groups at every level, aligned to one placement (module doc).
+
+    Attributes:
+      labels: per level, [n] the block of each op.
+      members: per level, the ops of each block (arrays, ascending).
+      start: [L + 1] where each level's blocks begin in the flat numbering below (block b of
+        level l is flat block ``start[l] + b``).
+      order, member_start: the ops of flat block g are ``order[member_start[g]:
+        member_start[g + 1]]`` (``members`` concatenated, for the compiled draw).
+      ok: [G, D] bool: some member of flat block g can run on device d.
+    """
 
     def __init__(self, problem: PlacementProblem, devices: np.ndarray, levels):
         graph, cluster = problem.graph, problem.cluster
         pseudo = np.zeros((graph.num_ops, cluster.num_devices), dtype=bool)
         pseudo[np.arange(graph.num_ops), devices] = True
         partitioned = graph.with_kernels(pseudo, cluster.names)
+        runnable = problem.colocation_allowed[graph.colocation]  # [n, D]
         self.labels, self.members = [], []
-        seen = set()
+        orders, member_start, ok, seen = [], [], [], set()
         for grouping in merge_and_colocate_levels(partitioned, sorted(set(levels)), spare=True):
             if grouping.num_groups in seen:  # a graph smaller than this level: same blocks
                 continue
@@ -147,6 +158,13 @@ class _Blocks:
             self.labels.append(labels)
             self.members.append([order[bounds[b]:bounds[b + 1]]
                                  for b in range(grouping.num_groups)])
+            member_start.append(bounds[:-1] + graph.num_ops * len(orders))
+            orders.append(order)
+            ok.append(np.logical_or.reduceat(runnable[order], bounds[:-1], axis=0))
+        self.start = np.cumsum([0] + [len(m) for m in self.members])
+        self.order = np.concatenate(orders)
+        self.member_start = np.append(np.concatenate(member_start), len(self.order))
+        self.ok = np.concatenate(ok)
 
 
 class LocalSearch:
@@ -170,13 +188,14 @@ class LocalSearch:
         self.rng = np.random.default_rng(seed)
         self.stopped = None
         self.current = np.asarray(start, dtype=np.int32).copy()
+        self.ahead, self.ahead_from, self.ahead_used = [], None, 0  # _random_moves
         first = evaluator.evaluate(self.current[None, :])
         self.best, self.fits = float(first.scores[0]), bool(first.fits[0])
         self.samples, self.simulations, self.curve = 1, 1, [(1, self.best)]
         self.op_time = np.where(problem.allowed, problem.op_time, 0.0)
         self._changed()
-        self.coloc = problem.graph.colocation
-        self.coloc_ok = problem.colocation_allowed  # [C, D]
+        # [n, D] the devices each op can run on: those its whole colocation group can
+        self.runnable = problem.colocation_allowed[problem.graph.colocation]
         self.action = problem.cluster.compute_devices()
         self.others = np.setdiff1d(np.arange(problem.cluster.num_devices), self.action)
         self._align()
@@ -194,41 +213,30 @@ class LocalSearch:
         other.current = self.current.copy()
         other.weights, other.tried = copy.copy(self.weights), copy.copy(self.tried)
         other.moves = copy.copy(self.moves)
+        other.ahead, other.ahead_from, other.ahead_used = [], None, 0
         return other
 
     def _changed(self) -> None:
         """Forget what depended on the previous current placement: each op's time on its
-        device, the block weights, the moves built from it and those already scored."""
+        device, the block weights, the moves built from it and those already scored, the
+        draws made ahead from it."""
+        self._take_back()
         self.busy = self.op_time[np.arange(len(self.current)), self.current]
         self.weights, self.tried, self.moves = {}, set(), {}
 
     def _align(self) -> None:
+        self._take_back()
         self.blocks, self.aligned, self.since_gain = (
             _Blocks(self.problem, self.current, self.config.levels), self.current, 0)
-        # What depends only on the blocks, kept per block (a move is drawn in microseconds,
-        # and small graphs draw far more moves than they simulate): which devices each
-        # member can run on, and the target lists from each device a block can be on.
-        self.weights, self.allowed, self.targets, self.moves = {}, {}, {}, {}
-
-    def _runnable(self, level: int, block: int) -> np.ndarray:
-        """[m, D] bool: the devices each member of block ``block`` of ``level`` can run on."""
-        ok = self.allowed.get((level, block))
-        if ok is None:
-            members = self.blocks.members[level][block]
-            ok = self.allowed[level, block] = self.coloc_ok[self.coloc[members]]
-        return ok
+        self.weights, self.moves = {}, {}
 
     def _targets(self, level: int, block: int) -> tuple[list[int], list[int]]:
         """Action devices and other devices some of block ``block`` of ``level`` could move
-        to (lists the caller must not change)."""
+        to: those some member can run on, other than the device of its first member."""
         here = int(self.current[self.blocks.members[level][block][0]])
-        out = self.targets.get((level, block, here))
-        if out is None:
-            ok = self._runnable(level, block).any(axis=0)
-            out = self.targets[level, block, here] = (
-                [int(d) for d in self.action if d != here and ok[d]],
+        ok = self.blocks.ok[self.blocks.start[level] + block]
+        return ([int(d) for d in self.action if d != here and ok[d]],
                 [int(d) for d in self.others if d != here and ok[d]])
-        return out
 
     def _move(self, level: int, block: int, dst: int):
         """The move of block ``block`` of ``level`` to ``dst`` from the current placement:
@@ -240,7 +248,7 @@ class LocalSearch:
         out = self.moves.get((level, block, dst), False)
         if out is False:
             members = self.blocks.members[level][block]
-            moved = members[self._runnable(level, block)[:, dst] & (self.current[members] != dst)]
+            moved = members[self.runnable[members, dst] & (self.current[members] != dst)]
             out = self.moves[level, block, dst] = (
                 (moved, dst, (dst, moved.tobytes())) if len(moved) else None)
         return out
@@ -259,27 +267,57 @@ class LocalSearch:
             self.weights[level] = cdf
         return cdf
 
-    def _draw_block(self, level: int, u: float) -> int:
-        """The block of ``level`` that the uniform number ``u`` draws: the first whose
-        cumulative probability exceeds ``u`` (``searchsorted(u, side="right")`` on
-        :meth:`_block_cdf`, found by ``bisect`` in a list, without numpy's per-call cost)."""
-        cdf = self.weights.get(("list", level))
-        if cdf is None:
-            cdf = self.weights["list", level] = self._block_cdf(level).tolist()
-        return bisect.bisect_right(cdf, u)
+    def _random_moves(self, left: int) -> list:
+        """The next batch of random moves, ``min(batch, left)`` of them or fewer (draws that
+        would move nothing are skipped, at most ``50 * batch`` draws a batch; none: the draws
+        found nothing to move). Each draw is a level uniformly, a block of it by
+        :meth:`_block_cdf`, a destination among its targets (:meth:`_targets`; another device
+        than the action devices with probability ``host_share``).
 
-    def _random_move(self):
-        level = int(self.rng.integers(len(self.blocks.labels)))
-        # ``rng.choice(len(p), p=p)`` draws one uniform number and finds it in the cumulative
-        # probabilities; with those kept per level this is the same draw without checking and
-        # summing the probabilities at every move.
-        block = self._draw_block(level, self.rng.random())
-        action, others = self._targets(level, block)
-        if others and (not action or self.rng.random() < self.config.host_share):
-            action = others
-        if not action:
-            return None
-        return self._move(level, block, action[int(self.rng.integers(len(action)))])
+        The draws are compiled (:func:`_draw_moves`: the same numbers from the same generator as
+        the Python they replace) and made ``_AHEAD`` batches at a time, since a call into
+        numba with a generator costs as much as many draws. Batches drawn ahead assume that
+        the placement and the blocks stay as they are; when either changes (a gain, a
+        re-alignment) or the search stops, :meth:`_take_back` returns the draws not used to
+        the generator, so the search draws exactly what drawing one batch at a time would."""
+        if not self.ahead:
+            self.ahead = self._draw_ahead(left, _AHEAD)
+        (level, block, dst), self.ahead = self.ahead[0], self.ahead[1:]
+        self.ahead_used += 1
+        return [self._move(*m) for m in zip(level.tolist(), block.tolist(), dst.tolist())]
+
+    def _draw_ahead(self, left: int, batches: int) -> list:
+        """Up to ``batches`` batches of draws from the current placement and blocks, as
+        ``(levels, blocks, destinations)`` arrays; remembers how to take back what is unused."""
+        cdf = self.weights.get("flat")
+        if cdf is None:
+            cdf = self.weights["flat"] = np.concatenate(
+                [self._block_cdf(level) for level in range(len(self.blocks.labels))])
+        redo = (self.rng.bit_generator.state, left, self.blocks, cdf, self.current)
+        drawn, sizes = self._draw(left, batches, *redo[2:])
+        self.ahead_from, self.ahead_used = redo, 0
+        ends = np.cumsum(sizes)
+        return [(drawn[0, e - z:e], drawn[1, e - z:e], drawn[2, e - z:e])
+                for e, z in zip(ends, sizes)]
+
+    def _draw(self, left, batches, blocks, cdf, current):
+        drawn = np.empty((3, batches * self.config.batch), dtype=np.int64)
+        sizes = np.zeros(batches, dtype=np.int64)
+        count = _draw_moves(self.rng, self.config.batch, left, blocks.start, cdf, blocks.order,
+                            blocks.member_start, blocks.ok, self.runnable, current,
+                            self.action, self.others, self.config.host_share, drawn, sizes)
+        return drawn, sizes[:count]
+
+    def _take_back(self) -> None:
+        """Return the batches drawn ahead and not used to the generator: its state is set back
+        to where it was before them and the batches used are drawn again (the same numbers,
+        from what they were drawn from)."""
+        if self.ahead:
+            state, left, blocks, cdf, current = self.ahead_from
+            self.rng.bit_generator.state = state
+            if self.ahead_used:
+                self._draw(left, self.ahead_used, blocks, cdf, current)
+        self.ahead, self.ahead_from, self.ahead_used = [], None, 0
 
     def _sweep(self) -> list:
         """Every move of every block to every device it could go to, in random order."""
@@ -309,7 +347,7 @@ class LocalSearch:
             elif self.best <= lower_bound * (1 + 1e-9):
                 self.stopped = "bound"
             else:
-                moves = self._next_moves(min(self.config.batch, until - self.samples))
+                moves = self._next_moves(until - self.samples)
                 if moves is None:
                     self.stopped = "local optimum"
                 else:
@@ -318,27 +356,23 @@ class LocalSearch:
                     if on_step is not None:
                         on_step()
                     continue
+            self._take_back()
             return self.stopped
 
     def result(self) -> LocalSearchResult:
         return LocalSearchResult(devices=self.current, score=self.best, samples=self.samples,
                                  curve=list(self.curve), stopped=self.stopped)
 
-    def _next_moves(self, count: int) -> list | None:
-        """Up to ``count`` moves to simulate next; None at a local optimum (sweeps only)."""
+    def _next_moves(self, left: int) -> list | None:
+        """Up to ``min(batch, left)`` moves to simulate next; None at a local optimum (a sweep
+        done, or draws that found nothing to move)."""
         if self.sweeping:
             if not self.queue:
                 return None
+            count = min(self.config.batch, left)
             moves, self.queue = self.queue[:count], self.queue[count:]
             return moves
-        moves = []
-        for _ in range(50 * count):  # draws that would move nothing are not simulated
-            move = self._random_move()
-            if move is not None:
-                moves.append(move)
-                if len(moves) == count:
-                    break
-        return moves or None
+        return self._random_moves(left) or None
 
     def _try_moves(self, moves: list) -> bool:
         """Score ``moves`` (``(members, dst, key)`` as :meth:`_move` gives them) from the
@@ -453,6 +487,72 @@ def race(searches: list[LocalSearch], total: int, *, deadline: float | None = No
     leader.run(leader.samples + max(0, total - sum(s.samples for s in searches)),
                deadline=deadline, lower_bound=lower_bound, on_step=step)
     return best()
+
+
+_AHEAD = 32  # batches of moves drawn at a time (LocalSearch._random_moves)
+
+
+@cached_njit
+def _draw_moves(rng, batch, left, start, cdf, order, member_start, ok, runnable, current,
+                action, others, host_share, out, sizes):
+    """Draws batches of moves of a search from ``rng``, as many as ``sizes`` has room for, and
+    returns how many batches: batch k holds ``sizes[k]`` moves, ``min(batch, left)`` with
+    ``left`` reduced by each batch's moves, or fewer when its ``50 * batch`` draws found fewer;
+    the batches end when ``left`` does or a batch found none. Moves are ``out[:, i]`` (level,
+    block, destination) in order (:meth:`LocalSearch._random_moves`; the arrays are
+    :class:`_Blocks`'s, ``cdf`` each level's block probabilities, cumulative, concatenated).
+
+    Each draw takes, from ``rng`` and in this order: the level (``integers``), a uniform number
+    that picks the block (the first whose cumulative probability exceeds it), a uniform number
+    for ``host_share`` only when the block has both kinds of target, and the target's index
+    (``integers``) when it has any. numba's ``Generator`` draws what NumPy's does from the same
+    state and advances it the same way (``tests/placers/auto/test_auto.py`` checks it), so
+    these are the draws the search made in Python. A draw is skipped (its numbers used) when the
+    block has no target or no member would move: the ops that move are the members that can run
+    on the destination and are elsewhere; the devices a block targets are those some member can
+    run on, other than the device of its first member.
+    """
+    targets = np.empty(len(action) + len(others), dtype=np.int64)
+    found = 0
+    for k in range(len(sizes)):
+        count = min(batch, left)
+        if count == 0:
+            return k
+        was = found
+        for _ in range(50 * count):
+            level = rng.integers(0, len(start) - 1)
+            lo = start[level]
+            block = np.searchsorted(cdf[lo:start[level + 1]], rng.random(), side="right")
+            flat = lo + block
+            here = current[order[member_start[flat]]]
+            num_action = 0
+            for d in action:
+                if d != here and ok[flat, d]:
+                    targets[num_action] = d
+                    num_action += 1
+            num_others = 0
+            for d in others:
+                if d != here and ok[flat, d]:
+                    targets[len(action) + num_others] = d
+                    num_others += 1
+            first, num = 0, num_action
+            if num_others > 0 and (num_action == 0 or rng.random() < host_share):
+                first, num = len(action), num_others
+            if num == 0:
+                continue
+            dst = targets[first + rng.integers(0, num)]
+            for i in range(member_start[flat], member_start[flat + 1]):
+                if runnable[order[i], dst] and current[order[i]] != dst:
+                    out[0, found], out[1, found], out[2, found] = level, block, dst
+                    found += 1
+                    break
+            if found - was == count:
+                break
+        sizes[k] = found - was
+        left -= found - was
+        if found == was:
+            return k + 1
+    return len(sizes)
 
 
 class _Cancelled(Exception):
