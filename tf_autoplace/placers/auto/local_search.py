@@ -269,7 +269,7 @@ class LocalSearch:
 
     def _random_moves(self, left: int) -> list:
         """The next batch of random moves, ``min(batch, left)`` of them or fewer (draws that
-        would move nothing are skipped, at most ``50 * batch`` draws a batch; none: the draws
+        would move nothing are skipped, at most 50 draws for each move asked; none: the draws
         found nothing to move). Each draw is a level uniformly, a block of it by
         :meth:`_block_cdf`, a destination among its targets (:meth:`_targets`; another device
         than the action devices with probability ``host_share``).
