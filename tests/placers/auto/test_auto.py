@@ -354,6 +354,23 @@ def test_compiled_draws_are_the_python_draws_and_unused_ones_are_taken_back():
     assert {dst for batch in every for dst, _ in batch} == {0, 1, 2, 3}  # the host's too
 
 
+def test_draws_that_find_nothing_to_move_end_the_search_where_python_draws_would():
+    # One GPU and a host no op can run on: every draw has no target, so the first batch's
+    # draws find nothing and the search ends at a local optimum, its generator advanced by
+    # exactly those draws.
+    graph = random_dag(40, 2)
+    graph = graph.with_kernels(np.stack([np.ones(40, bool), np.zeros(40, bool)], axis=1),
+                               ("GPU", "CPU"))
+    p = problem(graph, cluster(1), 1e-3, max_groups=None)
+    with Evaluator(p) as evaluator:
+        search = LocalSearch(p, np.zeros(40, np.int32), LocalSearchConfig(sweep_below=0),
+                             seed=3, evaluator=evaluator)
+        ours = np.random.default_rng(3)
+        assert _python_batches(search, ours, 99, 1) == [[]]
+        assert search.run(100) == "local optimum" and search.samples == 1
+    assert search.rng.bit_generator.state == ours.bit_generator.state
+
+
 def test_sweeps_end_at_a_local_optimum_of_single_moves():
     p = random_problem(12, seed=7, num_gpus=2, max_groups=12)
     with Evaluator(p) as evaluator:
