@@ -185,11 +185,11 @@ def test_repeated_moves_are_scored_from_memory_and_change_nothing(seed):
 
 
 class _BuildsEveryMove(LocalSearch):
-    """A search that builds every move it draws afresh from the current placement."""
+    """A search that builds the moves of every batch afresh from the current placement."""
 
-    def _move(self, level, block, dst):
+    def _next_moves(self, left):
         self.moves = {}
-        return super()._move(level, block, dst)
+        return super()._next_moves(left)
 
 
 @pytest.mark.parametrize("sweep_below", [0, 10**6])

@@ -196,6 +196,7 @@ class LocalSearch:
         self._changed()
         # [n, D] the devices each op can run on: those its whole colocation group can
         self.runnable = problem.colocation_allowed[problem.graph.colocation]
+        self.num_devices = problem.cluster.num_devices
         self.action = problem.cluster.compute_devices()
         self.others = np.setdiff1d(np.arange(problem.cluster.num_devices), self.action)
         self._align()
@@ -230,26 +231,32 @@ class LocalSearch:
             _Blocks(self.problem, self.current, self.config.levels), self.current, 0)
         self.weights, self.moves = {}, {}
 
-    def _targets(self, level: int, block: int) -> tuple[list[int], list[int]]:
-        """Action devices and other devices some of block ``block`` of ``level`` could move
-        to: those some member can run on, other than the device of its first member."""
-        here = int(self.current[self.blocks.members[level][block][0]])
-        ok = self.blocks.ok[self.blocks.start[level] + block]
+    def _members(self, flat: int) -> np.ndarray:
+        """The ops of block ``flat`` (numbered as in :class:`_Blocks`), ascending."""
+        blocks = self.blocks
+        return blocks.order[blocks.member_start[flat]:blocks.member_start[flat + 1]]
+
+    def _targets(self, flat: int) -> tuple[list[int], list[int]]:
+        """Action devices and other devices some of block ``flat`` could move to: those some
+        member can run on, other than the device of its first member."""
+        here = int(self.current[self._members(flat)[0]])
+        ok = self.blocks.ok[flat]
         return ([int(d) for d in self.action if d != here and ok[d]],
                 [int(d) for d in self.others if d != here and ok[d]])
 
-    def _move(self, level: int, block: int, dst: int):
-        """The move of block ``block`` of ``level`` to ``dst`` from the current placement:
-        ``(members, dst, key)``, where ``members`` are the ops that move (whole colocation
-        groups that can run there and are elsewhere now) and ``key`` tells moves apart
-        (two moves with the same key give the same placement); None if nothing moves. Kept
-        until the placement or the blocks change: between two gains most draws repeat a move.
-        """
-        out = self.moves.get((level, block, dst), False)
+    def _move(self, flat: int, dst: int):
+        """The move of block ``flat`` to ``dst`` from the current placement: ``(members, dst,
+        key)``, where ``members`` are the ops that move (whole colocation groups that can run
+        there and are elsewhere now) and ``key`` tells moves apart (two moves with the same
+        key give the same placement); None if nothing moves. Kept until the placement or the
+        blocks change (in ``moves``, by ``flat * D + dst``): between two gains most draws
+        repeat a move."""
+        index = flat * self.num_devices + dst
+        out = self.moves.get(index, False)
         if out is False:
-            members = self.blocks.members[level][block]
+            members = self._members(flat)
             moved = members[self.runnable[members, dst] & (self.current[members] != dst)]
-            out = self.moves[level, block, dst] = (
+            out = self.moves[index] = (
                 (moved, dst, (dst, moved.tobytes())) if len(moved) else None)
         return out
 
@@ -282,13 +289,16 @@ class LocalSearch:
         the generator, so the search draws exactly what drawing one batch at a time would."""
         if not self.ahead:
             self.ahead = self._draw_ahead(left, _AHEAD)
-        (level, block, dst), self.ahead = self.ahead[0], self.ahead[1:]
+        drawn, self.ahead = self.ahead[0], self.ahead[1:]
         self.ahead_used += 1
-        return [self._move(*m) for m in zip(level.tolist(), block.tolist(), dst.tolist())]
+        moves, num_devices = self.moves, self.num_devices
+        return [moves.get(index) or self._move(index // num_devices, index % num_devices)
+                for index in drawn.tolist()]
 
     def _draw_ahead(self, left: int, batches: int) -> list:
-        """Up to ``batches`` batches of draws from the current placement and blocks, as
-        ``(levels, blocks, destinations)`` arrays; remembers how to take back what is unused."""
+        """Up to ``batches`` batches of draws from the current placement and blocks, each an
+        array of ``flat * D + dst`` (:meth:`_move`); remembers how to take back what is
+        unused."""
         cdf = self.weights.get("flat")
         if cdf is None:
             cdf = self.weights["flat"] = np.concatenate(
@@ -297,11 +307,10 @@ class LocalSearch:
         drawn, sizes = self._draw(left, batches, *redo[2:])
         self.ahead_from, self.ahead_used = redo, 0
         ends = np.cumsum(sizes)
-        return [(drawn[0, e - z:e], drawn[1, e - z:e], drawn[2, e - z:e])
-                for e, z in zip(ends, sizes)]
+        return [drawn[e - z:e] for e, z in zip(ends, sizes)]
 
     def _draw(self, left, batches, blocks, cdf, current):
-        drawn = np.empty((3, batches * self.config.batch), dtype=np.int64)
+        drawn = np.empty(batches * self.config.batch, dtype=np.int64)
         sizes = np.zeros(batches, dtype=np.int64)
         count = _draw_moves(self.rng, self.config.batch, left, blocks.start, cdf, blocks.order,
                             blocks.member_start, blocks.ok, self.runnable, current,
@@ -322,14 +331,13 @@ class LocalSearch:
     def _sweep(self) -> list:
         """Every move of every block to every device it could go to, in random order."""
         moves, seen = [], set()
-        for level, members_of in enumerate(self.blocks.members):
-            for block in range(len(members_of)):
-                action, others = self._targets(level, block)
-                for dst in action + others:
-                    move = self._move(level, block, dst)
-                    if move is not None and move[2] not in seen:
-                        seen.add(move[2])
-                        moves.append(move)
+        for flat in range(len(self.blocks.ok)):
+            action, others = self._targets(flat)
+            for dst in action + others:
+                move = self._move(flat, dst)
+                if move is not None and move[2] not in seen:
+                    seen.add(move[2])
+                    moves.append(move)
         return [moves[i] for i in self.rng.permutation(len(moves))]
 
     def run(self, until: int, *, deadline: float | None = None, lower_bound: float = 0.0,
@@ -498,9 +506,10 @@ def _draw_moves(rng, batch, left, start, cdf, order, member_start, ok, runnable,
     """Draws batches of moves of a search from ``rng``, as many as ``sizes`` has room for, and
     returns how many batches: batch k holds ``sizes[k]`` moves, ``min(batch, left)`` with
     ``left`` reduced by each batch's moves, or fewer when its ``50 * batch`` draws found fewer;
-    the batches end when ``left`` does or a batch found none. Moves are ``out[:, i]`` (level,
-    block, destination) in order (:meth:`LocalSearch._random_moves`; the arrays are
-    :class:`_Blocks`'s, ``cdf`` each level's block probabilities, cumulative, concatenated).
+    the batches end when ``left`` does or a batch found none. Moves are ``out[i]``, in order,
+    as ``flat * D + dst``: block ``flat`` (numbered as in :class:`_Blocks`) to device ``dst``
+    (:meth:`LocalSearch._random_moves`; the arrays are :class:`_Blocks`'s, ``cdf`` each
+    level's block probabilities, cumulative, concatenated).
 
     Each draw takes, from ``rng`` and in this order: the level (``integers``), a uniform number
     that picks the block (the first whose cumulative probability exceeds it), a uniform number
@@ -543,7 +552,7 @@ def _draw_moves(rng, batch, left, start, cdf, order, member_start, ok, runnable,
             dst = targets[first + rng.integers(0, num)]
             for i in range(member_start[flat], member_start[flat + 1]):
                 if runnable[order[i], dst] and current[order[i]] != dst:
-                    out[0, found], out[1, found], out[2, found] = level, block, dst
+                    out[found] = flat * runnable.shape[1] + dst
                     found += 1
                     break
             if found - was == count:
