@@ -299,7 +299,7 @@ def _python_batches(search, rng, left, batches):
             weight = np.bincount(labels, weights=search.busy, minlength=labels.max() + 1)
             weight = weight + max(weight.sum(), 1.0) * 1e-3 / len(weight)
             block = int(rng.choice(len(weight), p=weight / weight.sum()))
-            members = search.blocks.members[level][block]
+            members = search._members(search.blocks.start[level] + block)
             ok, here = search.runnable[members].any(axis=0), search.current[members[0]]
             action = [d for d in search.action if d != here and ok[d]]
             others = [d for d in search.others if d != here and ok[d]]

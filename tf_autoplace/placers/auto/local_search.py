@@ -130,23 +130,23 @@ class LocalSearchResult:
 class _Blocks:
     """Blocks of colocation groups at every level, aligned to one placement (module doc).
 
+    Blocks are numbered flat across levels: block b of level l is block ``start[l] + b``.
+
     Attributes:
-      labels: per level, [n] the block of each op.
-      members: per level, the ops of each block (arrays, ascending).
-      start: [L + 1] where each level's blocks begin in the flat numbering below (block b of
-        level l is flat block ``start[l] + b``).
-      order, member_start: the ops of flat block g are ``order[member_start[g]:
-        member_start[g + 1]]`` (``members`` concatenated, for the compiled draw).
-      ok: [G, D] bool: some member of flat block g can run on device d.
+      labels: per level, [n] the block of each op (within its level).
+      start: [L + 1] where each level's blocks begin in the flat numbering.
+      order, member_start: the ops of block g, ascending, are ``order[member_start[g]:
+        member_start[g + 1]]``.
+      ok: [G, D] bool: some member of block g can run on device d.
     """
 
-    def __init__(self, problem: PlacementProblem, devices: np.ndarray, levels):
+    def __init__(self, problem: PlacementProblem, devices: np.ndarray, levels,
+                 runnable: np.ndarray):
         graph, cluster = problem.graph, problem.cluster
         pseudo = np.zeros((graph.num_ops, cluster.num_devices), dtype=bool)
         pseudo[np.arange(graph.num_ops), devices] = True
         partitioned = graph.with_kernels(pseudo, cluster.names)
-        runnable = problem.colocation_allowed[graph.colocation]  # [n, D]
-        self.labels, self.members = [], []
+        self.labels, counts = [], [0]
         orders, member_start, ok, seen = [], [], [], set()
         for grouping in merge_and_colocate_levels(partitioned, sorted(set(levels)), spare=True):
             if grouping.num_groups in seen:  # a graph smaller than this level: same blocks
@@ -156,12 +156,11 @@ class _Blocks:
             order = np.argsort(labels, kind="stable")
             bounds = np.searchsorted(labels[order], np.arange(grouping.num_groups + 1))
             self.labels.append(labels)
-            self.members.append([order[bounds[b]:bounds[b + 1]]
-                                 for b in range(grouping.num_groups)])
+            counts.append(grouping.num_groups)
             member_start.append(bounds[:-1] + graph.num_ops * len(orders))
             orders.append(order)
             ok.append(np.logical_or.reduceat(runnable[order], bounds[:-1], axis=0))
-        self.start = np.cumsum([0] + [len(m) for m in self.members])
+        self.start = np.cumsum(counts)
         self.order = np.concatenate(orders)
         self.member_start = np.append(np.concatenate(member_start), len(self.order))
         self.ok = np.concatenate(ok)
@@ -200,7 +199,7 @@ class LocalSearch:
         self.action = problem.cluster.compute_devices()
         self.others = np.setdiff1d(np.arange(problem.cluster.num_devices), self.action)
         self._align()
-        moves = sum(len(m) for m in self.blocks.members) * (problem.cluster.num_devices - 1)
+        moves = len(self.blocks.ok) * (problem.cluster.num_devices - 1)
         self.sweeping = moves <= config.sweep_below
         self.queue = self._sweep() if self.sweeping else []  # moves left to try from here
 
@@ -228,7 +227,8 @@ class LocalSearch:
     def _align(self) -> None:
         self._take_back()
         self.blocks, self.aligned, self.since_gain = (
-            _Blocks(self.problem, self.current, self.config.levels), self.current, 0)
+            _Blocks(self.problem, self.current, self.config.levels, self.runnable),
+            self.current, 0)
         self.weights, self.moves = {}, {}
 
     def _members(self, flat: int) -> np.ndarray:
@@ -266,8 +266,9 @@ class LocalSearch:
         ``Generator.choice`` computes it from the probabilities."""
         cdf = self.weights.get(level)
         if cdf is None:
+            start = self.blocks.start
             weight = np.bincount(self.blocks.labels[level], weights=self.busy,
-                                 minlength=len(self.blocks.members[level]))
+                                 minlength=start[level + 1] - start[level])
             weight = weight + max(weight.sum(), 1.0) * 1e-3 / len(weight)
             cdf = (weight / weight.sum()).cumsum()
             cdf /= cdf[-1]
@@ -505,7 +506,7 @@ def _draw_moves(rng, batch, left, start, cdf, order, member_start, ok, runnable,
                 action, others, host_share, out, sizes):
     """Draws batches of moves of a search from ``rng``, as many as ``sizes`` has room for, and
     returns how many batches: batch k holds ``sizes[k]`` moves, ``min(batch, left)`` with
-    ``left`` reduced by each batch's moves, or fewer when its ``50 * batch`` draws found fewer;
+    ``left`` reduced by each batch's moves, or fewer when its 50 draws for each found fewer;
     the batches end when ``left`` does or a batch found none. Moves are ``out[i]``, in order,
     as ``flat * D + dst``: block ``flat`` (numbered as in :class:`_Blocks`) to device ``dst``
     (:meth:`LocalSearch._random_moves`; the arrays are :class:`_Blocks`'s, ``cdf`` each
