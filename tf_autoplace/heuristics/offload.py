@@ -51,35 +51,36 @@ def offload(problem: PlacementProblem, devices: np.ndarray) -> np.ndarray | None
     op, colocation groups whole) by moving colocation groups off overflowing devices (module
     docstring); ``devices`` itself when it fits; None when the rounds run out, counting what
     a group frees without and then with the tensors it receives."""
-    for received in (False, True):
-        fixed = _offload(problem, devices, received)
-        if fixed is not None:
-            return fixed
-    return None
-
-
-def _offload(problem: PlacementProblem, devices: np.ndarray,
-             received: bool) -> np.ndarray | None:
-    """:func:`offload`'s rounds, a group freeing its variables and outputs, and with
-    ``received`` the tensors it reads from other groups too."""
     graph, cluster = problem.graph, problem.cluster
     coloc = graph.colocation.astype(np.int64)
     num_units = int(coloc.max()) + 1
     unit_bytes = (np.bincount(coloc, weights=graph.persistent_bytes, minlength=num_units) +
                   np.bincount(coloc, weights=graph.output_bytes, minlength=num_units))
-    if received:
-        unit_bytes = unit_bytes + once_per_graph(
-            graph, ("offload received",), lambda: _received_bytes(graph, coloc, num_units))
-    unit_time = np.stack([np.bincount(coloc, weights=np.where(np.isfinite(problem.op_time[:, d]),
-                                                              problem.op_time[:, d], 0.0),
-                                      minlength=num_units)
-                          for d in range(cluster.num_devices)], axis=1)  # [C, D]
+    finite = np.where(np.isfinite(problem.op_time), problem.op_time, 0.0)
+    unit_time = np.stack([np.bincount(coloc, weights=finite[:, d], minlength=num_units)
+                          for d in range(cluster.num_devices)], axis=1)  # [C, D] seconds
+    peak = _peak(problem, devices)  # both passes start from it
+    for received in (False, True):
+        if received:
+            unit_bytes = unit_bytes + once_per_graph(
+                graph, ("offload received",), lambda: _received_bytes(graph, coloc, num_units))
+        fixed = _offload(problem, devices, peak, unit_bytes, unit_time)
+        if fixed is not None:
+            return fixed
+    return None
+
+
+def _offload(problem: PlacementProblem, devices: np.ndarray, peak: np.ndarray,
+             unit_bytes: np.ndarray, unit_time: np.ndarray) -> np.ndarray | None:
+    """:func:`offload`'s rounds from ``devices`` and its simulated ``peak`` ([D] bytes), with
+    ``unit_bytes`` ([C]) what moving each colocation group frees and ``unit_time`` ([C, D])
+    its compute time on each device."""
+    cluster, coloc = problem.cluster, problem.graph.colocation
     allowed = problem.colocation_allowed
     capacity = cluster.memory.astype(np.float64)
     compute = np.isin(np.arange(cluster.num_devices), compute_devices(problem))
-    unit_device = np.zeros(num_units, np.int64)
+    unit_device = np.zeros(len(unit_bytes), np.int64)
     unit_device[coloc] = devices
-    peak = _peak(problem, unit_device[coloc])
     for round_ in range(ROUNDS):
         over = peak - capacity
         if (over <= 0).all():
@@ -88,22 +89,11 @@ def _offload(problem: PlacementProblem, devices: np.ndarray,
         room = capacity - peak  # what each device can still take, by the same estimate
         moved = 0
         for d in np.flatnonzero(over > 0).tolist():
-            need = over[d] * margin
-            units = np.flatnonzero(unit_device == d)
-            units = units[unit_bytes[units] > 0]
-            # Per candidate unit, its best destination: a GPU with room, else another device.
-            targets = allowed[units] & (room[None, :] > unit_bytes[units, None])
-            targets[:, d] = False
-            extra = unit_time[units] - unit_time[units, d][:, None]  # [u, D] seconds
-            dest = _cheapest(np.where(targets & compute[None, :], extra, np.inf))
-            fallback = dest < 0
-            dest[fallback] = _cheapest(np.where(targets & ~compute[None, :], extra,
-                                                np.inf))[fallback]
-            ok = dest >= 0
-            units, dest = units[ok], dest[ok]
-            extra = np.maximum(extra[np.flatnonzero(ok), dest], 0.0)
-            order = np.argsort(extra / unit_bytes[units], kind="stable")
-            moved += _move(units[order], dest[order], unit_bytes, room, unit_device, need)
+            units, dest, ratio = _destinations(unit_device, d, unit_bytes, unit_time, allowed,
+                                               room, compute)
+            order = np.argsort(ratio, kind="stable")
+            moved += _move(units[order], dest[order], unit_bytes, room, unit_device,
+                           over[d] * margin)
         if not moved:  # the same placement again: every later round would find the same
             return None
         peak = _peak(problem, unit_device[coloc])
@@ -148,7 +138,40 @@ def _received_bytes(graph, coloc: np.ndarray, num_units: int) -> np.ndarray:
     return np.bincount(pairs[1], weights=graph.tensor_bytes[pairs[0]], minlength=num_units)
 
 
-def _cheapest(cost: np.ndarray) -> np.ndarray:
-    """[u] column of the smallest finite entry of each row of ``cost`` [u, D]; -1 if none."""
-    best = np.argmin(cost, axis=1)
-    return np.where(np.isfinite(cost[np.arange(len(cost)), best]), best, -1)
+@cached_njit
+def _destinations(unit_device, d, unit_bytes, unit_time, allowed, room, compute):
+    """The groups on device ``d`` that hold bytes and can go somewhere, each with its best
+    destination and its extra seconds there per byte freed: ``(units [u], dest [u], ratio
+    [u])``, groups in ascending order. The best destination is the device other than ``d``
+    that can run the group (``allowed``), has room for its bytes (``room``) and adds the least
+    compute time (``unit_time``, [C, D] seconds): among the compute devices (GPUs) where one
+    qualifies, else among the others (the host); the first such device on a tie.
+    Extra time below zero (a faster device) counts as none. (A pass over thousands of groups
+    per overflowing device and round: numba, not numpy's [u, D] temporaries.)"""
+    num_devices = room.shape[0]
+    units = np.flatnonzero(unit_device == d)
+    out_units = np.empty(len(units), np.int64)
+    out_dest = np.empty(len(units), np.int64)
+    ratio = np.empty(len(units), np.float64)
+    count = 0
+    for u in units:
+        size = unit_bytes[u]
+        if size <= 0:
+            continue
+        best, best_extra = -1, np.inf
+        for pass_compute in (True, False):
+            for e in range(num_devices):
+                if (e == d or compute[e] != pass_compute or not allowed[u, e]
+                        or not room[e] > size):
+                    continue
+                extra = unit_time[u, e] - unit_time[u, d]
+                if extra < best_extra:
+                    best, best_extra = e, extra
+            if best >= 0:
+                break
+        if best < 0:
+            continue
+        out_units[count], out_dest[count] = u, best
+        ratio[count] = max(best_extra, 0.0) / size
+        count += 1
+    return out_units[:count], out_dest[:count], ratio[:count]

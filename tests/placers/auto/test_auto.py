@@ -71,6 +71,51 @@ def test_a_sink_that_overflows_by_what_it_receives_goes_to_the_host():
     assert not check_memory(p, p.simulator.run(placement.devices))
 
 
+def _numpy_destinations(unit_device, d, unit_bytes, unit_time, allowed, room, compute):
+    """The destinations offload chose before they were compiled: numpy over [u, D] arrays."""
+    units = np.flatnonzero(unit_device == d)
+    units = units[unit_bytes[units] > 0]
+    targets = allowed[units] & (room[None, :] > unit_bytes[units, None])
+    targets[:, d] = False
+    extra = unit_time[units] - unit_time[units, d][:, None]
+
+    def cheapest(cost):
+        best = np.argmin(cost, axis=1)
+        return np.where(np.isfinite(cost[np.arange(len(cost)), best]), best, -1)
+
+    dest = cheapest(np.where(targets & compute[None, :], extra, np.inf))
+    fallback = dest < 0
+    dest[fallback] = cheapest(np.where(targets & ~compute[None, :], extra, np.inf))[fallback]
+    ok = dest >= 0
+    units, dest = units[ok], dest[ok]
+    return units, dest, np.maximum(extra[np.flatnonzero(ok), dest], 0.0) / unit_bytes[units]
+
+
+def test_offload_picks_the_destinations_numpy_did():
+    # Groups with no bytes, GPUs without room (the host then), groups no device with room can
+    # run, faster devices (extra time below zero) and ties between devices (times drawn from
+    # a few values): the compiled choice equals the numpy one, in the same order.
+    rng = np.random.default_rng(7)
+    checked = 0
+    for trial in range(200):
+        units, num_devices = int(rng.integers(1, 60)), int(rng.integers(2, 6))
+        compute = np.arange(num_devices) < num_devices - 1 - trial % 2  # host(s) last
+        unit_device = rng.integers(0, num_devices, units)
+        unit_bytes = rng.choice([0.0, 1.0, 2.0, 5.0], units)
+        unit_time = rng.choice([0.5, 1.0, 2.0], (units, num_devices))
+        allowed = rng.random((units, num_devices)) < 0.7
+        room = rng.choice([0.0, 1.5, 2.0, 4.0, 10.0], num_devices)
+        for d in range(num_devices):
+            got = offload._destinations(unit_device, d, unit_bytes, unit_time, allowed, room,
+                                        compute)
+            want = _numpy_destinations(unit_device, d, unit_bytes, unit_time, allowed, room,
+                                       compute)
+            for g, w in zip(got, want):
+                np.testing.assert_array_equal(g, w)
+            checked += len(want[0])
+    assert checked > 1000
+
+
 def test_nothing_fits_names_the_total_need():
     p = _with_persistent(random_problem(40, seed=1, gpu_memory=GB),
                          np.full(40, 5 * GB, np.int64))  # 200 GB of variables, 102 GB in all
