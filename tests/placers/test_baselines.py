@@ -255,6 +255,23 @@ def test_m_topo_walks_a_fifo_topological_order_and_can_balance_memory():
 
     fork = from_edges(5, [(0, 1, 8), (0, 2, 8), (1, 3, 8), (2, 4, 8)])
     assert fifo_topological_order(fork).tolist() == [0, 1, 2, 3, 4]
+    rng = np.random.default_rng(0)
+    for _ in range(20):  # the compiled walk is Kahn's with a FIFO queue, roots in index order
+        edges = {(int(i), j) for j in range(1, 60)
+                 for i in rng.integers(0, j, int(rng.integers(0, 4)))}  # repeats, several roots
+        graph = from_edges(60, [(i, j, 8) for i, j in sorted(edges, key=lambda e: -e[1])])
+        waiting = [0] * 60
+        children = [[] for _ in range(60)]
+        for src, dst in edges:
+            waiting[dst] += 1
+            children[src].append(dst)
+        order = [i for i in range(60) if waiting[i] == 0]
+        for i in order:
+            for c in sorted(children[i]):
+                waiting[c] -= 1
+                if waiting[c] == 0:
+                    order.append(c)
+        assert fifo_topological_order(graph).tolist() == order
     # A chain with variables of 3, 1, 1, 3 GB and equal op times on two GPUs: compute balance
     # cuts it in the middle; memory balance (share 8 / 2 + 3 GB) after the third op.
     chain = from_edges(4, [(0, 1, 8), (1, 2, 8), (2, 3, 8)],

@@ -49,28 +49,29 @@ from tf_autoplace.heuristics._common import (
     fallback_device,
     group_compute_time,
     group_memory,
+    once_per_graph,
 )
+from tf_autoplace.sim.layout import fifo_order
 
 BALANCES = ("compute", "memory")
 
 
 def fifo_topological_order(graph) -> np.ndarray:
-    """[n] ops in Kahn's order with a FIFO queue (module docstring)."""
+    """[n] ops in Kahn's order with a FIFO queue (module docstring), read-only: read once per
+    graph, as best_heuristic runs m-TOPO on every prefix of the devices."""
+    return once_per_graph(graph, ("fifo order",), lambda: _fifo_order(graph))
+
+
+def _fifo_order(graph) -> np.ndarray:
     n = graph.num_ops
     src = np.concatenate([graph.edge_src, graph.ctrl_src]).astype(np.int64)
     dst = np.concatenate([graph.edge_dst, graph.ctrl_dst]).astype(np.int64)
     pairs = np.unique(src * n + dst)  # one dependency per op pair
     src, dst = np.divmod(pairs, n)
-    waiting = np.bincount(dst, minlength=n).tolist()
-    starts = np.searchsorted(src, np.arange(n + 1)).tolist()
-    children = dst.tolist()
-    order = [i for i in range(n) if waiting[i] == 0]
-    for i in order:  # the list grows while we walk it: a FIFO queue
-        for c in children[starts[i]:starts[i + 1]]:
-            waiting[c] -= 1
-            if waiting[c] == 0:
-                order.append(c)
-    return np.asarray(order, np.int64)
+    order = fifo_order(n, np.searchsorted(src, np.arange(n + 1)), dst,
+                       np.bincount(dst, minlength=n))
+    order.flags.writeable = False
+    return order
 
 
 def group_order(problem: PlacementProblem, op_order: np.ndarray) -> np.ndarray:

@@ -49,10 +49,12 @@ from tf_autoplace.sim.simulator import (
 
 
 @cached_njit
-def _fifo(n, producer_ptr, producer_cons, pending):
-    """Start order of every op on one device with a FIFO queue: ops without dependencies in
-    index order, then each op as its last dependency ends (``producer_ptr``/``producer_cons``:
-    the dependencies each op releases, CSR, in the simulator's visiting order)."""
+def fifo_order(n, producer_ptr, producer_cons, pending):
+    """Kahn's order with a FIFO queue, the start order of every op on one device: ops without
+    dependencies in index order, then each op as its last dependency ends. ``producer_ptr`` /
+    ``producer_cons``: the ops each op releases, CSR, in the order they are visited;
+    ``pending``: [n] int64 dependencies per op, counted down in place. An op on a cycle is
+    left out. (A loop over every dependency: numba.)"""
     order = np.empty(n, np.int64)
     tail = 0
     for i in range(n):
@@ -89,7 +91,7 @@ def run_order(graph: OpGraph) -> np.ndarray:
     consumer = keys % n
     producer = np.concatenate([graph.tensor_op.astype(np.int64), np.arange(n)])[keys // n]
     ptr, cons = _csr(producer, consumer, n)
-    order = _fifo(n, ptr, cons, np.bincount(consumer, minlength=n).astype(np.int64))
+    order = fifo_order(n, ptr, cons, np.bincount(consumer, minlength=n).astype(np.int64))
     if len(order) != n:  # OpGraph is acyclic, so this is a bug, not bad input
         raise AssertionError(f"run_order reached {len(order)} of {n} ops")
     return order
