@@ -26,8 +26,9 @@ benchmark table reports for that candidate.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -76,6 +77,20 @@ def device_counts(num_compute: int) -> list[int]:
     return [num_compute] + counts[::-1]
 
 
+def _score(problem: PlacementProblem, label: str, devices: np.ndarray,
+           order: int) -> Candidate:
+    """``devices`` simulated as a candidate; repaired by offload where it overflows a device,
+    or kept as not fitting (``" (OOM)"``) where the repair fails."""
+    sim = problem.simulator.run(devices)
+    if check_memory(problem, sim):
+        repaired = offload(problem, devices)
+        if repaired is None:
+            return Candidate(label + " (OOM)", devices, sim.makespan, False, order)
+        label, devices = label + "+offload", repaired
+        sim = problem.simulator.run(devices)
+    return Candidate(label, devices, sim.makespan, True, order)
+
+
 class BestHeuristicPlacer(Placer):
     """Args:
       candidates: registered names of the fast heuristics to try (default: all of them).
@@ -92,14 +107,15 @@ class BestHeuristicPlacer(Placer):
         self.candidates = tuple(candidates)
         self.subsets = subsets
 
-    def proposals(self, problem: PlacementProblem) -> list[tuple[str, np.ndarray]]:
-        """Every candidate placement, as ``(label, [n] devices)`` in tie-break order: each
-        heuristic on the whole cluster, then on the smaller prefixes; failures are skipped and
-        noted. Labels name the heuristic and, for a prefix, how many compute devices it used."""
+    def proposals(self, problem: PlacementProblem) -> Iterator[tuple[str, np.ndarray]]:
+        """Every candidate placement, as ``(label, [n] devices)`` in tie-break order, one at a
+        time: each heuristic on the whole cluster, then on the smaller prefixes; failures are
+        skipped and noted once all are made. Labels name the heuristic and, for a prefix, how
+        many compute devices it used."""
         compute = compute_devices(problem)
         others = np.setdiff1d(np.arange(problem.cluster.num_devices), compute)
         counts = device_counts(len(compute)) if self.subsets else [len(compute)]
-        out, failed = [], []
+        failed = []
         for k in counts:
             if k == len(compute):
                 sub, index, suffix = problem, None, ""
@@ -114,29 +130,24 @@ class BestHeuristicPlacer(Placer):
                 except AutoplaceError as e:
                     failed.append(f"{name}{suffix} ({e})")
                     continue
-                out.append((name + suffix, devices if index is None else
-                            index[devices].astype(np.int32)))
+                yield (name + suffix, devices if index is None else
+                       index[devices].astype(np.int32))
         if failed:
             self.notes.append("best_heuristic: skipped " + "; ".join(failed))
-        return out
 
     def ranked(self, problem: PlacementProblem) -> list[Candidate]:
         """Every proposal, simulated, over-memory ones repaired by offload where possible,
         sorted best first (fits, then step time, then tie-break order). ``notes`` then says
         which heuristics failed."""
         self.notes = []
-        scored = []
-        for order, (label, devices) in enumerate(self.proposals(problem)):
-            sim = problem.simulator.run(devices)
-            if check_memory(problem, sim):
-                repaired = offload(problem, devices)
-                if repaired is None:
-                    scored.append(Candidate(label + " (OOM)", devices, sim.makespan, False,
-                                            order))
-                    continue
-                label, devices = label + "+offload", repaired
-                sim = problem.simulator.run(devices)
-            scored.append(Candidate(label, devices, sim.makespan, True, order))
+        # The heuristics are Python; scoring a candidate is mostly simulation, which releases
+        # the GIL: each is scored on a second thread while the next heuristic runs.
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pending = []
+            for order, (label, devices) in enumerate(self.proposals(problem)):
+                problem.simulator  # noqa: B018  (built on this thread, not on both at once)
+                pending.append(pool.submit(_score, problem, label, devices, order))
+            scored = [future.result() for future in pending]
         host = self._all_on_the_host(problem, len(scored)) if scored else None
         fitting = [c.step_s for c in scored if c.fits]
         if host is not None and not fitting:

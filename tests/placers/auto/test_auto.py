@@ -10,7 +10,7 @@ import pytest
 from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
 from tf_autoplace.heuristics import (FAST_HEURISTICS, BestHeuristicPlacer,
                                      MemoryAwareSCTPlacer, offload)
-from tf_autoplace.heuristics.best import device_counts
+from tf_autoplace.heuristics.best import _score, device_counts
 from tf_autoplace.heuristics.single import SingleDevicePlacer
 from tf_autoplace.learning.rollouts import Evaluator
 from tf_autoplace.placers import AutoPlacer, check_memory, check_placement
@@ -142,6 +142,33 @@ def test_every_heuristic_failing_is_an_error_naming_them(monkeypatch):
         monkeypatch.setitem(FAST_HEURISTICS, name, _Raises)
     with pytest.raises(InfeasiblePlacementError, match="every heuristic failed"):
         BestHeuristicPlacer().place(random_problem(30, seed=0))
+
+
+def test_candidates_scored_beside_the_heuristics_are_the_ones_scored_in_turn(monkeypatch):
+    # ranked() scores each proposal on a second thread while the next heuristic runs: the
+    # candidates (labels, repairs, steps, tie-break order) are those of scoring them one after
+    # another, with a failing heuristic, repaired candidates and ones no repair fits.
+    kinds = set()
+    monkeypatch.setitem(FAST_HEURISTICS, "metis", _Raises)
+    for p in (_overfull(0), _overfull(1), random_problem(200, seed=3, num_gpus=4),
+              _with_persistent(random_problem(60, seed=4, num_gpus=4, gpu_memory=GB),
+                               np.full(60, GB // 8, np.int64)),
+              _with_persistent(random_problem(40, seed=1, gpu_memory=GB),
+                               np.full(40, 5 * GB, np.int64))):  # nothing fits
+        placer, reference = BestHeuristicPlacer(), BestHeuristicPlacer()
+        ranked = [c for c in placer.ranked(p) if not c.label.startswith("cpu_only")]
+        reference.notes = []
+        in_turn = sorted((_score(p, label, devices, order) for order, (label, devices)
+                          in enumerate(reference.proposals(p))),
+                         key=lambda c: (not c.fits, c.step_s, c.order))
+        assert [(c.label, c.step_s, c.fits, c.order) for c in ranked] == [
+            (c.label, c.step_s, c.fits, c.order) for c in in_turn]
+        assert all(np.array_equal(a.devices, b.devices) for a, b in zip(ranked, in_turn))
+        assert placer.notes[0] == reference.notes[0]
+        assert "metis (no device has room for the variables of a group)" in placer.notes[0]
+        kinds.update("repaired" if "+offload" in c.label else "OOM" if "(OOM)" in c.label
+                     else "fits" for c in ranked)
+    assert kinds == {"fits", "repaired", "OOM"}
 
 
 def test_device_counts_are_powers_of_two_below_the_whole():
