@@ -264,20 +264,25 @@ class _BuildsEveryMove(LocalSearch):
         return super()._next_moves(left)
 
 
+@pytest.mark.parametrize("realign_after,samples", [(40, 600), (400, 2000)])
 @pytest.mark.parametrize("sweep_below", [0, 10**6])
 @pytest.mark.parametrize("seed", range(3))
-def test_moves_kept_between_gains_change_no_step_of_the_search(seed, sweep_below):
+def test_moves_kept_between_gains_change_no_step_of_the_search(seed, sweep_below,
+                                                                realign_after, samples):
     # A move is built once per current placement and blocks (most draws repeat one); the
     # search must take exactly the steps of one that builds each move when it is drawn,
-    # through gains, re-alignments and (sweep_below large) sweeps.
+    # through gains, re-alignments and (sweep_below large) sweeps. A move kept across a gain
+    # differs only for a block that the gains have left on several devices, which takes
+    # many gains between two re-alignments: hence the long runs that seldom re-align.
     p = random_problem(300, seed=30 + seed, num_gpus=4, max_groups=48)
     start = BestHeuristicPlacer().propose(p)
-    config = LocalSearchConfig(sweep_below=sweep_below, levels=(4, 16, 64), realign_after=40)
+    config = LocalSearchConfig(sweep_below=sweep_below, levels=(4, 16, 64),
+                               realign_after=realign_after)
     runs = []
     for cls in (LocalSearch, _BuildsEveryMove):
         with Evaluator(p) as evaluator:
             search = cls(p, start, config, seed=seed, evaluator=evaluator)
-            search.run(600)
+            search.run(samples)
             runs.append(search)
     kept, fresh = runs
     assert len(fresh.curve) > 5  # gains, after which kept moves would be stale
