@@ -51,14 +51,14 @@ def offload(problem: PlacementProblem, devices: np.ndarray) -> np.ndarray | None
     op, colocation groups whole) by moving colocation groups off overflowing devices (module
     docstring); ``devices`` itself when it fits; None when the rounds run out, counting what
     a group frees without and then with the tensors it receives."""
-    graph, cluster = problem.graph, problem.cluster
+    graph = problem.graph
     coloc = graph.colocation.astype(np.int64)
     num_units = int(coloc.max()) + 1
     unit_bytes = (np.bincount(coloc, weights=graph.persistent_bytes, minlength=num_units) +
                   np.bincount(coloc, weights=graph.output_bytes, minlength=num_units))
-    finite = np.where(np.isfinite(problem.op_time), problem.op_time, 0.0)
-    unit_time = np.stack([np.bincount(coloc, weights=finite[:, d], minlength=num_units)
-                          for d in range(cluster.num_devices)], axis=1)  # [C, D] seconds
+    unit_time = np.stack([np.bincount(coloc, weights=np.where(np.isfinite(t), t, 0.0),
+                                      minlength=num_units)
+                          for t in problem.op_time.T], axis=1)  # [C, D] seconds
     peak = _peak(problem, devices)  # both passes start from it
     for received in (False, True):
         if received:
