@@ -8,6 +8,7 @@ cases pin the values. Links are 1 GB/s with 10 us latency unless a test says oth
 
 import dataclasses
 import functools
+import itertools
 import os
 import subprocess
 import sys
@@ -19,9 +20,11 @@ from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.core.problem import PlacementProblem
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph.opgraph import from_edges
+from tf_autoplace.grouping import Grouping
 from tf_autoplace.heuristics import HEURISTICS
 from tf_autoplace.sim import (
     Simulator,
+    device_heads_and_tails,
     heads_and_tails,
     lower_bound,
     lp_lower_bound,
@@ -97,6 +100,53 @@ def test_colocation_and_kernels_decide_who_may_share_a_device():
     assert head[3] >= 1 * MS + 1 * MS + 1.01 * MS - 1e-12
 
 
+def test_an_op_pays_for_the_device_it_runs_on_and_the_transfers_that_takes():
+    # A chain a -> b -> c on a GPU and a host: a and c take 1 ms on the GPU and 4 ms on the
+    # host, b the reverse; each edge carries 1 MB (1.01 ms on a link). With every op at its
+    # fastest time and no transfer the path is 3 ms, but b runs 1 ms only on the host, where
+    # a and c do not: the best is a, c on the GPU and b on the host, 1 + 1.01 + 1 + 1.01 + 1.
+    c = gpus(1, host=True)
+    g = from_edges(3, [(0, 1, MB), (1, 2, MB)])
+    op_time = np.array([[1, 4], [4, 1], [1, 4]]) * MS
+    best = Simulator(g, c, op_time).run(np.array([0, 1, 0])).makespan
+    assert best == pytest.approx(5.02 * MS)
+    assert transfer_path_bound(g, c, op_time) == pytest.approx(best)
+    assert lp_lower_bound(g, c, op_time).value_s == pytest.approx(best)
+    head, tail, _ = device_heads_and_tails(g, c, op_time)
+    np.testing.assert_allclose(head[1], [1 * MS, 2.01 * MS])  # after a there, or a's tensor
+    np.testing.assert_allclose(tail[1], [1 * MS, 2.01 * MS])
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_device_heads_hold_for_every_placement_of_small_graphs(seed):
+    # Every placement of 4-7 ops on one or two GPUs and a host (op times drawn per device,
+    # so an op's fastest device is often another than its neighbours'; a colocated pair and
+    # an op without a host kernel): the heads and tails of each op on the device it got hold,
+    # and no placement beats the bounds.
+    rng = np.random.default_rng([seed, 47])
+    n = int(rng.integers(4, 8))
+    dag = random_dag(n, seed, fan_in=2, max_bytes=4 * MB)
+    edges = list(zip(dag.edge_src.tolist(), dag.edge_dst.tolist(),
+                     dag.tensor_bytes[dag.edge_tensor].tolist()))
+    coloc = np.arange(n)
+    coloc[n - 1] = coloc[int(rng.integers(0, n - 1))]
+    c = cluster(int(rng.integers(1, 3)), latency_us=float(rng.uniform(0, 500)))
+    op_time = rng.lognormal(np.log(1e-3), 1.0, (n, c.num_devices))
+    op_time[int(rng.integers(0, n)), -1] = np.inf  # no host kernel
+    g = from_edges(n, edges, colocation=np.unique(coloc, return_inverse=True)[1])
+    prob = PlacementProblem(graph=g, cluster=c, op_time=op_time,
+                            grouping=Grouping.from_labels(g, g.colocation))
+    bound = lp_lower_bound(g, c, op_time).value_s
+    steps = []
+    for choice in itertools.product(*(np.flatnonzero(row) for row in prob.colocation_allowed)):
+        p = np.array(choice)[g.colocation]
+        r = prob.simulator.run(p)
+        assert_device_heads_hold(prob, p, r)
+        steps.append(r.makespan)
+    assert bound <= min(steps) * (1 + 1e-9)
+    assert transfer_path_bound(g, c, op_time) <= min(steps) * (1 + 1e-9)
+
+
 def random_valid_placements(prob: PlacementProblem, rng, count):
     groups = prob.colocation_allowed
     for _ in range(count):
@@ -150,6 +200,17 @@ def test_bounds_hold_for_random_and_heuristic_placements(case):
         assert (head <= r.start + 1e-12).all()
         assert (tail <= r.makespan - r.end + 1e-12).all()
         assert lp.value_s <= r.makespan * (1 + 1e-9)
+        assert_device_heads_hold(prob, p, r)
+
+
+def assert_device_heads_hold(prob, placement, result):
+    """The heads and tails of every op on the device ``placement`` gives it hold in the
+    simulated ``result``."""
+    head, tail, runs = device_heads_and_tails(prob.graph, prob.cluster, prob.op_time)
+    ops = np.arange(prob.graph.num_ops)
+    assert np.isfinite(runs[ops, placement]).all()
+    assert (head[ops, placement] <= result.start + 1e-12).all()
+    assert (tail[ops, placement] <= result.makespan - result.end + 1e-12).all()
 
 
 @pytest.mark.parametrize("case", range(0, 24, 2))
@@ -164,6 +225,13 @@ def test_bounds_hold_with_core_groups(case):
                     for d, g in zip(base.cluster.devices, label.tolist()))
     c = dataclasses.replace(base.cluster, devices=devices, core_groups=groups)
     assert_bounds_hold(dataclasses.replace(base, cluster=c), case)
+    # Link delays too, between devices of different executors (within a core group a
+    # transfer is a hand-over, with no flight).
+    executor, _ = c.executors()
+    delay = np.where(executor[:, None] == executor[None, :], 0.0,
+                     rng.uniform(0, 5e-3, (c.num_devices,) * 2))
+    assert_bounds_hold(dataclasses.replace(base, cluster=dataclasses.replace(c, delay=delay)),
+                       case)
 
 
 def assert_bounds_hold(prob, seed):
@@ -175,6 +243,7 @@ def assert_bounds_hold(prob, seed):
         r = prob.simulator.run(p)
         assert (head <= r.start + 1e-12).all()
         assert (tail <= r.makespan - r.end + 1e-12).all()
+        assert_device_heads_hold(prob, p, r)
         assert lower_bound(g, c, op_time) <= r.makespan * (1 + 1e-9)
         assert lp.value_s <= r.makespan * (1 + 1e-9)
     return lp
@@ -303,9 +372,10 @@ def test_time_limit_is_checked():
 def solved_anyway(prob) -> float:
     """The LP part of ``prob``'s bound solved with HiGHS whatever the cheapest point says."""
     g, c, op_time = prob.graph, prob.cluster, prob.op_time
-    head, tail, fastest = heads_and_tails(g, c, op_time)
-    known = max(lower_bound(g, c, op_time), float((head + fastest + tail).max()))
-    model, num_x, _ = lp_bound._build(g, c, op_time, head, tail, scale=known)
+    head, tail, runs = device_heads_and_tails(g, c, op_time)
+    through = head + runs + tail
+    known = max(lower_bound(g, c, op_time), float(through.min(axis=1).max()))
+    model, num_x, _ = lp_bound._build(g, c, op_time, through, scale=known)
     value, status = lp_bound._solve(model, num_x, 30.0)
     assert status == "optimal"
     return value * known

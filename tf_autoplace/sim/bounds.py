@@ -26,53 +26,62 @@ Why it is valid for every placement ``p`` (valid or not):
 
 The path with transfers
 -----------------------
-``L_path`` lets every op start the moment its last parent ends. In the simulator that happens
-only for a parent on the op's own device, and parents on one device run one after the other.
-:func:`heads_and_tails` computes, for every op ``k``, a *head* ``h_k <= start_k`` and a *tail*
-``q_k <= makespan - end_k`` that hold in every valid placement, and
-``transfer_path_bound = max_k h_k + f_k + q_k`` where ``f_k`` is k's least time over the devices
-its colocation group may use. Notation: ``m_jk`` is the least ``latency + bytes / bandwidth``
-over ordered pairs of distinct devices allowed to the colocation groups of ``j`` and ``k``, for
-the largest tensor ``j`` sends ``k`` (0 bytes for a control edge, which the simulator sends as a
-dummy). Heads are computed in topological order; for op ``k`` with parents ``P``:
+``L_path`` lets every op start the moment its last parent ends, at its fastest time. In the
+simulator that happens only for a parent on the op's own device, parents on one device run
+one after the other, and an op runs at the time of the device it is on, which is its
+neighbours' device only if they share it. :func:`device_heads_and_tails` computes, for every
+op ``k`` and device ``d``, a *head* ``h[k, d] <= start_k`` and a *tail* ``q[k, d] <= makespan -
+end_k`` that hold in every valid placement putting ``k`` on ``d``, and ``transfer_path_bound =
+max_k min_d h[k, d] + t[k, d] + q[k, d]``, where ``t[k, d]`` is k's time on d (``inf``, and so
+are h and q, where k's colocation group may not go: some op of the group has no kernel there).
+Notation: ``m_jk(e, d)`` is ``latency[e, d] + bytes / bandwidth[e, d] + delay[e, d]`` for the
+largest tensor ``j`` sends ``k`` (0 bytes for a control edge, which the simulator sends as a
+dummy), and ``c_d`` the most ops d's executor runs at once (1, or a core group's cores). Heads
+are computed in topological order; for op ``k`` on ``d`` with parents ``P``:
 
-    h_k = min over subsets A of P of max( max_{j not in A} h_j + f_j + m_jk,
-                                         max_{j in A} h_j + f_j,
-                                         max_{A' in A} min_{j in A'} h_j + sum_{j in A'} f_j )
+    h[k, d] = min over subsets A of P of max( max_{j not in A} min_{e != d} h[j, e] + t[j, e]
+                                                                            + m_jk(e, d),
+                                              max_{j in A} h[j, d] + t[j, d],
+                                              max_{A' in A} min_{j in A'} h[j, d]
+                                                            + sum_{j in A'} t[j, d] / c_d )
 
-where parents in k's colocation group are always in ``A`` and parents with no allowed device
-in common with k never are. Proof that ``h_k <= start_k`` in a valid placement, by induction
-over the topological order (assume it for the parents): let ``A`` be the parents that the
-placement puts on k's device (so the subsets the minimum ranges over include it).
+where parents in k's colocation group are always in ``A`` and parents that may not go to ``d``
+never are. Proof that ``h[k, d] <= start_k`` in a valid placement with k on d, by induction over
+the topological order (assume it for the parents on every device): let ``A`` be the parents
+that the placement puts on ``d`` (so the subsets the minimum ranges over include it).
 
-* A parent ``j`` not in ``A`` ends at ``end_j >= h_j + f_j``, and only then does its tensor (or
-  control dummy) join the send queue; the copy that releases ``k`` arrives no earlier than
-  ``end_j + m_jk``, because sending ``b`` bytes from ``d`` to ``d' != d`` takes
-  ``latency[d, d'] + b / bandwidth[d, d']`` (waiting in the queue only adds). So
-  ``start_k >= h_j + f_j + m_jk``.
-* A parent ``j`` in ``A`` ends before ``k`` starts: ``start_k >= h_j + f_j``.
-* The parents in any ``A' subset of A`` run on k's device one at a time, none starts before
-  ``min_{A'} h_j``, each runs at least ``f_j`` and all end before ``start_k``; so ``start_k >=
-  min_{A'} h_j + sum_{A'} f_j``. With core groups a device may run up to ``c`` ops at once
-  (``c`` the most cores of any executor), and the sum is divided by ``c``: those parents still
-  need ``sum_{A'} f_j / c`` of wall time. Transfers that run on a group's cores only take
+* A parent ``j`` not in ``A`` is on some ``e != d``, ends at ``end_j >= h[j, e] + t[j, e]``,
+  and only then does its tensor (or control dummy) join the send queue; the copy that releases
+  ``k`` arrives no earlier than ``end_j + m_jk(e, d)``, because sending ``b`` bytes from ``e``
+  to ``d`` takes ``latency[e, d] + b / bandwidth[e, d]`` and then its ``delay`` in flight
+  (waiting in the queue only adds; a link inside a core group has no delay). So ``start_k >=
+  min_{e != d} h[j, e] + t[j, e] + m_jk(e, d)``.
+* A parent ``j`` in ``A`` ends before ``k`` starts: ``start_k >= h[j, d] + t[j, d]``.
+* The parents in any ``A' subset of A`` run on ``d``, at most ``c_d`` at once, none starts
+  before ``min_{A'} h[j, d]`` and each runs ``t[j, d]``, all before ``start_k``; so ``start_k >=
+  min_{A'} h[j, d] + sum_{A'} t[j, d] / c_d``. Transfers that run on a group's cores only take
   cores from the ops, so leaving them out keeps every term a bound.
 
-The right-hand side is monotone in every ``h_j``, so replacing the true start times by the
-heads keeps it a lower bound, and the minimum over ``A`` is at most its value at the true
-``A``. Tails are the same recursion run backwards over children (children on j's device run
-one at a time after ``end_j``; a child elsewhere starts no earlier than ``end_j + m_jk``), so
-``q_j <= makespan - end_j``; then ``makespan = end_k + (makespan - end_k) >= start_k + f_k +
-q_k >= h_k + f_k + q_k``.
+The right-hand side is monotone in every head, so replacing the true start times by the heads
+keeps it a lower bound, and the minimum over ``A`` is at most its value at the true ``A``.
+Tails are the same recursion run backwards over children (children on ``d`` run at most
+``c_d`` at once after ``end_k``; a child on ``e != d`` starts no earlier than ``end_k +
+m_kc(d, e)``), so ``q[k, d] <= makespan - end_k``; then ``makespan >= start_k + t[k, d] +
+(makespan - end_k) >= h[k, d] + t[k, d] + q[k, d]`` for the device ``d`` k is on, which is at
+least the minimum over devices. :func:`heads_and_tails` gives each op's least head and tail
+over its devices, which the LP (:mod:`tf_autoplace.sim.lp_bound`) and the exact solver use.
 
 The minimum over the ``2^|P|`` subsets needs only ``|P| + 1`` candidates: the "on" terms only grow
 with ``A``, so for a given largest "elsewhere" cost the best ``A`` holds exactly the parents whose
-``h_j + f_j + m_jk`` exceeds it; and the best ``A'`` is a set of the members with the largest
-heads. One pass costs ``O(sum |P|^2)``.
+elsewhere-cost exceeds it; and the best ``A'`` is a set of the members with the largest heads.
+One pass costs ``O(D^2 sum |P| + D sum |P|^2)``.
 
 It matters where layers branch (Inception modules, LSTM gates, attention heads): a branch
 either runs after its siblings on their device or pays a transfer, and ``L_path`` charges
-neither.
+neither. And it matters where neighbouring ops are fastest on different devices (on a K80
+cluster most small ops run faster on the CPU host, the large ones on a GPU): a path cannot
+take each op at its fastest time without a transfer wherever the fastest device changes, and
+``L_path`` charges none.
 
 Both bounds are used to report how far a placement is from optimal and to normalise rewards.
 Neither counts memory beyond what decides validity.
@@ -130,67 +139,108 @@ def lower_bound(graph: OpGraph, cluster: Cluster, op_time: np.ndarray) -> float:
 
 # ====================================================== heads and tails with transfers
 @cached_njit
-def _heads(order, ptr, nbr, gap, forced, weight, shared_weight):
-    """The recursion of :func:`heads_and_tails` in one direction. For op ``k`` (in ``order``)
-    its neighbours ``nbr[ptr[k]:ptr[k+1]]`` (parents for heads, children for tails), the
-    shortest transfer ``gap`` on each of those edges and ``forced``: 1 if the neighbour shares
-    ``k``'s device in every valid placement, -1 if it never can, 0 otherwise.
-    ``shared_weight``: ``weight`` divided by the most ops a device runs at once, what an op
-    adds to the serial term of its siblings on one device."""
-    n = weight.shape[0]
-    head = np.zeros(n)
+def _device_heads(order, ptr, nbr, nbytes, coloc, time, latency, bandwidth, delay, cores):
+    """The recursion of :func:`device_heads_and_tails` in one direction: ``head[k, d]`` for
+    every op ``k`` (in ``order``) and device ``d``. ``nbr[ptr[k]:ptr[k+1]]`` are k's parents
+    (for heads) or children (for tails), ``nbytes`` the largest tensor on each of those edges
+    (0 for a control edge), ``coloc`` the colocation groups, ``time[i, d]`` op i's time on d
+    (``inf`` where its colocation group may not go), the link figures oriented from the
+    neighbour's device to k's (the transposes for tails), ``cores[d]`` how many ops d's
+    executor runs at once. ``head[k, d]`` is ``inf`` where k may not run on d."""
+    n, num_dev = time.shape
+    head = np.zeros((n, num_dev))
+    width = 0
+    for k in range(n):
+        width = max(width, ptr[k + 1] - ptr[k])
+    on = np.empty(width)      # neighbour on k's device: its head there plus its time there
+    key = np.empty(width)     # ... elsewhere: the least head + time + transfer to k's device
+    member = np.empty(width)  # its head on k's device
+    share = np.empty(width)   # its time there over the cores: what it adds to the serial term
+    serial = np.empty(width)
+    member_head = np.empty(width)
+    member_share = np.empty(width)
     for k in order:
         p0, p1 = ptr[k], ptr[k + 1]
-        if p1 == p0:
-            continue
-        # Neighbours forced off k's device only ever count as "elsewhere".
-        fixed_off = 0.0
-        num_free = 0
-        for a in range(p0, p1):
-            if forced[a] == -1:
-                fixed_off = max(fixed_off, head[nbr[a]] + weight[nbr[a]] + gap[a])
-            else:
+        for d in range(num_dev):
+            if not np.isfinite(time[k, d]):
+                head[k, d] = np.inf
+                continue
+            # Neighbours that cannot share d only ever count as "elsewhere"; those that can be
+            # nowhere else (k's own colocation group, or no other device) always count as
+            # "on": an infinite elsewhere-cost sorts them first.
+            fixed_off = 0.0
+            num_free = 0
+            for a in range(p0, p1):
+                j = nbr[a]
+                away = np.inf
+                for e in range(num_dev):
+                    if e != d and coloc[j] != coloc[k] and np.isfinite(time[j, e]):
+                        arrive = (head[j, e] + time[j, e] + latency[e, d]
+                                  + nbytes[a] / bandwidth[e, d] + delay[e, d])
+                        away = min(away, arrive)
+                if not np.isfinite(time[j, d]):
+                    fixed_off = max(fixed_off, away)
+                    continue
+                on[num_free] = head[j, d] + time[j, d]
+                key[num_free] = away
+                member[num_free] = head[j, d]
+                share[num_free] = time[j, d] / cores[d]
                 num_free += 1
-        # Candidates for "on k's device", by their elsewhere-cost, largest first (forced-on
-        # neighbours have an infinite elsewhere-cost, so they always come first).
-        cand = np.empty(num_free, np.int64)
-        key = np.empty(num_free)
-        c = 0
-        for a in range(p0, p1):
-            if forced[a] != -1:
-                cand[c] = a
-                key[c] = np.inf if forced[a] == 1 else head[nbr[a]] + weight[nbr[a]] + gap[a]
-                c += 1
-        rank = np.argsort(-key)
-        # serial[m]: head of member m plus the weight of every member whose head is >= it.
-        serial = np.empty(num_free)
-        member_head = np.empty(num_free)
-        member_share = np.empty(num_free)
-        on_end = 0.0    # max over members of head + weight
-        on_serial = 0.0  # max over members of serial
-        best = np.inf
-        for r in range(num_free + 1):  # the r candidates with the largest key are "on"
-            if r > 0:
-                j = nbr[cand[rank[r - 1]]]
-                hn, wn, sn = head[j], weight[j], shared_weight[j]
-                s = hn + sn
-                for m in range(r - 1):
-                    if member_head[m] >= hn:
-                        s += member_share[m]
-                    if member_head[m] <= hn:
-                        serial[m] += sn
-                        on_serial = max(on_serial, serial[m])
-                serial[r - 1] = s
-                member_head[r - 1] = hn
-                member_share[r - 1] = sn
-                on_serial = max(on_serial, s)
-                on_end = max(on_end, hn + wn)
-            off = fixed_off
-            if r < num_free:
-                off = max(off, key[rank[r]])
-            best = min(best, max(off, on_end, on_serial))
-        head[k] = best
+            rank = np.argsort(-key[:num_free])
+            # serial[m]: head of member m plus the share of every member whose head is >= it.
+            on_end = 0.0    # max over members of head + time
+            on_serial = 0.0  # max over members of serial
+            best = np.inf
+            for r in range(num_free + 1):  # the r neighbours with the largest key are "on"
+                if r > 0:
+                    c = rank[r - 1]
+                    hn, sn = member[c], share[c]
+                    s = hn + sn
+                    for m in range(r - 1):
+                        if member_head[m] >= hn:
+                            s += member_share[m]
+                        if member_head[m] <= hn:
+                            serial[m] += sn
+                            on_serial = max(on_serial, serial[m])
+                    serial[r - 1] = s
+                    member_head[r - 1] = hn
+                    member_share[r - 1] = sn
+                    on_serial = max(on_serial, s)
+                    on_end = max(on_end, on[c])
+                off = fixed_off
+                if r < num_free:
+                    off = max(off, key[rank[r]])
+                best = min(best, max(off, on_end, on_serial))
+            head[k, d] = best
     return head
+
+
+def _group_times(graph: OpGraph, op_time: np.ndarray):
+    """``(time, stranded)``: [n, D] seconds, op i's time on d where its colocation group may go
+    (every op of the group has a kernel on d), ``inf`` elsewhere; and [n] bool, the ops of
+    groups with no such device (no valid placement exists), which keep their own kernels'
+    times so that the bounds stay finite."""
+    coloc = graph.colocation.astype(np.int64)
+    allowed = np.ones((int(coloc.max()) + 1, op_time.shape[1]), bool)
+    np.logical_and.at(allowed, coloc, np.isfinite(op_time))
+    allowed = allowed[coloc]
+    stranded = ~allowed.any(axis=1)
+    allowed[stranded] = np.isfinite(op_time[stranded])
+    return np.where(allowed, op_time, np.inf), stranded
+
+
+def _edge_pairs(graph: OpGraph):
+    """Unique dependency pairs ``(src, dst, nbytes)`` (data and control edges), each with the
+    largest tensor ``src`` sends ``dst`` (0 bytes for a control edge: the simulator's dummy)."""
+    n = graph.num_ops
+    src = np.concatenate([graph.edge_src, graph.ctrl_src]).astype(np.int64)
+    dst = np.concatenate([graph.edge_dst, graph.ctrl_dst]).astype(np.int64)
+    nbytes = np.concatenate([graph.tensor_bytes[graph.edge_tensor],
+                             np.zeros(len(graph.ctrl_src), np.int64)]).astype(np.float64)
+    pairs, inv = np.unique(src * n + dst, return_inverse=True)
+    biggest = np.zeros(len(pairs))
+    np.maximum.at(biggest, inv.ravel(), nbytes)
+    return pairs // n, pairs % n, biggest
 
 
 def _edge_gaps(graph: OpGraph, cluster: Cluster, op_time: np.ndarray):
@@ -205,54 +255,65 @@ def _edge_gaps(graph: OpGraph, cluster: Cluster, op_time: np.ndarray):
     have no allowed device in common, else 0; ``fastest`` is each op's least time over the
     devices its colocation group may use.
     """
-    n, num_dev = graph.num_ops, cluster.num_devices
+    num_dev = cluster.num_devices
     coloc = graph.colocation.astype(np.int64)
-    allowed = np.ones((int(coloc.max()) + 1, num_dev), bool)
-    np.logical_and.at(allowed, coloc, np.isfinite(op_time))
-    fastest = np.where(allowed[coloc], op_time, np.inf).min(axis=1)
-    fastest = np.where(np.isfinite(fastest), fastest, op_time.min(axis=1))
-
-    src = np.concatenate([graph.edge_src, graph.ctrl_src]).astype(np.int64)
-    dst = np.concatenate([graph.edge_dst, graph.ctrl_dst]).astype(np.int64)
-    nbytes = np.concatenate([graph.tensor_bytes[graph.edge_tensor],
-                             np.zeros(len(graph.ctrl_src), np.int64)]).astype(np.float64)
-    pairs, inv = np.unique(src * n + dst, return_inverse=True)
-    biggest = np.zeros(len(pairs))
-    np.maximum.at(biggest, inv.ravel(), nbytes)
-    src, dst = pairs // n, pairs % n
-
-    a_src, a_dst = allowed[coloc[src]], allowed[coloc[dst]]
-    gap = np.full(len(pairs), np.inf)
+    time, _ = _group_times(graph, op_time)
+    src, dst, biggest = _edge_pairs(graph)
+    a_src, a_dst = np.isfinite(time[src]), np.isfinite(time[dst])
+    delay = np.asarray(cluster.delay, np.float64)
+    gap = np.full(len(src), np.inf)
     for d in range(num_dev):
         for e in range(num_dev):
             if d != e:
-                cost = (cluster.latency[d, e] + biggest / cluster.bandwidth[d, e]
-                        + cluster.delay[d, e])
+                cost = cluster.latency[d, e] + biggest / cluster.bandwidth[d, e] + delay[d, e]
                 gap = np.where(a_src[:, d] & a_dst[:, e], np.minimum(gap, cost), gap)
     forced = np.where(coloc[src] == coloc[dst], 1,
                       np.where((a_src & a_dst).any(axis=1), 0, -1)).astype(np.int64)
-    return src, dst, gap, forced, fastest
+    return src, dst, gap, forced, time.min(axis=1)
+
+
+def device_heads_and_tails(graph: OpGraph, cluster: Cluster, op_time: np.ndarray):
+    """``(head, tail, time)``, [n, D] seconds each: in every valid placement that puts op i
+    on device d, i starts no earlier than ``head[i, d]`` and ends no later than ``makespan -
+    tail[i, d]``, and runs ``time[i, d]`` (``op_time``, or ``inf`` where i's colocation group
+    may not go; head and tail are ``inf`` there too). Module docstring, "The path with
+    transfers"."""
+    op_time = check_op_time(graph, cluster, op_time)
+    n = graph.num_ops
+    time, stranded = _group_times(graph, op_time)
+    time = np.ascontiguousarray(time)
+    coloc = graph.colocation.astype(np.int64)
+    coloc[stranded] = -1 - np.flatnonzero(stranded)  # a stranded op is bound to no other
+    src, dst, nbytes = _edge_pairs(graph)
+    executor, cores = cluster.executors()
+    per_device = cores[executor].astype(np.float64)
+    latency = np.asarray(cluster.latency, np.float64)
+    bandwidth = np.asarray(cluster.bandwidth, np.float64)
+    delay = np.asarray(cluster.delay, np.float64)
+    order = graph.topological_order().astype(np.int64)
+    out = []
+    for node, other, walk, flip in ((dst, src, order, False), (src, dst, order[::-1], True)):
+        by = np.argsort(node, kind="stable")
+        ptr = np.searchsorted(node[by], np.arange(n + 1)).astype(np.int64)
+        # Heads: a parent's tensor goes from its device to k's; tails: k's to the child's.
+        links = [np.ascontiguousarray(a.T if flip else a) for a in (latency, bandwidth, delay)]
+        out.append(_device_heads(np.ascontiguousarray(walk), ptr, other[by], nbytes[by], coloc,
+                                 time, *links, per_device))
+    return out[0], out[1], time
 
 
 def heads_and_tails(graph: OpGraph, cluster: Cluster, op_time: np.ndarray):
     """``(head, tail, fastest)``, [n] seconds each: in every valid placement op i starts no
     earlier than ``head[i]``, ends no later than ``makespan - tail[i]``, and runs for at least
-    ``fastest[i]`` (module docstring, "The path with transfers")."""
-    op_time = check_op_time(graph, cluster, op_time)
-    src, dst, gap, forced, fastest = _edge_gaps(graph, cluster, op_time)
-    order = graph.topological_order().astype(np.int64)
-    shared = fastest / float(cluster.executors()[1].max())
-    out = []
-    for node, other, walk in ((dst, src, order), (src, dst, order[::-1].copy())):
-        by = np.argsort(node, kind="stable")
-        ptr = np.searchsorted(node[by], np.arange(graph.num_ops + 1)).astype(np.int64)
-        out.append(_heads(walk, ptr, other[by], gap[by], forced[by], fastest, shared))
-    return out[0], out[1], fastest
+    ``fastest[i]`` (the least over devices of :func:`device_heads_and_tails`)."""
+    head, tail, time = device_heads_and_tails(graph, cluster, op_time)
+    return head.min(axis=1), tail.min(axis=1), time.min(axis=1)
 
 
 def transfer_path_bound(graph: OpGraph, cluster: Cluster, op_time: np.ndarray) -> float:
-    """``max_i head[i] + fastest[i] + tail[i]`` (:func:`heads_and_tails`): a makespan no valid
-    placement can beat, the critical path made aware of transfers and of one device running
+    """``max_i min_d head[i, d] + time[i, d] + tail[i, d]``
+    (:func:`device_heads_and_tails`): a makespan no valid placement can beat, the critical
+    path made aware of transfers, of the device each op runs on and of one device running
     one op at a time."""
-    head, tail, fastest = heads_and_tails(graph, cluster, op_time)
-    return float((head + fastest + tail).max())
+    head, tail, time = device_heads_and_tails(graph, cluster, op_time)
+    return float((head + time + tail).min(axis=1).max())

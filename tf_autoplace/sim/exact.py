@@ -13,13 +13,15 @@ The simulator (:mod:`tf_autoplace.sim.simulator`) schedules a placement with FIF
 integer program can follow those queues exactly. The MILP below lets the schedule be chosen
 freely instead, within the simulator's hard rules, so its optimum is at most the simulated
 step of every placement. Notation: ops ``i``, groups ``g(i)``, devices ``d``, ``t[i, d]`` op
-times (s), ``h``, ``q`` the heads and tails of :func:`tf_autoplace.sim.bounds.heads_and_tails`,
+times (s), ``h``, ``q`` the heads and tails of
+:func:`tf_autoplace.sim.bounds.device_heads_and_tails` (per op and device),
 ``U`` the step of the fastest placement known so far (all times are divided by ``U`` before
 HiGHS sees them). Variables:
 
-* ``x[g, d]`` binary: group g on device d (only where every op of g has a kernel on d and d's
-  memory holds g's persistent bytes); ``T`` the step; ``s_i`` op i's start, ``h_i <= s_i``;
-  ``p_i = sum_d t[i, d] x[g(i), d]`` (an expression, not a variable).
+* ``x[g, d]`` binary: group g on device d (only where every op of g has a kernel on d, d's
+  memory holds g's persistent bytes and every op of g has a finite head on d); ``T`` the
+  step; ``s_i`` op i's start, ``sum_d h[i, d] x[g(i), d] <= s_i``; ``p_i = sum_d t[i, d]
+  x[g(i), d]`` (an expression, not a variable).
 * ``z[g, k]`` in [0, 1] for two groups joined by an edge or sharing a disjunctive pair:
   ``|x[g, d] - x[k, d]| <= z <= 2 - x[g, d] - x[k, d]`` for every d, so at integer ``x`` it is
   1 exactly when the two groups are apart.
@@ -27,18 +29,18 @@ HiGHS sees them). Variables:
   positive time, neither reachable from the other in the graph.
 * ``v[k, d]`` in [0, 1], tensor k leaves device d (bus rows, below).
 
-Rows: ``sum_d x[g, d] = 1``; ``s_i + p_i + q_i <= T``; for every edge ``j -> i`` (data or
-control) ``s_i >= s_j + p_j + m_ji z[g(j), g(i)]`` with ``m_ji`` the shortest ``latency +
-bytes / bandwidth`` over pairs of distinct devices for the largest tensor j sends i (0 bytes
-for a control edge), no ``z`` term within a group; for every disjunctive pair, with ``U`` as
-big-M, ``s_j >= s_i + p_i - U (1 - y) - U z`` and ``s_i >= s_j + p_j - U y - U z`` (with
-core groups in the cluster, ``1 - w`` in place of ``z``, where ``w[i, j] >= x[g(i), d] +
-x[g(j), d] - 1`` for each device d outside a core group: two ops on a device of a core group
-may run at once); per
-executor ``E`` with ``c`` cores ``sum_{d in E} sum_i t[i, d] x[g(i), d] <= c T``; per device
-``sum_g persistent[g] x[g, d] <= memory[d]``; when every executor is one device, per device
-``sum_k b_k v[k, d] <= T`` with ``v[k, d] >= z[g(k), g(c)] + x[g(k), d] - 1`` for each consumer
-``c`` of tensor k in another group and ``b_k`` the shortest time to send k from d; ``T <= U``.
+Rows: ``sum_d x[g, d] = 1``; ``s_i + sum_d (t[i, d] + q[i, d]) x[g(i), d] <= T``; for every
+edge ``j -> i`` (data or control) ``s_i >= s_j + p_j + m_ji z[g(j), g(i)]`` with ``m_ji``
+the shortest ``latency + bytes / bandwidth`` over pairs of distinct devices for the largest
+tensor j sends i (0 bytes for a control edge), no ``z`` term within a group; for every
+disjunctive pair, with ``U`` as big-M, ``s_j >= s_i + p_i - U (1 - y) - U z`` and ``s_i >=
+s_j + p_j - U y - U z`` (with core groups in the cluster, ``1 - w`` in place of ``z``, where
+``w[i, j] >= x[g(i), d] + x[g(j), d] - 1`` for each device d outside a core group: two ops on
+a device of a core group may run at once); per executor ``E`` with ``c`` cores ``sum_{d in E}
+sum_i t[i, d] x[g(i), d] <= c T``; per device ``sum_g persistent[g] x[g, d] <= memory[d]``;
+when every executor is one device, per device ``sum_k b_k v[k, d] <= T`` with ``v[k, d] >=
+z[g(k), g(c)] + x[g(k), d] - 1`` for each consumer ``c`` of tensor k in another group and
+``b_k`` the shortest time to send k from d; ``T <= U``.
 Minimise ``T``.
 
 Why it is a relaxation (what is proven). Take any placement ``p`` that keeps groups whole,
@@ -93,7 +95,7 @@ import numpy as np
 from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.errors import ConfigError, InfeasiblePlacementError
 from tf_autoplace.graph.opgraph import OpGraph
-from tf_autoplace.sim.bounds import _edge_gaps, heads_and_tails
+from tf_autoplace.sim.bounds import _edge_gaps, device_heads_and_tails
 from tf_autoplace.sim.lp_bound import LinearModel, highs_solver, lp_lower_bound
 from tf_autoplace.sim.simulator import Simulator, check_op_time
 
@@ -208,13 +210,14 @@ def _build(graph, cluster, op_time, labels, scale, max_pairs, classes):
     n, num_dev = graph.num_ops, cluster.num_devices
     num_groups = int(labels.max()) + 1
     t = op_time / scale
-    head, tail, _ = heads_and_tails(graph, cluster, op_time)
+    head, tail, _ = device_heads_and_tails(graph, cluster, op_time)
     src, dst, gap, _, fastest = _edge_gaps(graph, cluster, op_time)
     persistent = np.bincount(labels, weights=graph.persistent_bytes.astype(np.float64),
                              minlength=num_groups)
     allowed = np.ones((num_groups, num_dev), bool)
     np.logical_and.at(allowed, labels, np.isfinite(op_time))
     allowed &= persistent[:, None] <= cluster.memory[None, :].astype(np.float64)
+    np.logical_and.at(allowed, labels, np.isfinite(head))  # no valid placement elsewhere
     if not allowed.any(axis=1).all():
         g = int(np.flatnonzero(~allowed.any(axis=1))[0])
         op = graph.names[int(np.flatnonzero(labels == g)[0])]
@@ -231,7 +234,8 @@ def _build(graph, cluster, op_time, labels, scale, max_pairs, classes):
     s_col = np.array([next(cols) for _ in range(n)], np.int64)
     integer, col_lo, col_up = [True] * num_x + [False], [0.0] * num_x + [0.0], \
         [1.0] * num_x + [1.0]
-    col_lo += (head / scale).tolist()
+    head_on = np.where(allowed[labels], head, np.inf)  # [n, D] where op i may run
+    col_lo += (head_on.min(axis=1) / scale).tolist()
     col_up += [1.0] * n
     integer += [False] * n
 
@@ -261,8 +265,14 @@ def _build(graph, cluster, op_time, labels, scale, max_pairs, classes):
                 earlier = [x_of[h, prev] for h in range(g) if x_of[h, prev] >= 0]
                 r.append(([x_of[g, d]] + earlier, [1.0] + [-1.0] * len(earlier), -np.inf, 0.0))
     for i in range(n):
-        c, v = p_terms(i)
-        r.append(([s_col[i], col_t] + c, [1.0, -1.0] + v, -np.inf, -tail[i] / scale))
+        g = labels[i]
+        ds = np.flatnonzero(allowed[g])
+        c = x_of[g, ds].tolist()
+        # s_i + t[i, d] + q[i, d] <= T and s_i >= h[i, d] for the device d op i is on.
+        r.append(([s_col[i], col_t] + c, [1.0, -1.0] + (t[i, ds] + tail[i, ds] / scale).tolist(),
+                  -np.inf, 0.0))
+        if head[i, ds].max() > head[i, ds].min():
+            r.append(([s_col[i]] + c, [1.0] + (-head[i, ds] / scale).tolist(), 0.0, np.inf))
 
     pair_cols: dict = {}
 

@@ -12,10 +12,12 @@ The linear program
 Devices with identical ``op_time`` columns form a *class* ``K`` of ``|K|`` devices (the GPUs of
 a K80 box are one class, the host another). Times are in seconds, ``t[i, K]`` op i's time on a
 device of ``K``, ``c(i)`` op i's colocation group, ``W[c, K] = sum_{i in c} t[i, K]``,
-``P[c]`` the persistent bytes of group ``c``, ``h``, ``q``, ``f`` the heads, tails and fastest
-times of :func:`tf_autoplace.sim.bounds.heads_and_tails`. Variables: ``x[c, K] >= 0`` for every
-class where group ``c`` has a kernel for all its ops and whose largest device holds ``P[c]``,
-and ``T``. Minimise ``T`` subject to
+``P[c]`` the persistent bytes of group ``c``, and ``R[i, K] = min_{d in K} h[i, d] + t[i, d] +
+q[i, d]`` with the heads and tails of :func:`tf_autoplace.sim.bounds.device_heads_and_tails`
+(op i on a device of ``K``: the least time from the step's start to its end through i).
+Variables: ``x[c, K] >= 0`` for every class where group ``c`` has a kernel for all its ops,
+whose largest device holds ``P[c]`` and where every op of ``c`` has a finite ``R``, and ``T``.
+Minimise ``T`` subject to
 
 * assignment: ``sum_K x[c, K] = 1`` for every group ``c``;
 * load: ``sum_c W[c, K] x[c, K] <= |K| T`` for every class, where ``|K|`` counts the cores
@@ -24,8 +26,8 @@ and ``T``. Minimise ``T`` subject to
   counted in both, which only loosens the row);
 * memory: ``sum_c P[c] x[c, K] <= sum_{d in K} memory[d]`` for every class (kept only where all
   persistent bytes together exceed the class's memory, else it cannot bind);
-* path: ``h_i + sum_K t[i, K] x[c(i), K] + q_i <= T`` for every op i (kept only where
-  ``h_i + max_K t[i, K] + q_i`` exceeds the other two bounds, else it cannot bind).
+* path: ``sum_K R[i, K] x[c(i), K] <= T`` for every op i (kept only where ``max_K R[i, K]``
+  exceeds the other two bounds, else it cannot bind).
 
 Validity: take any valid placement ``p`` with makespan ``M`` and set ``x[c, K] = 1`` for the
 class holding c's device, ``T = M``. Assignment holds since a group sits on one device with its
@@ -33,8 +35,10 @@ kernels, and that device holds at least the group's persistent bytes. The device
 each busy at most ``M`` (one op at a time per core inside ``[0, M]``), so their total busy
 time ``sum_c W[c, K] x[c, K] <= |K| M``. Persistent bytes count for the whole step on their device,
 and each device of a valid placement fits its peak, so the class total fits the class's
-memory. Op ``i`` starts no earlier than ``h_i``, runs ``t[i, K] = sum_K t[i, K] x[c(i), K]`` and
-ends no later than ``M - q_i``. So the point is feasible and the LP optimum is at most ``M``.
+memory. Op ``i`` on device ``d`` of ``K`` starts no earlier than ``h[i, d]``, runs ``t[i, d]``
+and ends no later than ``M - q[i, d]``, so ``M >= R[i, K] = sum_K R[i, K] x[c(i), K]`` (and a
+class where ``R`` is infinite holds no valid placement of the group). So the point is feasible
+and the LP optimum is at most ``M``.
 Rows dropped as unable to bind change nothing once the result is maxed with the other bounds:
 with ``T`` raised to them every dropped row holds.
 
@@ -73,7 +77,7 @@ from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.core.units import format_bytes
 from tf_autoplace.errors import ConfigError
 from tf_autoplace.graph.opgraph import OpGraph
-from tf_autoplace.sim.bounds import heads_and_tails, lower_bound
+from tf_autoplace.sim.bounds import device_heads_and_tails, lower_bound
 from tf_autoplace.sim.simulator import check_op_time
 
 DEFAULT_TIME_LIMIT_S = 30.0
@@ -157,8 +161,9 @@ def lp_lower_bound(graph: OpGraph, cluster: Cluster, op_time: np.ndarray, *,
         raise ConfigError(f"time_limit_s must be a number > 0, got {time_limit_s!r}")
     op_time = check_op_time(graph, cluster, op_time)
     simple = lower_bound(graph, cluster, op_time)
-    head, tail, fastest = heads_and_tails(graph, cluster, op_time)
-    path = float((head + fastest + tail).max())
+    head, tail, runs = device_heads_and_tails(graph, cluster, op_time)
+    through = head + runs + tail  # [n, D]: op i on d, from 0 to the end of the step at least
+    path = float(through.min(axis=1).max())
     known = max(simple, path)
 
     def result(lp_s=math.nan, status="not needed", solve_s=0.0, rows=0, cols=0):
@@ -168,7 +173,7 @@ def lp_lower_bound(graph: OpGraph, cluster: Cluster, op_time: np.ndarray, *,
 
     if not known > 0 or not math.isfinite(known):
         return result()
-    built = _build(graph, cluster, op_time, head, tail, scale=known)
+    built = _build(graph, cluster, op_time, through, scale=known)
     if isinstance(built, str):
         return result(status=built)
     model, num_x, cheapest = built
@@ -180,7 +185,7 @@ def lp_lower_bound(graph: OpGraph, cluster: Cluster, op_time: np.ndarray, *,
                   rows=model.num_rows, cols=model.num_cols)
 
 
-def _build(graph, cluster, op_time, head, tail, *, scale):
+def _build(graph, cluster, op_time, through, *, scale):
     """The LP of the module docstring with times divided by ``scale`` (a known bound, so the
     optimum is near 1), as ``(model, number of x columns, cheapest)``; the last column is ``T``.
     ``cheapest`` is the point with every group wholly on its allowed class of least work and
@@ -205,6 +210,17 @@ def _build(graph, cluster, op_time, head, tail, *, scale):
         op = graph.names[int(np.flatnonzero(coloc == c)[0])]
         return (f"no valid placement: the colocation group of op {op!r} fits no device (kernels "
                 f"or {format_bytes(persistent[c])} of variables)")
+    # The least path through op i on a device of each class; a class where some op of a group
+    # has none (a neighbour it must share a device with cannot go there) holds no placement.
+    path = np.stack([through[:, classes == k].min(axis=1) for k in range(num_classes)],
+                    axis=1) / scale
+    reach = np.ones((num_groups, num_classes), bool)
+    np.logical_and.at(reach, coloc, np.isfinite(path))
+    allowed &= reach
+    if not allowed.any(axis=1).all():
+        c = int(np.flatnonzero(~allowed.any(axis=1))[0])
+        op = graph.names[int(np.flatnonzero(coloc == c)[0])]
+        return f"no valid placement: the colocation group of op {op!r} can run on no device"
     work = np.zeros((num_groups, num_classes))
     np.add.at(work, coloc, np.where(np.isfinite(t), t, 0.0))
 
@@ -230,13 +246,12 @@ def _build(graph, cluster, op_time, head, tail, *, scale):
         model.add(row_of[xk[keep]], np.flatnonzero(keep), persistent[xg[keep]] / capacity[xk[keep]])
         model.close(np.full(len(tight), -np.inf), np.ones(len(tight)))
 
-    h, q = head / scale, tail / scale
-    t_allowed = np.where(allowed[coloc] & np.isfinite(t), t, -np.inf)
-    ops = np.flatnonzero(h + t_allowed.max(axis=1) + q > 1.0)
-    op_rows, op_k = np.nonzero(np.isfinite(t_allowed[ops]))
-    model.add(op_rows, x_of[coloc[ops[op_rows]], op_k], t[ops[op_rows], op_k])
+    p_allowed = np.where(allowed[coloc], path, -np.inf)
+    ops = np.flatnonzero(p_allowed.max(axis=1) > 1.0)
+    op_rows, op_k = np.nonzero(np.isfinite(p_allowed[ops]))
+    model.add(op_rows, x_of[coloc[ops[op_rows]], op_k], path[ops[op_rows], op_k])
     model.add(np.arange(len(ops)), np.full(len(ops), col_t), -np.ones(len(ops)))
-    model.close(np.full(len(ops), -np.inf), -(h[ops] + q[ops]))
+    model.close(np.full(len(ops), -np.inf), np.zeros(len(ops)))
     cost = np.where(allowed, work, np.inf)
     cheapest = np.zeros(num_x + 1)
     cheapest[x_of[np.arange(num_groups), cost.argmin(axis=1)]] = 1.0
