@@ -406,6 +406,19 @@ def test_a_chain_needs_no_solve():
     assert lp.value_s == pytest.approx(4 * MS) and lp.rows > 0
 
 
+def test_no_solve_where_the_path_keeps_an_op_off_its_least_work_device():
+    # a -> b -> c with 10 MB tensors (10.01 ms a transfer) on a GPU and a host: b is 1 ms on
+    # the host and 4 ms on the GPU, a and c 1 ms on the GPU. b's least work is the host, but
+    # through the host its path is 23.02 ms; on the GPU all three take 6 ms, the bound. With
+    # every group on its least work among the classes its path allows, every row holds.
+    c = gpus(1, host=True)
+    g = from_edges(3, [(0, 1, 10 * MB), (1, 2, 10 * MB)])
+    op_time = np.array([[1, 4], [4, 1], [1, 4]]) * MS
+    lp = lp_lower_bound(g, c, op_time)
+    assert lp.value_s == pytest.approx(6 * MS)
+    assert lp.status == "dominated" and lp.solve_s == 0 and lp.rows > 0
+
+
 def test_zero_time_graphs_need_no_lp():
     c = gpus(2)
     lp = lp_lower_bound(DIAMOND, c, np.zeros((4, 2)))

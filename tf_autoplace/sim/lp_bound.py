@@ -188,8 +188,9 @@ def lp_lower_bound(graph: OpGraph, cluster: Cluster, op_time: np.ndarray, *,
 def _build(graph, cluster, op_time, through, *, scale):
     """The LP of the module docstring with times divided by ``scale`` (a known bound, so the
     optimum is near 1), as ``(model, number of x columns, cheapest)``; the last column is ``T``.
-    ``cheapest`` is the point with every group wholly on its allowed class of least work and
-    ``T = 1``. A string instead says why no valid placement exists."""
+    ``cheapest`` is the point with ``T = 1`` and every group wholly on its class of least work
+    among those where no op's path row exceeds 1 (all its allowed classes if there is none).
+    A string instead says why no valid placement exists."""
     classes = device_classes(op_time)
     num_classes = int(classes.max()) + 1
     first = np.array([np.flatnonzero(classes == k)[0] for k in range(num_classes)])
@@ -253,6 +254,10 @@ def _build(graph, cluster, op_time, through, *, scale):
     model.add(np.arange(len(ops)), np.full(len(ops), col_t), -np.ones(len(ops)))
     model.close(np.full(len(ops), -np.inf), np.zeros(len(ops)))
     cost = np.where(allowed, work, np.inf)
+    short = np.ones((num_groups, num_classes), bool)  # every op's path through K within T = 1
+    np.logical_and.at(short, coloc, path <= 1.0)
+    short &= allowed
+    cost = np.where(short.any(axis=1)[:, None] & ~short, np.inf, cost)
     cheapest = np.zeros(num_x + 1)
     cheapest[x_of[np.arange(num_groups), cost.argmin(axis=1)]] = 1.0
     cheapest[col_t] = 1.0
