@@ -287,16 +287,16 @@ def device_heads_and_tails(graph: OpGraph, cluster: Cluster, op_time: np.ndarray
     src, dst, nbytes = _edge_pairs(graph)
     executor, cores = cluster.executors()
     per_device = cores[executor].astype(np.float64)
-    latency = np.asarray(cluster.latency, np.float64)
-    bandwidth = np.asarray(cluster.bandwidth, np.float64)
-    delay = np.asarray(cluster.delay, np.float64)
+    latency, bandwidth, delay = (np.asarray(a, np.float64)
+                                 for a in (cluster.latency, cluster.bandwidth, cluster.delay))
     order = graph.topological_order().astype(np.int64)
     out = []
     for node, other, walk, flip in ((dst, src, order, False), (src, dst, order[::-1], True)):
         by = np.argsort(node, kind="stable")
         ptr = np.searchsorted(node[by], np.arange(n + 1)).astype(np.int64)
         # Heads: a parent's tensor goes from its device to k's; tails: k's to the child's.
-        links = [np.ascontiguousarray(a.T if flip else a) for a in (latency, bandwidth, delay)]
+        # Fresh C-ordered copies either way: one compiled signature (not read-only ones too).
+        links = [np.array(a.T if flip else a, order="C") for a in (latency, bandwidth, delay)]
         out.append(_device_heads(np.ascontiguousarray(walk), ptr, other[by], nbytes[by], coloc,
                                  time, *links, per_device))
     return out[0], out[1], time
