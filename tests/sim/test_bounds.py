@@ -137,11 +137,12 @@ def test_device_heads_hold_for_every_placement_of_small_graphs(seed):
     prob = PlacementProblem(graph=g, cluster=c, op_time=op_time,
                             grouping=Grouping.from_labels(g, g.colocation))
     bound = lp_lower_bound(g, c, op_time).value_s
+    per_device = device_heads_and_tails(g, c, op_time)
     steps = []
     for choice in itertools.product(*(np.flatnonzero(row) for row in prob.colocation_allowed)):
         p = np.array(choice)[g.colocation]
         r = prob.simulator.run(p)
-        assert_device_heads_hold(prob, p, r)
+        assert_device_heads_hold(per_device, p, r)
         steps.append(r.makespan)
     assert bound <= min(steps) * (1 + 1e-9)
     assert transfer_path_bound(g, c, op_time) <= min(steps) * (1 + 1e-9)
@@ -188,6 +189,7 @@ def test_bounds_hold_for_random_and_heuristic_placements(case):
     g, c, op_time = prob.graph, prob.cluster, prob.op_time
     head, tail, _ = heads_and_tails(g, c, op_time)
     lp = lp_lower_bound(g, c, op_time)
+    per_device = device_heads_and_tails(g, c, op_time)
     assert lp.value_s >= lp.simple_s and lp.value_s >= lp.path_s
     assert lp.value_s >= lower_bound(g, c, op_time)
     assert lp.status in ("optimal", "dominated")
@@ -200,14 +202,14 @@ def test_bounds_hold_for_random_and_heuristic_placements(case):
         assert (head <= r.start + 1e-12).all()
         assert (tail <= r.makespan - r.end + 1e-12).all()
         assert lp.value_s <= r.makespan * (1 + 1e-9)
-        assert_device_heads_hold(prob, p, r)
+        assert_device_heads_hold(per_device, p, r)
 
 
-def assert_device_heads_hold(prob, placement, result):
-    """The heads and tails of every op on the device ``placement`` gives it hold in the
-    simulated ``result``."""
-    head, tail, runs = device_heads_and_tails(prob.graph, prob.cluster, prob.op_time)
-    ops = np.arange(prob.graph.num_ops)
+def assert_device_heads_hold(device_bounds, placement, result):
+    """The heads and tails (``device_bounds``: :func:`device_heads_and_tails`) of every op on
+    the device ``placement`` gives it hold in the simulated ``result``."""
+    head, tail, runs = device_bounds
+    ops = np.arange(len(placement))
     assert np.isfinite(runs[ops, placement]).all()
     assert (head[ops, placement] <= result.start + 1e-12).all()
     assert (tail[ops, placement] <= result.makespan - result.end + 1e-12).all()
@@ -239,11 +241,12 @@ def assert_bounds_hold(prob, seed):
     g, c, op_time = prob.graph, prob.cluster, prob.op_time
     head, tail, _ = heads_and_tails(g, c, op_time)
     lp = lp_lower_bound(g, c, op_time)
+    per_device = device_heads_and_tails(g, c, op_time)
     for p in random_valid_placements(prob, np.random.default_rng(seed), 25):
         r = prob.simulator.run(p)
         assert (head <= r.start + 1e-12).all()
         assert (tail <= r.makespan - r.end + 1e-12).all()
-        assert_device_heads_hold(prob, p, r)
+        assert_device_heads_hold(per_device, p, r)
         assert lower_bound(g, c, op_time) <= r.makespan * (1 + 1e-9)
         assert lp.value_s <= r.makespan * (1 + 1e-9)
     return lp
