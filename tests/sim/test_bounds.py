@@ -449,3 +449,40 @@ def test_a_delay_lengthens_the_path_bound_by_what_a_transfer_must_wait():
     delayed = dataclasses.replace(c, delay=np.where(np.eye(2, dtype=bool), 0.0, 2e-3))
     without = lp_lower_bound(DIAMOND, c, op_time).path_s
     assert lp_lower_bound(DIAMOND, delayed, op_time).path_s == pytest.approx(without + 2e-3)
+
+
+def test_lp_prices_the_sends_a_split_between_kinds_of_device_needs():
+    # Four pairs a -> b with a 10 MB tensor (10.01 ms to send), a 1 ms on the host and 4 ms on
+    # the GPU, b the reverse. Each op on its fast device loads both devices by 4 ms, and a
+    # pair's path is 5 ms whether it stays on one device or pays the send, so without the send
+    # rows the LP stays at the path's 5 ms. With them, s pairs split (a on the host, b on the
+    # GPU) hold the host's bus 10.01 s ms and the others take 5 ms on one device: each device
+    # 10 - 1.5 s ms, equal to the bus at s = 10 / 11.51, T = 8.697 ms. No placement is faster
+    # (the best takes 10 ms: two pairs whole on each device).
+    c = gpus(1, host=True)
+    g = from_edges(8, [(2 * i, 2 * i + 1, 10 * MB) for i in range(4)])
+    host = np.array([d.kind == "CPU" for d in c.devices])
+    op_time = np.where(host[None, :] == (np.arange(8) % 2 == 0)[:, None], 1 * MS, 4 * MS)
+    lp = lp_lower_bound(g, c, op_time)
+    assert lp.path_s == pytest.approx(5 * MS) and lp.simple_s == pytest.approx(4 * MS)
+    assert lp.status == "optimal"
+    assert lp.lp_s == pytest.approx((10 - 1.5 * 10 / 11.51) * MS, rel=1e-6)
+    sim = Simulator(g, c, op_time)
+    steps = [sim.makespan(np.array(p)) for p in itertools.product(range(2), repeat=8)]
+    assert min(steps) == pytest.approx(10 * MS)
+    assert lp.value_s <= min(steps)
+
+
+def test_sends_on_cores_are_left_to_the_load_rows():
+    # Two logical CPUs of one core group hand tensors over on their cores, not a bus: no send
+    # columns; a GPU's sends to the host go over its bus, and the host's (outside any core
+    # group) over the host's.
+    g = from_edges(2, [(0, 1, MB)])
+    local = Cluster.local(2)
+    op_time = np.array([[1, 2], [2, 1]]) * MS
+    assert len(lp_bound._sends(g, local, device_classes(op_time), np.ones((2, 2), bool),
+                               1.0)[0]) == 0
+    c = gpus(1, host=True)
+    columns = lp_bound._sends(g, c, device_classes(op_time), np.ones((2, 2), bool), 1.0)
+    np.testing.assert_array_equal(columns[0], [0, 1])  # a send out of each class
+    np.testing.assert_allclose(columns[2], [1.01 * MS] * 2)  # 10 us + 1 MB at 1 GB/s

@@ -27,7 +27,18 @@ Minimise ``T`` subject to
 * memory: ``sum_c P[c] x[c, K] <= sum_{d in K} memory[d]`` for every class (kept only where all
   persistent bytes together exceed the class's memory, else it cannot bind);
 * path: ``sum_K R[i, K] x[c(i), K] <= T`` for every op i (kept only where ``max_K R[i, K]``
-  exceeds the other two bounds, else it cannot bind).
+  exceeds the other two bounds, else it cannot bind);
+* sends: for every tensor ``k`` read outside its producer's colocation group ``c(k)`` and
+  every class ``K`` where that group may run, a variable ``0 <= y[k, K] <= 1`` with ``y[k, K]
+  >= x[c(k), K] - x[c(v), K]`` for each colocation group ``v`` reading ``k`` (``x[c(v), K]``
+  is 0 where v may not go), and a bus row ``sum_k s[k, K] y[k, K] <= B_K T``, where ``B_K``
+  counts the devices of ``K`` and ``s[k, K]`` is the least ``latency + bytes / bandwidth``
+  of a send of ``k`` from a device of ``K`` to one outside it. Only classes whose sends to
+  every device outside them go over the sender's bus have these (a send between two core
+  groups, or inside one executor, is work on cores instead, which the load rows leave out).
+  This prices the transfers a split between kinds of device needs: on a K80 cluster the
+  cost model runs most small ops faster on the CPU host, and without these rows the LP puts
+  them there at no cost, their big neighbours on the GPUs.
 
 Validity: take any valid placement ``p`` with makespan ``M`` and set ``x[c, K] = 1`` for the
 class holding c's device, ``T = M``. Assignment holds since a group sits on one device with its
@@ -37,8 +48,13 @@ time ``sum_c W[c, K] x[c, K] <= |K| M``. Persistent bytes count for the whole st
 and each device of a valid placement fits its peak, so the class total fits the class's
 memory. Op ``i`` on device ``d`` of ``K`` starts no earlier than ``h[i, d]``, runs ``t[i, d]``
 and ends no later than ``M - q[i, d]``, so ``M >= R[i, K] = sum_K R[i, K] x[c(i), K]`` (and a
-class where ``R`` is infinite holds no valid placement of the group). So the point is feasible
-and the LP optimum is at most ``M``.
+class where ``R`` is infinite holds no valid placement of the group). Set ``y[k, K] = 1`` when
+``k``'s producer is on a device of ``K`` and some group reading ``k`` is on a device outside
+``K``, else 0: the send rows hold, and the simulator sends ``k`` at least once from the
+producer's device to a device outside ``K``, which holds that device's bus (one transfer at a
+time) for at least ``s[k, K]`` inside ``[0, M]``; so the buses of ``K`` are busy at least
+``sum_k s[k, K] y[k, K]`` together, at most ``B_K M``. So the point is feasible and the LP
+optimum is at most ``M``.
 Rows dropped as unable to bind change nothing once the result is maxed with the other bounds:
 with ``T`` raised to them every dropped row holds.
 
@@ -47,8 +63,9 @@ precedence rows with completion times per op (``C_i >= C_j + sum_K t[i, K] x``) 
 nothing over the path rows above at many times the solve time; per-device variables with
 linearised transfer terms (``y_e >= x[c(j), d] - x[c(i), d]``) add nothing, because averaging
 an LP solution over permutations of identical devices gives an equally good one in which every
-transfer inside a class is free, which is the class LP; windows of ops with large heads and
-tails add nothing over the path with transfers.
+transfer inside a class is free, which is the class LP (the send rows above price only
+transfers between classes, which no such averaging removes); windows of ops with large heads
+and tails add nothing over the path with transfers.
 
 Proof of the number reported
 ----------------------------
@@ -176,21 +193,23 @@ def lp_lower_bound(graph: OpGraph, cluster: Cluster, op_time: np.ndarray, *,
     built = _build(graph, cluster, op_time, through, scale=known)
     if isinstance(built, str):
         return result(status=built)
-    model, num_x, cheapest = built
-    if _holds(model, cheapest):
+    model, num_boxed, points = built
+    if _holds(model, points):
         return result(status="dominated", rows=model.num_rows, cols=model.num_cols)
     start = time.perf_counter()
-    lp_value, status = _solve(model, num_x, time_limit_s)
+    lp_value, status = _solve(model, num_boxed, time_limit_s)
     return result(lp_s=lp_value * known, status=status, solve_s=time.perf_counter() - start,
                   rows=model.num_rows, cols=model.num_cols)
 
 
 def _build(graph, cluster, op_time, through, *, scale):
     """The LP of the module docstring with times divided by ``scale`` (a known bound, so the
-    optimum is near 1), as ``(model, number of x columns, cheapest)``; the last column is ``T``.
-    ``cheapest`` is the point with ``T = 1`` and every group wholly on its class of least work
-    among those where no op's path row exceeds 1 (all its allowed classes if there is none).
-    A string instead says why no valid placement exists."""
+    optimum is near 1), as ``(model, number of columns in [0, 1], points)``: the ``x``
+    columns, then the ``y`` columns, then ``T``. ``points`` are candidates for :func:`_holds`,
+    each with ``T = 1``: first every group wholly on its class of least work among those
+    where no op's path row exceeds 1 (all its allowed classes if there is none), then for
+    each class the same with every group that may go there on it, each with the least ``y``
+    its sends need. A string instead says why no valid placement exists."""
     classes = device_classes(op_time)
     num_classes = int(classes.max()) + 1
     first = np.array([np.flatnonzero(classes == k)[0] for k in range(num_classes)])
@@ -229,8 +248,10 @@ def _build(graph, cluster, op_time, through, *, scale):
     num_x = len(xg)
     x_of = np.full((num_groups, num_classes), -1, np.int64)
     x_of[xg, xk] = np.arange(num_x)
-    col_t = num_x
-    model = LinearModel(num_cols=num_x + 1)
+    sends = _sends(graph, cluster, classes, allowed, scale)
+    num_y = len(sends[0])
+    col_t = num_x + num_y
+    model = LinearModel(num_cols=col_t + 1)
 
     model.add(xg, np.arange(num_x), np.ones(num_x))
     model.close(np.ones(num_groups), np.ones(num_groups))
@@ -253,27 +274,116 @@ def _build(graph, cluster, op_time, through, *, scale):
     model.add(op_rows, x_of[coloc[ops[op_rows]], op_k], path[ops[op_rows], op_k])
     model.add(np.arange(len(ops)), np.full(len(ops), col_t), -np.ones(len(ops)))
     model.close(np.full(len(ops), -np.inf), np.zeros(len(ops)))
+    # Transfers out of each class: y >= x[producer's group, K] - x[consumer's group, K] for
+    # every consumer group of the tensor (a missing x is 0), and the buses of the class.
+    y_class, y_group, y_cost, row_y, row_v = sends
+    rows = np.arange(len(row_y))
+    k_of = y_class[row_y]
+    there = x_of[row_v, k_of]
+    model.add(rows, num_x + row_y, np.ones(len(rows)))
+    model.add(rows, x_of[y_group[row_y], k_of], -np.ones(len(rows)))
+    model.add(rows[there >= 0], there[there >= 0], np.ones(int((there >= 0).sum())))
+    model.close(np.zeros(len(rows)), np.full(len(rows), np.inf))
+    buses = np.bincount(classes, minlength=num_classes).astype(np.float64)
+    sending = np.unique(y_class)
+    bus_row = np.full(num_classes, -1)
+    bus_row[sending] = np.arange(len(sending))
+    model.add(bus_row[y_class], num_x + np.arange(num_y), y_cost)
+    model.add(np.arange(len(sending)), np.full(len(sending), col_t), -buses[sending])
+    model.close(np.full(len(sending), -np.inf), np.zeros(len(sending)))
     cost = np.where(allowed, work, np.inf)
     short = np.ones((num_groups, num_classes), bool)  # every op's path through K within T = 1
     np.logical_and.at(short, coloc, path <= 1.0)
     short &= allowed
     cost = np.where(short.any(axis=1)[:, None] & ~short, np.inf, cost)
-    cheapest = np.zeros(num_x + 1)
-    cheapest[x_of[np.arange(num_groups), cost.argmin(axis=1)]] = 1.0
-    cheapest[col_t] = 1.0
-    return model, num_x, cheapest
+    points = []
+    for first in [None] + list(range(num_classes)):
+        # Each group on its least work, or on class ``first`` wherever its paths allow it.
+        choice = cost.argmin(axis=1)
+        if first is not None:
+            choice = np.where(short[:, first], first, choice)
+        point = np.zeros(col_t + 1)
+        point[x_of[np.arange(num_groups), choice]] = 1.0
+        point[col_t] = 1.0
+        # ... with the sends it needs: a tensor leaves its producer's class when a consumer
+        # group sits elsewhere.
+        gap = point[x_of[y_group[row_y], k_of]] - np.where(there >= 0, point[there], 0.0)
+        np.maximum.at(point, num_x + row_y, gap)
+        points.append(point)
+    return model, col_t, points
 
 
-def _holds(model: LinearModel, z: np.ndarray) -> bool:
-    """Whether ``z`` meets every row of ``model``. When the cheapest point does at ``T = 1``
-    (the known bound), the LP's optimum is at most the known bound and cannot raise it, so it
-    is not solved: on most graphs the path, not the load, limits the step, and HiGHS's solve
-    of a graph of 85k ops takes a second and more memory than any other stage after
-    ingestion. The known bound is proven on its own, so a rounding error here can only leave
-    the bound that much looser than the LP's, never make it wrong."""
+def _sends(graph, cluster, classes, allowed, scale):
+    """The transfer columns of the LP: ``(class, group, cost, row_y, row_v)``. Column j stands
+    for tensor sends out of class ``class[j]`` of one tensor whose producer is in colocation
+    group ``group[j]`` (where that group may run on the class); ``cost[j]`` is the least time
+    such a send holds its source's bus (``latency + bytes / bandwidth`` over the ordered pairs
+    of a device of the class and one outside it, divided by ``scale``); rows pair each column
+    ``row_y`` with a consumer group ``row_v`` of the tensor other than the producer's. Only
+    classes whose sends to every other device go over a bus have columns (a send between two
+    core groups, or within one executor, is work on cores, which the load rows leave out)."""
+    coloc = graph.colocation.astype(np.int64)
+    src, dst = graph.edge_src.astype(np.int64), graph.edge_dst.astype(np.int64)
+    apart = coloc[src] != coloc[dst]
+    pairs = np.unique(np.stack([graph.edge_tensor[apart].astype(np.int64), coloc[dst[apart]]],
+                               axis=1), axis=0).reshape(-1, 2)
+    tensors, row_tensor = np.unique(pairs[:, 0], return_inverse=True)
+    producer = coloc[graph.tensor_op[tensors]]
+    nbytes = graph.tensor_bytes[tensors].astype(np.float64)
+    executor, _ = cluster.executors()
+    grouped = np.array([bool(d.core_group) for d in cluster.devices])
+    out = [[], [], [], [], []]
+    num_y = 0
+    for k in range(int(classes.max()) + 1):
+        inside, outside = np.flatnonzero(classes == k), np.flatnonzero(classes != k)
+        core = ((executor[inside][:, None] == executor[outside][None, :])
+                | (grouped[inside][:, None] & grouped[outside][None, :]))
+        if not len(outside) or core.any():
+            continue
+        cost = np.full(len(tensors), np.inf)
+        for d in inside:
+            for e in outside:
+                cost = np.minimum(cost, cluster.latency[d, e] + nbytes / cluster.bandwidth[d, e])
+        sent = np.flatnonzero(allowed[producer, k])
+        column = np.full(len(tensors), -1)
+        column[sent] = num_y + np.arange(len(sent))
+        rows = np.flatnonzero(column[row_tensor] >= 0)
+        out[0].append(np.full(len(sent), k))
+        out[1].append(producer[sent])
+        out[2].append(cost[sent] / scale)
+        out[3].append(column[row_tensor[rows]])
+        out[4].append(pairs[rows, 1])
+        num_y += len(sent)
+    if not out[0]:
+        return tuple(np.zeros(0, dtype) for dtype in (np.int64, np.int64, float, np.int64,
+                                                        np.int64))
+    return tuple(np.concatenate(parts) for parts in out)
+
+
+def _holds(model: LinearModel, points: list[np.ndarray]) -> bool:
+    """Whether some point on a segment from ``points[0]`` to one of the others meets every
+    row of ``model`` (the rows are linear, so along a segment each row holds on an interval).
+    When one does at ``T = 1`` (the known bound), the LP's optimum is at most the known bound
+    and cannot raise it, so it is not solved: on most graphs the path, not the load, limits
+    the step, and HiGHS's solve of a graph of 85k ops takes a second and more memory than
+    any other stage after ingestion. The known bound is proven on its own, so a rounding
+    error here can only leave the bound that much looser than the LP's, never make it
+    wrong."""
     rows, cols, vals, row_lo, row_up = model.arrays()
-    activity = np.bincount(rows, weights=vals * z[cols], minlength=model.num_rows)
-    return bool(((activity >= row_lo) & (activity <= row_up)).all())
+    act = [np.bincount(rows, weights=vals * z[cols], minlength=model.num_rows) for z in points]
+    for other in act[1:] or act[:1]:
+        # At s in [0, 1] the activity is act[0] + s * slope: each row bounds s.
+        slope = other - act[0]
+        if ((slope == 0) & ((act[0] < row_lo) | (act[0] > row_up))).any():
+            continue
+        up, down = slope > 0, slope < 0
+        lo = max(0.0, np.max((row_lo - act[0])[up] / slope[up], initial=-np.inf),
+                 np.max((row_up - act[0])[down] / slope[down], initial=-np.inf))
+        hi = min(1.0, np.min((row_up - act[0])[up] / slope[up], initial=np.inf),
+                 np.min((row_lo - act[0])[down] / slope[down], initial=np.inf))
+        if lo <= hi:
+            return True
+    return False
 
 
 def highs_solver(model: LinearModel, cost, col_lo, col_up, *, time_limit_s: float,
