@@ -378,7 +378,8 @@ def solved_anyway(prob) -> float:
     head, tail, runs = device_heads_and_tails(g, c, op_time)
     through = head + runs + tail
     known = max(lower_bound(g, c, op_time), float(through.min(axis=1).max()))
-    model, num_x, _ = lp_bound._build(g, c, op_time, through, scale=known)
+    model, num_x, _, sends = lp_bound._build(g, c, op_time, through, scale=known)
+    sends.add_to(model)
     value, status = lp_bound._solve(model, num_x, 30.0)
     assert status == "optimal"
     return value * known

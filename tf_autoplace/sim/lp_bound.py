@@ -180,6 +180,7 @@ def lp_lower_bound(graph: OpGraph, cluster: Cluster, op_time: np.ndarray, *,
     simple = lower_bound(graph, cluster, op_time)
     head, tail, runs = device_heads_and_tails(graph, cluster, op_time)
     through = head + runs + tail  # [n, D]: op i on d, from 0 to the end of the step at least
+    del head, tail, runs  # (n x D each: on a large graph, memory the LP's arrays can use)
     path = float(through.min(axis=1).max())
     known = max(simple, path)
 
@@ -193,9 +194,11 @@ def lp_lower_bound(graph: OpGraph, cluster: Cluster, op_time: np.ndarray, *,
     built = _build(graph, cluster, op_time, through, scale=known)
     if isinstance(built, str):
         return result(status=built)
-    model, num_boxed, points = built
-    if _holds(model, points):
-        return result(status="dominated", rows=model.num_rows, cols=model.num_cols)
+    model, num_boxed, points, sends = built
+    if _holds(model, points, sends):
+        return result(status="dominated", rows=model.num_rows + len(sends.y_col)
+                      + len(sends.buses), cols=model.num_cols)
+    sends.add_to(model)
     start = time.perf_counter()
     lp_value, status = _solve(model, num_boxed, time_limit_s)
     return result(lp_s=lp_value * known, status=status, solve_s=time.perf_counter() - start,
@@ -204,8 +207,9 @@ def lp_lower_bound(graph: OpGraph, cluster: Cluster, op_time: np.ndarray, *,
 
 def _build(graph, cluster, op_time, through, *, scale):
     """The LP of the module docstring with times divided by ``scale`` (a known bound, so the
-    optimum is near 1), as ``(model, number of columns in [0, 1], points)``: the ``x``
-    columns, then the ``y`` columns, then ``T``. ``points`` are candidates for :func:`_holds`,
+    optimum is near 1), as ``(model, number of columns in [0, 1], points, sends)``: the
+    ``x`` columns, then the ``y`` columns, then ``T``; the model has every row but the send
+    rows, which ``sends.add_to`` adds. ``points`` are candidates for :func:`_holds`,
     each with ``T = 1``: first every group wholly on its class of least work among those
     where no op's path row exceeds 1 (all its allowed classes if there is none), then for
     each class the same with every group that may go there on it, each with the least ``y``
@@ -274,23 +278,18 @@ def _build(graph, cluster, op_time, through, *, scale):
     model.add(op_rows, x_of[coloc[ops[op_rows]], op_k], path[ops[op_rows], op_k])
     model.add(np.arange(len(ops)), np.full(len(ops), col_t), -np.ones(len(ops)))
     model.close(np.full(len(ops), -np.inf), np.zeros(len(ops)))
-    # Transfers out of each class: y >= x[producer's group, K] - x[consumer's group, K] for
-    # every consumer group of the tensor (a missing x is 0), and the buses of the class.
+    # The send rows (module docstring) are added only if HiGHS is to run (_Sends).
     y_class, y_group, y_cost, row_y, row_v = sends
-    rows = np.arange(len(row_y))
     k_of = y_class[row_y]
-    there = x_of[row_v, k_of]
-    model.add(rows, num_x + row_y, np.ones(len(rows)))
-    model.add(rows, x_of[y_group[row_y], k_of], -np.ones(len(rows)))
-    model.add(rows[there >= 0], there[there >= 0], np.ones(int((there >= 0).sum())))
-    model.close(np.zeros(len(rows)), np.full(len(rows), np.inf))
-    buses = np.bincount(classes, minlength=num_classes).astype(np.float64)
     sending = np.unique(y_class)
     bus_row = np.full(num_classes, -1)
     bus_row[sending] = np.arange(len(sending))
-    model.add(bus_row[y_class], num_x + np.arange(num_y), y_cost)
-    model.add(np.arange(len(sending)), np.full(len(sending), col_t), -buses[sending])
-    model.close(np.full(len(sending), -np.inf), np.zeros(len(sending)))
+    send_rows = _Sends(  # (int32: on a graph of 85k ops these are the LP's largest arrays)
+        y_col=(num_x + row_y).astype(np.int32), src_col=x_of[y_group[row_y], k_of].astype(
+            np.int32), dst_col=x_of[row_v, k_of].astype(np.int32),
+        bus_row=bus_row[y_class], cost=y_cost,
+        buses=np.bincount(classes)[sending].astype(np.float64), col_t=col_t)
+    del y_class, y_group, row_y, row_v, k_of
     cost = np.where(allowed, work, np.inf)
     short = np.ones((num_groups, num_classes), bool)  # every op's path through K within T = 1
     np.logical_and.at(short, coloc, path <= 1.0)
@@ -305,12 +304,57 @@ def _build(graph, cluster, op_time, through, *, scale):
         point = np.zeros(col_t + 1)
         point[x_of[np.arange(num_groups), choice]] = 1.0
         point[col_t] = 1.0
-        # ... with the sends it needs: a tensor leaves its producer's class when a consumer
-        # group sits elsewhere.
-        gap = point[x_of[y_group[row_y], k_of]] - np.where(there >= 0, point[there], 0.0)
-        np.maximum.at(point, num_x + row_y, gap)
+        send_rows.fill(point)
         points.append(point)
-    return model, col_t, points
+    return model, col_t, points, send_rows
+
+
+@dataclasses.dataclass(frozen=True)
+class _Sends:
+    """The send rows of the LP (module docstring, "sends"), kept apart from the model until
+    HiGHS is to run: on a graph of 85k ops they are most of the LP, and mostly not needed.
+
+    Attributes:
+      y_col, src_col, dst_col: [R] per row ``y >= x[src] - x[dst]``, the columns (``dst_col``
+        -1 where the reader's group may not go to the class: that ``x`` is 0).
+      bus_row, cost: [Y] per ``y`` column (numbered from ``y_col.min()``), the bus row it
+        loads and by how much.
+      buses: [B] the devices of each class with a bus row; col_t: the column of ``T``.
+    """
+
+    y_col: np.ndarray
+    src_col: np.ndarray
+    dst_col: np.ndarray
+    bus_row: np.ndarray
+    cost: np.ndarray
+    buses: np.ndarray
+    col_t: int
+
+    def fill(self, point: np.ndarray) -> None:
+        """Set the ``y`` of ``point`` to the least its rows allow: a tensor is sent out of
+        its producer's class as much as some reader sits elsewhere."""
+        gap = point[self.src_col] - np.where(self.dst_col >= 0, point[self.dst_col], 0.0)
+        np.maximum.at(point, self.y_col, gap)
+
+    def bus_activity(self, point: np.ndarray) -> np.ndarray:
+        """[B] each bus row's ``sum s y - B_K T`` at ``point`` (the row holds at <= 0)."""
+        first = self.col_t - len(self.cost)
+        return (np.bincount(self.bus_row, weights=self.cost * point[first:self.col_t],
+                            minlength=len(self.buses)) - self.buses * point[self.col_t])
+
+    def add_to(self, model: LinearModel) -> None:
+        """Append the rows to ``model``."""
+        rows = np.arange(len(self.y_col))
+        there = self.dst_col >= 0
+        model.add(rows, self.y_col, np.ones(len(rows)))
+        model.add(rows, self.src_col, -np.ones(len(rows)))
+        model.add(rows[there], self.dst_col[there], np.ones(int(there.sum())))
+        model.close(np.zeros(len(rows)), np.full(len(rows), np.inf))
+        num = len(self.buses)
+        model.add(self.bus_row, self.col_t - len(self.cost) + np.arange(len(self.cost)),
+                  self.cost)
+        model.add(np.arange(num), np.full(num, self.col_t), -self.buses)
+        model.close(np.full(num, -np.inf), np.zeros(num))
 
 
 def _sends(graph, cluster, classes, allowed, scale):
@@ -325,9 +369,10 @@ def _sends(graph, cluster, classes, allowed, scale):
     coloc = graph.colocation.astype(np.int64)
     src, dst = graph.edge_src.astype(np.int64), graph.edge_dst.astype(np.int64)
     apart = coloc[src] != coloc[dst]
-    pairs = np.unique(np.stack([graph.edge_tensor[apart].astype(np.int64), coloc[dst[apart]]],
-                               axis=1), axis=0).reshape(-1, 2)
-    tensors, row_tensor = np.unique(pairs[:, 0], return_inverse=True)
+    num_groups = int(coloc.max()) + 1 if len(coloc) else 1
+    key = np.unique(graph.edge_tensor[apart].astype(np.int64) * num_groups + coloc[dst[apart]])
+    tensors, row_tensor = np.unique(key // num_groups, return_inverse=True)
+    readers = key % num_groups
     producer = coloc[graph.tensor_op[tensors]]
     nbytes = graph.tensor_bytes[tensors].astype(np.float64)
     executor, _ = cluster.executors()
@@ -352,7 +397,7 @@ def _sends(graph, cluster, classes, allowed, scale):
         out[1].append(producer[sent])
         out[2].append(cost[sent] / scale)
         out[3].append(column[row_tensor[rows]])
-        out[4].append(pairs[rows, 1])
+        out[4].append(readers[rows])
         num_y += len(sent)
     if not out[0]:
         return tuple(np.zeros(0, dtype) for dtype in (np.int64, np.int64, float, np.int64,
@@ -360,9 +405,10 @@ def _sends(graph, cluster, classes, allowed, scale):
     return tuple(np.concatenate(parts) for parts in out)
 
 
-def _holds(model: LinearModel, points: list[np.ndarray]) -> bool:
+def _holds(model: LinearModel, points: list[np.ndarray], sends: _Sends) -> bool:
     """Whether some point on a segment from ``points[0]`` to one of the others meets every
-    row of ``model`` (the rows are linear, so along a segment each row holds on an interval).
+    row of ``model`` and of ``sends`` (the rows are linear, so along a segment each row holds
+    on an interval; each point's ``y`` meets its send rows, so every point between two does).
     When one does at ``T = 1`` (the known bound), the LP's optimum is at most the known bound
     and cannot raise it, so it is not solved: on most graphs the path, not the load, limits
     the step, and HiGHS's solve of a graph of 85k ops takes a second and more memory than
@@ -370,7 +416,10 @@ def _holds(model: LinearModel, points: list[np.ndarray]) -> bool:
     error here can only leave the bound that much looser than the LP's, never make it
     wrong."""
     rows, cols, vals, row_lo, row_up = model.arrays()
-    act = [np.bincount(rows, weights=vals * z[cols], minlength=model.num_rows) for z in points]
+    act = [np.append(np.bincount(rows, weights=vals * z[cols], minlength=model.num_rows),
+                     sends.bus_activity(z)) for z in points]
+    row_lo = np.append(row_lo, np.full(len(sends.buses), -np.inf))
+    row_up = np.append(row_up, np.zeros(len(sends.buses)))
     for other in act[1:] or act[:1]:
         # At s in [0, 1] the activity is act[0] + s * slope: each row bounds s.
         slope = other - act[0]
