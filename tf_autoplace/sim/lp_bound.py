@@ -317,8 +317,8 @@ class _Sends:
     Attributes:
       y_col, src_col, dst_col: [R] per row ``y >= x[src] - x[dst]``, the columns (``dst_col``
         -1 where the reader's group may not go to the class: that ``x`` is 0).
-      bus_row, cost: [Y] per ``y`` column (numbered from ``y_col.min()``), the bus row it
-        loads and by how much.
+      bus_row, cost: [Y] per ``y`` column (the ``Y`` columns just before ``col_t``), the bus
+        row it loads and by how much.
       buses: [B] the devices of each class with a bus row; col_t: the column of ``T``.
     """
 
