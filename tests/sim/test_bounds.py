@@ -475,15 +475,20 @@ def test_lp_prices_the_sends_a_split_between_kinds_of_device_needs():
 
 
 def test_sends_on_cores_are_left_to_the_load_rows():
-    # Two logical CPUs of one core group hand tensors over on their cores, not a bus: no send
-    # columns; a GPU's sends to the host go over its bus, and the host's (outside any core
-    # group) over the host's.
+    # A GPU's sends to the host go over its bus, and the host's (outside any core group) over
+    # the host's: a send column out of each class. Two devices of one core group (logical
+    # CPUs of one process) or of two (the CPUs of two TensorFlow tasks) send on their cores,
+    # not a bus: no send columns.
     g = from_edges(2, [(0, 1, MB)])
-    local = Cluster.local(2)
     op_time = np.array([[1, 2], [2, 1]]) * MS
-    assert len(lp_bound._sends(g, local, device_classes(op_time), np.ones((2, 2), bool),
-                               1.0)[0]) == 0
     c = gpus(1, host=True)
     columns = lp_bound._sends(g, c, device_classes(op_time), np.ones((2, 2), bool), 1.0)
-    np.testing.assert_array_equal(columns[0], [0, 1])  # a send out of each class
+    np.testing.assert_array_equal(columns[0], [0, 1])
     np.testing.assert_allclose(columns[2], [1.01 * MS] * 2)  # 10 us + 1 MB at 1 GB/s
+    for names in (("host", "host"), ("task0", "task1")):
+        grouped = dataclasses.replace(
+            c, devices=tuple(dataclasses.replace(d, core_group=name)
+                             for d, name in zip(c.devices, names)),
+            core_groups=tuple((name, 1) for name in sorted(set(names))))
+        assert len(lp_bound._sends(g, grouped, device_classes(op_time),
+                                   np.ones((2, 2), bool), 1.0)[0]) == 0
