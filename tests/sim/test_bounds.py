@@ -190,6 +190,7 @@ def test_bounds_hold_for_random_and_heuristic_placements(case):
     head, tail, _ = heads_and_tails(g, c, op_time)
     lp = lp_lower_bound(g, c, op_time)
     per_device = device_heads_and_tails(g, c, op_time)
+    lifted = device_heads_and_tails(g, c, op_time, windows=True)
     assert lp.value_s >= lp.simple_s and lp.value_s >= lp.path_s
     assert lp.value_s >= lower_bound(g, c, op_time)
     assert lp.status in ("optimal", "dominated")
@@ -203,6 +204,7 @@ def test_bounds_hold_for_random_and_heuristic_placements(case):
         assert (tail <= r.makespan - r.end + 1e-12).all()
         assert lp.value_s <= r.makespan * (1 + 1e-9)
         assert_device_heads_hold(per_device, p, r)
+        assert_device_heads_hold(lifted, p, r)
 
 
 def assert_device_heads_hold(device_bounds, placement, result):
@@ -242,11 +244,13 @@ def assert_bounds_hold(prob, seed):
     head, tail, _ = heads_and_tails(g, c, op_time)
     lp = lp_lower_bound(g, c, op_time)
     per_device = device_heads_and_tails(g, c, op_time)
+    lifted = device_heads_and_tails(g, c, op_time, windows=True)
     for p in random_valid_placements(prob, np.random.default_rng(seed), 25):
         r = prob.simulator.run(p)
         assert (head <= r.start + 1e-12).all()
         assert (tail <= r.makespan - r.end + 1e-12).all()
         assert_device_heads_hold(per_device, p, r)
+        assert_device_heads_hold(lifted, p, r)
         assert lower_bound(g, c, op_time) <= r.makespan * (1 + 1e-9)
         assert lp.value_s <= r.makespan * (1 + 1e-9)
     return lp
@@ -375,7 +379,7 @@ def test_time_limit_is_checked():
 def solved_anyway(prob) -> float:
     """The LP part of ``prob``'s bound solved with HiGHS whatever the cheapest point says."""
     g, c, op_time = prob.graph, prob.cluster, prob.op_time
-    head, tail, runs = device_heads_and_tails(g, c, op_time)
+    head, tail, runs = device_heads_and_tails(g, c, op_time, windows=True)
     through = head + runs + tail
     known = max(lower_bound(g, c, op_time), float(through.min(axis=1).max()))
     model, num_x, _, sends = lp_bound._build(g, c, op_time, through, scale=known)

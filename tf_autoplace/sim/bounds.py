@@ -83,6 +83,15 @@ cluster most small ops run faster on the CPU host, the large ones on a GPU): a p
 take each op at its fastest time without a transfer wherever the fastest device changes, and
 ``L_path`` charges none.
 
+Windows (``device_heads_and_tails(..., windows=True)``, :mod:`tf_autoplace.sim.windows`)
+lift the heads further where a head sees too little: a join's head counts the last op of each
+branch, not the branches' earlier ops, which must also run between the fork and the join. A
+window bounds the time between two ops of a longest path given the devices of both, from all
+the ops between them; after ``k``'s own recursion its head on ``d`` becomes at least ``min_e
+h[o, e] + t[o, e] + L_ok(e, d)`` for each window from ``o`` to ``k`` (and tails the same way
+backwards). That holds for whichever device ``o`` is on, and since the recursion is monotone in
+every head, the lift carries to every op downstream.
+
 Both bounds are used to report how far a placement is from optimal and to normalise rewards.
 Neither counts memory beyond what decides validity.
 """
@@ -95,6 +104,7 @@ from tf_autoplace.core.cluster import Cluster
 from tf_autoplace.graph.opgraph import OpGraph
 from tf_autoplace.core.jit import cached_njit
 from tf_autoplace.sim.simulator import check_op_time
+from tf_autoplace.sim.windows import Windows, window_lengths
 
 
 @cached_njit
@@ -139,14 +149,18 @@ def lower_bound(graph: OpGraph, cluster: Cluster, op_time: np.ndarray) -> float:
 
 # ====================================================== heads and tails with transfers
 @cached_njit
-def _device_heads(order, ptr, nbr, nbytes, coloc, time, latency, bandwidth, delay, cores):
+def _device_heads(order, ptr, nbr, nbytes, coloc, time, latency, bandwidth, delay, cores,
+                  win_ptr, win_nbr, win_row, win_length, win_case):
     """The recursion of :func:`device_heads_and_tails` in one direction: ``head[k, d]`` for
     every op ``k`` (in ``order``) and device ``d``. ``nbr[ptr[k]:ptr[k+1]]`` are k's parents
     (for heads) or children (for tails), ``nbytes`` the largest tensor on each of those edges
     (0 for a control edge), ``coloc`` the colocation groups, ``time[i, d]`` op i's time on d
     (``inf`` where its colocation group may not go), the link figures oriented from the
     neighbour's device to k's (the transposes for tails), ``cores[d]`` how many ops d's
-    executor runs at once. ``head[k, d]`` is ``inf`` where k may not run on d."""
+    executor runs at once. ``head[k, d]`` is ``inf`` where k may not run on d. Windows
+    (:mod:`tf_autoplace.sim.windows`) ending at k are ``win_nbr[win_ptr[k]:win_ptr[k+1]]``
+    (their other end) with rows ``win_row`` of ``win_length``, ``win_case[e, d]`` the column
+    for the other end on e and k on d."""
     n, num_dev = time.shape
     head = np.zeros((n, num_dev))
     width = 0
@@ -212,6 +226,14 @@ def _device_heads(order, ptr, nbr, nbytes, coloc, time, latency, bandwidth, dela
                     off = max(off, key[rank[r]])
                 best = min(best, max(off, on_end, on_serial))
             head[k, d] = best
+        for w in range(win_ptr[k], win_ptr[k + 1]):  # at least a window after its other end
+            o, row = win_nbr[w], win_row[w]
+            for d in range(num_dev):
+                lifted = np.inf
+                for e in range(num_dev):
+                    lifted = min(lifted, head[o, e] + time[o, e]
+                                 + win_length[row, win_case[e, d]])
+                head[k, d] = max(head[k, d], lifted)
     return head
 
 
@@ -272,12 +294,15 @@ def _edge_gaps(graph: OpGraph, cluster: Cluster, op_time: np.ndarray):
     return src, dst, gap, forced, time.min(axis=1)
 
 
-def device_heads_and_tails(graph: OpGraph, cluster: Cluster, op_time: np.ndarray):
+def device_heads_and_tails(graph: OpGraph, cluster: Cluster, op_time: np.ndarray, *,
+                           windows: bool = False):
     """``(head, tail, time)``, [n, D] seconds each: in every valid placement that puts op i
     on device d, i starts no earlier than ``head[i, d]`` and ends no later than ``makespan -
     tail[i, d]``, and runs ``time[i, d]`` (``op_time``, or ``inf`` where i's colocation group
     may not go; head and tail are ``inf`` there too). Module docstring, "The path with
-    transfers"."""
+    transfers"; with ``windows``, also lifted by the windows along a longest path
+    (:mod:`tf_autoplace.sim.windows`), which costs about a second on a graph of tens of
+    thousands of ops."""
     op_time = check_op_time(graph, cluster, op_time)
     n = graph.num_ops
     time, stranded = _group_times(graph, op_time)
@@ -289,6 +314,8 @@ def device_heads_and_tails(graph: OpGraph, cluster: Cluster, op_time: np.ndarray
     per_device = cores[executor].astype(np.float64)
     latency, bandwidth, delay = (np.asarray(a, np.float64)
                                  for a in (cluster.latency, cluster.bandwidth, cluster.delay))
+    found = (window_lengths(graph, cluster, time, coloc, src, dst, nbytes) if windows
+             else Windows.none(cluster.num_devices))
     order = graph.topological_order().astype(np.int64)
     out = []
     for node, other, walk, flip in ((dst, src, order, False), (src, dst, order[::-1], True)):
@@ -297,8 +324,15 @@ def device_heads_and_tails(graph: OpGraph, cluster: Cluster, op_time: np.ndarray
         # Heads: a parent's tensor goes from its device to k's; tails: k's to the child's.
         # Fresh C-ordered copies either way: one compiled signature (not read-only ones too).
         links = [np.array(a.T if flip else a, order="C") for a in (latency, bandwidth, delay)]
+        # A window lifts its end's head (from its start) and its start's tail (from its end).
+        at, far = (found.u, found.v) if flip else (found.v, found.u)
+        rows = np.argsort(at, kind="stable")
+        win_ptr = np.searchsorted(at[rows], np.arange(n + 1)).astype(np.int64)
+        case = np.array(found.case.T if flip else found.case, np.int64, order="C")
         out.append(_device_heads(np.ascontiguousarray(walk), ptr, other[by], nbytes[by], coloc,
-                                 time, *links, per_device))
+                                 time, *links, per_device, win_ptr, far[rows].astype(np.int64),
+                                 rows.astype(np.int64), np.ascontiguousarray(found.length),
+                                 case))
     return out[0], out[1], time
 
 

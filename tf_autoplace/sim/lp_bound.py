@@ -13,8 +13,9 @@ Devices with identical ``op_time`` columns form a *class* ``K`` of ``|K|`` devic
 a K80 box are one class, the host another). Times are in seconds, ``t[i, K]`` op i's time on a
 device of ``K``, ``c(i)`` op i's colocation group, ``W[c, K] = sum_{i in c} t[i, K]``,
 ``P[c]`` the persistent bytes of group ``c``, and ``R[i, K] = min_{d in K} h[i, d] + t[i, d] +
-q[i, d]`` with the heads and tails of :func:`tf_autoplace.sim.bounds.device_heads_and_tails`
-(op i on a device of ``K``: the least time from the step's start to its end through i).
+q[i, d]`` with the heads and tails of :func:`tf_autoplace.sim.bounds.device_heads_and_tails`,
+lifted by the windows of :mod:`tf_autoplace.sim.windows` (op i on a device of ``K``: the least
+time from the step's start to its end through i).
 Variables: ``x[c, K] >= 0`` for every class where group ``c`` has a kernel for all its ops,
 whose largest device holds ``P[c]`` and where every op of ``c`` has a finite ``R``, and ``T``.
 Minimise ``T`` subject to
@@ -107,7 +108,8 @@ class LPBound:
     Attributes:
       value_s: the bound: ``max(simple_s, path_s, lp_s)`` (``lp_s`` counted only if finite).
       simple_s: :func:`tf_autoplace.sim.bounds.lower_bound`.
-      path_s: the path with transfers, ``max_i head + fastest + tail``.
+      path_s: the path with transfers and windows, ``max_i min_d head + time + tail``
+        (:func:`tf_autoplace.sim.bounds.device_heads_and_tails` with ``windows``).
       lp_s: the Lagrangian bound of HiGHS's duals (NaN when the LP gave none or was not
         solved).
       status: ``"optimal"``, ``"not needed"`` (nothing to solve), ``"dominated"`` (a
@@ -178,7 +180,7 @@ def lp_lower_bound(graph: OpGraph, cluster: Cluster, op_time: np.ndarray, *,
         raise ConfigError(f"time_limit_s must be a number > 0, got {time_limit_s!r}")
     op_time = check_op_time(graph, cluster, op_time)
     simple = lower_bound(graph, cluster, op_time)
-    head, tail, runs = device_heads_and_tails(graph, cluster, op_time)
+    head, tail, runs = device_heads_and_tails(graph, cluster, op_time, windows=True)
     through = head + runs + tail  # [n, D]: op i on d, from 0 to the end of the step at least
     del head, tail, runs  # (n x D each: on a large graph, memory the LP's arrays can use)
     path = float(through.min(axis=1).max())
