@@ -14,7 +14,7 @@ integer program can follow those queues exactly. The MILP below lets the schedul
 freely instead, within the simulator's hard rules, so its optimum is at most the simulated
 step of every placement. Notation: ops ``i``, groups ``g(i)``, devices ``d``, ``t[i, d]`` op
 times (s), ``h``, ``q`` the heads and tails of
-:func:`tf_autoplace.sim.bounds.device_heads_and_tails` (per op and device),
+:func:`tf_autoplace.sim.bounds.device_heads_and_tails` (per op and device, with windows),
 ``U`` the step of the fastest placement known so far (all times are divided by ``U`` before
 HiGHS sees them). Variables:
 
@@ -210,7 +210,7 @@ def _build(graph, cluster, op_time, labels, scale, max_pairs, classes):
     n, num_dev = graph.num_ops, cluster.num_devices
     num_groups = int(labels.max()) + 1
     t = op_time / scale
-    head, tail, _ = device_heads_and_tails(graph, cluster, op_time)
+    head, tail, _ = device_heads_and_tails(graph, cluster, op_time, windows=True)
     src, dst, gap, _, fastest = _edge_gaps(graph, cluster, op_time)
     persistent = np.bincount(labels, weights=graph.persistent_bytes.astype(np.float64),
                              minlength=num_groups)
