@@ -380,8 +380,9 @@ def solved_anyway(prob) -> float:
     """The LP part of ``prob``'s bound solved with HiGHS whatever the cheapest point says."""
     g, c, op_time = prob.graph, prob.cluster, prob.op_time
     head, tail, runs = device_heads_and_tails(g, c, op_time, windows=True)
+    known = max(lower_bound(g, c, op_time), float((head + runs + tail).min(axis=1).max()))
+    head, tail, runs = device_heads_and_tails(g, c, op_time)
     through = head + runs + tail
-    known = max(lower_bound(g, c, op_time), float(through.min(axis=1).max()))
     model, num_x, _, sends = lp_bound._build(g, c, op_time, through, scale=known)
     sends.add_to(model)
     value, status = lp_bound._solve(model, num_x, 30.0)
