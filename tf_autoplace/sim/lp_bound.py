@@ -187,6 +187,7 @@ def lp_lower_bound(graph: OpGraph, cluster: Cluster, op_time: np.ndarray, *,
     # which give HiGHS less to do for about the same optimum (module docstring).
     head, tail, runs = device_heads_and_tails(graph, cluster, op_time, windows=True)
     path = float((head + runs + tail).min(axis=1).max())
+    del head, tail, runs  # (not held beside the next three)
     head, tail, runs = device_heads_and_tails(graph, cluster, op_time)
     through = head + runs + tail  # [n, D]: op i on d, from 0 to the end of the step at least
     del head, tail, runs  # (n x D each: on a large graph, memory the LP's arrays can use)
