@@ -129,7 +129,9 @@ def test_quick_benchmark_end_to_end(quick_rnnlm, tmp_path):
     assert all(math.isfinite(r.step_s) and not r.error and not r.oom for r in rows)
     assert all(r.ratio >= 1 for r in rows)  # the lower bound holds
     assert all(r.lp_ratio >= 1 and r.lp_bound_s >= r.lower_bound_s for r in rows)
-    assert infos[0].lp_status == "optimal" and infos[0].lp_bound_s == rows[0].lp_bound_s
+    # Solved, or shown unable to raise the path with windows (which binds on RNNLM).
+    assert infos[0].lp_status in ("optimal", "dominated")
+    assert infos[0].lp_bound_s == rows[0].lp_bound_s
     by_name = {r.placer: r for r in rows}
     assert by_name["expert"].step_s < by_name["single"].step_s  # one LSTM layer per GPU
     assert len(infos) == 1 and infos[0].sims_per_s > 0 and infos[0].ops == rows[0].ops
