@@ -158,15 +158,16 @@ def chain(graph: OpGraph, fastest: np.ndarray) -> np.ndarray:
     src = np.concatenate([graph.edge_src, graph.ctrl_src]).astype(np.int64)
     dst = np.concatenate([graph.edge_dst, graph.ctrl_dst]).astype(np.int64)
     order = graph.topological_order().astype(np.int64)
-    return _chain(order, src, dst, np.ascontiguousarray(fastest, np.float64), n)
+    # The sorts here, not in the kernel: numba's sorts are slow to compile.
+    by_dst, by_src = np.argsort(dst, kind="stable"), np.argsort(src, kind="stable")
+    par_ptr = np.searchsorted(dst[by_dst], np.arange(n + 1)).astype(np.int64)
+    ch_ptr = np.searchsorted(src[by_src], np.arange(n + 1)).astype(np.int64)
+    return _chain(order, src, dst, by_dst, by_src, par_ptr, ch_ptr,
+                  np.ascontiguousarray(fastest, np.float64), n)
 
 
 @cached_njit(negative_indices=False)
-def _chain(order, src, dst, weight, n):
-    by_dst = np.argsort(dst, kind="mergesort")
-    by_src = np.argsort(src, kind="mergesort")
-    par_ptr = np.searchsorted(dst[by_dst], np.arange(n + 1))
-    ch_ptr = np.searchsorted(src[by_src], np.arange(n + 1))
+def _chain(order, src, dst, by_dst, by_src, par_ptr, ch_ptr, weight, n):
     early = np.zeros(n)  # longest path ending just before each op
     for i in order:
         for a in range(par_ptr[i], par_ptr[i + 1]):
@@ -179,20 +180,24 @@ def _chain(order, src, dst, weight, n):
             j = dst[by_src[a]]
             late[i] = max(late[i], late[j] + weight[j])
     through = early + weight + late
-    at = int(np.argmax(through))
-    back = [at]
+    back = np.empty(n, np.int64)
+    back[0] = np.argmax(through)
+    size = 1
     while True:  # parents that end exactly when the op may start
-        step = _tight(back[-1], par_ptr, src, by_dst, early, weight, through, True)
+        step = _tight(back[size - 1], par_ptr, src, by_dst, early, weight, through, True)
         if step < 0:
             break
-        back.append(step)
-    out = back[::-1]
+        back[size] = step
+        size += 1
+    out = np.empty(n, np.int64)
+    out[:size] = back[:size][::-1]
     while True:  # ... and children that start exactly when it ends
-        step = _tight(out[-1], ch_ptr, dst, by_src, early, weight, through, False)
+        step = _tight(out[size - 1], ch_ptr, dst, by_src, early, weight, through, False)
         if step < 0:
             break
-        out.append(step)
-    return np.array(out, np.int64)
+        out[size] = step
+        size += 1
+    return out[:size].copy()
 
 
 @cached_njit(negative_indices=False)
@@ -355,7 +360,7 @@ def _window_lengths(path, pos, par_ptr, par, par_bytes, ch_ptr, ch, ch_bytes, co
     inreg = np.full(n, -1, np.int64)
     stack = np.empty(n, np.int64)
     region = np.empty(max_region, np.int64)
-    keys = np.empty(max_region, np.int64)
+    keys = np.empty(max_region)  # (float64, as in _least_window: one argsort to compile)
     heads = np.empty((max_region, D))
     tails = np.empty((max_region, D))
     p = np.empty((max_region, D))
