@@ -1,11 +1,11 @@
 """A linear-programming lower bound on the makespan of every valid placement, solved with HiGHS.
 
 :func:`lp_lower_bound` returns the largest of three proven bounds: the simple bound and the path
-with transfers and windows (:mod:`tf_autoplace.sim.bounds`), and the optimum of the linear program below,
-which couples the path with per-device load. The LP is what helps when load, not the path,
-limits the step: on a cluster whose CPU host is much slower than its GPUs the simple bound
-divides the work by every device as if the host were a GPU; the LP lets each colocation group
-choose (fractionally) a kind of device and pays its time there.
+with transfers and windows (:mod:`tf_autoplace.sim.bounds`), and the optimum of the linear
+program below, which couples the path with per-device load. The LP is what helps when load,
+not the path, limits the step: on a cluster whose CPU host is much slower than its GPUs the
+simple bound divides the work by every device as if the host were a GPU; the LP lets each
+colocation group choose (fractionally) a kind of device and pays its time there.
 
 The linear program
 ------------------
@@ -15,10 +15,9 @@ device of ``K``, ``c(i)`` op i's colocation group, ``W[c, K] = sum_{i in c} t[i,
 ``P[c]`` the persistent bytes of group ``c``, and ``R[i, K] = min_{d in K} h[i, d] + t[i, d] +
 q[i, d]`` with the heads and tails of :func:`tf_autoplace.sim.bounds.device_heads_and_tails`
 (op i on a device of ``K``: the least time from the step's start to its end through i). These
-are the heads without windows (:mod:`tf_autoplace.sim.windows`): the path bound with windows
-is one of the three bounds, and path rows with windows raised the LP's optimum by at most
-0.3 ms on the zoo while HiGHS then ran on 7 of the 16 pairs instead of one, and on NASNet 5.2
-s instead of 2.4 s for the same optimum.
+are the heads without windows (:mod:`tf_autoplace.sim.windows`): the path with windows is one
+of the three bounds already, and in the path rows the windows barely raise the LP's optimum
+while HiGHS then has to run far more often, and longer (docs/experiments.md).
 Variables: ``x[c, K] >= 0`` for every class where group ``c`` has a kernel for all its ops,
 whose largest device holds ``P[c]`` and where every op of ``c`` has a finite ``R``, and ``T``.
 Minimise ``T`` subject to
