@@ -628,6 +628,23 @@ def test_iterated_search_keeps_the_best_and_stops_after_patience_misses():
     assert iterate_until_stale(done, fresh, 10_000, 0, patience=3) == (done, [])
 
 
+def test_the_race_rounds_use_their_share_and_the_survivor_the_rest():
+    # Four searches that always gain until their leg ends (a large graph): two rounds of
+    # 1000 * 0.25 / 2 = 125 placements (31 each of four, then 62 each of two), and the
+    # survivor takes all that is left. Each search starts with 1 placement (its start).
+    racers = [_Scripted(9.0 - k, samples=10**9) for k in range(4)]
+    assert race(racers, 1000, share=0.25) is racers[3]
+    assert [s.samples for s in racers] == [32, 32, 94, 842]
+    # With the whole budget in equal rounds, the survivor gets the last round only.
+    racers = [_Scripted(9.0 - k, samples=10**9) for k in range(4)]
+    race(racers, 1000, share=1.0)
+    assert [s.samples for s in racers] == [126, 126, 376, 376]
+    # A search that ends at its local optimum within its leg spends only what it needs.
+    racers = [_Scripted(9.0 - k, samples=5) for k in range(4)]
+    race(racers, 1000, share=0.25)
+    assert [s.samples for s in racers] == [6, 6, 11, 16]
+
+
 def test_a_placement_that_overflows_never_wins_over_one_that_fits():
     # R's memory penalty can leave an overflowing placement below a fitting one; a kick's or
     # a racer's overflowing best must still lose to a fitting one (auto raised
@@ -755,6 +772,7 @@ def test_one_device_returns_at_once():
                                     dict(threads=True), dict(patience=-1), dict(patience=1.5),
                                     dict(kick=0.0), dict(kick=1.5), dict(kick=True),
                                     dict(kick_share=0), dict(kick_share=True),
+                                    dict(race_share=0), dict(race_share=1.5),
                                     dict(heuristic_starts=("m_sc",)),
                                     dict(heuristic_starts="m_sct")])
 def test_bad_auto_settings_are_config_errors(kwargs):

@@ -74,6 +74,10 @@ from tf_autoplace.learning.rollouts import Evaluator
 from tf_autoplace.outputs.progress import QUIET, Progress
 
 
+# The share of a race's placements its elimination rounds use (:func:`race`).
+RACE_SHARE = 0.25
+
+
 @dataclasses.dataclass(frozen=True)
 class LocalSearchConfig:
     """Attributes:
@@ -441,17 +445,23 @@ def rank(search: LocalSearch) -> tuple[bool, float]:
     return (not search.fits, search.best)
 
 
-def race(searches: list[LocalSearch], total: int, *, deadline: float | None = None,
-         lower_bound: float = 0.0, progress: Progress = QUIET,
+def race(searches: list[LocalSearch], total: int, *, share: float = RACE_SHARE,
+         deadline: float | None = None, lower_bound: float = 0.0, progress: Progress = QUIET,
          evaluator: Evaluator | None = None) -> LocalSearch:
     """Successive halving over searches from different starts, within ``total`` simulated
-    placements in all (the starts' own included): in each of ``ceil(log2 k) + 1`` rounds of
-    equal size the surviving searches share the round's placements equally, then the better
-    half (by best R so far) goes on; the last survivor takes what is left. Which local optimum
-    a search ends in depends on where it starts more than on how fast the start is, and a
-    short leg already tells the basins apart. Returns the search with the best placement.
-    After every batch, ``progress`` is told the placements simulated by all searches and the
-    best R among them.
+    placements in all (the starts' own included): ``ceil(log2 k)`` rounds of equal size use
+    ``share`` of ``total`` (in (0, 1]); in each the surviving searches share the round's
+    placements equally, then the better half (by best R so far) goes on; the last survivor
+    takes what is left. Which local optimum a search ends in depends on where it starts more
+    than on how fast the start is, and a short leg already tells the basins apart. On a large
+    graph a search still gains when its budget ends, so every placement a losing leg spends is
+    one the winner lacks: the rounds take a quarter of the budget by default, and the survivor
+    the rest (with rounds of equal size, the default 8 searches left it under half; a quarter
+    was faster on 49 of 73 zoo runs over seeds and slower on 7: docs/experiments.md, "The
+    race's share"). A swept search that ends at its local optimum within its leg leaves its
+    placements to the survivor, so on small problems the share changes nothing. Returns the
+    search with the best placement. After every batch, ``progress`` is told the placements
+    simulated by all searches and the best R among them.
 
     The legs of a round do not depend on each other (each search has its own random draws
     and its own share), so with an ``evaluator`` (the one the searches score with) they run
@@ -475,12 +485,10 @@ def race(searches: list[LocalSearch], total: int, *, deadline: float | None = No
                                   on_step=step)
 
     alive = list(searches)
-    rounds = int(np.ceil(np.log2(len(alive)))) + 1 if alive else 1
-    for _ in range(rounds - 1):
-        if len(alive) == 1:
-            break
-        share = (total // rounds) // len(alive)
-        legs = [leg(s, s.samples + share) for s in alive]
+    rounds = int(np.ceil(np.log2(len(alive)))) if len(alive) > 1 else 0
+    for _ in range(rounds):
+        each = int(total * share / rounds) // len(alive)
+        legs = [leg(s, s.samples + each) for s in alive]
         if evaluator is not None and evaluator.threads > 1:
             stopped = evaluator.in_threads(legs, on_error=cancel.set)
         else:
