@@ -63,9 +63,8 @@ from tf_autoplace.learning.measured import MeasuredEvaluator, check_reward
 from tf_autoplace.learning.rollouts import Evaluator, available_cpus
 from tf_autoplace.learning.workers import check_ray_address, cluster_cpus
 from tf_autoplace.outputs.progress import Progress
-from tf_autoplace.placers.auto.local_search import (RACE_SHARE, LocalSearch,
-                                                    LocalSearchConfig, iterate_until_stale,
-                                                    kick, race, rank)
+from tf_autoplace.placers.auto.local_search import (LocalSearch, LocalSearchConfig,
+                                                    iterate_until_stale, kick, race, rank)
 from tf_autoplace.placers.placeto.env import PlacementEnv
 from tf_autoplace.placers.placeto.policy import PlacetoPolicy
 from tf_autoplace.placers.placeto.search import PlacetoConfig, pretrained_policy_dir, search
@@ -110,9 +109,6 @@ class AutoConfig:
       seeds_per_start: searches from each start, each with its own random draws (>= 1):
         which local optimum a search ends in depends on its first moves as much as on its
         start, and the race drops the unlucky ones early.
-      race_share: the share of the search's placements (in (0, 1]) that the race's
-        elimination rounds use; the last survivor takes the rest
-        (``local_search.race``).
       patience: when the race's winner ends at a local optimum with placements of the budget
         left (small problems, which are swept), iterated local search goes on from the best
         placement so far, each search from a kick of ``kick`` of its colocation groups, until
@@ -160,7 +156,6 @@ class AutoConfig:
     threads: int | None = None
     starts: int = 4
     seeds_per_start: int = 2
-    race_share: float = RACE_SHARE
     patience: int = 64
     kick: float = 0.1
     kick_share: float = 5.0
@@ -186,7 +181,6 @@ class AutoConfig:
         check_number("kick", self.kick, low=0, low_ok=False, high=1)
         check_number("kick_share", self.kick_share, low=0, low_ok=False)
         check_int("seeds_per_start", self.seeds_per_start, low=1)
-        check_number("race_share", self.race_share, low=0, low_ok=False, high=1)
         if not isinstance(self.post, PostConfig):
             raise ConfigError(f"post must be a PostConfig, got {self.post!r}")
         if not isinstance(self.search, LocalSearchConfig):
@@ -386,8 +380,8 @@ class AutoPlacer(Placer):
 
             with self.progress.phase("auto: local search", max_samples - spent,
                                      deadline=deadline):
-                winner = race(searches, max_samples - spent, share=cfg.race_share,
-                              deadline=deadline, lower_bound=bound, progress=self.progress,
+                winner = race(searches, max_samples - spent, deadline=deadline,
+                              lower_bound=bound, progress=self.progress,
                               evaluator=None if measured else evaluator)
                 raced = sum(s.samples for s in searches)
                 total = min(max_samples - spent, int(raced * (1 + cfg.kick_share)))
