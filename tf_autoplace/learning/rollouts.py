@@ -137,12 +137,6 @@ class Evaluator:
         finally:
             self._local.alone = False
 
-    @property
-    def splits(self) -> bool:
-        """Whether a batch the calling thread evaluates is cut over the evaluator's threads
-        (it has threads, and this thread is not one of :meth:`in_threads`' tasks)."""
-        return self._threads is not None and not getattr(self._local, "alone", False)
-
     def in_threads(self, tasks: Sequence[Callable[[], object]], *,
                    on_error: Callable[[], None] = lambda: None) -> list:
         """Run ``tasks`` (callables without arguments that evaluate on this evaluator), up to
@@ -216,7 +210,8 @@ class Evaluator:
         n = self.problem.graph.num_ops
         if placements.ndim != 2 or placements.shape[1] != n:
             raise ConfigError(f"placements must have shape [B, {n}], got {placements.shape}")
-        if self.splits and len(placements) >= 2:
+        if (self._threads is not None and len(placements) >= 2
+                and not getattr(self._local, "alone", False)):
             chunks = [c for c in np.array_split(placements, self.threads) if len(c)]
             others = [self._threads.submit(evaluate_batch, self.problem, c, self.memory_penalty,
                                            below) for c in chunks[1:]]

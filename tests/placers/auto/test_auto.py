@@ -342,46 +342,6 @@ def test_local_search_same_result_on_one_thread_or_several():
     assert runs[0].curve == runs[1].curve
 
 
-class _FourBatchesADraw(LocalSearch):
-    """A search whose every block of draws ends with a batch that found nothing to move (its
-    fourth), as draws on a graph with little to move do: the search stops there."""
-
-    def _draw(self, left, batches, blocks, cdf, current):
-        drawn, sizes = super()._draw(left, batches, blocks, cdf, current)
-        if len(sizes) > 3:
-            sizes = np.append(sizes[:3], 0)
-        return drawn, sizes
-
-
-@pytest.mark.parametrize("num_ops,config,until,search_class", [
-    # draws, re-alignments that change coarse blocks
-    (250, LocalSearchConfig(sweep_below=0, realign_after=20, levels=(8, 32), ahead_from=0),
-     800, LocalSearch),
-    (250, LocalSearchConfig(sweep_below=0, ahead_from=0), 3000, LocalSearch),  # many gains
-    (40, LocalSearchConfig(ahead_from=0), 3000, LocalSearch),  # sweeps to an optimum
-    (250, LocalSearchConfig(sweep_below=0, ahead_from=0), 3000,
-     _FourBatchesADraw),  # draws that find none
-])
-def test_a_search_alone_scores_two_batches_at_once_and_takes_the_same_steps(
-        num_ops, config, until, search_class):
-    # With two threads a search running alone scores the next batch beside the current one,
-    # drawn as if the current one gained nothing, and drops it after a gain or a re-alignment
-    # (its draws given back): the same steps, draws and counts as one batch at a time.
-    p = random_problem(num_ops, seed=6, num_gpus=4)
-    start = BestHeuristicPlacer().propose(p)
-    runs, scored = [], []
-    for threads in (1, 2):
-        with Evaluator(p, threads=threads) as evaluator:
-            search = search_class(p, start, config, seed=3, evaluator=evaluator)
-            stopped = search.run(until)
-            runs.append((stopped, search.samples, search.simulations, search.curve,
-                         search.current.tolist(), str(search.rng.bit_generator.state)))
-            scored.append(evaluator.samples)
-    assert runs[0] == runs[1]
-    assert len(runs[0][3]) > (1 if search_class is _FourBatchesADraw else 10)  # it gained
-    assert scored[1] > scored[0]  # batches were scored ahead and dropped after gains
-
-
 def test_a_race_on_several_threads_takes_the_same_steps_as_one_after_the_other():
     # The legs of a round run at once, one search per thread: every search must take the
     # same steps (same draws, same shares, same cut-offs) and the same search must win.
@@ -803,8 +763,7 @@ def test_bad_auto_settings_are_config_errors(kwargs):
 
 
 @pytest.mark.parametrize("kwargs", [dict(levels=()), dict(batch=0), dict(host_share=2.0),
-                                    dict(realign_after=0), dict(sweep_below=-1),
-                                    dict(ahead_from=-1)])
+                                    dict(realign_after=0), dict(sweep_below=-1)])
 def test_bad_search_settings_are_config_errors(kwargs):
     with pytest.raises(ConfigError):
         LocalSearchConfig(**kwargs)

@@ -51,9 +51,7 @@ placement, a learned policy's zero-shot placement):
   nothing faster.
 
 Everything random comes from one generator seeded by the caller, and candidates are scored in
-batch order, so the same seed gives the same placement whatever the number of workers or
-threads (a search running alone scores the next batch on another thread as if the current one
-gained nothing, and drops it when it does: :meth:`LocalSearch.run`).
+batch order, so the same seed gives the same placement whatever the number of workers.
 """
 
 from __future__ import annotations
@@ -88,9 +86,6 @@ class LocalSearchConfig:
         current placement (>= 1).
       sweep_below: problems with at most this many possible moves are swept exhaustively
         (module docstring; >= 0).
-      ahead_from: a search running alone scores a batch per thread at once
-        (:meth:`LocalSearch.run`) on graphs of at least this many ops (>= 0); on smaller ones a
-        simulation costs little next to handing batches to threads and dropping them.
     """
 
     levels: tuple[int, ...] = (32, 128, 512, 2048)
@@ -99,7 +94,6 @@ class LocalSearchConfig:
     memory_penalty: float = 2.0
     realign_after: int = 400
     sweep_below: int = 1024
-    ahead_from: int = 4000
 
     def __post_init__(self):
         plain_numbers(self)
@@ -114,7 +108,6 @@ class LocalSearchConfig:
         check_number("memory_penalty", self.memory_penalty, low=0)
         check_int("realign_after", self.realign_after, low=1)
         check_int("sweep_below", self.sweep_below, low=0)
-        check_int("ahead_from", self.ahead_from, low=0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -299,7 +292,6 @@ class LocalSearch:
             self.ahead = self._draw_ahead(left, _AHEAD)
         drawn, self.ahead = self.ahead[0], self.ahead[1:]
         self.ahead_used += 1
-        self.drawn = drawn  # (given back by _next_batches)
         moves, num_devices = self.moves, self.num_devices
         return [moves.get(index) or self._move(index // num_devices, index % num_devices)
                 for index in drawn.tolist()]
@@ -355,18 +347,7 @@ class LocalSearch:
         """Search until ``until`` placements in all have been simulated, the deadline (a
         ``time.perf_counter()`` value), the lower bound or a local optimum; returns why it
         stopped ("samples", "deadline", "bound", "local optimum"). ``on_gain(samples, R)`` is
-        called at every gain, ``on_step()`` after every batch of simulations.
-
-        A search that runs alone on an evaluator with threads (the race's survivor, the
-        kicks), on a graph of at least ``config.ahead_from`` ops, scores a batch per thread at
-        once: each batch after the first is drawn as if
-        the ones before it gained nothing, and they are dropped (their draws given back) once
-        one gains or re-aligns the blocks, so the search takes the same steps, with the same
-        draws and counts, as one batch at a time. Most batches gain nothing, and a batch on
-        each thread keeps the cores busier than one batch of a few placements cut over them,
-        where the threads wait on each other and on the Python between batches."""
-        threads = (self.evaluator.threads if self.evaluator.splits
-                   and self.problem.graph.num_ops >= self.config.ahead_from else 1)
+        called at every gain, ``on_step()`` after every batch of simulations."""
         while True:
             if self.samples >= until:
                 self.stopped = "samples"
@@ -375,66 +356,17 @@ class LocalSearch:
             elif self.best <= lower_bound * (1 + 1e-9):
                 self.stopped = "bound"
             else:
-                batches = self._next_batches(until, threads)
-                if not batches:
+                moves = self._next_moves(until - self.samples)
+                if moves is None:
                     self.stopped = "local optimum"
                 else:
-                    for j, (moves, scored) in enumerate(batches):
-                        if j:  # given back by _next_batches, as drawn: take it again
-                            self._next_moves(until - self.samples)
-                        blocks = self.blocks
-                        gained = self._take(moves, scored)
-                        if gained and on_gain is not None:
-                            on_gain(self.samples, self.best)
-                        if on_step is not None:
-                            on_step()
-                        if (gained or self.blocks is not blocks or self.samples >= until
-                                or deadline is not None and time.perf_counter() >= deadline):
-                            break  # the batches after this one are dropped
+                    if self._try_moves(moves) and on_gain is not None:
+                        on_gain(self.samples, self.best)
+                    if on_step is not None:
+                        on_step()
                     continue
             self._take_back()
             return self.stopped
-
-    def _next_batches(self, until: int, count: int) -> list:
-        """Up to ``count`` batches of moves, scored, as ``(moves, scored)``
-        (:meth:`_score`): each drawn as if the ones before it gained nothing, all scored at
-        once, one per thread; every batch after the first is given back to the draws
-        (:meth:`run` takes it again if nothing changed). Empty at a local optimum.
-
-        Batches drawn ahead (:meth:`_random_moves`) are given back by rewinding the generator
-        to where their block of draws began, so every batch here comes from one block, or the
-        first from the previous one: a new block is drawn only for the second batch."""
-        moves = self._next_moves(until - self.samples)
-        if moves is None:
-            return []
-        batches, draws, left = [moves], [None], until - self.samples - len(moves)
-        while (len(batches) < count and left > 0
-               and (self.sweeping or self.ahead or len(batches) == 1)):
-            more = self._next_moves(left)
-            if more is None:  # draws that found nothing: the search stops there, after these
-                if not self.sweeping:
-                    self.ahead.insert(0, self.drawn)
-                    self.ahead_used -= 1
-                break
-            batches.append(more)
-            draws.append(None if self.sweeping else self.drawn)
-            left -= len(more)
-        if len(batches) == 1:
-            return [(moves, self._score(moves))]
-        tried, prepared = set(), []
-        for batch in batches:  # a move of an earlier batch was scored from this placement
-            prepared.append(self._candidates(batch, tried))
-            tried.update(key for _, _, key in batch)
-        evaluations = self.evaluator.in_threads(
-            [lambda ready=ready: self._evaluate(ready) for ready in prepared])
-        for batch, drawn in zip(reversed(batches[1:]), reversed(draws[1:])):
-            if self.sweeping:
-                self.queue = batch + self.queue
-            else:
-                self.ahead.insert(0, drawn)
-                self.ahead_used -= 1
-        return [(batch, (ready, evaluation))
-                for batch, ready, evaluation in zip(batches, prepared, evaluations)]
 
     def result(self) -> LocalSearchResult:
         return LocalSearchResult(devices=self.current, score=self.best, samples=self.samples,
@@ -451,43 +383,23 @@ class LocalSearch:
             return moves
         return self._random_moves(left) or None
 
-    def _candidates(self, moves: list, also_tried: frozenset | set = frozenset()):
-        """``(new, candidates)`` for ``moves`` (``(members, dst, key)`` as :meth:`_move` gives
-        them) from the current placement: ``new`` maps each key not scored from this placement
-        yet (nor in ``also_tried``: the keys of batches before this one that are taken as
-        gaining nothing), nor earlier in the batch, to the first of the batch's moves with it;
-        ``candidates`` has a row per key of ``new``, None if there is none."""
+    def _try_moves(self, moves: list) -> bool:
+        """Score ``moves`` (``(members, dst, key)`` as :meth:`_move` gives them) from the
+        current placement; keep the best if it gains. A move already scored from this
+        placement (or earlier in the batch) is not simulated again: it did not gain, so it
+        cannot now, and the step taken is the same as if it were scored."""
+        keys = [key for _, _, key in moves]
         new = {}  # key -> the first of the batch's moves with it
-        for k, (_, _, key) in enumerate(moves):
-            if key not in self.tried and key not in also_tried and key not in new:
+        for k, key in enumerate(keys):
+            if key not in self.tried and key not in new:
                 new[key] = k
-        if not new:
-            return new, None
-        candidates = np.repeat(self.current[None, :], len(new), axis=0)
-        for row, k in zip(candidates, new.values()):
-            members, dst, _ = moves[k]
-            row[members] = dst
-        return new, candidates
-
-    def _evaluate(self, prepared):
-        """The evaluation of :meth:`_candidates`' rows, or None without rows. A candidate no
-        faster than the current placement is not kept, so it is cut off there."""
-        _, candidates = prepared
-        return None if candidates is None else self.evaluator.evaluate(candidates,
-                                                                       below=self.best)
-
-    def _score(self, moves: list):
-        prepared = self._candidates(moves)
-        return prepared, self._evaluate(prepared)
-
-    def _take(self, moves: list, scored) -> bool:
-        """Keep the best of ``moves``, scored from the current placement (:meth:`_score`), if
-        it gains; returns whether it did. A move already scored from this placement (or
-        earlier in the batch) was not simulated again: it did not gain, so it cannot now, and
-        the step taken is the same as if it were scored."""
-        (new, candidates), evaluation = scored
         self.samples += len(moves)
-        if new:
+        if new:  # a candidate no faster than the current placement is not kept: cut off
+            candidates = np.repeat(self.current[None, :], len(new), axis=0)
+            for row, k in zip(candidates, new.values()):
+                members, dst, _ = moves[k]
+                row[members] = dst
+            evaluation = self.evaluator.evaluate(candidates, below=self.best)
             self.simulations += len(new)
             # Once the placement fits, a candidate that overflows is never taken, however fast.
             scores = np.where(evaluation.fits | (not self.fits), evaluation.scores, np.inf)
@@ -502,7 +414,7 @@ class LocalSearch:
                     self._align()
                     self.queue = self._sweep()
                 return True
-        self.tried.update(key for _, _, key in moves)
+        self.tried.update(keys)
         self.since_gain += len(moves)
         if (not self.sweeping and self.since_gain >= self.config.realign_after
                 and not np.array_equal(self.current, self.aligned)):
@@ -545,7 +457,7 @@ def race(searches: list[LocalSearch], total: int, *, deadline: float | None = No
     and its own share), so with an ``evaluator`` (the one the searches score with) they run
     on its threads, up to one search per thread at once (``Evaluator.in_threads``): the same
     searches take the same steps, and the same search wins, as one after the other. The last
-    survivor runs alone and scores two batches at once, one per thread (:meth:`LocalSearch.run`).
+    survivor runs alone, its batches cut over the evaluator's threads.
     """
     best = lambda: min(searches, key=rank)  # noqa: E731
     lock = threading.Lock()  # legs on several threads report through one progress
